@@ -1,0 +1,148 @@
+/* base.h - small shared helpers: memory, errors, logging, capped buffers, fds, paths. */
+#ifndef RUNCELL_BASE_H
+#define RUNCELL_BASE_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <sys/types.h>
+
+#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#define MIN(a, b) ((a) < (b) ? (a) : (b))
+#define MAX(a, b) ((a) > (b) ? (a) : (b))
+
+/* ---- memory: the x* helpers abort on allocation failure; everything else never exits. ---- */
+void *xmalloc(size_t n);
+void *xcalloc(size_t nmemb, size_t size);
+void *xrealloc(void *p, size_t n);
+char *xstrdup(const char *s);
+char *xstrndup(const char *s, size_t n);
+char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Frees every string of a NULL-terminated vector and the vector itself; NULL is a no-op. */
+void strv_free(char **v);
+/* Appends a copy of s to a NULL-terminated vector; returns the (maybe moved) vector. */
+char **strv_push(char **v, const char *s);
+size_t strv_len(char *const *v);
+
+static inline void freep(void *p)
+{
+    free(*(void **)p);
+}
+void closep(int *fd);
+void strv_freep(char ***v);
+#define _cleanup_free_ __attribute__((cleanup(freep)))
+#define _cleanup_close_ __attribute__((cleanup(closep)))
+#define _cleanup_strv_ __attribute__((cleanup(strv_freep)))
+/* Hands a pointer out of a cleanup variable: the caller now owns it. */
+#define TAKE_PTR(p)                                                                                \
+    ({                                                                                             \
+        __typeof__(p) _t = (p);                                                                    \
+        (p) = NULL;                                                                                \
+        _t;                                                                                        \
+    })
+#define TAKE_FD(fd)                                                                                \
+    ({                                                                                             \
+        int _t = (fd);                                                                             \
+        (fd) = -1;                                                                                 \
+        _t;                                                                                        \
+    })
+
+/* ---- errors: library code returns 0 or -errno and leaves a sentence here for the user. ---- */
+/* Sets this thread's last error message (what failed, on what, and what to do); returns -err
+ * when err > 0 so that `return err_set(EINVAL, "...")` reads naturally. */
+int err_set(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The last message set on this thread, or a generic one; valid until the next err_set. */
+const char *err_msg(void);
+void err_clear(void);
+
+/* ---- logging to stderr; one line per call. ---- */
+enum log_level { LOG_DEBUG, LOG_INFO, LOG_WARN, LOG_ERROR };
+void log_set_level(enum log_level level);
+bool log_enabled(enum log_level level);
+void log_msg(enum log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#define log_debug(...) log_msg(LOG_DEBUG, __VA_ARGS__)
+#define log_info(...) log_msg(LOG_INFO, __VA_ARGS__)
+#define log_warn(...) log_msg(LOG_WARN, __VA_ARGS__)
+#define log_error(...) log_msg(LOG_ERROR, __VA_ARGS__)
+
+/* ---- growable byte buffer with a hard cap (curl's dynbuf idea). ---- */
+struct buf {
+    char *data; /* always NUL-terminated when non-NULL */
+    size_t len;
+    size_t alloc;
+    size_t max; /* 0 = no cap */
+};
+void buf_init(struct buf *b, size_t max);
+void buf_release(struct buf *b);
+/* Appends n bytes; -E2BIG (nothing appended) when the cap would be passed. */
+int buf_append(struct buf *b, const void *data, size_t n);
+int buf_printf(struct buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Hands the storage to the caller (never NULL); the buffer is empty afterwards. */
+char *buf_detach(struct buf *b, size_t *ret_len);
+void buf_reset(struct buf *b);
+
+/* ---- output capture: keeps the head and tail of a stream within a fixed budget. ---- */
+struct outcap {
+    struct buf head;   /* first cap/2 bytes */
+    char *tail;        /* ring of the last cap/2 bytes once head is full */
+    size_t tail_size;  /* capacity of the ring */
+    size_t tail_start; /* index of the oldest byte in the ring */
+    size_t tail_len;
+    uint64_t total; /* bytes seen */
+    size_t cap;
+};
+void outcap_init(struct outcap *c, size_t cap);
+void outcap_release(struct outcap *c);
+/* Records n bytes; returns how many of them went into the head (the caller may forward those
+ * live; the rest is kept only as tail). Memory use never exceeds cap. */
+size_t outcap_append(struct outcap *c, const void *data, size_t n);
+bool outcap_truncated(const struct outcap *c);
+/* Head, a marker naming the dropped byte count, and tail; caller frees. */
+char *outcap_render(const struct outcap *c, size_t *ret_len);
+/* Only the part after the head (marker + tail) for a caller that already forwarded the head;
+ * empty string when nothing was dropped. Caller frees. */
+char *outcap_render_rest(const struct outcap *c, size_t *ret_len);
+
+/* ---- text ---- */
+/* Copy of s with invalid UTF-8 sequences and NUL bytes replaced by U+FFFD; caller frees. */
+char *utf8_sanitize(const char *s, size_t len, size_t *ret_len);
+/* Strict decimal parsers: whole string, no sign for unsigned, range-checked. */
+int parse_u64(const char *s, uint64_t *ret);
+/* Seconds as a positive decimal ("1.5"); returns milliseconds. */
+int parse_seconds(const char *s, uint64_t *ret_ms);
+bool str_has_prefix(const char *s, const char *prefix);
+
+/* ---- fds ---- */
+int fd_set_nonblock(int fd, bool on);
+int fd_set_cloexec(int fd, bool on);
+/* Writes all n bytes, retrying on EINTR/short writes; 0 or -errno. */
+int write_all(int fd, const void *data, size_t n);
+/* Reads until EOF into a capped buffer; -E2BIG past the cap. */
+int read_all(int fd, struct buf *out);
+int read_file(const char *path, size_t max, char **ret_data, size_t *ret_len);
+int write_file(const char *path, const char *data, size_t n, mode_t mode);
+
+/* ---- paths ---- */
+/* True when p is a non-empty relative path of plain components: no "..", no ".", no empty
+ * components, no leading "/", no NUL, shorter than PATH_MAX. */
+bool path_is_safe_relative(const char *p);
+/* mkdir -p with the given mode for every created component; 0 or -errno. */
+int mkdir_p(const char *path, mode_t mode);
+/* rm -rf below dirfd-relative path without following symlinks and without crossing
+ * mount points; 0 or -errno (first error). */
+int rm_rf_at(int dirfd, const char *name);
+int rm_rf(const char *path);
+
+/* ---- time ---- */
+uint64_t now_ms(void);
+double now_ms_f(void);
+uint64_t now_realtime_ms(void);
+
+/* Random bytes from the kernel; 0 or -errno. */
+int random_bytes(void *buf, size_t n);
+/* Lower-case hex of n random bytes into a fresh string. */
+char *random_hex(size_t n);
+
+#endif

@@ -1,0 +1,229 @@
+/* fdutil.c - fd, file and path helpers that never follow a link they were not asked to. */
+#include "base/base.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+int fd_set_nonblock(int fd, bool on)
+{
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0)
+        return -errno;
+    fl = on ? (fl | O_NONBLOCK) : (fl & ~O_NONBLOCK);
+    return fcntl(fd, F_SETFL, fl) < 0 ? -errno : 0;
+}
+
+int fd_set_cloexec(int fd, bool on)
+{
+    int fl = fcntl(fd, F_GETFD);
+    if (fl < 0)
+        return -errno;
+    fl = on ? (fl | FD_CLOEXEC) : (fl & ~FD_CLOEXEC);
+    return fcntl(fd, F_SETFD, fl) < 0 ? -errno : 0;
+}
+
+int write_all(int fd, const void *data, size_t n)
+{
+    const char *p = data;
+    while (n) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+int read_all(int fd, struct buf *out)
+{
+    char chunk[65536];
+    for (;;) {
+        ssize_t r = read(fd, chunk, sizeof(chunk));
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        if (r == 0)
+            return 0;
+        int e = buf_append(out, chunk, (size_t)r);
+        if (e < 0)
+            return e;
+    }
+}
+
+int read_file(const char *path, size_t max, char **ret_data, size_t *ret_len)
+{
+    _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    struct buf b;
+    buf_init(&b, max);
+    int r = read_all(fd, &b);
+    if (r < 0) {
+        buf_release(&b);
+        return r;
+    }
+    *ret_data = buf_detach(&b, ret_len);
+    return 0;
+}
+
+int write_file(const char *path, const char *data, size_t n, mode_t mode)
+{
+    _cleanup_close_ int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode);
+    if (fd < 0)
+        return -errno;
+    return write_all(fd, data, n);
+}
+
+bool path_is_safe_relative(const char *p)
+{
+    if (!p || !*p || *p == '/' || strlen(p) >= PATH_MAX)
+        return false;
+    const char *s = p;
+    while (*s) {
+        const char *slash = strchr(s, '/');
+        size_t n = slash ? (size_t)(slash - s) : strlen(s);
+        if (n == 0 || (n == 1 && s[0] == '.') || (n == 2 && s[0] == '.' && s[1] == '.'))
+            return false;
+        if (!slash)
+            break;
+        s = slash + 1;
+        if (!*s)
+            return false;
+    }
+    return true;
+}
+
+int mkdir_p(const char *path, mode_t mode)
+{
+    _cleanup_free_ char *p = xstrdup(path);
+    for (char *s = p + 1; *s; s++) {
+        if (*s != '/')
+            continue;
+        *s = '\0';
+        if (mkdir(p, mode) < 0 && errno != EEXIST)
+            return -errno;
+        *s = '/';
+    }
+    if (mkdir(p, mode) < 0 && errno != EEXIST)
+        return -errno;
+    return 0;
+}
+
+static int rm_at(int dirfd, const char *name, dev_t parent_dev, bool check_dev);
+
+static int rm_children(int dfd, dev_t dev)
+{
+    DIR *d = fdopendir(dfd);
+    if (!d) {
+        close(dfd);
+        return -errno;
+    }
+    int ret = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        int r = rm_at(dirfd(d), e->d_name, dev, true);
+        if (r < 0 && !ret)
+            ret = r;
+    }
+    closedir(d);
+    return ret;
+}
+
+static int rm_at(int dirfd, const char *name, dev_t parent_dev, bool check_dev)
+{
+    struct stat st;
+    if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+        return errno == ENOENT ? 0 : -errno;
+    if (check_dev && st.st_dev != parent_dev)
+        return -EXDEV; /* a mount point: never delete into another file system */
+    if (!S_ISDIR(st.st_mode))
+        return unlinkat(dirfd, name, 0) < 0 && errno != ENOENT ? -errno : 0;
+    int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    struct stat st2;
+    if (fstat(fd, &st2) < 0 || st2.st_dev != st.st_dev || st2.st_ino != st.st_ino) {
+        close(fd);
+        return -EXDEV;
+    }
+    int ret = rm_children(fd, st.st_dev);
+    if (unlinkat(dirfd, name, AT_REMOVEDIR) < 0 && errno != ENOENT && !ret)
+        ret = -errno;
+    return ret;
+}
+
+int rm_rf_at(int dirfd, const char *name)
+{
+    return rm_at(dirfd, name, 0, false);
+}
+
+int rm_rf(const char *path)
+{
+    return rm_rf_at(AT_FDCWD, path);
+}
+
+uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+double now_ms_f(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1000.0 + (double)ts.tv_nsec / 1e6;
+}
+
+uint64_t now_realtime_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+int random_bytes(void *buf, size_t n)
+{
+    char *p = buf;
+    while (n) {
+        ssize_t r = getrandom(p, n, 0);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        p += r;
+        n -= (size_t)r;
+    }
+    return 0;
+}
+
+char *random_hex(size_t n)
+{
+    unsigned char *raw = xmalloc(n);
+    char *hex = xmalloc(2 * n + 1);
+    if (random_bytes(raw, n) < 0)
+        abort();
+    for (size_t i = 0; i < n; i++)
+        sprintf(hex + 2 * i, "%02x", raw[i]);
+    free(raw);
+    return hex;
+}

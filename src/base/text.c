@@ -1,0 +1,98 @@
+/* text.c - UTF-8 repair and strict number parsing. */
+#include "base/base.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Length of the valid UTF-8 sequence at s (1..4), or 0 when invalid or truncated. */
+static size_t utf8_seq_len(const unsigned char *s, size_t avail)
+{
+    unsigned char c = s[0];
+    size_t need;
+    uint32_t cp;
+    if (c < 0x80)
+        return c ? 1 : 0;
+    if ((c & 0xe0) == 0xc0) {
+        need = 2;
+        cp = c & 0x1f;
+    } else if ((c & 0xf0) == 0xe0) {
+        need = 3;
+        cp = c & 0x0f;
+    } else if ((c & 0xf8) == 0xf0) {
+        need = 4;
+        cp = c & 0x07;
+    } else {
+        return 0;
+    }
+    if (avail < need)
+        return 0;
+    for (size_t i = 1; i < need; i++) {
+        if ((s[i] & 0xc0) != 0x80)
+            return 0;
+        cp = (cp << 6) | (s[i] & 0x3f);
+    }
+    /* Reject overlong forms, surrogates and values past U+10FFFF. */
+    if ((need == 2 && cp < 0x80) || (need == 3 && cp < 0x800) || (need == 4 && cp < 0x10000) ||
+        (cp >= 0xd800 && cp <= 0xdfff) || cp > 0x10ffff)
+        return 0;
+    return need;
+}
+
+char *utf8_sanitize(const char *s, size_t len, size_t *ret_len)
+{
+    struct buf out;
+    buf_init(&out, 0);
+    const unsigned char *p = (const unsigned char *)s;
+    size_t i = 0, run = 0;
+    while (i < len) {
+        size_t n = utf8_seq_len(p + i, len - i);
+        if (n) {
+            i += n;
+            run += n;
+            continue;
+        }
+        buf_append(&out, p + i - run, run);
+        buf_append(&out, "\xef\xbf\xbd", 3);
+        run = 0;
+        i++;
+    }
+    buf_append(&out, p + i - run, run);
+    return buf_detach(&out, ret_len);
+}
+
+int parse_u64(const char *s, uint64_t *ret)
+{
+    if (!s || !*s || *s < '0' || *s > '9')
+        return -EINVAL;
+    errno = 0;
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno == ERANGE)
+        return -ERANGE;
+    if (*end)
+        return -EINVAL;
+    *ret = v;
+    return 0;
+}
+
+int parse_seconds(const char *s, uint64_t *ret_ms)
+{
+    if (!s || !*s || ((*s < '0' || *s > '9') && *s != '.'))
+        return -EINVAL;
+    errno = 0;
+    char *end;
+    double v = strtod(s, &end);
+    if (errno || *end || v != v || v <= 0 || v > 1e9)
+        return -EINVAL;
+    uint64_t ms = (uint64_t)(v * 1000.0 + 0.5);
+    if (!ms)
+        ms = 1;
+    *ret_ms = ms;
+    return 0;
+}
+
+bool str_has_prefix(const char *s, const char *prefix)
+{
+    return strncmp(s, prefix, strlen(prefix)) == 0;
+}

@@ -1,0 +1,85 @@
+/* main.c - runcell's entry point: dispatches to the subcommands. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "cli/cli.h"
+
+static const struct command commands[] = {
+    {"run", cmd_run, "run code in a fresh sandbox, stateless"},
+};
+
+static void print_usage(FILE *f)
+{
+    fprintf(f, "usage: runcell COMMAND [OPTIONS]\n\ncommands:\n");
+    for (size_t i = 0; i < ARRAY_SIZE(commands); i++)
+        fprintf(f, "  %-8s %s\n", commands[i].name, commands[i].summary);
+    fprintf(f, "\nrun 'runcell COMMAND --help' for a command's options\n");
+}
+
+int usage_error(const char *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "runcell %s: ", cmd);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    return EXIT_USAGE;
+}
+
+int opt_megabytes(const char *cmd, const char *opt, const char *val, uint64_t *ret)
+{
+    uint64_t v;
+    if (parse_u64(val, &v) < 0 || v == 0 || v > (1u << 22))
+        return usage_error(cmd, "%s: '%s' is not a size in megabytes (1 to 4194304)", opt, val);
+    *ret = v;
+    return 0;
+}
+
+int opt_count(const char *cmd, const char *opt, const char *val, uint64_t *ret)
+{
+    uint64_t v;
+    if (parse_u64(val, &v) < 0 || v == 0 || v > 1000000)
+        return usage_error(cmd, "%s: '%s' is not a positive whole number", opt, val);
+    *ret = v;
+    return 0;
+}
+
+int opt_seconds(const char *cmd, const char *opt, const char *val, uint64_t *ret_ms)
+{
+    if (parse_seconds(val, ret_ms) < 0 || *ret_ms > 24ull * 3600 * 1000)
+        return usage_error(cmd, "%s: '%s' is not a number of seconds (more than 0, at most "
+                           "86400)", opt, val);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    const char *level = getenv("RUNCELL_LOG");
+    log_set_level(LOG_WARN);
+    if (level && !strcmp(level, "debug"))
+        log_set_level(LOG_DEBUG);
+    else if (level && !strcmp(level, "info"))
+        log_set_level(LOG_INFO);
+    if (argc < 2) {
+        print_usage(stderr);
+        return EXIT_USAGE;
+    }
+    if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
+        print_usage(stdout);
+        return 0;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("runcell %s\n", RUNCELL_VERSION);
+        return 0;
+    }
+    for (size_t i = 0; i < ARRAY_SIZE(commands); i++)
+        if (!strcmp(argv[1], commands[i].name))
+            return commands[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "runcell: unknown command '%s'; run 'runcell --help' for the list\n",
+            argv[1]);
+    return EXIT_USAGE;
+}

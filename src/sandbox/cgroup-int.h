@@ -1,0 +1,33 @@
+/* cgroup-int.h - cgroup v1/v2 handling, private to the sandbox module. */
+#ifndef RUNCELL_CGROUP_INT_H
+#define RUNCELL_CGROUP_INT_H
+
+#include "sandbox/sandbox.h"
+
+enum { CG_MEMORY, CG_PIDS, CG_CPU, CG_CPUACCT, CG_N };
+
+struct cgroup {
+    enum cgroup_mode mode;
+    char *dirs[CG_N]; /* v1: one per controller (NULL when absent); v2: dirs[0] */
+};
+
+/* Sets host->cgroup_mode and host->cgroup_base[], creating the "runcell" base cgroups.
+ * Leaves CGROUP_NONE and host->degraded_reason set when nothing can be written. */
+void cgroup_host_detect(struct sandbox_host *host);
+/* Creates the cgroup named name with limits applied; caller frees with cgroup_free. */
+int cgroup_create(const struct sandbox_host *host, const char *name,
+                  const struct sandbox_limits *limits, struct cgroup **ret);
+/* The cgroup.procs files a process writes its pid to, to join; caller frees (strv). */
+char **cgroup_procs_files(const struct cgroup *cg);
+int cgroup_read_usage(const struct cgroup *cg, double *ret_cpu_ms, uint64_t *ret_peak_kb,
+                      uint64_t *ret_oom_kills);
+void cgroup_kill_all(const struct cgroup *cg);
+/* Kills what is left, removes the directories; NULL is a no-op. */
+void cgroup_free(struct cgroup *cg);
+/* Removes cgroups whose owning runcell process is gone. */
+void cgroup_sweep(const struct sandbox_host *host);
+
+/* True when the runcell process named by owner_id ("<pid>-<starttime>") still runs. */
+bool owner_alive(const char *owner_id);
+
+#endif

@@ -1,0 +1,87 @@
+/* config.c - parses the JSON configuration the daemon hands to runcell-sandbox. */
+#include "sandbox/helper/helper.h"
+
+#include <jansson.h>
+#include <string.h>
+
+#include "base/base.h"
+
+static char **strv_from_json(json_t *arr)
+{
+    char **v = xcalloc(1, sizeof(char *));
+    size_t i;
+    json_t *it;
+    json_array_foreach(arr, i, it)
+    {
+        if (json_is_string(it))
+            v = strv_push(v, json_string_value(it));
+    }
+    return v;
+}
+
+static char *str_or(json_t *o, const char *key, const char *dflt)
+{
+    const char *s = json_string_value(json_object_get(o, key));
+    return s ? xstrdup(s) : (dflt ? xstrdup(dflt) : NULL);
+}
+
+static uint64_t u64_or(json_t *o, const char *key, uint64_t dflt)
+{
+    json_t *v = json_object_get(o, key);
+    return json_is_integer(v) && json_integer_value(v) >= 0 ? (uint64_t)json_integer_value(v)
+                                                            : dflt;
+}
+
+int config_parse(const char *text, struct helper_config *cfg)
+{
+    json_error_t jerr;
+    json_t *o = json_loads(text, 0, &jerr);
+    if (!o || !json_is_object(o)) {
+        json_decref(o);
+        return fail("bad sandbox configuration: %s", jerr.text);
+    }
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->root_dir = str_or(o, "root_dir", NULL);
+    cfg->workspace = str_or(o, "workspace", NULL);
+    cfg->cwd = str_or(o, "cwd", "/workspace");
+    cfg->hostname = str_or(o, "hostname", "runcell");
+    cfg->host_uid = (uid_t)u64_or(o, "uid", 0);
+    cfg->host_gid = (gid_t)u64_or(o, "gid", 0);
+    cfg->host_root_uid = (uid_t)u64_or(o, "root_uid", cfg->host_uid);
+    cfg->privileged = json_is_true(json_object_get(o, "privileged"));
+    cfg->cgroup_procs = strv_from_json(json_object_get(o, "cgroup_procs"));
+    cfg->argv = strv_from_json(json_object_get(o, "argv"));
+    cfg->env = strv_from_json(json_object_get(o, "env"));
+    cfg->tmp_mb = u64_or(o, "tmp_mb", 512);
+    cfg->tmp_inodes = u64_or(o, "tmp_inodes", 65536);
+    cfg->shm_mb = u64_or(o, "shm_mb", 64);
+    cfg->rl_nofile = u64_or(o, "rlimit_nofile", 1024);
+    cfg->rl_nproc = u64_or(o, "rlimit_nproc", 0);
+    cfg->rl_cpu_s = u64_or(o, "rlimit_cpu_s", 0);
+    cfg->rl_fsize_mb = u64_or(o, "rlimit_fsize_mb", 0);
+    cfg->rl_as_mb = u64_or(o, "rlimit_as_mb", 0);
+    cfg->extra_fds = (int)u64_or(o, "extra_fds", 0);
+    cfg->seccomp = !json_is_false(json_object_get(o, "seccomp"));
+    cfg->landlock = !json_is_false(json_object_get(o, "landlock"));
+
+    json_t *binds = json_object_get(o, "binds");
+    size_t i;
+    json_t *it;
+    cfg->binds = xcalloc(json_array_size(binds) + 1, sizeof(struct bind));
+    json_array_foreach(binds, i, it)
+    {
+        const char *src = json_string_value(json_object_get(it, "src"));
+        const char *dst = json_string_value(json_object_get(it, "dst"));
+        if (!src || !dst || dst[0] != '/')
+            continue;
+        cfg->binds[cfg->n_binds++] = (struct bind){
+            .src = xstrdup(src), .dst = xstrdup(dst),
+            .rw = json_is_true(json_object_get(it, "rw"))};
+    }
+    json_decref(o);
+    if (!cfg->root_dir || !cfg->workspace || !cfg->argv[0])
+        return fail("bad sandbox configuration: root_dir, workspace and argv are required");
+    if (cfg->extra_fds < 0 || cfg->extra_fds > 16)
+        return fail("bad sandbox configuration: extra_fds out of range");
+    return 0;
+}

@@ -1,0 +1,68 @@
+/* helper.h - internals of runcell-sandbox, the exec'd program that builds one sandbox. */
+#ifndef RUNCELL_SANDBOX_HELPER_H
+#define RUNCELL_SANDBOX_HELPER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "sandbox/sandbox-int.h"
+
+/* One read-only or writable bind from the host into the sandbox root. */
+struct bind {
+    char *src;
+    char *dst;
+    bool rw;
+};
+
+/* The helper's whole input, parsed from the JSON the daemon writes on HELPER_FD_CONFIG. */
+struct helper_config {
+    char *root_dir;  /* empty host directory that becomes the sandbox root */
+    char *workspace; /* host directory bound at /workspace */
+    uid_t host_uid;  /* host uid and gid the sandbox user 1000 maps to */
+    gid_t host_gid;
+    uid_t host_root_uid; /* host uid and gid the sandbox's root maps to (privileged only) */
+    bool privileged; /* the daemon is root: full id maps, setgroups allowed */
+    char **cgroup_procs; /* cgroup.procs files to join before cloning */
+    char **argv;
+    char **env;
+    char *cwd;
+    char *hostname;
+    uint64_t tmp_mb, tmp_inodes, shm_mb;
+    uint64_t rl_nofile, rl_nproc, rl_cpu_s, rl_fsize_mb, rl_as_mb;
+    struct bind *binds;
+    size_t n_binds;
+    int extra_fds; /* fds HELPER_FD_EXTRA.. handed to the payload as 3.. */
+    bool seccomp;
+    bool landlock;
+};
+
+int config_parse(const char *json, struct helper_config *ret);
+
+/* Every step reports failure with a message to the daemon through the status fd and
+ * returns -1; the caller exits. */
+void status_write(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+int fail_errno(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* rootfs.c: inside the new mount namespace, build the root at cfg->root_dir and pivot.
+ * become_sandbox_root() comes first: it pins the host paths and switches to the sandbox's
+ * root id when privileged. */
+int become_sandbox_root(struct helper_config *cfg);
+int rootfs_setup(struct helper_config *cfg);
+int net_loopback_up(void);
+
+/* lockdown.c: in the payload, every step from setsid to seccomp, then exec. Returns only
+ * on failure, after reporting it. */
+void payload_exec(const struct helper_config *cfg, void *seccomp_filter);
+
+/* seccomp.c */
+void *seccomp_build(void);
+int seccomp_install(void *ctx);
+
+/* init.c: PID 1 of the sandbox. Never returns. */
+__attribute__((noreturn)) void init_main(struct helper_config *cfg, int sync_fd);
+
+extern int status_fd;
+
+#endif

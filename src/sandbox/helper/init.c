@@ -1,0 +1,129 @@
+/* init.c - PID 1 of a sandbox: builds the root, starts the payload, forwards signals,
+ * reaps orphans, reports the payload's status and takes every process down with it. */
+#include "sandbox/helper/helper.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "base/base.h"
+
+/* Signals the daemon may send to init for the payload. */
+static const int forwarded[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
+
+static void noop_handler(int sig)
+{
+    (void)sig;
+}
+
+/* PID 1 only receives signals from outside its namespace when it has a handler, so install
+ * a no-op one for each, then block them all and take them from sigwaitinfo. */
+static void signals_setup(sigset_t *ret_set)
+{
+    struct sigaction sa = {.sa_handler = noop_handler};
+    sigemptyset(ret_set);
+    sigaddset(ret_set, SIGCHLD);
+    sigaction(SIGCHLD, &sa, NULL);
+    for (size_t i = 0; i < ARRAY_SIZE(forwarded); i++) {
+        sigaction(forwarded[i], &sa, NULL);
+        sigaddset(ret_set, forwarded[i]);
+    }
+    sigprocmask(SIG_BLOCK, ret_set, NULL);
+}
+
+static void report_and_exit(int wstatus)
+{
+    if (WIFEXITED(wstatus))
+        status_write("exit %d", WEXITSTATUS(wstatus));
+    else if (WIFSIGNALED(wstatus))
+        status_write("signal %d", WTERMSIG(wstatus));
+    /* Whatever the payload left behind (daemonised, double-forked, SIGTERM-ignoring
+     * children) goes with it: kill(-1) from PID 1 reaches every process in the namespace. */
+    kill(-1, SIGKILL);
+    while (waitpid(-1, NULL, 0) > 0 || errno == EINTR)
+        ;
+    _exit(0);
+}
+
+static __attribute__((noreturn)) void supervise(pid_t payload, const sigset_t *set)
+{
+    for (;;) {
+        siginfo_t si;
+        int sig = sigwaitinfo(set, &si);
+        if (sig < 0)
+            continue;
+        if (sig != SIGCHLD) {
+            kill(payload, sig);
+            continue;
+        }
+        int wstatus;
+        pid_t p;
+        while ((p = waitpid(-1, &wstatus, WNOHANG)) > 0)
+            if (p == payload)
+                report_and_exit(wstatus);
+    }
+}
+
+static void stdio_to_null(int extra_fds)
+{
+    int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+    for (int fd = 0; fd < 3; fd++)
+        if (null >= 0)
+            dup2(null, fd);
+    if (null > 2)
+        close(null);
+    for (int i = 0; i < extra_fds; i++)
+        close(HELPER_FD_EXTRA + i);
+}
+
+void init_main(struct helper_config *cfg, int sync_fd)
+{
+    char go;
+    if (read(sync_fd, &go, 1) != 1)
+        _exit(1); /* the outer helper failed and has reported why */
+    close(sync_fd);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (become_sandbox_root(cfg) < 0)
+        _exit(1);
+    /* A credential change clears both; set them (again) after it. Nothing in the sandbox
+     * may ptrace, read /proc/1/mem of, or signal init. */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    prctl(PR_SET_DUMPABLE, 0);
+    fd_set_cloexec(status_fd, false);
+
+    if (sethostname(cfg->hostname, strlen(cfg->hostname)) < 0) {
+        fail_errno("cannot set the sandbox host name");
+        _exit(1);
+    }
+    if (net_loopback_up() < 0 || rootfs_setup(cfg) < 0)
+        _exit(1);
+    void *filter = NULL;
+    if (cfg->seccomp && !(filter = seccomp_build()))
+        _exit(1);
+
+    sigset_t set;
+    signals_setup(&set);
+    status_write("ready");
+    pid_t payload = fork();
+    if (payload < 0) {
+        fail_errno("cannot start the sandboxed program (fork)");
+        _exit(1);
+    }
+    if (payload == 0) {
+        sigprocmask(SIG_UNBLOCK, &set, NULL);
+        struct sigaction dfl = {.sa_handler = SIG_DFL};
+        for (size_t i = 0; i < ARRAY_SIZE(forwarded); i++)
+            sigaction(forwarded[i], &dfl, NULL);
+        sigaction(SIGCHLD, &dfl, NULL);
+        signal(SIGPIPE, SIG_DFL);
+        payload_exec(cfg, filter);
+        _exit(127);
+    }
+    stdio_to_null(cfg->extra_fds);
+    supervise(payload, &set);
+}

@@ -1,0 +1,192 @@
+/* sandbox.h - the sandbox module's contract: host setup, workspaces, and sandbox instances.
+ *
+ * A sandbox runs one program (the payload) in fresh user, mount, PID, network, IPC, UTS
+ * and cgroup namespaces, on a tmpfs root with read-only system binds, as an unprivileged
+ * uid with no capabilities, no_new_privs, Landlock and seccomp, inside its own cgroup.
+ * The code here runs in the daemon (or CLI) process; the namespace work happens in the
+ * exec'd runcell-sandbox helper, so no memory of this process reaches a sandbox.
+ *
+ * Thread safety: a sandbox_host is shared read-only after sandbox_host_init; workspaces
+ * and sandboxes are owned by one caller at a time, except sandbox_signal(), which any
+ * thread may call. */
+#ifndef RUNCELL_SANDBOX_H
+#define RUNCELL_SANDBOX_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "base/base.h"
+
+/* Resource limits of one sandbox. Zero means "the default" when passed to
+ * sandbox_limits_fill_defaults(). */
+struct sandbox_limits {
+    uint64_t memory_mb; /* cgroup memory (and swap) limit */
+    uint64_t pids;      /* cgroup pids.max */
+    uint64_t disk_mb;   /* size cap of /workspace and of /tmp, each */
+    uint64_t cpus_milli; /* CPU bandwidth in thousandths of a core */
+    uint64_t cpu_time_s; /* RLIMIT_CPU backstop */
+    uint64_t nofile;
+};
+
+#define SANDBOX_DEFAULT_MEMORY_MB 1024
+#define SANDBOX_DEFAULT_PIDS 256
+#define SANDBOX_DEFAULT_DISK_MB 1024
+#define SANDBOX_DEFAULT_CPUS_MILLI 1000
+#define SANDBOX_DEFAULT_NOFILE 1024
+
+void sandbox_limits_fill_defaults(struct sandbox_limits *l);
+
+enum cgroup_mode { CGROUP_NONE, CGROUP_V1, CGROUP_V2 };
+
+/* Everything about this machine a sandbox needs; one per process. */
+struct sandbox_host {
+    char *helper_path;  /* the runcell-sandbox program */
+    char *libexec_dir;  /* directory of runcell's own support files (kernel, ...) */
+    char *run_dir;      /* per-process runtime directory: workspaces, roots */
+    char *owner_id;     /* "<pid>-<starttime>": names this process's cgroups and dirs */
+    bool privileged;    /* running as root: per-workspace host uids, tmpfs workspaces */
+    enum cgroup_mode cgroup_mode;
+    char *cgroup_base[4]; /* v1: memory, pids, cpu, cpuacct bases; v2: [0] only */
+    char *degraded_reason; /* non-NULL when limits fall back to rlimits only */
+    uid_t uid_base;        /* first host uid handed to workspaces when privileged */
+    uint64_t seq;          /* counter for sandbox names; atomic */
+};
+
+/* Finds the helper next to argv0's executable, picks the runtime directory (RUNCELL_RUNDIR,
+ * else /run/runcell as root, else $XDG_RUNTIME_DIR/runcell or /tmp/runcell-UID), detects
+ * cgroup v2 or v1 and whether they can be written, and sweeps what dead runcell processes
+ * left behind (cgroups, mounts, directories). 0 or -errno with err_msg(). */
+int sandbox_host_init(struct sandbox_host *host);
+/* Removes this process's runtime directory; call at exit after freeing all sandboxes. */
+void sandbox_host_release(struct sandbox_host *host);
+
+/* A workspace is the host side of /workspace: a size-capped tmpfs owned by a host uid of
+ * its own when privileged, else a plain directory. It outlives the sandboxes run on it. */
+struct workspace {
+    char *dir;      /* host path of the directory bound at /workspace */
+    char *base;     /* host directory holding dir and the sandbox roots */
+    uid_t uid;      /* host uid the sandbox user (1000) maps to */
+    gid_t gid;
+    uid_t root_uid; /* host uid the sandbox's root (0, used by its init only) maps to;
+                     * equal to uid when unprivileged (then only 1000 is mapped) */
+    int uid_lock_fd; /* flock held on the uid slot while the workspace lives */
+    bool mounted;
+    uint64_t disk_mb;
+};
+
+/* Creates an empty workspace of disk_mb; caller frees with workspace_free. */
+int workspace_new(struct sandbox_host *host, uint64_t disk_mb, struct workspace **ret);
+/* Unmounts and removes the workspace and everything in it; NULL is a no-op. */
+void workspace_free(struct workspace *ws);
+/* Opens the workspace directory (O_PATH-free, O_DIRECTORY) for *at() access that never
+ * follows links; caller closes. */
+int workspace_open(const struct workspace *ws);
+/* Makes path (relative, inside the workspace) belong to the sandbox user. */
+int workspace_chown(const struct workspace *ws, int dirfd, const char *name);
+
+/* ---- workspace files, as the daemon sees them: never following a link the sandboxed code
+ * may have planted, never leaving the workspace. ---- */
+
+/* Opens rel (a safe relative path, see path_is_safe_relative) below the workspace with
+ * openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV).
+ * flags/mode as open(2); O_NOFOLLOW and O_CLOEXEC are added. fd or -errno (-ELOOP for a
+ * symlink on the way, -EXDEV for an escape). */
+int workspace_openat(const struct workspace *ws, const char *rel, int flags, mode_t mode);
+/* Creates the parent directories of rel, owned by the sandbox user. 0 or -errno. */
+int workspace_mkparents(const struct workspace *ws, const char *rel);
+
+struct ws_entry {
+    char *path; /* relative to the workspace */
+    uint64_t size;
+    int64_t mtime_ns;
+    uint64_t ino;
+    mode_t mode;
+};
+struct ws_listing {
+    struct ws_entry *v;
+    size_t n;
+    bool truncated; /* more than WS_SCAN_MAX entries */
+};
+#define WS_SCAN_MAX 20000
+/* Lists every regular file, symlink and directory below the workspace (directories are
+ * recursed into, not listed), sorted by path. Tool state directories at the top (.local,
+ * .cache, .config) are skipped. */
+int workspace_scan(const struct workspace *ws, struct ws_listing *ret);
+void ws_listing_release(struct ws_listing *l);
+/* Paths created, modified (size, mtime or inode changed) and deleted between two scans;
+ * each a fresh NULL-terminated vector. */
+void ws_listing_diff(const struct ws_listing *before, const struct ws_listing *after,
+                     char ***ret_created, char ***ret_modified, char ***ret_deleted);
+/* Copies a host file into the workspace at rel (parents created), owned by the sandbox
+ * user; refuses to write through links. */
+int workspace_copy_in(const struct workspace *ws, const char *host_path, const char *rel);
+/* Copies workspace file rel to out_dir/rel (parents created). Only regular files. */
+int workspace_copy_out(const struct workspace *ws, const char *rel, const char *out_dir);
+
+/* What to run in a sandbox. */
+struct sandbox_spec {
+    char *const *argv;   /* absolute program path first */
+    char *const *env;    /* full environment of the payload (see sandbox_default_env) */
+    struct sandbox_limits limits;
+    int stdin_fd;        /* payload's fd 0, 1, 2 (required) */
+    int stdout_fd;
+    int stderr_fd;
+    const int *extra_fds; /* handed to the payload as 3, 4, ... */
+    int n_extra_fds;
+    const char *const *ro_binds; /* pairs "host path", "/sandbox path", NULL-terminated */
+};
+
+/* The clean environment of a sandboxed program; caller frees with strv_free. */
+char **sandbox_default_env(void);
+
+enum sandbox_state { SANDBOX_STARTING, SANDBOX_RUNNING, SANDBOX_EXITED };
+
+struct sandbox {
+    struct sandbox_host *host;
+    char *name;
+    char *root_dir;
+    pid_t init_pid;      /* in our PID namespace; 0 until known */
+    int pidfd;
+    int status_fd;       /* read side of the helper's status lines; -1 after EOF */
+    struct buf status_buf;
+    struct cgroup *cgroup;
+    bool limits_degraded;
+    enum sandbox_state state;
+    bool ready;
+    bool exited;         /* the payload's status is known */
+    int exit_code;       /* valid when exited and !signal */
+    int term_signal;     /* nonzero when the payload died of a signal */
+    char *error;         /* setup failure reported by the helper */
+    uint64_t oom_kills_at_start;
+    double ru_cpu_ms;       /* rusage of init and everything it reaped, once reaped */
+    uint64_t ru_maxrss_kb;
+    double started_ms;
+};
+
+/* Starts a sandbox running spec->argv on ws. Returns once the helper has reported the
+ * sandbox init's pid (the payload may still be starting); setup failures after that point
+ * arrive as status lines. 0 or -errno with err_msg(); *ret owned by the caller. */
+int sandbox_start(struct sandbox_host *host, struct workspace *ws, const struct sandbox_spec *spec,
+                  struct sandbox **ret);
+/* Reads whatever status lines are available on status_fd (non-blocking). Returns 1 when
+ * the status fd reached EOF (init is gone), 0 otherwise, -errno on error. */
+int sandbox_poll_status(struct sandbox *sb);
+/* Blocks until init is gone, reaping it. */
+void sandbox_wait(struct sandbox *sb);
+/* Forwards sig to the payload (through init). Safe from any thread. */
+int sandbox_signal(struct sandbox *sb, int sig);
+/* Kills every process of the sandbox at once. Safe from any thread. */
+void sandbox_kill(struct sandbox *sb);
+
+struct sandbox_usage {
+    double cpu_ms;
+    uint64_t memory_peak_kb;
+    bool oom_killed;
+};
+int sandbox_usage(struct sandbox *sb, struct sandbox_usage *ret);
+
+/* Kills what is left, reaps, removes the cgroup and the root directory; NULL is a no-op. */
+void sandbox_free(struct sandbox *sb);
+
+#endif

@@ -1,0 +1,349 @@
+/* spawn.c - starting, watching, signalling and tearing down one sandbox instance. */
+#include "sandbox/cgroup-int.h"
+#include "sandbox/sandbox-int.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+
+static json_t *strv_json(char *const *v)
+{
+    json_t *a = json_array();
+    for (; v && *v; v++)
+        json_array_append_new(a, json_string(*v));
+    return a;
+}
+
+/* Processes of our uid already running: RLIMIT_NPROC counts them too, so the cap for the
+ * sandbox (only used without cgroups) goes on top of them. */
+static uint64_t own_process_count(void)
+{
+    uint64_t n = 0;
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+    if (!d)
+        return 0;
+    while ((e = readdir(d))) {
+        struct stat st;
+        if (e->d_name[0] >= '1' && e->d_name[0] <= '9' &&
+            fstatat(dirfd(d), e->d_name, &st, 0) == 0 && st.st_uid == getuid())
+            n++;
+    }
+    closedir(d);
+    return n;
+}
+
+static char *build_config(const struct sandbox *sb, const struct workspace *ws,
+                          const struct sandbox_spec *spec)
+{
+    const struct sandbox_limits *l = &spec->limits;
+    json_t *o = json_object();
+    json_object_set_new(o, "root_dir", json_string(sb->root_dir));
+    json_object_set_new(o, "workspace", json_string(ws->dir));
+    json_object_set_new(o, "uid", json_integer(ws->uid));
+    json_object_set_new(o, "gid", json_integer(ws->gid));
+    json_object_set_new(o, "root_uid", json_integer(ws->root_uid));
+    json_object_set_new(o, "privileged", json_boolean(sb->host->privileged));
+    char **procs = sb->cgroup ? cgroup_procs_files(sb->cgroup) : NULL;
+    json_object_set_new(o, "cgroup_procs", strv_json(procs));
+    strv_free(procs);
+    json_object_set_new(o, "argv", strv_json(spec->argv));
+    json_object_set_new(o, "env", strv_json(spec->env));
+    json_object_set_new(o, "tmp_mb", json_integer((json_int_t)l->disk_mb));
+    json_object_set_new(o, "tmp_inodes", json_integer((json_int_t)MAX(4096, l->disk_mb * 64)));
+    json_object_set_new(o, "rlimit_nofile", json_integer((json_int_t)l->nofile));
+    if (l->cpu_time_s)
+        json_object_set_new(o, "rlimit_cpu_s", json_integer((json_int_t)l->cpu_time_s));
+    if (!sb->cgroup) {
+        /* No cgroups: rlimits are all there is. The address-space cap is coarse (it counts
+         * reservations, not use) but stops a memory bomb; the file size cap stands in for
+         * the workspace size when it is a plain directory. */
+        json_object_set_new(o, "rlimit_as_mb", json_integer((json_int_t)l->memory_mb));
+        json_object_set_new(o, "rlimit_nproc",
+                            json_integer((json_int_t)(l->pids + own_process_count())));
+    }
+    if (!sb->host->privileged)
+        json_object_set_new(o, "rlimit_fsize_mb", json_integer((json_int_t)l->disk_mb));
+    json_object_set_new(o, "extra_fds", json_integer(spec->n_extra_fds));
+    json_t *binds = json_array();
+    for (const char *const *b = spec->ro_binds; b && b[0] && b[1]; b += 2) {
+        json_t *e = json_object();
+        json_object_set_new(e, "src", json_string(b[0]));
+        json_object_set_new(e, "dst", json_string(b[1]));
+        json_array_append_new(binds, e);
+    }
+    json_object_set_new(o, "binds", binds);
+    if (getenv("RUNCELL_NO_LANDLOCK"))
+        json_object_set_new(o, "landlock", json_false());
+    char *text = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    return text;
+}
+
+/* Starts the helper with the payload's stdio on 0-2, the config on 3, the status pipe on 4
+ * and the extra fds from 5. Every source is first moved above all targets so that no dup2
+ * clobbers a source still needed. */
+static int spawn_helper(const struct sandbox *sb, const struct sandbox_spec *spec, int config_fd,
+                        int status_fd, pid_t *ret_pid)
+{
+    posix_spawn_file_actions_t fa;
+    int src[5 + 16];
+    int n = 0;
+    src[n++] = spec->stdin_fd;
+    src[n++] = spec->stdout_fd;
+    src[n++] = spec->stderr_fd;
+    src[n++] = config_fd;
+    src[n++] = status_fd;
+    for (int i = 0; i < spec->n_extra_fds && i < 16; i++)
+        src[n++] = spec->extra_fds[i];
+    posix_spawn_file_actions_init(&fa);
+    for (int i = 0; i < n; i++)
+        posix_spawn_file_actions_adddup2(&fa, src[i], 100 + i);
+    for (int i = 0; i < n; i++)
+        posix_spawn_file_actions_adddup2(&fa, 100 + i, i);
+    posix_spawn_file_actions_addclosefrom_np(&fa, n);
+    char *argv[] = {(char *)"runcell-sandbox", NULL};
+    char *envp[] = {NULL};
+    int r = posix_spawn(ret_pid, sb->host->helper_path, &fa, NULL, argv, envp);
+    posix_spawn_file_actions_destroy(&fa);
+    if (r)
+        return err_set(r, "cannot start the sandbox helper %s: %s", sb->host->helper_path,
+                       strerror(r));
+    return 0;
+}
+
+static void handle_line(struct sandbox *sb, char *line)
+{
+    if (!strncmp(line, "pid ", 4)) {
+        sb->init_pid = (pid_t)atoi(line + 4);
+    } else if (!strcmp(line, "ready")) {
+        sb->ready = true;
+    } else if (!strncmp(line, "error ", 6)) {
+        if (!sb->error)
+            sb->error = xstrdup(line + 6);
+    } else if (!strncmp(line, "exit ", 5)) {
+        sb->exited = true;
+        sb->exit_code = atoi(line + 5);
+    } else if (!strncmp(line, "signal ", 7)) {
+        sb->exited = true;
+        sb->term_signal = atoi(line + 7);
+    }
+}
+
+int sandbox_poll_status(struct sandbox *sb)
+{
+    char chunk[4096];
+    if (sb->status_fd < 0)
+        return 1;
+    for (;;) {
+        ssize_t n = read(sb->status_fd, chunk, sizeof(chunk));
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN)
+                return 0;
+            return -errno;
+        }
+        if (n == 0) {
+            close(sb->status_fd);
+            sb->status_fd = -1;
+            return 1;
+        }
+        /* Lines are bounded by the helper; anything past 64 KiB is not from it. */
+        if (buf_append(&sb->status_buf, chunk, (size_t)n) < 0)
+            buf_reset(&sb->status_buf);
+        char *start = sb->status_buf.data, *nl;
+        while ((nl = memchr(start, '\n', sb->status_buf.len - (size_t)(start - sb->status_buf.data)))) {
+            *nl = '\0';
+            handle_line(sb, start);
+            start = nl + 1;
+        }
+        size_t rest = sb->status_buf.len - (size_t)(start - sb->status_buf.data);
+        memmove(sb->status_buf.data, start, rest);
+        sb->status_buf.len = rest;
+        sb->status_buf.data[rest] = '\0';
+    }
+}
+
+static int wait_for_pid(struct sandbox *sb, pid_t helper)
+{
+    int wstatus;
+    while (waitpid(helper, &wstatus, 0) < 0 && errno == EINTR)
+        ;
+    /* The helper wrote "pid N" (or an error) before exiting; pick it up. */
+    sandbox_poll_status(sb);
+    if (sb->init_pid > 0) {
+        sb->pidfd = (int)syscall(SYS_pidfd_open, sb->init_pid, 0);
+        sb->state = SANDBOX_RUNNING;
+        return 0;
+    }
+    if (sb->error)
+        return err_set(EIO, "sandbox setup failed: %s", sb->error);
+    return err_set(EIO, "sandbox helper failed (wait status %d) without saying why", wstatus);
+}
+
+int sandbox_start(struct sandbox_host *host, struct workspace *ws, const struct sandbox_spec *spec,
+                  struct sandbox **ret)
+{
+    uint64_t seq = atomic_fetch_add((_Atomic uint64_t *)&host->seq, 1);
+    struct sandbox *sb = xcalloc(1, sizeof(*sb));
+    int cfg_pipe[2] = {-1, -1}, st_pipe[2] = {-1, -1};
+    _cleanup_free_ char *config = NULL;
+    pid_t helper;
+    int r;
+
+    sb->host = host;
+    sb->pidfd = -1;
+    sb->status_fd = -1;
+    sb->started_ms = now_ms_f();
+    buf_init(&sb->status_buf, 65536);
+    sb->name = xasprintf("%s-%llu", host->owner_id, (unsigned long long)seq);
+    sb->root_dir = xasprintf("%s/root%llu", ws->base, (unsigned long long)seq);
+    sb->limits_degraded = host->cgroup_mode == CGROUP_NONE || !host->privileged;
+    if (mkdir(sb->root_dir, 0700) < 0 ||
+        (host->privileged && chown(sb->root_dir, ws->root_uid, ws->root_uid) < 0)) {
+        r = err_set(errno, "cannot create %s: %s", sb->root_dir, strerror(errno));
+        goto fail;
+    }
+    if (host->cgroup_mode != CGROUP_NONE &&
+        (r = cgroup_create(host, sb->name, &spec->limits, &sb->cgroup)) < 0)
+        goto fail;
+    if (sb->cgroup) {
+        double cpu;
+        uint64_t peak;
+        cgroup_read_usage(sb->cgroup, &cpu, &peak, &sb->oom_kills_at_start);
+    }
+    if (pipe2(cfg_pipe, O_CLOEXEC) < 0 || pipe2(st_pipe, O_CLOEXEC) < 0) {
+        r = err_set(errno, "pipe: %s", strerror(errno));
+        goto fail;
+    }
+    if ((r = spawn_helper(sb, spec, cfg_pipe[0], st_pipe[1], &helper)) < 0)
+        goto fail;
+    close(TAKE_FD(cfg_pipe[0]));
+    close(TAKE_FD(st_pipe[1]));
+    sb->status_fd = TAKE_FD(st_pipe[0]);
+    fd_set_nonblock(sb->status_fd, true);
+    config = build_config(sb, ws, spec);
+    /* A helper that died early closes the pipe: EPIPE here, the reason on the status fd. */
+    signal(SIGPIPE, SIG_IGN);
+    (void)write_all(cfg_pipe[1], config, strlen(config));
+    close(TAKE_FD(cfg_pipe[1]));
+    if ((r = wait_for_pid(sb, helper)) < 0)
+        goto fail;
+    *ret = sb;
+    return 0;
+fail:
+    for (int i = 0; i < 2; i++) {
+        if (cfg_pipe[i] >= 0)
+            close(cfg_pipe[i]);
+        if (st_pipe[i] >= 0)
+            close(st_pipe[i]);
+    }
+    sandbox_free(sb);
+    return r;
+}
+
+static void reap(struct sandbox *sb, int options)
+{
+    if (sb->state == SANDBOX_EXITED || sb->init_pid <= 0)
+        return;
+    int wstatus;
+    struct rusage ru;
+    pid_t p;
+    while ((p = wait4(sb->init_pid, &wstatus, options, &ru)) < 0 && errno == EINTR)
+        ;
+    if (p == sb->init_pid || (p < 0 && errno == ECHILD)) {
+        sb->state = SANDBOX_EXITED;
+        if (p == sb->init_pid) {
+            sb->ru_cpu_ms = (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000.0 +
+                            (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1000.0;
+            sb->ru_maxrss_kb = (uint64_t)ru.ru_maxrss;
+        }
+        if (sb->pidfd >= 0)
+            close(sb->pidfd);
+        sb->pidfd = -1;
+    }
+}
+
+void sandbox_wait(struct sandbox *sb)
+{
+    while (sb->status_fd >= 0) {
+        struct pollfd pfd = {.fd = sb->status_fd, .events = POLLIN};
+        if (poll(&pfd, 1, -1) < 0 && errno != EINTR)
+            break;
+        if (sandbox_poll_status(sb) != 0)
+            break;
+    }
+    reap(sb, 0);
+}
+
+int sandbox_signal(struct sandbox *sb, int sig)
+{
+    if (sb->pidfd >= 0 && syscall(SYS_pidfd_send_signal, sb->pidfd, sig, NULL, 0) == 0)
+        return 0;
+    if (sb->pidfd < 0 && sb->init_pid > 0 && sb->state == SANDBOX_RUNNING)
+        return kill(sb->init_pid, sig) < 0 ? -errno : 0;
+    return -ESRCH;
+}
+
+void sandbox_kill(struct sandbox *sb)
+{
+    /* Killing PID 1 of the namespace makes the kernel kill every other process in it;
+     * the cgroup sweep catches anything mid-fork. */
+    sandbox_signal(sb, SIGKILL);
+    if (sb->cgroup)
+        cgroup_kill_all(sb->cgroup);
+}
+
+int sandbox_usage(struct sandbox *sb, struct sandbox_usage *ret)
+{
+    memset(ret, 0, sizeof(*ret));
+    if (!sb->cgroup) {
+        /* Without a cgroup, the rusage of init after it is reaped: it covers every process
+         * of the sandbox, since init waited for them all. */
+        ret->cpu_ms = sb->ru_cpu_ms;
+        ret->memory_peak_kb = sb->ru_maxrss_kb;
+        return sb->state == SANDBOX_EXITED ? 0 : -ENODATA;
+    }
+    uint64_t ooms = 0;
+    cgroup_read_usage(sb->cgroup, &ret->cpu_ms, &ret->memory_peak_kb, &ooms);
+    ret->oom_killed = ooms > sb->oom_kills_at_start;
+    return 0;
+}
+
+void sandbox_free(struct sandbox *sb)
+{
+    if (!sb)
+        return;
+    if (sb->state == SANDBOX_RUNNING) {
+        sandbox_kill(sb);
+        reap(sb, 0);
+    }
+    if (sb->status_fd >= 0)
+        close(sb->status_fd);
+    if (sb->pidfd >= 0)
+        close(sb->pidfd);
+    cgroup_free(sb->cgroup);
+    if (sb->root_dir)
+        rmdir(sb->root_dir);
+    buf_release(&sb->status_buf);
+    free(sb->name);
+    free(sb->root_dir);
+    free(sb->error);
+    free(sb);
+}

@@ -1,0 +1,256 @@
+/* wsfiles.c - reading and writing workspace files from the daemon without trusting
+ * anything the sandboxed code may have placed there. */
+#include "sandbox/sandbox.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+static const char *const skipped_top[] = {".local", ".cache", ".config"};
+
+int workspace_openat(const struct workspace *ws, const char *rel, int flags, mode_t mode)
+{
+    if (!path_is_safe_relative(rel))
+        return -EINVAL;
+    _cleanup_close_ int dfd = open(ws->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+    if (dfd < 0)
+        return -errno;
+    struct open_how how = {
+        .flags = (uint64_t)(flags | O_NOFOLLOW | O_CLOEXEC),
+        .mode = (flags & O_CREAT) ? mode : 0,
+        .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS |
+                   RESOLVE_NO_XDEV,
+    };
+    int fd = (int)syscall(SYS_openat2, dfd, rel, &how, sizeof(how));
+    return fd < 0 ? -errno : fd;
+}
+
+int workspace_mkparents(const struct workspace *ws, const char *rel)
+{
+    if (!path_is_safe_relative(rel))
+        return -EINVAL;
+    _cleanup_free_ char *p = xstrdup(rel);
+    int cur = open(ws->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+    if (cur < 0)
+        return -errno;
+    /* One component at a time from a verified directory fd, O_NOFOLLOW on each: no link
+     * is ever followed on the way down. */
+    char *comp = p;
+    int r = 0;
+    for (char *slash = strchr(comp, '/'); slash; comp = slash + 1, slash = strchr(comp, '/')) {
+        *slash = '\0';
+        int next = openat(cur, comp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (next < 0 && errno == ENOENT) {
+            if (mkdirat(cur, comp, 0755) < 0 && errno != EEXIST) {
+                r = -errno;
+                break;
+            }
+            workspace_chown(ws, cur, comp);
+            next = openat(cur, comp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        }
+        if (next < 0) {
+            r = -errno;
+            break;
+        }
+        close(cur);
+        cur = next;
+    }
+    close(cur);
+    return r;
+}
+
+static int copy_fd(int in, int out)
+{
+    char chunk[65536];
+    for (;;) {
+        ssize_t n = read(in, chunk, sizeof(chunk));
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        if (n == 0)
+            return 0;
+        int r = write_all(out, chunk, (size_t)n);
+        if (r < 0)
+            return r;
+    }
+}
+
+int workspace_copy_in(const struct workspace *ws, const char *host_path, const char *rel)
+{
+    _cleanup_close_ int in = open(host_path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (in < 0)
+        return err_set(errno, "cannot read %s: %s", host_path, strerror(errno));
+    if (fstat(in, &st) < 0 || !S_ISREG(st.st_mode))
+        return err_set(EINVAL, "%s is not a regular file", host_path);
+    int r = workspace_mkparents(ws, rel);
+    if (r < 0)
+        return err_set(-r, "cannot create the directories of %s in the workspace: %s", rel,
+                       strerror(-r));
+    _cleanup_close_ int out = workspace_openat(ws, rel, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (out < 0)
+        return err_set(-out, "cannot create %s in the workspace: %s", rel, strerror(-out));
+    if ((r = copy_fd(in, out)) < 0)
+        return err_set(-r, "cannot copy %s into the workspace: %s", host_path, strerror(-r));
+    if (fchown(out, ws->uid, ws->gid) < 0 && ws->uid != geteuid())
+        return err_set(errno, "cannot give %s to the sandbox user: %s", rel, strerror(errno));
+    return 0;
+}
+
+int workspace_copy_out(const struct workspace *ws, const char *rel, const char *out_dir)
+{
+    _cleanup_close_ int in = workspace_openat(ws, rel, O_RDONLY | O_NONBLOCK, 0);
+    struct stat st;
+    if (in < 0)
+        return err_set(-in, "cannot open %s in the workspace: %s", rel, strerror(-in));
+    if (fstat(in, &st) < 0 || !S_ISREG(st.st_mode))
+        return err_set(EINVAL, "%s is not a regular file", rel);
+    _cleanup_free_ char *dst = xasprintf("%s/%s", out_dir, rel);
+    char *slash = strrchr(dst, '/');
+    *slash = '\0';
+    int r = mkdir_p(dst, 0755);
+    *slash = '/';
+    if (r < 0)
+        return err_set(-r, "cannot create %s: %s", dst, strerror(-r));
+    _cleanup_close_ int out =
+        open(dst, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (out < 0)
+        return err_set(errno, "cannot write %s: %s", dst, strerror(errno));
+    fd_set_nonblock(in, false);
+    if ((r = copy_fd(in, out)) < 0)
+        return err_set(-r, "cannot copy %s to %s: %s", rel, dst, strerror(-r));
+    return 0;
+}
+
+struct scan {
+    struct ws_listing *l;
+    size_t alloc;
+    int depth;
+};
+
+static void scan_add(struct scan *s, const char *path, const struct stat *st)
+{
+    if (s->l->n >= WS_SCAN_MAX) {
+        s->l->truncated = true;
+        return;
+    }
+    if (s->l->n == s->alloc) {
+        s->alloc = s->alloc ? 2 * s->alloc : 64;
+        s->l->v = xrealloc(s->l->v, s->alloc * sizeof(*s->l->v));
+    }
+    s->l->v[s->l->n++] = (struct ws_entry){
+        .path = xstrdup(path),
+        .size = (uint64_t)st->st_size,
+        .mtime_ns = (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec,
+        .ino = st->st_ino,
+        .mode = st->st_mode,
+    };
+}
+
+static void scan_dir(struct scan *s, int dfd, const char *prefix, dev_t dev)
+{
+    DIR *d = fdopendir(dfd);
+    struct dirent *e;
+    if (!d) {
+        close(dfd);
+        return;
+    }
+    while ((e = readdir(d)) && !s->l->truncated) {
+        struct stat st;
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        if (!*prefix) {
+            bool skip = false;
+            for (size_t i = 0; i < ARRAY_SIZE(skipped_top); i++)
+                skip |= !strcmp(e->d_name, skipped_top[i]);
+            if (skip)
+                continue;
+        }
+        if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || st.st_dev != dev)
+            continue;
+        _cleanup_free_ char *path =
+            *prefix ? xasprintf("%s/%s", prefix, e->d_name) : xstrdup(e->d_name);
+        if (S_ISDIR(st.st_mode)) {
+            if (s->depth >= 64)
+                continue;
+            int sub = openat(dirfd(d), e->d_name,
+                             O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            if (sub < 0)
+                continue;
+            s->depth++;
+            scan_dir(s, sub, path, dev);
+            s->depth--;
+        } else if (S_ISREG(st.st_mode) || S_ISLNK(st.st_mode)) {
+            scan_add(s, path, &st);
+        }
+    }
+    closedir(d);
+}
+
+static int entry_cmp(const void *a, const void *b)
+{
+    return strcmp(((const struct ws_entry *)a)->path, ((const struct ws_entry *)b)->path);
+}
+
+int workspace_scan(const struct workspace *ws, struct ws_listing *ret)
+{
+    struct stat st;
+    memset(ret, 0, sizeof(*ret));
+    int dfd = open(ws->dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd < 0 || fstat(dfd, &st) < 0) {
+        int e = errno;
+        if (dfd >= 0)
+            close(dfd);
+        return err_set(e, "cannot read workspace %s: %s", ws->dir, strerror(e));
+    }
+    struct scan s = {.l = ret};
+    scan_dir(&s, dfd, "", st.st_dev);
+    if (ret->n)
+        qsort(ret->v, ret->n, sizeof(*ret->v), entry_cmp);
+    return 0;
+}
+
+void ws_listing_release(struct ws_listing *l)
+{
+    for (size_t i = 0; i < l->n; i++)
+        free(l->v[i].path);
+    free(l->v);
+    memset(l, 0, sizeof(*l));
+}
+
+void ws_listing_diff(const struct ws_listing *before, const struct ws_listing *after,
+                     char ***ret_created, char ***ret_modified, char ***ret_deleted)
+{
+    char **created = xcalloc(1, sizeof(char *));
+    char **modified = xcalloc(1, sizeof(char *));
+    char **deleted = xcalloc(1, sizeof(char *));
+    size_t i = 0, j = 0;
+    /* Both listings are sorted by path: one merge pass. */
+    while (i < before->n || j < after->n) {
+        int c = i >= before->n  ? 1
+                : j >= after->n ? -1
+                                : strcmp(before->v[i].path, after->v[j].path);
+        if (c < 0) {
+            deleted = strv_push(deleted, before->v[i++].path);
+        } else if (c > 0) {
+            created = strv_push(created, after->v[j++].path);
+        } else {
+            const struct ws_entry *a = &before->v[i++], *b = &after->v[j++];
+            if (a->size != b->size || a->mtime_ns != b->mtime_ns || a->ino != b->ino ||
+                a->mode != b->mode)
+                modified = strv_push(modified, b->path);
+        }
+    }
+    *ret_created = created;
+    *ret_modified = modified;
+    *ret_deleted = deleted;
+}

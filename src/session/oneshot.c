@@ -1,0 +1,268 @@
+/* oneshot.c - `runcell run`: one program in one fresh sandbox, streamed, capped, timed. */
+#include "session/session.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Longest code accepted on a command line (the kernel's per-argument limit is 128 KiB). */
+#define MAX_ARG_CODE (120 * 1024)
+
+bool lang_supported(const char *lang)
+{
+    return lang && (!strcmp(lang, "python") || !strcmp(lang, "bash"));
+}
+
+static char **program_argv(const struct run_request *req, const char *script_name)
+{
+    bool py = !strcmp(req->lang, "python");
+    char **argv = xcalloc(1, sizeof(char *));
+    argv = strv_push(argv, py ? "/usr/bin/python3" : "/bin/bash");
+    if (script_name) {
+        argv = strv_push(argv, script_name);
+    } else {
+        argv = strv_push(argv, "-c");
+        argv = strv_push(argv, req->code);
+        if (!py)
+            argv = strv_push(argv, "bash"); /* $0 for bash -c */
+    }
+    for (char *const *a = req->args; a && *a; a++)
+        argv = strv_push(argv, *a);
+    return argv;
+}
+
+static const char *base_name(const char *path)
+{
+    const char *s = strrchr(path, '/');
+    return s ? s + 1 : path;
+}
+
+static int copy_inputs(struct workspace *ws, const struct run_request *req)
+{
+    for (size_t i = 0; i < req->n_files; i++) {
+        const struct input_file *f = &req->files[i];
+        if (!path_is_safe_relative(f->dest))
+            return err_set(EINVAL, "bad destination '%s' for %s: use a relative path inside "
+                           "the workspace, without '..'", f->dest, f->local);
+        int r = workspace_copy_in(ws, f->local, f->dest);
+        if (r < 0)
+            return r;
+    }
+    if (req->script_path) {
+        const char *name = base_name(req->script_path);
+        if (!path_is_safe_relative(name))
+            return err_set(EINVAL, "bad script name %s", req->script_path);
+        return workspace_copy_in(ws, req->script_path, name);
+    }
+    return 0;
+}
+
+struct pump {
+    struct exec_record *rec;
+    const struct run_request *req;
+};
+
+/* Reads what is there on fd into the stream's capture; returns false at EOF. */
+static bool pump_stream(struct pump *p, int fd, int stream)
+{
+    char chunk[65536];
+    ssize_t n = read(fd, chunk, sizeof(chunk));
+    if (n < 0)
+        return errno == EINTR || errno == EAGAIN;
+    if (n == 0)
+        return false;
+    struct outcap *c = stream == 1 ? &p->rec->out : &p->rec->err;
+    size_t head = outcap_append(c, chunk, (size_t)n);
+    if (head && p->req->on_output)
+        p->req->on_output(p->req->ctx, stream, chunk, head);
+    return true;
+}
+
+static void flush_rest(struct pump *p)
+{
+    for (int stream = 1; stream <= 2; stream++) {
+        struct outcap *c = stream == 1 ? &p->rec->out : &p->rec->err;
+        if (!outcap_truncated(c) || !p->req->on_output)
+            continue;
+        size_t n;
+        char *rest = outcap_render_rest(c, &n);
+        p->req->on_output(p->req->ctx, stream, rest, n);
+        free(rest);
+    }
+}
+
+enum stop_reason { STOP_NONE, STOP_TIMEOUT, STOP_CANCEL };
+
+/* Moves output until the sandbox is gone and both streams are closed, enforcing the wall
+ * clock. After a kill, the streams close as the kernel tears the namespace down. */
+static enum stop_reason supervise(struct sandbox *sb, struct pump *p, int out_fd, int err_fd)
+{
+    enum stop_reason stop = STOP_NONE;
+    double deadline = sb->started_ms + (double)p->req->timeout_ms;
+    bool out_open = true, err_open = true;
+    while (out_open || err_open || sb->status_fd >= 0) {
+        struct pollfd pfd[4] = {{.fd = out_open ? out_fd : -1, .events = POLLIN},
+                                {.fd = err_open ? err_fd : -1, .events = POLLIN},
+                                {.fd = sb->status_fd, .events = POLLIN},
+                                {.fd = stop ? -1 : p->req->cancel_fd, .events = POLLIN}};
+        int wait_ms = -1;
+        if (!stop) {
+            double left = deadline - now_ms_f();
+            wait_ms = left <= 0 ? 0 : (int)(left + 1);
+        }
+        int n = poll(pfd, 4, wait_ms);
+        if (n < 0 && errno != EINTR)
+            break;
+        if (!stop && now_ms_f() >= deadline) {
+            stop = STOP_TIMEOUT;
+            sandbox_kill(sb);
+        }
+        if (n <= 0)
+            continue;
+        if (pfd[0].revents)
+            out_open = pump_stream(p, out_fd, 1);
+        if (pfd[1].revents)
+            err_open = pump_stream(p, err_fd, 2);
+        if (pfd[2].revents)
+            sandbox_poll_status(sb);
+        if (pfd[3].revents && !stop) {
+            stop = STOP_CANCEL;
+            sandbox_kill(sb);
+        }
+    }
+    return stop;
+}
+
+static bool crash_signal(int sig)
+{
+    return sig == SIGSEGV || sig == SIGBUS || sig == SIGILL || sig == SIGFPE || sig == SIGABRT ||
+           sig == SIGSYS;
+}
+
+static void classify(struct exec_record *rec, struct sandbox *sb, enum stop_reason stop,
+                     const struct sandbox_usage *u, uint64_t timeout_ms)
+{
+    if (stop == STOP_TIMEOUT) {
+        rec->status = EXEC_TIMEOUT;
+        rec->message = xasprintf("timed out after %.3g s; every process of the sandbox was "
+                                 "killed", (double)timeout_ms / 1000.0);
+    } else if (stop == STOP_CANCEL) {
+        rec->status = EXEC_KILLED;
+        rec->signal = SIGKILL;
+        rec->message = xstrdup("cancelled; every process of the sandbox was killed");
+    } else if (!sb->exited) {
+        rec->status = u->oom_killed ? EXEC_OOM : EXEC_SANDBOX_ERROR;
+        rec->message = xstrdup(sb->error ? sb->error : "the sandbox ended unexpectedly");
+    } else if (sb->term_signal) {
+        rec->signal = sb->term_signal;
+        if (sb->term_signal == SIGKILL && u->oom_killed) {
+            rec->status = EXEC_OOM;
+            rec->message = xstrdup("out of memory: the program was killed at the memory limit");
+        } else {
+            rec->status = crash_signal(sb->term_signal) ? EXEC_CRASHED : EXEC_KILLED;
+            rec->message = xasprintf("killed by signal %d (%s)", sb->term_signal,
+                                     strsignal(sb->term_signal));
+        }
+    } else {
+        rec->has_exit_code = true;
+        rec->exit_code = sb->exit_code;
+        rec->status = sb->exit_code ? EXEC_ERROR : EXEC_OK;
+        if (sb->exit_code == 127 && sb->error) {
+            rec->status = EXEC_SANDBOX_ERROR;
+            rec->message = xstrdup(sb->error);
+        }
+    }
+}
+
+static void collect_files(struct exec_record *rec, struct workspace *ws,
+                          const struct ws_listing *before, const char *out_dir)
+{
+    struct ws_listing after;
+    if (workspace_scan(ws, &after) < 0)
+        return;
+    ws_listing_diff(before, &after, &rec->created, &rec->modified, &rec->deleted);
+    rec->files_truncated = before->truncated || after.truncated;
+    ws_listing_release(&after);
+    for (int pass = 0; out_dir && pass < 2; pass++)
+        for (char **f = pass ? rec->modified : rec->created; *f; f++)
+            if (workspace_copy_out(ws, *f, out_dir) < 0)
+                log_warn("msg=\"cannot copy out\" file=\"%s\" error=\"%s\"", *f, err_msg());
+}
+
+static void sandbox_failed(struct exec_record *rec, const char *what)
+{
+    rec->status = EXEC_SANDBOX_ERROR;
+    rec->message = xstrdup(what);
+}
+
+int run_oneshot(struct sandbox_host *host, const struct run_request *req, struct exec_record *rec)
+{
+    struct workspace *ws = NULL;
+    struct sandbox *sb = NULL;
+    struct ws_listing before = {0};
+    int out_pipe[2] = {-1, -1}, err_pipe[2] = {-1, -1};
+    _cleanup_close_ int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    _cleanup_strv_ char **argv = NULL, **env = NULL;
+    int r = 0;
+
+    if (!lang_supported(req->lang))
+        return err_set(EINVAL, "unknown language '%s': use python or bash", req->lang);
+    if (req->code && strlen(req->code) > MAX_ARG_CODE)
+        return err_set(E2BIG, "code is longer than %d KiB; put it in a file and run the file",
+                       MAX_ARG_CODE / 1024);
+    rec->limits_degraded = host->degraded_reason != NULL;
+    double t0 = now_ms_f();
+    if (workspace_new(host, req->limits.disk_mb, &ws) < 0) {
+        sandbox_failed(rec, err_msg());
+        return 0;
+    }
+    if ((r = copy_inputs(ws, req)) < 0)
+        goto out;
+    workspace_scan(ws, &before);
+    argv = program_argv(req, req->script_path ? base_name(req->script_path) : NULL);
+    env = sandbox_default_env();
+    if (pipe2(out_pipe, O_CLOEXEC) < 0 || pipe2(err_pipe, O_CLOEXEC) < 0) {
+        sandbox_failed(rec, strerror(errno));
+        goto out;
+    }
+    struct sandbox_spec spec = {
+        .argv = argv, .env = env, .limits = req->limits,
+        .stdin_fd = devnull, .stdout_fd = out_pipe[1], .stderr_fd = err_pipe[1],
+    };
+    spec.limits.cpu_time_s = req->timeout_ms / 1000 + 5;
+    if (sandbox_start(host, ws, &spec, &sb) < 0) {
+        sandbox_failed(rec, err_msg());
+        goto out;
+    }
+    close(TAKE_FD(out_pipe[1]));
+    close(TAKE_FD(err_pipe[1]));
+    fd_set_nonblock(out_pipe[0], true);
+    fd_set_nonblock(err_pipe[0], true);
+    struct pump p = {.rec = rec, .req = req};
+    enum stop_reason stop = supervise(sb, &p, out_pipe[0], err_pipe[0]);
+    sandbox_wait(sb);
+    rec->wall_ms = now_ms_f() - t0;
+    struct sandbox_usage u;
+    sandbox_usage(sb, &u);
+    rec->cpu_ms = u.cpu_ms;
+    rec->memory_peak_kb = u.memory_peak_kb;
+    classify(rec, sb, stop, &u, req->timeout_ms);
+    flush_rest(&p);
+    collect_files(rec, ws, &before, req->out_dir);
+out:
+    for (int i = 0; i < 2; i++) {
+        if (out_pipe[i] >= 0)
+            close(out_pipe[i]);
+        if (err_pipe[i] >= 0)
+            close(err_pipe[i]);
+    }
+    ws_listing_release(&before);
+    sandbox_free(sb);
+    workspace_free(ws);
+    return r;
+}
