@@ -1,0 +1,120 @@
+/* test-base.c - unit tests for src/base. */
+#include <errno.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "runner.h"
+
+TEST(buf_cap_refuses_past_max)
+{
+    struct buf b;
+    buf_init(&b, 8);
+    CHECK(buf_append(&b, "12345678", 8) == 0);
+    CHECK(buf_append(&b, "9", 1) == -E2BIG);
+    CHECK(b.len == 8);
+    CHECK_STREQ(b.data, "12345678");
+    buf_release(&b);
+}
+
+TEST(outcap_keeps_head_and_tail)
+{
+    struct outcap c;
+    outcap_init(&c, 10); /* 5 head, 5 tail */
+    size_t head = outcap_append(&c, "abcdefghijklmnopqrstuvwxyz", 26);
+    CHECK(head == 5);
+    CHECK(outcap_truncated(&c));
+    size_t n;
+    char *s = outcap_render(&c, &n);
+    CHECK(strncmp(s, "abcde", 5) == 0);
+    CHECK(strstr(s, "16 bytes of output dropped") != NULL);
+    CHECK(strcmp(s + n - 5, "vwxyz") == 0);
+    free(s);
+    outcap_release(&c);
+}
+
+TEST(outcap_tail_ring_wraps_in_small_pieces)
+{
+    struct outcap c;
+    outcap_init(&c, 8); /* 4 + 4 */
+    const char *text = "0123456789ABCDEFGHIJ";
+    for (size_t i = 0; i < strlen(text); i++)
+        outcap_append(&c, text + i, 1);
+    size_t n;
+    char *s = outcap_render(&c, &n);
+    CHECK(strncmp(s, "0123", 4) == 0);
+    CHECK(strcmp(s + n - 4, "GHIJ") == 0);
+    free(s);
+    outcap_release(&c);
+}
+
+TEST(outcap_small_output_is_untouched)
+{
+    struct outcap c;
+    outcap_init(&c, 1024);
+    outcap_append(&c, "hello\n", 6);
+    CHECK(!outcap_truncated(&c));
+    size_t n;
+    char *s = outcap_render(&c, &n);
+    CHECK_STREQ(s, "hello\n");
+    free(s);
+    s = outcap_render_rest(&c, &n);
+    CHECK(n == 0);
+    free(s);
+    outcap_release(&c);
+}
+
+TEST(utf8_sanitize_replaces_invalid_bytes)
+{
+    size_t n;
+    char *s = utf8_sanitize("a\xff" "b\xc3\xa9" "c\xe2\x82", 8, &n);
+    CHECK_STREQ(s, "a\xef\xbf\xbd" "b\xc3\xa9" "c\xef\xbf\xbd\xef\xbf\xbd");
+    free(s);
+    s = utf8_sanitize("x\0y", 3, &n); /* NUL becomes U+FFFD too */
+    CHECK(n == 5 && memcmp(s, "x\xef\xbf\xbdy", 5) == 0);
+    free(s);
+    s = utf8_sanitize("\xc0\xaf\xed\xa0\x80", 5, &n); /* overlong, surrogate */
+    CHECK(!strstr(s, "\xc0") && !strstr(s, "\xed"));
+    free(s);
+}
+
+TEST(parse_numbers_strictly)
+{
+    uint64_t v, ms;
+    CHECK(parse_u64("42", &v) == 0 && v == 42);
+    CHECK(parse_u64("abc", &v) < 0);
+    CHECK(parse_u64("-1", &v) < 0);
+    CHECK(parse_u64("12x", &v) < 0);
+    CHECK(parse_u64("", &v) < 0);
+    CHECK(parse_u64("99999999999999999999999", &v) == -ERANGE);
+    CHECK(parse_seconds("1.5", &ms) == 0 && ms == 1500);
+    CHECK(parse_seconds("-1", &ms) < 0);
+    CHECK(parse_seconds("0", &ms) < 0);
+    CHECK(parse_seconds("nan", &ms) < 0);
+    CHECK(parse_seconds("1e99", &ms) < 0);
+}
+
+TEST(safe_relative_paths)
+{
+    CHECK(path_is_safe_relative("a"));
+    CHECK(path_is_safe_relative("dir/file.txt"));
+    CHECK(path_is_safe_relative(".hidden/x"));
+    CHECK(!path_is_safe_relative(""));
+    CHECK(!path_is_safe_relative("/etc/passwd"));
+    CHECK(!path_is_safe_relative("../x"));
+    CHECK(!path_is_safe_relative("a/../b"));
+    CHECK(!path_is_safe_relative("a/.."));
+    CHECK(!path_is_safe_relative("./a"));
+    CHECK(!path_is_safe_relative("a//b"));
+    CHECK(!path_is_safe_relative("a/"));
+}
+
+TEST(err_set_returns_negative_errno)
+{
+    CHECK(err_set(ENOENT, "cannot open %s", "x") == -ENOENT);
+    CHECK_STREQ(err_msg(), "cannot open x");
+}
+
+int main(int argc, char **argv)
+{
+    return run_tests(argc, argv);
+}

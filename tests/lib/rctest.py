@@ -1,0 +1,55 @@
+"""rctest - shared helpers for runcell's integration and security tests (stdlib only).
+
+Tests drive the real binary. RUNCELL_BIN names it; the default is build/src/runcell.
+"""
+import json
+import os
+import subprocess
+import tempfile
+import unittest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+RUNCELL = os.environ.get("RUNCELL_BIN", os.path.join(ROOT, "build", "src", "runcell"))
+PY = "/usr/bin/python3"
+
+
+def runcell(*args, input=None, timeout=180, env=None, cwd=None):
+    """Runs `runcell ARGS...`; returns the CompletedProcess (text mode, output captured)."""
+    e = dict(os.environ)
+    if env:
+        e.update(env)
+    return subprocess.run([RUNCELL, *args], input=input, capture_output=True, text=True,
+                          timeout=timeout, env=e, cwd=cwd)
+
+
+def run_json(code, *opts, lang="python", timeout=180, **kw):
+    """Runs code with --json; returns (record, completed process)."""
+    p = runcell("run", "--json", "--lang", lang, *opts, "-c", code, timeout=timeout, **kw)
+    lines = [l for l in p.stdout.splitlines() if l.startswith("{")]
+    if not lines:
+        raise AssertionError("no JSON record; exit %d, stderr: %s" % (p.returncode, p.stderr))
+    return json.loads(lines[-1]), p
+
+
+def is_root():
+    return os.geteuid() == 0
+
+
+class TempDir:
+    """A temporary directory usable by an unprivileged uid too (mode 0755)."""
+
+    def __enter__(self):
+        self.path = tempfile.mkdtemp(prefix="runcell-test-")
+        os.chmod(self.path, 0o755)
+        return self.path
+
+    def __exit__(self, *exc):
+        subprocess.run(["rm", "-rf", self.path])
+
+
+class RuncellTestCase(unittest.TestCase):
+    maxDiff = 4000
+
+    def assertStatus(self, rec, status, msg=None):
+        self.assertEqual(rec["status"], status,
+                         msg or "record: %s" % json.dumps(rec)[:2000])
