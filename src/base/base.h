@@ -113,6 +113,10 @@ int parse_u64(const char *s, uint64_t *ret);
 /* Seconds as a positive decimal ("1.5"); returns milliseconds. */
 int parse_seconds(const char *s, uint64_t *ret_ms);
 bool str_has_prefix(const char *s, const char *prefix);
+/* Standard base64 (RFC 4648, with padding); caller frees. decode returns NULL on bad input
+ * (whitespace is skipped). */
+char *base64_encode(const void *data, size_t n, size_t *ret_len);
+unsigned char *base64_decode(const char *s, size_t n, size_t *ret_len);
 
 /* ---- fds ---- */
 int fd_set_nonblock(int fd, bool on);

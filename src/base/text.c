@@ -96,3 +96,78 @@ bool str_has_prefix(const char *s, const char *prefix)
 {
     return strncmp(s, prefix, strlen(prefix)) == 0;
 }
+
+static const char b64_alphabet[] =
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+char *base64_encode(const void *data, size_t n, size_t *ret_len)
+{
+    const unsigned char *p = data;
+    size_t out_len = 4 * ((n + 2) / 3);
+    char *out = xmalloc(out_len + 1), *o = out;
+    for (size_t i = 0; i < n; i += 3) {
+        uint32_t v = (uint32_t)p[i] << 16;
+        if (i + 1 < n)
+            v |= (uint32_t)p[i + 1] << 8;
+        if (i + 2 < n)
+            v |= p[i + 2];
+        *o++ = b64_alphabet[(v >> 18) & 63];
+        *o++ = b64_alphabet[(v >> 12) & 63];
+        *o++ = i + 1 < n ? b64_alphabet[(v >> 6) & 63] : '=';
+        *o++ = i + 2 < n ? b64_alphabet[v & 63] : '=';
+    }
+    *o = '\0';
+    if (ret_len)
+        *ret_len = out_len;
+    return out;
+}
+
+static int b64_value(char c)
+{
+    if (c >= 'A' && c <= 'Z')
+        return c - 'A';
+    if (c >= 'a' && c <= 'z')
+        return c - 'a' + 26;
+    if (c >= '0' && c <= '9')
+        return c - '0' + 52;
+    if (c == '+' || c == '-')
+        return 62;
+    if (c == '/' || c == '_')
+        return 63;
+    return -1;
+}
+
+unsigned char *base64_decode(const char *s, size_t n, size_t *ret_len)
+{
+    unsigned char *out = xmalloc(n / 4 * 3 + 3);
+    size_t len = 0;
+    uint32_t acc = 0;
+    int bits = 0;
+    bool pad = false;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (c == ' ' || c == '\n' || c == '\r' || c == '\t')
+            continue;
+        if (c == '=') {
+            pad = true;
+            continue;
+        }
+        int v = b64_value(c);
+        if (v < 0 || pad) {
+            free(out);
+            return NULL;
+        }
+        acc = (acc << 6) | (uint32_t)v;
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            out[len++] = (unsigned char)(acc >> bits);
+        }
+    }
+    if (bits >= 6) { /* a lone trailing symbol cannot encode a byte */
+        free(out);
+        return NULL;
+    }
+    *ret_len = len;
+    return out;
+}

@@ -26,12 +26,15 @@ struct run_opts {
     uint64_t timeout_ms;
     const char *out_dir;
     bool json;
+    bool keep_going;
 };
 
 static const char run_help[] =
-    "usage: runcell run [OPTIONS] (FILE | -c CODE | -) [ARGS...]\n"
+    "usage: runcell run [OPTIONS] (FILE | -c CODE [-c CODE...] | -) [ARGS...]\n"
     "\n"
     "Runs code in a fresh, locked-down sandbox and exits with its status\n"
+    "(FILE and - run as a script; each -c runs as a cell of one Python session,\n"
+    "and the value of a cell's last expression is printed)\n"
     "(124 timeout, 128+N signal, 137 out of memory, 125 sandbox failure, 2 usage).\n"
     "\n"
     "  --lang python|bash   language (default python: Debian's /usr/bin/python3)\n"
@@ -44,10 +47,11 @@ static const char run_help[] =
     "  --file LOCAL[:DEST]  copy LOCAL into the workspace (repeatable)\n"
     "  --out DIR            copy files the code created or changed into DIR\n"
     "  --json               print the result record as JSON instead of the streams\n"
+    "  --keep-going         with several -c, run the cells after a failed one too\n"
     "  --net none           network policy (only 'none': loopback inside the sandbox)\n";
 
 enum { OPT_LANG = 256, OPT_TIMEOUT, OPT_MEMORY, OPT_PIDS, OPT_DISK, OPT_CPUS, OPT_FILE,
-       OPT_OUT, OPT_JSON, OPT_NET };
+       OPT_OUT, OPT_JSON, OPT_NET, OPT_KEEP_GOING };
 
 static const struct option long_opts[] = {
     {"lang", required_argument, NULL, OPT_LANG},
@@ -60,6 +64,7 @@ static const struct option long_opts[] = {
     {"out", required_argument, NULL, OPT_OUT},
     {"json", no_argument, NULL, OPT_JSON},
     {"net", required_argument, NULL, OPT_NET},
+    {"keep-going", no_argument, NULL, OPT_KEEP_GOING},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -126,6 +131,9 @@ static int parse_opt(struct run_opts *o, int c, char *val)
         return 0;
     case OPT_JSON:
         o->json = true;
+        return 0;
+    case OPT_KEEP_GOING:
+        o->keep_going = true;
         return 0;
     case OPT_NET:
         if (strcmp(val, "none"))
@@ -253,23 +261,39 @@ static void print_outcome(const struct run_opts *o, const struct exec_record *re
         fputc('\n', stderr);
 }
 
-static int execute(struct run_opts *o, const char *code)
+static void print_json_record(const struct exec_record *rec)
 {
-    struct sandbox_host host;
-    if (sandbox_host_init(&host) < 0) {
+    json_t *j = exec_record_json(rec);
+    json_dumpf(j, stdout, JSON_COMPACT);
+    fputc('\n', stdout);
+    fflush(stdout);
+    json_decref(j);
+}
+
+static int host_setup(struct sandbox_host *host)
+{
+    if (sandbox_host_init(host) < 0) {
         fprintf(stderr, "runcell: %s\n", err_msg());
-        return 125;
+        sandbox_host_release(host);
+        return -1;
     }
-    if (host.degraded_reason)
+    if (host->degraded_reason)
         fprintf(stderr, "runcell: warning: resource limits are degraded: %s\n",
-                host.degraded_reason);
+                host->degraded_reason);
     if (pipe2(cancel_pipe, O_CLOEXEC | O_NONBLOCK) == 0) {
         struct sigaction sa = {.sa_handler = on_signal};
         sigaction(SIGINT, &sa, NULL);
         sigaction(SIGTERM, &sa, NULL);
         sigaction(SIGHUP, &sa, NULL);
     }
-    sandbox_limits_fill_defaults(&o->limits);
+    return 0;
+}
+
+static int execute_script(struct run_opts *o, const char *code)
+{
+    struct sandbox_host host;
+    if (host_setup(&host) < 0)
+        return 125;
     struct run_request req = {
         .lang = o->lang, .code = code, .script_path = o->file, .args = o->args,
         .files = o->files, .n_files = o->n_files, .limits = o->limits,
@@ -284,16 +308,150 @@ static int execute(struct run_opts *o, const char *code)
         status = EXIT_USAGE;
     } else {
         if (o->json) {
-            json_t *j = exec_record_json(&rec);
-            json_dumpf(j, stdout, JSON_COMPACT);
-            fputc('\n', stdout);
-            json_decref(j);
+            print_json_record(&rec);
         } else {
             print_outcome(o, &rec);
         }
         status = cancel_signal ? 128 + cancel_signal : exec_record_exit_status(&rec);
     }
     exec_record_release(&rec);
+    sandbox_host_release(&host);
+    return status;
+}
+
+/* ---- cells: each -c a cell of one fresh session ---- */
+
+struct cell_printer {
+    const struct run_opts *o;
+    long cell;
+    int n_results;
+};
+
+static void save_image(struct cell_printer *p, const char *mime, const char *b64)
+{
+    size_t n;
+    unsigned char *png = base64_decode(b64, strlen(b64), &n);
+    if (!png)
+        return;
+    _cleanup_free_ char *path = xasprintf("%s/cell%ld-%d.%s", p->o->out_dir, p->cell,
+                                          p->n_results, strstr(mime, "png") ? "png" : "jpg");
+    if (mkdir_p(p->o->out_dir, 0755) == 0 && write_file(path, (char *)png, n, 0644) == 0)
+        fprintf(stderr, "runcell: saved %s\n", path);
+    free(png);
+}
+
+static void print_cell_event(void *ctx, const struct exec_event *ev)
+{
+    struct cell_printer *p = ctx;
+    switch (ev->type) {
+    case EV_STDOUT:
+    case EV_STDERR:
+        forward_output(NULL, ev->type == EV_STDOUT ? 1 : 2, ev->data, ev->len);
+        break;
+    case EV_RESULT: {
+        p->n_results++;
+        const char *images[] = {"image/png", "image/jpeg"};
+        for (size_t i = 0; i < ARRAY_SIZE(images); i++) {
+            const char *b64 = json_string_value(json_object_get(ev->json, images[i]));
+            if (b64 && p->o->out_dir)
+                save_image(p, images[i], b64);
+        }
+        const char *text = json_string_value(json_object_get(ev->json, "text/plain"));
+        if (text && *text)
+            printf("%s\n", text);
+        fflush(stdout);
+        break;
+    }
+    case EV_ERROR: {
+        const char *tb = json_string_value(json_object_get(ev->json, "traceback"));
+        if (tb)
+            fputs(tb, stderr);
+        break;
+    }
+    }
+}
+
+static int copy_inputs_to(struct workspace *ws, const struct run_opts *o)
+{
+    for (size_t i = 0; i < o->n_files; i++)
+        if (workspace_copy_in(ws, o->files[i].local, o->files[i].dest) < 0)
+            return -1;
+    return 0;
+}
+
+static void copy_outputs(struct workspace *ws, const struct ws_listing *before, const char *dir)
+{
+    struct ws_listing after;
+    char **created, **modified, **deleted;
+    if (workspace_scan(ws, &after) < 0)
+        return;
+    ws_listing_diff(before, &after, &created, &modified, &deleted);
+    size_t n = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (char **f = pass ? modified : created; *f; f++)
+            n += workspace_copy_out(ws, *f, dir) == 0;
+    fprintf(stderr, "runcell: %zu file%s written to %s\n", n, n == 1 ? "" : "s", dir);
+    strv_free(created);
+    strv_free(modified);
+    strv_free(deleted);
+    ws_listing_release(&after);
+}
+
+static int run_cells(struct run_opts *o, struct session *s)
+{
+    struct cell_printer p = {.o = o};
+    struct exec_sink sink = {.fn = print_cell_event, .ctx = &p};
+    int status = 0;
+    for (char **code = o->codes; *code && !cancel_signal; code++) {
+        struct exec_record rec;
+        struct exec_request req = {.code = *code, .lang = o->lang, .timeout_ms = o->timeout_ms};
+        exec_record_init(&rec, DEFAULT_OUTPUT_CAP);
+        p.cell++;
+        p.n_results = 0;
+        if (session_execute(s, &req, o->json ? NULL : &sink, cancel_pipe[0], &rec) < 0) {
+            fprintf(stderr, "runcell run: %s\n", err_msg());
+            exec_record_release(&rec);
+            return EXIT_USAGE;
+        }
+        if (o->json)
+            print_json_record(&rec);
+        else if (rec.message && rec.status != EXEC_OK)
+            fprintf(stderr, "runcell: cell %ld: %s\n", p.cell, rec.message);
+        bool failed = rec.status != EXEC_OK;
+        bool exited = rec.error && !strcmp(json_string_value(json_object_get(rec.error, "name"))
+                                           ?: "", "SystemExit");
+        if (failed && !status)
+            status = exec_record_exit_status(&rec);
+        exec_record_release(&rec);
+        if (exited || (failed && !o->keep_going))
+            break;
+    }
+    return cancel_signal ? 128 + cancel_signal : status;
+}
+
+static int execute_cells(struct run_opts *o)
+{
+    struct sandbox_host host;
+    struct session *s = NULL;
+    struct ws_listing before = {0};
+    if (host_setup(&host) < 0)
+        return 125;
+    struct session_opts so = {.limits = o->limits, .timeout_ms = o->timeout_ms};
+    int status;
+    if (session_new(&host, &so, &s) < 0) {
+        fprintf(stderr, "runcell: cannot start the session: %s\n", err_msg());
+        status = 125;
+    } else if (copy_inputs_to(session_workspace(s), o) < 0) {
+        fprintf(stderr, "runcell run: %s\n", err_msg());
+        status = EXIT_USAGE;
+    } else {
+        workspace_scan(session_workspace(s), &before);
+        status = run_cells(o, s);
+        if (o->out_dir)
+            copy_outputs(session_workspace(s), &before, o->out_dir);
+    }
+    ws_listing_release(&before);
+    session_free(s);
     sandbox_host_release(&host);
     return status;
 }
@@ -307,11 +465,15 @@ int cmd_run(int argc, char **argv)
         r = check_script(o.file);
     if (!r && o.from_stdin)
         r = read_stdin_code(&stdin_code);
-    if (!r && strv_len(o.codes) > 1)
-        r = usage_error("run", "several -c are run as cells of one session, which needs the "
-                        "session kernel");
-    if (!r)
-        r = execute(&o, stdin_code ? stdin_code : (o.codes ? o.codes[0] : NULL));
+    /* Python -c code runs as cells; a single bash -c as a plain script. */
+    bool cells = o.codes && (!strcmp(o.lang, "python") || strv_len(o.codes) > 1);
+    if (!r && cells && o.args)
+        r = usage_error("run", "arguments after -c cells are not supported; put them in the "
+                        "code, or run a FILE with arguments");
+    if (!r && cells)
+        r = execute_cells(&o);
+    else if (!r)
+        r = execute_script(&o, stdin_code ? stdin_code : (o.codes ? o.codes[0] : NULL));
     strv_free(o.codes);
     strv_free(o.args);
     free(o.files);

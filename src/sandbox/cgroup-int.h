@@ -22,6 +22,7 @@ char **cgroup_procs_files(const struct cgroup *cg);
 int cgroup_read_usage(const struct cgroup *cg, double *ret_cpu_ms, uint64_t *ret_peak_kb,
                       uint64_t *ret_oom_kills);
 void cgroup_kill_all(const struct cgroup *cg);
+void cgroup_reset_peak(const struct cgroup *cg);
 /* Kills what is left, removes the directories; NULL is a no-op. */
 void cgroup_free(struct cgroup *cg);
 /* Removes cgroups whose owning runcell process is gone. */

@@ -308,6 +308,14 @@ int cgroup_read_usage(const struct cgroup *cg, double *ret_cpu_ms, uint64_t *ret
     return 0;
 }
 
+void cgroup_reset_peak(const struct cgroup *cg)
+{
+    if (cg->mode == CGROUP_V2)
+        (void)write_str(cg->dirs[0], "memory.peak", "reset");
+    else if (cg->dirs[CG_MEMORY])
+        (void)write_str(cg->dirs[CG_MEMORY], "memory.max_usage_in_bytes", "0");
+}
+
 /* SIGKILL every process listed in dir/cgroup.procs; returns how many were found. */
 static int kill_procs(const char *dir)
 {

@@ -174,6 +174,9 @@ int sandbox_start(struct sandbox_host *host, struct workspace *ws, const struct 
 int sandbox_poll_status(struct sandbox *sb);
 /* Blocks until init is gone, reaping it. */
 void sandbox_wait(struct sandbox *sb);
+/* Waits up to timeout_ms for init to finish on its own (after the payload died); returns
+ * true when it did and was reaped. */
+bool sandbox_wait_for(struct sandbox *sb, int timeout_ms);
 /* Forwards sig to the payload (through init). Safe from any thread. */
 int sandbox_signal(struct sandbox *sb, int sig);
 /* Kills every process of the sandbox at once. Safe from any thread. */
@@ -185,6 +188,9 @@ struct sandbox_usage {
     bool oom_killed;
 };
 int sandbox_usage(struct sandbox *sb, struct sandbox_usage *ret);
+/* Starts a new peak-memory measurement (cgroup v1 max_usage, v2 memory.peak where the
+ * kernel lets it be reset); best effort. */
+void sandbox_reset_peak(struct sandbox *sb);
 
 /* Kills what is left, reaps, removes the cgroup and the root directory; NULL is a no-op. */
 void sandbox_free(struct sandbox *sb);

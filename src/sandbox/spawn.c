@@ -280,16 +280,26 @@ static void reap(struct sandbox *sb, int options)
     }
 }
 
-void sandbox_wait(struct sandbox *sb)
+bool sandbox_wait_for(struct sandbox *sb, int timeout_ms)
 {
+    double deadline = now_ms_f() + timeout_ms;
     while (sb->status_fd >= 0) {
+        double left = timeout_ms < 0 ? -1 : deadline - now_ms_f();
+        if (timeout_ms >= 0 && left <= 0)
+            return false;
         struct pollfd pfd = {.fd = sb->status_fd, .events = POLLIN};
-        if (poll(&pfd, 1, -1) < 0 && errno != EINTR)
+        if (poll(&pfd, 1, timeout_ms < 0 ? -1 : (int)left + 1) < 0 && errno != EINTR)
             break;
         if (sandbox_poll_status(sb) != 0)
             break;
     }
     reap(sb, 0);
+    return true;
+}
+
+void sandbox_wait(struct sandbox *sb)
+{
+    sandbox_wait_for(sb, -1);
 }
 
 int sandbox_signal(struct sandbox *sb, int sig)
@@ -324,6 +334,12 @@ int sandbox_usage(struct sandbox *sb, struct sandbox_usage *ret)
     cgroup_read_usage(sb->cgroup, &ret->cpu_ms, &ret->memory_peak_kb, &ooms);
     ret->oom_killed = ooms > sb->oom_kills_at_start;
     return 0;
+}
+
+void sandbox_reset_peak(struct sandbox *sb)
+{
+    if (sb->cgroup)
+        cgroup_reset_peak(sb->cgroup);
 }
 
 void sandbox_free(struct sandbox *sb)

@@ -96,4 +96,70 @@ int run_oneshot(struct sandbox_host *host, const struct run_request *req, struct
 /* Checks a language name; returns false for anything but python and bash. */
 bool lang_supported(const char *lang);
 
+/* ---- stateful sessions: a kernel in a sandbox, a workspace that outlives kernels ---- */
+
+#define DEFAULT_IDLE_TIMEOUT_MS (600u * 1000)
+#define DEFAULT_INTERRUPT_GRACE_MS 2000
+#define DEFAULT_KERNEL_START_MS 30000
+#define RESULTS_CAP (32u << 20) /* bytes of results (MIME bundles) kept per execution */
+
+struct session_opts {
+    struct sandbox_limits limits;
+    uint64_t timeout_ms;         /* per-execution default */
+    uint64_t idle_timeout_ms;
+    uint64_t interrupt_grace_ms; /* after SIGINT, before the kernel is killed */
+    uint64_t start_timeout_ms;
+    size_t output_cap;
+};
+void session_opts_fill_defaults(struct session_opts *o);
+
+/* What an execution streams while it runs (for live output). data/len are the bytes of a
+ * stream chunk; json is a MIME bundle (EV_RESULT) or the error object (EV_ERROR), borrowed
+ * for the duration of the callback. */
+enum exec_event_type { EV_STDOUT, EV_STDERR, EV_RESULT, EV_ERROR };
+struct exec_event {
+    enum exec_event_type type;
+    const char *data;
+    size_t len;
+    json_t *json;
+};
+struct exec_sink {
+    void (*fn)(void *ctx, const struct exec_event *ev);
+    void *ctx;
+};
+
+struct exec_request {
+    const char *code;
+    const char *lang;    /* "python" (default) or "bash" */
+    uint64_t timeout_ms; /* 0 = the session's default */
+};
+
+struct session;
+
+/* Creates a session: a workspace and a kernel running in a sandbox on it. 0 or -errno with
+ * err_msg(); *ret owned by the caller (session_free). */
+int session_new(struct sandbox_host *host, const struct session_opts *opts, struct session **ret);
+/* Runs one cell and fills rec (initialised by the caller). Returns 0 when rec describes the
+ * execution (whatever its status), -EBUSY when another execution is running (never queued),
+ * -ESHUTDOWN when the session is closed, -EINVAL for a bad request (err_msg() says why).
+ * sink may be NULL; cancel_fd (or -1) readable or hung up interrupts the cell. A kernel that
+ * dies (timeout past the grace, out of memory, crash) is replaced by a fresh one on the same
+ * workspace, and the record says state "lost". */
+int session_execute(struct session *s, const struct exec_request *req,
+                    const struct exec_sink *sink, int cancel_fd, struct exec_record *rec);
+/* Interrupts the running cell, if any (KeyboardInterrupt). Safe from any thread. */
+int session_interrupt(struct session *s);
+/* A fresh interpreter on the same files. -EBUSY while a cell runs. */
+int session_restart(struct session *s);
+/* The workspace (files) of the session; valid while the session lives. */
+struct workspace *session_workspace(struct session *s);
+/* Milliseconds (monotonic) of the last execution's end, or of creation. */
+uint64_t session_last_used_ms(struct session *s);
+bool session_busy(struct session *s);
+long session_execution_count(struct session *s);
+const char *session_python_version(struct session *s);
+const struct session_opts *session_options(struct session *s);
+/* Kills the kernel and removes the workspace; NULL is a no-op. */
+void session_free(struct session *s);
+
 #endif

@@ -1,0 +1,246 @@
+/* kernel.c - starting the Python kernel in a sandbox and speaking its framed protocol. */
+#include "kernel/kernel.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define FRAME_HEADER 5
+
+static int send_frame(int fd, char kind, const char *payload, size_t n)
+{
+    unsigned char hdr[FRAME_HEADER];
+    uint32_t len = htonl((uint32_t)n);
+    memcpy(hdr, &len, 4);
+    hdr[4] = (unsigned char)kind;
+    int r = write_all(fd, hdr, sizeof(hdr));
+    return r < 0 ? r : write_all(fd, payload, n);
+}
+
+int kernel_send_execute(struct kernel *k, const char *code, const char *lang)
+{
+    json_t *req = json_pack("{s:s,s:s,s:s}", "type", "execute", "code", code, "lang", lang);
+    if (!req)
+        return err_set(EINVAL, "the code is not valid UTF-8 text");
+    char *text = json_dumps(req, JSON_COMPACT);
+    json_decref(req);
+    int r = send_frame(k->chan_fd, 'M', text, strlen(text));
+    free(text);
+    if (r < 0)
+        return err_set(-r, "cannot send the cell to the kernel: %s", strerror(-r));
+    return 0;
+}
+
+static int handle_frame(struct kernel *k, char kind, const char *p, size_t n, kernel_event_fn cb,
+                        void *ctx)
+{
+    struct kernel_event ev = {.data = p, .len = n};
+    if (kind == 'O' || kind == 'E') {
+        ev.type = kind == 'O' ? KEV_STDOUT : KEV_STDERR;
+        cb(ctx, &ev);
+        return 0;
+    }
+    if (kind != 'M')
+        return err_set(EPROTO, "kernel sent an unknown frame kind 0x%02x", (unsigned char)kind);
+    json_error_t jerr;
+    json_t *msg = json_loadb(p, n, 0, &jerr);
+    const char *type = json_string_value(json_object_get(msg, "type"));
+    int r = 0;
+    if (!msg || !json_is_object(msg) || !type) {
+        r = err_set(EPROTO, "kernel sent a malformed message: %s", msg ? "no type" : jerr.text);
+    } else if (!strcmp(type, "display") && json_is_object(json_object_get(msg, "data"))) {
+        ev.type = KEV_DISPLAY;
+    } else if (!strcmp(type, "done")) {
+        ev.type = KEV_DONE;
+    } else if (!strcmp(type, "hello")) {
+        ev.type = KEV_HELLO;
+    } else {
+        r = err_set(EPROTO, "kernel sent an unexpected message '%s'", type);
+    }
+    if (!r) {
+        ev.msg = msg;
+        cb(ctx, &ev);
+    }
+    json_decref(msg);
+    return r;
+}
+
+int kernel_pump_channel(struct kernel *k, kernel_event_fn cb, void *ctx)
+{
+    char chunk[65536];
+    ssize_t n = read(k->chan_fd, chunk, sizeof(chunk));
+    if (n < 0)
+        return errno == EAGAIN || errno == EINTR ? 0 : 1;
+    if (n == 0)
+        return 1;
+    if (buf_append(&k->in, chunk, (size_t)n) < 0)
+        return err_set(EPROTO, "kernel frame larger than %u MiB", KERNEL_MAX_FRAME >> 20);
+    size_t off = 0;
+    while (k->in.len - off >= FRAME_HEADER) {
+        uint32_t len;
+        memcpy(&len, k->in.data + off, 4);
+        len = ntohl(len);
+        if (len > KERNEL_MAX_FRAME)
+            return err_set(EPROTO, "kernel frame of %u bytes exceeds the %u MiB limit", len,
+                           KERNEL_MAX_FRAME >> 20);
+        if (k->in.len - off - FRAME_HEADER < len)
+            break;
+        int r = handle_frame(k, k->in.data[off + 4], k->in.data + off + FRAME_HEADER, len, cb,
+                             ctx);
+        if (r < 0)
+            return r;
+        off += FRAME_HEADER + len;
+    }
+    memmove(k->in.data, k->in.data + off, k->in.len - off);
+    k->in.len -= off;
+    return 0;
+}
+
+int kernel_pump_pipe(struct kernel *k, int stream, kernel_event_fn cb, void *ctx)
+{
+    char chunk[65536];
+    int fd = stream == 1 ? k->out_fd : k->err_fd;
+    ssize_t n = read(fd, chunk, sizeof(chunk));
+    if (n < 0)
+        return errno == EAGAIN || errno == EINTR ? 0 : 1;
+    if (n == 0)
+        return 1;
+    struct kernel_event ev = {.type = stream == 1 ? KEV_STDOUT : KEV_STDERR, .data = chunk,
+                              .len = (size_t)n};
+    cb(ctx, &ev);
+    return 0;
+}
+
+struct hello_wait {
+    struct kernel *k;
+    bool got;
+};
+
+static void on_hello(void *ctx, const struct kernel_event *ev)
+{
+    struct hello_wait *w = ctx;
+    if (ev->type != KEV_HELLO)
+        return;
+    w->got = true;
+    const char *v = json_string_value(json_object_get(ev->msg, "python"));
+    free(w->k->python_version);
+    w->k->python_version = xstrdup(v ? v : "");
+}
+
+/* Waits for the hello; kernel output before it (import warnings) goes to the log. */
+static int wait_hello(struct kernel *k, uint64_t timeout_ms)
+{
+    struct hello_wait w = {.k = k};
+    double deadline = now_ms_f() + (double)timeout_ms;
+    while (!w.got) {
+        double left = deadline - now_ms_f();
+        if (left <= 0)
+            return err_set(ETIMEDOUT, "the kernel did not start within %llu ms",
+                           (unsigned long long)timeout_ms);
+        struct pollfd pfd[2] = {{.fd = k->chan_fd, .events = POLLIN},
+                                {.fd = k->sb->status_fd, .events = POLLIN}};
+        if (poll(pfd, 2, (int)left + 1) < 0 && errno != EINTR)
+            return -errno;
+        if (pfd[1].revents)
+            sandbox_poll_status(k->sb);
+        if (pfd[0].revents) {
+            int r = kernel_pump_channel(k, on_hello, &w);
+            if (r < 0)
+                return r;
+            if (r == 1 && !w.got) {
+                sandbox_wait(k->sb);
+                if (k->sb->error)
+                    return err_set(EIO, "sandbox setup failed: %s", k->sb->error);
+                return err_set(EIO, "the kernel exited while starting (%s %d)",
+                               k->sb->term_signal ? "signal" : "status",
+                               k->sb->term_signal ? k->sb->term_signal : k->sb->exit_code);
+            }
+        }
+    }
+    return 0;
+}
+
+static void close_fds(int *fds, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
+}
+
+int kernel_start(struct sandbox_host *host, struct workspace *ws,
+                 const struct sandbox_limits *limits, uint64_t start_timeout_ms,
+                 struct kernel **ret)
+{
+    struct kernel *k = xcalloc(1, sizeof(*k));
+    int sp[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1};
+    _cleanup_close_ int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    _cleanup_strv_ char **env = sandbox_default_env();
+    _cleanup_free_ char *kernel_dir = xasprintf("%s/kernel", host->libexec_dir);
+    int r;
+
+    k->chan_fd = k->out_fd = k->err_fd = -1;
+    buf_init(&k->in, KERNEL_MAX_FRAME + 4096);
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) < 0 ||
+        pipe2(out, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC) < 0) {
+        r = err_set(errno, "cannot create the kernel's channels: %s", strerror(errno));
+        goto fail;
+    }
+    char *argv[] = {(char *)"/usr/bin/python3", (char *)"/.runcell/kernel.py", NULL};
+    const char *binds[] = {kernel_dir, "/.runcell", NULL};
+    int extra[] = {sp[1]};
+    struct sandbox_spec spec = {
+        .argv = argv, .env = env, .limits = *limits, .stdin_fd = devnull,
+        .stdout_fd = out[1], .stderr_fd = err[1], .extra_fds = extra, .n_extra_fds = 1,
+        .ro_binds = binds,
+    };
+    if ((r = sandbox_start(host, ws, &spec, &k->sb)) < 0)
+        goto fail;
+    k->chan_fd = TAKE_FD(sp[0]);
+    k->out_fd = TAKE_FD(out[0]);
+    k->err_fd = TAKE_FD(err[0]);
+    /* Our copies of the kernel's ends go now, so that its death reads as EOF. */
+    close(TAKE_FD(sp[1]));
+    close(TAKE_FD(out[1]));
+    close(TAKE_FD(err[1]));
+    fd_set_nonblock(k->chan_fd, true);
+    fd_set_nonblock(k->out_fd, true);
+    fd_set_nonblock(k->err_fd, true);
+    if ((r = wait_hello(k, start_timeout_ms)) < 0)
+        goto fail;
+    *ret = k;
+    return 0;
+fail:
+    close_fds(sp, 2);
+    close_fds(out, 2);
+    close_fds(err, 2);
+    kernel_free(k);
+    return r;
+}
+
+void kernel_interrupt(struct kernel *k)
+{
+    if (k && k->sb)
+        sandbox_signal(k->sb, SIGINT);
+}
+
+void kernel_free(struct kernel *k)
+{
+    if (!k)
+        return;
+    sandbox_free(k->sb);
+    if (k->chan_fd >= 0)
+        close(k->chan_fd);
+    if (k->out_fd >= 0)
+        close(k->out_fd);
+    if (k->err_fd >= 0)
+        close(k->err_fd);
+    buf_release(&k->in);
+    free(k->python_version);
+    free(k);
+}

@@ -1,0 +1,62 @@
+/* kernel.h - the daemon's side of the in-sandbox Python kernel: starting it in a sandbox,
+ * the framed wire protocol (see kernel.py), and the events it produces.
+ *
+ * Everything read from a kernel is untrusted (user code runs in the kernel process):
+ * frames are length-checked against KERNEL_MAX_FRAME, JSON is validated, and a protocol
+ * violation is reported as an error so the caller can kill the kernel. */
+#ifndef RUNCELL_KERNEL_H
+#define RUNCELL_KERNEL_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "base/base.h"
+#include "sandbox/sandbox.h"
+
+#define KERNEL_MAX_FRAME (48u << 20)
+
+enum kernel_event_type {
+    KEV_STDOUT,  /* data/len: bytes */
+    KEV_STDERR,
+    KEV_DISPLAY, /* msg: {"type":"display","result":bool,"data":{mime: value}} */
+    KEV_DONE,    /* msg: {"type":"done","status","error","execution_count",["exit_code"]} */
+    KEV_HELLO,   /* msg: {"type":"hello","python","pid","cwd"} */
+};
+
+struct kernel_event {
+    enum kernel_event_type type;
+    const char *data;
+    size_t len;
+    json_t *msg; /* borrowed for the duration of the callback */
+};
+
+typedef void (*kernel_event_fn)(void *ctx, const struct kernel_event *ev);
+
+struct kernel {
+    struct sandbox *sb;
+    int chan_fd; /* our end of the control socket */
+    int out_fd;  /* read ends of the kernel's stdout/stderr pipes */
+    int err_fd;
+    struct buf in;
+    char *python_version;
+};
+
+/* Starts a kernel in a new sandbox on ws and waits (up to start_timeout_ms) for its hello.
+ * 0 or -errno with err_msg(); *ret owned by the caller (kernel_free). */
+int kernel_start(struct sandbox_host *host, struct workspace *ws,
+                 const struct sandbox_limits *limits, uint64_t start_timeout_ms,
+                 struct kernel **ret);
+/* Sends one execute request. 0 or -errno. */
+int kernel_send_execute(struct kernel *k, const char *code, const char *lang);
+/* Reads what is available on the control channel and calls cb for each complete frame.
+ * Returns 0, 1 at EOF, or -EPROTO (err_msg says why) when the kernel broke the protocol. */
+int kernel_pump_channel(struct kernel *k, kernel_event_fn cb, void *ctx);
+/* Reads what is available on the stdout (stream 1) or stderr (2) pipe; 0, or 1 at EOF. */
+int kernel_pump_pipe(struct kernel *k, int stream, kernel_event_fn cb, void *ctx);
+/* Asks the kernel to stop the running cell (KeyboardInterrupt). Safe from any thread. */
+void kernel_interrupt(struct kernel *k);
+/* Kills the kernel's sandbox, reaps it, frees everything; NULL is a no-op. */
+void kernel_free(struct kernel *k);
+
+#endif

@@ -1,0 +1,480 @@
+/* session.c - stateful sessions: one kernel at a time on a workspace that outlives it,
+ * one cell at a time, timeouts that interrupt first and kill only when they must. */
+#include "session/session.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kernel/kernel.h"
+
+struct session {
+    struct sandbox_host *host;
+    struct session_opts opts;
+    struct workspace *ws;
+    pthread_mutex_t lock; /* guards k (pointer swaps), busy, closed */
+    struct kernel *k;     /* NULL after a failed restart; the next execute retries */
+    bool busy;
+    bool closed;
+    long execution_count;
+    uint64_t last_used_ms;
+    char *python_version;
+};
+
+void session_opts_fill_defaults(struct session_opts *o)
+{
+    sandbox_limits_fill_defaults(&o->limits);
+    if (!o->timeout_ms)
+        o->timeout_ms = DEFAULT_TIMEOUT_MS;
+    if (!o->idle_timeout_ms)
+        o->idle_timeout_ms = DEFAULT_IDLE_TIMEOUT_MS;
+    if (!o->interrupt_grace_ms)
+        o->interrupt_grace_ms = DEFAULT_INTERRUPT_GRACE_MS;
+    if (!o->start_timeout_ms)
+        o->start_timeout_ms = DEFAULT_KERNEL_START_MS;
+    if (!o->output_cap)
+        o->output_cap = DEFAULT_OUTPUT_CAP;
+}
+
+static int start_kernel(struct session *s)
+{
+    struct sandbox_limits l = s->opts.limits;
+    struct kernel *k;
+    /* The CPU-time rlimit is a backstop for a whole kernel's life, not one cell. */
+    l.cpu_time_s = 0;
+    int r = kernel_start(s->host, s->ws, &l, s->opts.start_timeout_ms, &k);
+    if (r < 0)
+        return r;
+    pthread_mutex_lock(&s->lock);
+    s->k = k;
+    pthread_mutex_unlock(&s->lock);
+    if (k->python_version && !s->python_version)
+        s->python_version = xstrdup(k->python_version);
+    return 0;
+}
+
+static void stop_kernel(struct session *s)
+{
+    pthread_mutex_lock(&s->lock);
+    struct kernel *k = s->k;
+    s->k = NULL;
+    pthread_mutex_unlock(&s->lock);
+    kernel_free(k);
+}
+
+int session_new(struct sandbox_host *host, const struct session_opts *opts, struct session **ret)
+{
+    struct session *s = xcalloc(1, sizeof(*s));
+    s->host = host;
+    s->opts = *opts;
+    session_opts_fill_defaults(&s->opts);
+    pthread_mutex_init(&s->lock, NULL);
+    s->last_used_ms = now_ms();
+    int r = workspace_new(host, s->opts.limits.disk_mb, &s->ws);
+    if (r < 0 || (r = start_kernel(s)) < 0) {
+        session_free(s);
+        return r;
+    }
+    *ret = s;
+    return 0;
+}
+
+/* ---- one execution ---- */
+
+enum stop { STOP_NONE, STOP_TIMEOUT, STOP_CANCEL };
+
+struct exec_ctx {
+    struct exec_record *rec;
+    const struct exec_sink *sink;
+    json_t *done;
+    size_t results_bytes;
+    bool results_dropped;
+};
+
+static void emit(struct exec_ctx *x, enum exec_event_type type, const char *data, size_t len,
+                 json_t *json)
+{
+    if (!x->sink || !x->sink->fn)
+        return;
+    struct exec_event ev = {.type = type, .data = data, .len = len, .json = json};
+    x->sink->fn(x->sink->ctx, &ev);
+}
+
+/* A MIME bundle from the kernel keeps only string values (application/json: any JSON). */
+static json_t *clean_bundle(json_t *data)
+{
+    json_t *out = json_object();
+    const char *mime;
+    json_t *v;
+    json_object_foreach(data, mime, v)
+    {
+        if (json_is_string(v) || !strcmp(mime, "application/json"))
+            json_object_set(out, mime, v);
+    }
+    if (!json_object_get(out, "text/plain"))
+        json_object_set_new(out, "text/plain", json_string(""));
+    return out;
+}
+
+static void on_kernel_event(void *ctx, const struct kernel_event *ev)
+{
+    struct exec_ctx *x = ctx;
+    switch (ev->type) {
+    case KEV_STDOUT:
+    case KEV_STDERR: {
+        bool out = ev->type == KEV_STDOUT;
+        size_t head = outcap_append(out ? &x->rec->out : &x->rec->err, ev->data, ev->len);
+        if (head)
+            emit(x, out ? EV_STDOUT : EV_STDERR, ev->data, head, NULL);
+        break;
+    }
+    case KEV_DISPLAY: {
+        json_t *bundle = clean_bundle(json_object_get(ev->msg, "data"));
+        char *text = json_dumps(bundle, JSON_COMPACT);
+        size_t n = text ? strlen(text) : 0;
+        free(text);
+        if (x->results_bytes + n > RESULTS_CAP) {
+            json_decref(bundle);
+            if (!x->results_dropped)
+                json_array_append_new(
+                    x->rec->results,
+                    json_pack("{s:s}", "text/plain",
+                              "[runcell: further results dropped: they exceed the per-execution "
+                              "limit of 32 MiB]"));
+            x->results_dropped = true;
+            break;
+        }
+        x->results_bytes += n;
+        json_array_append(x->rec->results, bundle);
+        emit(x, EV_RESULT, NULL, 0, bundle);
+        json_decref(bundle);
+        break;
+    }
+    case KEV_DONE:
+        json_decref(x->done);
+        x->done = json_incref(ev->msg);
+        break;
+    case KEV_HELLO:
+        break;
+    }
+}
+
+static void drain_pipes(struct kernel *k, struct exec_ctx *x)
+{
+    for (int stream = 1; stream <= 2; stream++)
+        for (int i = 0; i < 1024 && kernel_pump_pipe(k, stream, on_kernel_event, x) == 0; i++) {
+            struct pollfd p = {.fd = stream == 1 ? k->out_fd : k->err_fd, .events = POLLIN};
+            if (poll(&p, 1, 0) <= 0)
+                break;
+        }
+}
+
+/* Runs the poll loop until the kernel says done, dies, or must be killed. Returns true when
+ * the kernel is still alive and consistent. */
+static bool pump_until_done(struct session *s, struct kernel *k, struct exec_ctx *x,
+                            uint64_t timeout_ms, int cancel_fd, enum stop *ret_stop)
+{
+    double start = now_ms_f();
+    double deadline = start + (double)timeout_ms, kill_at = 0;
+    bool out_open = true, err_open = true;
+    enum stop stop = STOP_NONE;
+    while (!x->done) {
+        double now = now_ms_f();
+        if (!stop && now >= deadline) {
+            stop = STOP_TIMEOUT;
+            kernel_interrupt(k);
+            kill_at = now + (double)s->opts.interrupt_grace_ms;
+        }
+        if (stop && now >= kill_at)
+            break; /* it did not stop: the kernel goes */
+        double until = stop ? kill_at : deadline;
+        struct pollfd pfd[5] = {{.fd = k->chan_fd, .events = POLLIN},
+                                {.fd = out_open ? k->out_fd : -1, .events = POLLIN},
+                                {.fd = err_open ? k->err_fd : -1, .events = POLLIN},
+                                {.fd = k->sb->status_fd, .events = POLLIN},
+                                {.fd = stop ? -1 : cancel_fd, .events = POLLIN}};
+        int n = poll(pfd, 5, (int)(until - now) + 1);
+        if (n < 0 && errno != EINTR)
+            break;
+        if (n <= 0)
+            continue;
+        /* Pipes first: what a child process wrote before the kernel's next frame is
+         * already in the pipe when that frame arrives. */
+        if (pfd[1].revents)
+            out_open = kernel_pump_pipe(k, 1, on_kernel_event, x) == 0;
+        if (pfd[2].revents)
+            err_open = kernel_pump_pipe(k, 2, on_kernel_event, x) == 0;
+        if (pfd[0].revents) {
+            int r = kernel_pump_channel(k, on_kernel_event, x);
+            if (r < 0)
+                log_warn("msg=\"kernel protocol violation; killing it\" error=\"%s\"", err_msg());
+            if (r != 0)
+                break;
+        }
+        if (pfd[3].revents && sandbox_poll_status(k->sb) == 1)
+            break;
+        if (pfd[4].revents && !stop) {
+            stop = STOP_CANCEL;
+            kernel_interrupt(k);
+            kill_at = now_ms_f() + (double)s->opts.interrupt_grace_ms;
+        }
+    }
+    *ret_stop = stop;
+    if (x->done)
+        drain_pipes(k, x);
+    return x->done != NULL;
+}
+
+static void record_done(struct exec_record *rec, json_t *done, enum stop stop)
+{
+    const char *status = json_string_value(json_object_get(done, "status"));
+    json_t *error = json_object_get(done, "error");
+    json_t *code = json_object_get(done, "exit_code");
+    rec->execution_count = (long)json_integer_value(json_object_get(done, "execution_count"));
+    rec->state = STATE_KEPT;
+    if (json_is_object(error)) {
+        rec->error = json_incref(error);
+        rec->status = EXEC_ERROR;
+    } else {
+        rec->status = status && !strcmp(status, "ok") ? EXEC_OK : EXEC_ERROR;
+    }
+    if (json_is_integer(code)) {
+        rec->has_exit_code = true;
+        rec->exit_code = (int)json_integer_value(code);
+    }
+    if (stop == STOP_TIMEOUT && rec->status == EXEC_ERROR) {
+        rec->status = EXEC_TIMEOUT;
+        rec->message = xstrdup("timed out: the cell was interrupted (KeyboardInterrupt); "
+                               "variables are kept");
+    } else if (stop == STOP_CANCEL && rec->status == EXEC_ERROR) {
+        rec->message = xstrdup("interrupted");
+    }
+}
+
+static bool crash_signal(int sig)
+{
+    return sig == SIGSEGV || sig == SIGBUS || sig == SIGILL || sig == SIGFPE || sig == SIGABRT ||
+           sig == SIGSYS;
+}
+
+/* The kernel is gone or must go: say why, then bring a fresh one up on the same files. */
+static void record_lost(struct session *s, struct kernel *k, struct exec_record *rec,
+                        enum stop stop, const struct sandbox_usage *u)
+{
+    struct sandbox *sb = k->sb;
+    rec->state = STATE_LOST;
+    if (stop == STOP_TIMEOUT) {
+        rec->status = EXEC_TIMEOUT;
+        rec->message = xasprintf("timed out, and the code did not stop within %.3g s of the "
+                                 "interrupt; the interpreter was restarted and its variables "
+                                 "are lost (files are kept)",
+                                 (double)s->opts.interrupt_grace_ms / 1000.0);
+    } else if (stop == STOP_CANCEL) {
+        rec->status = EXEC_KILLED;
+        rec->signal = SIGKILL;
+        rec->message = xstrdup("interrupted, and the code did not stop; the interpreter was "
+                               "restarted and its variables are lost (files are kept)");
+    } else if (u->oom_killed) {
+        rec->status = EXEC_OOM;
+        rec->signal = SIGKILL;
+        rec->message = xasprintf("out of memory (limit %llu MB): the interpreter was killed and "
+                                 "restarted; variables are lost (files are kept)",
+                                 (unsigned long long)s->opts.limits.memory_mb);
+    } else if (sb->exited && sb->term_signal) {
+        rec->status = crash_signal(sb->term_signal) ? EXEC_CRASHED : EXEC_KILLED;
+        rec->signal = sb->term_signal;
+        rec->message = xasprintf("the interpreter died of signal %d (%s) and was restarted; "
+                                 "variables are lost (files are kept)",
+                                 sb->term_signal, strsignal(sb->term_signal));
+    } else {
+        rec->status = EXEC_CRASHED;
+        if (sb->exited) {
+            rec->has_exit_code = true;
+            rec->exit_code = sb->exit_code;
+        }
+        rec->message = xasprintf("the interpreter exited (status %d) and was restarted; "
+                                 "variables are lost (files are kept)",
+                                 sb->exited ? sb->exit_code : -1);
+    }
+}
+
+static void collect_files(struct session *s, struct exec_record *rec,
+                          const struct ws_listing *before)
+{
+    struct ws_listing after;
+    if (workspace_scan(s->ws, &after) < 0)
+        return;
+    ws_listing_diff(before, &after, &rec->created, &rec->modified, &rec->deleted);
+    rec->files_truncated = before->truncated || after.truncated;
+    ws_listing_release(&after);
+}
+
+static int begin(struct session *s)
+{
+    pthread_mutex_lock(&s->lock);
+    int r = s->closed ? -ESHUTDOWN : s->busy ? -EBUSY : 0;
+    if (!r)
+        s->busy = true;
+    pthread_mutex_unlock(&s->lock);
+    if (r == -EBUSY)
+        err_set(EBUSY, "the session is busy running another execution; wait for it or "
+                "interrupt it");
+    else if (r)
+        err_set(ESHUTDOWN, "the session is closed");
+    return r;
+}
+
+static void end(struct session *s)
+{
+    pthread_mutex_lock(&s->lock);
+    s->busy = false;
+    s->last_used_ms = now_ms();
+    pthread_mutex_unlock(&s->lock);
+}
+
+static void run_cell(struct session *s, const struct exec_request *req,
+                     const struct exec_sink *sink, int cancel_fd, struct exec_record *rec)
+{
+    struct kernel *k = s->k;
+    struct exec_ctx x = {.rec = rec, .sink = sink};
+    struct ws_listing before;
+    struct sandbox_usage u0 = {0}, u1 = {0};
+    enum stop stop = STOP_NONE;
+    double t0 = now_ms_f();
+
+    workspace_scan(s->ws, &before);
+    sandbox_usage(k->sb, &u0);
+    sandbox_reset_peak(k->sb);
+    if (kernel_send_execute(k, req->code, req->lang ? req->lang : "python") < 0) {
+        rec->status = EXEC_CRASHED;
+        rec->message = xstrdup(err_msg());
+    } else if (pump_until_done(s, k, &x, req->timeout_ms ? req->timeout_ms : s->opts.timeout_ms,
+                               cancel_fd, &stop)) {
+        record_done(rec, x.done, stop);
+    } else {
+        /* A kernel that died by itself leaves init to report how; one that must go is
+         * killed at once. */
+        if (stop != STOP_NONE || !sandbox_wait_for(k->sb, 2000)) {
+            sandbox_kill(k->sb);
+            sandbox_wait(k->sb);
+        }
+        sandbox_usage(k->sb, &u1);
+        record_lost(s, k, rec, stop, &u1);
+    }
+    if (rec->state != STATE_LOST)
+        sandbox_usage(k->sb, &u1);
+    rec->wall_ms = now_ms_f() - t0;
+    rec->cpu_ms = u1.cpu_ms - u0.cpu_ms;
+    rec->memory_peak_kb = u1.memory_peak_kb;
+    rec->limits_degraded = k->sb->limits_degraded;
+    if (rec->error)
+        emit(&x, EV_ERROR, NULL, 0, rec->error);
+    json_decref(x.done);
+    collect_files(s, rec, &before);
+    ws_listing_release(&before);
+    if (!rec->execution_count)
+        rec->execution_count = s->execution_count + 1;
+    s->execution_count = rec->execution_count;
+}
+
+int session_execute(struct session *s, const struct exec_request *req,
+                    const struct exec_sink *sink, int cancel_fd, struct exec_record *rec)
+{
+    if (!req->code)
+        return err_set(EINVAL, "no code to execute");
+    if (req->lang && !lang_supported(req->lang))
+        return err_set(EINVAL, "unknown language '%s': use python or bash", req->lang);
+    int r = begin(s);
+    if (r < 0)
+        return r;
+    if (!s->k && start_kernel(s) < 0) {
+        rec->status = EXEC_SANDBOX_ERROR;
+        rec->state = STATE_LOST;
+        rec->message = xasprintf("cannot start the interpreter: %s", err_msg());
+        end(s);
+        return 0;
+    }
+    run_cell(s, req, sink, cancel_fd, rec);
+    if (rec->state == STATE_LOST) {
+        stop_kernel(s);
+        if (start_kernel(s) < 0)
+            log_warn("msg=\"cannot restart the kernel\" error=\"%s\"", err_msg());
+    }
+    end(s);
+    return 0;
+}
+
+int session_interrupt(struct session *s)
+{
+    pthread_mutex_lock(&s->lock);
+    if (s->k && s->busy)
+        kernel_interrupt(s->k);
+    pthread_mutex_unlock(&s->lock);
+    return 0;
+}
+
+int session_restart(struct session *s)
+{
+    int r = begin(s);
+    if (r < 0)
+        return r;
+    stop_kernel(s);
+    s->execution_count = 0;
+    r = start_kernel(s);
+    end(s);
+    return r;
+}
+
+struct workspace *session_workspace(struct session *s)
+{
+    return s->ws;
+}
+
+uint64_t session_last_used_ms(struct session *s)
+{
+    pthread_mutex_lock(&s->lock);
+    uint64_t v = s->last_used_ms;
+    pthread_mutex_unlock(&s->lock);
+    return v;
+}
+
+bool session_busy(struct session *s)
+{
+    pthread_mutex_lock(&s->lock);
+    bool v = s->busy;
+    pthread_mutex_unlock(&s->lock);
+    return v;
+}
+
+long session_execution_count(struct session *s)
+{
+    return s->execution_count;
+}
+
+const char *session_python_version(struct session *s)
+{
+    return s->python_version ? s->python_version : "";
+}
+
+const struct session_opts *session_options(struct session *s)
+{
+    return &s->opts;
+}
+
+void session_free(struct session *s)
+{
+    if (!s)
+        return;
+    pthread_mutex_lock(&s->lock);
+    s->closed = true;
+    pthread_mutex_unlock(&s->lock);
+    stop_kernel(s);
+    workspace_free(s->ws);
+    pthread_mutex_destroy(&s->lock);
+    free(s->python_version);
+    free(s);
+}
