@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "sandbox/sandbox.h"
+#include "session/session.h"
 
 /* Usage errors print one line and exit with this status. */
 #define EXIT_USAGE 2
@@ -17,6 +18,42 @@ struct command {
 };
 
 int cmd_run(int argc, char **argv);
+int cmd_repl(int argc, char **argv);
+
+/* Options every code-running subcommand takes. */
+enum {
+    OPT_TIMEOUT = 256,
+    OPT_MEMORY,
+    OPT_PIDS,
+    OPT_DISK,
+    OPT_CPUS,
+    OPT_FILE,
+    OPT_OUT,
+    OPT_NET,
+    OPT_COMMON_END, /* subcommands number their own options from here */
+};
+#define COMMON_LONG_OPTS                                                                           \
+    {"timeout", required_argument, NULL, OPT_TIMEOUT},                                             \
+        {"memory", required_argument, NULL, OPT_MEMORY},                                           \
+        {"pids", required_argument, NULL, OPT_PIDS},                                               \
+        {"disk", required_argument, NULL, OPT_DISK},                                               \
+        {"cpus", required_argument, NULL, OPT_CPUS},                                               \
+        {"file", required_argument, NULL, OPT_FILE},                                               \
+        {"out", required_argument, NULL, OPT_OUT}, {"net", required_argument, NULL, OPT_NET}
+
+struct common_opts {
+    struct sandbox_limits limits;
+    uint64_t timeout_ms;
+    struct input_file *files;
+    size_t n_files;
+    const char *out_dir;
+};
+/* Handles one common option: 0, EXIT_USAGE after printing the error, or -1 when c is not a
+ * common option. */
+int common_opt(const char *cmd, struct common_opts *o, int c, char *val);
+void common_opts_release(struct common_opts *o);
+/* Copies the --file inputs into ws; -1 with err_msg() on failure. */
+int copy_inputs(struct workspace *ws, const struct common_opts *o);
 
 /* Prints "runcell CMD: message" and returns EXIT_USAGE. */
 int usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -15,16 +15,12 @@
 #define MAX_STDIN_CODE (16u << 20)
 
 struct run_opts {
+    struct common_opts c;
     const char *lang;
     char **codes; /* each -c */
     const char *file;
     bool from_stdin;
     char **args;
-    struct input_file *files;
-    size_t n_files;
-    struct sandbox_limits limits;
-    uint64_t timeout_ms;
-    const char *out_dir;
     bool json;
     bool keep_going;
 };
@@ -50,61 +46,22 @@ static const char run_help[] =
     "  --keep-going         with several -c, run the cells after a failed one too\n"
     "  --net none           network policy (only 'none': loopback inside the sandbox)\n";
 
-enum { OPT_LANG = 256, OPT_TIMEOUT, OPT_MEMORY, OPT_PIDS, OPT_DISK, OPT_CPUS, OPT_FILE,
-       OPT_OUT, OPT_JSON, OPT_NET, OPT_KEEP_GOING };
+enum { OPT_LANG = OPT_COMMON_END, OPT_JSON, OPT_KEEP_GOING };
 
 static const struct option long_opts[] = {
+    COMMON_LONG_OPTS,
     {"lang", required_argument, NULL, OPT_LANG},
-    {"timeout", required_argument, NULL, OPT_TIMEOUT},
-    {"memory", required_argument, NULL, OPT_MEMORY},
-    {"pids", required_argument, NULL, OPT_PIDS},
-    {"disk", required_argument, NULL, OPT_DISK},
-    {"cpus", required_argument, NULL, OPT_CPUS},
-    {"file", required_argument, NULL, OPT_FILE},
-    {"out", required_argument, NULL, OPT_OUT},
     {"json", no_argument, NULL, OPT_JSON},
-    {"net", required_argument, NULL, OPT_NET},
     {"keep-going", no_argument, NULL, OPT_KEEP_GOING},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
 
-static int parse_file_opt(struct run_opts *o, char *val)
-{
-    char *colon = strrchr(val, ':');
-    const char *local = val, *dest;
-    if (colon) {
-        *colon = '\0';
-        dest = colon + 1;
-    } else {
-        dest = strrchr(val, '/') ? strrchr(val, '/') + 1 : val;
-    }
-    if (!*local)
-        return usage_error("run", "--file: empty local path in '%s'", val);
-    if (!path_is_safe_relative(dest))
-        return usage_error("run", "--file: bad destination '%s': use a relative path inside "
-                           "the workspace, without '..'", dest);
-    struct stat st;
-    if (stat(local, &st) < 0)
-        return usage_error("run", "--file: cannot read %s: %s", local, strerror(errno));
-    if (!S_ISREG(st.st_mode))
-        return usage_error("run", "--file: %s is not a regular file", local);
-    o->files = xrealloc(o->files, (o->n_files + 1) * sizeof(*o->files));
-    o->files[o->n_files++] = (struct input_file){.local = local, .dest = dest};
-    return 0;
-}
-
-static int parse_cpus(const char *val, uint64_t *ret_milli)
-{
-    uint64_t ms;
-    if (parse_seconds(val, &ms) < 0 || ms > 1024 * 1000)
-        return usage_error("run", "--cpus: '%s' is not a number of cores (e.g. 1 or 0.5)", val);
-    *ret_milli = ms; /* the "seconds" parser yields thousandths */
-    return 0;
-}
-
 static int parse_opt(struct run_opts *o, int c, char *val)
 {
+    int r = common_opt("run", &o->c, c, val);
+    if (r >= 0)
+        return r;
     switch (c) {
     case 'c':
         o->codes = strv_push(o->codes, val);
@@ -114,31 +71,11 @@ static int parse_opt(struct run_opts *o, int c, char *val)
             return usage_error("run", "--lang: unknown language '%s': use python or bash", val);
         o->lang = val;
         return 0;
-    case OPT_TIMEOUT:
-        return opt_seconds("run", "--timeout", val, &o->timeout_ms);
-    case OPT_MEMORY:
-        return opt_megabytes("run", "--memory", val, &o->limits.memory_mb);
-    case OPT_PIDS:
-        return opt_count("run", "--pids", val, &o->limits.pids);
-    case OPT_DISK:
-        return opt_megabytes("run", "--disk", val, &o->limits.disk_mb);
-    case OPT_CPUS:
-        return parse_cpus(val, &o->limits.cpus_milli);
-    case OPT_FILE:
-        return parse_file_opt(o, val);
-    case OPT_OUT:
-        o->out_dir = val;
-        return 0;
     case OPT_JSON:
         o->json = true;
         return 0;
     case OPT_KEEP_GOING:
         o->keep_going = true;
-        return 0;
-    case OPT_NET:
-        if (strcmp(val, "none"))
-            return usage_error("run", "--net: unknown policy '%s': only 'none' is supported",
-                               val);
         return 0;
     case 'h':
         fputs(run_help, stdout);
@@ -249,10 +186,10 @@ static void print_outcome(const struct run_opts *o, const struct exec_record *re
 {
     if (rec->message && rec->status != EXEC_OK && rec->status != EXEC_ERROR)
         fprintf(stderr, "runcell: %s\n", rec->message);
-    if (!o->out_dir)
+    if (!o->c.out_dir)
         return;
     size_t n = strv_len(rec->created) + strv_len(rec->modified);
-    fprintf(stderr, "runcell: %zu file%s written to %s%s", n, n == 1 ? "" : "s", o->out_dir,
+    fprintf(stderr, "runcell: %zu file%s written to %s%s", n, n == 1 ? "" : "s", o->c.out_dir,
             n ? ":" : "\n");
     for (int pass = 0; n && pass < 2; pass++)
         for (char **f = pass ? rec->modified : rec->created; *f; f++)
@@ -294,10 +231,12 @@ static int execute_script(struct run_opts *o, const char *code)
     struct sandbox_host host;
     if (host_setup(&host) < 0)
         return 125;
+    sandbox_limits_fill_defaults(&o->c.limits);
     struct run_request req = {
         .lang = o->lang, .code = code, .script_path = o->file, .args = o->args,
-        .files = o->files, .n_files = o->n_files, .limits = o->limits,
-        .timeout_ms = o->timeout_ms, .output_cap = DEFAULT_OUTPUT_CAP, .out_dir = o->out_dir,
+        .files = o->c.files, .n_files = o->c.n_files, .limits = o->c.limits,
+        .timeout_ms = o->c.timeout_ms, .output_cap = DEFAULT_OUTPUT_CAP,
+        .out_dir = o->c.out_dir,
         .on_output = o->json ? NULL : forward_output, .cancel_fd = cancel_pipe[0],
     };
     struct exec_record rec;
@@ -333,9 +272,9 @@ static void save_image(struct cell_printer *p, const char *mime, const char *b64
     unsigned char *png = base64_decode(b64, strlen(b64), &n);
     if (!png)
         return;
-    _cleanup_free_ char *path = xasprintf("%s/cell%ld-%d.%s", p->o->out_dir, p->cell,
+    _cleanup_free_ char *path = xasprintf("%s/cell%ld-%d.%s", p->o->c.out_dir, p->cell,
                                           p->n_results, strstr(mime, "png") ? "png" : "jpg");
-    if (mkdir_p(p->o->out_dir, 0755) == 0 && write_file(path, (char *)png, n, 0644) == 0)
+    if (mkdir_p(p->o->c.out_dir, 0755) == 0 && write_file(path, (char *)png, n, 0644) == 0)
         fprintf(stderr, "runcell: saved %s\n", path);
     free(png);
 }
@@ -353,7 +292,7 @@ static void print_cell_event(void *ctx, const struct exec_event *ev)
         const char *images[] = {"image/png", "image/jpeg"};
         for (size_t i = 0; i < ARRAY_SIZE(images); i++) {
             const char *b64 = json_string_value(json_object_get(ev->json, images[i]));
-            if (b64 && p->o->out_dir)
+            if (b64 && p->o->c.out_dir)
                 save_image(p, images[i], b64);
         }
         const char *text = json_string_value(json_object_get(ev->json, "text/plain"));
@@ -369,14 +308,6 @@ static void print_cell_event(void *ctx, const struct exec_event *ev)
         break;
     }
     }
-}
-
-static int copy_inputs_to(struct workspace *ws, const struct run_opts *o)
-{
-    for (size_t i = 0; i < o->n_files; i++)
-        if (workspace_copy_in(ws, o->files[i].local, o->files[i].dest) < 0)
-            return -1;
-    return 0;
 }
 
 static void copy_outputs(struct workspace *ws, const struct ws_listing *before, const char *dir)
@@ -404,7 +335,7 @@ static int run_cells(struct run_opts *o, struct session *s)
     int status = 0;
     for (char **code = o->codes; *code && !cancel_signal; code++) {
         struct exec_record rec;
-        struct exec_request req = {.code = *code, .lang = o->lang, .timeout_ms = o->timeout_ms};
+        struct exec_request req = {.code = *code, .lang = o->lang, .timeout_ms = o->c.timeout_ms};
         exec_record_init(&rec, DEFAULT_OUTPUT_CAP);
         p.cell++;
         p.n_results = 0;
@@ -436,19 +367,19 @@ static int execute_cells(struct run_opts *o)
     struct ws_listing before = {0};
     if (host_setup(&host) < 0)
         return 125;
-    struct session_opts so = {.limits = o->limits, .timeout_ms = o->timeout_ms};
+    struct session_opts so = {.limits = o->c.limits, .timeout_ms = o->c.timeout_ms};
     int status;
     if (session_new(&host, &so, &s) < 0) {
         fprintf(stderr, "runcell: cannot start the session: %s\n", err_msg());
         status = 125;
-    } else if (copy_inputs_to(session_workspace(s), o) < 0) {
+    } else if (copy_inputs(session_workspace(s), &o->c) < 0) {
         fprintf(stderr, "runcell run: %s\n", err_msg());
         status = EXIT_USAGE;
     } else {
         workspace_scan(session_workspace(s), &before);
         status = run_cells(o, s);
-        if (o->out_dir)
-            copy_outputs(session_workspace(s), &before, o->out_dir);
+        if (o->c.out_dir)
+            copy_outputs(session_workspace(s), &before, o->c.out_dir);
     }
     ws_listing_release(&before);
     session_free(s);
@@ -458,7 +389,7 @@ static int execute_cells(struct run_opts *o)
 
 int cmd_run(int argc, char **argv)
 {
-    struct run_opts o = {.lang = "python", .timeout_ms = DEFAULT_TIMEOUT_MS};
+    struct run_opts o = {.lang = "python", .c.timeout_ms = DEFAULT_TIMEOUT_MS};
     _cleanup_free_ char *stdin_code = NULL;
     int r = parse_args(&o, argc, argv);
     if (!r && o.file)
@@ -476,6 +407,6 @@ int cmd_run(int argc, char **argv)
         r = execute_script(&o, stdin_code ? stdin_code : (o.codes ? o.codes[0] : NULL));
     strv_free(o.codes);
     strv_free(o.args);
-    free(o.files);
+    common_opts_release(&o.c);
     return r;
 }

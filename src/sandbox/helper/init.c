@@ -87,6 +87,9 @@ void init_main(struct helper_config *cfg, int sync_fd)
     if (read(sync_fd, &go, 1) != 1)
         _exit(1); /* the outer helper failed and has reported why */
     close(sync_fd);
+    /* Out of the daemon's session: no controlling terminal, and a Ctrl-C typed at the
+     * daemon's terminal is not delivered here. */
+    setsid();
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (become_sandbox_root(cfg) < 0)
         _exit(1);

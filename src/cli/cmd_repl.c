@@ -1,0 +1,301 @@
+/* cmd_repl.c - `runcell repl`: an interactive, stateful Python session in the terminal. */
+#include <editline/readline.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+
+static const char repl_help[] =
+    "usage: runcell repl [OPTIONS]\n"
+    "\n"
+    "An interactive Python session in a sandbox: variables, files and installed packages\n"
+    "persist between inputs. Multi-line input ends with an empty line; Ctrl-C interrupts\n"
+    "the running input (the session lives on); Ctrl-D ends the session.\n"
+    "\n"
+    "  --timeout SEC        limit per input (default 60)\n"
+    "  --memory MB, --pids N, --disk MB, --cpus N, --net none   as for runcell run\n"
+    "  --file LOCAL[:DEST]  copy LOCAL into the workspace (repeatable)\n"
+    "  --out DIR            save images here (default: into the workspace)\n";
+
+static const struct option long_opts[] = {
+    COMMON_LONG_OPTS,
+    {"help", no_argument, NULL, 'h'},
+    {NULL, 0, NULL, 0},
+};
+
+static int sigint_pipe[2] = {-1, -1};
+static volatile sig_atomic_t got_sigint;
+
+static void on_sigint(int sig)
+{
+    (void)sig;
+    got_sigint = 1;
+    (void)!write(sigint_pipe[1], "x", 1);
+}
+
+static void drain_sigint(void)
+{
+    char b[64];
+    while (read(sigint_pipe[0], b, sizeof(b)) > 0)
+        ;
+    got_sigint = 0;
+}
+
+/* ---- reading one input: the Python REPL's rules for when a block is complete ---- */
+
+struct scan_state {
+    int depth;         /* open (, [, { */
+    char quote;        /* inside a string: its quote char */
+    bool triple;       /* ... a triple-quoted one */
+    bool ends_colon;   /* the last code line ends with ':' */
+    bool ends_backslash;
+};
+
+static void scan_line(struct scan_state *st, const char *line)
+{
+    char last = 0;
+    for (const char *p = line; *p; p++) {
+        if (st->quote) {
+            if (*p == '\\' && p[1]) {
+                p++;
+            } else if (*p == st->quote &&
+                       (!st->triple || (p[1] == st->quote && p[2] == st->quote))) {
+                p += st->triple ? 2 : 0;
+                st->quote = 0;
+            }
+            last = 'x';
+            continue;
+        }
+        if (*p == '#')
+            break;
+        if (*p == '"' || *p == '\'') {
+            st->triple = p[1] == *p && p[2] == *p;
+            st->quote = *p;
+            p += st->triple ? 2 : 0;
+        } else if (strchr("([{", *p)) {
+            st->depth++;
+        } else if (strchr(")]}", *p) && st->depth > 0) {
+            st->depth--;
+        }
+        if (*p != ' ' && *p != '\t')
+            last = *p;
+    }
+    if (st->quote && !st->triple)
+        st->quote = 0; /* an unterminated one-line string is a syntax error, not more input */
+    st->ends_colon = last == ':';
+    st->ends_backslash = last == '\\';
+}
+
+static char *read_line(const char *prompt, bool tty)
+{
+    if (tty)
+        return readline(prompt);
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n = getline(&line, &cap, stdin);
+    if (n < 0) {
+        free(line);
+        return NULL;
+    }
+    if (n && line[n - 1] == '\n')
+        line[n - 1] = '\0';
+    return line;
+}
+
+/* Returns a complete input, "" after Ctrl-C at the prompt, or NULL at end of input. */
+static char *read_input(bool tty)
+{
+    struct buf cell;
+    struct scan_state st = {0};
+    bool block = false;
+    buf_init(&cell, 0);
+    for (;;) {
+        drain_sigint();
+        char *line = read_line(cell.len ? "...     " : "runcell> ", tty);
+        if (!line) {
+            bool interrupted = got_sigint;
+            if (interrupted && tty) {
+                fputs("^C\n", stdout);
+                buf_release(&cell);
+                return xstrdup("");
+            }
+            if (!cell.len) {
+                buf_release(&cell);
+                return NULL;
+            }
+            break;
+        }
+        bool empty = strspn(line, " \t") == strlen(line);
+        if (cell.len)
+            buf_append(&cell, "\n", 1);
+        buf_append(&cell, line, strlen(line));
+        scan_line(&st, line);
+        bool indented = line[0] == ' ' || line[0] == '\t';
+        free(line);
+        if (st.ends_colon)
+            block = true;
+        if (st.depth > 0 || st.quote || st.ends_backslash || st.ends_colon)
+            continue;
+        if (block && !empty && (indented || cell.len))
+            continue; /* a block ends with an empty line */
+        break;
+    }
+    return buf_detach(&cell, NULL);
+}
+
+/* ---- showing what a cell produced ---- */
+
+struct repl {
+    struct session *s;
+    const struct common_opts *o;
+    long cell;
+    int images;
+};
+
+static void save_image(struct repl *r, const char *b64, const char *ext)
+{
+    size_t n;
+    unsigned char *data = base64_decode(b64, strlen(b64), &n);
+    if (!data)
+        return;
+    _cleanup_free_ char *name = xasprintf("figure-%ld-%d.%s", r->cell, ++r->images, ext);
+    if (r->o->out_dir) {
+        _cleanup_free_ char *path = xasprintf("%s/%s", r->o->out_dir, name);
+        if (mkdir_p(r->o->out_dir, 0755) == 0 && write_file(path, (char *)data, n, 0644) == 0)
+            printf("[image saved: %s]\n", path);
+    } else {
+        struct workspace *ws = session_workspace(r->s);
+        _cleanup_close_ int fd = workspace_openat(ws, name, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd >= 0 && write_all(fd, data, n) == 0) {
+            (void)!fchown(fd, ws->uid, ws->gid);
+            printf("[image saved: /workspace/%s]\n", name);
+        }
+    }
+    free(data);
+}
+
+static void on_event(void *ctx, const struct exec_event *ev)
+{
+    struct repl *r = ctx;
+    switch (ev->type) {
+    case EV_STDOUT:
+    case EV_STDERR:
+        fflush(stdout);
+        (void)write_all(ev->type == EV_STDOUT ? 1 : 2, ev->data, ev->len);
+        break;
+    case EV_RESULT: {
+        const char *png = json_string_value(json_object_get(ev->json, "image/png"));
+        const char *jpg = json_string_value(json_object_get(ev->json, "image/jpeg"));
+        if (png || jpg)
+            save_image(r, png ? png : jpg, png ? "png" : "jpg");
+        const char *text = json_string_value(json_object_get(ev->json, "text/plain"));
+        if (text && *text && !(png || jpg))
+            printf("%s\n", text);
+        fflush(stdout);
+        break;
+    }
+    case EV_ERROR: {
+        const char *tb = json_string_value(json_object_get(ev->json, "traceback"));
+        fflush(stdout);
+        if (tb)
+            fputs(tb, stderr);
+        break;
+    }
+    }
+}
+
+static void run_input(struct repl *r, const char *code)
+{
+    struct exec_record rec;
+    struct exec_request req = {.code = code, .lang = "python", .timeout_ms = r->o->timeout_ms};
+    struct exec_sink sink = {.fn = on_event, .ctx = r};
+    exec_record_init(&rec, DEFAULT_OUTPUT_CAP);
+    r->cell++;
+    r->images = 0;
+    drain_sigint();
+    if (session_execute(r->s, &req, &sink, sigint_pipe[0], &rec) < 0)
+        fprintf(stderr, "runcell: %s\n", err_msg());
+    else if (rec.message && rec.status != EXEC_OK)
+        fprintf(stderr, "runcell: %s\n", rec.message);
+    exec_record_release(&rec);
+}
+
+static int repl_loop(struct session *s, const struct common_opts *o)
+{
+    bool tty = isatty(STDIN_FILENO);
+    struct repl r = {.s = s, .o = o};
+    if (tty)
+        printf("runcell repl: Python %s in a sandbox (files in /workspace). Ctrl-C interrupts, "
+               "Ctrl-D ends.\n", session_python_version(s));
+    for (;;) {
+        char *code = read_input(tty);
+        if (!code)
+            break;
+        if (strspn(code, " \t\n") != strlen(code)) {
+            if (tty)
+                add_history(code);
+            run_input(&r, code);
+        }
+        free(code);
+    }
+    if (tty)
+        putchar('\n');
+    return 0;
+}
+
+int cmd_repl(int argc, char **argv)
+{
+    struct common_opts o = {.timeout_ms = DEFAULT_TIMEOUT_MS};
+    int c, r = 0;
+    opterr = 0;
+    optind = 1;
+    while (!r && (c = getopt_long(argc, argv, "+h", long_opts, NULL)) != -1) {
+        if (c == 'h') {
+            fputs(repl_help, stdout);
+            return 0;
+        }
+        if (c == '?' || (r = common_opt("repl", &o, c, optarg)) < 0)
+            r = usage_error("repl", "unknown option '%s'; run 'runcell repl --help'",
+                            argv[optind - 1]);
+    }
+    if (!r && optind < argc)
+        r = usage_error("repl", "unexpected argument '%s'", argv[optind]);
+    if (r) {
+        common_opts_release(&o);
+        return r;
+    }
+    struct sandbox_host host;
+    struct session *s = NULL;
+    if (sandbox_host_init(&host) < 0) {
+        fprintf(stderr, "runcell: %s\n", err_msg());
+        sandbox_host_release(&host);
+        return 125;
+    }
+    if (host.degraded_reason)
+        fprintf(stderr, "runcell: warning: resource limits are degraded: %s\n",
+                host.degraded_reason);
+    if (pipe2(sigint_pipe, O_CLOEXEC | O_NONBLOCK) == 0) {
+        struct sigaction sa = {.sa_handler = on_sigint};
+        sigaction(SIGINT, &sa, NULL);
+    }
+    struct session_opts so = {.limits = o.limits, .timeout_ms = o.timeout_ms};
+    int status = 0;
+    if (session_new(&host, &so, &s) < 0) {
+        fprintf(stderr, "runcell: cannot start the session: %s\n", err_msg());
+        status = 125;
+    } else if (copy_inputs(session_workspace(s), &o) < 0) {
+        fprintf(stderr, "runcell repl: %s\n", err_msg());
+        status = EXIT_USAGE;
+    } else {
+        status = repl_loop(s, &o);
+    }
+    session_free(s);
+    sandbox_host_release(&host);
+    common_opts_release(&o);
+    return status;
+}

@@ -1,0 +1,83 @@
+/* common.c - options shared by the subcommands that run code (run, repl, agent). */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cli/cli.h"
+
+static int parse_file_opt(const char *cmd, struct common_opts *o, char *val)
+{
+    char *colon = strrchr(val, ':');
+    const char *local = val, *dest;
+    if (colon) {
+        *colon = '\0';
+        dest = colon + 1;
+    } else {
+        dest = strrchr(val, '/') ? strrchr(val, '/') + 1 : val;
+    }
+    if (!*local)
+        return usage_error(cmd, "--file: empty local path in '%s'", val);
+    if (!path_is_safe_relative(dest))
+        return usage_error(cmd, "--file: bad destination '%s': use a relative path inside the "
+                           "workspace, without '..'", dest);
+    struct stat st;
+    if (stat(local, &st) < 0)
+        return usage_error(cmd, "--file: cannot read %s: %s", local, strerror(errno));
+    if (!S_ISREG(st.st_mode))
+        return usage_error(cmd, "--file: %s is not a regular file", local);
+    o->files = xrealloc(o->files, (o->n_files + 1) * sizeof(*o->files));
+    o->files[o->n_files++] = (struct input_file){.local = local, .dest = dest};
+    return 0;
+}
+
+static int parse_cpus(const char *cmd, const char *val, uint64_t *ret_milli)
+{
+    uint64_t ms;
+    if (parse_seconds(val, &ms) < 0 || ms > 1024 * 1000)
+        return usage_error(cmd, "--cpus: '%s' is not a number of cores (e.g. 1 or 0.5)", val);
+    *ret_milli = ms; /* the "seconds" parser yields thousandths */
+    return 0;
+}
+
+int common_opt(const char *cmd, struct common_opts *o, int c, char *val)
+{
+    switch (c) {
+    case OPT_TIMEOUT:
+        return opt_seconds(cmd, "--timeout", val, &o->timeout_ms);
+    case OPT_MEMORY:
+        return opt_megabytes(cmd, "--memory", val, &o->limits.memory_mb);
+    case OPT_PIDS:
+        return opt_count(cmd, "--pids", val, &o->limits.pids);
+    case OPT_DISK:
+        return opt_megabytes(cmd, "--disk", val, &o->limits.disk_mb);
+    case OPT_CPUS:
+        return parse_cpus(cmd, val, &o->limits.cpus_milli);
+    case OPT_FILE:
+        return parse_file_opt(cmd, o, val);
+    case OPT_OUT:
+        o->out_dir = val;
+        return 0;
+    case OPT_NET:
+        if (strcmp(val, "none"))
+            return usage_error(cmd, "--net: unknown policy '%s': only 'none' is supported", val);
+        return 0;
+    default:
+        return -1; /* not a common option */
+    }
+}
+
+void common_opts_release(struct common_opts *o)
+{
+    free(o->files);
+    o->files = NULL;
+    o->n_files = 0;
+}
+
+int copy_inputs(struct workspace *ws, const struct common_opts *o)
+{
+    for (size_t i = 0; i < o->n_files; i++)
+        if (workspace_copy_in(ws, o->files[i].local, o->files[i].dest) < 0)
+            return -1;
+    return 0;
+}
