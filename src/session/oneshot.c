@@ -83,15 +83,16 @@ static bool pump_stream(struct pump *p, int fd, int stream)
     return true;
 }
 
+/* Forwards what did not fit in the head. Output past the head but within the cap is kept
+ * whole in the tail without being truncated, so it must go out too. */
 static void flush_rest(struct pump *p)
 {
-    for (int stream = 1; stream <= 2; stream++) {
+    for (int stream = 1; stream <= 2 && p->req->on_output; stream++) {
         struct outcap *c = stream == 1 ? &p->rec->out : &p->rec->err;
-        if (!outcap_truncated(c) || !p->req->on_output)
-            continue;
         size_t n;
         char *rest = outcap_render_rest(c, &n);
-        p->req->on_output(p->req->ctx, stream, rest, n);
+        if (n)
+            p->req->on_output(p->req->ctx, stream, rest, n);
         free(rest);
     }
 }
