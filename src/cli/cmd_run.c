@@ -66,6 +66,7 @@ static const struct option long_opts[] = {
 
 static int parse_file_opt(struct run_opts *o, char *val)
 {
+    _cleanup_free_ char *given = xstrdup(val); /* for messages: val is split in place */
     char *colon = strrchr(val, ':');
     const char *local = val, *dest;
     if (colon) {
@@ -75,7 +76,7 @@ static int parse_file_opt(struct run_opts *o, char *val)
         dest = strrchr(val, '/') ? strrchr(val, '/') + 1 : val;
     }
     if (!*local)
-        return usage_error("run", "--file: empty local path in '%s'", val);
+        return usage_error("run", "--file: empty local path in '%s'", given);
     if (!path_is_safe_relative(dest))
         return usage_error("run", "--file: bad destination '%s': use a relative path inside "
                            "the workspace, without '..'", dest);
@@ -145,18 +146,24 @@ static int parse_args(struct run_opts *o, int argc, char **argv)
     int c, r;
     opterr = 0;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "+c:h", long_opts, NULL)) != -1) {
-        if (c == '?') {
+    /* The leading ':' makes getopt report a missing value as ':', apart from '?'. For a
+     * long option, optopt is its table value (>= 256), not a character to print. */
+    while ((c = getopt_long(argc, argv, "+:c:h", long_opts, NULL)) != -1) {
+        if (c == ':') {
             if (optopt == 'c')
                 return usage_error("run", "-c needs CODE");
+            return usage_error("run", "option '%s' needs a value", argv[optind - 1]);
+        }
+        if (c == '?') {
+            if (optopt >= 256)
+                return usage_error("run", "option '%.*s' takes no value",
+                                   (int)strcspn(argv[optind - 1], "="), argv[optind - 1]);
             if (optopt)
                 return usage_error("run", "unknown option -%c; run 'runcell run --help'",
                                    optopt);
             return usage_error("run", "unknown option '%s'; run 'runcell run --help'",
                                argv[optind - 1]);
         }
-        if (c == ':')
-            return usage_error("run", "option '%s' needs a value", argv[optind - 1]);
         if ((r = parse_opt(o, c, optarg)))
             return r;
     }
