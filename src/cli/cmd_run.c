@@ -260,12 +260,37 @@ static void print_outcome(const struct run_opts *o, const struct exec_record *re
         fputc('\n', stderr);
 }
 
+static void print_json(const struct exec_record *rec)
+{
+    json_t *j = exec_record_json(rec);
+    json_dumpf(j, stdout, JSON_COMPACT);
+    fputc('\n', stdout);
+    json_decref(j);
+}
+
+/* The host could not be set up: nothing ran. A --json caller still gets a record, as it
+ * does for every other sandbox failure. */
+static int host_failed(const struct run_opts *o)
+{
+    fprintf(stderr, "runcell: %s\n", err_msg());
+    if (o->json) {
+        struct exec_record rec;
+        exec_record_init(&rec, DEFAULT_OUTPUT_CAP);
+        rec.status = EXEC_SANDBOX_ERROR;
+        rec.message = xstrdup(err_msg());
+        print_json(&rec);
+        exec_record_release(&rec);
+    }
+    return 125;
+}
+
 static int execute(struct run_opts *o, const char *code)
 {
     struct sandbox_host host;
     if (sandbox_host_init(&host) < 0) {
-        fprintf(stderr, "runcell: %s\n", err_msg());
-        return 125;
+        int status = host_failed(o);
+        sandbox_host_release(&host);
+        return status;
     }
     if (host.degraded_reason)
         fprintf(stderr, "runcell: warning: resource limits are degraded: %s\n",
@@ -290,14 +315,10 @@ static int execute(struct run_opts *o, const char *code)
         fprintf(stderr, "runcell run: %s\n", err_msg());
         status = EXIT_USAGE;
     } else {
-        if (o->json) {
-            json_t *j = exec_record_json(&rec);
-            json_dumpf(j, stdout, JSON_COMPACT);
-            fputc('\n', stdout);
-            json_decref(j);
-        } else {
+        if (o->json)
+            print_json(&rec);
+        else
             print_outcome(o, &rec);
-        }
         status = cancel_signal ? 128 + cancel_signal : exec_record_exit_status(&rec);
     }
     exec_record_release(&rec);
