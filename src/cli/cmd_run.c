@@ -326,6 +326,21 @@ static int execute(struct run_opts *o, const char *code)
     return status;
 }
 
+/* --out must be a directory we can write to; it is made now, so that a run is not wasted
+ * on a destination that cannot take its files. */
+static int check_out_dir(const char *dir)
+{
+    struct stat st;
+    int r = mkdir_p(dir, 0755);
+    if (r < 0)
+        return usage_error("run", "--out: cannot create %s: %s", dir, strerror(-r));
+    if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode))
+        return usage_error("run", "--out: %s is not a directory", dir);
+    if (access(dir, W_OK | X_OK) < 0)
+        return usage_error("run", "--out: cannot write to %s: %s", dir, strerror(errno));
+    return 0;
+}
+
 int cmd_run(int argc, char **argv)
 {
     struct run_opts o = {.lang = "python", .timeout_ms = DEFAULT_TIMEOUT_MS};
@@ -338,6 +353,8 @@ int cmd_run(int argc, char **argv)
     if (!r && strv_len(o.codes) > 1)
         r = usage_error("run", "several -c are run as cells of one session, which needs the "
                         "session kernel");
+    if (!r && o.out_dir)
+        r = check_out_dir(o.out_dir);
     if (!r)
         r = execute(&o, stdin_code ? stdin_code : (o.codes ? o.codes[0] : NULL));
     strv_free(o.codes);
