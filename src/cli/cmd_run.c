@@ -250,12 +250,11 @@ static void print_outcome(const struct run_opts *o, const struct exec_record *re
         fprintf(stderr, "runcell: %s\n", rec->message);
     if (!o->out_dir)
         return;
-    size_t n = strv_len(rec->created) + strv_len(rec->modified);
+    size_t n = strv_len(rec->copied_out);
     fprintf(stderr, "runcell: %zu file%s written to %s%s", n, n == 1 ? "" : "s", o->out_dir,
             n ? ":" : "\n");
-    for (int pass = 0; n && pass < 2; pass++)
-        for (char **f = pass ? rec->modified : rec->created; *f; f++)
-            fprintf(stderr, " %s", *f);
+    for (char **f = rec->copied_out; n && *f; f++)
+        fprintf(stderr, " %s", *f);
     if (n)
         fputc('\n', stderr);
 }
