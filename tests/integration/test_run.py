@@ -8,6 +8,7 @@ No test depends on how fast this machine is: every timeout below only stops a ha
 import json
 import os
 import re
+import select
 import shutil
 import signal
 import subprocess
@@ -110,6 +111,23 @@ def procs_with(token, but=()):
         if token.encode() in cmd and state != "Z":
             pids.append(int(d))
     return pids
+
+
+def read_line(pipe, timeout=HANG):
+    """The first line from a Popen pipe, read from its fd so that a hang ends in a failure
+    rather than a stuck test. Returns (line, bytes read past it)."""
+    fd, got = pipe.fileno(), b""
+    end = time.monotonic() + timeout
+    while b"\n" not in got:
+        left = end - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            raise AssertionError("no line within %d s; got %r" % (timeout, got))
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            break
+        got += chunk
+    line, nl, rest = got.partition(b"\n")
+    return line + nl, rest
 
 
 def wait_until(cond, timeout=HANG):
@@ -260,21 +278,21 @@ class LiveOutput(RuncellTestCase):
         p = subprocess.Popen([RUNCELL, "run", "-c", code], stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE)
         try:
-            first = p.stdout.readline()
+            first, early = read_line(p.stdout)
             still_running = p.poll() is None
             rest, err = p.communicate(timeout=HANG)
         finally:
             p.kill()
         self.assertEqual(first, b"first\n")
         self.assertTrue(still_running, "'first' only arrived when the run was over")
-        self.assertEqual((rest, p.returncode), (b"second\n", 0), err)
+        self.assertEqual((early + rest, p.returncode), (b"second\n", 0), err)
 
     def test_stderr_streams_too(self):
         code = 'import sys, time\nprint("err-first", file=sys.stderr)\ntime.sleep(3)'
         p = subprocess.Popen([RUNCELL, "run", "-c", code], stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE)
         try:
-            first = p.stderr.readline()
+            first, _ = read_line(p.stderr)
             still_running = p.poll() is None
             p.communicate(timeout=HANG)
         finally:
@@ -626,7 +644,7 @@ class Cleanup(RuncellTestCase):
                                   "import time\nprint('up', flush=True)\ntime.sleep(300) # " + token],
                                  env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
             try:
-                self.assertEqual(p.stdout.readline(), b"up\n")
+                self.assertEqual(read_line(p.stdout)[0], b"up\n")
                 self.assertTrue(procs_with(token, but=(p.pid,)))
                 owner = run_dir_entries(run_dir)
                 self.assertEqual(len(owner), 1, owner)
