@@ -52,6 +52,9 @@ struct common_opts {
  * common option. */
 int common_opt(const char *cmd, struct common_opts *o, int c, char *val);
 void common_opts_release(struct common_opts *o);
+/* --out must be a directory we can write to; it is made now, so that a run is not wasted
+ * on a destination that cannot take its files. 0 or EXIT_USAGE. */
+int check_out_dir(const char *cmd, const char *dir);
 /* Copies the --file inputs into ws; -1 with err_msg() on failure. */
 int copy_inputs(struct workspace *ws, const struct common_opts *o);
 

@@ -90,18 +90,24 @@ static int parse_args(struct run_opts *o, int argc, char **argv)
     int c, r;
     opterr = 0;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "+c:h", long_opts, NULL)) != -1) {
-        if (c == '?') {
+    /* The leading ':' makes getopt report a missing value as ':', apart from '?'. For a
+     * long option, optopt is its table value (>= 256), not a character to print. */
+    while ((c = getopt_long(argc, argv, "+:c:h", long_opts, NULL)) != -1) {
+        if (c == ':') {
             if (optopt == 'c')
                 return usage_error("run", "-c needs CODE");
+            return usage_error("run", "option '%s' needs a value", argv[optind - 1]);
+        }
+        if (c == '?') {
+            if (optopt >= 256)
+                return usage_error("run", "option '%.*s' takes no value",
+                                   (int)strcspn(argv[optind - 1], "="), argv[optind - 1]);
             if (optopt)
                 return usage_error("run", "unknown option -%c; run 'runcell run --help'",
                                    optopt);
             return usage_error("run", "unknown option '%s'; run 'runcell run --help'",
                                argv[optind - 1]);
         }
-        if (c == ':')
-            return usage_error("run", "option '%s' needs a value", argv[optind - 1]);
         if ((r = parse_opt(o, c, optarg)))
             return r;
     }
@@ -188,12 +194,11 @@ static void print_outcome(const struct run_opts *o, const struct exec_record *re
         fprintf(stderr, "runcell: %s\n", rec->message);
     if (!o->c.out_dir)
         return;
-    size_t n = strv_len(rec->created) + strv_len(rec->modified);
+    size_t n = strv_len(rec->copied_out);
     fprintf(stderr, "runcell: %zu file%s written to %s%s", n, n == 1 ? "" : "s", o->c.out_dir,
             n ? ":" : "\n");
-    for (int pass = 0; n && pass < 2; pass++)
-        for (char **f = pass ? rec->modified : rec->created; *f; f++)
-            fprintf(stderr, " %s", *f);
+    for (char **f = rec->copied_out; n && *f; f++)
+        fprintf(stderr, " %s", *f);
     if (n)
         fputc('\n', stderr);
 }
@@ -207,10 +212,20 @@ static void print_json_record(const struct exec_record *rec)
     json_decref(j);
 }
 
-static int host_setup(struct sandbox_host *host)
+/* Sets up the sandbox host. When that fails nothing runs, but a --json caller still gets a
+ * record, as it does for every other sandbox failure. */
+static int host_setup(struct sandbox_host *host, bool json)
 {
     if (sandbox_host_init(host) < 0) {
         fprintf(stderr, "runcell: %s\n", err_msg());
+        if (json) {
+            struct exec_record rec;
+            exec_record_init(&rec, DEFAULT_OUTPUT_CAP);
+            rec.status = EXEC_SANDBOX_ERROR;
+            rec.message = xstrdup(err_msg());
+            print_json_record(&rec);
+            exec_record_release(&rec);
+        }
         sandbox_host_release(host);
         return -1;
     }
@@ -229,7 +244,7 @@ static int host_setup(struct sandbox_host *host)
 static int execute_script(struct run_opts *o, const char *code)
 {
     struct sandbox_host host;
-    if (host_setup(&host) < 0)
+    if (host_setup(&host, o->json) < 0)
         return 125;
     sandbox_limits_fill_defaults(&o->c.limits);
     struct run_request req = {
@@ -365,7 +380,7 @@ static int execute_cells(struct run_opts *o)
     struct sandbox_host host;
     struct session *s = NULL;
     struct ws_listing before = {0};
-    if (host_setup(&host) < 0)
+    if (host_setup(&host, o->json) < 0)
         return 125;
     struct session_opts so = {.limits = o->c.limits, .timeout_ms = o->c.timeout_ms};
     int status;
@@ -396,6 +411,8 @@ int cmd_run(int argc, char **argv)
         r = check_script(o.file);
     if (!r && o.from_stdin)
         r = read_stdin_code(&stdin_code);
+    if (!r && o.c.out_dir)
+        r = check_out_dir("run", o.c.out_dir);
     /* Python -c code runs as cells; a single bash -c as a plain script. */
     bool cells = o.codes && (!strcmp(o.lang, "python") || strv_len(o.codes) > 1);
     if (!r && cells && o.args)

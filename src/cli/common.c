@@ -3,11 +3,13 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 
 static int parse_file_opt(const char *cmd, struct common_opts *o, char *val)
 {
+    _cleanup_free_ char *given = xstrdup(val); /* for messages: val is split in place */
     char *colon = strrchr(val, ':');
     const char *local = val, *dest;
     if (colon) {
@@ -17,7 +19,7 @@ static int parse_file_opt(const char *cmd, struct common_opts *o, char *val)
         dest = strrchr(val, '/') ? strrchr(val, '/') + 1 : val;
     }
     if (!*local)
-        return usage_error(cmd, "--file: empty local path in '%s'", val);
+        return usage_error(cmd, "--file: empty local path in '%s'", given);
     if (!path_is_safe_relative(dest))
         return usage_error(cmd, "--file: bad destination '%s': use a relative path inside the "
                            "workspace, without '..'", dest);
@@ -72,6 +74,19 @@ void common_opts_release(struct common_opts *o)
     free(o->files);
     o->files = NULL;
     o->n_files = 0;
+}
+
+int check_out_dir(const char *cmd, const char *dir)
+{
+    struct stat st;
+    int r = mkdir_p(dir, 0755);
+    if (r < 0)
+        return usage_error(cmd, "--out: cannot create %s: %s", dir, strerror(-r));
+    if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode))
+        return usage_error(cmd, "--out: %s is not a directory", dir);
+    if (access(dir, W_OK | X_OK) < 0)
+        return usage_error(cmd, "--out: cannot write to %s: %s", dir, strerror(errno));
+    return 0;
 }
 
 int copy_inputs(struct workspace *ws, const struct common_opts *o)

@@ -169,7 +169,10 @@ static bool detect_v1(struct sandbox_host *host)
         if (!mnt || !own)
             continue;
         char *base = join_base(mnt, own);
-        if (mkdir(base, 0755) < 0 && errno != EEXIST) {
+        /* The base may exist already, made by root for an earlier run: an unprivileged
+         * process that finds it must still be able to create sandbox cgroups inside. */
+        if ((mkdir(base, 0755) < 0 && errno != EEXIST) ||
+            faccessat(AT_FDCWD, base, W_OK | X_OK, AT_EACCESS) < 0) {
             free(base);
             continue;
         }

@@ -110,6 +110,8 @@ int workspace_copy_out(const struct workspace *ws, const char *rel, const char *
 {
     _cleanup_close_ int in = workspace_openat(ws, rel, O_RDONLY | O_NONBLOCK, 0);
     struct stat st;
+    if (in == -ELOOP)
+        return err_set(ELOOP, "%s is a symbolic link: only regular files are copied out", rel);
     if (in < 0)
         return err_set(-in, "cannot open %s in the workspace: %s", rel, strerror(-in));
     if (fstat(in, &st) < 0 || !S_ISREG(st.st_mode))

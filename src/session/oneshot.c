@@ -83,15 +83,16 @@ static bool pump_stream(struct pump *p, int fd, int stream)
     return true;
 }
 
+/* Forwards what did not fit in the head. Output past the head but within the cap is kept
+ * whole in the tail without being truncated, so it must go out too. */
 static void flush_rest(struct pump *p)
 {
-    for (int stream = 1; stream <= 2; stream++) {
+    for (int stream = 1; stream <= 2 && p->req->on_output; stream++) {
         struct outcap *c = stream == 1 ? &p->rec->out : &p->rec->err;
-        if (!outcap_truncated(c) || !p->req->on_output)
-            continue;
         size_t n;
         char *rest = outcap_render_rest(c, &n);
-        p->req->on_output(p->req->ctx, stream, rest, n);
+        if (n)
+            p->req->on_output(p->req->ctx, stream, rest, n);
         free(rest);
     }
 }
@@ -188,10 +189,16 @@ static void collect_files(struct exec_record *rec, struct workspace *ws,
     ws_listing_diff(before, &after, &rec->created, &rec->modified, &rec->deleted);
     rec->files_truncated = before->truncated || after.truncated;
     ws_listing_release(&after);
-    for (int pass = 0; out_dir && pass < 2; pass++)
-        for (char **f = pass ? rec->modified : rec->created; *f; f++)
-            if (workspace_copy_out(ws, *f, out_dir) < 0)
+    if (!out_dir)
+        return;
+    rec->copied_out = xcalloc(1, sizeof(char *));
+    for (int pass = 0; pass < 2; pass++)
+        for (char **f = pass ? rec->modified : rec->created; *f; f++) {
+            if (workspace_copy_out(ws, *f, out_dir) == 0)
+                rec->copied_out = strv_push(rec->copied_out, *f);
+            else
                 log_warn("msg=\"cannot copy out\" file=\"%s\" error=\"%s\"", *f, err_msg());
+        }
 }
 
 static void sandbox_failed(struct exec_record *rec, const char *what)

@@ -34,6 +34,7 @@ void exec_record_release(struct exec_record *r)
     strv_free(r->created);
     strv_free(r->modified);
     strv_free(r->deleted);
+    strv_free(r->copied_out);
     free(r->message);
     memset(r, 0, sizeof(*r));
 }

@@ -40,6 +40,7 @@ struct exec_record {
     char **created;       /* workspace paths, NULL-terminated */
     char **modified;
     char **deleted;
+    char **copied_out;    /* of created and modified, those copied to out_dir */
     bool files_truncated; /* the workspace held more entries than were compared */
     enum exec_state state;
     bool has_exit_code;

@@ -63,6 +63,57 @@ TEST(outcap_small_output_is_untouched)
     outcap_release(&c);
 }
 
+TEST(outcap_between_head_and_cap_keeps_everything)
+{
+    /* Past the head but within the cap: nothing is dropped, and the rest after the head is
+     * exactly the bytes that did not fit in it (runcell run forwards it at the end). */
+    struct outcap c;
+    outcap_init(&c, 10);
+    CHECK(outcap_append(&c, "abcdefgh", 8) == 5);
+    CHECK(!outcap_truncated(&c));
+    size_t n;
+    char *s = outcap_render_rest(&c, &n);
+    CHECK(n == 3 && memcmp(s, "fgh", 3) == 0);
+    free(s);
+    s = outcap_render(&c, &n);
+    CHECK_STREQ(s, "abcdefgh");
+    free(s);
+    outcap_release(&c);
+}
+
+TEST(outcap_exactly_full_is_not_truncated)
+{
+    struct outcap c;
+    outcap_init(&c, 10);
+    outcap_append(&c, "0123456789", 10);
+    CHECK(!outcap_truncated(&c));
+    outcap_append(&c, "X", 1);
+    CHECK(outcap_truncated(&c));
+    size_t n;
+    char *s = outcap_render(&c, &n);
+    CHECK(strncmp(s, "01234", 5) == 0);
+    CHECK(strstr(s, "1 bytes of output dropped") != NULL);
+    CHECK(strcmp(s + n - 5, "6789X") == 0);
+    free(s);
+    outcap_release(&c);
+}
+
+TEST(utf8_sanitize_keeps_valid_text)
+{
+    const char *text = "h\xc3\xa9llo \xe2\x9c\x93 \xe6\x97\xa5 \xf0\x9f\x8e\x89";
+    size_t n;
+    char *s = utf8_sanitize(text, strlen(text), &n);
+    CHECK(n == strlen(text));
+    CHECK_STREQ(s, text);
+    free(s);
+    s = utf8_sanitize("\xf4\x90\x80\x80", 4, &n); /* past U+10FFFF */
+    CHECK(!strstr(s, "\xf4"));
+    free(s);
+    s = utf8_sanitize("", 0, &n);
+    CHECK(s && n == 0);
+    free(s);
+}
+
 TEST(utf8_sanitize_replaces_invalid_bytes)
 {
     size_t n;
@@ -91,6 +142,13 @@ TEST(parse_numbers_strictly)
     CHECK(parse_seconds("0", &ms) < 0);
     CHECK(parse_seconds("nan", &ms) < 0);
     CHECK(parse_seconds("1e99", &ms) < 0);
+    CHECK(parse_seconds("inf", &ms) < 0);
+    CHECK(parse_seconds("", &ms) < 0);
+    CHECK(parse_seconds("1s", &ms) < 0);
+    CHECK(parse_seconds("0.0001", &ms) == 0 && ms == 1); /* never rounds down to "no limit" */
+    CHECK(parse_seconds(".5", &ms) == 0 && ms == 500);
+    CHECK(parse_u64(" 1", &v) < 0);
+    CHECK(parse_u64("+1", &v) < 0);
 }
 
 TEST(safe_relative_paths)

@@ -1,8 +1,33 @@
 /* test-sandbox.c - unit tests for src/sandbox that need no privileges. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "runner.h"
 #include "sandbox/sandbox.h"
+
+/* A workspace as the file helpers see it: a plain directory of ours (no host, no mount). */
+static struct workspace *scratch_ws(void)
+{
+    static char tmpl[] = "/tmp/runcell-unit-XXXXXX";
+    struct workspace *ws = xcalloc(1, sizeof(*ws));
+    CHECK(mkdtemp(tmpl) != NULL);
+    ws->base = xstrdup(tmpl);
+    ws->dir = xasprintf("%s/work", tmpl);
+    ws->uid = ws->root_uid = geteuid();
+    ws->gid = getegid();
+    ws->uid_lock_fd = -1;
+    CHECK(mkdir(ws->dir, 0700) == 0);
+    return ws;
+}
+
+static char *ws_path(const struct workspace *ws, const char *rel)
+{
+    return xasprintf("%s/%s", ws->dir, rel);
+}
 
 static struct ws_entry ent(const char *path, uint64_t size, int64_t mtime)
 {
@@ -44,6 +69,102 @@ TEST(default_env_is_clean)
     }
     CHECK(home);
     strv_free(env);
+}
+
+TEST(openat_never_follows_links_out)
+{
+    struct workspace *ws = scratch_ws();
+    char *link = ws_path(ws, "escape");
+    CHECK(symlink("/etc", link) == 0);
+    CHECK(workspace_openat(ws, "escape/passwd", O_RDONLY, 0) == -ELOOP);
+    CHECK(workspace_openat(ws, "escape", O_RDONLY, 0) == -ELOOP);
+    CHECK(workspace_openat(ws, "../work/x", O_RDONLY, 0) == -EINVAL);
+    CHECK(workspace_openat(ws, "/etc/passwd", O_RDONLY, 0) == -EINVAL);
+    free(link);
+    workspace_free(ws);
+}
+
+TEST(copy_in_makes_parents_and_refuses_links)
+{
+    struct workspace *ws = scratch_ws();
+    CHECK(workspace_copy_in(ws, "/etc/hostname", "a/b/c.txt") == 0);
+    char *p = ws_path(ws, "a/b/c.txt");
+    struct stat st;
+    CHECK(stat(p, &st) == 0 && S_ISREG(st.st_mode));
+    free(p);
+    /* A link planted where a parent directory should be is not followed. */
+    char *outside = xasprintf("%s/outside", ws->base);
+    char *planted = xasprintf("%s/x.txt", outside);
+    char *link = ws_path(ws, "d");
+    CHECK(mkdir(outside, 0700) == 0);
+    CHECK(symlink(outside, link) == 0);
+    CHECK(workspace_copy_in(ws, "/etc/hostname", "d/x.txt") < 0);
+    CHECK(access(planted, F_OK) < 0 && errno == ENOENT);
+    free(link);
+    free(planted);
+    free(outside);
+    CHECK(workspace_copy_in(ws, "/nonexistent/file", "y") == -ENOENT);
+    CHECK(strstr(err_msg(), "/nonexistent/file") != NULL);
+    workspace_free(ws);
+}
+
+TEST(copy_out_copies_files_and_names_links)
+{
+    struct workspace *ws = scratch_ws();
+    CHECK(workspace_copy_in(ws, "/etc/hostname", "sub/h.txt") == 0);
+    char *link = ws_path(ws, "link");
+    CHECK(symlink("/etc/passwd", link) == 0);
+    char *out = xasprintf("%s/out", ws->base);
+    CHECK(workspace_copy_out(ws, "sub/h.txt", out) == 0);
+    char *copied = xasprintf("%s/sub/h.txt", out);
+    struct stat st;
+    CHECK(stat(copied, &st) == 0 && S_ISREG(st.st_mode));
+    CHECK(workspace_copy_out(ws, "link", out) == -ELOOP);
+    CHECK(strstr(err_msg(), "symbolic link") != NULL);
+    free(copied);
+    free(out);
+    free(link);
+    workspace_free(ws);
+}
+
+TEST(scan_lists_files_and_links_and_skips_tool_state)
+{
+    struct workspace *ws = scratch_ws();
+    CHECK(workspace_copy_in(ws, "/etc/hostname", "b/f") == 0);
+    CHECK(workspace_copy_in(ws, "/etc/hostname", "a") == 0);
+    CHECK(workspace_copy_in(ws, "/etc/hostname", ".cache/pip/x") == 0);
+    CHECK(workspace_copy_in(ws, "/etc/hostname", ".local/lib/y") == 0);
+    char *link = ws_path(ws, "l");
+    CHECK(symlink("a", link) == 0);
+    free(link);
+    char *empty = ws_path(ws, "emptydir");
+    CHECK(mkdir(empty, 0755) == 0);
+    free(empty);
+    struct ws_listing l;
+    CHECK(workspace_scan(ws, &l) == 0);
+    CHECK(l.n == 3 && !l.truncated);
+    CHECK_STREQ(l.v[0].path, "a");
+    CHECK_STREQ(l.v[1].path, "b/f");
+    CHECK_STREQ(l.v[2].path, "l");
+    CHECK(S_ISLNK(l.v[2].mode));
+    ws_listing_release(&l);
+    workspace_free(ws);
+}
+
+TEST(listing_diff_sees_replacement_and_mode_change)
+{
+    struct ws_entry b[] = {ent("a", 1, 1), ent("b", 1, 1)};
+    struct ws_entry a[] = {ent("a", 1, 1), ent("b", 1, 1)};
+    a[0].ino = 2;       /* same size and time, another file (rename over it) */
+    a[1].mode = 0100755; /* chmod +x */
+    struct ws_listing before = {.v = b, .n = 2}, after = {.v = a, .n = 2};
+    char **created, **modified, **deleted;
+    ws_listing_diff(&before, &after, &created, &modified, &deleted);
+    CHECK(strv_len(created) == 0 && strv_len(deleted) == 0);
+    CHECK(strv_len(modified) == 2);
+    strv_free(created);
+    strv_free(modified);
+    strv_free(deleted);
 }
 
 int main(int argc, char **argv)

@@ -85,3 +85,20 @@ int config_parse(const char *text, struct helper_config *cfg)
         return fail("bad sandbox configuration: extra_fds out of range");
     return 0;
 }
+
+void config_release(struct helper_config *cfg)
+{
+    free(cfg->root_dir);
+    free(cfg->workspace);
+    free(cfg->cwd);
+    free(cfg->hostname);
+    strv_free(cfg->cgroup_procs);
+    strv_free(cfg->argv);
+    strv_free(cfg->env);
+    for (size_t i = 0; i < cfg->n_binds; i++) {
+        free(cfg->binds[i].src);
+        free(cfg->binds[i].dst);
+    }
+    free(cfg->binds);
+    memset(cfg, 0, sizeof(*cfg));
+}

@@ -1,0 +1,758 @@
+"""test_run - the `runcell run` contract (DESIGN.md "CLI", "Result record"), driven through
+the real binary: languages and code sources, exit statuses, live streaming, the JSON record,
+the output cap, files in and out, the environment inside, bad input, cleanup after normal
+runs and after a SIGKILL of runcell, and the degraded (unprivileged) mode.
+
+No test depends on how fast this machine is: every timeout below only stops a hang.
+"""
+import json
+import os
+import re
+import select
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import unittest
+import uuid
+
+from rctest import RUNCELL, RuncellTestCase, TempDir, is_root, run_json, runcell
+
+HANG = 120  # seconds before a run that should end counts as hung
+
+
+def rec_of(p):
+    """The JSON record on the stdout of a finished `runcell run --json`."""
+    lines = [l for l in p.stdout.splitlines() if l.startswith("{")]
+    if not lines:
+        raise AssertionError("no JSON record; exit %d, stderr: %s" % (p.returncode, p.stderr))
+    return json.loads(lines[-1])
+
+
+def one_line(test, text):
+    """Asserts that text is exactly one non-empty line and returns it."""
+    lines = text.splitlines()
+    test.assertEqual(len(lines), 1, "expected one line on stderr, got: %r" % text)
+    test.assertTrue(lines[0].strip(), "empty error line")
+    return lines[0]
+
+
+# ---- what a sandbox leaves on the host: cgroups, mounts, processes ----
+
+def _own_cgroup(controller):
+    """Our path in the hierarchy listing controller ("" = the v2 line), as cgroup.c reads it."""
+    with open("/proc/self/cgroup") as f:
+        for line in f:
+            num, ctrls, path = line.rstrip("\n").split(":", 2)
+            if controller == "" and num == "0" and ctrls == "":
+                return path
+            if controller and controller in ctrls.split(","):
+                return path
+    return None
+
+
+def _cgroup_mount(controller):
+    """Mount point of the v1 hierarchy carrying controller, or of cgroup2 when None."""
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            left, _, right = line.partition(" - ")
+            fstype, _source, opts = right.split()[:3]
+            mnt = left.split()[4]
+            if controller is None and fstype == "cgroup2":
+                return mnt
+            if controller and fstype == "cgroup" and controller in opts.split(","):
+                return mnt
+    return None
+
+
+def cgroup_bases():
+    """The "runcell" base cgroups a runcell started from this process uses (existing ones)."""
+    bases = []
+    v2 = _cgroup_mount(None)
+    own = _own_cgroup("")
+    if v2 == "/sys/fs/cgroup" and own is not None:
+        bases.append(v2 + (own if own != "/" else "") + "/runcell")
+    for ctrl in ("memory", "pids", "cpu", "cpuacct"):
+        mnt, own = _cgroup_mount(ctrl), _own_cgroup(ctrl)
+        if mnt and own is not None:
+            bases.append(mnt + (own if own != "/" else "") + "/runcell")
+    return [b for b in bases if os.path.isdir(b)]
+
+
+def cgroups_of(pid):
+    """Sandbox cgroups named after the runcell process pid ("<pid>-<start>-<seq>")."""
+    found = []
+    for base in cgroup_bases():
+        found += [os.path.join(base, n) for n in os.listdir(base) if n.startswith("%d-" % pid)]
+    return found
+
+
+def mounts_below(prefix):
+    prefix = prefix.rstrip("/") + "/"
+    with open("/proc/self/mountinfo") as f:
+        return [l.split()[4] for l in f if l.split()[4].startswith(prefix)]
+
+
+def procs_with(token, but=()):
+    """Live (non-zombie) processes whose command line holds token, except the pids in but
+    (runcell's own command line holds the code too)."""
+    pids = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit() or int(d) in but:
+            continue
+        try:
+            with open("/proc/%s/cmdline" % d, "rb") as f:
+                cmd = f.read()
+            with open("/proc/%s/stat" % d) as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if token.encode() in cmd and state != "Z":
+            pids.append(int(d))
+    return pids
+
+
+def read_line(pipe, timeout=HANG):
+    """The first line from a Popen pipe, read from its fd so that a hang ends in a failure
+    rather than a stuck test. Returns (line, bytes read past it)."""
+    fd, got = pipe.fileno(), b""
+    end = time.monotonic() + timeout
+    while b"\n" not in got:
+        left = end - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            raise AssertionError("no line within %d s; got %r" % (timeout, got))
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            break
+        got += chunk
+    line, nl, rest = got.partition(b"\n")
+    return line + nl, rest
+
+
+def wait_until(cond, timeout=HANG):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return True
+        time.sleep(0.05)
+    return cond()
+
+
+def run_dir_entries(run_dir):
+    """What a runcell leaves in its run dir besides the uid slot locks."""
+    return sorted(n for n in os.listdir(run_dir) if n != "uids")
+
+
+# ---- the contract ----
+
+class Languages(RuncellTestCase):
+    def test_python_code(self):
+        p = runcell("run", "-c", "print(6 * 7)")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.stdout, "42\n")
+
+    def test_python_file_with_arguments(self):
+        with TempDir() as d:
+            os.makedirs(os.path.join(d, "sub"))
+            script = os.path.join(d, "sub", "prog.py")
+            with open(script, "w") as f:
+                f.write("import sys\nprint(sys.argv)\n")
+            p = runcell("run", script, "a", "b c", "--json")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        # The script runs under its own name; everything after it is the script's.
+        self.assertEqual(p.stdout, "['prog.py', 'a', 'b c', '--json']\n")
+
+    def test_python_stdin_with_arguments(self):
+        p = runcell("run", "-", "x", "y z", input="import sys\nprint(sys.argv[1:])\n")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.stdout, "['x', 'y z']\n")
+
+    def test_python_code_with_arguments(self):
+        p = runcell("run", "-c", "import sys; print(sys.argv[1:])", "1", "--two")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.stdout, "['1', '--two']\n")
+
+    def test_bash_code_file_and_stdin(self):
+        p = runcell("run", "--lang", "bash", "-c", 'echo "$1|$2"; exit 4', "p", "q r")
+        self.assertEqual((p.returncode, p.stdout), (4, "p|q r\n"), p.stderr)
+        with TempDir() as d:
+            script = os.path.join(d, "s.sh")
+            with open(script, "w") as f:
+                f.write('echo "$0|$1"; pwd\n')
+            p = runcell("run", "--lang", "bash", script, "arg")
+        self.assertEqual((p.returncode, p.stdout), (0, "s.sh|arg\n/workspace\n"), p.stderr)
+        p = runcell("run", "--lang", "bash", "-", "v", input='echo "got $1"\n')
+        self.assertEqual((p.returncode, p.stdout), (0, "got v\n"), p.stderr)
+
+    def test_bash_record(self):
+        rec, p = run_json("echo out; echo err >&2; exit 7", lang="bash")
+        self.assertEqual(p.returncode, 7)
+        self.assertStatus(rec, "error")
+        self.assertEqual((rec["stdout"], rec["stderr"], rec["exit_code"]), ("out\n", "err\n", 7))
+
+
+class ExitStatus(RuncellTestCase):
+    def test_program_status_is_passed_through(self):
+        for code, want in (("pass", 0), ("import sys; sys.exit(3)", 3), ("raise SystemExit(200)", 200)):
+            p = runcell("run", "-c", code)
+            self.assertEqual(p.returncode, want, "%s: %s" % (code, p.stderr))
+
+    def test_uncaught_exception_is_1_and_error(self):
+        rec, p = run_json("d = {}\nd['fare']")
+        self.assertEqual(p.returncode, 1)
+        self.assertStatus(rec, "error")
+        self.assertEqual(rec["exit_code"], 1)
+        self.assertIn("KeyError: 'fare'", rec["stderr"])
+        self.assertIn("Traceback", rec["stderr"])
+
+    def test_timeout_is_124(self):
+        rec, p = run_json("while True: pass", "--timeout", "1")
+        self.assertEqual(p.returncode, 124)
+        self.assertStatus(rec, "timeout")
+        self.assertIsNone(rec["exit_code"])
+        self.assertIn("timed out", rec["message"])
+        p = runcell("run", "--timeout", "0.5", "-c", "import time; time.sleep(100)")
+        self.assertEqual(p.returncode, 124)
+        self.assertIn("timed out", p.stderr)
+
+    def test_oom_is_137(self):
+        hog = "a = []\nwhile True: a.append(bytearray(1 << 20))"
+        rec, p = run_json(hog, "--memory", "64")
+        if rec["limits_degraded"]:
+            self.skipTest("no memory cgroup here (limits_degraded); see DegradedMode")
+        self.assertEqual(p.returncode, 137, rec)
+        self.assertStatus(rec, "oom")
+        self.assertEqual(rec["signal"], 9)
+        self.assertIsNone(rec["exit_code"])
+        p = runcell("run", "--memory", "64", "-c", hog)
+        self.assertEqual(p.returncode, 137)
+        self.assertIn("out of memory", p.stderr)
+
+    def test_signal_is_128_plus_n(self):
+        rec, p = run_json("import os; os.kill(os.getpid(), 15)")
+        self.assertEqual(p.returncode, 143)
+        self.assertStatus(rec, "killed")
+        self.assertEqual((rec["signal"], rec["exit_code"]), (15, None))
+
+    def test_segfault_is_139_crashed(self):
+        rec, p = run_json("import ctypes; ctypes.string_at(0)")
+        self.assertEqual(p.returncode, 139)
+        self.assertStatus(rec, "crashed")
+        self.assertEqual(rec["signal"], 11)
+
+    def test_sandbox_setup_failure_is_125(self):
+        with TempDir() as empty:
+            env = {"RUNCELL_LIBEXEC": empty}
+            p = runcell("run", "-c", "print('never')", env=env)
+            self.assertEqual(p.returncode, 125)
+            self.assertNotIn("never", p.stdout)
+            self.assertIn("runcell-sandbox", one_line(self, p.stderr))
+            p = runcell("run", "--json", "-c", "print('never')", env=env)
+        self.assertEqual(p.returncode, 125)
+        rec = rec_of(p)
+        self.assertStatus(rec, "sandbox_error")
+        self.assertIn("RUNCELL_LIBEXEC", rec["message"])
+
+    def test_sigterm_to_runcell_kills_the_sandbox(self):
+        token = uuid.uuid4().hex
+        p = subprocess.Popen([RUNCELL, "run", "--json", "-c",
+                              "import time; time.sleep(300) # " + token],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            self.assertTrue(wait_until(lambda: procs_with(token, but=(p.pid,))),
+                            "the sandbox never started")
+            p.send_signal(signal.SIGTERM)
+            out, err = p.communicate(timeout=HANG)
+        finally:
+            p.kill()
+        self.assertEqual(p.returncode, 143, err)
+        rec = json.loads(out)
+        self.assertStatus(rec, "killed")
+        self.assertTrue(wait_until(lambda: not procs_with(token)), "sandbox processes survived")
+
+
+class LiveOutput(RuncellTestCase):
+    def test_output_streams_before_the_end(self):
+        code = 'import time\nprint("first", flush=True)\ntime.sleep(3)\nprint("second")'
+        p = subprocess.Popen([RUNCELL, "run", "-c", code], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)
+        try:
+            first, early = read_line(p.stdout)
+            still_running = p.poll() is None
+            rest, err = p.communicate(timeout=HANG)
+        finally:
+            p.kill()
+        self.assertEqual(first, b"first\n")
+        self.assertTrue(still_running, "'first' only arrived when the run was over")
+        self.assertEqual((early + rest, p.returncode), (b"second\n", 0), err)
+
+    def test_stderr_streams_too(self):
+        code = 'import sys, time\nprint("err-first", file=sys.stderr)\ntime.sleep(3)'
+        p = subprocess.Popen([RUNCELL, "run", "-c", code], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)
+        try:
+            first, _ = read_line(p.stderr)
+            still_running = p.poll() is None
+            p.communicate(timeout=HANG)
+        finally:
+            p.kill()
+        self.assertEqual(first, b"err-first\n")
+        self.assertTrue(still_running)
+
+
+class Record(RuncellTestCase):
+    FIELDS = {"status", "stdout", "stderr", "truncated", "results", "error", "files",
+              "exit_code", "signal", "usage", "limits_degraded"}
+
+    def test_fields_of_a_successful_run(self):
+        rec, p = run_json("import sys\nprint('out')\nprint('err', file=sys.stderr)\n"
+                          "x = b'x' * (20 << 20)\nsum(range(10**6))")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.stdout.count("\n"), 1, "--json prints the record and nothing else")
+        self.assertLessEqual(self.FIELDS, set(rec))
+        self.assertStatus(rec, "ok")
+        self.assertEqual((rec["stdout"], rec["stderr"]), ("out\n", "err\n"))
+        self.assertEqual(rec["truncated"], {"stdout": False, "stderr": False})
+        self.assertEqual(rec["results"], [])
+        self.assertIsNone(rec["error"])
+        self.assertEqual(rec["files"], {"created": [], "modified": [], "deleted": []})
+        self.assertEqual((rec["exit_code"], rec["signal"]), (0, None))
+        u = rec["usage"]
+        self.assertGreater(u["wall_ms"], 0)
+        self.assertGreater(u["cpu_ms"], 0)
+        self.assertGreater(u["memory_peak_kb"], 0)
+        self.assertIsInstance(rec["limits_degraded"], bool)
+        if is_root() and not rec["limits_degraded"]:
+            # With a memory cgroup the peak counts the 20 MiB the program touched.
+            self.assertGreaterEqual(u["memory_peak_kb"], 20 << 10)
+        self.assertNotIn("message", rec)
+
+    def test_not_degraded_as_root_with_cgroups(self):
+        if not is_root():
+            self.skipTest("needs root")
+        rec, p = run_json("pass")
+        if not cgroup_bases():
+            self.skipTest("no runcell cgroup base on this host")
+        self.assertFalse(rec["limits_degraded"], "bases %s, stderr %s" % (cgroup_bases(), p.stderr))
+        self.assertNotIn("warning", p.stderr)
+
+    def test_output_cap_keeps_head_and_tail(self):
+        code = ("import sys\n"
+                "for i in range(50000):\n"
+                "    sys.stdout.write(('line %06d ' % i).ljust(99, 'x') + '\\n')\n"
+                "print('FINAL-LINE')\n")
+        total = 50000 * 100 + len("FINAL-LINE\n")
+        rec, p = run_json(code)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertStatus(rec, "ok")
+        self.assertEqual(rec["truncated"], {"stdout": True, "stderr": False})
+        out = rec["stdout"]
+        m = re.search(r"\n\[\.\.\. runcell: (\d+) bytes of output dropped \.\.\.\]\n", out)
+        self.assertIsNotNone(m, "no truncation marker")
+        head, tail = out[:m.start()], out[m.end():]
+        self.assertTrue(head.startswith("line 000000 "))
+        self.assertTrue(tail.endswith("FINAL-LINE\n"), "the program did not run to the end")
+        self.assertEqual(len(head) + int(m.group(1)) + len(tail), total)
+        self.assertLessEqual(len(head) + len(tail), 1 << 20)
+        self.assertGreater(len(head) + len(tail), (1 << 20) - 1024)
+
+    def test_output_cap_in_plain_mode(self):
+        code = ("import sys\n"
+                "for i in range(50000):\n"
+                "    sys.stdout.write(('line %06d ' % i).ljust(99, 'x') + '\\n')\n"
+                "print('FINAL-LINE')\n")
+        p = runcell("run", "-c", code)
+        self.assertEqual(p.returncode, 0, p.stderr[-2000:])
+        self.assertTrue(p.stdout.startswith("line 000000 "))
+        self.assertIn("bytes of output dropped", p.stdout)
+        self.assertTrue(p.stdout.endswith("FINAL-LINE\n"))
+        self.assertLess(len(p.stdout), (1 << 20) + 200)
+
+    def test_output_between_head_and_cap_is_all_printed(self):
+        # More than the live head (512 KiB) but less than the cap: nothing is dropped, in
+        # the record or on the terminal.
+        code = "import sys\nsys.stdout.write('x' * 600000)\nprint('END')"
+        p = runcell("run", "-c", code)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(len(p.stdout), 600004)
+        self.assertTrue(p.stdout.endswith("xEND\n"))
+        rec, _ = run_json(code)
+        self.assertEqual(rec["truncated"]["stdout"], False)
+        self.assertEqual(len(rec["stdout"]), 600004)
+
+    def test_stderr_cap(self):
+        code = "import sys\nsys.stderr.write('e' * (3 << 20))\nsys.stderr.write('LAST\\n')"
+        rec, p = run_json(code)
+        self.assertEqual(rec["truncated"], {"stdout": False, "stderr": True})
+        self.assertTrue(rec["stderr"].endswith("eLAST\n"))
+        self.assertIn("bytes of output dropped", rec["stderr"])
+
+
+class Text(RuncellTestCase):
+    UNI = "héllo ✓ 日本語 🎉"
+
+    def test_unicode_output(self):
+        code = "import sys\nprint(%r)\nprint(%r, file=sys.stderr)" % (self.UNI, self.UNI)
+        p = runcell("run", "-c", code)
+        self.assertEqual((p.stdout, p.stderr), (self.UNI + "\n", self.UNI + "\n"))
+        rec, _ = run_json(code)
+        self.assertEqual((rec["stdout"], rec["stderr"]), (self.UNI + "\n", self.UNI + "\n"))
+
+    def test_unicode_code_and_arguments(self):
+        p = runcell("run", "-c", "import sys; print('ü', sys.argv[1])", "ß→")
+        self.assertEqual(p.stdout, "ü ß→\n", p.stderr)
+
+    def test_invalid_utf8_is_repaired_in_json_only(self):
+        code = ("import sys\nsys.stdout.buffer.write(b'a\\xffb\\xc3\\n')\n"
+                "sys.stderr.buffer.write(b'\\xfe\\n')")
+        p = subprocess.run([RUNCELL, "run", "-c", code], capture_output=True, timeout=HANG)
+        self.assertEqual((p.stdout, p.stderr), (b"a\xffb\xc3\n", b"\xfe\n"))
+        rec, p = run_json(code)
+        self.assertEqual(rec["stdout"], "a\ufffdb\ufffd\n")
+        self.assertEqual(rec["stderr"], "\ufffd\n")
+        json.loads(p.stdout.encode("utf-8"))  # the record itself is valid UTF-8
+
+
+class Files(RuncellTestCase):
+    def test_inputs_outputs_and_changes(self):
+        with TempDir() as d:
+            for name, text in (("in.txt", "hello\n"), ("keep.txt", "keep\n"), ("del.txt", "x")):
+                with open(os.path.join(d, name), "w") as f:
+                    f.write(text)
+            out = os.path.join(d, "out", "not", "yet")  # --out creates it
+            code = ("import os\n"
+                    "assert open('data/sub/in.txt').read() == 'hello\\n'\n"
+                    "assert open('keep.txt').read() == 'keep\\n'\n"
+                    "open('data/sub/in.txt', 'a').write('more\\n')\n"
+                    "os.remove('del.txt')\n"
+                    "os.makedirs('res/deep')\n"
+                    "open('res/deep/r.txt', 'w').write('r')\n"
+                    "open('new.txt', 'w').write('n')\n")
+            rec, p = run_json(code, "--file", os.path.join(d, "in.txt") + ":data/sub/in.txt",
+                              "--file", os.path.join(d, "keep.txt"),
+                              "--file", os.path.join(d, "del.txt"), "--out", out)
+            self.assertStatus(rec, "ok")
+            self.assertEqual(rec["files"], {"created": ["new.txt", "res/deep/r.txt"],
+                                            "modified": ["data/sub/in.txt"],
+                                            "deleted": ["del.txt"]})
+            got = sorted(os.path.relpath(os.path.join(r, f), out)
+                         for r, _, fs in os.walk(out) for f in fs)
+            self.assertEqual(got, ["data/sub/in.txt", "new.txt", "res/deep/r.txt"])
+            with open(os.path.join(out, "data/sub/in.txt")) as f:
+                self.assertEqual(f.read(), "hello\nmore\n")
+            with open(os.path.join(out, "res/deep/r.txt")) as f:
+                self.assertEqual(f.read(), "r")
+            with open(os.path.join(d, "in.txt")) as f:
+                self.assertEqual(f.read(), "hello\n", "the host's input file was changed")
+
+    def test_script_is_not_reported_or_copied_out(self):
+        with TempDir() as d:
+            script = os.path.join(d, "job.py")
+            with open(script, "w") as f:
+                f.write("open('result.csv', 'w').write('a,b\\n')\n")
+            out = os.path.join(d, "out")
+            p = runcell("run", "--json", "--out", out, script)
+            rec = rec_of(p)
+            self.assertEqual(rec["files"]["created"], ["result.csv"])
+            self.assertEqual(os.listdir(out), ["result.csv"])
+            p = runcell("run", "--out", out, script)  # plain mode says what it wrote
+            self.assertEqual(p.returncode, 0)
+            self.assertIn("1 file written to %s: result.csv" % out, p.stderr)
+
+    def test_links_are_not_copied_out(self):
+        with TempDir() as d:
+            out = os.path.join(d, "out")
+            p = runcell("run", "--out", out, "-c",
+                        "import os\nopen('real.txt', 'w').write('r')\n"
+                        "os.symlink('/etc/passwd', 'link')\n")
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertEqual(os.listdir(out), ["real.txt"])
+            self.assertIn("1 file written to %s: real.txt\n" % out, p.stderr)
+            self.assertIn("link is a symbolic link", p.stderr)
+
+    def test_out_dir_with_nothing_produced(self):
+        with TempDir() as d:
+            out = os.path.join(d, "o")
+            p = runcell("run", "--out", out, "-c", "pass")
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertEqual(os.listdir(out) if os.path.isdir(out) else [], [])
+
+
+class Environment(RuncellTestCase):
+    def test_clean_environment_and_cwd(self):
+        code = "import os, json; print(json.dumps({'env': dict(os.environ), 'cwd': os.getcwd()}))"
+        p = runcell("run", "-c", code, env={"RUNCELL_TEST_CANARY": "leak-me",
+                                            "AWS_SECRET_ACCESS_KEY": "leak-me-too"})
+        self.assertEqual(p.returncode, 0, p.stderr)
+        got = json.loads(p.stdout)
+        env = got["env"]
+        self.assertEqual(got["cwd"], "/workspace")
+        self.assertEqual(env["HOME"], "/workspace")
+        self.assertEqual(env["LANG"], "C.UTF-8")
+        self.assertEqual(env["MPLBACKEND"], "Agg")
+        self.assertEqual(env["TMPDIR"], "/tmp")
+        self.assertIn("/usr/bin", env["PATH"].split(":"))
+        self.assertNotIn("RUNCELL_TEST_CANARY", env)
+        self.assertNotIn("AWS_SECRET_ACCESS_KEY", env)
+        self.assertNotIn("leak-me", json.dumps(env))
+
+    def test_bash_sees_the_same(self):
+        p = runcell("run", "--lang", "bash", "-c", 'echo "$HOME $PWD ${RUNCELL_TEST_CANARY:-absent}"',
+                    env={"RUNCELL_TEST_CANARY": "leak-me"})
+        self.assertEqual(p.stdout, "/workspace /workspace absent\n", p.stderr)
+
+
+class BadInput(RuncellTestCase):
+    """Each is one line on stderr naming the culprit, exit 2, and nothing run."""
+
+    def check(self, args, *needles, input=None):
+        p = runcell("run", *args, input=input)
+        self.assertEqual(p.returncode, 2, "%s: %s" % (args, p.stderr))
+        self.assertEqual(p.stdout, "", args)
+        line = one_line(self, p.stderr)
+        self.assertTrue(line.startswith("runcell run: "), line)
+        for n in needles:
+            self.assertIn(n, line, args)
+        return line
+
+    def test_unknown_options(self):
+        self.check(["--bogus", "-c", "pass"], "--bogus")
+        self.check(["-x", "-c", "pass"], "-x")
+        self.check(["--json=1", "-c", "pass"], "--json", "takes no value")
+
+    def test_option_without_value(self):
+        self.check(["--memory"], "--memory", "needs a value")
+        self.check(["--timeout"], "--timeout", "needs a value")
+        self.check(["-c"], "-c")
+
+    def test_missing_file(self):
+        self.check(["/nonexistent/prog.py"], "/nonexistent/prog.py")
+
+    def test_bad_numbers(self):
+        self.check(["--memory", "abc", "-c", "pass"], "--memory", "'abc'")
+        self.check(["--memory", "0", "-c", "pass"], "--memory", "'0'")
+        self.check(["--timeout", "-1", "-c", "pass"], "--timeout", "'-1'")
+        self.check(["--timeout", "0", "-c", "pass"], "--timeout", "'0'")
+        self.check(["--timeout", "nan", "-c", "pass"], "--timeout", "'nan'")
+        self.check(["--pids", "many", "-c", "pass"], "--pids", "'many'")
+        self.check(["--cpus", "-2", "-c", "pass"], "--cpus", "'-2'")
+
+    def test_binary_file(self):
+        with TempDir() as d:
+            path = os.path.join(d, "blob.py")
+            with open(path, "wb") as f:
+                f.write(b"print(1)\n\x00\x01\x02")
+            self.check([path], path, "not text")
+
+    def test_nul_on_stdin(self):
+        self.check(["-"], "stdin", "not text", input="print(1)\0\n")
+
+    def test_unknown_language(self):
+        self.check(["--lang", "cobol", "-c", "pass"], "--lang", "cobol")
+
+    def test_network_policy(self):
+        self.check(["--net", "allow:x", "-c", "pass"], "--net", "allow:x")
+
+    def test_file_options(self):
+        self.check(["--file", "/etc/hostname:../x", "-c", "pass"], "--file", "../x")
+        self.check(["--file", "/etc/hostname:a/../../b", "-c", "pass"], "--file", "a/../../b")
+        self.check(["--file", "/etc/hostname:/etc/x", "-c", "pass"], "--file", "/etc/x")
+        self.check(["--file", "/nonexistent/data.csv", "-c", "pass"], "--file",
+                   "/nonexistent/data.csv")
+        self.check(["--file", ":x", "-c", "pass"], "--file", "':x'")
+        self.check(["--file", "/etc", "-c", "pass"], "--file", "/etc")
+
+    def test_out_not_a_directory(self):
+        with TempDir() as d:
+            plain = os.path.join(d, "file")
+            open(plain, "w").close()
+            self.check(["--out", plain, "-c", "print('ran')"], "--out", plain)
+            self.check(["--out", plain + "/sub", "-c", "print('ran')"], "--out", plain + "/sub")
+
+    def test_no_code(self):
+        self.check([], "nothing to run")
+        self.check(["--json"], "nothing to run")
+
+
+class Cleanup(RuncellTestCase):
+    def runs(self, env):
+        """A mix of endings; returns the pids of the runcell processes."""
+        pids = []
+        with TempDir() as d:
+            src = os.path.join(d, "in.txt")
+            with open(src, "w") as f:
+                f.write("x")
+            cases = [
+                ["-c", "print(1)"],
+                ["--timeout", "1", "-c", "while True: pass"],
+                ["--memory", "64", "-c", "a = []\nwhile True: a.append(bytearray(1 << 20))"],
+                ["-c", "import ctypes; ctypes.string_at(0)"],
+                ["--file", src + ":a/b.txt", "--out", os.path.join(d, "o"), "-c",
+                 "open('c.txt', 'w').write('c')"],
+                ["--lang", "bash", "--timeout", "1", "-c", "sleep 100 & (sleep 100 &); sleep 100"],
+            ]
+            for args in cases:
+                p = subprocess.Popen([RUNCELL, "run", *args], env=dict(os.environ, **env),
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                pids.append(p.pid)
+                _, err = p.communicate(timeout=HANG)
+                self.assertNotIn(b"cannot", err, args)
+        return pids
+
+    def assertNothingLeft(self, run_dir, pids):
+        self.assertEqual(run_dir_entries(run_dir), [], "left in %s" % run_dir)
+        self.assertEqual(mounts_below(run_dir), [])
+        for pid in pids:
+            self.assertEqual(cgroups_of(pid), [], "cgroups left by runcell %d" % pid)
+
+    def test_nothing_left_after_runs(self):
+        with TempDir() as run_dir:
+            pids = self.runs({"RUNCELL_RUNDIR": run_dir})
+            self.assertNothingLeft(run_dir, pids)
+
+    def test_nothing_left_in_the_default_run_dir(self):
+        if not is_root():
+            self.skipTest("the default run dir /run/runcell is root's")
+        pids = self.runs({})
+        # Other runcell processes may share /run/runcell: look only at ours.
+        for pid in pids:
+            left = [n for n in os.listdir("/run/runcell") if n.startswith("%d-" % pid)]
+            self.assertEqual(left, [])
+            self.assertEqual(cgroups_of(pid), [])
+        self.assertEqual([m for m in mounts_below("/run/runcell")
+                          if any("/%d-" % pid in m for pid in pids)], [])
+
+    def test_timeout_kills_background_processes(self):
+        token = uuid.uuid4().hex
+        # Three sleeps named after the token: one in the background, one in a session of
+        # its own whose parent is gone, one in the foreground.
+        p = runcell("run", "--lang", "bash", "--timeout", "1", "-c",
+                    "(exec -a %s-1 sleep 300) & (setsid bash -c 'exec -a %s-2 sleep 301' &); "
+                    "exec -a %s-3 sleep 302" % (token, token, token))
+        self.assertEqual(p.returncode, 124, p.stderr)
+        self.assertTrue(wait_until(lambda: not procs_with(token)),
+                        "left running: %s" % procs_with(token))
+
+    def test_sigkill_of_runcell_is_swept_by_the_next_start(self):
+        if not is_root():
+            self.skipTest("needs root: workspace mounts and cgroups are root's")
+        token = uuid.uuid4().hex
+        with TempDir() as run_dir:
+            env = dict(os.environ, RUNCELL_RUNDIR=run_dir)
+            p = subprocess.Popen([RUNCELL, "run", "-c",
+                                  "import time\nprint('up', flush=True)\ntime.sleep(300) # " + token],
+                                 env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            try:
+                self.assertEqual(read_line(p.stdout)[0], b"up\n")
+                self.assertTrue(procs_with(token, but=(p.pid,)))
+                owner = run_dir_entries(run_dir)
+                self.assertEqual(len(owner), 1, owner)
+                self.assertTrue(owner[0].startswith("%d-" % p.pid))
+                self.assertTrue(mounts_below(run_dir), "no workspace mount while running")
+                cgroups = cgroups_of(p.pid)
+            finally:
+                p.kill()
+                p.communicate(timeout=HANG)  # reaped: its pid no longer names a live owner
+            # init has PDEATHSIG=SIGKILL: it dies with runcell and takes the namespace along.
+            self.assertTrue(wait_until(lambda: not procs_with(token)),
+                            "sandbox processes outlived runcell")
+            # Nobody has cleaned up yet.
+            self.assertEqual(run_dir_entries(run_dir), owner)
+            self.assertTrue(mounts_below(run_dir))
+            if is_root() and cgroup_bases():
+                self.assertTrue(cgroups, "the run had no cgroups to leave behind")
+            # The next start sweeps all of it.
+            q = subprocess.run([RUNCELL, "run", "-c", "print('next')"], env=env,
+                               capture_output=True, text=True, timeout=HANG)
+            self.assertEqual((q.returncode, q.stdout), (0, "next\n"), q.stderr)
+            self.assertEqual(run_dir_entries(run_dir), [])
+            self.assertEqual(mounts_below(run_dir), [])
+            self.assertEqual([c for c in cgroups if os.path.exists(c)], [])
+            self.assertEqual(cgroups_of(p.pid), [])
+
+
+UNPRIV = 65534
+
+
+def _asan_build():
+    with open(RUNCELL, "rb") as f:
+        return b"libasan.so" in f.read()
+
+
+class DegradedMode(RuncellTestCase):
+    """runcell as an unprivileged uid: user namespaces only, rlimits instead of cgroups."""
+
+    @classmethod
+    def setUpClass(cls):
+        if _asan_build():
+            raise unittest.SkipTest("sanitizer build: the address-space rlimit of degraded "
+                                    "mode starves AddressSanitizer's shadow mappings")
+        if not is_root():
+            raise unittest.SkipTest("needs root to switch to uid %d" % UNPRIV)
+        if not shutil.which("setpriv"):
+            raise unittest.SkipTest("setpriv (util-linux) is not installed")
+        probe = subprocess.run(cls.as_nobody(["unshare", "--user", "true"]),
+                               capture_output=True, text=True, timeout=HANG)
+        if probe.returncode != 0:
+            raise unittest.SkipTest("unprivileged user namespaces are unavailable here: "
+                                    + probe.stderr.strip())
+        # The binaries must be reachable by that uid: copy them next to each other.
+        cls.dir = tempfile.mkdtemp(prefix="runcell-degraded-")
+        os.chmod(cls.dir, 0o755)
+        for name in ("runcell", "runcell-sandbox"):
+            shutil.copy2(os.path.join(os.path.dirname(RUNCELL), name), cls.dir)
+        cls.run_dir = os.path.join(cls.dir, "run")
+        os.mkdir(cls.run_dir, 0o700)
+        os.chown(cls.run_dir, UNPRIV, UNPRIV)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    @staticmethod
+    def as_nobody(argv):
+        return ["setpriv", "--reuid=%d" % UNPRIV, "--regid=%d" % UNPRIV, "--clear-groups", *argv]
+
+    def run_nobody(self, *args):
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "RUNCELL_RUNDIR": self.run_dir}
+        return subprocess.run(self.as_nobody([os.path.join(self.dir, "runcell"), "run", *args]),
+                              capture_output=True, text=True, timeout=HANG, env=env, cwd="/")
+
+    def test_runs_sandboxed_with_one_warning(self):
+        p = self.run_nobody("-c", "import os; print(os.getuid(), os.getcwd(), os.listdir('/'))")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        uid, cwd, root = p.stdout.split(" ", 2)
+        self.assertEqual((uid, cwd), ("1000", "/workspace"))
+        self.assertNotIn("home", root)  # the sandbox's own root, not the host's
+        warning = one_line(self, p.stderr)
+        self.assertTrue(warning.startswith("runcell: warning:"), warning)
+        self.assertIn("degraded", warning)
+
+    def test_record_says_degraded(self):
+        p = self.run_nobody("--json", "-c", "print('hi')")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        rec = rec_of(p)
+        self.assertStatus(rec, "ok")
+        self.assertEqual(rec["stdout"], "hi\n")
+        self.assertIs(rec["limits_degraded"], True)
+        one_line(self, p.stderr)
+
+    def test_memory_hog_is_still_stopped(self):
+        p = self.run_nobody("--json", "--memory", "100", "-c",
+                            "a = []\nwhile True: a.append(bytearray(1 << 20))")
+        rec = rec_of(p)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn(rec["status"], ("error", "oom"), rec)
+        if rec["status"] == "error":
+            self.assertIn("MemoryError", rec["stderr"])
+        self.assertLess(rec["usage"]["memory_peak_kb"], 200 << 10)
+
+    def test_timeout_and_cleanup(self):
+        p = self.run_nobody("--timeout", "1", "-c", "while True: pass")
+        self.assertEqual(p.returncode, 124, p.stderr)
+        self.assertEqual(run_dir_entries(self.run_dir), [])
+
+
+if __name__ == "__main__":
+    unittest.main()
