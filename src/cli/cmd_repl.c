@@ -212,13 +212,14 @@ static void on_event(void *ctx, const struct exec_event *ev)
 static void run_input(struct repl *r, const char *code)
 {
     struct exec_record rec;
-    struct exec_request req = {.code = code, .lang = "python", .timeout_ms = r->o->timeout_ms};
+    struct exec_request req = {.code = code, .lang = "python", .timeout_ms = r->o->timeout_ms,
+                               .cancel_fd = sigint_pipe[0]};
     struct exec_sink sink = {.fn = on_event, .ctx = r};
     exec_record_init(&rec, DEFAULT_OUTPUT_CAP);
     r->cell++;
     r->images = 0;
     drain_sigint();
-    if (session_execute(r->s, &req, &sink, sigint_pipe[0], &rec) < 0)
+    if (session_execute(r->s, &req, &sink, &rec) < 0)
         fprintf(stderr, "runcell: %s\n", err_msg());
     else if (rec.message && rec.status != EXEC_OK)
         fprintf(stderr, "runcell: %s\n", rec.message);

@@ -332,15 +332,38 @@ static void copy_outputs(struct workspace *ws, const struct ws_listing *before, 
     if (workspace_scan(ws, &after) < 0)
         return;
     ws_listing_diff(before, &after, &created, &modified, &deleted);
+    struct buf names;
     size_t n = 0;
+    buf_init(&names, 0);
     for (int pass = 0; pass < 2; pass++)
         for (char **f = pass ? modified : created; *f; f++)
-            n += workspace_copy_out(ws, *f, dir) == 0;
-    fprintf(stderr, "runcell: %zu file%s written to %s\n", n, n == 1 ? "" : "s", dir);
+            if (workspace_copy_out(ws, *f, dir) == 0) {
+                buf_printf(&names, " %s", *f);
+                n++;
+            } else {
+                log_warn("msg=\"cannot copy out\" file=\"%s\" error=\"%s\"", *f, err_msg());
+            }
+    fprintf(stderr, "runcell: %zu file%s written to %s%s%s\n", n, n == 1 ? "" : "s", dir,
+            n ? ":" : "", names.data ? names.data : "");
+    buf_release(&names);
     strv_free(created);
     strv_free(modified);
     strv_free(deleted);
     ws_listing_release(&after);
+}
+
+/* Live output stops at the head of each stream; what comes after it (the marker naming the
+ * dropped bytes, if any, then the tail) is printed once the cell is done. */
+static void print_dropped_rest(const struct exec_record *rec)
+{
+    for (int stream = 1; stream <= 2; stream++) {
+        const struct outcap *c = stream == 1 ? &rec->out : &rec->err;
+        size_t n;
+        char *rest = outcap_render_rest(c, &n);
+        if (n)
+            forward_output(NULL, stream, rest, n);
+        free(rest);
+    }
 }
 
 static int run_cells(struct run_opts *o, struct session *s)
@@ -350,19 +373,23 @@ static int run_cells(struct run_opts *o, struct session *s)
     int status = 0;
     for (char **code = o->codes; *code && !cancel_signal; code++) {
         struct exec_record rec;
-        struct exec_request req = {.code = *code, .lang = o->lang, .timeout_ms = o->c.timeout_ms};
+        struct exec_request req = {.code = *code, .lang = o->lang, .timeout_ms = o->c.timeout_ms,
+                                   .cancel_fd = cancel_pipe[0]};
         exec_record_init(&rec, DEFAULT_OUTPUT_CAP);
         p.cell++;
         p.n_results = 0;
-        if (session_execute(s, &req, o->json ? NULL : &sink, cancel_pipe[0], &rec) < 0) {
+        if (session_execute(s, &req, o->json ? NULL : &sink, &rec) < 0) {
             fprintf(stderr, "runcell run: %s\n", err_msg());
             exec_record_release(&rec);
             return EXIT_USAGE;
         }
-        if (o->json)
+        if (o->json) {
             print_json_record(&rec);
-        else if (rec.message && rec.status != EXEC_OK)
-            fprintf(stderr, "runcell: cell %ld: %s\n", p.cell, rec.message);
+        } else {
+            print_dropped_rest(&rec);
+            if (rec.message && rec.status != EXEC_OK)
+                fprintf(stderr, "runcell: cell %ld: %s\n", p.cell, rec.message);
+        }
         bool failed = rec.status != EXEC_OK;
         bool exited = rec.error && !strcmp(json_string_value(json_object_get(rec.error, "name"))
                                            ?: "", "SystemExit");
@@ -382,7 +409,8 @@ static int execute_cells(struct run_opts *o)
     struct ws_listing before = {0};
     if (host_setup(&host, o->json) < 0)
         return 125;
-    struct session_opts so = {.limits = o->c.limits, .timeout_ms = o->c.timeout_ms};
+    struct session_opts so = {.limits = o->c.limits, .timeout_ms = o->c.timeout_ms,
+                              .argv = o->args};
     int status;
     if (session_new(&host, &so, &s) < 0) {
         fprintf(stderr, "runcell: cannot start the session: %s\n", err_msg());
@@ -415,9 +443,6 @@ int cmd_run(int argc, char **argv)
         r = check_out_dir("run", o.c.out_dir);
     /* Python -c code runs as cells; a single bash -c as a plain script. */
     bool cells = o.codes && (!strcmp(o.lang, "python") || strv_len(o.codes) > 1);
-    if (!r && cells && o.args)
-        r = usage_error("run", "arguments after -c cells are not supported; put them in the "
-                        "code, or run a FILE with arguments");
     if (!r && cells)
         r = execute_cells(&o);
     else if (!r)

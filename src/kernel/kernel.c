@@ -174,8 +174,8 @@ static void close_fds(int *fds, int n)
 }
 
 int kernel_start(struct sandbox_host *host, struct workspace *ws,
-                 const struct sandbox_limits *limits, uint64_t start_timeout_ms,
-                 struct kernel **ret)
+                 const struct sandbox_limits *limits, char *const *args,
+                 uint64_t start_timeout_ms, struct kernel **ret)
 {
     struct kernel *k = xcalloc(1, sizeof(*k));
     int sp[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1};
@@ -191,7 +191,11 @@ int kernel_start(struct sandbox_host *host, struct workspace *ws,
         r = err_set(errno, "cannot create the kernel's channels: %s", strerror(errno));
         goto fail;
     }
-    char *argv[] = {(char *)"/usr/bin/python3", (char *)"/.runcell/kernel.py", NULL};
+    _cleanup_strv_ char **argv = xcalloc(1, sizeof(char *));
+    argv = strv_push(argv, "/usr/bin/python3");
+    argv = strv_push(argv, "/.runcell/kernel.py");
+    for (char *const *a = args; a && *a; a++)
+        argv = strv_push(argv, *a);
     const char *binds[] = {kernel_dir, "/.runcell", NULL};
     int extra[] = {sp[1]};
     struct sandbox_spec spec = {

@@ -43,10 +43,11 @@ struct kernel {
 };
 
 /* Starts a kernel in a new sandbox on ws and waits (up to start_timeout_ms) for its hello.
+ * args (may be NULL) become the cells' sys.argv[1:].
  * 0 or -errno with err_msg(); *ret owned by the caller (kernel_free). */
 int kernel_start(struct sandbox_host *host, struct workspace *ws,
-                 const struct sandbox_limits *limits, uint64_t start_timeout_ms,
-                 struct kernel **ret);
+                 const struct sandbox_limits *limits, char *const *args,
+                 uint64_t start_timeout_ms, struct kernel **ret);
 /* Sends one execute request. 0 or -errno. */
 int kernel_send_execute(struct kernel *k, const char *code, const char *lang);
 /* Reads what is available on the control channel and calls cb for each complete frame.

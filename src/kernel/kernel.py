@@ -428,6 +428,8 @@ def main():
         sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), line_buffering=True)
     os.register_at_fork(after_in_child=after_fork_in_child)
     sys.modules["__main__"] = kernel.main
+    # Arguments given after the code (runcell run -c CODE ARGS...), as python -c has them.
+    sys.argv = ["-c"] + sys.argv[1:]
     kernel.serve()
 
 

@@ -23,6 +23,7 @@ struct session {
     long execution_count;
     uint64_t last_used_ms;
     char *python_version;
+    char **argv; /* our copy of opts.argv */
 };
 
 void session_opts_fill_defaults(struct session_opts *o)
@@ -46,7 +47,7 @@ static int start_kernel(struct session *s)
     struct kernel *k;
     /* The CPU-time rlimit is a backstop for a whole kernel's life, not one cell. */
     l.cpu_time_s = 0;
-    int r = kernel_start(s->host, s->ws, &l, s->opts.start_timeout_ms, &k);
+    int r = kernel_start(s->host, s->ws, &l, s->argv, s->opts.start_timeout_ms, &k);
     if (r < 0)
         return r;
     pthread_mutex_lock(&s->lock);
@@ -72,6 +73,10 @@ int session_new(struct sandbox_host *host, const struct session_opts *opts, stru
     s->host = host;
     s->opts = *opts;
     session_opts_fill_defaults(&s->opts);
+    s->argv = xcalloc(1, sizeof(char *));
+    for (char *const *a = opts->argv; a && *a; a++)
+        s->argv = strv_push(s->argv, *a);
+    s->opts.argv = s->argv;
     pthread_mutex_init(&s->lock, NULL);
     s->last_used_ms = now_ms();
     int r = workspace_new(host, s->opts.limits.disk_mb, &s->ws);
@@ -176,10 +181,13 @@ static void drain_pipes(struct kernel *k, struct exec_ctx *x)
 /* Runs the poll loop until the kernel says done, dies, or must be killed. Returns true when
  * the kernel is still alive and consistent. */
 static bool pump_until_done(struct session *s, struct kernel *k, struct exec_ctx *x,
-                            uint64_t timeout_ms, int cancel_fd, enum stop *ret_stop)
+                            const struct exec_request *req, enum stop *ret_stop)
 {
     double start = now_ms_f();
+    uint64_t timeout_ms = req->timeout_ms ? req->timeout_ms : s->opts.timeout_ms;
     double deadline = start + (double)timeout_ms, kill_at = 0;
+    bool has_cancel = req->cancel_fd > 0 || (req->cancel_fd == 0 && req->cancel_events);
+    short cancel_events = req->cancel_events ? req->cancel_events : POLLIN;
     bool out_open = true, err_open = true;
     enum stop stop = STOP_NONE;
     while (!x->done) {
@@ -196,7 +204,8 @@ static bool pump_until_done(struct session *s, struct kernel *k, struct exec_ctx
                                 {.fd = out_open ? k->out_fd : -1, .events = POLLIN},
                                 {.fd = err_open ? k->err_fd : -1, .events = POLLIN},
                                 {.fd = k->sb->status_fd, .events = POLLIN},
-                                {.fd = stop ? -1 : cancel_fd, .events = POLLIN}};
+                                {.fd = stop || !has_cancel ? -1 : req->cancel_fd,
+                                 .events = cancel_events}};
         int n = poll(pfd, 5, (int)(until - now) + 1);
         if (n < 0 && errno != EINTR)
             break;
@@ -337,7 +346,7 @@ static void end(struct session *s)
 }
 
 static void run_cell(struct session *s, const struct exec_request *req,
-                     const struct exec_sink *sink, int cancel_fd, struct exec_record *rec)
+                     const struct exec_sink *sink, struct exec_record *rec)
 {
     struct kernel *k = s->k;
     struct exec_ctx x = {.rec = rec, .sink = sink};
@@ -352,8 +361,7 @@ static void run_cell(struct session *s, const struct exec_request *req,
     if (kernel_send_execute(k, req->code, req->lang ? req->lang : "python") < 0) {
         rec->status = EXEC_CRASHED;
         rec->message = xstrdup(err_msg());
-    } else if (pump_until_done(s, k, &x, req->timeout_ms ? req->timeout_ms : s->opts.timeout_ms,
-                               cancel_fd, &stop)) {
+    } else if (pump_until_done(s, k, &x, req, &stop)) {
         record_done(rec, x.done, stop);
     } else {
         /* A kernel that died by itself leaves init to report how; one that must go is
@@ -382,7 +390,7 @@ static void run_cell(struct session *s, const struct exec_request *req,
 }
 
 int session_execute(struct session *s, const struct exec_request *req,
-                    const struct exec_sink *sink, int cancel_fd, struct exec_record *rec)
+                    const struct exec_sink *sink, struct exec_record *rec)
 {
     if (!req->code)
         return err_set(EINVAL, "no code to execute");
@@ -398,7 +406,7 @@ int session_execute(struct session *s, const struct exec_request *req,
         end(s);
         return 0;
     }
-    run_cell(s, req, sink, cancel_fd, rec);
+    run_cell(s, req, sink, rec);
     if (rec->state == STATE_LOST) {
         stop_kernel(s);
         if (start_kernel(s) < 0)
@@ -476,5 +484,6 @@ void session_free(struct session *s)
     workspace_free(s->ws);
     pthread_mutex_destroy(&s->lock);
     free(s->python_version);
+    strv_free(s->argv);
     free(s);
 }

@@ -111,6 +111,7 @@ struct session_opts {
     uint64_t interrupt_grace_ms; /* after SIGINT, before the kernel is killed */
     uint64_t start_timeout_ms;
     size_t output_cap;
+    char *const *argv; /* sys.argv[1:] of the kernel (sys.argv[0] is "-c"); borrowed */
 };
 void session_opts_fill_defaults(struct session_opts *o);
 
@@ -133,6 +134,10 @@ struct exec_request {
     const char *code;
     const char *lang;    /* "python" (default) or "bash" */
     uint64_t timeout_ms; /* 0 = the session's default */
+    int cancel_fd;       /* interrupts the cell when it polls ready; -1 (or 0 when
+                          * cancel_events is 0 too) for none */
+    short cancel_events; /* poll events for cancel_fd: 0 = POLLIN (a pipe); POLLRDHUP for
+                          * a client socket that hangs up */
 };
 
 struct session;
@@ -143,11 +148,11 @@ int session_new(struct sandbox_host *host, const struct session_opts *opts, stru
 /* Runs one cell and fills rec (initialised by the caller). Returns 0 when rec describes the
  * execution (whatever its status), -EBUSY when another execution is running (never queued),
  * -ESHUTDOWN when the session is closed, -EINVAL for a bad request (err_msg() says why).
- * sink may be NULL; cancel_fd (or -1) readable or hung up interrupts the cell. A kernel that
- * dies (timeout past the grace, out of memory, crash) is replaced by a fresh one on the same
- * workspace, and the record says state "lost". */
+ * sink may be NULL; req->cancel_fd interrupts the cell. A kernel that dies (timeout past the
+ * grace, out of memory, crash) is replaced by a fresh one on the same workspace, and the
+ * record says state "lost". */
 int session_execute(struct session *s, const struct exec_request *req,
-                    const struct exec_sink *sink, int cancel_fd, struct exec_record *rec);
+                    const struct exec_sink *sink, struct exec_record *rec);
 /* Interrupts the running cell, if any (KeyboardInterrupt). Safe from any thread. */
 int session_interrupt(struct session *s);
 /* A fresh interpreter on the same files. -EBUSY while a cell runs. */
@@ -162,5 +167,37 @@ const char *session_python_version(struct session *s);
 const struct session_opts *session_options(struct session *s);
 /* Kills the kernel and removes the workspace; NULL is a no-op. */
 void session_free(struct session *s);
+
+/* ---- the session table of a server: ids, reference counts, idle expiry ---- */
+
+struct session_table;
+
+/* max_sessions: live sessions at most (0 = unlimited). *ret owned by the caller. */
+struct session_table *session_table_new(struct sandbox_host *host, size_t max_sessions);
+/* Starts the idle reaper thread (checks every interval_ms). */
+int session_table_start_reaper(struct session_table *t, uint64_t interval_ms);
+/* Creates and registers a session. Returns 0 and its id (caller frees), -EAGAIN when the
+ * table is full, or the session's creation error. */
+int session_table_create(struct session_table *t, const struct session_opts *opts,
+                         char **ret_id);
+/* Looks up a live session and takes a reference (release it with session_table_release).
+ * NULL with *ret_err = -ENOENT (never existed or closed) or -ETIME (expired for idleness). */
+struct session *session_table_acquire(struct session_table *t, const char *id, int *ret_err);
+void session_table_release(struct session_table *t, struct session *s);
+/* Closes a session: gone from the table at once, freed when the last reference goes.
+ * 0 or -ENOENT. */
+int session_table_remove(struct session_table *t, const char *id);
+/* Calls fn for each live session under the table lock (fn must not call back into t). */
+void session_table_foreach(struct session_table *t,
+                           void (*fn)(void *ctx, const char *id, struct session *s,
+                                      uint64_t created_ms),
+                           void *ctx);
+size_t session_table_count(struct session_table *t);
+/* Interrupts every running cell (shutdown). */
+void session_table_interrupt_all(struct session_table *t);
+/* Number of sessions running a cell now. */
+size_t session_table_busy_count(struct session_table *t);
+/* Stops the reaper, closes every session, frees the table; NULL is a no-op. */
+void session_table_free(struct session_table *t);
 
 #endif

@@ -199,12 +199,23 @@ class ExitStatus(RuncellTestCase):
             self.assertEqual(p.returncode, want, "%s: %s" % (code, p.stderr))
 
     def test_uncaught_exception_is_1_and_error(self):
+        # -c code runs as a cell: the exception is the record's error, the CLI exits 1.
         rec, p = run_json("d = {}\nd['fare']")
         self.assertEqual(p.returncode, 1)
         self.assertStatus(rec, "error")
-        self.assertEqual(rec["exit_code"], 1)
+        self.assertEqual((rec["error"]["name"], rec["error"]["value"]), ("KeyError", "'fare'"))
+        self.assertIn("KeyError: 'fare'", rec["error"]["traceback"])
+        self.assertIsNone(rec["exit_code"])
+        # A script is a process: its status is 1 and the traceback is on its stderr.
+        with TempDir() as d:
+            script = os.path.join(d, "fail.py")
+            with open(script, "w") as f:
+                f.write("d = {}\nd['fare']\n")
+            p = runcell("run", "--json", script)
+        rec = json.loads(p.stdout)
+        self.assertEqual((p.returncode, rec["exit_code"]), (1, 1))
+        self.assertStatus(rec, "error")
         self.assertIn("KeyError: 'fare'", rec["stderr"])
-        self.assertIn("Traceback", rec["stderr"])
 
     def test_timeout_is_124(self):
         rec, p = run_json("while True: pass", "--timeout", "1")
@@ -256,8 +267,8 @@ class ExitStatus(RuncellTestCase):
 
     def test_sigterm_to_runcell_kills_the_sandbox(self):
         token = uuid.uuid4().hex
-        p = subprocess.Popen([RUNCELL, "run", "--json", "-c",
-                              "import time; time.sleep(300) # " + token],
+        p = subprocess.Popen([RUNCELL, "run", "--json", "--lang", "bash", "-c",
+                              "sleep 300; : " + token],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             self.assertTrue(wait_until(lambda: procs_with(token, but=(p.pid,))),
@@ -314,10 +325,12 @@ class Record(RuncellTestCase):
         self.assertStatus(rec, "ok")
         self.assertEqual((rec["stdout"], rec["stderr"]), ("out\n", "err\n"))
         self.assertEqual(rec["truncated"], {"stdout": False, "stderr": False})
-        self.assertEqual(rec["results"], [])
+        # -c code is a cell: the last expression's value is a result, no process exited.
+        self.assertEqual(rec["results"], [{"text/plain": "499999500000"}])
         self.assertIsNone(rec["error"])
         self.assertEqual(rec["files"], {"created": [], "modified": [], "deleted": []})
-        self.assertEqual((rec["exit_code"], rec["signal"]), (0, None))
+        self.assertEqual((rec["exit_code"], rec["signal"]), (None, None))
+        self.assertEqual((rec["state"], rec["execution_count"]), ("kept", 1))
         u = rec["usage"]
         self.assertGreater(u["wall_ms"], 0)
         self.assertGreater(u["cpu_ms"], 0)
@@ -404,8 +417,8 @@ class Text(RuncellTestCase):
         self.assertEqual(p.stdout, "ü ß→\n", p.stderr)
 
     def test_invalid_utf8_is_repaired_in_json_only(self):
-        code = ("import sys\nsys.stdout.buffer.write(b'a\\xffb\\xc3\\n')\n"
-                "sys.stderr.buffer.write(b'\\xfe\\n')")
+        code = ("import sys\n_ = sys.stdout.buffer.write(b'a\\xffb\\xc3\\n')\n"
+                "_ = sys.stderr.buffer.write(b'\\xfe\\n')")
         p = subprocess.run([RUNCELL, "run", "-c", code], capture_output=True, timeout=HANG)
         self.assertEqual((p.stdout, p.stderr), (b"a\xffb\xc3\n", b"\xfe\n"))
         rec, p = run_json(code)
@@ -640,8 +653,8 @@ class Cleanup(RuncellTestCase):
         token = uuid.uuid4().hex
         with TempDir() as run_dir:
             env = dict(os.environ, RUNCELL_RUNDIR=run_dir)
-            p = subprocess.Popen([RUNCELL, "run", "-c",
-                                  "import time\nprint('up', flush=True)\ntime.sleep(300) # " + token],
+            p = subprocess.Popen([RUNCELL, "run", "--lang", "bash", "-c",
+                                  "echo up; sleep 300; : " + token],
                                  env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
             try:
                 self.assertEqual(read_line(p.stdout)[0], b"up\n")
@@ -702,6 +715,9 @@ class DegradedMode(RuncellTestCase):
         os.chmod(cls.dir, 0o755)
         for name in ("runcell", "runcell-sandbox"):
             shutil.copy2(os.path.join(os.path.dirname(RUNCELL), name), cls.dir)
+        shutil.copytree(os.path.join(os.path.dirname(RUNCELL), "kernel"),
+                        os.path.join(cls.dir, "kernel"))
+        subprocess.run(["chmod", "-R", "a+rX", cls.dir], check=True)
         cls.run_dir = os.path.join(cls.dir, "run")
         os.mkdir(cls.run_dir, 0o700)
         os.chown(cls.run_dir, UNPRIV, UNPRIV)
@@ -744,8 +760,8 @@ class DegradedMode(RuncellTestCase):
         rec = rec_of(p)
         self.assertNotEqual(p.returncode, 0)
         self.assertIn(rec["status"], ("error", "oom"), rec)
-        if rec["status"] == "error":
-            self.assertIn("MemoryError", rec["stderr"])
+        if rec["status"] == "error":  # -c is a cell: the exception is the record's error
+            self.assertEqual(rec["error"]["name"], "MemoryError")
         self.assertLess(rec["usage"]["memory_peak_kb"], 200 << 10)
 
     def test_timeout_and_cleanup(self):

@@ -1,0 +1,147 @@
+/* api-int.h - internals of the HTTP server, shared by its files only. */
+#ifndef RUNCELL_API_INT_H
+#define RUNCELL_API_INT_H
+
+#include <jansson.h>
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "api/api.h"
+
+struct metrics;
+
+struct server {
+    const struct server_config *cfg;
+    struct sandbox_host host;
+    struct session_table *table;
+    struct metrics *metrics;
+    struct MHD_Daemon *mhd;
+    char *token;
+    atomic_size_t executions; /* running now */
+    atomic_bool shutting_down;
+};
+
+/* A request in flight; lives from the first access-handler call to the completion
+ * callback. */
+struct request {
+    struct server *srv;
+    struct MHD_Connection *conn;
+    const struct route *route;
+    char *params[2];   /* {id}, {path} as matched */
+    struct buf body;   /* JSON request body, capped */
+    bool body_too_large;
+    struct upload *upload; /* PUT of a file: streamed to disk */
+    int status;        /* as sent, for the log */
+    double t0_ms;
+    char *session_id;  /* for the log */
+    bool responded;
+};
+
+enum route_flags {
+    ROUTE_NO_AUTH = 1 << 0,
+    ROUTE_STREAM_BODY = 1 << 1, /* the body goes to route->upload, not into rq->body */
+};
+
+struct route {
+    const char *method;
+    const char *pattern; /* segments; "{id}" one segment, "{path}" the rest */
+    enum MHD_Result (*handle)(struct request *rq);
+    unsigned flags;
+    /* ROUTE_STREAM_BODY only: called for each chunk, then handle() at the end. */
+    int (*upload)(struct request *rq, const char *data, size_t n);
+};
+
+/* ---- replies (http.c): every error goes through api_error, the one place that maps
+ * internal errors to an HTTP status and a JSON error code. ---- */
+enum api_err {
+    AE_BAD_REQUEST,   /* 400 bad_request */
+    AE_BAD_PATH,      /* 400 bad_path */
+    AE_UNAUTHORIZED,  /* 401 unauthorized */
+    AE_NOT_FOUND,     /* 404 not_found */
+    AE_EXPIRED,       /* 404 expired */
+    AE_METHOD,        /* 405 method_not_allowed */
+    AE_BUSY,          /* 409 busy */
+    AE_TOO_LARGE,     /* 413 too_large */
+    AE_LIMIT,         /* 429 limit_exceeded */
+    AE_INTERNAL,      /* 500 internal */
+    AE_SANDBOX,       /* 503 sandbox_error */
+    AE_SHUTTING_DOWN, /* 503 shutting_down */
+};
+enum MHD_Result api_error(struct request *rq, enum api_err e, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Maps -errno (with err_msg()) to the right api_err. */
+enum MHD_Result api_errno(struct request *rq, int err);
+/* Sends j (reference stolen) with status. */
+enum MHD_Result reply_json(struct request *rq, unsigned status, json_t *j);
+enum MHD_Result reply_response(struct request *rq, unsigned status, struct MHD_Response *r);
+/* The parsed JSON body, or NULL after replying 400 (bad JSON, not an object). An empty
+ * body is an empty object. */
+json_t *body_json(struct request *rq);
+
+/* Field checking for request bodies: unknown fields and wrong types are 400s that name
+ * the field. */
+enum field_type { F_STRING, F_NUMBER, F_INT, F_BOOL, F_OBJECT, F_ARRAY };
+struct field {
+    const char *name;
+    enum field_type type;
+};
+/* Returns true when every key of obj is a known field of the right type; else replies
+ * 400 and returns false. */
+bool check_fields(struct request *rq, json_t *obj, const struct field *fields, size_t n);
+/* Seconds field into milliseconds, checked against (0, max_ms]; true when absent too. */
+bool get_seconds(struct request *rq, json_t *obj, const char *name, uint64_t max_ms,
+                 uint64_t *ret_ms);
+bool get_count(struct request *rq, json_t *obj, const char *name, uint64_t max,
+               uint64_t *ret);
+
+/* ---- route handlers ---- */
+enum MHD_Result h_session_create(struct request *rq);
+enum MHD_Result h_session_list(struct request *rq);
+enum MHD_Result h_session_get(struct request *rq);
+enum MHD_Result h_session_delete(struct request *rq);
+enum MHD_Result h_session_interrupt(struct request *rq);
+enum MHD_Result h_session_restart(struct request *rq);
+enum MHD_Result h_execute(struct request *rq);
+enum MHD_Result h_oneshot(struct request *rq);
+enum MHD_Result h_files_list(struct request *rq);
+enum MHD_Result h_file_get(struct request *rq);
+enum MHD_Result h_file_put(struct request *rq);
+int h_file_put_chunk(struct request *rq, const char *data, size_t n);
+enum MHD_Result h_file_delete(struct request *rq);
+enum MHD_Result h_healthz(struct request *rq);
+enum MHD_Result h_metrics(struct request *rq);
+/* Frees what h_file_put_chunk left behind when the request ends early. */
+void upload_abort(struct request *rq);
+
+/* Takes a reference on the {id} session, or replies 404/expired and returns NULL. */
+struct session *acquire_session(struct request *rq);
+/* A session's JSON description. */
+json_t *session_info(const char *id, struct session *s, uint64_t created_ms);
+/* Session options from a create (or one-shot) body, validated against the server's maxima;
+ * false after replying 400. */
+bool session_opts_from_json(struct request *rq, json_t *body, struct session_opts *o);
+/* The NDJSON event for an execution event; caller decrefs. */
+json_t *exec_event_json(const struct exec_event *ev);
+/* Takes one of the server's execution slots; false after replying 429. */
+bool execution_slot_take(struct request *rq);
+void execution_slot_give(struct request *rq);
+
+/* ---- metrics (metrics.c) ---- */
+struct metrics *metrics_new(void);
+void metrics_free(struct metrics *m);
+void metrics_execution(struct metrics *m, enum exec_status status, double seconds);
+void metrics_session_created(struct metrics *m, double seconds);
+void metrics_sandbox_failure(struct metrics *m);
+void metrics_request(struct metrics *m, unsigned status);
+/* Prometheus text exposition; caller frees. */
+char *metrics_render(struct metrics *m, size_t live_sessions, size_t running_executions);
+
+/* ---- auth (auth.c) ---- */
+/* The server's token: cfg->token, RUNCELL_TOKEN, DATA/token, or a new one written to
+ * DATA/token (0600); *ret_generated tells which. 0 or -errno with err_msg(). */
+int token_load(const char *data_dir, const char *given, char **ret, bool *ret_generated);
+/* Compares in time independent of where the strings differ. */
+bool token_equal(const char *a, const char *b);
+
+#endif

@@ -1,0 +1,43 @@
+/* api.h - runcell's HTTP/JSON server (`runcell serve`): the contract for the CLI. */
+#ifndef RUNCELL_API_H
+#define RUNCELL_API_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "session/session.h"
+
+/* What a request may ask for at most, and how much the server takes on. */
+struct server_limits {
+    size_t max_sessions;
+    size_t max_executions;   /* running at once, across sessions and one-shot runs */
+    size_t max_connections;
+    uint64_t max_body_bytes;   /* JSON request bodies */
+    uint64_t max_upload_bytes; /* one file upload */
+    uint64_t max_memory_mb;
+    uint64_t max_pids;
+    uint64_t max_disk_mb;
+    uint64_t max_cpus_milli;
+    uint64_t max_timeout_ms;
+    uint64_t max_idle_timeout_ms;
+};
+void server_limits_fill_defaults(struct server_limits *l);
+
+struct server_config {
+    const char *listen;     /* "HOST:PORT", default 127.0.0.1:8080 */
+    const char *data_dir;   /* token and state; created 0700 */
+    const char *token;      /* NULL: RUNCELL_TOKEN, then DATA/token, else generated */
+    struct server_limits limits;
+    struct session_opts defaults; /* for sessions that do not say */
+    uint64_t shutdown_grace_ms;   /* running cells get this long on SIGTERM */
+};
+
+/* Runs the server until SIGTERM or SIGINT, then shuts down gracefully. Returns the process
+ * exit status (0 after a clean shutdown), printing what failed to stderr otherwise. */
+int server_run(const struct server_config *cfg);
+
+/* The default data directory: RUNCELL_DATA, else /var/lib/runcell as root, else
+ * $XDG_DATA_HOME/runcell or ~/.local/share/runcell. Caller frees. */
+char *default_data_dir(void);
+
+#endif

@@ -1,0 +1,285 @@
+/* table.c - a server's sessions by id: references so a close never frees a session under
+ * a running request, an idle reaper, and tombstones so an expired id says "expired". */
+#include "session/session.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <string.h>
+#include <time.h>
+
+#define TOMBSTONES 4096
+
+struct entry {
+    char *id;
+    struct session *s;
+    uint64_t created_ms;
+    int refs;
+    bool removed;
+    struct entry *next;
+};
+
+struct session_table {
+    struct sandbox_host *host;
+    size_t max_sessions;
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    struct entry *head;
+    size_t count;
+    char *tombstones[TOMBSTONES]; /* ids expired for idleness, most recent last (a ring) */
+    size_t tomb_next;
+    pthread_t reaper;
+    bool reaper_running;
+    bool stopping;
+    uint64_t reap_interval_ms;
+};
+
+struct session_table *session_table_new(struct sandbox_host *host, size_t max_sessions)
+{
+    struct session_table *t = xcalloc(1, sizeof(*t));
+    t->host = host;
+    t->max_sessions = max_sessions;
+    pthread_mutex_init(&t->lock, NULL);
+    pthread_cond_init(&t->wake, NULL);
+    return t;
+}
+
+static struct entry *find(struct session_table *t, const char *id)
+{
+    for (struct entry *e = t->head; e; e = e->next)
+        if (!e->removed && !strcmp(e->id, id))
+            return e;
+    return NULL;
+}
+
+static struct entry *find_session(struct session_table *t, struct session *s)
+{
+    for (struct entry *e = t->head; e; e = e->next)
+        if (e->s == s)
+            return e;
+    return NULL;
+}
+
+/* Unlinks and frees e; the caller holds the lock and e has no references. The session is
+ * freed outside the lock, as killing a kernel takes a while. */
+static struct session *unlink_entry(struct session_table *t, struct entry *e)
+{
+    for (struct entry **p = &t->head; *p; p = &(*p)->next) {
+        if (*p == e) {
+            *p = e->next;
+            break;
+        }
+    }
+    struct session *s = e->s;
+    free(e->id);
+    free(e);
+    return s;
+}
+
+int session_table_create(struct session_table *t, const struct session_opts *opts,
+                         char **ret_id)
+{
+    pthread_mutex_lock(&t->lock);
+    bool full = t->max_sessions && t->count >= t->max_sessions;
+    if (!full)
+        t->count++; /* reserve the place while the kernel starts */
+    pthread_mutex_unlock(&t->lock);
+    if (full)
+        return err_set(EAGAIN, "the server holds its maximum of %zu live sessions; close one "
+                       "or wait for idle ones to expire", t->max_sessions);
+    struct session *s;
+    int r = session_new(t->host, opts, &s);
+    if (r < 0) {
+        pthread_mutex_lock(&t->lock);
+        t->count--;
+        pthread_mutex_unlock(&t->lock);
+        return r;
+    }
+    struct entry *e = xcalloc(1, sizeof(*e));
+    e->id = random_hex(12);
+    e->s = s;
+    e->created_ms = now_realtime_ms();
+    pthread_mutex_lock(&t->lock);
+    e->next = t->head;
+    t->head = e;
+    pthread_mutex_unlock(&t->lock);
+    *ret_id = xstrdup(e->id);
+    return 0;
+}
+
+static bool is_tombstone(struct session_table *t, const char *id)
+{
+    for (size_t i = 0; i < TOMBSTONES; i++)
+        if (t->tombstones[i] && !strcmp(t->tombstones[i], id))
+            return true;
+    return false;
+}
+
+struct session *session_table_acquire(struct session_table *t, const char *id, int *ret_err)
+{
+    pthread_mutex_lock(&t->lock);
+    struct entry *e = find(t, id);
+    struct session *s = NULL;
+    if (e) {
+        e->refs++;
+        s = e->s;
+    } else {
+        *ret_err = is_tombstone(t, id) ? -ETIME : -ENOENT;
+    }
+    pthread_mutex_unlock(&t->lock);
+    return s;
+}
+
+void session_table_release(struct session_table *t, struct session *s)
+{
+    struct session *to_free = NULL;
+    pthread_mutex_lock(&t->lock);
+    struct entry *e = find_session(t, s);
+    if (e && --e->refs == 0 && e->removed)
+        to_free = unlink_entry(t, e);
+    pthread_mutex_unlock(&t->lock);
+    session_free(to_free);
+}
+
+static struct session *remove_locked(struct session_table *t, struct entry *e)
+{
+    e->removed = true;
+    t->count--;
+    return e->refs == 0 ? unlink_entry(t, e) : NULL;
+}
+
+int session_table_remove(struct session_table *t, const char *id)
+{
+    pthread_mutex_lock(&t->lock);
+    struct entry *e = find(t, id);
+    struct session *to_free = NULL;
+    if (e) {
+        /* A running cell stops now; its request returns and drops the last reference. */
+        session_interrupt(e->s);
+        to_free = remove_locked(t, e);
+    }
+    pthread_mutex_unlock(&t->lock);
+    session_free(to_free);
+    return e ? 0 : -ENOENT;
+}
+
+void session_table_foreach(struct session_table *t,
+                           void (*fn)(void *ctx, const char *id, struct session *s,
+                                      uint64_t created_ms),
+                           void *ctx)
+{
+    pthread_mutex_lock(&t->lock);
+    for (struct entry *e = t->head; e; e = e->next)
+        if (!e->removed)
+            fn(ctx, e->id, e->s, e->created_ms);
+    pthread_mutex_unlock(&t->lock);
+}
+
+size_t session_table_count(struct session_table *t)
+{
+    pthread_mutex_lock(&t->lock);
+    size_t n = t->count;
+    pthread_mutex_unlock(&t->lock);
+    return n;
+}
+
+size_t session_table_busy_count(struct session_table *t)
+{
+    size_t n = 0;
+    pthread_mutex_lock(&t->lock);
+    for (struct entry *e = t->head; e; e = e->next)
+        n += session_busy(e->s);
+    pthread_mutex_unlock(&t->lock);
+    return n;
+}
+
+void session_table_interrupt_all(struct session_table *t)
+{
+    pthread_mutex_lock(&t->lock);
+    for (struct entry *e = t->head; e; e = e->next)
+        session_interrupt(e->s);
+    pthread_mutex_unlock(&t->lock);
+}
+
+/* Removes the sessions idle past their idle timeout; returns how many. */
+static int reap_idle(struct session_table *t)
+{
+    uint64_t now = now_ms();
+    int n = 0;
+    for (;;) {
+        struct session *victim = NULL;
+        pthread_mutex_lock(&t->lock);
+        for (struct entry *e = t->head; e && !victim; e = e->next) {
+            if (e->removed || e->refs || session_busy(e->s))
+                continue;
+            uint64_t idle = now - session_last_used_ms(e->s);
+            if (idle < session_options(e->s)->idle_timeout_ms)
+                continue;
+            free(t->tombstones[t->tomb_next]);
+            t->tombstones[t->tomb_next] = xstrdup(e->id);
+            t->tomb_next = (t->tomb_next + 1) % TOMBSTONES;
+            log_info("msg=\"session expired\" session=%s idle_ms=%llu", e->id,
+                     (unsigned long long)idle);
+            victim = remove_locked(t, e);
+        }
+        pthread_mutex_unlock(&t->lock);
+        if (!victim)
+            return n;
+        session_free(victim);
+        n++;
+    }
+}
+
+static void *reaper_main(void *arg)
+{
+    struct session_table *t = arg;
+    pthread_mutex_lock(&t->lock);
+    while (!t->stopping) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        uint64_t ns = (uint64_t)ts.tv_nsec + t->reap_interval_ms * 1000000;
+        ts.tv_sec += (time_t)(ns / 1000000000);
+        ts.tv_nsec = (long)(ns % 1000000000);
+        pthread_cond_timedwait(&t->wake, &t->lock, &ts);
+        if (t->stopping)
+            break;
+        pthread_mutex_unlock(&t->lock);
+        reap_idle(t);
+        pthread_mutex_lock(&t->lock);
+    }
+    pthread_mutex_unlock(&t->lock);
+    return NULL;
+}
+
+int session_table_start_reaper(struct session_table *t, uint64_t interval_ms)
+{
+    t->reap_interval_ms = interval_ms ? interval_ms : 1000;
+    int r = pthread_create(&t->reaper, NULL, reaper_main, t);
+    if (r)
+        return err_set(r, "cannot start the idle reaper: %s", strerror(r));
+    t->reaper_running = true;
+    return 0;
+}
+
+void session_table_free(struct session_table *t)
+{
+    if (!t)
+        return;
+    pthread_mutex_lock(&t->lock);
+    t->stopping = true;
+    pthread_cond_broadcast(&t->wake);
+    pthread_mutex_unlock(&t->lock);
+    if (t->reaper_running)
+        pthread_join(t->reaper, NULL);
+    while (t->head) {
+        struct entry *e = t->head;
+        t->head = e->next;
+        session_free(e->s);
+        free(e->id);
+        free(e);
+    }
+    for (size_t i = 0; i < TOMBSTONES; i++)
+        free(t->tombstones[i]);
+    pthread_cond_destroy(&t->wake);
+    pthread_mutex_destroy(&t->lock);
+    free(t);
+}
