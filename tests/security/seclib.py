@@ -9,6 +9,7 @@ last stdout line for the host side to parse.
 import glob
 import json
 import os
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
@@ -102,3 +103,20 @@ def runcell_leftovers(pid):
                 left.append("mount " + mnt)
     left += ["run dir " + p for p in glob.glob("/run/runcell/%d-*" % pid)]
     return left
+
+
+def run_record(*args, timeout=180, **kw):
+    """Runs `runcell ARGS...` (which should include --json); returns (record, exit status,
+    runcell's pid) so a test can look for what that process left behind."""
+    p = subprocess.Popen([RUNCELL, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, **kw)
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.communicate()
+        raise
+    lines = [l for l in out.splitlines() if l.startswith("{")]
+    if not lines:
+        raise AssertionError("no JSON record; exit %d, stderr: %s" % (p.returncode, err))
+    return json.loads(lines[-1]), p.returncode, p.pid
