@@ -17,6 +17,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 from rctest import PY, RUNCELL, run_json, runcell  # noqa: E402  (path set up above)
 
 BUILD_DIR = os.path.dirname(os.path.dirname(RUNCELL))
+# runcell's runtime directory when it runs as root (the suite's normal setting).
+RUN_DIR = os.environ.get("RUNCELL_RUNDIR", "/run/runcell")
 ATTACK_BIN = os.environ.get("RUNCELL_ATTACK_BIN", os.path.join(BUILD_DIR, "tests", "attack"))
 
 PRELUDE = r'''
@@ -82,11 +84,11 @@ def own_cgroup_dirs():
                 continue
             if ctrls:
                 for c in ctrls.split(","):
-                    d = "/sys/fs/cgroup/%s%s" % (c, path)
+                    d = "/sys/fs/cgroup/%s%s" % (c, path.rstrip("/"))
                     if os.path.isdir(d):
                         dirs.append(d)
             elif os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
-                dirs.append("/sys/fs/cgroup" + path)
+                dirs.append("/sys/fs/cgroup" + path.rstrip("/"))
     return sorted(set(dirs))
 
 
@@ -101,7 +103,7 @@ def runcell_leftovers(pid):
             mnt = line.split()[4]
             if "/runcell/%d-" % pid in mnt:
                 left.append("mount " + mnt)
-    left += ["run dir " + p for p in glob.glob("/run/runcell/%d-*" % pid)]
+    left += ["run dir " + p for p in glob.glob("%s/%d-*" % (RUN_DIR, pid))]
     return left
 
 
