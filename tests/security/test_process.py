@@ -74,6 +74,28 @@ report({"uid": idmap("/proc/self/uid_map"), "gid": idmap("/proc/self/gid_map")})
             self.assertNotEqual(inside[0], inside[1000])
 
 
+class CoreDumps(RuncellTestCase):
+    def test_crashes_leave_no_core_and_the_limit_cannot_be_raised(self):
+        res, _ = probe(self, """
+import resource, signal
+try:
+    resource.setrlimit(resource.RLIMIT_CORE, (1 << 30, 1 << 30))
+    raised = "ok"
+except (ValueError, OSError) as e:
+    raised = type(e).__name__
+pid = os.fork()
+if pid == 0:
+    os.kill(os.getpid(), signal.SIGSEGV)
+    os._exit(0)
+_, st = os.waitpid(pid, 0)
+report({"limit": resource.getrlimit(resource.RLIMIT_CORE), "raise": raised,
+        "dumped": os.WCOREDUMP(st), "signal": os.WTERMSIG(st),
+        "files": sorted(os.listdir("/workspace")) + sorted(os.listdir("/tmp"))})
+""")
+        self.assertEqual(res, {"limit": [0, 0], "raise": "ValueError", "dumped": False,
+                               "signal": 11, "files": []})
+
+
 class Inheritance(RuncellTestCase):
     def test_only_stdio_fds_are_open(self):
         res, _ = probe(self, """
