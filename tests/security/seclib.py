@@ -14,7 +14,8 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "lib"))
-from rctest import PY, RUNCELL, run_json, runcell  # noqa: E402  (path set up above)
+# PY and runcell are re-exported for the test modules.
+from rctest import PY, RUNCELL, run_json, runcell  # noqa: E402,F401
 
 BUILD_DIR = os.path.dirname(os.path.dirname(RUNCELL))
 # runcell's runtime directory when it runs as root (the suite's normal setting).

@@ -2,7 +2,6 @@
 as the unprivileged user nobody). The record must say limits_degraded, the isolation must
 hold, and rlimits must still contain bombs."""
 import json
-import os
 import shutil
 import subprocess
 import unittest

@@ -4,14 +4,12 @@ chroot escapes, Landlock, /dev and /sys, setuid binaries, and links planted for 
 Every attack runs inside the sandbox and must fail in a named way."""
 import json
 import os
-import shutil
 import stat
-import tempfile
 import unittest
 import uuid
 
-from seclib import PRELUDE, probe, runcell
-from rctest import RuncellTestCase, TempDir, is_root
+from seclib import probe, runcell
+from rctest import RuncellTestCase, TempDir
 
 
 class HostSecrets(RuncellTestCase):

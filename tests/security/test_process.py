@@ -9,11 +9,10 @@ import signal
 import socket
 import subprocess
 import termios
-import time
 import unittest
 import uuid
 
-from seclib import PRELUDE, RUNCELL, host_pids_with, probe, run_json, runcell
+from seclib import PRELUDE, RUNCELL, host_pids_with, probe, runcell
 from rctest import RuncellTestCase, is_root
 
 SECBITS_LOCKED = 0xEF  # NOROOT, NO_SETUID_FIXUP, KEEP_CAPS_LOCKED, NO_CAP_AMBIENT_RAISE + locks
