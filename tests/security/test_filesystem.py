@@ -63,6 +63,21 @@ report({"root": oserr(os.listdir, "/proc/1/root"), "root_etc": oserr(os.stat, "/
         self.assertEqual(res["list"], "EACCES")
 
 
+class ProcKnobs(RuncellTestCase):
+    def test_kernel_knobs_in_proc_are_not_writable(self):
+        # /proc/sys belongs to the host's root, which is not mapped in the sandbox: a
+        # core_pattern pipe, for one, would run a program of the sandbox's choice as root.
+        knobs = ["/proc/sys/kernel/core_pattern", "/proc/sys/vm/drop_caches",
+                 "/proc/sys/kernel/hostname", "/proc/sys/kernel/randomize_va_space",
+                 "/proc/sys/net/ipv4/ip_forward"]
+        res, _ = probe(self, """
+report({"write": {p: oserr(open, p, "w") for p in %r},
+        "kmsg": oserr(open, "/proc/kmsg", "rb")})
+""" % knobs)
+        self.assertEqual(res["write"], {p: "EACCES" for p in knobs})
+        self.assertEqual(res["kmsg"], "EACCES")
+
+
 class ReadOnlyRoot(RuncellTestCase):
     CODE = """
 def create(p):
