@@ -2,8 +2,10 @@
 as the unprivileged user nobody). The record must say limits_degraded, the isolation must
 hold, and rlimits must still contain bombs."""
 import json
+import os
 import shutil
 import subprocess
+import tempfile
 import unittest
 
 from seclib import PRELUDE, RUNCELL, probe
@@ -137,6 +139,26 @@ report({"workspace": fill("/workspace/big"), "tmp": fill("/tmp/big")})
         self.assertEqual(res["workspace"], [8 << 20, "EFBIG"])
         self.assertIn(res["tmp"][1], ("EFBIG", "ENOSPC"))
         self.assertLessEqual(res["tmp"][0], 8 << 20)
+
+
+    def test_workspace_removal_never_follows_planted_links(self):
+        # Without root the workspace is a plain host directory that runcell deletes after the
+        # run, as the same user that owns the victim below: a removal that followed the
+        # planted links would take the victim with it.
+        victim = tempfile.mkdtemp(prefix="rc-victim-")
+        self.addCleanup(shutil.rmtree, victim, ignore_errors=True)
+        with open(os.path.join(victim, "precious"), "w") as f:
+            f.write("keep me")
+        os.chown(victim, NOBODY, NOBODY)
+        os.chown(os.path.join(victim, "precious"), NOBODY, NOBODY)
+        self.probe("""
+os.symlink(VICTIM, "/workspace/link")
+os.makedirs("/workspace/deep/er")
+os.symlink(VICTIM, "/workspace/deep/er/link")
+os.symlink(VICTIM + "/precious", "/workspace/file_link")
+report({})
+""".replace("VICTIM", repr(victim)))
+        self.assertTrue(os.path.isfile(os.path.join(victim, "precious")))
 
 
 class RootWithoutCgroups(RuncellTestCase):
