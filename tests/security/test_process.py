@@ -12,7 +12,7 @@ import termios
 import unittest
 import uuid
 
-from seclib import PRELUDE, RUNCELL, host_pids_with, probe, runcell
+from seclib import PRELUDE, PY, RUNCELL, host_pids_with, probe, runcell
 from rctest import RuncellTestCase, is_root
 
 SECBITS_LOCKED = 0xEF  # NOROOT, NO_SETUID_FIXUP, KEEP_CAPS_LOCKED, NO_CAP_AMBIENT_RAISE + locks
@@ -164,7 +164,7 @@ report({"tty_nr": int(f[4]), "tpgid": int(f[5]), "sid_is_pid": os.getsid(0) == o
         self.addCleanup(os.close, master)
         self.addCleanup(os.close, slave)
         # Control: a process started this way does have the terminal.
-        ctl = subprocess.run([PY_HOST, "-c", PRELUDE + self.STAT], stdin=slave,
+        ctl = subprocess.run([PY, "-c", PRELUDE + self.STAT], stdin=slave,
                              capture_output=True, text=True, timeout=60,
                              preexec_fn=self._take_tty(slave))
         control = json.loads(ctl.stdout.splitlines()[-1])
@@ -178,8 +178,6 @@ report({"tty_nr": int(f[4]), "tpgid": int(f[5]), "sid_is_pid": os.getsid(0) == o
         self.assertEqual(res, {"tty_nr": 0, "tpgid": -1, "sid_is_pid": True,
                                "isatty": [False, False, False], "dev_tty": "ENOENT"})
 
-
-PY_HOST = "/usr/bin/python3"
 
 
 class HostName(RuncellTestCase):
