@@ -38,6 +38,17 @@ static const char *const denied[] = {
     "query_module", "afs_syscall", "vserver", "modify_ldt",
 };
 
+/* Denied calls newer than the libseccomp that may be linked (Debian 12's 2.5.4 cannot resolve
+ * these names, and a name it cannot resolve would silently get no rule). Calls added since 5.1
+ * have one number on every architecture (alpha and mips add a fixed offset), so the number
+ * stands in for the name. */
+static const struct {
+    const char *name;
+    int nr;
+} denied_by_number[] = {
+    {"open_tree_attr", 467}, /* 6.15: open_tree() that can also set mount attributes */
+};
+
 static const unsigned long ns_flags[] = {CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID,
                                          CLONE_NEWNET, CLONE_NEWIPC, CLONE_NEWUTS,
                                          CLONE_NEWCGROUP, CLONE_NEWTIME};
@@ -62,6 +73,11 @@ static int add_rules(scmp_filter_ctx ctx)
         int nr = seccomp_syscall_resolve_name(denied[i]);
         if (nr != __NR_SCMP_ERROR)
             r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), nr, 0);
+    }
+    for (size_t i = 0; !r && i < ARRAY_SIZE(denied_by_number); i++) {
+        int nr = seccomp_syscall_resolve_name(denied_by_number[i].name);
+        r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM),
+                             nr != __NR_SCMP_ERROR ? nr : denied_by_number[i].nr, 0);
     }
     /* clone3 passes its flags in memory a filter cannot read: make libc fall back to clone,
      * whose flags it can. */

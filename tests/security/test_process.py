@@ -1,0 +1,298 @@
+"""The sandboxed process itself: credentials, inherited fds and environment, what /proc
+shows, the controlling terminal, the host name, signals across the boundary, kill(-1), and
+a daemon that tries to outlive its run."""
+import fcntl
+import json
+import os
+import pty
+import signal
+import socket
+import subprocess
+import termios
+import unittest
+import uuid
+
+from seclib import PRELUDE, PY, RUNCELL, host_pids_with, probe, runcell
+from rctest import RuncellTestCase, is_root
+
+SECBITS_LOCKED = 0xEF  # NOROOT, NO_SETUID_FIXUP, KEEP_CAPS_LOCKED, NO_CAP_AMBIENT_RAISE + locks
+
+
+class Credentials(RuncellTestCase):
+    def test_status_shows_no_capabilities_no_new_privs_and_seccomp(self):
+        res, _ = probe(self, """
+st = dict(l.split(":", 1) for l in open("/proc/self/status").read().splitlines() if ":" in l)
+keys = ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb", "NoNewPrivs", "Seccomp", "Uid",
+        "Gid", "Groups"]
+_libc.prctl.restype = ctypes.c_int
+report({k: " ".join(st[k].split()) for k in keys} |
+       {"securebits": _libc.prctl(27, 0, 0, 0, 0)})   # PR_GET_SECUREBITS
+""")
+        self.assertEqual(res, {
+            "CapInh": "0000000000000000", "CapPrm": "0000000000000000",
+            "CapEff": "0000000000000000", "CapBnd": "0000000000000000",
+            "CapAmb": "0000000000000000", "NoNewPrivs": "1", "Seccomp": "2",
+            "Uid": "1000 1000 1000 1000", "Gid": "1000 1000 1000 1000", "Groups": "",
+            "securebits": SECBITS_LOCKED})
+
+    def test_privileges_cannot_be_regained(self):
+        res, _ = probe(self, """
+class Hdr(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+class Data(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                ("inheritable", ctypes.c_uint32)]
+hdr = Hdr(0x20080522, 0)
+data = (Data * 2)()
+data[0].effective = data[0].permitted = 0xffffffff
+report({"setuid0": oserr(os.setuid, 0), "setgid0": oserr(os.setgid, 0),
+        "setgroups": oserr(os.setgroups, [0]),
+        "capset": sc(126, ctypes.byref(hdr), data),
+        "ambient_raise": sc(157, 47, 2, 21, 0, 0),        # PR_CAP_AMBIENT_RAISE CAP_SYS_ADMIN
+        "securebits_clear": sc(157, 28, 0, 0, 0, 0),      # PR_SET_SECUREBITS 0
+        "no_new_privs_clear": sc(157, 38, 0, 0, 0, 0)})   # PR_SET_NO_NEW_PRIVS 0
+""")
+        self.assertEqual(res, {"setuid0": "EPERM", "setgid0": "EPERM", "setgroups": "EPERM",
+                               "capset": "EPERM", "ambient_raise": "EPERM",
+                               "securebits_clear": "EPERM", "no_new_privs_clear": "EINVAL"})
+
+    def test_sandbox_user_maps_to_a_host_uid_of_its_own(self):
+        if not is_root():
+            self.skipTest("per-workspace host uids are used only when runcell runs as root")
+        res, _ = probe(self, """
+def idmap(p):
+    return [l.split() for l in open(p).read().splitlines()]
+report({"uid": idmap("/proc/self/uid_map"), "gid": idmap("/proc/self/gid_map")})
+""")
+        for m in (res["uid"], res["gid"]):
+            inside = {int(r[0]): int(r[1]) for r in m}
+            self.assertEqual(sorted(inside), [0, 1000], m)  # nothing else, host root unmapped
+            for host_id in inside.values():
+                self.assertGreaterEqual(host_id, 1000000000, m)
+            self.assertEqual([r[2] for r in m], ["1", "1"])
+            self.assertNotEqual(inside[0], inside[1000])
+
+
+class CoreDumps(RuncellTestCase):
+    def test_crashes_leave_no_core_and_the_limit_cannot_be_raised(self):
+        res, _ = probe(self, """
+import resource, signal
+try:
+    resource.setrlimit(resource.RLIMIT_CORE, (1 << 30, 1 << 30))
+    raised = "ok"
+except (ValueError, OSError) as e:
+    raised = type(e).__name__
+pid = os.fork()
+if pid == 0:
+    os.kill(os.getpid(), signal.SIGSEGV)
+    os._exit(0)
+_, st = os.waitpid(pid, 0)
+report({"limit": resource.getrlimit(resource.RLIMIT_CORE), "raise": raised,
+        "dumped": os.WCOREDUMP(st), "signal": os.WTERMSIG(st),
+        "files": sorted(os.listdir("/workspace")) + sorted(os.listdir("/tmp"))})
+""")
+        self.assertEqual(res, {"limit": [0, 0], "raise": "ValueError", "dumped": False,
+                               "signal": 11, "files": []})
+
+
+class Inheritance(RuncellTestCase):
+    def test_only_stdio_fds_are_open(self):
+        res, _ = probe(self, """
+listed = sorted(int(n) for n in os.listdir("/proc/self/fd"))
+report({"listed": listed, "three_after": oserr(os.fstat, 3),
+        "targets": [os.readlink("/proc/self/fd/%d" % fd)[:5] for fd in (0, 1, 2)],
+        "open_above": [fd for fd in range(3, 4096) if oserr(os.fstat, fd) != "EBADF"]})
+""")
+        # os.listdir itself holds fd 3 while it reads; it is closed again right after.
+        self.assertEqual(res["listed"], [0, 1, 2, 3])
+        self.assertEqual(res["three_after"], "EBADF")
+        self.assertEqual(res["open_above"], [])
+        self.assertEqual(res["targets"], ["/dev/", "pipe:", "pipe:"])
+
+    def test_host_environment_does_not_reach_the_sandbox(self):
+        secret = "rc-env-" + uuid.uuid4().hex
+        res, _ = probe(self, """
+blob = open("/proc/self/environ", "rb").read()
+report({"env": dict(os.environ), "in_environ_file": SECRET.encode() in blob})
+""".replace("SECRET", repr(secret)), env={"RC_CANARY_SECRET": secret, "AWS_SECRET_ACCESS_KEY":
+                                        secret, "RUNCELL_TOKEN": secret, "HOME": "/root"})
+        self.assertFalse(res["in_environ_file"])
+        self.assertNotIn(secret, json.dumps(res["env"]))
+        for k in ("RC_CANARY_SECRET", "AWS_SECRET_ACCESS_KEY", "RUNCELL_TOKEN"):
+            self.assertNotIn(k, res["env"])
+        self.assertEqual(res["env"]["HOME"], "/workspace")
+        self.assertEqual(res["env"]["USER"], "sandbox")
+
+
+class ProcView(RuncellTestCase):
+    def test_proc_lists_only_the_sandbox_processes(self):
+        res, _ = probe(self, """
+import subprocess
+child = subprocess.Popen(["sleep", "30"])
+pids = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
+comms = {p: open("/proc/%d/comm" % p).read().strip() for p in pids}
+child.kill()
+child.wait()
+report({"pids": pids, "comms": comms, "me": os.getpid(), "child": child.pid,
+        "host_pid": oserr(os.stat, "/proc/%d" % HOSTPID)})
+""".replace("HOSTPID", str(os.getpid())))
+        self.assertEqual(res["pids"], [1, res["me"], res["child"]])
+        self.assertEqual(res["comms"][str(res["child"])], "sleep")
+        self.assertEqual(res["comms"][str(res["me"])], "python3")
+        self.assertEqual(res["me"], 2)
+        if os.getpid() not in (1, 2, res["child"]):
+            self.assertEqual(res["host_pid"], "ENOENT")
+
+
+class Terminal(RuncellTestCase):
+    STAT = """
+f = open("/proc/self/stat").read().rsplit(")", 1)[1].split()
+report({"tty_nr": int(f[4]), "tpgid": int(f[5]), "sid_is_pid": os.getsid(0) == os.getpid(),
+        "isatty": [os.isatty(fd) for fd in (0, 1, 2)],
+        "dev_tty": oserr(os.open, "/dev/tty", os.O_RDWR)})
+"""
+
+    @staticmethod
+    def _take_tty(slave):
+        def setup():
+            os.setsid()
+            fcntl.ioctl(slave, termios.TIOCSCTTY, 0)
+        return setup
+
+    def test_no_controlling_terminal_even_when_runcell_has_one(self):
+        master, slave = pty.openpty()
+        self.addCleanup(os.close, master)
+        self.addCleanup(os.close, slave)
+        # Control: a process started this way does have the terminal.
+        ctl = subprocess.run([PY, "-c", PRELUDE + self.STAT], stdin=slave,
+                             capture_output=True, text=True, timeout=60,
+                             preexec_fn=self._take_tty(slave))
+        control = json.loads(ctl.stdout.splitlines()[-1])
+        self.assertNotEqual(control["tty_nr"], 0, "control process got no terminal")
+        p = subprocess.run([RUNCELL, "run", "--json", "-c", PRELUDE + self.STAT], stdin=slave,
+                           capture_output=True, text=True, timeout=120,
+                           preexec_fn=self._take_tty(slave))
+        rec = json.loads(p.stdout.splitlines()[-1])
+        self.assertStatus(rec, "ok")
+        res = json.loads(rec["stdout"].splitlines()[-1])
+        self.assertEqual(res, {"tty_nr": 0, "tpgid": -1, "sid_is_pid": True,
+                               "isatty": [False, False, False], "dev_tty": "ENOENT"})
+
+
+
+class HostName(RuncellTestCase):
+    def test_hostname_is_the_sandbox_own_and_cannot_be_changed(self):
+        res, _ = probe(self, """
+import socket
+report({"name": socket.gethostname(), "proc": open("/proc/sys/kernel/hostname").read().strip(),
+        "sethostname": sc(170, b"pwned", 5), "setdomainname": sc(171, b"pwned", 5),
+        "after": socket.gethostname()})
+""")
+        self.assertNotEqual(res["name"], socket.gethostname())
+        self.assertEqual(res, {"name": "runcell", "proc": "runcell", "sethostname": "EPERM",
+                               "setdomainname": "EPERM", "after": "runcell"})
+
+
+class Signals(RuncellTestCase):
+    def test_signals_to_init_and_host_processes_fail(self):
+        marker = "rc-sigtarget-" + uuid.uuid4().hex
+        target = subprocess.Popen(["/bin/bash", "-c", "exec -a %s sleep 300" % marker])
+        self.addCleanup(target.wait)
+        self.addCleanup(target.kill)
+        res, _ = probe(self, """
+import signal
+r = {}
+for name, pid in (("host_target", TARGET), ("host_test", TEST)):
+    r[name + "_kill"] = oserr(os.kill, pid, signal.SIGKILL)
+    r[name + "_pidfd"] = sc(434, pid, 0)
+for sig in (signal.SIGTERM, signal.SIGKILL, signal.SIGUSR1, 0):
+    r["init_%d" % sig] = oserr(os.kill, 1, sig)
+r["init_pgrp"] = oserr(os.killpg, 1, signal.SIGTERM)
+report(r)
+""".replace("TARGET", str(target.pid)).replace("TEST", str(os.getpid())))
+        for name in ("host_target", "host_test"):
+            self.assertEqual(res[name + "_kill"], "ESRCH")   # another PID namespace
+            self.assertEqual(res[name + "_pidfd"], "ESRCH")
+        for sig in (signal.SIGTERM, signal.SIGKILL, signal.SIGUSR1, 0):
+            self.assertEqual(res["init_%d" % sig], "EPERM")
+        self.assertEqual(res["init_pgrp"], "ESRCH")          # init leads no group we can see
+        self.assertIsNone(target.poll(), "the host process was killed")
+        self.assertEqual(host_pids_with(marker), [target.pid])
+
+
+class KillAll(RuncellTestCase):
+    def test_kill_minus_one_kills_only_the_sandbox(self):
+        marker = "rc-bystander-" + uuid.uuid4().hex
+        bystander = subprocess.Popen(["/bin/bash", "-c", "exec -a %s sleep 300" % marker])
+        self.addCleanup(bystander.wait)
+        self.addCleanup(bystander.kill)
+        res, rec = probe(self, """
+import signal, time
+kids = []
+for i in range(5):
+    pid = os.fork()
+    if pid == 0:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        time.sleep(60)
+        os._exit(0)
+    kids.append(pid)
+r = {"kill": sc(62, -1, 9)}
+deaths = []
+for k in kids:
+    _, st = os.waitpid(k, 0)
+    deaths.append(os.WTERMSIG(st) if os.WIFSIGNALED(st) else -1)
+r["deaths"] = deaths
+r["left"] = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
+r["me"] = os.getpid()
+report(r)
+""")
+        self.assertEqual(res["kill"], "ok:0")
+        self.assertEqual(res["deaths"], [9] * 5)
+        self.assertEqual(res["left"], [1, res["me"]])   # init survives, and so does the caller
+        self.assertIsNone(bystander.poll(), "a host process died")
+
+    def test_kill_minus_one_then_self_is_reported_as_killed(self):
+        p = runcell("run", "--json", "--lang", "bash", "-c",
+                    "sleep 60 & sleep 60 & kill -9 -1; echo still-here; kill -9 $$")
+        rec = json.loads(p.stdout.splitlines()[-1])
+        self.assertStatus(rec, "killed")
+        self.assertEqual(rec["signal"], 9)
+        self.assertEqual(rec["stdout"], "still-here\n")
+        self.assertEqual(p.returncode, 137)
+
+
+class Daemons(RuncellTestCase):
+    def test_double_forked_sigterm_ignoring_daemon_dies_with_the_run(self):
+        marker = "rc-orphan-" + uuid.uuid4().hex
+        res, rec = probe(self, """
+import signal, time
+r, w = os.pipe()
+if os.fork() == 0:
+    os.close(r)
+    os.setsid()
+    if os.fork() == 0:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        os.set_inheritable(w, False)     # closes on exec: EOF tells the parent it is running
+        os.execv("/bin/sleep", [MARKER, "600"])
+    os._exit(0)
+os.close(w)
+os.read(r, 1)
+orphan = [p for p in os.listdir("/proc") if p.isdigit() and
+          open("/proc/%s/cmdline" % p, "rb").read().split(bytes(1))[0] == MARKER.encode()]
+st = dict(l.split(":", 1) for l in open("/proc/%s/status" % orphan[0]).read().splitlines())
+report({"orphans": len(orphan), "ppid": int(st["PPid"]),
+        "ignores_term": bool(int(st["SigIgn"], 16) & (1 << (signal.SIGTERM - 1))),
+        "own_session": os.getsid(int(orphan[0])) != os.getsid(0)})
+""".replace("MARKER", repr(marker)), "--timeout", "60")
+        # It was alive, reparented to the sandbox init, in its own session, deaf to SIGTERM
+        # and holding the stdout pipe when the payload exited...
+        self.assertEqual(res, {"orphans": 1, "ppid": 1, "ignores_term": True,
+                               "own_session": True})
+        # ...and the run still ended on its own (status ok: no timeout), with nothing of it
+        # left on the host.
+        self.assertEqual(host_pids_with(marker), [])
+
+
+if __name__ == "__main__":
+    unittest.main()
