@@ -4,8 +4,10 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/signalfd.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -22,7 +24,7 @@ static void noop_handler(int sig)
 }
 
 /* PID 1 only receives signals from outside its namespace when it has a handler, so install
- * a no-op one for each, then block them all and take them from sigwaitinfo. */
+ * a no-op one for each, then block them all and take them from a signalfd. */
 static void signals_setup(sigset_t *ret_set)
 {
     struct sigaction sa = {.sa_handler = noop_handler};
@@ -50,15 +52,26 @@ static void report_and_exit(int wstatus)
     _exit(0);
 }
 
+/* Forwards signals, reaps, and watches the status pipe: when the daemon is gone (its read
+ * end closed, whichever thread of it started us), the whole sandbox goes too. A
+ * parent-death signal would not do: it fires when the spawning *thread* exits. */
 static __attribute__((noreturn)) void supervise(pid_t payload, const sigset_t *set)
 {
+    int sfd = signalfd(-1, set, SFD_CLOEXEC);
+    prctl(PR_SET_PDEATHSIG, 0);
     for (;;) {
-        siginfo_t si;
-        int sig = sigwaitinfo(set, &si);
-        if (sig < 0)
+        struct pollfd pfd[2] = {{.fd = sfd, .events = POLLIN}, {.fd = status_fd, .events = 0}};
+        if (poll(pfd, 2, -1) < 0)
             continue;
-        if (sig != SIGCHLD) {
-            kill(payload, sig);
+        if (pfd[1].revents & (POLLERR | POLLHUP)) {
+            kill(-1, SIGKILL);
+            _exit(0);
+        }
+        struct signalfd_siginfo si;
+        if (!(pfd[0].revents & POLLIN) || read(sfd, &si, sizeof(si)) != sizeof(si))
+            continue;
+        if (si.ssi_signo != SIGCHLD) {
+            kill(payload, (int)si.ssi_signo);
             continue;
         }
         int wstatus;
@@ -87,15 +100,16 @@ void init_main(struct helper_config *cfg, int sync_fd)
     if (read(sync_fd, &go, 1) != 1)
         _exit(1); /* the outer helper failed and has reported why */
     close(sync_fd);
+    /* Until supervise() watches the status pipe, the parent-death signal covers a daemon
+     * that dies during setup. */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
     /* Out of the daemon's session: no controlling terminal, and a Ctrl-C typed at the
      * daemon's terminal is not delivered here. */
     setsid();
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (become_sandbox_root(cfg) < 0)
         _exit(1);
-    /* A credential change clears both; set them (again) after it. Nothing in the sandbox
-     * may ptrace, read /proc/1/mem of, or signal init. */
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    /* A credential change clears it; set it after. Nothing in the sandbox may ptrace, read
+     * /proc/1/mem of, or signal init. */
     prctl(PR_SET_DUMPABLE, 0);
     fd_set_cloexec(status_fd, false);
 
