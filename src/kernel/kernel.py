@@ -404,7 +404,7 @@ def main():
     kernel = Kernel(channel)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     sys.stdout, sys.stderr = kernel.stdout, kernel.stderr
-    sys.stdin = open(os.devnull, "r")
+    # sys.stdin stays on fd 0, which the sandbox points at /dev/null.
     builtins.input = _no_input
 
     def display(*objs):

@@ -106,7 +106,8 @@ class Cleanup(RuncellTestCase):
 
     def test_nothing_remains_after_a_cancelled_run(self):
         marker = "rc-live-" + uuid.uuid4().hex
-        run = LiveRun("import time\nprint('ready', flush=True)\ntime.sleep(600)  # " + marker)
+        # bash, so that the marker is on the payload's command line
+        run = LiveRun("echo ready; sleep 600; : " + marker, "--lang", "bash")
         self.addCleanup(run.cancel)
         self.assertEqual(run.first_line(), "ready")
         during = runcell_leftovers(run.p.pid)

@@ -13,7 +13,7 @@ import unittest
 import uuid
 
 from seclib import PRELUDE, PY, RUNCELL, host_pids_with, probe, runcell
-from rctest import RuncellTestCase, is_root
+from rctest import TempDir, RuncellTestCase, is_root
 
 SECBITS_LOCKED = 0xEF  # NOROOT, NO_SETUID_FIXUP, KEEP_CAPS_LOCKED, NO_CAP_AMBIENT_RAISE + locks
 
@@ -95,18 +95,39 @@ report({"limit": resource.getrlimit(resource.RLIMIT_CORE), "raise": raised,
                                "signal": 11, "files": []})
 
 
-class Inheritance(RuncellTestCase):
-    def test_only_stdio_fds_are_open(self):
-        res, _ = probe(self, """
+FD_PROBE = """
 listed = sorted(int(n) for n in os.listdir("/proc/self/fd"))
 report({"listed": listed, "three_after": oserr(os.fstat, 3),
         "targets": [os.readlink("/proc/self/fd/%d" % fd)[:5] for fd in (0, 1, 2)],
-        "open_above": [fd for fd in range(3, 4096) if oserr(os.fstat, fd) != "EBADF"]})
-""")
+        "open_above": [fd for fd in range(3, 4096) if oserr(os.fstat, fd) != "EBADF"],
+        "kinds": {fd: os.readlink("/proc/self/fd/%d" % fd)[:7] for fd in range(3, 4096)
+                  if oserr(os.fstat, fd) != "EBADF"}})
+"""
+
+
+class Inheritance(RuncellTestCase):
+    def test_only_stdio_fds_are_open_in_a_script(self):
+        with TempDir() as d:
+            script = os.path.join(d, "fds.py")
+            with open(script, "w") as f:
+                f.write(PRELUDE + FD_PROBE)
+            p = runcell("run", "--json", script)
+        rec = json.loads(p.stdout)
+        self.assertStatus(rec, "ok")
+        res = json.loads([l for l in rec["stdout"].splitlines() if l.startswith("{")][-1])
         # os.listdir itself holds fd 3 while it reads; it is closed again right after.
         self.assertEqual(res["listed"], [0, 1, 2, 3])
         self.assertEqual(res["three_after"], "EBADF")
         self.assertEqual(res["open_above"], [])
+        self.assertEqual(res["targets"], ["/dev/", "pipe:", "pipe:"])
+
+    def test_a_cell_sees_only_stdio_and_its_kernel_channel(self):
+        res, _ = probe(self, FD_PROBE)
+        # The kernel runs in the cell's own process: its channel to runcell (a socket, moved
+        # to fd 100) is the one descriptor beyond stdio. Nothing of the host is inherited.
+        self.assertEqual(res["listed"], [0, 1, 2, 3, 100])
+        self.assertEqual(res["open_above"], [100])
+        self.assertEqual(res["kinds"], {"100": "socket:"})
         self.assertEqual(res["targets"], ["/dev/", "pipe:", "pipe:"])
 
     def test_host_environment_does_not_reach_the_sandbox(self):

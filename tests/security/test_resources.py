@@ -110,7 +110,9 @@ class CpuSpin(Limited):
                                     "data = bytes(1 << 20)\n"
                                     "def spin():\n"
                                     "    while True: hashlib.sha256(data).digest()\n"
-                                    "for _ in range(8): threading.Thread(target=spin).start()\n")
+                                    "ts = [threading.Thread(target=spin) for _ in range(8)]\n"
+                                    "for t in ts: t.start()\n"
+                                    "for t in ts: t.join()\n")
         self.assertStatus(rec, "timeout")
         self.assertEqual(status, 124)
         usage = rec["usage"]
