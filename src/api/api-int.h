@@ -117,7 +117,7 @@ void upload_abort(struct request *rq);
 /* Takes a reference on the {id} session, or replies 404/expired and returns NULL. */
 struct session *acquire_session(struct request *rq);
 /* A session's JSON description. */
-json_t *session_info(const char *id, struct session *s, uint64_t created_ms);
+json_t *session_info(const char *id, struct session *s);
 /* Session options from a create (or one-shot) body, validated against the server's maxima;
  * false after replying 400. */
 bool session_opts_from_json(struct request *rq, json_t *body, struct session_opts *o);

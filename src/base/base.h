@@ -143,6 +143,8 @@ int rm_rf(const char *path);
 uint64_t now_ms(void);
 double now_ms_f(void);
 uint64_t now_realtime_ms(void);
+/* "2026-11-29T18:33:06.123Z" for a realtime in ms; out holds at least 32 bytes. */
+void format_time_iso(uint64_t realtime_ms, char *out);
 
 /* Random bytes from the kernel; 0 or -errno. */
 int random_bytes(void *buf, size_t n);

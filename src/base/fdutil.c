@@ -200,6 +200,16 @@ uint64_t now_realtime_ms(void)
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
+void format_time_iso(uint64_t realtime_ms, char *out)
+{
+    time_t secs = (time_t)(realtime_ms / 1000);
+    struct tm tm;
+    gmtime_r(&secs, &tm);
+    char date[24];
+    strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(out, 32, "%.20s.%03uZ", date, (unsigned)(realtime_ms % 1000));
+}
+
 int random_bytes(void *buf, size_t n)
 {
     char *p = buf;

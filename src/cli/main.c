@@ -10,6 +10,7 @@
 static const struct command commands[] = {
     {"run", cmd_run, "run code in a fresh sandbox, stateless"},
     {"repl", cmd_repl, "interactive stateful Python session in a terminal"},
+    {"serve", cmd_serve, "the HTTP/JSON API server"},
 };
 
 static void print_usage(FILE *f)

@@ -93,6 +93,11 @@ int workspace_chown(const struct workspace *ws, int dirfd, const char *name);
  * flags/mode as open(2); O_NOFOLLOW and O_CLOEXEC are added. fd or -errno (-ELOOP for a
  * symlink on the way, -EXDEV for an escape). */
 int workspace_openat(const struct workspace *ws, const char *rel, int flags, mode_t mode);
+/* Opens the directory that holds rel (creating the directories on the way, owned by the
+ * sandbox user, when create is true) and returns its fd; *ret_leaf points into rel at the
+ * last component. -errno as workspace_openat. */
+int workspace_open_parent(const struct workspace *ws, const char *rel, bool create,
+                          const char **ret_leaf);
 /* Creates the parent directories of rel, owned by the sandbox user. 0 or -errno. */
 int workspace_mkparents(const struct workspace *ws, const char *rel);
 

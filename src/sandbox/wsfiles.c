@@ -66,6 +66,26 @@ int workspace_mkparents(const struct workspace *ws, const char *rel)
     return r;
 }
 
+int workspace_open_parent(const struct workspace *ws, const char *rel, bool create,
+                          const char **ret_leaf)
+{
+    if (!path_is_safe_relative(rel))
+        return -EINVAL;
+    if (create) {
+        int r = workspace_mkparents(ws, rel);
+        if (r < 0)
+            return r;
+    }
+    const char *slash = strrchr(rel, '/');
+    *ret_leaf = slash ? slash + 1 : rel;
+    if (!slash) {
+        int fd = open(ws->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+        return fd < 0 ? -errno : fd;
+    }
+    _cleanup_free_ char *dir = xstrndup(rel, (size_t)(slash - rel));
+    return workspace_openat(ws, dir, O_RDONLY | O_DIRECTORY, 0);
+}
+
 static int copy_fd(int in, int out)
 {
     char chunk[65536];

@@ -22,8 +22,10 @@ struct session {
     bool closed;
     long execution_count;
     uint64_t last_used_ms;
+    uint64_t created_ms; /* wall clock */
     char *python_version;
     char **argv; /* our copy of opts.argv */
+    char lang[8];
 };
 
 void session_opts_fill_defaults(struct session_opts *o)
@@ -77,8 +79,12 @@ int session_new(struct sandbox_host *host, const struct session_opts *opts, stru
     for (char *const *a = opts->argv; a && *a; a++)
         s->argv = strv_push(s->argv, *a);
     s->opts.argv = s->argv;
+    snprintf(s->lang, sizeof(s->lang), "%s", opts->lang && lang_supported(opts->lang) ? opts->lang
+                                                                                     : "python");
+    s->opts.lang = s->lang;
     pthread_mutex_init(&s->lock, NULL);
     s->last_used_ms = now_ms();
+    s->created_ms = now_realtime_ms();
     int r = workspace_new(host, s->opts.limits.disk_mb, &s->ws);
     if (r < 0 || (r = start_kernel(s)) < 0) {
         session_free(s);
@@ -358,7 +364,7 @@ static void run_cell(struct session *s, const struct exec_request *req,
     workspace_scan(s->ws, &before);
     sandbox_usage(k->sb, &u0);
     sandbox_reset_peak(k->sb);
-    if (kernel_send_execute(k, req->code, req->lang ? req->lang : "python") < 0) {
+    if (kernel_send_execute(k, req->code, req->lang ? req->lang : s->lang) < 0) {
         rec->status = EXEC_CRASHED;
         rec->message = xstrdup(err_msg());
     } else if (pump_until_done(s, k, &x, req, &stop)) {
@@ -442,6 +448,11 @@ struct workspace *session_workspace(struct session *s)
     return s->ws;
 }
 
+uint64_t session_created_ms(struct session *s)
+{
+    return s->created_ms;
+}
+
 uint64_t session_last_used_ms(struct session *s)
 {
     pthread_mutex_lock(&s->lock);
@@ -471,6 +482,14 @@ const char *session_python_version(struct session *s)
 const struct session_opts *session_options(struct session *s)
 {
     return &s->opts;
+}
+
+bool session_limits_degraded(struct session *s)
+{
+    pthread_mutex_lock(&s->lock);
+    bool v = s->k ? s->k->sb->limits_degraded : s->host->degraded_reason != NULL;
+    pthread_mutex_unlock(&s->lock);
+    return v;
 }
 
 void session_free(struct session *s)

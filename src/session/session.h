@@ -112,6 +112,7 @@ struct session_opts {
     uint64_t start_timeout_ms;
     size_t output_cap;
     char *const *argv; /* sys.argv[1:] of the kernel (sys.argv[0] is "-c"); borrowed */
+    const char *lang;  /* default language of executions: "python" (default) or "bash" */
 };
 void session_opts_fill_defaults(struct session_opts *o);
 
@@ -159,12 +160,16 @@ int session_interrupt(struct session *s);
 int session_restart(struct session *s);
 /* The workspace (files) of the session; valid while the session lives. */
 struct workspace *session_workspace(struct session *s);
+/* Wall-clock milliseconds of creation. */
+uint64_t session_created_ms(struct session *s);
 /* Milliseconds (monotonic) of the last execution's end, or of creation. */
 uint64_t session_last_used_ms(struct session *s);
 bool session_busy(struct session *s);
 long session_execution_count(struct session *s);
 const char *session_python_version(struct session *s);
 const struct session_opts *session_options(struct session *s);
+/* Whether the current kernel runs without cgroup limits. */
+bool session_limits_degraded(struct session *s);
 /* Kills the kernel and removes the workspace; NULL is a no-op. */
 void session_free(struct session *s);
 
@@ -189,9 +194,7 @@ void session_table_release(struct session_table *t, struct session *s);
 int session_table_remove(struct session_table *t, const char *id);
 /* Calls fn for each live session under the table lock (fn must not call back into t). */
 void session_table_foreach(struct session_table *t,
-                           void (*fn)(void *ctx, const char *id, struct session *s,
-                                      uint64_t created_ms),
-                           void *ctx);
+                           void (*fn)(void *ctx, const char *id, struct session *s), void *ctx);
 size_t session_table_count(struct session_table *t);
 /* Interrupts every running cell (shutdown). */
 void session_table_interrupt_all(struct session_table *t);

@@ -12,7 +12,6 @@
 struct entry {
     char *id;
     struct session *s;
-    uint64_t created_ms;
     int refs;
     bool removed;
     struct entry *next;
@@ -97,7 +96,6 @@ int session_table_create(struct session_table *t, const struct session_opts *opt
     struct entry *e = xcalloc(1, sizeof(*e));
     e->id = random_hex(12);
     e->s = s;
-    e->created_ms = now_realtime_ms();
     pthread_mutex_lock(&t->lock);
     e->next = t->head;
     t->head = e;
@@ -152,6 +150,7 @@ int session_table_remove(struct session_table *t, const char *id)
     pthread_mutex_lock(&t->lock);
     struct entry *e = find(t, id);
     struct session *to_free = NULL;
+    bool found = e != NULL;
     if (e) {
         /* A running cell stops now; its request returns and drops the last reference. */
         session_interrupt(e->s);
@@ -159,18 +158,16 @@ int session_table_remove(struct session_table *t, const char *id)
     }
     pthread_mutex_unlock(&t->lock);
     session_free(to_free);
-    return e ? 0 : -ENOENT;
+    return found ? 0 : -ENOENT;
 }
 
 void session_table_foreach(struct session_table *t,
-                           void (*fn)(void *ctx, const char *id, struct session *s,
-                                      uint64_t created_ms),
-                           void *ctx)
+                           void (*fn)(void *ctx, const char *id, struct session *s), void *ctx)
 {
     pthread_mutex_lock(&t->lock);
     for (struct entry *e = t->head; e; e = e->next)
         if (!e->removed)
-            fn(ctx, e->id, e->s, e->created_ms);
+            fn(ctx, e->id, e->s);
     pthread_mutex_unlock(&t->lock);
 }
 
@@ -207,19 +204,22 @@ static int reap_idle(struct session_table *t)
     int n = 0;
     for (;;) {
         struct session *victim = NULL;
+        struct entry *found = NULL;
         pthread_mutex_lock(&t->lock);
-        for (struct entry *e = t->head; e && !victim; e = e->next) {
+        for (struct entry *e = t->head; e && !found; e = e->next) {
             if (e->removed || e->refs || session_busy(e->s))
                 continue;
             uint64_t idle = now - session_last_used_ms(e->s);
-            if (idle < session_options(e->s)->idle_timeout_ms)
-                continue;
+            if (idle >= session_options(e->s)->idle_timeout_ms)
+                found = e;
+        }
+        if (found) {
             free(t->tombstones[t->tomb_next]);
-            t->tombstones[t->tomb_next] = xstrdup(e->id);
+            t->tombstones[t->tomb_next] = xstrdup(found->id);
             t->tomb_next = (t->tomb_next + 1) % TOMBSTONES;
-            log_info("msg=\"session expired\" session=%s idle_ms=%llu", e->id,
-                     (unsigned long long)idle);
-            victim = remove_locked(t, e);
+            log_info("msg=\"session expired\" session=%s idle_timeout_ms=%llu", found->id,
+                     (unsigned long long)session_options(found->s)->idle_timeout_ms);
+            victim = remove_locked(t, found);
         }
         pthread_mutex_unlock(&t->lock);
         if (!victim)

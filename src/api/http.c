@@ -1,0 +1,233 @@
+/* http.c - JSON replies, the one error mapping, and request-body field checks. */
+#include "api/api-int.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+static const struct {
+    unsigned status;
+    const char *code;
+} api_errs[] = {
+    [AE_BAD_REQUEST] = {400, "bad_request"},  [AE_BAD_PATH] = {400, "bad_path"},
+    [AE_UNAUTHORIZED] = {401, "unauthorized"}, [AE_NOT_FOUND] = {404, "not_found"},
+    [AE_EXPIRED] = {404, "expired"},          [AE_METHOD] = {405, "method_not_allowed"},
+    [AE_BUSY] = {409, "busy"},                [AE_TOO_LARGE] = {413, "too_large"},
+    [AE_LIMIT] = {429, "limit_exceeded"},     [AE_INTERNAL] = {500, "internal"},
+    [AE_SANDBOX] = {503, "sandbox_error"},    [AE_SHUTTING_DOWN] = {503, "shutting_down"},
+};
+
+enum MHD_Result reply_response(struct request *rq, unsigned status, struct MHD_Response *r)
+{
+    if (!r)
+        return MHD_NO;
+    rq->status = (int)status;
+    rq->responded = true;
+    enum MHD_Result ret = MHD_queue_response(rq->conn, status, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+enum MHD_Result reply_json(struct request *rq, unsigned status, json_t *j)
+{
+    char *text = json_dumps(j, JSON_COMPACT);
+    json_decref(j);
+    if (!text)
+        return MHD_NO;
+    size_t n = strlen(text);
+    text = xrealloc(text, n + 2);
+    text[n++] = '\n';
+    struct MHD_Response *r = MHD_create_response_from_buffer(n, text, MHD_RESPMEM_MUST_FREE);
+    MHD_add_response_header(r, "Content-Type", "application/json");
+    return reply_response(rq, status, r);
+}
+
+enum MHD_Result api_error(struct request *rq, enum api_err e, const char *fmt, ...)
+{
+    char msg[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    size_t n;
+    char *clean = utf8_sanitize(msg, strlen(msg), &n);
+    json_t *j = json_pack("{s:{s:s,s:s%}}", "error", "code", api_errs[e].code, "message", clean, n);
+    free(clean);
+    return reply_json(rq, api_errs[e].status, j);
+}
+
+enum MHD_Result api_errno(struct request *rq, int err)
+{
+    const char *msg = err_msg();
+    switch (-err) {
+    case EINVAL:
+        return api_error(rq, AE_BAD_REQUEST, "%s", msg);
+    case ELOOP:
+    case EXDEV:
+    case ENOTDIR:
+    case EISDIR:
+        return api_error(rq, AE_BAD_PATH, "%s", msg);
+    case ENOENT:
+        return api_error(rq, AE_NOT_FOUND, "%s", msg);
+    case ETIME:
+        return api_error(rq, AE_EXPIRED, "%s", msg);
+    case EBUSY:
+        return api_error(rq, AE_BUSY, "%s", msg);
+    case E2BIG:
+    case EFBIG:
+    case ENOSPC:
+    case EDQUOT:
+        return api_error(rq, AE_TOO_LARGE, "%s", msg);
+    case EAGAIN:
+        return api_error(rq, AE_LIMIT, "%s", msg);
+    case ESHUTDOWN:
+        return api_error(rq, AE_SHUTTING_DOWN, "%s", msg);
+    case EIO:
+    case ETIMEDOUT:
+        return api_error(rq, AE_SANDBOX, "%s", msg);
+    default:
+        return api_error(rq, AE_INTERNAL, "%s", msg);
+    }
+}
+
+json_t *body_json(struct request *rq)
+{
+    if (rq->body_too_large) {
+        api_error(rq, AE_TOO_LARGE, "request body larger than the server's limit of %llu bytes",
+                  (unsigned long long)rq->srv->cfg->limits.max_body_bytes);
+        return NULL;
+    }
+    if (!rq->body.len)
+        return json_object();
+    json_error_t jerr;
+    json_t *j = json_loadb(rq->body.data, rq->body.len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!j) {
+        api_error(rq, AE_BAD_REQUEST, "request body is not valid JSON: %s (line %d, column %d)",
+                  jerr.text, jerr.line, jerr.column);
+        return NULL;
+    }
+    if (!json_is_object(j)) {
+        json_decref(j);
+        api_error(rq, AE_BAD_REQUEST, "request body must be a JSON object");
+        return NULL;
+    }
+    return j;
+}
+
+static const char *type_name(json_t *v)
+{
+    switch (json_typeof(v)) {
+    case JSON_OBJECT:
+        return "an object";
+    case JSON_ARRAY:
+        return "an array";
+    case JSON_STRING:
+        return "a string";
+    case JSON_INTEGER:
+        return "an integer";
+    case JSON_REAL:
+        return "a number";
+    case JSON_TRUE:
+    case JSON_FALSE:
+        return "a boolean";
+    default:
+        return "null";
+    }
+}
+
+static bool type_ok(json_t *v, enum field_type t)
+{
+    switch (t) {
+    case F_STRING:
+        return json_is_string(v);
+    case F_NUMBER:
+        return json_is_number(v);
+    case F_INT:
+        return json_is_integer(v);
+    case F_BOOL:
+        return json_is_boolean(v);
+    case F_OBJECT:
+        return json_is_object(v);
+    case F_ARRAY:
+        return json_is_array(v);
+    }
+    return false;
+}
+
+static const char *const type_words[] = {
+    [F_STRING] = "a string", [F_NUMBER] = "a number", [F_INT] = "an integer",
+    [F_BOOL] = "a boolean",  [F_OBJECT] = "an object", [F_ARRAY] = "an array",
+};
+
+bool check_fields(struct request *rq, json_t *obj, const struct field *fields, size_t n)
+{
+    const char *key;
+    json_t *v;
+    json_object_foreach(obj, key, v)
+    {
+        const struct field *f = NULL;
+        for (size_t i = 0; i < n && !f; i++)
+            if (!strcmp(fields[i].name, key))
+                f = &fields[i];
+        if (!f) {
+            struct buf known;
+            buf_init(&known, 0);
+            for (size_t i = 0; i < n; i++)
+                buf_printf(&known, "%s%s", i ? ", " : "", fields[i].name);
+            api_error(rq, AE_BAD_REQUEST, "unknown field '%s'; known fields: %s", key,
+                      known.data ? known.data : "none");
+            buf_release(&known);
+            return false;
+        }
+        if (json_is_null(v))
+            continue; /* null means "the default" */
+        if (!type_ok(v, f->type)) {
+            api_error(rq, AE_BAD_REQUEST, "field '%s' must be %s, not %s", key,
+                      type_words[f->type], type_name(v));
+            return false;
+        }
+    }
+    return true;
+}
+
+bool get_seconds(struct request *rq, json_t *obj, const char *name, uint64_t max_ms,
+                 uint64_t *ret_ms)
+{
+    json_t *v = json_object_get(obj, name);
+    if (!v || json_is_null(v))
+        return true;
+    double s = json_number_value(v);
+    if (!(s > 0)) {
+        api_error(rq, AE_BAD_REQUEST, "field '%s' must be more than 0 seconds", name);
+        return false;
+    }
+    if (s * 1000.0 > (double)max_ms) {
+        api_error(rq, AE_BAD_REQUEST, "field '%s' is %g s, more than this server allows (%g s)",
+                  name, s, (double)max_ms / 1000.0);
+        return false;
+    }
+    *ret_ms = (uint64_t)(s * 1000.0 + 0.5);
+    if (!*ret_ms)
+        *ret_ms = 1;
+    return true;
+}
+
+bool get_count(struct request *rq, json_t *obj, const char *name, uint64_t max, uint64_t *ret)
+{
+    json_t *v = json_object_get(obj, name);
+    if (!v || json_is_null(v))
+        return true;
+    json_int_t i = json_integer_value(v);
+    if (i <= 0) {
+        api_error(rq, AE_BAD_REQUEST, "field '%s' must be a positive integer", name);
+        return false;
+    }
+    if ((uint64_t)i > max) {
+        api_error(rq, AE_BAD_REQUEST, "field '%s' is %lld, more than this server allows (%llu)",
+                  name, (long long)i, (unsigned long long)max);
+        return false;
+    }
+    *ret = (uint64_t)i;
+    return true;
+}

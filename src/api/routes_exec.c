@@ -1,0 +1,408 @@
+/* routes_exec.c - executing code: in a session (one JSON record, or NDJSON events as they
+ * happen) and one-shot (a throwaway session with files in and out). */
+#include "api/api-int.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define ONESHOT_OUTPUTS_CAP (16u << 20)
+
+static const struct field execute_fields[] = {
+    {"code", F_STRING}, {"timeout_s", F_NUMBER}, {"language", F_STRING}};
+
+bool execution_slot_take(struct request *rq)
+{
+    size_t max = rq->srv->cfg->limits.max_executions;
+    size_t n = atomic_fetch_add(&rq->srv->executions, 1);
+    if (n < max)
+        return true;
+    atomic_fetch_sub(&rq->srv->executions, 1);
+    api_error(rq, AE_LIMIT, "the server is running its maximum of %zu executions; retry "
+              "shortly", max);
+    return false;
+}
+
+void execution_slot_give(struct request *rq)
+{
+    atomic_fetch_sub(&rq->srv->executions, 1);
+}
+
+json_t *exec_event_json(const struct exec_event *ev)
+{
+    switch (ev->type) {
+    case EV_STDOUT:
+    case EV_STDERR: {
+        size_t n;
+        char *text = utf8_sanitize(ev->data, ev->len, &n);
+        json_t *j = json_pack("{s:s,s:s%}", "type", ev->type == EV_STDOUT ? "stdout" : "stderr",
+                              "data", text, n);
+        free(text);
+        return j;
+    }
+    case EV_RESULT:
+        return json_pack("{s:s,s:O}", "type", "result", "data", ev->json);
+    case EV_ERROR:
+        return json_pack("{s:s,s:O}", "type", "error", "error", ev->json);
+    }
+    return NULL;
+}
+
+static int client_fd(struct request *rq)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(rq->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    return ci ? ci->connect_fd : -1;
+}
+
+/* Parses an execute body into req (code borrowed from body); false after replying 400. */
+static bool parse_execute(struct request *rq, json_t *body, struct exec_request *req)
+{
+    if (!check_fields(rq, body, execute_fields, ARRAY_SIZE(execute_fields)))
+        return false;
+    req->code = json_string_value(json_object_get(body, "code"));
+    req->lang = json_string_value(json_object_get(body, "language"));
+    if (!req->code) {
+        api_error(rq, AE_BAD_REQUEST, "field 'code' is required: the code to run, a string");
+        return false;
+    }
+    if (req->lang && !lang_supported(req->lang)) {
+        api_error(rq, AE_BAD_REQUEST, "field 'language': '%s' is not supported; use python or "
+                  "bash", req->lang);
+        return false;
+    }
+    return get_seconds(rq, body, "timeout_s", rq->srv->cfg->limits.max_timeout_ms,
+                       &req->timeout_ms);
+}
+
+/* ---- streaming: the cell runs on its own thread; the response reads its events ---- */
+
+struct stream {
+    struct server *srv;
+    struct session *s;
+    json_t *body; /* keeps req.code alive */
+    struct exec_request req;
+    pthread_t thread;
+    pthread_mutex_t lock;
+    struct buf out;   /* NDJSON not yet sent */
+    size_t sent;
+    bool finished;
+    int notify[2];    /* a byte per append: wakes the reader */
+    int cancel[2];    /* written when the client goes away */
+    int client_fd;
+};
+
+static void stream_push(struct stream *st, json_t *j)
+{
+    char *line = json_dumps(j, JSON_COMPACT);
+    json_decref(j);
+    pthread_mutex_lock(&st->lock);
+    buf_append(&st->out, line, strlen(line));
+    buf_append(&st->out, "\n", 1);
+    pthread_mutex_unlock(&st->lock);
+    free(line);
+    (void)!write(st->notify[1], "x", 1);
+}
+
+static void stream_event(void *ctx, const struct exec_event *ev)
+{
+    json_t *j = exec_event_json(ev);
+    if (j)
+        stream_push(ctx, j);
+}
+
+static void *stream_main(void *arg)
+{
+    struct stream *st = arg;
+    struct exec_record rec;
+    struct exec_sink sink = {.fn = stream_event, .ctx = st};
+    exec_record_init(&rec, session_options(st->s)->output_cap);
+    int r = session_execute(st->s, &st->req, &sink, &rec);
+    json_t *done;
+    if (r < 0) {
+        done = json_pack("{s:s,s:{s:s,s:s}}", "type", "done", "error", "code",
+                         r == -EBUSY ? "busy" : "bad_request", "message", err_msg());
+    } else {
+        metrics_execution(st->srv->metrics, rec.status, rec.wall_ms / 1000.0);
+        done = json_pack("{s:s,s:o}", "type", "done", "record", exec_record_json(&rec));
+    }
+    exec_record_release(&rec);
+    stream_push(st, done);
+    pthread_mutex_lock(&st->lock);
+    st->finished = true;
+    pthread_mutex_unlock(&st->lock);
+    (void)!write(st->notify[1], "x", 1);
+    return NULL;
+}
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max)
+{
+    struct stream *st = cls;
+    (void)pos;
+    for (;;) {
+        pthread_mutex_lock(&st->lock);
+        size_t avail = st->out.len - st->sent;
+        bool finished = st->finished;
+        if (avail) {
+            size_t n = MIN(avail, max);
+            memcpy(out, st->out.data + st->sent, n);
+            st->sent += n;
+            if (st->sent == st->out.len) {
+                buf_reset(&st->out);
+                st->sent = 0;
+            }
+            pthread_mutex_unlock(&st->lock);
+            return (ssize_t)n;
+        }
+        pthread_mutex_unlock(&st->lock);
+        if (finished)
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        /* Wait for events, and notice a client that hangs up while the cell is quiet. */
+        struct pollfd pfd[2] = {{.fd = st->notify[0], .events = POLLIN},
+                                {.fd = st->client_fd, .events = POLLRDHUP}};
+        if (poll(pfd, 2, -1) < 0)
+            continue;
+        if (pfd[1].revents & (POLLRDHUP | POLLHUP | POLLERR)) {
+            (void)!write(st->cancel[1], "x", 1);
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+        char drain[64];
+        while (read(st->notify[0], drain, sizeof(drain)) > 0)
+            ;
+    }
+}
+
+static void stream_free(void *cls)
+{
+    struct stream *st = cls;
+    /* The response is over (sent, or the client left): the cell must not run on unseen. */
+    pthread_mutex_lock(&st->lock);
+    bool finished = st->finished;
+    pthread_mutex_unlock(&st->lock);
+    if (!finished)
+        (void)!write(st->cancel[1], "x", 1);
+    pthread_join(st->thread, NULL);
+    session_table_release(st->srv->table, st->s);
+    atomic_fetch_sub(&st->srv->executions, 1);
+    for (int i = 0; i < 2; i++) {
+        close(st->notify[i]);
+        close(st->cancel[i]);
+    }
+    buf_release(&st->out);
+    json_decref(st->body);
+    pthread_mutex_destroy(&st->lock);
+    free(st);
+}
+
+static enum MHD_Result execute_streaming(struct request *rq, struct session *s, json_t *body,
+                                         const struct exec_request *req)
+{
+    struct stream *st = xcalloc(1, sizeof(*st));
+    st->srv = rq->srv;
+    st->s = s;
+    st->body = body;
+    st->req = *req;
+    st->client_fd = client_fd(rq);
+    pthread_mutex_init(&st->lock, NULL);
+    buf_init(&st->out, 0);
+    if (pipe2(st->notify, O_CLOEXEC | O_NONBLOCK) < 0 || pipe2(st->cancel, O_CLOEXEC) < 0)
+        abort();
+    st->req.cancel_fd = st->cancel[0];
+    st->req.cancel_events = POLLIN;
+    if (pthread_create(&st->thread, NULL, stream_main, st)) {
+        for (int i = 0; i < 2; i++) {
+            close(st->notify[i]);
+            close(st->cancel[i]);
+        }
+        free(st);
+        return MHD_NO;
+    }
+    struct MHD_Response *r =
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_read, st,
+                                          stream_free);
+    MHD_add_response_header(r, "Content-Type", "application/x-ndjson");
+    MHD_add_response_header(r, "Cache-Control", "no-store");
+    return reply_response(rq, 200, r);
+}
+
+static bool wants_ndjson(struct request *rq)
+{
+    const char *accept = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, "Accept");
+    return accept && strstr(accept, "application/x-ndjson");
+}
+
+enum MHD_Result h_execute(struct request *rq)
+{
+    json_t *body = body_json(rq);
+    struct exec_request req = {0};
+    if (!body)
+        return MHD_YES;
+    if (!parse_execute(rq, body, &req)) {
+        json_decref(body);
+        return MHD_YES;
+    }
+    struct session *s = acquire_session(rq);
+    if (!s) {
+        json_decref(body);
+        return MHD_YES;
+    }
+    if (!execution_slot_take(rq)) {
+        session_table_release(rq->srv->table, s);
+        json_decref(body);
+        return MHD_YES;
+    }
+    if (wants_ndjson(rq))
+        return execute_streaming(rq, s, body, &req); /* owns s, body and the slot now */
+
+    /* A client that hangs up interrupts the cell. */
+    req.cancel_fd = client_fd(rq);
+    req.cancel_events = POLLRDHUP;
+    struct exec_record rec;
+    exec_record_init(&rec, session_options(s)->output_cap);
+    int r = session_execute(s, &req, NULL, &rec);
+    enum MHD_Result ret;
+    if (r < 0) {
+        ret = api_errno(rq, r);
+    } else {
+        metrics_execution(rq->srv->metrics, rec.status, rec.wall_ms / 1000.0);
+        ret = reply_json(rq, 200, exec_record_json(&rec));
+    }
+    exec_record_release(&rec);
+    execution_slot_give(rq);
+    session_table_release(rq->srv->table, s);
+    json_decref(body);
+    return ret;
+}
+
+/* ---- one-shot ---- */
+
+static const struct field oneshot_fields[] = {
+    {"code", F_STRING},     {"language", F_STRING}, {"files", F_OBJECT},
+    {"timeout_s", F_NUMBER}, {"memory_mb", F_INT},  {"pids", F_INT},
+    {"disk_mb", F_INT},     {"cpus", F_NUMBER},
+};
+
+static int write_input(struct workspace *ws, const char *name, json_t *value)
+{
+    if (!path_is_safe_relative(name))
+        return err_set(EINVAL, "files: bad name '%s': use a relative path inside the workspace, "
+                       "without '..'", name);
+    const char *b64 = json_string_value(value);
+    size_t n;
+    unsigned char *data = b64 ? base64_decode(b64, strlen(b64), &n) : NULL;
+    if (!data)
+        return err_set(EINVAL, "files: '%s' must be base64 text", name);
+    int r = workspace_mkparents(ws, name);
+    int fd = r < 0 ? r : workspace_openat(ws, name, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) {
+        free(data);
+        return err_set(-fd, "files: cannot create '%s' in the workspace: %s", name,
+                       strerror(-fd));
+    }
+    r = write_all(fd, data, n);
+    if (!r && fchown(fd, ws->uid, ws->gid) < 0 && ws->uid != geteuid())
+        r = -errno;
+    close(fd);
+    free(data);
+    return r < 0 ? err_set(-r, "files: cannot write '%s': %s", name, strerror(-r)) : 0;
+}
+
+/* Reads a regular workspace file of at most cap bytes into b; 0 or -errno. */
+static int read_output(struct workspace *ws, const char *rel, size_t cap, struct buf *b)
+{
+    _cleanup_close_ int fd = workspace_openat(ws, rel, O_RDONLY | O_NONBLOCK, 0);
+    struct stat st;
+    if (fd < 0)
+        return fd;
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
+        return -EINVAL;
+    if ((uint64_t)st.st_size > cap)
+        return -E2BIG;
+    fd_set_nonblock(fd, false);
+    buf_init(b, cap);
+    return read_all(fd, b);
+}
+
+/* Created and modified files, base64, within a total cap; the rest are named as omitted. */
+static void attach_outputs(json_t *rec_json, struct workspace *ws, const struct exec_record *rec)
+{
+    json_t *outputs = json_object(), *omitted = json_array();
+    size_t total = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        for (char **f = pass ? rec->modified : rec->created; f && *f; f++) {
+            struct buf b = {0};
+            if (read_output(ws, *f, ONESHOT_OUTPUTS_CAP - total, &b) < 0) {
+                json_array_append_new(omitted, json_string(*f));
+            } else {
+                size_t n;
+                char *b64 = base64_encode(b.data ? b.data : "", b.len, &n);
+                json_object_set_new(outputs, *f, json_stringn(b64, n));
+                total += b.len;
+                free(b64);
+            }
+            buf_release(&b);
+        }
+    }
+    json_object_set_new(rec_json, "outputs", outputs);
+    json_object_set_new(rec_json, "outputs_omitted", omitted);
+}
+
+enum MHD_Result h_oneshot(struct request *rq)
+{
+    json_t *body = body_json(rq);
+    struct session_opts o;
+    struct exec_request req = {0};
+    struct session *s = NULL;
+    enum MHD_Result ret = MHD_YES;
+    if (!body)
+        return MHD_YES;
+    if (!check_fields(rq, body, oneshot_fields, ARRAY_SIZE(oneshot_fields)) ||
+        !session_opts_from_json(rq, body, &o))
+        goto out;
+    req.code = json_string_value(json_object_get(body, "code"));
+    req.lang = json_string_value(json_object_get(body, "language"));
+    if (!req.code) {
+        ret = api_error(rq, AE_BAD_REQUEST, "field 'code' is required: the code to run");
+        goto out;
+    }
+    if (!execution_slot_take(rq))
+        goto out;
+    int r = session_new(&rq->srv->host, &o, &s);
+    if (r < 0) {
+        metrics_sandbox_failure(rq->srv->metrics);
+        ret = api_error(rq, AE_SANDBOX, "cannot start a sandbox: %s", err_msg());
+        goto slot;
+    }
+    const char *name;
+    json_t *v;
+    json_object_foreach(json_object_get(body, "files"), name, v)
+    {
+        if ((r = write_input(session_workspace(s), name, v)) < 0) {
+            ret = api_errno(rq, r);
+            goto slot;
+        }
+    }
+    req.cancel_fd = client_fd(rq);
+    req.cancel_events = POLLRDHUP;
+    struct exec_record rec;
+    exec_record_init(&rec, o.output_cap ? o.output_cap : DEFAULT_OUTPUT_CAP);
+    r = session_execute(s, &req, NULL, &rec);
+    if (r < 0) {
+        ret = api_errno(rq, r);
+    } else {
+        metrics_execution(rq->srv->metrics, rec.status, rec.wall_ms / 1000.0);
+        json_t *j = exec_record_json(&rec);
+        attach_outputs(j, session_workspace(s), &rec);
+        ret = reply_json(rq, 200, j);
+    }
+    exec_record_release(&rec);
+slot:
+    execution_slot_give(rq);
+out:
+    session_free(s);
+    json_decref(body);
+    return ret;
+}

@@ -1,0 +1,220 @@
+/* routes_sessions.c - create, list, describe, close, interrupt and restart sessions; the
+ * health and metrics endpoints. */
+#include "api/api-int.h"
+
+#include <errno.h>
+#include <string.h>
+
+static const struct field create_fields[] = {
+    {"language", F_STRING}, {"timeout_s", F_NUMBER}, {"idle_timeout_s", F_NUMBER},
+    {"memory_mb", F_INT},   {"pids", F_INT},         {"disk_mb", F_INT},
+    {"cpus", F_NUMBER},     {"network", F_OBJECT},
+};
+
+static bool check_network(struct request *rq, json_t *net)
+{
+    static const struct field fields[] = {{"mode", F_STRING}, {"allow", F_ARRAY}};
+    if (!net || json_is_null(net))
+        return true;
+    if (!check_fields(rq, net, fields, ARRAY_SIZE(fields)))
+        return false;
+    const char *mode = json_string_value(json_object_get(net, "mode"));
+    if (mode && strcmp(mode, "none")) {
+        api_error(rq, AE_BAD_REQUEST, "field 'network.mode': '%s' is not supported; this "
+                  "server runs sessions with mode 'none' (loopback only)", mode);
+        return false;
+    }
+    if (json_array_size(json_object_get(net, "allow"))) {
+        api_error(rq, AE_BAD_REQUEST, "field 'network.allow' needs mode 'allowlist'");
+        return false;
+    }
+    return true;
+}
+
+bool session_opts_from_json(struct request *rq, json_t *body, struct session_opts *o)
+{
+    const struct server_limits *max = &rq->srv->cfg->limits;
+    *o = rq->srv->cfg->defaults;
+    const char *lang = json_string_value(json_object_get(body, "language"));
+    if (lang && !lang_supported(lang)) {
+        api_error(rq, AE_BAD_REQUEST, "field 'language': '%s' is not supported; use python or "
+                  "bash", lang);
+        return false;
+    }
+    o->lang = lang;
+    if (!get_seconds(rq, body, "timeout_s", max->max_timeout_ms, &o->timeout_ms) ||
+        !get_seconds(rq, body, "idle_timeout_s", max->max_idle_timeout_ms, &o->idle_timeout_ms) ||
+        !get_count(rq, body, "memory_mb", max->max_memory_mb, &o->limits.memory_mb) ||
+        !get_count(rq, body, "pids", max->max_pids, &o->limits.pids) ||
+        !get_count(rq, body, "disk_mb", max->max_disk_mb, &o->limits.disk_mb))
+        return false;
+    json_t *cpus = json_object_get(body, "cpus");
+    if (cpus && !json_is_null(cpus)) {
+        double c = json_number_value(cpus);
+        if (!(c > 0) || c * 1000 > (double)max->max_cpus_milli) {
+            api_error(rq, AE_BAD_REQUEST, "field 'cpus' must be more than 0 and at most %g",
+                      (double)max->max_cpus_milli / 1000.0);
+            return false;
+        }
+        o->limits.cpus_milli = (uint64_t)(c * 1000 + 0.5);
+    }
+    return check_network(rq, json_object_get(body, "network"));
+}
+
+json_t *session_info(const char *id, struct session *s)
+{
+    uint64_t created_ms = session_created_ms(s);
+    const struct session_opts *o = session_options(s);
+    char created[32], used[32], expires[32];
+    /* last_used is monotonic; place it on the wall clock through "now". */
+    uint64_t mono_now = now_ms(), real_now = now_realtime_ms();
+    uint64_t last_used = real_now - (mono_now - session_last_used_ms(s));
+    format_time_iso(created_ms, created);
+    format_time_iso(last_used, used);
+    format_time_iso(last_used + o->idle_timeout_ms, expires);
+    return json_pack(
+        "{s:s,s:s,s:s,s:s,s:s,s:s,s:I,s:s,s:f,s:f,s:{s:I,s:I,s:I,s:f},s:b}", "id", id,
+        "language", o->lang ? o->lang : "python", "status", session_busy(s) ? "busy" : "idle",
+        "created_at", created, "last_used_at", used, "expires_at", expires, "execution_count",
+        (json_int_t)session_execution_count(s), "python_version", session_python_version(s),
+        "timeout_s", (double)o->timeout_ms / 1000.0, "idle_timeout_s",
+        (double)o->idle_timeout_ms / 1000.0, "limits", "memory_mb",
+        (json_int_t)o->limits.memory_mb, "pids", (json_int_t)o->limits.pids, "disk_mb",
+        (json_int_t)o->limits.disk_mb, "cpus", (double)o->limits.cpus_milli / 1000.0,
+        "limits_degraded", session_limits_degraded(s));
+}
+
+struct session *acquire_session(struct request *rq)
+{
+    int err = -ENOENT;
+    struct session *s = session_table_acquire(rq->srv->table, rq->params[0], &err);
+    if (s)
+        return s;
+    if (err == -ETIME)
+        api_error(rq, AE_EXPIRED, "session %s expired after being idle longer than its idle "
+                  "timeout; create a new session", rq->params[0]);
+    else
+        api_error(rq, AE_NOT_FOUND, "no session %s", rq->params[0]);
+    return NULL;
+}
+
+enum MHD_Result h_session_create(struct request *rq)
+{
+    json_t *body = body_json(rq);
+    struct session_opts o;
+    char *id = NULL;
+    enum MHD_Result ret = MHD_YES;
+    if (!body)
+        return MHD_YES;
+    if (!check_fields(rq, body, create_fields, ARRAY_SIZE(create_fields)) ||
+        !session_opts_from_json(rq, body, &o))
+        goto out;
+    double t0 = now_ms_f();
+    int r = session_table_create(rq->srv->table, &o, &id);
+    if (r < 0) {
+        if (r != -EAGAIN)
+            metrics_sandbox_failure(rq->srv->metrics);
+        ret = r == -EAGAIN ? api_errno(rq, r)
+                           : api_error(rq, AE_SANDBOX, "cannot create the session: %s",
+                                       err_msg());
+        goto out;
+    }
+    metrics_session_created(rq->srv->metrics, (now_ms_f() - t0) / 1000.0);
+    rq->session_id = xstrdup(id);
+    int err;
+    struct session *s = session_table_acquire(rq->srv->table, id, &err);
+    if (!s) {
+        ret = api_error(rq, AE_NOT_FOUND, "session %s was closed as it was created", id);
+        goto out;
+    }
+    ret = reply_json(rq, 201, session_info(id, s));
+    session_table_release(rq->srv->table, s);
+out:
+    free(id);
+    json_decref(body);
+    return ret;
+}
+
+struct list_ctx {
+    json_t *arr;
+};
+
+static void add_info(void *ctx, const char *id, struct session *s)
+{
+    struct list_ctx *l = ctx;
+    json_array_append_new(l->arr, session_info(id, s));
+}
+
+enum MHD_Result h_session_list(struct request *rq)
+{
+    struct list_ctx l = {.arr = json_array()};
+    session_table_foreach(rq->srv->table, add_info, &l);
+    return reply_json(rq, 200, json_pack("{s:o}", "sessions", l.arr));
+}
+
+enum MHD_Result h_session_get(struct request *rq)
+{
+    struct session *s = acquire_session(rq);
+    if (!s)
+        return MHD_YES;
+    enum MHD_Result r = reply_json(rq, 200, session_info(rq->params[0], s));
+    session_table_release(rq->srv->table, s);
+    return r;
+}
+
+enum MHD_Result h_session_delete(struct request *rq)
+{
+    if (session_table_remove(rq->srv->table, rq->params[0]) < 0) {
+        struct session *s = acquire_session(rq); /* says not found or expired */
+        if (s)
+            session_table_release(rq->srv->table, s);
+        return MHD_YES;
+    }
+    return reply_json(rq, 200, json_pack("{s:s,s:b}", "id", rq->params[0], "closed", 1));
+}
+
+enum MHD_Result h_session_interrupt(struct request *rq)
+{
+    struct session *s = acquire_session(rq);
+    if (!s)
+        return MHD_YES;
+    bool busy = session_busy(s);
+    session_interrupt(s);
+    session_table_release(rq->srv->table, s);
+    return reply_json(rq, 200, json_pack("{s:s,s:b}", "id", rq->params[0], "interrupted", busy));
+}
+
+enum MHD_Result h_session_restart(struct request *rq)
+{
+    struct session *s = acquire_session(rq);
+    if (!s)
+        return MHD_YES;
+    int r = session_restart(s);
+    enum MHD_Result ret;
+    if (r == -EBUSY)
+        ret = api_errno(rq, r);
+    else if (r < 0)
+        ret = api_error(rq, AE_SANDBOX, "cannot restart the interpreter: %s", err_msg());
+    else
+        ret = reply_json(rq, 200, session_info(rq->params[0], s));
+    session_table_release(rq->srv->table, s);
+    return ret;
+}
+
+enum MHD_Result h_healthz(struct request *rq)
+{
+    bool down = atomic_load(&rq->srv->shutting_down);
+    return reply_json(rq, down ? 503 : 200,
+                      json_pack("{s:s,s:I}", "status", down ? "shutting_down" : "ok",
+                                "sessions", (json_int_t)session_table_count(rq->srv->table)));
+}
+
+enum MHD_Result h_metrics(struct request *rq)
+{
+    char *text = metrics_render(rq->srv->metrics, session_table_count(rq->srv->table),
+                                atomic_load(&rq->srv->executions));
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(text), text,
+                                                             MHD_RESPMEM_MUST_FREE);
+    MHD_add_response_header(r, "Content-Type", "text/plain; version=0.0.4");
+    return reply_response(rq, 200, r);
+}

@@ -1,0 +1,399 @@
+/* server.c - `runcell serve`: libmicrohttpd with a thread per connection, the route table,
+ * authentication, request bodies, one log line per request, and a graceful shutdown. */
+#include "api/api-int.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const struct route routes[] = {
+    {"GET", "/healthz", h_healthz, ROUTE_NO_AUTH, NULL},
+    {"GET", "/metrics", h_metrics, 0, NULL},
+    {"POST", "/v1/sessions", h_session_create, 0, NULL},
+    {"GET", "/v1/sessions", h_session_list, 0, NULL},
+    {"GET", "/v1/sessions/{id}", h_session_get, 0, NULL},
+    {"DELETE", "/v1/sessions/{id}", h_session_delete, 0, NULL},
+    {"POST", "/v1/sessions/{id}/execute", h_execute, 0, NULL},
+    {"POST", "/v1/sessions/{id}/interrupt", h_session_interrupt, 0, NULL},
+    {"POST", "/v1/sessions/{id}/restart", h_session_restart, 0, NULL},
+    {"GET", "/v1/sessions/{id}/files", h_files_list, 0, NULL},
+    {"GET", "/v1/sessions/{id}/files/{path}", h_file_get, 0, NULL},
+    {"PUT", "/v1/sessions/{id}/files/{path}", h_file_put, ROUTE_STREAM_BODY, h_file_put_chunk},
+    {"DELETE", "/v1/sessions/{id}/files/{path}", h_file_delete, 0, NULL},
+    {"POST", "/v1/execute", h_oneshot, 0, NULL},
+};
+
+void server_limits_fill_defaults(struct server_limits *l)
+{
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    if (!l->max_sessions)
+        l->max_sessions = 1000;
+    if (!l->max_executions)
+        l->max_executions = 64;
+    if (!l->max_connections)
+        l->max_connections = 1024;
+    if (!l->max_body_bytes)
+        l->max_body_bytes = 64u << 20;
+    if (!l->max_upload_bytes)
+        l->max_upload_bytes = 1024u << 20;
+    if (!l->max_memory_mb)
+        l->max_memory_mb = 8192;
+    if (!l->max_pids)
+        l->max_pids = 4096;
+    if (!l->max_disk_mb)
+        l->max_disk_mb = 8192;
+    if (!l->max_cpus_milli)
+        l->max_cpus_milli = (uint64_t)(cpus > 0 ? cpus : 1) * 1000;
+    if (!l->max_timeout_ms)
+        l->max_timeout_ms = 3600u * 1000;
+    if (!l->max_idle_timeout_ms)
+        l->max_idle_timeout_ms = 7u * 24 * 3600 * 1000;
+}
+
+/* Matches url against pattern; fills params ({id}, then {path}) on success. */
+static bool match(const char *pattern, const char *url, char **params)
+{
+    int np = 0;
+    const char *p = pattern, *u = url;
+    while (*p && *u) {
+        if (*p != '{') {
+            if (*p++ != *u++)
+                return false;
+            continue;
+        }
+        bool rest = !strncmp(p, "{path}", 6);
+        const char *close = strchr(p, '}');
+        size_t n = rest ? strlen(u) : strcspn(u, "/");
+        if (!n || np >= 2)
+            return false;
+        params[np++] = xstrndup(u, n);
+        u += n;
+        p = close + 1;
+    }
+    if (*p || *u) {
+        for (int i = 0; i < np; i++) {
+            free(params[i]);
+            params[i] = NULL;
+        }
+        return false;
+    }
+    return true;
+}
+
+static void request_free(struct request *rq)
+{
+    upload_abort(rq);
+    buf_release(&rq->body);
+    free(rq->params[0]);
+    free(rq->params[1]);
+    free(rq->session_id);
+    free(rq);
+}
+
+/* Routes a new request: 401, 404, 405, 503 and 413 are decided here, before the body. */
+static enum MHD_Result route_request(struct request *rq, const char *url, const char *method)
+{
+    struct server *srv = rq->srv;
+    char *params[2] = {NULL, NULL};
+    struct buf allow;
+    bool path_known = false;
+    buf_init(&allow, 0);
+    for (size_t i = 0; i < ARRAY_SIZE(routes) && !rq->route; i++) {
+        if (!match(routes[i].pattern, url, params))
+            continue;
+        path_known = true;
+        if (!strcmp(routes[i].method, method)) {
+            rq->route = &routes[i];
+            rq->params[0] = params[0];
+            rq->params[1] = params[1];
+        } else {
+            buf_printf(&allow, "%s%s", allow.len ? ", " : "", routes[i].method);
+            free(params[0]);
+            free(params[1]);
+        }
+        params[0] = params[1] = NULL;
+    }
+    if (rq->route && rq->params[0])
+        rq->session_id = xstrdup(rq->params[0]);
+    bool needs_auth = !rq->route || !(rq->route->flags & ROUTE_NO_AUTH);
+    if (needs_auth) {
+        const char *h = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, "Authorization");
+        if (!h || strncmp(h, "Bearer ", 7) || !token_equal(h + 7, srv->token)) {
+            buf_release(&allow);
+            return api_error(rq, AE_UNAUTHORIZED, "%s; send 'Authorization: Bearer TOKEN' "
+                             "(the token is in the server's data directory, file 'token')",
+                             h ? "wrong token" : "no token");
+        }
+    }
+    if (!rq->route) {
+        enum MHD_Result r;
+        if (path_known) {
+            _cleanup_free_ char *msg = xasprintf("%s does not take %s; it takes %s", url, method,
+                                                 allow.data);
+            json_t *j = json_pack("{s:{s:s,s:s}}", "error", "code", "method_not_allowed",
+                                  "message", msg);
+            char *text = json_dumps(j, JSON_COMPACT);
+            json_decref(j);
+            struct MHD_Response *resp = MHD_create_response_from_buffer(
+                strlen(text), text, MHD_RESPMEM_MUST_FREE);
+            MHD_add_response_header(resp, "Content-Type", "application/json");
+            MHD_add_response_header(resp, "Allow", allow.data);
+            r = reply_response(rq, 405, resp);
+        } else {
+            r = api_error(rq, AE_NOT_FOUND, "no such route: %s %s", method, url);
+        }
+        buf_release(&allow);
+        return r;
+    }
+    buf_release(&allow);
+    if (atomic_load(&srv->shutting_down) && rq->route->handle != h_healthz)
+        return api_error(rq, AE_SHUTTING_DOWN, "the server is shutting down");
+    const char *cl = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, "Content-Length");
+    uint64_t len, max = rq->route->flags & ROUTE_STREAM_BODY ? srv->cfg->limits.max_upload_bytes
+                                                             : srv->cfg->limits.max_body_bytes;
+    if (cl && parse_u64(cl, &len) == 0 && len > max)
+        return api_error(rq, AE_TOO_LARGE, "request body of %llu bytes is larger than the "
+                         "server's limit of %llu bytes", (unsigned long long)len,
+                         (unsigned long long)max);
+    buf_init(&rq->body, max);
+    return MHD_YES;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version,
+                                  const char *upload_data, size_t *upload_data_size,
+                                  void **req_cls)
+{
+    struct request *rq = *req_cls;
+    (void)version;
+    if (!rq) {
+        rq = xcalloc(1, sizeof(*rq));
+        rq->srv = cls;
+        rq->conn = conn;
+        rq->t0_ms = now_ms_f();
+        *req_cls = rq;
+        return route_request(rq, url, method);
+    }
+    if (*upload_data_size) {
+        size_t n = *upload_data_size;
+        *upload_data_size = 0;
+        if (rq->responded)
+            return MHD_YES; /* an error is on its way; the rest of the body is dropped */
+        if (rq->route->flags & ROUTE_STREAM_BODY) {
+            int r = rq->route->upload(rq, upload_data, n);
+            return r < 0 ? api_errno(rq, r) : MHD_YES;
+        }
+        if (!rq->body_too_large && buf_append(&rq->body, upload_data, n) < 0) {
+            rq->body_too_large = true;
+            buf_release(&rq->body);
+        }
+        return MHD_YES;
+    }
+    if (rq->responded)
+        return MHD_YES;
+    return rq->route->handle(rq);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    struct server *srv = cls;
+    struct request *rq = *req_cls;
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn,
+                                                                 MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    char addr[INET6_ADDRSTRLEN] = "?";
+    (void)toe;
+    if (!rq)
+        return;
+    if (ci && ci->client_addr) {
+        const struct sockaddr *sa = ci->client_addr;
+        const void *a = sa->sa_family == AF_INET6
+                            ? (const void *)&((const struct sockaddr_in6 *)sa)->sin6_addr
+                            : (const void *)&((const struct sockaddr_in *)sa)->sin_addr;
+        inet_ntop(sa->sa_family, a, addr, sizeof(addr));
+    }
+    metrics_request(srv->metrics, (unsigned)rq->status);
+    log_info("method=%s route=%s status=%d duration_ms=%.1f session=%s client=%s%s",
+             rq->route ? rq->route->method : "-", rq->route ? rq->route->pattern : "-",
+             rq->status, now_ms_f() - rq->t0_ms, rq->session_id ? rq->session_id : "-", addr,
+             toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " aborted=1");
+    request_free(rq);
+    *req_cls = NULL;
+}
+
+static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    char msg[1024];
+    (void)cls;
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    msg[strcspn(msg, "\n")] = '\0';
+    log_warn("msg=\"http: %s\"", msg);
+}
+
+static int parse_listen(const char *listen, struct sockaddr_storage *ret, socklen_t *ret_len)
+{
+    _cleanup_free_ char *copy = xstrdup(listen);
+    char *host = copy, *port = strrchr(copy, ':');
+    if (!port || port == copy || !port[1])
+        return err_set(EINVAL, "--listen '%s' is not HOST:PORT (e.g. 127.0.0.1:8080)", listen);
+    *port++ = '\0';
+    if (*host == '[' && host[strlen(host) - 1] == ']') {
+        host++;
+        host[strlen(host) - 1] = '\0';
+    }
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_NUMERICSERV}, *ai;
+    int r = getaddrinfo(host, port, &hints, &ai);
+    if (r)
+        return err_set(EINVAL, "--listen '%s': %s", listen, gai_strerror(r));
+    memcpy(ret, ai->ai_addr, ai->ai_addrlen);
+    *ret_len = ai->ai_addrlen;
+    freeaddrinfo(ai);
+    return 0;
+}
+
+static bool is_loopback(const struct sockaddr_storage *ss)
+{
+    if (ss->ss_family == AF_INET)
+        return (ntohl(((const struct sockaddr_in *)ss)->sin_addr.s_addr) >> 24) == 127;
+    if (ss->ss_family == AF_INET6)
+        return IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)ss)->sin6_addr);
+    return false;
+}
+
+static int start_http(struct server *srv, const struct sockaddr_storage *addr)
+{
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
+                     MHD_USE_POLL | MHD_USE_ERROR_LOG | MHD_USE_ITC;
+    if (addr->ss_family == AF_INET6)
+        flags |= MHD_USE_IPv6;
+    srv->mhd = MHD_start_daemon(
+        flags, 0, NULL, NULL, on_request, srv, MHD_OPTION_SOCK_ADDR, addr,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)srv->cfg->limits.max_connections,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)300, MHD_OPTION_NOTIFY_COMPLETED, on_completed,
+        srv, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, srv, MHD_OPTION_END);
+    if (!srv->mhd)
+        return err_set(EADDRINUSE, "cannot listen on %s: the address is in use or not local",
+                       srv->cfg->listen);
+    return 0;
+}
+
+char *default_data_dir(void)
+{
+    const char *env = getenv("RUNCELL_DATA");
+    if (env && *env)
+        return xstrdup(env);
+    if (geteuid() == 0)
+        return xstrdup("/var/lib/runcell");
+    const char *xdg = getenv("XDG_DATA_HOME");
+    if (xdg && *xdg)
+        return xasprintf("%s/runcell", xdg);
+    const char *home = getenv("HOME");
+    return xasprintf("%s/.local/share/runcell", home && *home ? home : "/tmp");
+}
+
+/* Waits until nothing runs, or until deadline_ms; true when nothing runs. */
+static bool wait_idle(struct server *srv, double deadline_ms)
+{
+    while (atomic_load(&srv->executions) > 0) {
+        if (now_ms_f() >= deadline_ms)
+            return false;
+        usleep(20000);
+    }
+    return true;
+}
+
+static void shutdown_gracefully(struct server *srv)
+{
+    atomic_store(&srv->shutting_down, true);
+    int lfd = (int)MHD_quiesce_daemon(srv->mhd);
+    if (lfd >= 0)
+        close(lfd);
+    size_t running = atomic_load(&srv->executions);
+    log_info("msg=\"shutting down\" running_executions=%zu grace_ms=%llu", running,
+             (unsigned long long)srv->cfg->shutdown_grace_ms);
+    if (!wait_idle(srv, now_ms_f() + (double)srv->cfg->shutdown_grace_ms)) {
+        log_info("msg=\"grace period over; interrupting running cells\"");
+        session_table_interrupt_all(srv->table);
+        wait_idle(srv, now_ms_f() + (double)srv->cfg->defaults.interrupt_grace_ms + 3000);
+    }
+    MHD_stop_daemon(srv->mhd);
+    srv->mhd = NULL;
+    session_table_free(srv->table);
+    srv->table = NULL;
+}
+
+static int prepare(struct server *srv, struct sockaddr_storage *addr)
+{
+    socklen_t alen;
+    bool generated;
+    int r = parse_listen(srv->cfg->listen, addr, &alen);
+    if (r < 0)
+        return r;
+    if (mkdir_p(srv->cfg->data_dir, 0700) < 0)
+        return err_set(errno, "cannot create the data directory %s: %s", srv->cfg->data_dir,
+                       strerror(errno));
+    _cleanup_free_ char *token_path = xasprintf("%s/token", srv->cfg->data_dir);
+    bool token_given = srv->cfg->token || (getenv("RUNCELL_TOKEN") && *getenv("RUNCELL_TOKEN")) ||
+                       access(token_path, F_OK) == 0;
+    if (!is_loopback(addr) && !token_given)
+        return err_set(EPERM, "refusing to listen on %s, which is not a loopback address, "
+                       "without a token chosen for it: pass --token, set RUNCELL_TOKEN, or "
+                       "write one to %s", srv->cfg->listen, token_path);
+    if ((r = token_load(srv->cfg->data_dir, srv->cfg->token, &srv->token, &generated)) < 0)
+        return r;
+    if (generated)
+        fprintf(stderr, "runcell: generated an API token, saved to %s (mode 0600):\n%s\n",
+                token_path, srv->token);
+    if ((r = sandbox_host_init(&srv->host)) < 0)
+        return r;
+    if (srv->host.degraded_reason)
+        log_warn("msg=\"resource limits are degraded\" reason=\"%s\"",
+                 srv->host.degraded_reason);
+    srv->table = session_table_new(&srv->host, srv->cfg->limits.max_sessions);
+    srv->metrics = metrics_new();
+    return session_table_start_reaper(srv->table, 1000);
+}
+
+int server_run(const struct server_config *cfg)
+{
+    struct server srv = {.cfg = cfg};
+    struct sockaddr_storage addr;
+    sigset_t stop;
+    int sig = 0, status = 0;
+
+    /* Blocked before any thread starts, so every thread inherits the mask and the signals
+     * arrive here, in sigwait. */
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGTERM);
+    sigaddset(&stop, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &stop, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    if (prepare(&srv, &addr) < 0 || start_http(&srv, &addr) < 0) {
+        fprintf(stderr, "runcell serve: %s\n", err_msg());
+        status = 1;
+        goto out;
+    }
+    log_info("msg=\"listening\" address=http://%s data=%s sessions_max=%zu", cfg->listen,
+             cfg->data_dir, cfg->limits.max_sessions);
+    fprintf(stderr, "runcell: listening on http://%s\n", cfg->listen);
+    sigwait(&stop, &sig);
+    log_info("msg=\"received %s\"", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    shutdown_gracefully(&srv);
+    log_info("msg=\"stopped\"");
+out:
+    if (srv.mhd)
+        MHD_stop_daemon(srv.mhd);
+    session_table_free(srv.table);
+    metrics_free(srv.metrics);
+    if (srv.token)
+        explicit_bzero(srv.token, strlen(srv.token));
+    free(srv.token);
+    sandbox_host_release(&srv.host);
+    return status;
+}
