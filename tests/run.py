@@ -20,15 +20,21 @@ def main(argv):
     quick = "--quick" in argv
     patterns = [a for a in argv if not a.startswith("--")]
     dirs = ["integration"] if quick else ["integration", "security"]
-    modules = []
+    runs = []  # (module, extra environment, label)
     for d in dirs:
-        modules += sorted(glob.glob(os.path.join(HERE, d, "test_*.py")))
+        for m in sorted(glob.glob(os.path.join(HERE, d, "test_*.py"))):
+            runs.append((m, {}, ""))
+    if not quick and os.geteuid() == 0:
+        # The security suite again, against sessions cloned from the template.
+        for m in sorted(glob.glob(os.path.join(HERE, "security", "test_*.py"))):
+            runs.append((m, {"RUNCELL_TEMPLATE": "1"}, " [template]"))
     if patterns:
-        modules = [m for m in modules if any(p in m for p in patterns)]
-    env = dict(os.environ, PYTHONPATH=os.path.join(HERE, "lib"), PYTHONDONTWRITEBYTECODE="1")
+        runs = [r for r in runs if any(p in r[0] + r[2] for p in patterns)]
     failed = []
-    for m in modules:
-        name = os.path.relpath(m, HERE)
+    for m, extra, label in runs:
+        env = dict(os.environ, PYTHONPATH=os.path.join(HERE, "lib"),
+                   PYTHONDONTWRITEBYTECODE="1", **extra)
+        name = os.path.relpath(m, HERE) + label
         t0 = time.time()
         try:
             p = subprocess.run(["/usr/bin/python3", "-m", "unittest", "-v", m], env=env,
@@ -53,7 +59,7 @@ def main(argv):
     if failed:
         print("\nFAILED: " + ", ".join(failed))
         return 1
-    print("\nall %d test modules passed" % len(modules))
+    print("\nall %d test module runs passed" % len(runs))
     return 0
 
 

@@ -409,6 +409,10 @@ static int execute_cells(struct run_opts *o)
     struct ws_listing before = {0};
     if (host_setup(&host, o->json) < 0)
         return 125;
+    /* Sessions made by the template (what `serve` does) rather than from scratch; the
+     * first start pays for the template's imports. */
+    if (getenv("RUNCELL_TEMPLATE") && sandbox_host_start_template(&host) < 0)
+        fprintf(stderr, "runcell: warning: no template: %s\n", err_msg());
     struct session_opts so = {.limits = o->c.limits, .timeout_ms = o->c.timeout_ms,
                               .argv = o->args};
     int status;

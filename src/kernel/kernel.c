@@ -201,7 +201,7 @@ int kernel_start(struct sandbox_host *host, struct workspace *ws,
     struct sandbox_spec spec = {
         .argv = argv, .env = env, .limits = *limits, .stdin_fd = devnull,
         .stdout_fd = out[1], .stderr_fd = err[1], .extra_fds = extra, .n_extra_fds = 1,
-        .ro_binds = binds,
+        .ro_binds = binds, .from_template = true,
     };
     if ((r = sandbox_start(host, ws, &spec, &k->sb)) < 0)
         goto fail;

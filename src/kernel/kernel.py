@@ -368,9 +368,16 @@ def _no_input(prompt=""):
                    "answer; pass data in files or variables instead")
 
 
+def _patch_pyplot(module, kernel):
+    """plt.show() displays the open figures (and closes them) instead of warning that Agg
+    cannot show."""
+    def show(*args, **kwargs):
+        kernel.flush_figures()
+    module.show = show
+
+
 class _PyplotHook:
-    """Meta-path hook: once matplotlib.pyplot is imported, plt.show() displays the open
-    figures (and closes them) instead of warning that Agg cannot show."""
+    """Meta-path hook: patches matplotlib.pyplot once it is imported."""
 
     def __init__(self, kernel):
         self.kernel = kernel
@@ -390,16 +397,13 @@ class _PyplotHook:
 
             def exec_module(self, module):
                 loader.exec_module(module)
-
-                def show(*args, **kwargs):
-                    kernel.flush_figures()
-                module.show = show
+                _patch_pyplot(module, kernel)
 
         spec.loader = Loader()
         return spec
 
 
-def main():
+def main(template_argv=False):
     channel = Channel(CHANNEL_FD)
     kernel = Kernel(channel)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -412,7 +416,10 @@ def main():
         for obj in objs:
             kernel.display(obj)
     builtins.display = display
-    sys.meta_path.insert(0, _PyplotHook(kernel))
+    if "matplotlib.pyplot" in sys.modules:  # imported ahead by the template
+        _patch_pyplot(sys.modules["matplotlib.pyplot"], kernel)
+    else:
+        sys.meta_path.insert(0, _PyplotHook(kernel))
     # The workspace (cwd) is importable, as in Jupyter; the kernel's own directory is not.
     sys.path = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(KERNEL_FILE)]
     sys.path.insert(0, "")
@@ -429,9 +436,82 @@ def main():
     os.register_at_fork(after_in_child=after_fork_in_child)
     sys.modules["__main__"] = kernel.main
     # Arguments given after the code (runcell run -c CODE ARGS...), as python -c has them.
-    sys.argv = ["-c"] + sys.argv[1:]
+    if not template_argv:
+        sys.argv = ["-c"] + sys.argv[1:]
     kernel.serve()
 
 
+# ---- the template: a kernel-to-be with the data stack imported, forked per session ----
+
+TEMPLATE_PRELOAD = ["numpy", "pandas", "matplotlib", "matplotlib.pyplot", "openpyxl"]
+
+
+def _template_reap(signum, frame):
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def template_main():
+    """Serves spawn requests from the daemon on fd 3 (a SOCK_SEQPACKET socket): each is a
+    session sandbox configuration (JSON) with its fds; the reply names the clone's pid and
+    carries its pidfd. The clone's child returns here as the session's kernel."""
+    import gc
+    import socket
+    t0 = time.monotonic()
+    failed = {}
+    for name in TEMPLATE_PRELOAD:
+        try:
+            __import__(name)
+        except Exception as e:  # a missing package is reported, not fatal
+            failed[name] = "%s: %s" % (type(e).__name__, e)
+    sys.path.append(os.path.dirname(KERNEL_FILE))
+    import _runcell_template
+    ctl = socket.socket(fileno=CHANNEL_FD)
+    if threading.active_count() != 1:
+        raise SystemExit("runcell template: a preloaded module started threads; cannot fork")
+    gc.collect()
+    gc.freeze()  # the imported heap stays shared with the sessions' kernels
+    signal.signal(signal.SIGCHLD, _template_reap)
+    ctl.send(json.dumps({"type": "ready", "python": sys.version.split()[0],
+                         "import_ms": round((time.monotonic() - t0) * 1000, 1),
+                         "failed": failed}).encode())
+    while True:
+        msg, fds, _flags, _addr = socket.recv_fds(ctl, 1 << 20, 32)
+        if not msg:
+            return  # the daemon closed the channel
+        try:
+            request = json.loads(msg)
+            pid = _runcell_template.spawn(msg, fds)
+        except Exception as e:
+            for fd in fds:
+                os.close(fd)
+            ctl.send(json.dumps({"error": "%s: %s" % (type(e).__name__, e)}).encode())
+            continue
+        if pid == 0:
+            # The session's kernel: the template's socket is already closed (forget it
+            # without closing a reused fd), the rest is an ordinary kernel.
+            ctl.detach()
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            os.environ.clear()
+            os.environ.update(e.split("=", 1) for e in request.get("env", []) if "=" in e)
+            sys.argv = ["-c"] + list(request.get("argv", []))[2:]
+            os.chdir("/workspace")
+            main(template_argv=True)
+            os._exit(0)
+        for fd in fds:
+            os.close(fd)
+        pidfd = os.pidfd_open(pid)
+        socket.send_fds(ctl, [json.dumps({"pid": pid}).encode()], [pidfd])
+        os.close(pidfd)
+
+
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["--template"]:
+        template_main()
+    else:
+        main()

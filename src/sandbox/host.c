@@ -1,6 +1,7 @@
 /* host.c - per-process sandbox context: helper location, runtime directory, cgroups,
  * and the sweep of what dead runcell processes left behind. */
 #include "sandbox/cgroup-int.h"
+#include "sandbox/spawn-int.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -222,6 +223,7 @@ int sandbox_host_init(struct sandbox_host *host)
 
 void sandbox_host_release(struct sandbox_host *host)
 {
+    template_stop(host);
     if (host->run_dir && host->owner_id) {
         _cleanup_free_ char *own = xasprintf("%s/%s", host->run_dir, host->owner_id);
         unmount_below(own);

@@ -51,6 +51,7 @@ struct sandbox_host {
     char *degraded_reason; /* non-NULL when limits fall back to rlimits only */
     uid_t uid_base;        /* first host uid handed to workspaces when privileged */
     uint64_t seq;          /* counter for sandbox names; atomic */
+    struct template *template; /* see sandbox_host_start_template; NULL when off */
 };
 
 /* Finds the helper next to argv0's executable, picks the runtime directory (RUNCELL_RUNDIR,
@@ -60,6 +61,19 @@ struct sandbox_host {
 int sandbox_host_init(struct sandbox_host *host);
 /* Removes this process's runtime directory; call at exit after freeing all sandboxes. */
 void sandbox_host_release(struct sandbox_host *host);
+
+/* The template: one sandbox running a Python that has imported numpy, pandas, matplotlib and
+ * openpyxl and frozen its heap. Afterwards, sandbox_start() with spec->from_template makes
+ * the sandbox by asking the template to clone itself into the new namespaces (same
+ * workspace, uid pair, cgroup, mounts, Landlock and seccomp as a sandbox made from
+ * scratch), and the payload is that clone's Python, already past its imports. Only when
+ * running as root (the template maps every sandbox's ids) with cgroups (without them the
+ * memory cap is an address-space rlimit, which a clone of the template would exceed). A template that dies, or whose
+ * files changed, is replaced at the next start; sessions it made live on. Thread-safe.
+ * 0 or -errno with err_msg(). */
+int sandbox_host_start_template(struct sandbox_host *host);
+/* How long the running template took to become ready, in ms; 0 when there is none. */
+double sandbox_host_template_ready_ms(struct sandbox_host *host);
 
 /* A workspace is the host side of /workspace: a size-capped tmpfs owned by a host uid of
  * its own when privileged, else a plain directory. It outlives the sandboxes run on it. */
@@ -75,7 +89,8 @@ struct workspace {
     uint64_t disk_mb;
 };
 
-/* Creates an empty workspace of disk_mb; caller frees with workspace_free. */
+/* Creates an empty workspace of disk_mb; caller frees with workspace_free. disk_mb 0 makes
+ * a plain directory owned by runcell's own uid (for runcell's own sandboxes). */
 int workspace_new(struct sandbox_host *host, uint64_t disk_mb, struct workspace **ret);
 /* Unmounts and removes the workspace and everything in it; NULL is a no-op. */
 void workspace_free(struct workspace *ws);
@@ -140,6 +155,10 @@ struct sandbox_spec {
     const int *extra_fds; /* handed to the payload as 3, 4, ... */
     int n_extra_fds;
     const char *const *ro_binds; /* pairs "host path", "/sandbox path", NULL-terminated */
+    bool template_profile; /* this sandbox runs the template itself (internal) */
+    bool from_template; /* a kernel: made by the template when there is one (argv and env
+                         * are then handed to the kernel instead of exec'd); ro_binds must
+                         * be the kernel directory's */
 };
 
 /* The clean environment of a sandboxed program; caller frees with strv_free. */
@@ -164,6 +183,7 @@ struct sandbox {
     int term_signal;     /* nonzero when the payload died of a signal */
     char *error;         /* setup failure reported by the helper */
     uint64_t oom_kills_at_start;
+    bool foreign;           /* init is the template's child, not ours: never wait4 it */
     double ru_cpu_ms;       /* rusage of init and everything it reaped, once reaped */
     uint64_t ru_maxrss_kb;
     double started_ms;

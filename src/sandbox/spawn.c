@@ -1,6 +1,7 @@
 /* spawn.c - starting, watching, signalling and tearing down one sandbox instance. */
 #include "sandbox/cgroup-int.h"
 #include "sandbox/sandbox-int.h"
+#include "sandbox/spawn-int.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -48,12 +49,12 @@ static uint64_t own_process_count(void)
     return n;
 }
 
-static char *build_config(const struct sandbox *sb, const struct workspace *ws,
-                          const struct sandbox_spec *spec)
+json_t *sandbox_config(const struct sandbox *sb, const struct workspace *ws,
+                       const struct sandbox_spec *spec)
 {
     const struct sandbox_limits *l = &spec->limits;
     json_t *o = json_object();
-    json_object_set_new(o, "root_dir", json_string(sb->root_dir));
+    json_object_set_new(o, "root_dir", json_string(sb->root_dir ? sb->root_dir : ""));
     json_object_set_new(o, "workspace", json_string(ws->dir));
     json_object_set_new(o, "uid", json_integer(ws->uid));
     json_object_set_new(o, "gid", json_integer(ws->gid));
@@ -90,9 +91,14 @@ static char *build_config(const struct sandbox *sb, const struct workspace *ws,
     json_object_set_new(o, "binds", binds);
     if (getenv("RUNCELL_NO_LANDLOCK"))
         json_object_set_new(o, "landlock", json_false());
-    char *text = json_dumps(o, JSON_COMPACT);
-    json_decref(o);
-    return text;
+    if (spec->template_profile) {
+        /* The template's namespace maps every sandbox id: its 0 is the host's uid_base, and
+         * workspace slot N's pair is 2N, 2N+1 (slot 0 is the template's own). */
+        json_object_set_new(o, "template", json_true());
+        json_object_set_new(o, "root_uid", json_integer(sb->host->uid_base));
+        json_object_set_new(o, "id_range", json_integer(2 * 65536));
+    }
+    return o;
 }
 
 /* Starts the helper with the payload's stdio on 0-2, the config on 3, the status pipe on 4
@@ -197,71 +203,118 @@ static int wait_for_pid(struct sandbox *sb, pid_t helper)
     return err_set(EIO, "sandbox helper failed (wait status %d) without saying why", wstatus);
 }
 
-int sandbox_start(struct sandbox_host *host, struct workspace *ws, const struct sandbox_spec *spec,
-                  struct sandbox **ret)
+int sandbox_prepare(struct sandbox_host *host, const struct sandbox_spec *spec,
+                    struct sandbox **ret)
 {
     uint64_t seq = atomic_fetch_add((_Atomic uint64_t *)&host->seq, 1);
     struct sandbox *sb = xcalloc(1, sizeof(*sb));
-    int cfg_pipe[2] = {-1, -1}, st_pipe[2] = {-1, -1};
-    _cleanup_free_ char *config = NULL;
-    pid_t helper;
     int r;
-
     sb->host = host;
     sb->pidfd = -1;
     sb->status_fd = -1;
     sb->started_ms = now_ms_f();
     buf_init(&sb->status_buf, 65536);
     sb->name = xasprintf("%s-%llu", host->owner_id, (unsigned long long)seq);
-    sb->root_dir = xasprintf("%s/root%llu", ws->base, (unsigned long long)seq);
     sb->limits_degraded = host->cgroup_mode == CGROUP_NONE || !host->privileged;
-    if (mkdir(sb->root_dir, 0700) < 0 ||
-        (host->privileged && chown(sb->root_dir, ws->root_uid, ws->root_uid) < 0)) {
-        r = err_set(errno, "cannot create %s: %s", sb->root_dir, strerror(errno));
-        goto fail;
-    }
     if (host->cgroup_mode != CGROUP_NONE &&
-        (r = cgroup_create(host, sb->name, &spec->limits, &sb->cgroup)) < 0)
-        goto fail;
+        (r = cgroup_create(host, sb->name, &spec->limits, &sb->cgroup)) < 0) {
+        sandbox_free(sb);
+        return r;
+    }
     if (sb->cgroup) {
         double cpu;
         uint64_t peak;
         cgroup_read_usage(sb->cgroup, &cpu, &peak, &sb->oom_kills_at_start);
     }
+    *ret = sb;
+    return 0;
+}
+
+/* From scratch: the runcell-sandbox helper builds the namespaces and the root. */
+static int start_with_helper(struct sandbox *sb, struct workspace *ws,
+                             const struct sandbox_spec *spec)
+{
+    int cfg_pipe[2] = {-1, -1}, st_pipe[2] = {-1, -1};
+    _cleanup_free_ char *config = NULL;
+    pid_t helper;
+    int r;
+    sb->root_dir = xasprintf("%s/root-%s", ws->base, sb->name);
+    if (mkdir(sb->root_dir, 0700) < 0 ||
+        (sb->host->privileged && chown(sb->root_dir, ws->root_uid, ws->root_uid) < 0)) {
+        r = err_set(errno, "cannot create %s: %s", sb->root_dir, strerror(errno));
+        goto out;
+    }
     if (pipe2(cfg_pipe, O_CLOEXEC) < 0 || pipe2(st_pipe, O_CLOEXEC) < 0) {
         r = err_set(errno, "pipe: %s", strerror(errno));
-        goto fail;
+        goto out;
     }
     if ((r = spawn_helper(sb, spec, cfg_pipe[0], st_pipe[1], &helper)) < 0)
-        goto fail;
+        goto out;
     close(TAKE_FD(cfg_pipe[0]));
     close(TAKE_FD(st_pipe[1]));
     sb->status_fd = TAKE_FD(st_pipe[0]);
     fd_set_nonblock(sb->status_fd, true);
-    config = build_config(sb, ws, spec);
+    json_t *cfg = sandbox_config(sb, ws, spec);
+    config = json_dumps(cfg, JSON_COMPACT);
+    json_decref(cfg);
     /* A helper that died early closes the pipe: EPIPE here, the reason on the status fd. */
     signal(SIGPIPE, SIG_IGN);
     (void)write_all(cfg_pipe[1], config, strlen(config));
     close(TAKE_FD(cfg_pipe[1]));
-    if ((r = wait_for_pid(sb, helper)) < 0)
-        goto fail;
-    *ret = sb;
-    return 0;
-fail:
+    r = wait_for_pid(sb, helper);
+out:
     for (int i = 0; i < 2; i++) {
         if (cfg_pipe[i] >= 0)
             close(cfg_pipe[i]);
         if (st_pipe[i] >= 0)
             close(st_pipe[i]);
     }
-    sandbox_free(sb);
     return r;
+}
+
+int sandbox_start(struct sandbox_host *host, struct workspace *ws, const struct sandbox_spec *spec,
+                  struct sandbox **ret)
+{
+    struct sandbox *sb;
+    int r = sandbox_prepare(host, spec, &sb);
+    if (r < 0)
+        return r;
+    /* Without cgroups the memory cap is RLIMIT_AS, which a clone of the template (its
+     * address space already holds the data stack) would exceed at once: from scratch. */
+    if (spec->from_template && host->template && host->cgroup_mode != CGROUP_NONE) {
+        r = template_spawn(host, sb, ws, spec);
+        if (r == 0) {
+            *ret = sb;
+            return 0;
+        }
+        /* The template could not serve: make this one from scratch. */
+        log_warn("msg=\"template could not make the sandbox; starting from scratch\" "
+                 "error=\"%s\"", err_msg());
+        sandbox_free(sb);
+        if ((r = sandbox_prepare(host, spec, &sb)) < 0)
+            return r;
+    }
+    if ((r = start_with_helper(sb, ws, spec)) < 0) {
+        sandbox_free(sb);
+        return r;
+    }
+    *ret = sb;
+    return 0;
 }
 
 static void reap(struct sandbox *sb, int options)
 {
     if (sb->state == SANDBOX_EXITED || sb->init_pid <= 0)
         return;
+    if (sb->foreign) {
+        /* The template reaps its clones; once the status pipe is closed, init is gone (or
+         * going), and its pid may already name some other process. */
+        sb->state = SANDBOX_EXITED;
+        if (sb->pidfd >= 0)
+            close(sb->pidfd);
+        sb->pidfd = -1;
+        return;
+    }
     int wstatus;
     struct rusage ru;
     pid_t p;

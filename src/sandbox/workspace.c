@@ -24,6 +24,8 @@ static int uid_slot_take(struct sandbox_host *host, unsigned *ret_slot, int *ret
     random_bytes(&start, sizeof(start));
     for (unsigned i = 0; i < UID_SLOTS; i++) {
         unsigned slot = (start + i) % UID_SLOTS;
+        if (slot == 0)
+            continue; /* the template's own ids */
         char path[PATH_MAX];
         snprintf(path, sizeof(path), "%s/uids/%u", host->run_dir, slot);
         int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
@@ -54,7 +56,7 @@ int workspace_new(struct sandbox_host *host, uint64_t disk_mb, struct workspace 
         r = err_set(errno, "cannot create workspace %s: %s", ws->dir, strerror(errno));
         goto fail;
     }
-    if (!host->privileged) {
+    if (!host->privileged || !disk_mb) {
         ws->uid = ws->root_uid = geteuid();
         ws->gid = getegid();
         *ret = ws;

@@ -8,6 +8,8 @@ last stdout line for the host side to parse.
 """
 import glob
 import json
+import signal
+import select
 import os
 import subprocess
 import sys
@@ -123,3 +125,30 @@ def run_record(*args, timeout=180, **kw):
     if not lines:
         raise AssertionError("no JSON record; exit %d, stderr: %s" % (p.returncode, err))
     return json.loads(lines[-1]), p.returncode, p.pid
+
+
+class LiveRun:
+    """A runcell run in streaming mode whose payload prints one line when it is set up and
+    then sleeps; the test looks around while it lives, then cancels it with SIGTERM."""
+
+    def __init__(self, code, *opts):
+        self.p = subprocess.Popen([RUNCELL, "run", "--timeout", "120", *opts, "-c", code],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+    def first_line(self, timeout=60):
+        buf = b""
+        while not buf.endswith(b"\n"):
+            ready, _, _ = select.select([self.p.stdout], [], [], timeout)
+            if not ready:
+                raise AssertionError("the run printed nothing within %d s" % timeout)
+            c = os.read(self.p.stdout.fileno(), 1)
+            if not c:
+                raise AssertionError("the run ended early: %s" % self.p.stderr.read())
+            buf += c
+        return buf.decode().strip()
+
+    def cancel(self):
+        if self.p.poll() is None:
+            self.p.send_signal(signal.SIGTERM)
+        self.p.communicate(timeout=60)
+        return self.p.returncode

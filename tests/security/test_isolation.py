@@ -9,7 +9,7 @@ import subprocess
 import unittest
 import uuid
 
-from seclib import (PRELUDE, RUN_DIR, RUNCELL, host_pids_with, own_cgroup_dirs, probe,
+from seclib import (LiveRun, PRELUDE, RUN_DIR, RUNCELL, host_pids_with, own_cgroup_dirs, probe,
                     run_record, runcell_leftovers)
 from rctest import RuncellTestCase, is_root
 
@@ -29,33 +29,6 @@ def sysv(create):
 def listed(kind):
     return [l.split()[0] for l in open("/proc/sysvipc/" + kind).read().splitlines()[1:]]
 """
-
-
-class LiveRun:
-    """A runcell run in streaming mode whose payload prints one line when it is set up and
-    then sleeps; the test looks around while it lives, then cancels it with SIGTERM."""
-
-    def __init__(self, code, *opts):
-        self.p = subprocess.Popen([RUNCELL, "run", "--timeout", "120", *opts, "-c", code],
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-
-    def first_line(self, timeout=60):
-        buf = b""
-        while not buf.endswith(b"\n"):
-            ready, _, _ = select.select([self.p.stdout], [], [], timeout)
-            if not ready:
-                raise AssertionError("the run printed nothing within %d s" % timeout)
-            c = os.read(self.p.stdout.fileno(), 1)
-            if not c:
-                raise AssertionError("the run ended early: %s" % self.p.stderr.read())
-            buf += c
-        return buf.decode().strip()
-
-    def cancel(self):
-        if self.p.poll() is None:
-            self.p.send_signal(signal.SIGTERM)
-        self.p.communicate(timeout=60)
-        return self.p.returncode
 
 
 class BetweenRuns(RuncellTestCase):

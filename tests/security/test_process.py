@@ -2,6 +2,7 @@
 shows, the controlling terminal, the host name, signals across the boundary, kill(-1), and
 a daemon that tries to outlive its run."""
 import fcntl
+import glob
 import json
 import os
 import pty
@@ -12,7 +13,7 @@ import termios
 import unittest
 import uuid
 
-from seclib import PRELUDE, PY, RUNCELL, host_pids_with, probe, runcell
+from seclib import PRELUDE, PY, RUN_DIR, RUNCELL, LiveRun, host_pids_with, probe, runcell
 from rctest import TempDir, RuncellTestCase, is_root
 
 SECBITS_LOCKED = 0xEF  # NOROOT, NO_SETUID_FIXUP, KEEP_CAPS_LOCKED, NO_CAP_AMBIENT_RAISE + locks
@@ -67,10 +68,36 @@ report({"uid": idmap("/proc/self/uid_map"), "gid": idmap("/proc/self/gid_map")})
         for m in (res["uid"], res["gid"]):
             inside = {int(r[0]): int(r[1]) for r in m}
             self.assertEqual(sorted(inside), [0, 1000], m)  # nothing else, host root unmapped
-            for host_id in inside.values():
-                self.assertGreaterEqual(host_id, 1000000000, m)
             self.assertEqual([r[2] for r in m], ["1", "1"])
             self.assertNotEqual(inside[0], inside[1000])
+        # The ids in the map are relative to the namespace above (the template's, when a
+        # template made the sandbox), so the host uid is checked from the host: who owns
+        # what the sandbox user writes, in two runs at once.
+        owners = []
+        runs = []
+        for _ in range(2):
+            token = uuid.uuid4().hex
+            run = LiveRun("import time\nopen('/workspace/mark-%s', 'w').close()\n"
+                          "print('ready', flush=True)\ntime.sleep(600)" % token)
+            self.addCleanup(run.cancel)
+            self.assertEqual(run.first_line(), "ready")
+            runs.append((run, token))
+        for run, token in runs:
+            found = glob.glob(os.path.join(RUN_DIR, "*", "w*", "work", "mark-" + token))
+            self.assertEqual(len(found), 1, found)
+            owners.append(os.stat(found[0]).st_uid)
+        for uid in owners:
+            self.assertGreaterEqual(uid, 1000000000, owners)
+        self.assertNotEqual(owners[0], owners[1], "two runs share a host uid")
+
+
+class SandboxKind(RuncellTestCase):
+    def test_the_suite_attacks_the_kind_of_sandbox_it_says(self):
+        # tests/run.py runs this suite twice: sandboxes made from scratch, then sandboxes
+        # cloned from the template (RUNCELL_TEMPLATE=1). A template clone has the data stack
+        # imported before the first cell; one made from scratch has not.
+        res, _ = probe(self, 'import sys\nreport({"preloaded": "pandas" in sys.modules})')
+        self.assertEqual(res["preloaded"], bool(os.environ.get("RUNCELL_TEMPLATE")))
 
 
 class CoreDumps(RuncellTestCase):

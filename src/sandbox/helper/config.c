@@ -63,6 +63,10 @@ int config_parse(const char *text, struct helper_config *cfg)
     cfg->extra_fds = (int)u64_or(o, "extra_fds", 0);
     cfg->seccomp = !json_is_false(json_object_get(o, "seccomp"));
     cfg->landlock = !json_is_false(json_object_get(o, "landlock"));
+    cfg->template_profile = json_is_true(json_object_get(o, "template"));
+    cfg->id_range = (uid_t)u64_or(o, "id_range", 0);
+    cfg->ns_root_uid = (uid_t)u64_or(o, "ns_root_uid", 0);
+    cfg->ns_uid = (uid_t)u64_or(o, "ns_uid", 0);
 
     json_t *binds = json_object_get(o, "binds");
     size_t i;

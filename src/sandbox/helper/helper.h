@@ -35,6 +35,10 @@ struct helper_config {
     int extra_fds; /* fds HELPER_FD_EXTRA.. handed to the payload as 3.. */
     bool seccomp;
     bool landlock;
+    bool template_profile; /* the template: keeps root in its namespace, maps a uid range */
+    uid_t id_range;        /* template: ids 0..id_range-1 map to host_root_uid.. */
+    uid_t ns_root_uid;     /* template-made session: ids in the template's namespace */
+    uid_t ns_uid;
 };
 
 int config_parse(const char *json, struct helper_config *ret);
@@ -51,11 +55,14 @@ int fail_errno(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * become_sandbox_root() comes first: it pins the host paths and switches to the sandbox's
  * root id when privileged. */
 int become_sandbox_root(struct helper_config *cfg);
+int mount_tmpfs(const char *dst, unsigned long flags, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 int rootfs_setup(struct helper_config *cfg);
 int net_loopback_up(void);
 
-/* lockdown.c: in the payload, every step from setsid to seccomp, then exec. Returns only
- * on failure, after reporting it. */
+/* lockdown.c: in the payload, every step from setsid to seccomp (0, or -1 after reporting);
+ * payload_exec then execs the program and returns only on failure. */
+int payload_lockdown(const struct helper_config *cfg, void *seccomp_filter);
 void payload_exec(const struct helper_config *cfg, void *seccomp_filter);
 
 /* seccomp.c */
@@ -64,6 +71,9 @@ int seccomp_install(void *ctx);
 
 /* init.c: PID 1 of the sandbox. Never returns. */
 __attribute__((noreturn)) void init_main(struct helper_config *cfg, int sync_fd);
+/* Reports "ready" and forks the payload: returns 0 in the payload (signal handling back to
+ * the defaults), -1 on failure; in init itself it supervises and never returns. */
+int init_fork_payload(const struct helper_config *cfg);
 
 extern int status_fd;
 

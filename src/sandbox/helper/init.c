@@ -55,7 +55,8 @@ static void report_and_exit(int wstatus)
 /* Forwards signals, reaps, and watches the status pipe: when the daemon is gone (its read
  * end closed, whichever thread of it started us), the whole sandbox goes too. A
  * parent-death signal would not do: it fires when the spawning *thread* exits. */
-static __attribute__((noreturn)) void supervise(pid_t payload, const sigset_t *set)
+static __attribute__((noreturn)) void supervise(pid_t payload, const sigset_t *set,
+                                                bool linger)
 {
     int sfd = signalfd(-1, set, SFD_CLOEXEC);
     prctl(PR_SET_PDEATHSIG, 0);
@@ -76,9 +77,19 @@ static __attribute__((noreturn)) void supervise(pid_t payload, const sigset_t *s
         }
         int wstatus;
         pid_t p;
-        while ((p = waitpid(-1, &wstatus, WNOHANG)) > 0)
-            if (p == payload)
+        while ((p = waitpid(-1, &wstatus, WNOHANG)) > 0) {
+            if (p != payload)
+                continue;
+            if (!linger)
                 report_and_exit(wstatus);
+            /* The template is gone, but the sessions it made live in our PID namespace:
+             * say so, and stay as their reaper until the last one ends. */
+            status_write(WIFEXITED(wstatus) ? "exit %d" : "signal %d",
+                         WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : WTERMSIG(wstatus));
+            payload = -1;
+        }
+        if (p < 0 && errno == ECHILD && payload < 0)
+            _exit(0);
     }
 }
 
@@ -122,14 +133,22 @@ void init_main(struct helper_config *cfg, int sync_fd)
     void *filter = NULL;
     if (cfg->seccomp && !(filter = seccomp_build()))
         _exit(1);
+    if (init_fork_payload(cfg) == 0) {
+        payload_exec(cfg, filter);
+        _exit(127);
+    }
+    _exit(1);
+}
 
+int init_fork_payload(const struct helper_config *cfg)
+{
     sigset_t set;
     signals_setup(&set);
     status_write("ready");
     pid_t payload = fork();
     if (payload < 0) {
         fail_errno("cannot start the sandboxed program (fork)");
-        _exit(1);
+        return -1;
     }
     if (payload == 0) {
         sigprocmask(SIG_UNBLOCK, &set, NULL);
@@ -138,9 +157,8 @@ void init_main(struct helper_config *cfg, int sync_fd)
             sigaction(forwarded[i], &dfl, NULL);
         sigaction(SIGCHLD, &dfl, NULL);
         signal(SIGPIPE, SIG_DFL);
-        payload_exec(cfg, filter);
-        _exit(127);
+        return 0;
     }
     stdio_to_null(cfg->extra_fds);
-    supervise(payload, &set);
+    supervise(payload, &set, cfg->template_profile);
 }

@@ -14,56 +14,6 @@
 
 #include "base/base.h"
 
-int status_fd = HELPER_FD_STATUS;
-
-void status_write(const char *fmt, ...)
-{
-    char line[2048];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(line, sizeof(line) - 1, fmt, ap);
-    va_end(ap);
-    if (n < 0)
-        return;
-    if ((size_t)n > sizeof(line) - 2)
-        n = (int)sizeof(line) - 2;
-    for (int i = 0; i < n; i++)
-        if (line[i] == '\n')
-            line[i] = ' ';
-    line[n++] = '\n';
-    (void)write_all(status_fd, line, (size_t)n);
-}
-
-static int vfail(int err, const char *fmt, va_list ap)
-{
-    char msg[1536];
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    if (err)
-        status_write("error %s: %s", msg, strerror(err));
-    else
-        status_write("error %s", msg);
-    return -1;
-}
-
-int fail(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vfail(0, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
-int fail_errno(const char *fmt, ...)
-{
-    int err = errno;
-    va_list ap;
-    va_start(ap, fmt);
-    vfail(err, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
 static int join_cgroups(char **procs)
 {
     char pid[32];
@@ -99,6 +49,15 @@ static int write_id_maps(const struct helper_config *cfg, pid_t child)
         if (write_proc(child, "uid_map", map) < 0)
             return -1;
         snprintf(map, sizeof(map), "%d %u 1\n", SANDBOX_GID, (unsigned)cfg->host_gid);
+        return write_proc(child, "gid_map", map);
+    }
+    if (cfg->template_profile && cfg->id_range) {
+        /* The template's namespace maps the whole range of sandbox ids, so that sessions it
+         * makes can each map a pair of them. */
+        snprintf(map, sizeof(map), "0 %u %u\n", (unsigned)cfg->host_root_uid,
+                 (unsigned)cfg->id_range);
+        if (write_proc(child, "uid_map", map) < 0)
+            return -1;
         return write_proc(child, "gid_map", map);
     }
     snprintf(map, sizeof(map), "0 %u 1\n%d %u 1\n", (unsigned)cfg->host_root_uid, SANDBOX_UID,

@@ -95,10 +95,7 @@ static int bind_path(const char *src, const char *dst, bool rw)
     return 0;
 }
 
-static int mount_tmpfs(const char *dst, unsigned long flags, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int mount_tmpfs(const char *dst, unsigned long flags, const char *fmt, ...)
+int mount_tmpfs(const char *dst, unsigned long flags, const char *fmt, ...)
 {
     char opts[256];
     va_list ap;

@@ -1,0 +1,232 @@
+/* pyspawn.c - the _runcell_template Python module: how the template (a Python with the data
+ * stack imported) makes a session sandbox by cloning itself.
+ *
+ * spawn(config, fds) clones the template into new user, mount, PID, network, IPC and UTS
+ * namespaces. The clone becomes PID 1 of the session (the same init code as runcell-sandbox's):
+ * it joins its cgroup through fds the daemon opened, takes a fresh /tmp, /dev/shm and /proc,
+ * attaches the workspace (a detached mount the daemon made), and forks the kernel, which
+ * drops every privilege, applies Landlock and seccomp, and returns into Python. The template
+ * itself writes the clone's id maps (it holds CAP_SETUID in its own namespace) and gets the
+ * clone's pid back. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <linux/mount.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "base/base.h"
+#include "sandbox/helper/helper.h"
+
+/* The fds of a spawn request, in this order. */
+enum { FD_STATUS, FD_STDIN, FD_STDOUT, FD_STDERR, FD_WORKSPACE, FD_FIXED };
+#define MAX_FDS 32
+#define HIGH_FD 300
+
+static int write_map(pid_t pid, const char *file, unsigned ns_root, unsigned ns_user)
+{
+    char path[64], map[96];
+    snprintf(path, sizeof(path), "/proc/%d/%s", pid, file);
+    snprintf(map, sizeof(map), "0 %u 1\n%d %u 1\n", ns_root, SANDBOX_UID, ns_user);
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    ssize_t n = (ssize_t)strlen(map);
+    int ok = fd >= 0 && write(fd, map, (size_t)n) == n;
+    int err = errno;
+    if (fd >= 0)
+        close(fd);
+    errno = err;
+    return ok ? 0 : -1;
+}
+
+/* Puts the request's fds where the init and payload code expect them (stdio on 0-2, status
+ * on HELPER_FD_STATUS, extras from HELPER_FD_EXTRA), keeps the workspace and cgroup fds high,
+ * and closes everything else the template had open. */
+static int arrange_fds(const int *fds, int n, int n_extra, int *ret_ws, int *ret_cg, int n_cg)
+{
+    int high[MAX_FDS];
+    bool keep[MAX_FDS] = {false};
+    for (int i = 0; i < n; i++)
+        if ((high[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, HIGH_FD + i)) < 0)
+            return fail_errno("fcntl");
+    int targets[] = {[FD_STATUS] = HELPER_FD_STATUS, [FD_STDIN] = 0, [FD_STDOUT] = 1,
+                     [FD_STDERR] = 2};
+    for (int i = FD_STATUS; i <= FD_STDERR; i++)
+        if (dup2(high[i], targets[i]) < 0)
+            return fail_errno("dup2");
+    for (int i = 0; i < n_extra; i++)
+        if (dup2(high[FD_FIXED + i], HELPER_FD_EXTRA + i) < 0)
+            return fail_errno("dup2");
+    *ret_ws = high[FD_WORKSPACE];
+    keep[FD_WORKSPACE] = true;
+    for (int i = 0; i < n_cg; i++) {
+        ret_cg[i] = high[FD_FIXED + n_extra + i];
+        keep[FD_FIXED + n_extra + i] = true;
+    }
+    for (int i = 0; i < n; i++)
+        if (!keep[i])
+            close(high[i]);
+    /* What is left of the template's own fds goes: 3, and everything up to our copies. */
+    close(3);
+    syscall(SYS_close_range, HELPER_FD_EXTRA + n_extra, HIGH_FD - 1, 0);
+    syscall(SYS_close_range, HIGH_FD + n, ~0U, 0);
+    status_fd = HELPER_FD_STATUS;
+    return 0;
+}
+
+static int join_cgroup(const int *cg, int n)
+{
+    for (int i = 0; i < n; i++) {
+        if (write(cg[i], "0", 1) != 1)
+            return fail_errno("cannot join the session's cgroup");
+        close(cg[i]);
+    }
+    /* Only now, so that the namespace's root is the session's own cgroup. */
+    if (n && unshare(CLONE_NEWCGROUP) < 0)
+        return fail_errno("cannot create the cgroup namespace");
+    return 0;
+}
+
+static int session_mounts(const struct helper_config *cfg, int ws_fd)
+{
+    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+        return fail_errno("cannot make the session's mounts private");
+    if (mount_tmpfs("/tmp", MS_NOSUID | MS_NODEV, "mode=1777,size=%llum,nr_inodes=%llu",
+                    (unsigned long long)cfg->tmp_mb, (unsigned long long)cfg->tmp_inodes) < 0 ||
+        mount_tmpfs("/dev/shm", MS_NOSUID | MS_NODEV, "mode=1777,size=%llum,nr_inodes=4096",
+                    (unsigned long long)cfg->shm_mb) < 0)
+        return -1;
+    if (syscall(SYS_move_mount, ws_fd, "", AT_FDCWD, "/workspace", MOVE_MOUNT_F_EMPTY_PATH) < 0)
+        return fail_errno("cannot attach the workspace");
+    close(ws_fd);
+    /* PID 1 of the new PID namespace mounts the /proc that shows only the session. */
+    if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
+        return fail_errno("cannot mount /proc in the session");
+    return 0;
+}
+
+/* Runs in the clone: becomes the session's init. Returns only in the kernel (0), after its
+ * lockdown; init itself supervises and exits. */
+static int session_init(struct helper_config *cfg, const int *fds, int n, int sync_fd)
+{
+    char go;
+    int ws_fd = -1, cg[8], n_cg = (int)strv_len(cfg->cgroup_procs);
+    if (read(sync_fd, &go, 1) != 1)
+        _exit(1);
+    close(sync_fd);
+    if (arrange_fds(fds, n, cfg->extra_fds, &ws_fd, cg, n_cg) < 0)
+        _exit(1);
+    setsid();
+    if (setgroups(0, NULL) < 0 || setresgid(0, 0, 0) < 0 || setresuid(0, 0, 0) < 0) {
+        fail_errno("cannot switch to the session's root id");
+        _exit(1);
+    }
+    prctl(PR_SET_DUMPABLE, 0);
+    if (join_cgroup(cg, n_cg) < 0)
+        _exit(1);
+    if (sethostname(cfg->hostname, strlen(cfg->hostname)) < 0) {
+        fail_errno("cannot set the session's host name");
+        _exit(1);
+    }
+    if (net_loopback_up() < 0 || session_mounts(cfg, ws_fd) < 0 || chdir("/") < 0)
+        _exit(1);
+    void *filter = cfg->seccomp ? seccomp_build() : NULL;
+    if (cfg->seccomp && !filter)
+        _exit(1);
+    if (init_fork_payload(cfg) != 0)
+        _exit(1);
+    /* The kernel. */
+    PyOS_AfterFork_Child();
+    if (payload_lockdown(cfg, filter) < 0)
+        _exit(127);
+    /* What an exec would have done: close the status pipe (only init reports on it; a
+     * kernel must not be able to forge its lines), and make /proc/self the process's own
+     * again (init is not dumpable, and without an exec that would stick). */
+    close(status_fd);
+    prctl(PR_SET_DUMPABLE, 1);
+    return 0;
+}
+
+static PyObject *spawn(PyObject *self, PyObject *args)
+{
+    const char *json;
+    Py_ssize_t json_len;
+    PyObject *fd_list;
+    int fds[MAX_FDS];
+    struct helper_config cfg;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y#O!", &json, &json_len, &PyList_Type, &fd_list))
+        return NULL;
+    Py_ssize_t n = PyList_Size(fd_list);
+    if (n < FD_FIXED || n > MAX_FDS)
+        return PyErr_Format(PyExc_ValueError, "spawn needs %d to %d fds, got %zd", FD_FIXED,
+                            MAX_FDS, n);
+    for (Py_ssize_t i = 0; i < n; i++)
+        fds[i] = (int)PyLong_AsLong(PyList_GetItem(fd_list, i));
+    /* Errors before the clone go to the request's status pipe, like the helper's. */
+    status_fd = fds[FD_STATUS];
+    if (config_parse(json, &cfg) < 0)
+        return PyErr_Format(PyExc_ValueError, "bad session configuration");
+    if (strv_len(cfg.cgroup_procs) > 8)
+        return PyErr_Format(PyExc_ValueError, "spawn: too many cgroups");
+    if (n != FD_FIXED + cfg.extra_fds + (Py_ssize_t)strv_len(cfg.cgroup_procs))
+        return PyErr_Format(PyExc_ValueError, "spawn: %zd fds do not fit the configuration", n);
+    int sync[2];
+    if (pipe2(sync, O_CLOEXEC) < 0)
+        return PyErr_SetFromErrno(PyExc_OSError);
+    PyOS_BeforeFork();
+    unsigned long flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET |
+                          CLONE_NEWIPC | CLONE_NEWUTS | SIGCHLD;
+    pid_t pid = (pid_t)syscall(SYS_clone, flags, NULL, NULL, NULL, 0);
+    if (pid == 0) {
+        close(sync[1]);
+        if (session_init(&cfg, fds, (int)n, sync[0]) == 0)
+            return PyLong_FromLong(0);
+        _exit(1);
+    }
+    int err = errno;
+    PyOS_AfterFork_Parent();
+    close(sync[0]);
+    if (pid < 0) {
+        close(sync[1]);
+        errno = err;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    /* We hold CAP_SETUID in the template's namespace: map the session's root and user to its
+     * pair of ids there (and so to its pair of host ids). */
+    if (write_map(pid, "uid_map", cfg.ns_root_uid, cfg.ns_uid) < 0 ||
+        write_map(pid, "gid_map", cfg.ns_root_uid, cfg.ns_uid) < 0 || write(sync[1], "g", 1) != 1) {
+        err = errno;
+        kill(pid, SIGKILL);
+        close(sync[1]);
+        errno = err;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    close(sync[1]);
+    return PyLong_FromLong(pid);
+}
+
+static PyMethodDef methods[] = {
+    {"spawn", spawn, METH_VARARGS,
+     "spawn(config: bytes, fds: list) -> pid in the template, 0 in the new kernel"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_runcell_template",
+                                    "How the runcell template makes session sandboxes.", -1,
+                                    methods, NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__runcell_template(void);
+
+PyMODINIT_FUNC PyInit__runcell_template(void)
+{
+    return PyModule_Create(&module);
+}

@@ -1,0 +1,359 @@
+/* template.c - the daemon's side of the template: starting it, asking it for sandboxes,
+ * replacing it when it dies or its files change, and keeping retired ones until their
+ * sessions end. */
+#include "sandbox/cgroup-int.h"
+#include "sandbox/sandbox-int.h"
+#include "sandbox/spawn-int.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/mount.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define TEMPLATE_READY_MS 120000
+#define SPAWN_REPLY_MS 20000
+#define MAX_RETIRED 16
+
+struct template {
+    struct workspace *ws; /* its own (small, empty) workspace */
+    struct sandbox *sb;   /* the sandbox the template runs in */
+    int ctl_fd;           /* SOCK_SEQPACKET: requests out, replies (+ pidfds) in */
+    char *profile;
+    double ready_ms;
+};
+
+struct template_state {
+    pthread_mutex_t lock;
+    struct template *current;
+    struct template *retired[MAX_RETIRED]; /* their init lingers while their sessions live */
+};
+
+static struct template_state state = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+/* What the template was built from: when any of it changes, a new template is made. */
+static char *profile_of(const struct sandbox_host *host)
+{
+    const char *files[] = {"kernel/kernel.py", "runcell-sandbox", NULL};
+    struct buf b;
+    buf_init(&b, 0);
+    for (const char **f = files; *f; f++) {
+        _cleanup_free_ char *path = xasprintf("%s/%s", host->libexec_dir, *f);
+        struct stat st;
+        if (stat(path, &st) == 0)
+            buf_printf(&b, "%s:%lld.%09ld:%lld;", *f, (long long)st.st_mtim.tv_sec,
+                       st.st_mtim.tv_nsec, (long long)st.st_size);
+    }
+    struct stat st;
+    if (stat("/usr/lib/python3/dist-packages", &st) == 0)
+        buf_printf(&b, "dist-packages:%lld", (long long)st.st_mtim.tv_sec);
+    return buf_detach(&b, NULL);
+}
+
+static void template_free(struct template *t)
+{
+    if (!t)
+        return;
+    if (t->ctl_fd >= 0)
+        close(t->ctl_fd);
+    sandbox_free(t->sb);
+    workspace_free(t->ws);
+    free(t->profile);
+    free(t);
+}
+
+/* Reads one message (and an fd, if one came) within timeout_ms. Returns its length, 0 at
+ * EOF, -errno on error or timeout. */
+static ssize_t recv_msg(int fd, char *buf, size_t size, int *ret_fd, int timeout_ms)
+{
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    int r = poll(&p, 1, timeout_ms);
+    if (r <= 0)
+        return r == 0 ? -ETIMEDOUT : -errno;
+    char cbuf[CMSG_SPACE(sizeof(int))];
+    struct iovec iov = {.iov_base = buf, .iov_len = size - 1};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+                        .msg_controllen = sizeof(cbuf)};
+    ssize_t n = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC);
+    if (n < 0)
+        return -errno;
+    buf[n] = '\0';
+    if (ret_fd)
+        *ret_fd = -1;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && ret_fd)
+            memcpy(ret_fd, CMSG_DATA(c), sizeof(int));
+    return n;
+}
+
+static int template_new(struct sandbox_host *host, struct template **ret)
+{
+    struct template *t = xcalloc(1, sizeof(*t));
+    int sp[2] = {-1, -1}, devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+    _cleanup_strv_ char **env = sandbox_default_env();
+    _cleanup_free_ char *kernel_dir = xasprintf("%s/kernel", host->libexec_dir);
+    char msg[4096];
+    int r;
+    t->ctl_fd = -1;
+    t->profile = profile_of(host);
+    double t0 = now_ms_f();
+    if ((r = workspace_new(host, 0, &t->ws)) < 0)
+        goto fail;
+    /* An empty directory (not a tmpfs) the template's root owns: its working directory. */
+    if (chown(t->ws->dir, host->uid_base, host->uid_base) < 0) {
+        r = err_set(errno, "cannot give %s to the template: %s", t->ws->dir, strerror(errno));
+        goto fail;
+    }
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) < 0) {
+        r = err_set(errno, "socketpair: %s", strerror(errno));
+        goto fail;
+    }
+    /* Forked processes cannot use a BLAS thread pool started before the fork. */
+    env = strv_push(env, "OPENBLAS_NUM_THREADS=1");
+    env = strv_push(env, "OMP_NUM_THREADS=1");
+    char *argv[] = {(char *)"/usr/bin/python3", (char *)"/.runcell/kernel.py",
+                    (char *)"--template", NULL};
+    const char *binds[] = {kernel_dir, "/.runcell", NULL};
+    int extra[] = {sp[1]};
+    struct sandbox_spec spec = {
+        .argv = argv, .env = env, .stdin_fd = devnull, .stdout_fd = devnull,
+        .stderr_fd = STDERR_FILENO, .extra_fds = extra, .n_extra_fds = 1, .ro_binds = binds,
+        .limits = {.memory_mb = 2048, .pids = 64, .disk_mb = 64}, .template_profile = true,
+    };
+    sandbox_limits_fill_defaults(&spec.limits);
+    if ((r = sandbox_start(host, t->ws, &spec, &t->sb)) < 0)
+        goto fail;
+    close(TAKE_FD(sp[1]));
+    t->ctl_fd = TAKE_FD(sp[0]);
+    ssize_t n = recv_msg(t->ctl_fd, msg, sizeof(msg), NULL, TEMPLATE_READY_MS);
+    if (n <= 0) {
+        sandbox_poll_status(t->sb);
+        r = err_set(EIO, "the template did not become ready: %s",
+                    t->sb->error ? t->sb->error : n == 0 ? "it exited" : strerror((int)-n));
+        goto fail;
+    }
+    t->ready_ms = now_ms_f() - t0;
+    log_info("msg=\"template ready\" ready_ms=%.0f report=%s", t->ready_ms, msg);
+    close(devnull);
+    *ret = t;
+    return 0;
+fail:
+    if (sp[0] >= 0)
+        close(sp[0]);
+    if (sp[1] >= 0)
+        close(sp[1]);
+    close(devnull);
+    template_free(t);
+    return r;
+}
+
+/* Frees retired templates whose sessions have all ended (their init has exited). */
+static void sweep_retired(void)
+{
+    for (int i = 0; i < MAX_RETIRED; i++) {
+        struct template *t = state.retired[i];
+        if (t && sandbox_poll_status(t->sb) == 1) {
+            template_free(t);
+            state.retired[i] = NULL;
+        }
+    }
+}
+
+static void retire(struct template *t)
+{
+    if (!t)
+        return;
+    /* Closing the channel ends the template; its init stays while sessions live. */
+    close(t->ctl_fd);
+    t->ctl_fd = -1;
+    for (int i = 0; i < MAX_RETIRED; i++) {
+        if (!state.retired[i]) {
+            state.retired[i] = t;
+            return;
+        }
+    }
+    template_free(t); /* no room: its sessions end with it */
+}
+
+/* A live template with the current profile, started if needed; caller holds state.lock. */
+static int current_template(struct sandbox_host *host, struct template **ret)
+{
+    struct template *t = state.current;
+    sweep_retired();
+    if (t) {
+        _cleanup_free_ char *profile = profile_of(host);
+        bool alive = sandbox_poll_status(t->sb) == 0 && !t->sb->exited;
+        if (alive && !strcmp(profile, t->profile)) {
+            *ret = t;
+            return 0;
+        }
+        log_info("msg=\"replacing the template\" reason=%s", alive ? "profile changed" : "it exited");
+        retire(t);
+        state.current = NULL;
+    }
+    int r = template_new(host, &state.current);
+    if (r == 0)
+        *ret = state.current;
+    return r;
+}
+
+int sandbox_host_start_template(struct sandbox_host *host)
+{
+    if (!host->privileged)
+        return err_set(EPERM, "the template needs root: it maps the ids of every sandbox");
+    pthread_mutex_lock(&state.lock);
+    struct template *t;
+    int r = current_template(host, &t);
+    pthread_mutex_unlock(&state.lock);
+    if (r == 0)
+        host->template = t;
+    return r;
+}
+
+double sandbox_host_template_ready_ms(struct sandbox_host *host)
+{
+    pthread_mutex_lock(&state.lock);
+    double v = state.current ? state.current->ready_ms : 0;
+    pthread_mutex_unlock(&state.lock);
+    return v;
+}
+
+void template_stop(struct sandbox_host *host)
+{
+    pthread_mutex_lock(&state.lock);
+    template_free(state.current);
+    state.current = NULL;
+    for (int i = 0; i < MAX_RETIRED; i++) {
+        template_free(state.retired[i]);
+        state.retired[i] = NULL;
+    }
+    host->template = NULL;
+    pthread_mutex_unlock(&state.lock);
+}
+
+static int send_request(int fd, const char *json, const int *fds, int n)
+{
+    char cbuf[CMSG_SPACE(sizeof(int) * 32)];
+    struct iovec iov = {.iov_base = (void *)json, .iov_len = strlen(json)};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+                        .msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)n)};
+    struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)n);
+    memcpy(CMSG_DATA(c), fds, sizeof(int) * (size_t)n);
+    return sendmsg(fd, &mh, MSG_NOSIGNAL) < 0 ? -errno : 0;
+}
+
+/* The pid a pidfd refers to, in our PID namespace. */
+static pid_t pidfd_pid(int pidfd)
+{
+    char path[64], text[1024];
+    snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", pidfd);
+    _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd < 0 ? -1 : read(fd, text, sizeof(text) - 1);
+    if (n <= 0)
+        return -1;
+    text[n] = '\0';
+    char *p = strstr(text, "\nPid:");
+    return p ? (pid_t)atoi(p + 5) : -1;
+}
+
+/* Sends the request with its fds and turns the reply into a running sandbox. */
+static int ask(struct template *t, struct sandbox *sb, const char *json, const int *fds, int n)
+{
+    char reply[4096];
+    int pidfd = -1;
+    int r = send_request(t->ctl_fd, json, fds, n);
+    if (r < 0)
+        return err_set(-r, "cannot reach the template: %s", strerror(-r));
+    ssize_t len = recv_msg(t->ctl_fd, reply, sizeof(reply), &pidfd, SPAWN_REPLY_MS);
+    if (len <= 0)
+        return err_set(EIO, "the template did not answer: %s",
+                       len == 0 ? "it exited" : strerror((int)-len));
+    json_t *j = json_loads(reply, 0, NULL);
+    const char *error = json_string_value(json_object_get(j, "error"));
+    pid_t pid = pidfd >= 0 ? pidfd_pid(pidfd) : -1;
+    if (error || pid <= 0) {
+        r = err_set(EIO, "the template could not make the sandbox: %s",
+                    error ? error : "no pid in its reply");
+        json_decref(j);
+        if (pidfd >= 0)
+            close(pidfd);
+        return r;
+    }
+    json_decref(j);
+    sb->init_pid = pid;
+    sb->pidfd = pidfd;
+    sb->foreign = true;
+    sb->state = SANDBOX_RUNNING;
+    return 0;
+}
+
+int template_spawn(struct sandbox_host *host, struct sandbox *sb, struct workspace *ws,
+                   const struct sandbox_spec *spec)
+{
+    int st_pipe[2] = {-1, -1}, fds[32], n = 0, first_cg = 0, r;
+    _cleanup_close_ int tree = -1;
+    char **procs = NULL;
+    char *json = NULL;
+    if (spec->n_extra_fds > 8)
+        return err_set(EINVAL, "too many fds for a template-made sandbox");
+    if (pipe2(st_pipe, O_CLOEXEC) < 0)
+        return err_set(errno, "pipe: %s", strerror(errno));
+    /* The workspace goes in as a detached copy of its mount, attached by the clone. */
+    tree = (int)syscall(SYS_open_tree, AT_FDCWD, ws->dir, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+    if (tree < 0) {
+        r = err_set(errno, "cannot take the workspace %s: %s", ws->dir, strerror(errno));
+        goto out;
+    }
+    fds[n++] = st_pipe[1];
+    fds[n++] = spec->stdin_fd;
+    fds[n++] = spec->stdout_fd;
+    fds[n++] = spec->stderr_fd;
+    fds[n++] = tree;
+    for (int i = 0; i < spec->n_extra_fds; i++)
+        fds[n++] = spec->extra_fds[i];
+    /* The clone joins its cgroup itself, through files we opened: the kernel checks the
+     * opener's credentials. */
+    procs = sb->cgroup ? cgroup_procs_files(sb->cgroup) : NULL;
+    first_cg = n;
+    for (char **p = procs; p && *p; p++) {
+        int fd = open(*p, O_WRONLY | O_CLOEXEC);
+        if (fd < 0) {
+            r = err_set(errno, "cannot open %s: %s", *p, strerror(errno));
+            goto out;
+        }
+        fds[n++] = fd;
+    }
+    json_t *cfg = sandbox_config(sb, ws, spec);
+    json_object_set_new(cfg, "ns_root_uid", json_integer(ws->root_uid - host->uid_base));
+    json_object_set_new(cfg, "ns_uid", json_integer(ws->uid - host->uid_base));
+    json = json_dumps(cfg, JSON_COMPACT);
+    json_decref(cfg);
+    pthread_mutex_lock(&state.lock);
+    struct template *t;
+    r = current_template(host, &t);
+    if (r == 0)
+        r = ask(t, sb, json, fds, n);
+    pthread_mutex_unlock(&state.lock);
+    if (r == 0) {
+        sb->status_fd = TAKE_FD(st_pipe[0]);
+        fd_set_nonblock(sb->status_fd, true);
+    }
+out:
+    for (int i = first_cg; procs && i < n; i++)
+        close(fds[i]);
+    strv_free(procs);
+    free(json);
+    if (st_pipe[0] >= 0)
+        close(st_pipe[0]);
+    close(st_pipe[1]);
+    return r;
+}
