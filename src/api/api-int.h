@@ -15,6 +15,7 @@ struct server {
     const struct server_config *cfg;
     struct sandbox_host host;
     struct session_table *table;
+    struct session_pool *pool;
     struct metrics *metrics;
     struct MHD_Daemon *mhd;
     char *token;

@@ -30,6 +30,8 @@ struct server_config {
     struct server_limits limits;
     struct session_opts defaults; /* for sessions that do not say */
     uint64_t shutdown_grace_ms;   /* running cells get this long on SIGTERM */
+    bool no_template;             /* make every session from scratch */
+    size_t pool_size;             /* sessions kept ready (made with the defaults) */
 };
 
 /* Runs the server until SIGTERM or SIGINT, then shuts down gracefully. Returns the process

@@ -326,6 +326,8 @@ static void shutdown_gracefully(struct server *srv)
     srv->mhd = NULL;
     session_table_free(srv->table);
     srv->table = NULL;
+    session_pool_free(srv->pool);
+    srv->pool = NULL;
 }
 
 static int prepare(struct server *srv, struct sockaddr_storage *addr)
@@ -355,7 +357,11 @@ static int prepare(struct server *srv, struct sockaddr_storage *addr)
     if (srv->host.degraded_reason)
         log_warn("msg=\"resource limits are degraded\" reason=\"%s\"",
                  srv->host.degraded_reason);
-    srv->table = session_table_new(&srv->host, srv->cfg->limits.max_sessions);
+    if (!srv->cfg->no_template && srv->host.privileged && srv->host.cgroup_mode != CGROUP_NONE &&
+        sandbox_host_start_template(&srv->host) < 0)
+        log_warn("msg=\"no template; sessions start from scratch\" error=\"%s\"", err_msg());
+    srv->pool = session_pool_new(&srv->host, &srv->cfg->defaults, srv->cfg->pool_size);
+    srv->table = session_table_new(&srv->host, srv->cfg->limits.max_sessions, srv->pool);
     srv->metrics = metrics_new();
     return session_table_start_reaper(srv->table, 1000);
 }
@@ -390,6 +396,7 @@ out:
     if (srv.mhd)
         MHD_stop_daemon(srv.mhd);
     session_table_free(srv.table);
+    session_pool_free(srv.pool);
     metrics_free(srv.metrics);
     if (srv.token)
         explicit_bzero(srv.token, strlen(srv.token));

@@ -24,10 +24,15 @@ static const char serve_help[] =
     "  --timeout SEC          default per-execution timeout (default 60)\n"
     "  --idle-timeout SEC     default idle timeout of sessions (default 600)\n"
     "  --memory MB, --pids N, --disk MB, --cpus N   default session limits\n"
-    "  --shutdown-grace SEC   on SIGTERM, how long running cells may finish (default 10)\n";
+    "  --shutdown-grace SEC   on SIGTERM, how long running cells may finish (default 10)\n"
+    "  --pool N               sessions kept ready so that creating one is a hand-over\n"
+    "                         (default 2; 0 to make each on demand)\n"
+    "  --no-template          make every session from scratch (default as root: clone\n"
+    "                         sessions from a template with the data stack imported)\n";
 
 enum { OPT_LISTEN = OPT_COMMON_END, OPT_DATA, OPT_TOKEN, OPT_MAX_SESSIONS, OPT_MAX_EXECUTIONS,
-       OPT_MAX_MEMORY, OPT_MAX_TIMEOUT, OPT_MAX_UPLOAD, OPT_IDLE_TIMEOUT, OPT_GRACE };
+       OPT_MAX_MEMORY, OPT_MAX_TIMEOUT, OPT_MAX_UPLOAD, OPT_IDLE_TIMEOUT, OPT_GRACE,
+       OPT_NO_TEMPLATE, OPT_POOL };
 
 static const struct option long_opts[] = {
     COMMON_LONG_OPTS,
@@ -41,6 +46,8 @@ static const struct option long_opts[] = {
     {"max-upload", required_argument, NULL, OPT_MAX_UPLOAD},
     {"idle-timeout", required_argument, NULL, OPT_IDLE_TIMEOUT},
     {"shutdown-grace", required_argument, NULL, OPT_GRACE},
+    {"no-template", no_argument, NULL, OPT_NO_TEMPLATE},
+    {"pool", required_argument, NULL, OPT_POOL},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -79,6 +86,14 @@ static int serve_opt(struct server_config *cfg, struct common_opts *co, int c, c
         return opt_seconds("serve", "--idle-timeout", val, &cfg->defaults.idle_timeout_ms);
     case OPT_GRACE:
         return opt_seconds("serve", "--shutdown-grace", val, &cfg->shutdown_grace_ms);
+    case OPT_NO_TEMPLATE:
+        cfg->no_template = true;
+        return 0;
+    case OPT_POOL:
+        if (parse_u64(val, &v) < 0 || v > 256)
+            return usage_error("serve", "--pool: '%s' is not a number of sessions (0 to 256)", val);
+        cfg->pool_size = v;
+        return 0;
     case OPT_FILE:
     case OPT_OUT:
         return usage_error("serve", "--file and --out do not apply to serve");
@@ -90,7 +105,8 @@ static int serve_opt(struct server_config *cfg, struct common_opts *co, int c, c
 
 int cmd_serve(int argc, char **argv)
 {
-    struct server_config cfg = {.listen = "127.0.0.1:8080", .shutdown_grace_ms = 10000};
+    struct server_config cfg = {.listen = "127.0.0.1:8080", .shutdown_grace_ms = 10000,
+                                .pool_size = 2};
     struct common_opts co = {0};
     _cleanup_free_ char *data = NULL;
     int c, r = 0;

@@ -17,6 +17,8 @@ void cgroup_host_detect(struct sandbox_host *host);
 /* Creates the cgroup named name with limits applied; caller frees with cgroup_free. */
 int cgroup_create(const struct sandbox_host *host, const char *name,
                   const struct sandbox_limits *limits, struct cgroup **ret);
+/* Writes the limits again (a running sandbox's new limits). */
+int cgroup_apply_limits(struct cgroup *cg, const struct sandbox_limits *limits);
 /* The cgroup.procs files a process writes its pid to, to join; caller frees (strv). */
 char **cgroup_procs_files(const struct cgroup *cg);
 int cgroup_read_usage(const struct cgroup *cg, double *ret_cpu_ms, uint64_t *ret_peak_kb,

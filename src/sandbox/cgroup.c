@@ -243,6 +243,11 @@ static int v2_limits(struct cgroup *cg, const struct sandbox_limits *l)
     return 0;
 }
 
+int cgroup_apply_limits(struct cgroup *cg, const struct sandbox_limits *limits)
+{
+    return cg->mode == CGROUP_V2 ? v2_limits(cg, limits) : v1_limits(cg, limits);
+}
+
 int cgroup_create(const struct sandbox_host *host, const char *name,
                   const struct sandbox_limits *limits, struct cgroup **ret)
 {
@@ -261,7 +266,7 @@ int cgroup_create(const struct sandbox_host *host, const char *name,
             return -e;
         }
     }
-    int r = cg->mode == CGROUP_V2 ? v2_limits(cg, limits) : v1_limits(cg, limits);
+    int r = cgroup_apply_limits(cg, limits);
     if (r < 0) {
         cgroup_free(cg);
         return r;

@@ -213,6 +213,9 @@ struct sandbox_usage {
     bool oom_killed;
 };
 int sandbox_usage(struct sandbox *sb, struct sandbox_usage *ret);
+/* Applies new memory, pids and CPU limits to a running sandbox's cgroup. 0 or -errno;
+ * -ENODATA without a cgroup. */
+int sandbox_set_limits(struct sandbox *sb, const struct sandbox_limits *limits);
 /* Starts a new peak-memory measurement (cgroup v1 max_usage, v2 memory.peak where the
  * kernel lets it be reset); best effort. */
 void sandbox_reset_peak(struct sandbox *sb);

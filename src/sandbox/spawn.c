@@ -389,6 +389,11 @@ int sandbox_usage(struct sandbox *sb, struct sandbox_usage *ret)
     return 0;
 }
 
+int sandbox_set_limits(struct sandbox *sb, const struct sandbox_limits *limits)
+{
+    return sb->cgroup ? cgroup_apply_limits(sb->cgroup, limits) : -ENODATA;
+}
+
 void sandbox_reset_peak(struct sandbox *sb)
 {
     if (sb->cgroup)

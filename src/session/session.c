@@ -69,12 +69,11 @@ static void stop_kernel(struct session *s)
     kernel_free(k);
 }
 
-int session_new(struct sandbox_host *host, const struct session_opts *opts, struct session **ret)
+static void set_opts(struct session *s, const struct session_opts *opts)
 {
-    struct session *s = xcalloc(1, sizeof(*s));
-    s->host = host;
     s->opts = *opts;
     session_opts_fill_defaults(&s->opts);
+    strv_free(s->argv);
     s->argv = xcalloc(1, sizeof(char *));
     for (char *const *a = opts->argv; a && *a; a++)
         s->argv = strv_push(s->argv, *a);
@@ -82,7 +81,29 @@ int session_new(struct sandbox_host *host, const struct session_opts *opts, stru
     snprintf(s->lang, sizeof(s->lang), "%s", opts->lang && lang_supported(opts->lang) ? opts->lang
                                                                                      : "python");
     s->opts.lang = s->lang;
+}
+
+int session_adopt(struct session *s, const struct session_opts *opts)
+{
+    struct session_opts o = *opts;
+    session_opts_fill_defaults(&o);
+    pthread_mutex_lock(&s->lock);
+    int r = s->k ? sandbox_set_limits(s->k->sb, &o.limits) : -ESRCH;
+    pthread_mutex_unlock(&s->lock);
+    if (r < 0 && r != -ENODATA)
+        return err_set(-r, "cannot apply the session's limits: %s", strerror(-r));
+    set_opts(s, opts);
+    s->created_ms = now_realtime_ms();
+    s->last_used_ms = now_ms();
+    return 0;
+}
+
+int session_new(struct sandbox_host *host, const struct session_opts *opts, struct session **ret)
+{
+    struct session *s = xcalloc(1, sizeof(*s));
+    s->host = host;
     pthread_mutex_init(&s->lock, NULL);
+    set_opts(s, opts);
     s->last_used_ms = now_ms();
     s->created_ms = now_realtime_ms();
     int r = workspace_new(host, s->opts.limits.disk_mb, &s->ws);

@@ -173,12 +173,34 @@ bool session_limits_degraded(struct session *s);
 /* Kills the kernel and removes the workspace; NULL is a no-op. */
 void session_free(struct session *s);
 
+/* ---- a pool of ready sessions: creation becomes a hand-over ---- */
+
+struct session_pool;
+
+/* Keeps `size` sessions made with opts ready, refilled by a background thread. *ret owned by
+ * the caller (session_pool_free). */
+struct session_pool *session_pool_new(struct sandbox_host *host, const struct session_opts *opts,
+                                      size_t size);
+/* A ready session set to opts (limits, timeouts, language), or NULL when none is ready or
+ * opts need what a pooled one cannot be changed to (another disk size, arguments). The
+ * caller owns it. */
+struct session *session_pool_take(struct session_pool *p, const struct session_opts *opts);
+size_t session_pool_ready(struct session_pool *p);
+/* Stops the refill thread and frees the ready sessions; NULL is a no-op. */
+void session_pool_free(struct session_pool *p);
+
+/* Makes a session built with other options follow opts (the pool's hand-over). 0 or
+ * -errno. */
+int session_adopt(struct session *s, const struct session_opts *opts);
+
 /* ---- the session table of a server: ids, reference counts, idle expiry ---- */
 
 struct session_table;
 
-/* max_sessions: live sessions at most (0 = unlimited). *ret owned by the caller. */
-struct session_table *session_table_new(struct sandbox_host *host, size_t max_sessions);
+/* max_sessions: live sessions at most (0 = unlimited); pool (may be NULL, borrowed) serves
+ * creations first. *ret owned by the caller. */
+struct session_table *session_table_new(struct sandbox_host *host, size_t max_sessions,
+                                        struct session_pool *pool);
 /* Starts the idle reaper thread (checks every interval_ms). */
 int session_table_start_reaper(struct session_table *t, uint64_t interval_ms);
 /* Creates and registers a session. Returns 0 and its id (caller frees), -EAGAIN when the

@@ -19,6 +19,7 @@ struct entry {
 
 struct session_table {
     struct sandbox_host *host;
+    struct session_pool *pool; /* borrowed; may be NULL */
     size_t max_sessions;
     pthread_mutex_t lock;
     pthread_cond_t wake;
@@ -32,10 +33,12 @@ struct session_table {
     uint64_t reap_interval_ms;
 };
 
-struct session_table *session_table_new(struct sandbox_host *host, size_t max_sessions)
+struct session_table *session_table_new(struct sandbox_host *host, size_t max_sessions,
+                                        struct session_pool *pool)
 {
     struct session_table *t = xcalloc(1, sizeof(*t));
     t->host = host;
+    t->pool = pool;
     t->max_sessions = max_sessions;
     pthread_mutex_init(&t->lock, NULL);
     pthread_cond_init(&t->wake, NULL);
@@ -85,8 +88,8 @@ int session_table_create(struct session_table *t, const struct session_opts *opt
     if (full)
         return err_set(EAGAIN, "the server holds its maximum of %zu live sessions; close one "
                        "or wait for idle ones to expire", t->max_sessions);
-    struct session *s;
-    int r = session_new(t->host, opts, &s);
+    struct session *s = session_pool_take(t->pool, opts);
+    int r = s ? 0 : session_new(t->host, opts, &s);
     if (r < 0) {
         pthread_mutex_lock(&t->lock);
         t->count--;
