@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -273,10 +274,11 @@ static int start_http(struct server *srv, const struct sockaddr_storage *addr)
     if (addr->ss_family == AF_INET6)
         flags |= MHD_USE_IPv6;
     srv->mhd = MHD_start_daemon(
-        flags, 0, NULL, NULL, on_request, srv, MHD_OPTION_SOCK_ADDR, addr,
+        flags, 0, NULL, NULL, on_request, srv, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, srv,
+        MHD_OPTION_SOCK_ADDR, addr,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)srv->cfg->limits.max_connections,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)300, MHD_OPTION_NOTIFY_COMPLETED, on_completed,
-        srv, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, srv, MHD_OPTION_END);
+        srv, MHD_OPTION_END);
     if (!srv->mhd)
         return err_set(EADDRINUSE, "cannot listen on %s: the address is in use or not local",
                        srv->cfg->listen);
@@ -330,8 +332,21 @@ static void shutdown_gracefully(struct server *srv)
     srv->pool = NULL;
 }
 
+/* Each session holds a few descriptors here (its kernel's channel and pipes, its sandbox's
+ * status pipe and pidfd, its uid slot lock): a thousand sessions need more than the usual
+ * soft limit of 1024. */
+static void raise_fd_limit(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+}
+
 static int prepare(struct server *srv, struct sockaddr_storage *addr)
 {
+    raise_fd_limit();
     socklen_t alen;
     bool generated;
     int r = parse_listen(srv->cfg->listen, addr, &alen);

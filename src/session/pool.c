@@ -113,6 +113,8 @@ void session_pool_free(struct session_pool *p)
     if (p->thread_running)
         pthread_join(p->thread, NULL);
     for (size_t i = 0; i < p->n_ready; i++)
+        session_kill(p->ready[i]);
+    for (size_t i = 0; i < p->n_ready; i++)
         session_free(p->ready[i]);
     free(p->ready);
     pthread_cond_destroy(&p->wake);

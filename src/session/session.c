@@ -513,6 +513,14 @@ bool session_limits_degraded(struct session *s)
     return v;
 }
 
+void session_kill(struct session *s)
+{
+    pthread_mutex_lock(&s->lock);
+    if (s->k)
+        sandbox_kill(s->k->sb);
+    pthread_mutex_unlock(&s->lock);
+}
+
 void session_free(struct session *s)
 {
     if (!s)

@@ -170,6 +170,9 @@ const char *session_python_version(struct session *s);
 const struct session_opts *session_options(struct session *s);
 /* Whether the current kernel runs without cgroup limits. */
 bool session_limits_degraded(struct session *s);
+/* Kills the kernel's sandbox without waiting for it (so that many can die at once before
+ * session_free reaps them). Safe from any thread. */
+void session_kill(struct session *s);
 /* Kills the kernel and removes the workspace; NULL is a no-op. */
 void session_free(struct session *s);
 

@@ -273,6 +273,9 @@ void session_table_free(struct session_table *t)
     pthread_mutex_unlock(&t->lock);
     if (t->reaper_running)
         pthread_join(t->reaper, NULL);
+    /* All at once: the kernel tears the namespaces down in parallel; then reap each. */
+    for (struct entry *e = t->head; e; e = e->next)
+        session_kill(e->s);
     while (t->head) {
         struct entry *e = t->head;
         t->head = e->next;
