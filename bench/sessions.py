@@ -1,0 +1,315 @@
+#!/usr/bin/python3
+"""sessions.py - how fast a session is ready and how many fit, beside the peers.
+
+Measured in one run, on this machine:
+  create -> first result   POST /v1/sessions + execute "1+1" against `runcell serve`
+                           (template + ready pool), beside a Jupyter kernel start + first
+                           execute, and a cold `python3 -c "import pandas, matplotlib"`;
+                           the data stack is imported in all three
+  memory per idle session  PSS of a session's processes (50 sessions, each ran a cell),
+                           beside a fresh python3 that imported the data stack
+  idle sessions held       1000 sessions at once; /healthz latency while they live
+
+usage: bench/sessions.py RUNCELL [--quick]   (standard library + Debian's jupyter_client)
+Prints a table; returns rows for bench/run to merge.
+"""
+import glob
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+
+PY = "/usr/bin/python3"
+STACK = "import numpy, pandas, matplotlib.pyplot, openpyxl"
+UID_BASE = 1000000000
+
+
+class Server:
+    """A `runcell serve` on a free loopback port with its own data directory."""
+
+    def __init__(self, runcell, *args):
+        self.dir = tempfile.mkdtemp(prefix="runcell-bench-")
+        self.port = free_port()
+        self.proc = subprocess.Popen(
+            [runcell, "serve", "--listen", "127.0.0.1:%d" % self.port, "--data", self.dir,
+             "--max-sessions", "2000", "--max-executions", "256", *args],
+            stdout=subprocess.DEVNULL, stderr=open(os.path.join(self.dir, "log"), "w"))
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            try:
+                self.get("/healthz")
+                break
+            except OSError:
+                time.sleep(0.1)
+        self.token = open(os.path.join(self.dir, "token")).read().strip()
+        self.conn = None
+
+    def call(self, method, path, body=None, timeout=120):
+        import http.client
+        if self.conn is None:
+            self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        data = json.dumps(body).encode() if body is not None else None
+        self.conn.request(method, path, body=data,
+                          headers={"Authorization": "Bearer " + self.token,
+                                   "Content-Type": "application/json"})
+        r = self.conn.getresponse()
+        payload = r.read()
+        if r.status >= 400:
+            raise RuntimeError("%s %s: %d %s" % (method, path, r.status, payload[:300]))
+        return json.loads(payload) if payload else None
+
+    def get(self, path):
+        with urllib.request.urlopen("http://127.0.0.1:%d%s" % (self.port, path), timeout=10) as r:
+            return r.read()
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def free_port():
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def pct(values, p):
+    v = sorted(values)
+    return v[min(len(v) - 1, int(round(p / 100.0 * (len(v) - 1))))]
+
+
+# ---- create -> first result ----
+
+def runcell_create(runcell, n):
+    srv = Server(runcell, "--pool", "4")
+    try:
+        time.sleep(1.0)  # let the pool fill
+        times = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            s = srv.call("POST", "/v1/sessions", {})
+            rec = srv.call("POST", "/v1/sessions/%s/execute" % s["id"], {"code": "1+1"})
+            times.append((time.perf_counter() - t0) * 1000)
+            assert rec["results"][0]["text/plain"] == "2", rec
+            preloaded = srv.call("POST", "/v1/sessions/%s/execute" % s["id"],
+                                 {"code": "import sys; 'pandas' in sys.modules"})
+            assert preloaded["results"][0]["text/plain"] == "True", "no template: %s" % preloaded
+            srv.call("DELETE", "/v1/sessions/" + s["id"])
+            time.sleep(0.15)  # the pool refills between creations, as between real users
+        return times
+    finally:
+        srv.stop()
+
+
+def jupyter_kernel_spec_dir():
+    """A kernel spec that runs Debian's python3 (the python3 on PATH may be another)."""
+    d = tempfile.mkdtemp(prefix="runcell-bench-jupyter-")
+    k = os.path.join(d, "kernels", "debian-python3")
+    os.makedirs(k)
+    with open(os.path.join(k, "kernel.json"), "w") as f:
+        json.dump({"argv": [PY, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                   "display_name": "Debian python3", "language": "python",
+                   "env": {"PYDEVD_DISABLE_FILE_VALIDATION": "1"}}, f)
+    return d
+
+
+def jupyter_start(spec_dir):
+    os.environ["JUPYTER_PATH"] = spec_dir
+    from jupyter_client.manager import KernelManager
+    km = KernelManager(kernel_name="debian-python3")
+    km.start_kernel()
+    kc = km.client()
+    kc.start_channels()
+    kc.wait_for_ready(timeout=120)
+    return km, kc
+
+
+def jupyter_execute(kc, code):
+    msg_id = kc.execute(code)
+    while True:
+        reply = kc.get_shell_msg(timeout=120)
+        if reply["parent_header"].get("msg_id") == msg_id:
+            return reply["content"]
+
+
+def jupyter_create(spec_dir, n):
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        km, kc = jupyter_start(spec_dir)
+        content = jupyter_execute(kc, STACK + "\n1+1")
+        times.append((time.perf_counter() - t0) * 1000)
+        assert content["status"] == "ok", content
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+    return times
+
+
+def cold_python(n):
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        subprocess.run([PY, "-c", STACK], check=True)
+        times.append((time.perf_counter() - t0) * 1000)
+    return times
+
+
+# ---- memory ----
+
+def pss_kb(pid):
+    try:
+        for line in open("/proc/%s/smaps_rollup" % pid):
+            if line.startswith("Pss:"):
+                return int(line.split()[1])
+    except OSError:
+        return 0
+    return 0
+
+
+def session_processes():
+    """Host pids of session processes: uids of workspace slots (not the template's)."""
+    pids = []
+    for d in glob.glob("/proc/[0-9]*"):
+        try:
+            uid = os.stat(d).st_uid
+        except OSError:
+            continue
+        if uid >= UID_BASE + 2:
+            pids.append(d.rsplit("/", 1)[1])
+    return pids
+
+
+def runcell_pss(runcell, n):
+    srv = Server(runcell, "--pool", "0")
+    try:
+        before = set(session_processes())
+        for _ in range(n):
+            s = srv.call("POST", "/v1/sessions", {})
+            srv.call("POST", "/v1/sessions/%s/execute" % s["id"], {"code": "x = 1\nx += 1"})
+        time.sleep(1)
+        pids = [p for p in session_processes() if p not in before]
+        return sum(pss_kb(p) for p in pids) / float(n) / 1024.0, len(pids)
+    finally:
+        srv.stop()
+
+
+def python_pss():
+    p = subprocess.Popen([PY, "-c", STACK + "\nimport sys; print('up', flush=True); "
+                          "sys.stdin.read()"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    p.stdout.readline()
+    mb = pss_kb(p.pid) / 1024.0
+    p.stdin.close()
+    p.wait()
+    return mb
+
+
+# ---- many idle sessions ----
+
+def hold_sessions(runcell, n, creators=4):
+    srv = Server(runcell, "--pool", "4")
+    errors = []
+    made = []
+    lock = threading.Lock()
+
+    def worker(count):
+        local = Server.__new__(Server)
+        local.__dict__.update(port=srv.port, token=srv.token, conn=None)
+        for _ in range(count):
+            try:
+                s = local.call("POST", "/v1/sessions", {"memory_mb": 256})
+                local.call("POST", "/v1/sessions/%s/execute" % s["id"], {"code": "x = 1"})
+                with lock:
+                    made.append(s["id"])
+            except Exception as e:  # reported, not hidden
+                errors.append(str(e))
+                return
+    try:
+        mem0 = meminfo_used_mb()
+        t0 = time.time()
+        threads = [threading.Thread(target=worker, args=(n // creators,)) for _ in range(creators)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        created_s = time.time() - t0
+        lat = []
+        for _ in range(50):
+            t = time.perf_counter()
+            srv.get("/healthz")
+            lat.append((time.perf_counter() - t) * 1000)
+        used = meminfo_used_mb() - mem0
+        t0 = time.time()
+        return {"held": len(made), "errors": errors[:3], "create_s": created_s,
+                "healthz_p50": pct(lat, 50), "healthz_max": max(lat),
+                "memory_mb": used}
+    finally:
+        t0 = time.time()
+        srv.stop()
+        stop_s = time.time() - t0
+        if made:
+            print("  (closing %d sessions at shutdown took %.1f s)" % (len(made), stop_s))
+
+
+def meminfo_used_mb():
+    info = {}
+    for line in open("/proc/meminfo"):
+        k, v = line.split(":")
+        info[k] = int(v.split()[0])
+    return (info["MemTotal"] - info["MemAvailable"]) / 1024.0
+
+
+def main(argv):
+    runcell = os.path.abspath(argv[0]) if argv else "build/src/runcell"
+    quick = "--quick" in argv
+    rows = []
+    spec_dir = jupyter_kernel_spec_dir()
+    print("create -> first result of 1+1, data stack imported")
+    rc = runcell_create(runcell, 10 if quick else 30)
+    jp = jupyter_create(spec_dir, 2 if quick else 5)
+    cold = cold_python(3 if quick else 10)
+    rows.append(("create -> first result (p50 ms)", "<= 15", pct(rc, 50),
+                 [("Jupyter kernel start + execute", pct(jp, 50)),
+                  ("cold python3 + import", pct(cold, 50))]))
+    print("memory per idle session")
+    pss, nproc = runcell_pss(runcell, 20 if quick else 50)
+    ref = python_pss()
+    rows.append(("PSS per idle session (MB)", "<= 10", pss, [("fresh python3 + data stack", ref)]))
+    print("idle sessions held")
+    held = hold_sessions(runcell, 200 if quick else 1000)
+    rows.append(("idle sessions held", ">= 1000", held["held"], []))
+    rows.append(("/healthz while held (p50 / max ms)", "< 50", held["healthz_max"],
+                 [("p50", held["healthz_p50"])]))
+    shutil.rmtree(spec_dir, ignore_errors=True)
+    print_table(rows)
+    print("  %d sessions made in %.1f s (4 clients), about %.0f MB of memory%s" % (
+        held["held"], held["create_s"], held["memory_mb"],
+        "; errors: %s" % held["errors"] if held["errors"] else ""))
+    print("  create->first result: runcell p90 %.1f ms, max %.1f ms over %d; Jupyter p50 %.0f ms "
+          "over %d" % (pct(rc, 90), max(rc), len(rc), pct(jp, 50), len(jp)))
+    return rows
+
+
+def print_table(rows):
+    print("\n%-38s %9s %10s   %s" % ("what", "target", "runcell", "peers (same run) and ratio"))
+    print("-" * 100)
+    for what, target, value, peers in rows:
+        peer_text = "; ".join("%s %.1f (%.2fx)" % (name, v, v / value if value else 0)
+                              for name, v in peers)
+        print("%-38s %9s %10.1f   %s" % (what, target, value, peer_text))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
