@@ -68,8 +68,8 @@ class Channel:
                 _write_all(self.fd, payload)
 
     def send_json(self, obj):
-        self.send(ord("M"), json.dumps(obj, ensure_ascii=False,
-                                       default=repr).encode("utf-8", "surrogatepass"))
+        text = json.dumps(_wire_safe(obj), ensure_ascii=False, allow_nan=False)
+        self.send(ord("M"), text.encode("utf-8"))
 
     def recv(self):
         header = _read_exact(self.fd, 5)
@@ -80,6 +80,42 @@ class Channel:
             raise SystemExit("runcell kernel: request too large")
         payload = _read_exact(self.fd, length) if length else b""
         return kind, payload
+
+
+def _wire_text(s):
+    # The daemon accepts only valid UTF-8 without NUL: lone surrogates (from user strings
+    # or surrogateescape) become U+FFFD, and pairs written as two code points are joined.
+    if s.isascii():
+        return s.replace("\0", "\ufffd")
+    s = s.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return s.replace("\0", "\ufffd")
+
+
+def _wire_safe(obj, depth=0):
+    """obj with every value the daemon's JSON parser would refuse made acceptable: strings
+    cleaned, NaN and infinities as null, integers beyond 64 bits as strings, anything else
+    as its repr. Messages carry user data (reprs, error text, _repr_json_ values), and a
+    message the daemon cannot parse costs the session its kernel."""
+    if obj is None or obj is True or obj is False:
+        return obj
+    if isinstance(obj, str):
+        return _wire_text(obj)
+    if isinstance(obj, int):
+        obj = int(obj)
+        return obj if -(1 << 63) <= obj < (1 << 63) else str(obj)
+    if isinstance(obj, float):
+        return obj if obj == obj and obj not in (float("inf"), float("-inf")) else None
+    if depth > 100:
+        return _wire_text(repr(obj))
+    if isinstance(obj, dict):
+        return {_wire_text(k if isinstance(k, str) else str(k)): _wire_safe(v, depth + 1)
+                for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_wire_safe(v, depth + 1) for v in obj]
+    try:
+        return _wire_text(repr(obj))
+    except Exception as e:
+        return "<repr failed: %s>" % type(e).__name__
 
 
 class FrameStream(io.TextIOBase):
