@@ -253,6 +253,36 @@ def mime_bundle(obj):
     return data
 
 
+def _user_frames(tb):
+    """A copy of the traceback chain tb without the kernel's frames."""
+    kept = []
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename != KERNEL_FILE:
+            kept.append(tb)
+        tb = tb.tb_next
+    out = None
+    for t in reversed(kept):
+        out = types.TracebackType(out, t.tb_frame, t.tb_lasti, t.tb_lineno)
+    return out
+
+
+def _strip_chained(value):
+    """Removes the kernel's frames from the exceptions chained to value (__cause__ and
+    __context__), which format_exception prints from their own __traceback__."""
+    seen = {id(value)}
+    exc = value
+    while exc is not None:
+        nxt = exc.__cause__ if exc.__cause__ is not None else exc.__context__
+        if nxt is None or id(nxt) in seen:
+            return
+        seen.add(id(nxt))
+        try:
+            nxt.__traceback__ = _user_frames(nxt.__traceback__)
+        except Exception:
+            pass
+        exc = nxt
+
+
 class Kernel:
     def __init__(self, channel):
         self.channel = channel
@@ -287,9 +317,10 @@ class Kernel:
 
     # -- errors --
     def error_record(self, etype, value, tb, filename):
-        # Drop the kernel's own frames: the traceback starts at the cell.
-        while tb is not None and tb.tb_frame.f_code.co_filename == KERNEL_FILE:
-            tb = tb.tb_next
+        # Drop the kernel's own frames wherever they are: the traceback starts at the cell,
+        # and the builtins the kernel provides (input) raise from kernel.py.
+        tb = _user_frames(tb)
+        _strip_chained(value)
         text = "".join(traceback.format_exception(etype, value, tb))
         err = {"name": etype.__name__, "value": str(value), "traceback": text}
         if isinstance(value, SyntaxError):
