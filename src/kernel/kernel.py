@@ -394,8 +394,7 @@ class Kernel:
             reply["status"] = "error"
             reply["error"] = err
             if isinstance(exc, SystemExit):
-                code = exc.code
-                reply["exit_code"] = code if isinstance(code, int) else (0 if code is None else 1)
+                reply["exit_code"] = _exit_status(exc.code)
             elif "exit_code" in err:
                 reply["exit_code"] = err.pop("exit_code")
         try:
@@ -417,6 +416,18 @@ class Kernel:
                 continue
             if req.get("type") == "execute":
                 self.execute(req)
+
+
+def _exit_status(code):
+    """The exit status SystemExit(code) stands for, as in CPython: None is 0, an int is
+    itself, anything else (a message) is 1. An int too large for the record (CPython cannot
+    convert it either) is -1, which a process reports as 255."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        code = int(code)
+        return code if -(1 << 31) <= code < (1 << 31) else -1
+    return 1
 
 
 def importlib_invalidate():
