@@ -85,7 +85,9 @@ int session_new(struct sandbox_host *host, const struct session_opts *opts, stru
 
 /* ---- one execution ---- */
 
-enum stop { STOP_NONE, STOP_TIMEOUT, STOP_CANCEL };
+/* Why a cell was stopped: its time ran out, the caller cancelled it, or the kernel broke
+ * the protocol (it cannot be trusted to finish the cell, so it goes at once). */
+enum stop { STOP_NONE, STOP_TIMEOUT, STOP_CANCEL, STOP_PROTOCOL };
 
 struct exec_ctx {
     struct exec_record *rec;
@@ -93,6 +95,7 @@ struct exec_ctx {
     json_t *done;
     size_t results_bytes;
     bool results_dropped;
+    char *violation; /* what the kernel did wrong (STOP_PROTOCOL) */
 };
 
 static void emit(struct exec_ctx *x, enum exec_event_type type, const char *data, size_t len,
@@ -210,8 +213,12 @@ static bool pump_until_done(struct session *s, struct kernel *k, struct exec_ctx
             err_open = kernel_pump_pipe(k, 2, on_kernel_event, x) == 0;
         if (pfd[0].revents) {
             int r = kernel_pump_channel(k, on_kernel_event, x);
-            if (r < 0)
-                log_warn("msg=\"kernel protocol violation; killing it\" error=\"%s\"", err_msg());
+            if (r < 0) {
+                x->violation = xstrdup(err_msg());
+                log_warn("msg=\"kernel protocol violation; killing it\" error=\"%s\"",
+                         x->violation);
+                stop = STOP_PROTOCOL;
+            }
             if (r != 0)
                 break;
         }
@@ -224,6 +231,8 @@ static bool pump_until_done(struct session *s, struct kernel *k, struct exec_ctx
         }
     }
     *ret_stop = stop;
+    if (stop == STOP_PROTOCOL)
+        return false; /* even after its done: what follows it in the channel is garbage */
     if (x->done)
         drain_pipes(k, x);
     return x->done != NULL;
@@ -263,7 +272,7 @@ static bool crash_signal(int sig)
 
 /* The kernel is gone or must go: say why, then bring a fresh one up on the same files. */
 static void record_lost(struct session *s, struct kernel *k, struct exec_record *rec,
-                        enum stop stop, const struct sandbox_usage *u)
+                        enum stop stop, const char *violation, const struct sandbox_usage *u)
 {
     struct sandbox *sb = k->sb;
     rec->state = STATE_LOST;
@@ -273,6 +282,12 @@ static void record_lost(struct session *s, struct kernel *k, struct exec_record 
                                  "interrupt; the interpreter was restarted and its variables "
                                  "are lost (files are kept)",
                                  (double)s->opts.interrupt_grace_ms / 1000.0);
+    } else if (stop == STOP_PROTOCOL) {
+        rec->status = EXEC_CRASHED;
+        rec->signal = SIGKILL;
+        rec->message = xasprintf("the interpreter broke runcell's protocol (%s), so it was "
+                                 "killed and restarted; variables are lost (files are kept)",
+                                 violation ? violation : "unknown");
     } else if (stop == STOP_CANCEL) {
         rec->status = EXEC_KILLED;
         rec->signal = SIGKILL;
@@ -363,7 +378,7 @@ static void run_cell(struct session *s, const struct exec_request *req,
             sandbox_wait(k->sb);
         }
         sandbox_usage(k->sb, &u1);
-        record_lost(s, k, rec, stop, &u1);
+        record_lost(s, k, rec, stop, x.violation, &u1);
     }
     if (rec->state != STATE_LOST)
         sandbox_usage(k->sb, &u1);
@@ -374,6 +389,7 @@ static void run_cell(struct session *s, const struct exec_request *req,
     if (rec->error)
         emit(&x, EV_ERROR, NULL, 0, rec->error);
     json_decref(x.done);
+    free(x.violation);
     collect_files(s, rec, &before);
     ws_listing_release(&before);
     if (!rec->execution_count)
