@@ -2,7 +2,8 @@
 namespace, driven by the daemon over a framed protocol on fd 3.
 
 Frames are [u32 big-endian payload length][u8 kind][payload]:
-  daemon -> kernel  b"M"  JSON request: {"type": "execute", "code": ..., "lang": "python"|"bash"}
+  daemon -> kernel  b"M"  JSON request: {"type": "execute", "code": ..., "lang": "python"|"bash",
+                                         "execution_count": N}
   kernel -> daemon  b"O"  stdout bytes written by Python code (sys.stdout)
                     b"E"  stderr bytes written by Python code (sys.stderr)
                     b"M"  JSON message: hello, display (MIME bundle), done
@@ -378,7 +379,9 @@ class Kernel:
                 "exit_code": status if status > 0 else 128 - status}, None
 
     def execute(self, req):
-        self.count += 1
+        # The session numbers cells: after a kernel was lost, its successor goes on counting.
+        count = req.get("execution_count")
+        self.count = count if type(count) is int and count > 0 else self.count + 1
         reply = {"type": "done", "execution_count": self.count, "status": "ok", "error": None}
         exc = None
         try:

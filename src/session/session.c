@@ -364,7 +364,8 @@ static void run_cell(struct session *s, const struct exec_request *req,
     workspace_scan(s->ws, &before);
     sandbox_usage(k->sb, &u0);
     sandbox_reset_peak(k->sb);
-    if (kernel_send_execute(k, req->code, req->lang ? req->lang : "python") < 0) {
+    if (kernel_send_execute(k, req->code, req->lang ? req->lang : "python",
+                            s->execution_count + 1) < 0) {
         rec->status = EXEC_CRASHED;
         rec->message = xstrdup(err_msg());
     } else if (pump_until_done(s, k, &x, req->timeout_ms ? req->timeout_ms : s->opts.timeout_ms,
