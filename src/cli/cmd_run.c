@@ -351,8 +351,9 @@ static int run_cells(struct run_opts *o, struct session *s)
         bool failed = rec.status != EXEC_OK;
         bool exited = rec.error && !strcmp(json_string_value(json_object_get(rec.error, "name"))
                                            ?: "", "SystemExit");
+        /* sys.exit(N) ends the run with status N, as it would end a script: 0 included. */
         if (failed && !status)
-            status = exec_record_exit_status(&rec);
+            status = exited && rec.has_exit_code ? rec.exit_code : exec_record_exit_status(&rec);
         exec_record_release(&rec);
         if (exited || (failed && !o->keep_going))
             break;
