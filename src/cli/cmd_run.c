@@ -279,9 +279,12 @@ static void save_image(struct cell_printer *p, const char *mime, const char *b64
     free(png);
 }
 
+/* Live output of a cell; with --json only the images for --out (the record has the rest). */
 static void print_cell_event(void *ctx, const struct exec_event *ev)
 {
     struct cell_printer *p = ctx;
+    if (p->o->json && ev->type != EV_RESULT)
+        return;
     switch (ev->type) {
     case EV_STDOUT:
     case EV_STDERR:
@@ -295,6 +298,8 @@ static void print_cell_event(void *ctx, const struct exec_event *ev)
             if (b64 && p->o->c.out_dir)
                 save_image(p, images[i], b64);
         }
+        if (p->o->json)
+            break;
         const char *text = json_string_value(json_object_get(ev->json, "text/plain"));
         if (text && *text)
             printf("%s\n", text);
@@ -339,7 +344,7 @@ static int run_cells(struct run_opts *o, struct session *s)
         exec_record_init(&rec, DEFAULT_OUTPUT_CAP);
         p.cell++;
         p.n_results = 0;
-        if (session_execute(s, &req, o->json ? NULL : &sink, cancel_pipe[0], &rec) < 0) {
+        if (session_execute(s, &req, &sink, cancel_pipe[0], &rec) < 0) {
             fprintf(stderr, "runcell run: %s\n", err_msg());
             exec_record_release(&rec);
             return EXIT_USAGE;
