@@ -351,6 +351,9 @@ class Kernel:
         if value is not None:
             self.ns["_"] = value
             self.display(value, result=True)
+            plt = sys.modules.get("matplotlib.pyplot")
+            if plt is not None and _is_figure(value):
+                plt.close(value)  # shown as the result: not a second time as an open figure
         return None, None
 
     def _eval(self, code):
