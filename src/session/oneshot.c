@@ -83,15 +83,17 @@ static bool pump_stream(struct pump *p, int fd, int stream)
     return true;
 }
 
+/* Live output stops at the head; what came after it (the tail, and a marker when bytes were
+ * dropped in between) goes out at the end. The tail is there as soon as the head is full,
+ * whether or not anything was dropped. */
 static void flush_rest(struct pump *p)
 {
-    for (int stream = 1; stream <= 2; stream++) {
+    for (int stream = 1; stream <= 2 && p->req->on_output; stream++) {
         struct outcap *c = stream == 1 ? &p->rec->out : &p->rec->err;
-        if (!outcap_truncated(c) || !p->req->on_output)
-            continue;
         size_t n;
         char *rest = outcap_render_rest(c, &n);
-        p->req->on_output(p->req->ctx, stream, rest, n);
+        if (n)
+            p->req->on_output(p->req->ctx, stream, rest, n);
         free(rest);
     }
 }

@@ -171,6 +171,18 @@ class ResultsTest(CellsTestCase):
         self.assertEqual(self.plain(recs[1]), ["[]"], "figures are closed after the cell")
 
     @needs("matplotlib")
+    def test_figure_as_the_value_is_shown_once(self):
+        recs = self.cells("import matplotlib.pyplot as plt\n"
+                          "fig, ax = plt.subplots(figsize=(4, 3), dpi=100)\n"
+                          "ax.plot([1, 2])\n"
+                          "fig",
+                          "plt.figure(figsize=(2, 1), dpi=100)",
+                          "plt.get_fignums()")
+        self.assertEqual([self.figure_size(b) for b in recs[0]["results"]], [(400, 300)])
+        self.assertEqual([self.figure_size(b) for b in recs[1]["results"]], [(200, 100)])
+        self.assertEqual(self.plain(recs[2]), ["[]"])
+
+    @needs("matplotlib")
     def test_two_figures_in_one_cell(self):
         rec, = self.cells("import matplotlib.pyplot as plt\n"
                           "plt.figure(figsize=(2, 2), dpi=50); plt.plot([1])\n"
