@@ -166,6 +166,18 @@ static void on_kernel_event(void *ctx, const struct kernel_event *ev)
     }
 }
 
+/* The part of each stream that was not streamed live: marker and tail, once at the end. */
+static void emit_rest(struct exec_ctx *x)
+{
+    for (int stream = 1; stream <= 2; stream++) {
+        size_t n;
+        char *rest = outcap_render_rest(stream == 1 ? &x->rec->out : &x->rec->err, &n);
+        if (n)
+            emit(x, stream == 1 ? EV_STDOUT : EV_STDERR, rest, n, NULL);
+        free(rest);
+    }
+}
+
 static void drain_pipes(struct kernel *k, struct exec_ctx *x)
 {
     for (int stream = 1; stream <= 2; stream++)
@@ -387,6 +399,7 @@ static void run_cell(struct session *s, const struct exec_request *req,
     rec->cpu_ms = u1.cpu_ms - u0.cpu_ms;
     rec->memory_peak_kb = u1.memory_peak_kb;
     rec->limits_degraded = k->sb->limits_degraded;
+    emit_rest(&x);
     if (rec->error)
         emit(&x, EV_ERROR, NULL, 0, rec->error);
     json_decref(x.done);
