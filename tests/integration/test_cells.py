@@ -285,6 +285,32 @@ class StreamsTest(CellsTestCase):
         self.assertEqual(recs[1]["stdout"], "next\n")
         self.assertFalse(recs[1]["truncated"]["stdout"])
 
+    def test_plain_mode_prints_all_of_an_output_under_the_cap(self):
+        # More than the live head (512 KiB), less than the cap: nothing may go missing.
+        p = subprocess.run([RUNCELL, "run", "-c", "print('a' * 700000)\nprint('done')",
+                            "-c", "print('next')"], capture_output=True, timeout=180)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.stdout, b"a" * 700000 + b"\ndone\nnext\n")
+
+    def test_script_mode_prints_all_of_an_output_under_the_cap(self):
+        # The same for a one-shot script (a single bash -c), which streams the same way.
+        p = subprocess.run([RUNCELL, "run", "--lang", "bash", "-c",
+                            "head -c 700000 /dev/zero | tr '\\0' a; echo; echo done"],
+                           capture_output=True, timeout=180)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.stdout, b"a" * 700000 + b"\ndone\n")
+
+    def test_plain_mode_huge_output_has_head_marker_and_tail(self):
+        p = subprocess.run([RUNCELL, "run", "-c",
+                            "for i in range(5):\n    print(str(i) * (1 << 20))\nprint('done')",
+                            "-c", "print('next')"], capture_output=True, timeout=180)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        out = p.stdout
+        self.assertTrue((1 << 20) - 4096 <= len(out) <= (1 << 20) + 4096, len(out))
+        self.assertTrue(out.startswith(b"0" * 1000))
+        self.assertIn(b"bytes of output dropped", out)
+        self.assertTrue(out.endswith(b"4" * 1000 + b"\ndone\nnext\n"), out[-100:])
+
 
 class ErrorsTest(CellsTestCase):
     def test_exception_record(self):
