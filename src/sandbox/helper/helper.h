@@ -38,6 +38,8 @@ struct helper_config {
 };
 
 int config_parse(const char *json, struct helper_config *ret);
+/* Frees what config_parse allocated (also after it failed half-way); a zeroed cfg is fine. */
+void config_release(struct helper_config *cfg);
 
 /* Every step reports failure with a message to the daemon through the status fd and
  * returns -1; the caller exits. */

@@ -125,19 +125,13 @@ static int read_config(struct helper_config *cfg)
     return r;
 }
 
-int main(int argc, char **argv)
+/* Clones the sandbox's init and starts it once its id maps are written; the exit status of
+ * this helper process. */
+static int start_sandbox(struct helper_config *cfg)
 {
-    struct helper_config cfg;
     int sync_pipe[2];
 
-    (void)argc;
-    (void)argv;
-    signal(SIGPIPE, SIG_IGN);
-    if (fcntl(status_fd, F_GETFD) < 0) {
-        fprintf(stderr, "runcell-sandbox: is started by runcell, not by hand\n");
-        return 2;
-    }
-    if (read_config(&cfg) < 0 || join_cgroups(cfg.cgroup_procs) < 0)
+    if (join_cgroups(cfg->cgroup_procs) < 0)
         return 1;
     if (pipe2(sync_pipe, O_CLOEXEC) < 0)
         return fail_errno("pipe"), 1;
@@ -155,10 +149,10 @@ int main(int argc, char **argv)
     }
     if (child == 0) {
         close(sync_pipe[1]);
-        init_main(&cfg, sync_pipe[0]);
+        init_main(cfg, sync_pipe[0]);
     }
     close(sync_pipe[0]);
-    if (write_id_maps(&cfg, child) < 0) {
+    if (write_id_maps(cfg, child) < 0) {
         kill(child, SIGKILL);
         return 1;
     }
@@ -168,4 +162,22 @@ int main(int argc, char **argv)
         return fail_errno("cannot start the sandbox init"), 1;
     }
     return 0;
+}
+
+int main(int argc, char **argv)
+{
+    struct helper_config cfg = {0};
+
+    (void)argc;
+    (void)argv;
+    signal(SIGPIPE, SIG_IGN);
+    if (fcntl(status_fd, F_GETFD) < 0) {
+        fprintf(stderr, "runcell-sandbox: is started by runcell, not by hand\n");
+        return 2;
+    }
+    /* Freed on the way out, so that a sanitizer build reports no leak into the sandbox's
+     * stderr, which is this process's too. */
+    int status = read_config(&cfg) < 0 ? 1 : start_sandbox(&cfg);
+    config_release(&cfg);
+    return status;
 }
