@@ -137,8 +137,8 @@ class PipeReplTest(RuncellTestCase):
 class Terminal:
     """runcell repl on a pseudo-terminal, read with an anti-hang timeout."""
 
-    def __init__(self, *opts):
-        env = dict(os.environ, TERM="dumb")
+    def __init__(self, *opts, env=None):
+        env = dict(os.environ, TERM="dumb", **(env or {}))
         self.pid, self.fd = pty.fork()
         if self.pid == 0:
             try:
@@ -204,7 +204,7 @@ class Terminal:
             if pid:
                 self.status = os.waitstatus_to_exitcode(status)
                 return self.status
-            if eof:
+            if eof or self.fd is None:
                 time.sleep(0.05)
             elif select.select([self.fd], [], [], 0.2)[0]:
                 eof = not self._read()
@@ -212,12 +212,16 @@ class Terminal:
 
     def close(self):
         if self.status is None:
+            # SIGTERM ends the session cleanly; SIGKILL only if that did not work.
+            os.kill(self.pid, signal.SIGTERM)
             try:
+                self.wait()
+            except AssertionError:
                 os.kill(self.pid, signal.SIGKILL)
                 os.waitpid(self.pid, 0)
-            except ProcessLookupError:
-                pass
-        os.close(self.fd)
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
 
 
 class PtyReplTest(RuncellTestCase):
@@ -311,6 +315,47 @@ class PtyReplTest(RuncellTestCase):
         self.assertIn('File "<cell 1>", line 1', out)
         out = self.run_input("'alive'")
         self.assertIn("'alive'\r\n", out)
+
+
+class ReplSignalsTest(RuncellTestCase):
+    """SIGTERM, or the terminal going away (SIGHUP), ends the session cleanly: nothing of it
+    is left in runcell's run directory."""
+
+    def start(self, rundir):
+        term = Terminal(env={"RUNCELL_RUNDIR": rundir})
+        self.addCleanup(term.close)
+        term.prompt()
+        return term
+
+    def leftovers(self, rundir):
+        return [e for e in os.listdir(rundir) if e != "uids"]
+
+    def test_sigterm_at_the_prompt(self):
+        with TempDir() as rundir:
+            term = self.start(rundir)
+            os.kill(term.pid, signal.SIGTERM)
+            self.assertEqual(term.wait(), 128 + signal.SIGTERM)
+            self.assertEqual(self.leftovers(rundir), [])
+
+    def test_sigterm_during_an_input(self):
+        with TempDir() as rundir:
+            term = self.start(rundir)
+            term.send("import time; print('sleeping'); time.sleep(600)\r")
+            term.read_until("sleeping\r\n")
+            os.kill(term.pid, signal.SIGTERM)
+            self.assertEqual(term.wait(), 128 + signal.SIGTERM)
+            self.assertIn(b"KeyboardInterrupt", term.transcript)
+            self.assertEqual(self.leftovers(rundir), [])
+
+    def test_terminal_closed_during_an_input(self):
+        with TempDir() as rundir:
+            term = self.start(rundir)
+            term.send("import time; print('sleeping'); time.sleep(600)\r")
+            term.read_until("sleeping\r\n")
+            os.close(term.fd)  # hang up: SIGHUP to runcell
+            term.fd = None
+            self.assertEqual(term.wait(), 128 + signal.SIGHUP)
+            self.assertEqual(self.leftovers(rundir), [])
 
 
 if __name__ == "__main__":
