@@ -8,8 +8,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
-import time
 import unittest
 
 from rctest import (RUNCELL, RuncellTestCase, TempDir, make_wheel, png_size, run_cells,
@@ -226,7 +224,8 @@ class StreamsTest(CellsTestCase):
             "for t in ts: t.join()\n"
             "subprocess.run(['echo', 'from echo'])\n"
             "os.system('echo from system; echo system err >&2')\n"
-            "subprocess.run([sys.executable, '-c', 'import sys; sys.stderr.write(\"py child\\\\n\")'])\n"
+            "subprocess.run([sys.executable, '-c',\n"
+            "                'import sys; sys.stderr.write(\"py child\\\\n\")'])\n"
             "print('end')")
         self.assertOk(rec)
         out = rec["stdout"].splitlines()

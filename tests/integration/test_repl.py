@@ -4,7 +4,6 @@ line by line) and through a real pseudo-terminal (prompts, line editing, Ctrl-C,
 import errno
 import os
 import pty
-import re
 import select
 import signal
 import subprocess
