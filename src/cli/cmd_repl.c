@@ -30,11 +30,21 @@ static const struct option long_opts[] = {
 
 static int sigint_pipe[2] = {-1, -1};
 static volatile sig_atomic_t got_sigint;
+static volatile sig_atomic_t got_term; /* SIGTERM or SIGHUP: end the session */
 
 static void on_sigint(int sig)
 {
     (void)sig;
     got_sigint = 1;
+    (void)!write(sigint_pipe[1], "x", 1);
+}
+
+/* The terminal went away or we were told to stop: interrupt the running input (through the
+ * same pipe as Ctrl-C) and end the session cleanly, so its workspace is removed now rather
+ * than swept by a later runcell. */
+static void on_term(int sig)
+{
+    got_term = sig;
     (void)!write(sigint_pipe[1], "x", 1);
 }
 
@@ -116,7 +126,11 @@ static char *read_input(bool tty)
     buf_init(&cell, 0);
     for (;;) {
         drain_sigint();
-        char *line = read_line(cell.len ? "...     " : "runcell> ", tty);
+        char *line = got_term ? NULL : read_line(cell.len ? "...     " : "runcell> ", tty);
+        if (!line && got_term) {
+            buf_release(&cell);
+            return NULL;
+        }
         if (!line) {
             bool interrupted = got_sigint;
             if (interrupted && tty) {
@@ -233,17 +247,19 @@ static int repl_loop(struct session *s, const struct common_opts *o)
     if (tty)
         printf("runcell repl: Python %s in a sandbox (files in /workspace). Ctrl-C interrupts, "
                "Ctrl-D ends.\n", session_python_version(s));
-    for (;;) {
+    while (!got_term) {
         char *code = read_input(tty);
         if (!code)
             break;
-        if (strspn(code, " \t\n") != strlen(code)) {
+        if (!got_term && strspn(code, " \t\n") != strlen(code)) {
             if (tty)
                 add_history(code);
             run_input(&r, code);
         }
         free(code);
     }
+    if (got_term)
+        return 128 + got_term;
     if (tty)
         putchar('\n');
     return 0;
@@ -283,6 +299,9 @@ int cmd_repl(int argc, char **argv)
     if (pipe2(sigint_pipe, O_CLOEXEC | O_NONBLOCK) == 0) {
         struct sigaction sa = {.sa_handler = on_sigint};
         sigaction(SIGINT, &sa, NULL);
+        struct sigaction st = {.sa_handler = on_term};
+        sigaction(SIGTERM, &st, NULL);
+        sigaction(SIGHUP, &st, NULL);
     }
     struct session_opts so = {.limits = o.limits, .timeout_ms = o.timeout_ms};
     int status = 0;

@@ -294,9 +294,12 @@ static void save_image(struct cell_printer *p, const char *mime, const char *b64
     free(png);
 }
 
+/* Live output of a cell; with --json only the images for --out (the record has the rest). */
 static void print_cell_event(void *ctx, const struct exec_event *ev)
 {
     struct cell_printer *p = ctx;
+    if (p->o->json && ev->type != EV_RESULT)
+        return;
     switch (ev->type) {
     case EV_STDOUT:
     case EV_STDERR:
@@ -310,6 +313,8 @@ static void print_cell_event(void *ctx, const struct exec_event *ev)
             if (b64 && p->o->c.out_dir)
                 save_image(p, images[i], b64);
         }
+        if (p->o->json)
+            break;
         const char *text = json_string_value(json_object_get(ev->json, "text/plain"));
         if (text && *text)
             printf("%s\n", text);
@@ -352,20 +357,6 @@ static void copy_outputs(struct workspace *ws, const struct ws_listing *before, 
     ws_listing_release(&after);
 }
 
-/* Live output stops at the head of each stream; what comes after it (the marker naming the
- * dropped bytes, if any, then the tail) is printed once the cell is done. */
-static void print_dropped_rest(const struct exec_record *rec)
-{
-    for (int stream = 1; stream <= 2; stream++) {
-        const struct outcap *c = stream == 1 ? &rec->out : &rec->err;
-        size_t n;
-        char *rest = outcap_render_rest(c, &n);
-        if (n)
-            forward_output(NULL, stream, rest, n);
-        free(rest);
-    }
-}
-
 static int run_cells(struct run_opts *o, struct session *s)
 {
     struct cell_printer p = {.o = o};
@@ -378,7 +369,7 @@ static int run_cells(struct run_opts *o, struct session *s)
         exec_record_init(&rec, DEFAULT_OUTPUT_CAP);
         p.cell++;
         p.n_results = 0;
-        if (session_execute(s, &req, o->json ? NULL : &sink, &rec) < 0) {
+        if (session_execute(s, &req, &sink, &rec) < 0) {
             fprintf(stderr, "runcell run: %s\n", err_msg());
             exec_record_release(&rec);
             return EXIT_USAGE;
@@ -386,15 +377,15 @@ static int run_cells(struct run_opts *o, struct session *s)
         if (o->json) {
             print_json_record(&rec);
         } else {
-            print_dropped_rest(&rec);
             if (rec.message && rec.status != EXEC_OK)
                 fprintf(stderr, "runcell: cell %ld: %s\n", p.cell, rec.message);
         }
         bool failed = rec.status != EXEC_OK;
         bool exited = rec.error && !strcmp(json_string_value(json_object_get(rec.error, "name"))
                                            ?: "", "SystemExit");
+        /* sys.exit(N) ends the run with status N, as it would end a script: 0 included. */
         if (failed && !status)
-            status = exec_record_exit_status(&rec);
+            status = exited && rec.has_exit_code ? rec.exit_code : exec_record_exit_status(&rec);
         exec_record_release(&rec);
         if (exited || (failed && !o->keep_going))
             break;

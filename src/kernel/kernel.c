@@ -23,9 +23,10 @@ static int send_frame(int fd, char kind, const char *payload, size_t n)
     return r < 0 ? r : write_all(fd, payload, n);
 }
 
-int kernel_send_execute(struct kernel *k, const char *code, const char *lang)
+int kernel_send_execute(struct kernel *k, const char *code, const char *lang, long execution_count)
 {
-    json_t *req = json_pack("{s:s,s:s,s:s}", "type", "execute", "code", code, "lang", lang);
+    json_t *req = json_pack("{s:s,s:s,s:s,s:I}", "type", "execute", "code", code, "lang", lang,
+                            "execution_count", (json_int_t)execution_count);
     if (!req)
         return err_set(EINVAL, "the code is not valid UTF-8 text");
     char *text = json_dumps(req, JSON_COMPACT);

@@ -48,8 +48,11 @@ struct kernel {
 int kernel_start(struct sandbox_host *host, struct workspace *ws,
                  const struct sandbox_limits *limits, char *const *args,
                  uint64_t start_timeout_ms, struct kernel **ret);
-/* Sends one execute request. 0 or -errno. */
-int kernel_send_execute(struct kernel *k, const char *code, const char *lang);
+/* Sends one execute request; the cell is numbered execution_count (in its filename, "<cell
+ * N>", and its done message), so numbering goes on across kernels of one session. 0 or
+ * -errno. */
+int kernel_send_execute(struct kernel *k, const char *code, const char *lang,
+                        long execution_count);
 /* Reads what is available on the control channel and calls cb for each complete frame.
  * Returns 0, 1 at EOF, or -EPROTO (err_msg says why) when the kernel broke the protocol. */
 int kernel_pump_channel(struct kernel *k, kernel_event_fn cb, void *ctx);

@@ -2,7 +2,8 @@
 namespace, driven by the daemon over a framed protocol on fd 3.
 
 Frames are [u32 big-endian payload length][u8 kind][payload]:
-  daemon -> kernel  b"M"  JSON request: {"type": "execute", "code": ..., "lang": "python"|"bash"}
+  daemon -> kernel  b"M"  JSON request: {"type": "execute", "code": ..., "lang": "python"|"bash",
+                                         "execution_count": N}
   kernel -> daemon  b"O"  stdout bytes written by Python code (sys.stdout)
                     b"E"  stderr bytes written by Python code (sys.stderr)
                     b"M"  JSON message: hello, display (MIME bundle), done
@@ -68,8 +69,8 @@ class Channel:
                 _write_all(self.fd, payload)
 
     def send_json(self, obj):
-        self.send(ord("M"), json.dumps(obj, ensure_ascii=False,
-                                       default=repr).encode("utf-8", "surrogatepass"))
+        text = json.dumps(_wire_safe(obj), ensure_ascii=False, allow_nan=False)
+        self.send(ord("M"), text.encode("utf-8"))
 
     def recv(self):
         header = _read_exact(self.fd, 5)
@@ -80,6 +81,42 @@ class Channel:
             raise SystemExit("runcell kernel: request too large")
         payload = _read_exact(self.fd, length) if length else b""
         return kind, payload
+
+
+def _wire_text(s):
+    # The daemon accepts only valid UTF-8 without NUL: lone surrogates (from user strings
+    # or surrogateescape) become U+FFFD, and pairs written as two code points are joined.
+    if s.isascii():
+        return s.replace("\0", "\ufffd")
+    s = s.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return s.replace("\0", "\ufffd")
+
+
+def _wire_safe(obj, depth=0):
+    """obj with every value the daemon's JSON parser would refuse made acceptable: strings
+    cleaned, NaN and infinities as null, integers beyond 64 bits as strings, anything else
+    as its repr. Messages carry user data (reprs, error text, _repr_json_ values), and a
+    message the daemon cannot parse costs the session its kernel."""
+    if obj is None or obj is True or obj is False:
+        return obj
+    if isinstance(obj, str):
+        return _wire_text(obj)
+    if isinstance(obj, int):
+        obj = int(obj)
+        return obj if -(1 << 63) <= obj < (1 << 63) else str(obj)
+    if isinstance(obj, float):
+        return obj if obj == obj and obj not in (float("inf"), float("-inf")) else None
+    if depth > 100:
+        return _wire_text(repr(obj))
+    if isinstance(obj, dict):
+        return {_wire_text(k if isinstance(k, str) else str(k)): _wire_safe(v, depth + 1)
+                for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_wire_safe(v, depth + 1) for v in obj]
+    try:
+        return _wire_text(repr(obj))
+    except Exception as e:
+        return "<repr failed: %s>" % type(e).__name__
 
 
 class FrameStream(io.TextIOBase):
@@ -217,6 +254,36 @@ def mime_bundle(obj):
     return data
 
 
+def _user_frames(tb):
+    """A copy of the traceback chain tb without the kernel's frames."""
+    kept = []
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename != KERNEL_FILE:
+            kept.append(tb)
+        tb = tb.tb_next
+    out = None
+    for t in reversed(kept):
+        out = types.TracebackType(out, t.tb_frame, t.tb_lasti, t.tb_lineno)
+    return out
+
+
+def _strip_chained(value):
+    """Removes the kernel's frames from the exceptions chained to value (__cause__ and
+    __context__), which format_exception prints from their own __traceback__."""
+    seen = {id(value)}
+    exc = value
+    while exc is not None:
+        nxt = exc.__cause__ if exc.__cause__ is not None else exc.__context__
+        if nxt is None or id(nxt) in seen:
+            return
+        seen.add(id(nxt))
+        try:
+            nxt.__traceback__ = _user_frames(nxt.__traceback__)
+        except Exception:
+            pass
+        exc = nxt
+
+
 class Kernel:
     def __init__(self, channel):
         self.channel = channel
@@ -251,9 +318,10 @@ class Kernel:
 
     # -- errors --
     def error_record(self, etype, value, tb, filename):
-        # Drop the kernel's own frames: the traceback starts at the cell.
-        while tb is not None and tb.tb_frame.f_code.co_filename == KERNEL_FILE:
-            tb = tb.tb_next
+        # Drop the kernel's own frames wherever they are: the traceback starts at the cell,
+        # and the builtins the kernel provides (input) raise from kernel.py.
+        tb = _user_frames(tb)
+        _strip_chained(value)
         text = "".join(traceback.format_exception(etype, value, tb))
         err = {"name": etype.__name__, "value": str(value), "traceback": text}
         if isinstance(value, SyntaxError):
@@ -283,6 +351,9 @@ class Kernel:
         if value is not None:
             self.ns["_"] = value
             self.display(value, result=True)
+            plt = sys.modules.get("matplotlib.pyplot")
+            if plt is not None and _is_figure(value):
+                plt.close(value)  # shown as the result: not a second time as an open figure
         return None, None
 
     def _eval(self, code):
@@ -311,7 +382,9 @@ class Kernel:
                 "exit_code": status if status > 0 else 128 - status}, None
 
     def execute(self, req):
-        self.count += 1
+        # The session numbers cells: after a kernel was lost, its successor goes on counting.
+        count = req.get("execution_count")
+        self.count = count if type(count) is int and count > 0 else self.count + 1
         reply = {"type": "done", "execution_count": self.count, "status": "ok", "error": None}
         exc = None
         try:
@@ -327,8 +400,7 @@ class Kernel:
             reply["status"] = "error"
             reply["error"] = err
             if isinstance(exc, SystemExit):
-                code = exc.code
-                reply["exit_code"] = code if isinstance(code, int) else (0 if code is None else 1)
+                reply["exit_code"] = _exit_status(exc.code)
             elif "exit_code" in err:
                 reply["exit_code"] = err.pop("exit_code")
         try:
@@ -350,6 +422,18 @@ class Kernel:
                 continue
             if req.get("type") == "execute":
                 self.execute(req)
+
+
+def _exit_status(code):
+    """The exit status SystemExit(code) stands for, as in CPython: None is 0, an int is
+    itself, anything else (a message) is 1. An int too large for the record (CPython cannot
+    convert it either) is -1, which a process reports as 255."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        code = int(code)
+        return code if -(1 << 31) <= code < (1 << 31) else -1
+    return 1
 
 
 def importlib_invalidate():

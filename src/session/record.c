@@ -108,6 +108,10 @@ int exec_record_exit_status(const struct exec_record *r)
         return 128 + SIGKILL;
     case EXEC_KILLED:
     case EXEC_CRASHED:
+        /* An interpreter that exited by itself (os._exit(N) in a cell) has a status, not a
+         * signal; 0 would read as success, and it was not one. */
+        if (!r->signal && r->has_exit_code)
+            return r->exit_code ? r->exit_code : 1;
         return 128 + (r->signal ? r->signal : SIGKILL);
     case EXEC_OUTPUT_LIMIT:
         return r->has_exit_code ? r->exit_code : 1;

@@ -117,7 +117,9 @@ int session_new(struct sandbox_host *host, const struct session_opts *opts, stru
 
 /* ---- one execution ---- */
 
-enum stop { STOP_NONE, STOP_TIMEOUT, STOP_CANCEL };
+/* Why a cell was stopped: its time ran out, the caller cancelled it, or the kernel broke
+ * the protocol (it cannot be trusted to finish the cell, so it goes at once). */
+enum stop { STOP_NONE, STOP_TIMEOUT, STOP_CANCEL, STOP_PROTOCOL };
 
 struct exec_ctx {
     struct exec_record *rec;
@@ -125,6 +127,7 @@ struct exec_ctx {
     json_t *done;
     size_t results_bytes;
     bool results_dropped;
+    char *violation; /* what the kernel did wrong (STOP_PROTOCOL) */
 };
 
 static void emit(struct exec_ctx *x, enum exec_event_type type, const char *data, size_t len,
@@ -195,6 +198,18 @@ static void on_kernel_event(void *ctx, const struct kernel_event *ev)
     }
 }
 
+/* The part of each stream that was not streamed live: marker and tail, once at the end. */
+static void emit_rest(struct exec_ctx *x)
+{
+    for (int stream = 1; stream <= 2; stream++) {
+        size_t n;
+        char *rest = outcap_render_rest(stream == 1 ? &x->rec->out : &x->rec->err, &n);
+        if (n)
+            emit(x, stream == 1 ? EV_STDOUT : EV_STDERR, rest, n, NULL);
+        free(rest);
+    }
+}
+
 static void drain_pipes(struct kernel *k, struct exec_ctx *x)
 {
     for (int stream = 1; stream <= 2; stream++)
@@ -246,8 +261,12 @@ static bool pump_until_done(struct session *s, struct kernel *k, struct exec_ctx
             err_open = kernel_pump_pipe(k, 2, on_kernel_event, x) == 0;
         if (pfd[0].revents) {
             int r = kernel_pump_channel(k, on_kernel_event, x);
-            if (r < 0)
-                log_warn("msg=\"kernel protocol violation; killing it\" error=\"%s\"", err_msg());
+            if (r < 0) {
+                x->violation = xstrdup(err_msg());
+                log_warn("msg=\"kernel protocol violation; killing it\" error=\"%s\"",
+                         x->violation);
+                stop = STOP_PROTOCOL;
+            }
             if (r != 0)
                 break;
         }
@@ -260,6 +279,8 @@ static bool pump_until_done(struct session *s, struct kernel *k, struct exec_ctx
         }
     }
     *ret_stop = stop;
+    if (stop == STOP_PROTOCOL)
+        return false; /* even after its done: what follows it in the channel is garbage */
     if (x->done)
         drain_pipes(k, x);
     return x->done != NULL;
@@ -299,7 +320,7 @@ static bool crash_signal(int sig)
 
 /* The kernel is gone or must go: say why, then bring a fresh one up on the same files. */
 static void record_lost(struct session *s, struct kernel *k, struct exec_record *rec,
-                        enum stop stop, const struct sandbox_usage *u)
+                        enum stop stop, const char *violation, const struct sandbox_usage *u)
 {
     struct sandbox *sb = k->sb;
     rec->state = STATE_LOST;
@@ -309,6 +330,12 @@ static void record_lost(struct session *s, struct kernel *k, struct exec_record 
                                  "interrupt; the interpreter was restarted and its variables "
                                  "are lost (files are kept)",
                                  (double)s->opts.interrupt_grace_ms / 1000.0);
+    } else if (stop == STOP_PROTOCOL) {
+        rec->status = EXEC_CRASHED;
+        rec->signal = SIGKILL;
+        rec->message = xasprintf("the interpreter broke runcell's protocol (%s), so it was "
+                                 "killed and restarted; variables are lost (files are kept)",
+                                 violation ? violation : "unknown");
     } else if (stop == STOP_CANCEL) {
         rec->status = EXEC_KILLED;
         rec->signal = SIGKILL;
@@ -385,7 +412,8 @@ static void run_cell(struct session *s, const struct exec_request *req,
     workspace_scan(s->ws, &before);
     sandbox_usage(k->sb, &u0);
     sandbox_reset_peak(k->sb);
-    if (kernel_send_execute(k, req->code, req->lang ? req->lang : s->lang) < 0) {
+    if (kernel_send_execute(k, req->code, req->lang ? req->lang : s->lang,
+                            s->execution_count + 1) < 0) {
         rec->status = EXEC_CRASHED;
         rec->message = xstrdup(err_msg());
     } else if (pump_until_done(s, k, &x, req, &stop)) {
@@ -398,7 +426,7 @@ static void run_cell(struct session *s, const struct exec_request *req,
             sandbox_wait(k->sb);
         }
         sandbox_usage(k->sb, &u1);
-        record_lost(s, k, rec, stop, &u1);
+        record_lost(s, k, rec, stop, x.violation, &u1);
     }
     if (rec->state != STATE_LOST)
         sandbox_usage(k->sb, &u1);
@@ -406,9 +434,11 @@ static void run_cell(struct session *s, const struct exec_request *req,
     rec->cpu_ms = u1.cpu_ms - u0.cpu_ms;
     rec->memory_peak_kb = u1.memory_peak_kb;
     rec->limits_degraded = k->sb->limits_degraded;
+    emit_rest(&x);
     if (rec->error)
         emit(&x, EV_ERROR, NULL, 0, rec->error);
     json_decref(x.done);
+    free(x.violation);
     collect_files(s, rec, &before);
     ws_listing_release(&before);
     if (!rec->execution_count)

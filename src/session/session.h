@@ -118,7 +118,9 @@ void session_opts_fill_defaults(struct session_opts *o);
 
 /* What an execution streams while it runs (for live output). data/len are the bytes of a
  * stream chunk; json is a MIME bundle (EV_RESULT) or the error object (EV_ERROR), borrowed
- * for the duration of the callback. */
+ * for the duration of the callback. Each stream goes out live up to half the output cap;
+ * what came after (a marker when bytes were dropped, then the tail) follows at the end of
+ * the execution, before EV_ERROR. */
 enum exec_event_type { EV_STDOUT, EV_STDERR, EV_RESULT, EV_ERROR };
 struct exec_event {
     enum exec_event_type type;

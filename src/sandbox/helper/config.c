@@ -2,6 +2,7 @@
 #include "sandbox/helper/helper.h"
 
 #include <jansson.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/base.h"
@@ -30,6 +31,23 @@ static uint64_t u64_or(json_t *o, const char *key, uint64_t dflt)
     json_t *v = json_object_get(o, key);
     return json_is_integer(v) && json_integer_value(v) >= 0 ? (uint64_t)json_integer_value(v)
                                                             : dflt;
+}
+
+void config_release(struct helper_config *cfg)
+{
+    free(cfg->root_dir);
+    free(cfg->workspace);
+    free(cfg->cwd);
+    free(cfg->hostname);
+    strv_free(cfg->cgroup_procs);
+    strv_free(cfg->argv);
+    strv_free(cfg->env);
+    for (size_t i = 0; i < cfg->n_binds; i++) {
+        free(cfg->binds[i].src);
+        free(cfg->binds[i].dst);
+    }
+    free(cfg->binds);
+    memset(cfg, 0, sizeof(*cfg));
 }
 
 int config_parse(const char *text, struct helper_config *cfg)
@@ -88,21 +106,4 @@ int config_parse(const char *text, struct helper_config *cfg)
     if (cfg->extra_fds < 0 || cfg->extra_fds > 16)
         return fail("bad sandbox configuration: extra_fds out of range");
     return 0;
-}
-
-void config_release(struct helper_config *cfg)
-{
-    free(cfg->root_dir);
-    free(cfg->workspace);
-    free(cfg->cwd);
-    free(cfg->hostname);
-    strv_free(cfg->cgroup_procs);
-    strv_free(cfg->argv);
-    strv_free(cfg->env);
-    for (size_t i = 0; i < cfg->n_binds; i++) {
-        free(cfg->binds[i].src);
-        free(cfg->binds[i].dst);
-    }
-    free(cfg->binds);
-    memset(cfg, 0, sizeof(*cfg));
 }
