@@ -140,6 +140,10 @@ struct sandbox_spec {
     const int *extra_fds; /* handed to the payload as 3, 4, ... */
     int n_extra_fds;
     const char *const *ro_binds; /* pairs "host path", "/sandbox path", NULL-terminated */
+    const char *relay_socket; /* sandbox path of an egress proxy socket (bound in through
+                               * ro_binds): a relay inside listens on 127.0.0.1:relay_port
+                               * and forwards to it; NULL for none */
+    uint16_t relay_port;
 };
 
 /* The clean environment of a sandboxed program; caller frees with strv_free. */

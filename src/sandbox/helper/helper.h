@@ -35,6 +35,8 @@ struct helper_config {
     int extra_fds; /* fds HELPER_FD_EXTRA.. handed to the payload as 3.. */
     bool seccomp;
     bool landlock;
+    char *relay_socket;  /* sandbox path of the egress proxy's socket: start the relay */
+    uint16_t relay_port; /* ... listening on 127.0.0.1:relay_port */
 };
 
 int config_parse(const char *json, struct helper_config *ret);
@@ -57,6 +59,13 @@ int net_loopback_up(void);
 /* lockdown.c: in the payload, every step from setsid to seccomp, then exec. Returns only
  * on failure, after reporting it. */
 void payload_exec(const struct helper_config *cfg, void *seccomp_filter);
+/* The payload's lockdown from rlimits to seccomp, for another process of the sandbox (the
+ * relay). 0, or -1 after reporting the failure. */
+int lockdown(const struct helper_config *cfg, void *seccomp_filter);
+
+/* relay.c: in init, before the payload starts: listens on 127.0.0.1:cfg->relay_port and
+ * forks the relay. 0, or -1 after reporting the failure. */
+int relay_start(const struct helper_config *cfg, void *seccomp_filter);
 
 /* seccomp.c */
 void *seccomp_build(void);

@@ -122,6 +122,8 @@ void init_main(struct helper_config *cfg, int sync_fd)
     void *filter = NULL;
     if (cfg->seccomp && !(filter = seccomp_build()))
         _exit(1);
+    if (cfg->relay_socket && relay_start(cfg, filter) < 0)
+        _exit(1);
 
     sigset_t set;
     signals_setup(&set);

@@ -185,21 +185,26 @@ static int landlock_apply(const struct helper_config *cfg)
     return r;
 }
 
+int lockdown(const struct helper_config *cfg, void *seccomp_filter)
+{
+    if (rlimits(cfg) < 0)
+        return -1;
+    if (chdir(cfg->cwd) < 0)
+        return fail_errno("cannot enter %s", cfg->cwd);
+    if (drop_privileges(cfg) < 0 || landlock_apply(cfg) < 0)
+        return -1;
+    if (seccomp_filter && seccomp_install(seccomp_filter) < 0)
+        return -1;
+    return 0;
+}
+
 void payload_exec(const struct helper_config *cfg, void *seccomp_filter)
 {
     if (setsid() < 0) {
         fail_errno("setsid");
         return;
     }
-    if (place_fds(cfg) < 0 || rlimits(cfg) < 0)
-        return;
-    if (chdir(cfg->cwd) < 0) {
-        fail_errno("cannot enter %s", cfg->cwd);
-        return;
-    }
-    if (drop_privileges(cfg) < 0 || landlock_apply(cfg) < 0)
-        return;
-    if (seccomp_filter && seccomp_install(seccomp_filter) < 0)
+    if (place_fds(cfg) < 0 || lockdown(cfg, seccomp_filter) < 0)
         return;
     execve(cfg->argv[0], cfg->argv, cfg->env);
     fail_errno("cannot run %s in the sandbox", cfg->argv[0]);
