@@ -20,6 +20,9 @@ struct server_limits {
     uint64_t max_cpus_milli;
     uint64_t max_timeout_ms;
     uint64_t max_idle_timeout_ms;
+    uint64_t max_net_connections; /* per session, through the egress proxy at once */
+    uint64_t max_net_bytes;       /* per session, through the egress proxy in all */
+    uint64_t max_install_timeout_ms;
 };
 void server_limits_fill_defaults(struct server_limits *l);
 
@@ -30,6 +33,8 @@ struct server_config {
     struct server_limits limits;
     struct session_opts defaults; /* for sessions that do not say */
     uint64_t shutdown_grace_ms;   /* running cells get this long on SIGTERM */
+    const struct net_policy *net_allow_max; /* what network allowlists may name at most;
+                                             * NULL: anything */
 };
 
 /* Runs the server until SIGTERM or SIGINT, then shuts down gracefully. Returns the process

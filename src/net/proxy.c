@@ -306,6 +306,16 @@ static bool pump(struct conn *c)
     return budget;
 }
 
+/* Sends what the proxy itself passes upstream (a rewritten head, bytes read with it),
+ * counted like the rest. */
+static int send_up(struct egress *e, int fd, const char *data, size_t n)
+{
+    if (over_budget(e, n))
+        return -EDQUOT;
+    atomic_fetch_add(&stat_bytes_out, (uint64_t)n);
+    return write_all(fd, data, n);
+}
+
 static void report_budget(struct conn *c, const struct proxy_request *rq)
 {
     if (atomic_exchange(&c->e->budget_reported, true))
@@ -363,10 +373,10 @@ static void serve(struct conn *c)
             report(e, &ev);
             r = rq.connect ? write_all(c->client, "HTTP/1.1 200 Connection established\r\n\r\n",
                                        39)
-                           : write_all(fd, rq.forward.data, rq.forward.len);
-            if (r == 0 && rq.rest_len && !over_budget(e, rq.rest_len))
-                r = write_all(fd, head.data + head.len - rq.rest_len, rq.rest_len);
-            if (r == 0 && pump(c))
+                           : send_up(e, fd, rq.forward.data, rq.forward.len);
+            if (r == 0 && rq.rest_len)
+                r = send_up(e, fd, head.data + head.len - rq.rest_len, rq.rest_len);
+            if (r == -EDQUOT || (r == 0 && pump(c)))
                 report_budget(c, &rq);
         }
     }
