@@ -104,32 +104,37 @@ static short side_events(const struct pair *p, int k)
     return ev;
 }
 
-/* Moves what poll said is possible; returns false when the pair is finished or broken. */
+/* Moves what poll said is possible; returns false when the pair is finished. A side that
+ * fails is taken as ended, not as a reason to drop the pair: what its peer said last (the
+ * proxy's refusal of a request it did not wait to read) must still reach the other side. */
 static bool pair_step(struct pair *p, const struct pollfd *pfd)
 {
     for (int k = 0; k < 2; k++) {
         struct side *s = &p->s[k], *other = &p->s[1 - k];
         short rev = pfd[k].revents;
-        if (rev & POLLERR)
-            return false;
-        if (rev & POLLHUP)
+        if (rev & (POLLHUP | POLLERR))
             s->hup = true;
-        if ((rev & (POLLIN | POLLHUP)) && !s->eof && !s->len) {
+        if ((rev & (POLLIN | POLLHUP | POLLERR)) && !s->eof && !s->len) {
             ssize_t n = recv(s->fd, s->buf, RELAY_BUF, 0);
-            if (n < 0 && errno != EAGAIN && errno != EINTR)
-                return false;
-            if (n == 0) {
+            if (n < 0 && (errno == EAGAIN || errno == EINTR))
+                continue;
+            if (n <= 0) {
                 s->eof = true;
                 shutdown(other->fd, SHUT_WR);
-            } else if (n > 0) {
+            } else {
                 s->len = (size_t)n;
                 s->off = 0;
             }
         }
-        if ((rev & POLLOUT) && other->len) {
+        if ((rev & (POLLOUT | POLLERR | POLLHUP)) && other->len) {
             ssize_t n = send(s->fd, other->buf + other->off, other->len, MSG_NOSIGNAL);
-            if (n < 0 && errno != EAGAIN && errno != EINTR)
-                return false;
+            if (n < 0 && errno != EAGAIN && errno != EINTR) {
+                /* Nowhere to send the other side's bytes: stop taking them. */
+                other->len = 0;
+                other->eof = true;
+                shutdown(other->fd, SHUT_RD);
+                continue;
+            }
             if (n > 0) {
                 other->off += (size_t)n;
                 other->len -= (size_t)n;
