@@ -42,10 +42,10 @@ static const char *base_name(const char *path)
     return s ? s + 1 : path;
 }
 
-static int copy_inputs(struct workspace *ws, const struct run_request *req)
+int copy_input_files(struct workspace *ws, const struct input_file *files, size_t n)
 {
-    for (size_t i = 0; i < req->n_files; i++) {
-        const struct input_file *f = &req->files[i];
+    for (size_t i = 0; i < n; i++) {
+        const struct input_file *f = &files[i];
         if (!path_is_safe_relative(f->dest))
             return err_set(EINVAL, "bad destination '%s' for %s: use a relative path inside "
                            "the workspace, without '..'", f->dest, f->local);
@@ -53,6 +53,14 @@ static int copy_inputs(struct workspace *ws, const struct run_request *req)
         if (r < 0)
             return r;
     }
+    return 0;
+}
+
+static int copy_inputs(struct workspace *ws, const struct run_request *req)
+{
+    int r = copy_input_files(ws, req->files, req->n_files);
+    if (r < 0)
+        return r;
     if (req->script_path) {
         const char *name = base_name(req->script_path);
         if (!path_is_safe_relative(name))

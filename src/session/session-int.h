@@ -40,6 +40,8 @@ char **sandbox_net_apply(const struct sandbox_net *sn, struct sandbox_spec *spec
                          const char *const *extra_binds);
 
 /* ---- running one sandbox to its end (oneshot.c) ---- */
+/* Copies files into ws, refusing destinations outside it. 0 or -errno with err_msg(). */
+int copy_input_files(struct workspace *ws, const struct input_file *files, size_t n);
 struct run_io {
     uint64_t timeout_ms;
     int cancel_fd;       /* -1 for none */

@@ -98,16 +98,10 @@ static void own_net_opts(struct session *s, const struct net_opts *n)
 /* Files, the network, packages: what comes before the first kernel. */
 static int prepare_workspace(struct session *s, const struct session_opts *opts)
 {
-    for (size_t i = 0; i < opts->n_files; i++) {
-        const struct input_file *f = &opts->files[i];
-        if (!path_is_safe_relative(f->dest))
-            return err_set(EINVAL, "bad destination '%s' for %s: use a relative path inside "
-                           "the workspace, without '..'", f->dest, f->local);
-        int r = workspace_copy_in(s->ws, f->local, f->dest);
-        if (r < 0)
-            return r;
-    }
-    int r = sandbox_net_start(&s->net, &s->opts.net, s->ws, &s->events);
+    int r = copy_input_files(s->ws, opts->files, opts->n_files);
+    if (r < 0)
+        return r;
+    r = sandbox_net_start(&s->net, &s->opts.net, s->ws, &s->events);
     if (r < 0)
         return r;
     if (deps_wanted(&s->opts.net, s->ws))

@@ -6,34 +6,16 @@ import os
 import tempfile
 import unittest
 
-from rctest import (ApiServer, HttpServer, RuncellTestCase, TempDir, run_json, runcell,
-                    tiny_index)
-
-FETCH = """
-import urllib.request, urllib.error
-def fetch(url):
-    try:
-        with urllib.request.urlopen(url, timeout=30) as r:
-            return "%d %s" % (r.status, r.read().decode())
-    except urllib.error.HTTPError as e:
-        return "%d %s" % (e.code, e.read().decode())
-    except urllib.error.URLError as e:
-        return "error %s" % e.reason
-"""
+from rctest import (FETCH, ApiServer, RuncellTestCase, TempDir, run_json, runcell,
+                    serve_files, tiny_index)
 
 
 class Served(RuncellTestCase):
     """A test with a file server on 127.0.0.1 serving hello.txt and a tiny package index."""
 
     def setUp(self):
-        self.tmp = TempDir()
-        root = self.tmp.__enter__()
-        self.addCleanup(self.tmp.__exit__)
-        with open(os.path.join(root, "hello.txt"), "w") as f:
-            f.write("hello from the host")
-        tiny_index(root)
-        self.srv = HttpServer(root).__enter__()
-        self.addCleanup(self.srv.__exit__)
+        self.srv, self.root = serve_files(self, {"hello.txt": "hello from the host"})
+        tiny_index(self.root)
         self.port = self.srv.port
         self.allow = "allow:127.0.0.1:%d" % self.port
         self.index = "http://127.0.0.1:%d/simple" % self.port
@@ -277,7 +259,7 @@ print(third.recv(500).split(b"\\r\\n")[0].decode())
         self.assertIn("maximum of 2 connections", out[1])
 
     def test_byte_cap(self):
-        with open(os.path.join(self.tmp.path, "big.bin"), "wb") as f:
+        with open(os.path.join(self.root, "big.bin"), "wb") as f:
             f.write(b"x" * 200000)
         info = self.create(network={"mode": "allowlist", "allow": ["127.0.0.1:%d" % self.port],
                                     "max_bytes": 50000})

@@ -179,3 +179,32 @@ class ApiServer:
                 self.proc.wait()
         self.log.close()
         subprocess.run(["rm", "-rf", self.data])
+
+
+# Code for probes: fetch(url) through the sandbox's proxy variables, as "STATUS BODY" or
+# "error REASON".
+FETCH = """
+import urllib.request, urllib.error
+def fetch(url):
+    try:
+        with urllib.request.urlopen(url, timeout=30) as r:
+            return "%d %s" % (r.status, r.read().decode())
+    except urllib.error.HTTPError as e:
+        return "%d %s" % (e.code, e.read().decode())
+    except urllib.error.URLError as e:
+        return "error %s" % e.reason
+"""
+
+
+def serve_files(test, files):
+    """Writes files ({name: text}) to a fresh directory and serves it on 127.0.0.1 for the
+    rest of the test; returns (HttpServer, directory)."""
+    tmp = TempDir()
+    root = tmp.__enter__()
+    test.addCleanup(tmp.__exit__)
+    for name, text in files.items():
+        with open(os.path.join(root, name), "w") as f:
+            f.write(text)
+    srv = HttpServer(root).__enter__()
+    test.addCleanup(srv.__exit__)
+    return srv, root

@@ -4,24 +4,11 @@ ways around the proxy (direct connections, DNS, the proxy's socket itself), and 
 that the code must not be able to take over. Every server is started here on 127.0.0.1;
 refused addresses are never connected to."""
 import ctypes
-import os
 import tempfile
 import unittest
 
 from seclib import probe
-from rctest import HttpServer, RuncellTestCase, TempDir
-
-FETCH = """
-import urllib.request, urllib.error
-def fetch(url):
-    try:
-        with urllib.request.urlopen(url, timeout=30) as r:
-            return "%d %s" % (r.status, r.read().decode())
-    except urllib.error.HTTPError as e:
-        return "%d %s" % (e.code, e.read().decode())
-    except urllib.error.URLError as e:
-        return "error %s" % e.reason
-"""
+from rctest import FETCH, RuncellTestCase, serve_files
 
 CONNECT = """
 import socket
@@ -49,13 +36,7 @@ def landlock_abi():
 
 class Egress(RuncellTestCase):
     def setUp(self):
-        self.tmp = TempDir()
-        root = self.tmp.__enter__()
-        self.addCleanup(self.tmp.__exit__)
-        with open(os.path.join(root, "ok.txt"), "w") as f:
-            f.write("reached")
-        self.srv = HttpServer(root).__enter__()
-        self.addCleanup(self.srv.__exit__)
+        self.srv, _ = serve_files(self, {"ok.txt": "reached"})
         self.port = self.srv.port
         self.hosts = tempfile.NamedTemporaryFile("w", suffix=".hosts")
         self.addCleanup(self.hosts.close)
