@@ -37,6 +37,8 @@ struct request {
     double t0_ms;
     char *session_id;  /* for the log */
     bool responded;
+    struct net_policy *net; /* the network policy a create body asked for */
+    char **packages;        /* ... and its packages */
 };
 
 enum route_flags {
@@ -103,6 +105,7 @@ enum MHD_Result h_session_get(struct request *rq);
 enum MHD_Result h_session_delete(struct request *rq);
 enum MHD_Result h_session_interrupt(struct request *rq);
 enum MHD_Result h_session_restart(struct request *rq);
+enum MHD_Result h_session_events(struct request *rq);
 enum MHD_Result h_execute(struct request *rq);
 enum MHD_Result h_oneshot(struct request *rq);
 enum MHD_Result h_files_list(struct request *rq);

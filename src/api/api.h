@@ -20,6 +20,9 @@ struct server_limits {
     uint64_t max_cpus_milli;
     uint64_t max_timeout_ms;
     uint64_t max_idle_timeout_ms;
+    uint64_t max_net_connections; /* per session, through the egress proxy at once */
+    uint64_t max_net_bytes;       /* per session, through the egress proxy in all */
+    uint64_t max_install_timeout_ms;
 };
 void server_limits_fill_defaults(struct server_limits *l);
 
@@ -32,6 +35,8 @@ struct server_config {
     uint64_t shutdown_grace_ms;   /* running cells get this long on SIGTERM */
     bool no_template;             /* make every session from scratch */
     size_t pool_size;             /* sessions kept ready (made with the defaults) */
+    const struct net_policy *net_allow_max; /* what network allowlists may name at most;
+                                             * NULL: anything */
 };
 
 /* Runs the server until SIGTERM or SIGINT, then shuts down gracefully. Returns the process

@@ -93,6 +93,27 @@ static void render_hist(struct buf *b, const char *name, const char *help,
                (unsigned long long)h->n, name, h->sum, name, (unsigned long long)h->n);
 }
 
+/* The egress proxies' counters (net_stats_get: process-wide, kept by the net module). */
+static void render_egress(struct buf *b)
+{
+    struct net_stats st;
+    net_stats_get(&st);
+    buf_printf(b, "# HELP runcell_egress_attempts_total Connections asked of the egress proxy, "
+                  "by outcome.\n# TYPE runcell_egress_attempts_total counter\n"
+                  "runcell_egress_attempts_total{result=\"allowed\"} %llu\n"
+                  "runcell_egress_attempts_total{result=\"refused\"} %llu\n",
+               (unsigned long long)st.allowed, (unsigned long long)st.refused);
+    buf_printf(b, "# HELP runcell_egress_bytes_total Bytes through the egress proxy.\n"
+                  "# TYPE runcell_egress_bytes_total counter\n"
+                  "runcell_egress_bytes_total{direction=\"out\"} %llu\n"
+                  "runcell_egress_bytes_total{direction=\"in\"} %llu\n",
+               (unsigned long long)st.bytes_out, (unsigned long long)st.bytes_in);
+    buf_printf(b, "# HELP runcell_egress_connections_open Connections open through the egress "
+                  "proxy now.\n# TYPE runcell_egress_connections_open gauge\n"
+                  "runcell_egress_connections_open %llu\n",
+               (unsigned long long)st.active);
+}
+
 char *metrics_render(struct metrics *m, size_t live_sessions, size_t running_executions)
 {
     struct buf b;
@@ -124,5 +145,6 @@ char *metrics_render(struct metrics *m, size_t live_sessions, size_t running_exe
         buf_printf(&b, "runcell_http_requests_total{code=\"%dxx\"} %llu\n", c,
                    (unsigned long long)m->requests[c]);
     pthread_mutex_unlock(&m->lock);
+    render_egress(&b);
     return buf_detach(&b, NULL);
 }

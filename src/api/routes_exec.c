@@ -282,7 +282,8 @@ enum MHD_Result h_execute(struct request *rq)
 static const struct field oneshot_fields[] = {
     {"code", F_STRING},     {"language", F_STRING}, {"files", F_OBJECT},
     {"timeout_s", F_NUMBER}, {"memory_mb", F_INT},  {"pids", F_INT},
-    {"disk_mb", F_INT},     {"cpus", F_NUMBER},
+    {"disk_mb", F_INT},     {"cpus", F_NUMBER},     {"network", F_OBJECT},
+    {"packages", F_ARRAY},  {"index_url", F_STRING}, {"install_timeout_s", F_NUMBER},
 };
 
 static int write_input(struct workspace *ws, const char *name, json_t *value)

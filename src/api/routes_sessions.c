@@ -8,24 +8,96 @@
 static const struct field create_fields[] = {
     {"language", F_STRING}, {"timeout_s", F_NUMBER}, {"idle_timeout_s", F_NUMBER},
     {"memory_mb", F_INT},   {"pids", F_INT},         {"disk_mb", F_INT},
-    {"cpus", F_NUMBER},     {"network", F_OBJECT},
+    {"cpus", F_NUMBER},     {"network", F_OBJECT},   {"packages", F_ARRAY},
+    {"index_url", F_STRING}, {"install_timeout_s", F_NUMBER},
 };
 
-static bool check_network(struct request *rq, json_t *net)
+/* Strings of a JSON array into a fresh vector; false after replying 400. */
+static bool string_array(struct request *rq, json_t *arr, const char *field, char ***ret)
 {
-    static const struct field fields[] = {{"mode", F_STRING}, {"allow", F_ARRAY}};
+    size_t i;
+    json_t *v;
+    char **out = xcalloc(1, sizeof(char *));
+    json_array_foreach(arr, i, v)
+    {
+        if (!json_is_string(v)) {
+            strv_free(out);
+            api_error(rq, AE_BAD_REQUEST, "field '%s': item %zu is not a string", field, i);
+            return false;
+        }
+        out = strv_push(out, json_string_value(v));
+    }
+    *ret = out;
+    return true;
+}
+
+static bool network_caps(struct request *rq, json_t *net, struct net_policy *p)
+{
+    const struct server_limits *max = &rq->srv->cfg->limits;
+    p->max_connections = max->max_net_connections;
+    p->max_bytes = max->max_net_bytes;
+    return get_count(rq, net, "max_connections", max->max_net_connections,
+                     &p->max_connections) &&
+           get_count(rq, net, "max_bytes", max->max_net_bytes, &p->max_bytes);
+}
+
+/* network: {mode: none|allowlist, allow: [...], max_connections, max_bytes} into rq->net
+ * (NULL for none), checked against the server's cap (--net-allow-max); false after a 400. */
+static bool parse_network(struct request *rq, json_t *net)
+{
+    static const struct field fields[] = {{"mode", F_STRING}, {"allow", F_ARRAY},
+                                          {"max_connections", F_INT}, {"max_bytes", F_INT}};
+    _cleanup_strv_ char **allow = NULL;
     if (!net || json_is_null(net))
         return true;
     if (!check_fields(rq, net, fields, ARRAY_SIZE(fields)))
         return false;
     const char *mode = json_string_value(json_object_get(net, "mode"));
-    if (mode && strcmp(mode, "none")) {
-        api_error(rq, AE_BAD_REQUEST, "field 'network.mode': '%s' is not supported; this "
-                  "server runs sessions with mode 'none' (loopback only)", mode);
+    json_t *list = json_object_get(net, "allow");
+    if (!mode || !strcmp(mode, "none")) {
+        if (json_array_size(list)) {
+            api_error(rq, AE_BAD_REQUEST, "field 'network.allow' needs mode 'allowlist'");
+            return false;
+        }
+        return true;
+    }
+    if (strcmp(mode, "allowlist")) {
+        api_error(rq, AE_BAD_REQUEST, "field 'network.mode': '%s' is not a mode; use 'none' "
+                  "or 'allowlist'", mode);
         return false;
     }
-    if (json_array_size(json_object_get(net, "allow"))) {
-        api_error(rq, AE_BAD_REQUEST, "field 'network.allow' needs mode 'allowlist'");
+    if (!json_array_size(list)) {
+        api_error(rq, AE_BAD_REQUEST, "field 'network.allow': mode 'allowlist' needs at least "
+                  "one entry (host, *.domain, host:port or IP:port)");
+        return false;
+    }
+    if (!string_array(rq, list, "network.allow", &allow))
+        return false;
+    if (net_policy_parse((const char *const *)allow, strv_len(allow), &rq->net) < 0) {
+        api_error(rq, AE_BAD_REQUEST, "field 'network.allow': %s", err_msg());
+        return false;
+    }
+    if (!net_policy_within(rq->net, rq->srv->cfg->net_allow_max)) {
+        api_error(rq, AE_BAD_REQUEST, "field 'network.allow': %s", err_msg());
+        return false;
+    }
+    return network_caps(rq, net, rq->net);
+}
+
+static bool parse_packages(struct request *rq, json_t *body, struct net_opts *n)
+{
+    json_t *pk = json_object_get(body, "packages");
+    if (pk && !json_is_null(pk)) {
+        if (!string_array(rq, pk, "packages", &rq->packages))
+            return false;
+        n->packages = rq->packages;
+    }
+    n->index_url = json_string_value(json_object_get(body, "index_url"));
+    if (!get_seconds(rq, body, "install_timeout_s", rq->srv->cfg->limits.max_install_timeout_ms,
+                     &n->install_timeout_ms))
+        return false;
+    if (net_opts_check(n) < 0) {
+        api_error(rq, AE_BAD_REQUEST, "%s", err_msg());
         return false;
     }
     return true;
@@ -58,10 +130,26 @@ bool session_opts_from_json(struct request *rq, json_t *body, struct session_opt
         }
         o->limits.cpus_milli = (uint64_t)(c * 1000 + 0.5);
     }
-    return check_network(rq, json_object_get(body, "network"));
+    json_t *net = json_object_get(body, "network");
+    if (!parse_network(rq, net))
+        return false;
+    if (net && !json_is_null(net))
+        o->net.policy = rq->net; /* else the server's default */
+    return parse_packages(rq, body, &o->net);
 }
 
+static json_t *session_info_base(const char *id, struct session *s);
+
 json_t *session_info(const char *id, struct session *s)
+{
+    json_t *info = session_info_base(id, s);
+    json_object_set_new(info, "network", net_policy_json(session_net_policy(s)));
+    if (session_packages(s))
+        json_object_set(info, "packages", session_packages(s));
+    return info;
+}
+
+static json_t *session_info_base(const char *id, struct session *s)
 {
     uint64_t created_ms = session_created_ms(s);
     const struct session_opts *o = session_options(s);
@@ -199,6 +287,22 @@ enum MHD_Result h_session_restart(struct request *rq)
         ret = reply_json(rq, 200, session_info(rq->params[0], s));
     session_table_release(rq->srv->table, s);
     return ret;
+}
+
+enum MHD_Result h_session_events(struct request *rq)
+{
+    const char *after = MHD_lookup_connection_value(rq->conn, MHD_GET_ARGUMENT_KIND, "after");
+    uint64_t after_seq = 0;
+    if (after && parse_u64(after, &after_seq) < 0)
+        return api_error(rq, AE_BAD_REQUEST, "query 'after' must be an event seq (a whole "
+                         "number), not '%s'", after);
+    struct session *s = acquire_session(rq);
+    if (!s)
+        return MHD_YES;
+    json_t *j = session_events(s, after_seq);
+    json_object_set_new(j, "id", json_string(rq->params[0]));
+    session_table_release(rq->srv->table, s);
+    return reply_json(rq, 200, j);
 }
 
 enum MHD_Result h_healthz(struct request *rq)

@@ -22,6 +22,7 @@ static const struct route routes[] = {
     {"POST", "/v1/sessions/{id}/execute", h_execute, 0, NULL},
     {"POST", "/v1/sessions/{id}/interrupt", h_session_interrupt, 0, NULL},
     {"POST", "/v1/sessions/{id}/restart", h_session_restart, 0, NULL},
+    {"GET", "/v1/sessions/{id}/events", h_session_events, 0, NULL},
     {"GET", "/v1/sessions/{id}/files", h_files_list, 0, NULL},
     {"GET", "/v1/sessions/{id}/files/{path}", h_file_get, 0, NULL},
     {"PUT", "/v1/sessions/{id}/files/{path}", h_file_put, ROUTE_STREAM_BODY, h_file_put_chunk},
@@ -54,6 +55,12 @@ void server_limits_fill_defaults(struct server_limits *l)
         l->max_timeout_ms = 3600u * 1000;
     if (!l->max_idle_timeout_ms)
         l->max_idle_timeout_ms = 7u * 24 * 3600 * 1000;
+    if (!l->max_net_connections)
+        l->max_net_connections = NET_DEFAULT_MAX_CONNECTIONS;
+    if (!l->max_net_bytes)
+        l->max_net_bytes = NET_DEFAULT_MAX_BYTES;
+    if (!l->max_install_timeout_ms)
+        l->max_install_timeout_ms = 3600u * 1000;
 }
 
 /* Matches url against pattern; fills params ({id}, then {path}) on success. */
@@ -93,6 +100,8 @@ static void request_free(struct request *rq)
     free(rq->params[0]);
     free(rq->params[1]);
     free(rq->session_id);
+    net_policy_free(rq->net);
+    strv_free(rq->packages);
     free(rq);
 }
 

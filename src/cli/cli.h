@@ -31,6 +31,9 @@ enum {
     OPT_FILE,
     OPT_OUT,
     OPT_NET,
+    OPT_PACKAGE,
+    OPT_INDEX_URL,
+    OPT_INSTALL_TIMEOUT,
     OPT_COMMON_END, /* subcommands number their own options from here */
 };
 #define COMMON_LONG_OPTS                                                                           \
@@ -40,7 +43,10 @@ enum {
         {"disk", required_argument, NULL, OPT_DISK},                                               \
         {"cpus", required_argument, NULL, OPT_CPUS},                                               \
         {"file", required_argument, NULL, OPT_FILE},                                               \
-        {"out", required_argument, NULL, OPT_OUT}, {"net", required_argument, NULL, OPT_NET}
+        {"out", required_argument, NULL, OPT_OUT}, {"net", required_argument, NULL, OPT_NET},   \
+        {"package", required_argument, NULL, OPT_PACKAGE},                                         \
+        {"index-url", required_argument, NULL, OPT_INDEX_URL},                                     \
+        {"install-timeout", required_argument, NULL, OPT_INSTALL_TIMEOUT}
 
 struct common_opts {
     struct sandbox_limits limits;
@@ -48,7 +54,17 @@ struct common_opts {
     struct input_file *files;
     size_t n_files;
     const char *out_dir;
+    struct net_policy *net; /* --net allow:...; NULL for none */
+    char **packages;        /* --package, repeatable */
+    const char *index_url;
+    uint64_t install_timeout_ms;
 };
+/* The network options as the session module takes them (borrowing from o). */
+struct net_opts common_net_opts(const struct common_opts *o);
+/* Says on stderr which packages could not be installed, and why. */
+void print_packages_report(json_t *report);
+/* Says on stderr which network attempts the egress proxy refused, and why. */
+void print_network_refusals(json_t *events);
 /* Handles one common option: 0, EXIT_USAGE after printing the error, or -1 when c is not a
  * common option. */
 int common_opt(const char *cmd, struct common_opts *o, int c, char *val);
@@ -56,8 +72,8 @@ void common_opts_release(struct common_opts *o);
 /* --out must be a directory we can write to; it is made now, so that a run is not wasted
  * on a destination that cannot take its files. 0 or EXIT_USAGE. */
 int check_out_dir(const char *cmd, const char *dir);
-/* Copies the --file inputs into ws; -1 with err_msg() on failure. */
-int copy_inputs(struct workspace *ws, const struct common_opts *o);
+/* Checks the network and package options together: 0 or EXIT_USAGE after saying why. */
+int check_net_opts(const char *cmd, const struct common_opts *o);
 
 /* Prints "runcell CMD: message" and returns EXIT_USAGE. */
 int usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -282,6 +282,8 @@ int cmd_repl(int argc, char **argv)
     }
     if (!r && optind < argc)
         r = usage_error("repl", "unexpected argument '%s'", argv[optind]);
+    if (!r)
+        r = check_net_opts("repl", &o);
     if (r) {
         common_opts_release(&o);
         return r;
@@ -303,15 +305,15 @@ int cmd_repl(int argc, char **argv)
         sigaction(SIGTERM, &st, NULL);
         sigaction(SIGHUP, &st, NULL);
     }
-    struct session_opts so = {.limits = o.limits, .timeout_ms = o.timeout_ms};
+    struct session_opts so = {.limits = o.limits, .timeout_ms = o.timeout_ms,
+                              .net = common_net_opts(&o), .files = o.files,
+                              .n_files = o.n_files};
     int status = 0;
     if (session_new(&host, &so, &s) < 0) {
         fprintf(stderr, "runcell: cannot start the session: %s\n", err_msg());
         status = 125;
-    } else if (copy_inputs(session_workspace(s), &o) < 0) {
-        fprintf(stderr, "runcell repl: %s\n", err_msg());
-        status = EXIT_USAGE;
     } else {
+        print_packages_report(session_packages(s));
         status = repl_loop(s, &o);
     }
     session_free(s);

@@ -253,6 +253,7 @@ static int execute_script(struct run_opts *o, const char *code)
         .timeout_ms = o->c.timeout_ms, .output_cap = DEFAULT_OUTPUT_CAP,
         .out_dir = o->c.out_dir,
         .on_output = o->json ? NULL : forward_output, .cancel_fd = cancel_pipe[0],
+        .net = common_net_opts(&o->c),
     };
     struct exec_record rec;
     exec_record_init(&rec, req.output_cap);
@@ -264,6 +265,8 @@ static int execute_script(struct run_opts *o, const char *code)
         if (o->json) {
             print_json_record(&rec);
         } else {
+            print_packages_report(rec.packages);
+            print_network_refusals(rec.network);
             print_outcome(o, &rec);
         }
         status = cancel_signal ? 128 + cancel_signal : exec_record_exit_status(&rec);
@@ -367,6 +370,8 @@ static int run_cells(struct run_opts *o, struct session *s)
         struct exec_request req = {.code = *code, .lang = o->lang, .timeout_ms = o->c.timeout_ms,
                                    .cancel_fd = cancel_pipe[0]};
         exec_record_init(&rec, DEFAULT_OUTPUT_CAP);
+        if (p.cell == 0 && session_packages(s))
+            rec.packages = json_incref(session_packages(s)); /* said once, with cell 1 */
         p.cell++;
         p.n_results = 0;
         if (session_execute(s, &req, &sink, &rec) < 0) {
@@ -377,6 +382,7 @@ static int run_cells(struct run_opts *o, struct session *s)
         if (o->json) {
             print_json_record(&rec);
         } else {
+            print_network_refusals(rec.network);
             if (rec.message && rec.status != EXEC_OK)
                 fprintf(stderr, "runcell: cell %ld: %s\n", p.cell, rec.message);
         }
@@ -405,15 +411,15 @@ static int execute_cells(struct run_opts *o)
     if (getenv("RUNCELL_TEMPLATE") && sandbox_host_start_template(&host) < 0)
         fprintf(stderr, "runcell: warning: no template: %s\n", err_msg());
     struct session_opts so = {.limits = o->c.limits, .timeout_ms = o->c.timeout_ms,
-                              .argv = o->args};
+                              .argv = o->args, .net = common_net_opts(&o->c),
+                              .files = o->c.files, .n_files = o->c.n_files};
     int status;
     if (session_new(&host, &so, &s) < 0) {
         fprintf(stderr, "runcell: cannot start the session: %s\n", err_msg());
         status = 125;
-    } else if (copy_inputs(session_workspace(s), &o->c) < 0) {
-        fprintf(stderr, "runcell run: %s\n", err_msg());
-        status = EXIT_USAGE;
     } else {
+        if (!o->json)
+            print_packages_report(session_packages(s));
         workspace_scan(session_workspace(s), &before);
         status = run_cells(o, s);
         if (o->c.out_dir)
@@ -436,6 +442,8 @@ int cmd_run(int argc, char **argv)
         r = read_stdin_code(&stdin_code);
     if (!r && o.c.out_dir)
         r = check_out_dir("run", o.c.out_dir);
+    if (!r)
+        r = check_net_opts("run", &o.c);
     /* Python -c code runs as cells; a single bash -c as a plain script. */
     bool cells = o.codes && (!strcmp(o.lang, "python") || strv_len(o.codes) > 1);
     if (!r && cells)

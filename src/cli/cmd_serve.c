@@ -28,11 +28,17 @@ static const char serve_help[] =
     "  --pool N               sessions kept ready so that creating one is a hand-over\n"
     "                         (default 2; 0 to make each on demand)\n"
     "  --no-template          make every session from scratch (default as root: clone\n"
-    "                         sessions from a template with the data stack imported)\n";
+    "                         sessions from a template with the data stack imported)\n"
+    "  --net allow:HOST[:PORT],...   default network of sessions that do not say (none)\n"
+    "  --net-allow-max none|HOST[:PORT],...   the most a session's network allowlist may\n"
+    "                         name (default: anything; none: no network at all)\n"
+    "  --net-max-connections N   connections a session may hold open through the egress\n"
+    "                         proxy (default 32)\n"
+    "  --net-max-mb MB        bytes a session may move through the proxy (default 1024)\n";
 
 enum { OPT_LISTEN = OPT_COMMON_END, OPT_DATA, OPT_TOKEN, OPT_MAX_SESSIONS, OPT_MAX_EXECUTIONS,
        OPT_MAX_MEMORY, OPT_MAX_TIMEOUT, OPT_MAX_UPLOAD, OPT_IDLE_TIMEOUT, OPT_GRACE,
-       OPT_NO_TEMPLATE, OPT_POOL };
+       OPT_NO_TEMPLATE, OPT_POOL, OPT_NET_ALLOW_MAX, OPT_NET_MAX_CONNECTIONS, OPT_NET_MAX_MB };
 
 static const struct option long_opts[] = {
     COMMON_LONG_OPTS,
@@ -48,9 +54,24 @@ static const struct option long_opts[] = {
     {"shutdown-grace", required_argument, NULL, OPT_GRACE},
     {"no-template", no_argument, NULL, OPT_NO_TEMPLATE},
     {"pool", required_argument, NULL, OPT_POOL},
+    {"net-allow-max", required_argument, NULL, OPT_NET_ALLOW_MAX},
+    {"net-max-connections", required_argument, NULL, OPT_NET_MAX_CONNECTIONS},
+    {"net-max-mb", required_argument, NULL, OPT_NET_MAX_MB},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
+
+static struct net_policy *allow_max;
+
+static int parse_allow_max(const char *val)
+{
+    net_policy_free(allow_max);
+    allow_max = NULL;
+    /* "none" is a cap with nothing in it: no session may have a network. */
+    int r = !strcmp(val, "none") ? net_policy_parse(NULL, 0, &allow_max)
+                                 : net_policy_parse_list(val, &allow_max);
+    return r < 0 ? usage_error("serve", "--net-allow-max: %s", err_msg()) : 0;
+}
 
 static int serve_opt(struct server_config *cfg, struct common_opts *co, int c, char *val)
 {
@@ -94,6 +115,20 @@ static int serve_opt(struct server_config *cfg, struct common_opts *co, int c, c
             return usage_error("serve", "--pool: '%s' is not a number of sessions (0 to 256)", val);
         cfg->pool_size = v;
         return 0;
+    case OPT_NET_ALLOW_MAX:
+        return parse_allow_max(val);
+    case OPT_NET_MAX_CONNECTIONS:
+        return opt_count("serve", "--net-max-connections", val,
+                         &cfg->limits.max_net_connections);
+    case OPT_NET_MAX_MB:
+        r = opt_megabytes("serve", "--net-max-mb", val, &v);
+        cfg->limits.max_net_bytes = v << 20;
+        return r;
+    case OPT_PACKAGE:
+    case OPT_INDEX_URL:
+    case OPT_INSTALL_TIMEOUT:
+        return usage_error("serve", "--package, --index-url and --install-timeout are "
+                           "options of sessions: give them in POST /v1/sessions");
     case OPT_FILE:
     case OPT_OUT:
         return usage_error("serve", "--file and --out do not apply to serve");
@@ -127,15 +162,28 @@ int cmd_serve(int argc, char **argv)
     }
     if (!r && optind < argc)
         r = usage_error("serve", "unexpected argument '%s'", argv[optind]);
-    if (r)
+    if (!r && co.net && !net_policy_within(co.net, allow_max))
+        r = usage_error("serve", "--net: %s", err_msg());
+    if (r) {
+        common_opts_release(&co);
         return r;
+    }
     if (!cfg.data_dir)
         cfg.data_dir = data = default_data_dir();
     server_limits_fill_defaults(&cfg.limits);
     cfg.defaults.limits = co.limits;
     cfg.defaults.timeout_ms = co.timeout_ms;
+    cfg.net_allow_max = allow_max;
+    if (co.net) {
+        co.net->max_connections = cfg.limits.max_net_connections;
+        co.net->max_bytes = cfg.limits.max_net_bytes;
+    }
+    cfg.defaults.net.policy = co.net;
     session_opts_fill_defaults(&cfg.defaults);
     if (!getenv("RUNCELL_LOG"))
         log_set_level(LOG_INFO);
-    return server_run(&cfg);
+    r = server_run(&cfg);
+    common_opts_release(&co);
+    net_policy_free(allow_max);
+    return r;
 }

@@ -42,6 +42,51 @@ static int parse_cpus(const char *cmd, const char *val, uint64_t *ret_milli)
     return 0;
 }
 
+static int parse_net(const char *cmd, struct common_opts *o, const char *val)
+{
+    net_policy_free(o->net);
+    o->net = NULL;
+    if (!strcmp(val, "none"))
+        return 0;
+    if (strncmp(val, "allow:", 6))
+        return usage_error(cmd, "--net: unknown policy '%s': use 'none' or "
+                           "'allow:HOST[:PORT],...'", val);
+    if (net_policy_parse_list(val + 6, &o->net) < 0)
+        return usage_error(cmd, "--net: %s", err_msg());
+    return 0;
+}
+
+struct net_opts common_net_opts(const struct common_opts *o)
+{
+    return (struct net_opts){.policy = o->net, .packages = o->packages,
+                             .index_url = o->index_url,
+                             .install_timeout_ms = o->install_timeout_ms};
+}
+
+void print_packages_report(json_t *report)
+{
+    size_t i;
+    json_t *m;
+    json_array_foreach(json_object_get(report, "missing"), i, m)
+    {
+        fprintf(stderr, "runcell: package '%s' could not be installed: %s\n",
+                json_string_value(json_object_get(m, "requirement")),
+                json_string_value(json_object_get(m, "reason")));
+    }
+}
+
+void print_network_refusals(json_t *events)
+{
+    size_t i;
+    json_t *ev;
+    json_array_foreach(events, i, ev)
+    {
+        const char *reason = json_string_value(json_object_get(ev, "reason"));
+        if (reason && !json_is_true(json_object_get(ev, "allowed")))
+            fprintf(stderr, "runcell: network: %s\n", reason);
+    }
+}
+
 int common_opt(const char *cmd, struct common_opts *o, int c, char *val)
 {
     switch (c) {
@@ -61,9 +106,15 @@ int common_opt(const char *cmd, struct common_opts *o, int c, char *val)
         o->out_dir = val;
         return 0;
     case OPT_NET:
-        if (strcmp(val, "none"))
-            return usage_error(cmd, "--net: unknown policy '%s': only 'none' is supported", val);
+        return parse_net(cmd, o, val);
+    case OPT_PACKAGE:
+        o->packages = strv_push(o->packages ? o->packages : xcalloc(1, sizeof(char *)), val);
         return 0;
+    case OPT_INDEX_URL:
+        o->index_url = val;
+        return 0;
+    case OPT_INSTALL_TIMEOUT:
+        return opt_seconds(cmd, "--install-timeout", val, &o->install_timeout_ms);
     default:
         return -1; /* not a common option */
     }
@@ -74,6 +125,10 @@ void common_opts_release(struct common_opts *o)
     free(o->files);
     o->files = NULL;
     o->n_files = 0;
+    net_policy_free(o->net);
+    o->net = NULL;
+    strv_free(o->packages);
+    o->packages = NULL;
 }
 
 int check_out_dir(const char *cmd, const char *dir)
@@ -89,10 +144,10 @@ int check_out_dir(const char *cmd, const char *dir)
     return 0;
 }
 
-int copy_inputs(struct workspace *ws, const struct common_opts *o)
+int check_net_opts(const char *cmd, const struct common_opts *o)
 {
-    for (size_t i = 0; i < o->n_files; i++)
-        if (workspace_copy_in(ws, o->files[i].local, o->files[i].dest) < 0)
-            return -1;
+    struct net_opts n = common_net_opts(o);
+    if (net_opts_check(&n) < 0)
+        return usage_error(cmd, "%s", err_msg());
     return 0;
 }

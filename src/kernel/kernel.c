@@ -178,6 +178,14 @@ int kernel_start(struct sandbox_host *host, struct workspace *ws,
                  const struct sandbox_limits *limits, char *const *args,
                  uint64_t start_timeout_ms, struct kernel **ret)
 {
+    return kernel_start_in(host, ws, limits, args, start_timeout_ms, NULL, ret);
+}
+
+int kernel_start_in(struct sandbox_host *host, struct workspace *ws,
+                    const struct sandbox_limits *limits, char *const *args,
+                    uint64_t start_timeout_ms, const struct kernel_env *extra,
+                    struct kernel **ret)
+{
     struct kernel *k = xcalloc(1, sizeof(*k));
     int sp[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1};
     _cleanup_close_ int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
@@ -197,12 +205,20 @@ int kernel_start(struct sandbox_host *host, struct workspace *ws,
     argv = strv_push(argv, "/.runcell/kernel.py");
     for (char *const *a = args; a && *a; a++)
         argv = strv_push(argv, *a);
-    const char *binds[] = {kernel_dir, "/.runcell", NULL};
-    int extra[] = {sp[1]};
+    const char *binds[16] = {kernel_dir, "/.runcell"};
+    size_t nb = 2;
+    for (const char *const *b = extra ? extra->ro_binds : NULL; b && b[0] && nb + 3 < 16; b += 2) {
+        binds[nb++] = b[0];
+        binds[nb++] = b[1];
+    }
+    binds[nb] = NULL;
+    int extra_fds[] = {sp[1]};
     struct sandbox_spec spec = {
-        .argv = argv, .env = env, .limits = *limits, .stdin_fd = devnull,
-        .stdout_fd = out[1], .stderr_fd = err[1], .extra_fds = extra, .n_extra_fds = 1,
-        .ro_binds = binds, .from_template = true,
+        .argv = argv, .env = extra && extra->env ? extra->env : env, .limits = *limits,
+        .stdin_fd = devnull, .stdout_fd = out[1], .stderr_fd = err[1],
+        .extra_fds = extra_fds, .n_extra_fds = 1, .ro_binds = binds,
+        .relay_socket = extra ? extra->relay_socket : NULL,
+        .relay_port = extra ? extra->relay_port : 0, .from_template = true,
     };
     if ((r = sandbox_start(host, ws, &spec, &k->sb)) < 0)
         goto fail;

@@ -53,6 +53,18 @@ int kernel_start(struct sandbox_host *host, struct workspace *ws,
  * -errno. */
 int kernel_send_execute(struct kernel *k, const char *code, const char *lang,
                         long execution_count);
+/* What a kernel's sandbox gets besides the defaults (a session's network). */
+struct kernel_env {
+    char *const *env;            /* the full environment; NULL: sandbox_default_env() */
+    const char *const *ro_binds; /* further binds, pairs as in sandbox_spec; may be NULL */
+    const char *relay_socket;    /* as in sandbox_spec */
+    uint16_t relay_port;
+};
+/* kernel_start with extra (may be NULL) applied to the sandbox. */
+int kernel_start_in(struct sandbox_host *host, struct workspace *ws,
+                    const struct sandbox_limits *limits, char *const *args,
+                    uint64_t start_timeout_ms, const struct kernel_env *extra,
+                    struct kernel **ret);
 /* Reads what is available on the control channel and calls cb for each complete frame.
  * Returns 0, 1 at EOF, or -EPROTO (err_msg says why) when the kernel broke the protocol. */
 int kernel_pump_channel(struct kernel *k, kernel_event_fn cb, void *ctx);

@@ -144,6 +144,11 @@ int workspace_copy_in(const struct workspace *ws, const char *host_path, const c
 /* Copies workspace file rel to out_dir/rel (parents created). Only regular files. */
 int workspace_copy_out(const struct workspace *ws, const char *rel, const char *out_dir);
 
+/* Where a session's egress proxy socket directory is bound (see net/net.h). Sandboxes made
+ * by the template can only take binds at mount points its root has: this one and
+ * /.runcell. */
+#define SANDBOX_NET_DIR "/.runcell-net"
+
 /* What to run in a sandbox. */
 struct sandbox_spec {
     char *const *argv;   /* absolute program path first */
@@ -157,8 +162,11 @@ struct sandbox_spec {
     const char *const *ro_binds; /* pairs "host path", "/sandbox path", NULL-terminated */
     bool template_profile; /* this sandbox runs the template itself (internal) */
     bool from_template; /* a kernel: made by the template when there is one (argv and env
-                         * are then handed to the kernel instead of exec'd); ro_binds must
-                         * be the kernel directory's */
+                         * are then handed to the kernel instead of exec'd) */
+    const char *relay_socket; /* sandbox path of an egress proxy socket (bound in through
+                               * ro_binds): a relay inside listens on 127.0.0.1:relay_port
+                               * and forwards to it; NULL for none */
+    uint16_t relay_port;
 };
 
 /* The clean environment of a sandboxed program; caller frees with strv_free. */

@@ -89,6 +89,10 @@ json_t *sandbox_config(const struct sandbox *sb, const struct workspace *ws,
         json_array_append_new(binds, e);
     }
     json_object_set_new(o, "binds", binds);
+    if (spec->relay_socket) {
+        json_object_set_new(o, "relay_socket", json_string(spec->relay_socket));
+        json_object_set_new(o, "relay_port", json_integer(spec->relay_port));
+    }
     if (getenv("RUNCELL_NO_LANDLOCK"))
         json_object_set_new(o, "landlock", json_false());
     if (spec->template_profile) {

@@ -119,7 +119,9 @@ static int template_new(struct sandbox_host *host, struct template **ret)
     env = strv_push(env, "OMP_NUM_THREADS=1");
     char *argv[] = {(char *)"/usr/bin/python3", (char *)"/.runcell/kernel.py",
                     (char *)"--template", NULL};
-    const char *binds[] = {kernel_dir, "/.runcell", NULL};
+    /* The empty workspace directory doubles as the mount point its clones bind a session's
+     * network directory on. */
+    const char *binds[] = {kernel_dir, "/.runcell", t->ws->dir, SANDBOX_NET_DIR, NULL};
     int extra[] = {sp[1]};
     struct sandbox_spec spec = {
         .argv = argv, .env = env, .stdin_fd = devnull, .stdout_fd = devnull,
@@ -332,7 +334,28 @@ int template_spawn(struct sandbox_host *host, struct sandbox *sb, struct workspa
         }
         fds[n++] = fd;
     }
+    /* Binds other than the kernel directory (which the template's root has) go in like the
+     * workspace; their mount points must exist in the template's root. */
+    json_t *tbinds = json_array();
+    for (const char *const *b = spec->ro_binds; b && b[0] && b[1] && n < 30; b += 2) {
+        if (!strcmp(b[1], "/.runcell"))
+            continue;
+        if (strcmp(b[1], SANDBOX_NET_DIR)) {
+            json_decref(tbinds);
+            r = err_set(EINVAL, "the template has no mount point for %s", b[1]);
+            goto out;
+        }
+        int fd = (int)syscall(SYS_open_tree, AT_FDCWD, b[0], OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+        if (fd < 0) {
+            json_decref(tbinds);
+            r = err_set(errno, "cannot take %s: %s", b[0], strerror(errno));
+            goto out;
+        }
+        fds[n++] = fd;
+        json_array_append_new(tbinds, json_string(b[1]));
+    }
     json_t *cfg = sandbox_config(sb, ws, spec);
+    json_object_set_new(cfg, "template_binds", tbinds);
     json_object_set_new(cfg, "ns_root_uid", json_integer(ws->root_uid - host->uid_base));
     json_object_set_new(cfg, "ns_uid", json_integer(ws->uid - host->uid_base));
     json = json_dumps(cfg, JSON_COMPACT);

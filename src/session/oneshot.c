@@ -1,5 +1,5 @@
 /* oneshot.c - `runcell run`: one program in one fresh sandbox, streamed, capped, timed. */
-#include "session/session.h"
+#include "session/session-int.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -42,10 +42,10 @@ static const char *base_name(const char *path)
     return s ? s + 1 : path;
 }
 
-static int copy_inputs(struct workspace *ws, const struct run_request *req)
+int copy_input_files(struct workspace *ws, const struct input_file *files, size_t n)
 {
-    for (size_t i = 0; i < req->n_files; i++) {
-        const struct input_file *f = &req->files[i];
+    for (size_t i = 0; i < n; i++) {
+        const struct input_file *f = &files[i];
         if (!path_is_safe_relative(f->dest))
             return err_set(EINVAL, "bad destination '%s' for %s: use a relative path inside "
                            "the workspace, without '..'", f->dest, f->local);
@@ -53,6 +53,14 @@ static int copy_inputs(struct workspace *ws, const struct run_request *req)
         if (r < 0)
             return r;
     }
+    return 0;
+}
+
+static int copy_inputs(struct workspace *ws, const struct run_request *req)
+{
+    int r = copy_input_files(ws, req->files, req->n_files);
+    if (r < 0)
+        return r;
     if (req->script_path) {
         const char *name = base_name(req->script_path);
         if (!path_is_safe_relative(name))
@@ -64,7 +72,7 @@ static int copy_inputs(struct workspace *ws, const struct run_request *req)
 
 struct pump {
     struct exec_record *rec;
-    const struct run_request *req;
+    const struct run_io *io;
 };
 
 /* Reads what is there on fd into the stream's capture; returns false at EOF. */
@@ -78,8 +86,8 @@ static bool pump_stream(struct pump *p, int fd, int stream)
         return false;
     struct outcap *c = stream == 1 ? &p->rec->out : &p->rec->err;
     size_t head = outcap_append(c, chunk, (size_t)n);
-    if (head && p->req->on_output)
-        p->req->on_output(p->req->ctx, stream, chunk, head);
+    if (head && p->io->on_output)
+        p->io->on_output(p->io->ctx, stream, chunk, head);
     return true;
 }
 
@@ -87,12 +95,12 @@ static bool pump_stream(struct pump *p, int fd, int stream)
  * whole in the tail without being truncated, so it must go out too. */
 static void flush_rest(struct pump *p)
 {
-    for (int stream = 1; stream <= 2 && p->req->on_output; stream++) {
+    for (int stream = 1; stream <= 2 && p->io->on_output; stream++) {
         struct outcap *c = stream == 1 ? &p->rec->out : &p->rec->err;
         size_t n;
         char *rest = outcap_render_rest(c, &n);
         if (n)
-            p->req->on_output(p->req->ctx, stream, rest, n);
+            p->io->on_output(p->io->ctx, stream, rest, n);
         free(rest);
     }
 }
@@ -104,13 +112,13 @@ enum stop_reason { STOP_NONE, STOP_TIMEOUT, STOP_CANCEL };
 static enum stop_reason supervise(struct sandbox *sb, struct pump *p, int out_fd, int err_fd)
 {
     enum stop_reason stop = STOP_NONE;
-    double deadline = sb->started_ms + (double)p->req->timeout_ms;
+    double deadline = sb->started_ms + (double)p->io->timeout_ms;
     bool out_open = true, err_open = true;
     while (out_open || err_open || sb->status_fd >= 0) {
         struct pollfd pfd[4] = {{.fd = out_open ? out_fd : -1, .events = POLLIN},
                                 {.fd = err_open ? err_fd : -1, .events = POLLIN},
                                 {.fd = sb->status_fd, .events = POLLIN},
-                                {.fd = stop ? -1 : p->req->cancel_fd, .events = POLLIN}};
+                                {.fd = stop ? -1 : p->io->cancel_fd, .events = POLLIN}};
         int wait_ms = -1;
         if (!stop) {
             double left = deadline - now_ms_f();
@@ -207,42 +215,21 @@ static void sandbox_failed(struct exec_record *rec, const char *what)
     rec->message = xstrdup(what);
 }
 
-int run_oneshot(struct sandbox_host *host, const struct run_request *req, struct exec_record *rec)
+void run_sandbox(struct sandbox_host *host, struct workspace *ws, struct sandbox_spec *spec,
+                 const struct run_io *io, struct exec_record *rec)
 {
-    struct workspace *ws = NULL;
     struct sandbox *sb = NULL;
-    struct ws_listing before = {0};
     int out_pipe[2] = {-1, -1}, err_pipe[2] = {-1, -1};
     _cleanup_close_ int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    _cleanup_strv_ char **argv = NULL, **env = NULL;
-    int r = 0;
-
-    if (!lang_supported(req->lang))
-        return err_set(EINVAL, "unknown language '%s': use python or bash", req->lang);
-    if (req->code && strlen(req->code) > MAX_ARG_CODE)
-        return err_set(E2BIG, "code is longer than %d KiB; put it in a file and run the file",
-                       MAX_ARG_CODE / 1024);
-    rec->limits_degraded = host->degraded_reason != NULL;
     double t0 = now_ms_f();
-    if (workspace_new(host, req->limits.disk_mb, &ws) < 0) {
-        sandbox_failed(rec, err_msg());
-        return 0;
-    }
-    if ((r = copy_inputs(ws, req)) < 0)
-        goto out;
-    workspace_scan(ws, &before);
-    argv = program_argv(req, req->script_path ? base_name(req->script_path) : NULL);
-    env = sandbox_default_env();
     if (pipe2(out_pipe, O_CLOEXEC) < 0 || pipe2(err_pipe, O_CLOEXEC) < 0) {
         sandbox_failed(rec, strerror(errno));
         goto out;
     }
-    struct sandbox_spec spec = {
-        .argv = argv, .env = env, .limits = req->limits,
-        .stdin_fd = devnull, .stdout_fd = out_pipe[1], .stderr_fd = err_pipe[1],
-    };
-    spec.limits.cpu_time_s = req->timeout_ms / 1000 + 5;
-    if (sandbox_start(host, ws, &spec, &sb) < 0) {
+    spec->stdin_fd = devnull;
+    spec->stdout_fd = out_pipe[1];
+    spec->stderr_fd = err_pipe[1];
+    if (sandbox_start(host, ws, spec, &sb) < 0) {
         sandbox_failed(rec, err_msg());
         goto out;
     }
@@ -250,7 +237,7 @@ int run_oneshot(struct sandbox_host *host, const struct run_request *req, struct
     close(TAKE_FD(err_pipe[1]));
     fd_set_nonblock(out_pipe[0], true);
     fd_set_nonblock(err_pipe[0], true);
-    struct pump p = {.rec = rec, .req = req};
+    struct pump p = {.rec = rec, .io = io};
     enum stop_reason stop = supervise(sb, &p, out_pipe[0], err_pipe[0]);
     sandbox_wait(sb);
     rec->wall_ms = now_ms_f() - t0;
@@ -258,9 +245,8 @@ int run_oneshot(struct sandbox_host *host, const struct run_request *req, struct
     sandbox_usage(sb, &u);
     rec->cpu_ms = u.cpu_ms;
     rec->memory_peak_kb = u.memory_peak_kb;
-    classify(rec, sb, stop, &u, req->timeout_ms);
+    classify(rec, sb, stop, &u, io->timeout_ms);
     flush_rest(&p);
-    collect_files(rec, ws, &before, req->out_dir);
 out:
     for (int i = 0; i < 2; i++) {
         if (out_pipe[i] >= 0)
@@ -268,8 +254,64 @@ out:
         if (err_pipe[i] >= 0)
             close(err_pipe[i]);
     }
-    ws_listing_release(&before);
     sandbox_free(sb);
+}
+
+/* Network attempts of the run into the record, when there were any. */
+static void record_network(struct exec_record *rec, struct event_log *log)
+{
+    json_t *events = event_log_since(log, 0, "network");
+    if (json_array_size(events))
+        rec->network = events;
+    else
+        json_decref(events);
+}
+
+int run_oneshot(struct sandbox_host *host, const struct run_request *req, struct exec_record *rec)
+{
+    struct workspace *ws = NULL;
+    struct ws_listing before = {0};
+    struct sandbox_net net = {0};
+    struct event_log log;
+    _cleanup_strv_ char **argv = NULL, **env = NULL;
+    const char *binds[8];
+    int r = 0;
+
+    if (!lang_supported(req->lang))
+        return err_set(EINVAL, "unknown language '%s': use python or bash", req->lang);
+    if (req->code && strlen(req->code) > MAX_ARG_CODE)
+        return err_set(E2BIG, "code is longer than %d KiB; put it in a file and run the file",
+                       MAX_ARG_CODE / 1024);
+    if ((r = net_opts_check(&req->net)) < 0)
+        return r;
+    event_log_init(&log);
+    rec->limits_degraded = host->degraded_reason != NULL;
+    if (workspace_new(host, req->limits.disk_mb, &ws) < 0) {
+        sandbox_failed(rec, err_msg());
+        goto out;
+    }
+    if ((r = copy_inputs(ws, req)) < 0)
+        goto out;
+    if (sandbox_net_start(&net, &req->net, ws, &log) < 0) {
+        sandbox_failed(rec, err_msg());
+        goto out;
+    }
+    if (deps_wanted(&req->net, ws))
+        rec->packages = deps_install(host, ws, &req->limits, &req->net, &net);
+    workspace_scan(ws, &before);
+    argv = program_argv(req, req->script_path ? base_name(req->script_path) : NULL);
+    struct sandbox_spec spec = {.argv = argv, .limits = req->limits};
+    env = sandbox_net_apply(&net, &spec, binds, ARRAY_SIZE(binds), NULL);
+    spec.limits.cpu_time_s = req->timeout_ms / 1000 + 5;
+    struct run_io io = {.timeout_ms = req->timeout_ms, .cancel_fd = req->cancel_fd,
+                        .on_output = req->on_output, .ctx = req->ctx};
+    run_sandbox(host, ws, &spec, &io, rec);
+    collect_files(rec, ws, &before, req->out_dir);
+out:
+    sandbox_net_stop(&net);
+    record_network(rec, &log);
+    event_log_release(&log);
+    ws_listing_release(&before);
     workspace_free(ws);
     return r;
 }

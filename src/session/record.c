@@ -35,6 +35,8 @@ void exec_record_release(struct exec_record *r)
     strv_free(r->modified);
     strv_free(r->deleted);
     strv_free(r->copied_out);
+    json_decref(r->network);
+    json_decref(r->packages);
     free(r->message);
     memset(r, 0, sizeof(*r));
 }
@@ -92,6 +94,10 @@ json_t *exec_record_json(const struct exec_record *r)
     json_object_set_new(o, "limits_degraded", json_boolean(r->limits_degraded));
     if (r->message)
         json_object_set_new(o, "message", json_string(r->message));
+    if (r->network)
+        json_object_set(o, "network", r->network);
+    if (r->packages)
+        json_object_set(o, "packages", r->packages);
     return o;
 }
 

@@ -1,6 +1,6 @@
 /* session.c - stateful sessions: one kernel at a time on a workspace that outlives it,
  * one cell at a time, timeouts that interrupt first and kill only when they must. */
-#include "session/session.h"
+#include "session/session-int.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -26,6 +26,12 @@ struct session {
     char *python_version;
     char **argv; /* our copy of opts.argv */
     char lang[8];
+    struct net_policy *policy; /* our copies of opts.net's parts */
+    char **packages;
+    char *index_url;
+    struct sandbox_net net;    /* the egress proxy, while the session lives */
+    struct event_log events;
+    json_t *packages_report;
 };
 
 void session_opts_fill_defaults(struct session_opts *o)
@@ -47,9 +53,14 @@ static int start_kernel(struct session *s)
 {
     struct sandbox_limits l = s->opts.limits;
     struct kernel *k;
+    struct sandbox_spec spec = {0};
+    const char *binds[8];
+    _cleanup_strv_ char **env = sandbox_net_apply(&s->net, &spec, binds, ARRAY_SIZE(binds), NULL);
+    struct kernel_env extra = {.env = env, .ro_binds = binds, .relay_socket = spec.relay_socket,
+                               .relay_port = spec.relay_port};
     /* The CPU-time rlimit is a backstop for a whole kernel's life, not one cell. */
     l.cpu_time_s = 0;
-    int r = kernel_start(s->host, s->ws, &l, s->argv, s->opts.start_timeout_ms, &k);
+    int r = kernel_start_in(s->host, s->ws, &l, s->argv, s->opts.start_timeout_ms, &extra, &k);
     if (r < 0)
         return r;
     pthread_mutex_lock(&s->lock);
@@ -69,9 +80,46 @@ static void stop_kernel(struct session *s)
     kernel_free(k);
 }
 
+/* Keeps copies of what opts.net borrows; the session's opts point at them. */
+static void own_net_opts(struct session *s, const struct net_opts *n)
+{
+    s->opts.net = *n;
+    s->policy = net_policy_copy(n->policy);
+    s->packages = xcalloc(1, sizeof(char *));
+    for (char *const *p = n->packages; p && *p; p++)
+        s->packages = strv_push(s->packages, *p);
+    s->index_url = n->index_url ? xstrdup(n->index_url) : NULL;
+    s->opts.net.policy = s->policy;
+    s->opts.net.packages = n->packages ? s->packages : NULL;
+    s->opts.net.index_url = s->index_url;
+    if (!s->opts.net.install_timeout_ms)
+        s->opts.net.install_timeout_ms = DEFAULT_INSTALL_TIMEOUT_MS;
+}
+
+/* Files, the network, packages: what comes before the first kernel. */
+static int prepare_workspace(struct session *s, const struct session_opts *opts)
+{
+    int r = copy_input_files(s->ws, opts->files, opts->n_files);
+    if (r < 0)
+        return r;
+    r = sandbox_net_start(&s->net, &s->opts.net, s->ws, &s->events);
+    if (r < 0)
+        return r;
+    if (deps_wanted(&s->opts.net, s->ws))
+        s->packages_report = deps_install(s->host, s->ws, &s->opts.limits, &s->opts.net,
+                                          &s->net);
+    return 0;
+}
+
+/* Everything of opts but the network (kept as the session has it: see own_net_opts) and
+ * the input files (used once, at creation). */
 static void set_opts(struct session *s, const struct session_opts *opts)
 {
+    struct net_opts net = s->opts.net;
     s->opts = *opts;
+    s->opts.net = net;
+    s->opts.files = NULL;
+    s->opts.n_files = 0;
     session_opts_fill_defaults(&s->opts);
     strv_free(s->argv);
     s->argv = xcalloc(1, sizeof(char *));
@@ -100,14 +148,19 @@ int session_adopt(struct session *s, const struct session_opts *opts)
 
 int session_new(struct sandbox_host *host, const struct session_opts *opts, struct session **ret)
 {
+    int r = net_opts_check(&opts->net);
+    if (r < 0)
+        return r;
     struct session *s = xcalloc(1, sizeof(*s));
     s->host = host;
     pthread_mutex_init(&s->lock, NULL);
     set_opts(s, opts);
+    own_net_opts(s, &opts->net);
+    event_log_init(&s->events);
     s->last_used_ms = now_ms();
     s->created_ms = now_realtime_ms();
-    int r = workspace_new(host, s->opts.limits.disk_mb, &s->ws);
-    if (r < 0 || (r = start_kernel(s)) < 0) {
+    r = workspace_new(host, s->opts.limits.disk_mb, &s->ws);
+    if (r < 0 || (r = prepare_workspace(s, opts)) < 0 || (r = start_kernel(s)) < 0) {
         session_free(s);
         return r;
     }
@@ -408,6 +461,7 @@ static void run_cell(struct session *s, const struct exec_request *req,
     struct sandbox_usage u0 = {0}, u1 = {0};
     enum stop stop = STOP_NONE;
     double t0 = now_ms_f();
+    uint64_t seq0 = event_log_seq(&s->events);
 
     workspace_scan(s->ws, &before);
     sandbox_usage(k->sb, &u0);
@@ -444,6 +498,11 @@ static void run_cell(struct session *s, const struct exec_request *req,
     if (!rec->execution_count)
         rec->execution_count = s->execution_count + 1;
     s->execution_count = rec->execution_count;
+    json_t *net = event_log_since(&s->events, seq0, "network");
+    if (json_array_size(net))
+        rec->network = net;
+    else
+        json_decref(net);
 }
 
 int session_execute(struct session *s, const struct exec_request *req,
@@ -535,6 +594,26 @@ const struct session_opts *session_options(struct session *s)
     return &s->opts;
 }
 
+json_t *session_packages(struct session *s)
+{
+    return s->packages_report;
+}
+
+const struct net_policy *session_net_policy(struct session *s)
+{
+    return s->policy;
+}
+
+json_t *session_events(struct session *s, uint64_t after_seq)
+{
+    json_t *events = event_log_since(&s->events, after_seq, NULL);
+    pthread_mutex_lock(&s->events.lock);
+    json_t *j = json_pack("{s:o,s:I,s:I}", "events", events, "dropped",
+                          (json_int_t)s->events.dropped, "last_seq", (json_int_t)s->events.seq);
+    pthread_mutex_unlock(&s->events.lock);
+    return j;
+}
+
 bool session_limits_degraded(struct session *s)
 {
     pthread_mutex_lock(&s->lock);
@@ -559,8 +638,15 @@ void session_free(struct session *s)
     s->closed = true;
     pthread_mutex_unlock(&s->lock);
     stop_kernel(s);
+    /* The proxy goes before the workspace its socket lives in. */
+    sandbox_net_stop(&s->net);
     workspace_free(s->ws);
     pthread_mutex_destroy(&s->lock);
+    event_log_release(&s->events);
+    json_decref(s->packages_report);
+    net_policy_free(s->policy);
+    strv_free(s->packages);
+    free(s->index_url);
     free(s->python_version);
     strv_free(s->argv);
     free(s);

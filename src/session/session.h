@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "base/base.h"
+#include "net/net.h"
 #include "sandbox/sandbox.h"
 
 #define DEFAULT_TIMEOUT_MS 60000
@@ -52,6 +53,10 @@ struct exec_record {
     uint64_t memory_peak_kb;
     bool limits_degraded;
     char *message; /* what runcell itself says about the run (timeouts, setup errors) */
+    json_t *network; /* egress attempts during the run (events as in the session's log), or
+                      * NULL when there were none */
+    json_t *packages; /* one-shot runs: what installing their packages did (see
+                       * session_packages), or NULL */
 };
 
 void exec_record_init(struct exec_record *r, size_t output_cap);
@@ -71,6 +76,21 @@ struct input_file {
 
 typedef void (*output_fn)(void *ctx, int stream, const char *data, size_t n);
 
+/* Network and packages of a sandbox (runs and sessions alike). */
+struct net_opts {
+    const struct net_policy *policy; /* NULL: loopback only; else an allowlist enforced by an
+                                      * egress proxy (borrowed; sessions copy it) */
+    char *const *packages;  /* pip requirements installed before the code runs; NULL: those of
+                             * /workspace/requirements.txt when there is a policy */
+    const char *index_url;  /* PIP_INDEX_URL in the sandbox, or NULL for pip's default */
+    uint64_t install_timeout_ms; /* budget for installing packages (default 120 s) */
+};
+#define DEFAULT_INSTALL_TIMEOUT_MS 120000
+#define MAX_PACKAGES 200
+/* Checks net opts: packages need a policy, are plain requirements (never pip options), and
+ * the index URL's host and port are on the allowlist. 0 or -EINVAL with err_msg(). */
+int net_opts_check(const struct net_opts *n);
+
 /* One program in one fresh sandbox, nothing kept. */
 struct run_request {
     const char *lang;        /* "python" or "bash" */
@@ -86,6 +106,7 @@ struct run_request {
     output_fn on_output;  /* live output (head of each stream, then the rest), or NULL */
     void *ctx;
     int cancel_fd;        /* readable (or hung up) = stop the run; -1 for none */
+    struct net_opts net;
 };
 
 /* Runs req and fills rec (initialised by the caller with exec_record_init). Returns 0 when
@@ -113,6 +134,10 @@ struct session_opts {
     size_t output_cap;
     char *const *argv; /* sys.argv[1:] of the kernel (sys.argv[0] is "-c"); borrowed */
     const char *lang;  /* default language of executions: "python" (default) or "bash" */
+    struct net_opts net;
+    const struct input_file *files; /* copied into the workspace first (before packages are
+                                     * installed: a requirements.txt among them counts) */
+    size_t n_files;
 };
 void session_opts_fill_defaults(struct session_opts *o);
 
@@ -170,6 +195,19 @@ bool session_busy(struct session *s);
 long session_execution_count(struct session *s);
 const char *session_python_version(struct session *s);
 const struct session_opts *session_options(struct session *s);
+/* What installing the session's packages did: {"source": "packages"|"requirements.txt",
+ * "requested": [...], "installed": [...], "missing": [{"requirement", "name", "reason"}],
+ * "status": "ok"|"partial"|"failed"|"timeout", "seconds": S}; NULL when nothing was to
+ * install. Borrowed; valid while the session lives. */
+json_t *session_packages(struct session *s);
+/* The session's network policy (NULL: loopback only); valid while the session lives. */
+const struct net_policy *session_net_policy(struct session *s);
+/* The session's event log (egress attempts, ...), oldest first: {"events": [{"seq", "time",
+ * "type", ...}], "dropped": N, "last_seq": N} with the events whose seq is above after_seq;
+ * at most SESSION_EVENTS_MAX are kept. Caller owns the reference. */
+json_t *session_events(struct session *s, uint64_t after_seq);
+#define SESSION_EVENTS_MAX 1000
+
 /* Whether the current kernel runs without cgroup limits. */
 bool session_limits_degraded(struct session *s);
 /* Kills the kernel's sandbox without waiting for it (so that many can die at once before

@@ -565,7 +565,8 @@ class BadInput(RuncellTestCase):
         self.check(["--lang", "cobol", "-c", "pass"], "--lang", "cobol")
 
     def test_network_policy(self):
-        self.check(["--net", "allow:x", "-c", "pass"], "--net", "allow:x")
+        self.check(["--net", "open", "-c", "pass"], "--net", "open")
+        self.check(["--net", "allow:a..b", "-c", "pass"], "--net", "a..b")
 
     def test_file_options(self):
         self.check(["--file", "/etc/hostname:../x", "-c", "pass"], "--file", "../x")

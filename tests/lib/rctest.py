@@ -106,3 +106,158 @@ class RuncellTestCase(unittest.TestCase):
     def assertStatus(self, rec, status, msg=None):
         self.assertEqual(rec["status"], status,
                          msg or "record: %s" % json.dumps(rec)[:2000])
+
+
+# ---- servers a test starts on 127.0.0.1 (egress tests) ----
+
+class HttpServer:
+    """A static file server on 127.0.0.1 (a free port) serving directory `root`, in a thread
+    of the test process. `requests` lists the paths asked for. Use as a context manager."""
+
+    def __init__(self, root):
+        import functools
+        import http.server
+        import threading
+        seen = self.requests = []
+
+        class Handler(http.server.SimpleHTTPRequestHandler):
+            def log_message(self, *args):
+                seen.append(self.path)
+
+        self.httpd = http.server.ThreadingHTTPServer(
+            ("127.0.0.1", 0), functools.partial(Handler, directory=root))
+        self.port = self.httpd.server_address[1]
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def tiny_index(root, name="tinypkg", version="1.0", value=42):
+    """Writes a PEP 503 "simple" index under root/simple with one pure-Python wheel of
+    `name` whose module has VALUE = value. Returns the wheel's file name."""
+    import base64
+    import hashlib
+    import zipfile
+    wheel = "%s-%s-py3-none-any.whl" % (name, version)
+    info = "%s-%s.dist-info" % (name, version)
+    files = {
+        "%s/__init__.py" % name: "VALUE = %d\n" % value,
+        info + "/METADATA": "Metadata-Version: 2.1\nName: %s\nVersion: %s\n" % (name, version),
+        info + "/WHEEL": "Wheel-Version: 1.0\nGenerator: rctest\nRoot-Is-Purelib: true\n"
+                         "Tag: py3-none-any\n",
+    }
+    record = []
+    for path, text in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=")
+        record.append("%s,sha256=%s,%d" % (path, digest.decode(), len(text.encode())))
+    record.append(info + "/RECORD,,")
+    files[info + "/RECORD"] = "\n".join(record) + "\n"
+    pkg_dir = os.path.join(root, "simple", name)
+    os.makedirs(pkg_dir, exist_ok=True)
+    with zipfile.ZipFile(os.path.join(pkg_dir, wheel), "w") as z:
+        for path, text in files.items():
+            z.writestr(path, text)
+    with open(os.path.join(root, "simple", "index.html"), "w") as f:
+        f.write('<html><body><a href="%s/">%s</a></body></html>\n' % (name, name))
+    with open(os.path.join(pkg_dir, "index.html"), "w") as f:
+        f.write('<html><body><a href="%s">%s</a></body></html>\n' % (wheel, wheel))
+    return wheel
+
+
+class ApiServer:
+    """`runcell serve` on a free 127.0.0.1 port with a fresh data directory; call(method,
+    path, body) returns (status, parsed JSON or text). Extra serve options via args."""
+
+    TOKEN = "rctest-token-0123456789abcdef"
+
+    def __init__(self, *args, env=None):
+        import socket
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        self.port = s.getsockname()[1]
+        s.close()
+        self.data = tempfile.mkdtemp(prefix="runcell-serve-")
+        e = dict(os.environ, **(env or {}))
+        self.log = open(os.path.join(self.data, "log"), "w+")
+        self.proc = subprocess.Popen(
+            [RUNCELL, "serve", "--listen", "127.0.0.1:%d" % self.port, "--data", self.data,
+             "--token", self.TOKEN, *args], stdout=self.log, stderr=subprocess.STDOUT, env=e)
+        import time
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            try:
+                if self.call("GET", "/healthz")[0] == 200:
+                    return
+            except OSError:
+                time.sleep(0.05)
+        self.stop()
+        raise AssertionError("runcell serve did not come up: " + self.output())
+
+    def call(self, method, path, body=None, timeout=180):
+        import urllib.error
+        import urllib.request
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request("http://127.0.0.1:%d%s" % (self.port, path), data=data,
+                                     method=method,
+                                     headers={"Authorization": "Bearer " + self.TOKEN})
+        # The test's own requests never go through a proxy a developer may have set.
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        try:
+            with opener.open(req, timeout=timeout) as r:
+                status, text = r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            status, text = e.code, e.read().decode()
+        try:
+            return status, json.loads(text)
+        except ValueError:
+            return status, text
+
+    def output(self):
+        self.log.seek(0)
+        return self.log.read()
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+        subprocess.run(["rm", "-rf", self.data])
+
+
+# Code for probes: fetch(url) through the sandbox's proxy variables, as "STATUS BODY" or
+# "error REASON".
+FETCH = """
+import urllib.request, urllib.error
+def fetch(url):
+    try:
+        with urllib.request.urlopen(url, timeout=30) as r:
+            return "%d %s" % (r.status, r.read().decode())
+    except urllib.error.HTTPError as e:
+        return "%d %s" % (e.code, e.read().decode())
+    except urllib.error.URLError as e:
+        return "error %s" % e.reason
+"""
+
+
+def serve_files(test, files):
+    """Writes files ({name: text}) to a fresh directory and serves it on 127.0.0.1 for the
+    rest of the test; returns (HttpServer, directory)."""
+    tmp = TempDir()
+    root = tmp.__enter__()
+    test.addCleanup(tmp.__exit__)
+    for name, text in files.items():
+        with open(os.path.join(root, name), "w") as f:
+            f.write(text)
+    srv = HttpServer(root).__enter__()
+    test.addCleanup(srv.__exit__)
+    return srv, root

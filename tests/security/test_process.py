@@ -175,8 +175,13 @@ report({"env": dict(os.environ), "in_environ_file": SECRET.encode() in blob})
 class ProcView(RuncellTestCase):
     def test_proc_lists_only_the_sandbox_processes(self):
         res, _ = probe(self, """
-import subprocess
+import subprocess, time
 child = subprocess.Popen(["sleep", "30"])
+# Popen returns after fork, maybe before the exec: wait until the child is sleep.
+for _ in range(1000):
+    if open("/proc/%d/comm" % child.pid).read().strip() == "sleep":
+        break
+    time.sleep(0.01)
 pids = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
 comms = {p: open("/proc/%d/comm" % p).read().strip() for p in pids}
 child.kill()

@@ -39,6 +39,8 @@ void config_release(struct helper_config *cfg)
     free(cfg->workspace);
     free(cfg->cwd);
     free(cfg->hostname);
+    free(cfg->relay_socket);
+    strv_free(cfg->template_binds);
     strv_free(cfg->cgroup_procs);
     strv_free(cfg->argv);
     strv_free(cfg->env);
@@ -85,6 +87,9 @@ int config_parse(const char *text, struct helper_config *cfg)
     cfg->id_range = (uid_t)u64_or(o, "id_range", 0);
     cfg->ns_root_uid = (uid_t)u64_or(o, "ns_root_uid", 0);
     cfg->ns_uid = (uid_t)u64_or(o, "ns_uid", 0);
+    cfg->template_binds = strv_from_json(json_object_get(o, "template_binds"));
+    cfg->relay_socket = str_or(o, "relay_socket", NULL);
+    cfg->relay_port = (uint16_t)u64_or(o, "relay_port", 0);
 
     json_t *binds = json_object_get(o, "binds");
     size_t i;
@@ -103,6 +108,9 @@ int config_parse(const char *text, struct helper_config *cfg)
     json_decref(o);
     if (!cfg->root_dir || !cfg->workspace || !cfg->argv[0])
         return fail("bad sandbox configuration: root_dir, workspace and argv are required");
+    if (cfg->relay_socket && (cfg->relay_socket[0] != '/' || !cfg->relay_port))
+        return fail("bad sandbox configuration: relay_socket needs an absolute path and "
+                    "relay_port");
     if (cfg->extra_fds < 0 || cfg->extra_fds > 16)
         return fail("bad sandbox configuration: extra_fds out of range");
     return 0;

@@ -39,6 +39,10 @@ struct helper_config {
     uid_t id_range;        /* template: ids 0..id_range-1 map to host_root_uid.. */
     uid_t ns_root_uid;     /* template-made session: ids in the template's namespace */
     uid_t ns_uid;
+    char **template_binds; /* template-made session: where the bind fds after the cgroup
+                            * fds are attached */
+    char *relay_socket;  /* sandbox path of the egress proxy's socket: start the relay */
+    uint16_t relay_port; /* ... listening on 127.0.0.1:relay_port */
 };
 
 int config_parse(const char *json, struct helper_config *ret);
@@ -64,6 +68,13 @@ int net_loopback_up(void);
  * payload_exec then execs the program and returns only on failure. */
 int payload_lockdown(const struct helper_config *cfg, void *seccomp_filter);
 void payload_exec(const struct helper_config *cfg, void *seccomp_filter);
+/* The payload's lockdown from rlimits to seccomp, for another process of the sandbox (the
+ * relay). 0, or -1 after reporting the failure. */
+int lockdown(const struct helper_config *cfg, void *seccomp_filter);
+
+/* relay.c: in init, before the payload starts: listens on 127.0.0.1:cfg->relay_port and
+ * forks the relay. 0, or -1 after reporting the failure. */
+int relay_start(const struct helper_config *cfg, void *seccomp_filter);
 
 /* seccomp.c */
 void *seccomp_build(void);

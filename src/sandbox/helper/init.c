@@ -133,6 +133,8 @@ void init_main(struct helper_config *cfg, int sync_fd)
     void *filter = NULL;
     if (cfg->seccomp && !(filter = seccomp_build()))
         _exit(1);
+    if (cfg->relay_socket && relay_start(cfg, filter) < 0)
+        _exit(1);
     if (init_fork_payload(cfg) == 0) {
         payload_exec(cfg, filter);
         _exit(127);

@@ -185,30 +185,37 @@ static int landlock_apply(const struct helper_config *cfg)
     return r;
 }
 
+int lockdown(const struct helper_config *cfg, void *seccomp_filter)
+{
+    if (rlimits(cfg) < 0)
+        return -1;
+    if (chdir(cfg->cwd) < 0)
+        return fail_errno("cannot enter %s", cfg->cwd);
+    if (drop_privileges(cfg) < 0 || landlock_apply(cfg) < 0)
+        return -1;
+    if (seccomp_filter && seccomp_install(seccomp_filter) < 0)
+        return -1;
+    return 0;
+}
+
 int payload_lockdown(const struct helper_config *cfg, void *seccomp_filter)
 {
     if (setsid() < 0)
         return fail_errno("setsid");
     if (place_fds(cfg) < 0)
         return -1;
-    /* The template gets no rlimits but the core size: the sessions it makes set their own,
-     * and an rlimit cannot be raised again in a user namespace. */
-    if (cfg->template_profile ? set_rlimit(RLIMIT_CORE, 0, "core size") < 0 : rlimits(cfg) < 0)
+    if (!cfg->template_profile)
+        return lockdown(cfg, seccomp_filter);
+    /* The template keeps root in its user namespace (it clones and maps the sessions'
+     * namespaces) and never runs user code; sessions made from it apply the lockdown
+     * themselves. It gets no rlimits but the core size: an rlimit cannot be raised again in
+     * a user namespace, and the sessions set their own. */
+    if (set_rlimit(RLIMIT_CORE, 0, "core size") < 0)
         return -1;
     if (chdir(cfg->cwd) < 0)
         return fail_errno("cannot enter %s", cfg->cwd);
-    if (cfg->template_profile) {
-        /* The template keeps root in its user namespace (it clones and maps the sessions'
-         * namespaces) and never runs user code; sessions made from it apply everything
-         * below themselves. */
-        if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
-            return fail_errno("cannot set no_new_privs");
-        return 0;
-    }
-    if (drop_privileges(cfg) < 0 || landlock_apply(cfg) < 0)
-        return -1;
-    if (seccomp_filter && seccomp_install(seccomp_filter) < 0)
-        return -1;
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+        return fail_errno("cannot set no_new_privs");
     return 0;
 }
 

@@ -50,7 +50,8 @@ static int write_map(pid_t pid, const char *file, unsigned ns_root, unsigned ns_
 /* Puts the request's fds where the init and payload code expect them (stdio on 0-2, status
  * on HELPER_FD_STATUS, extras from HELPER_FD_EXTRA), keeps the workspace and cgroup fds high,
  * and closes everything else the template had open. */
-static int arrange_fds(const int *fds, int n, int n_extra, int *ret_ws, int *ret_cg, int n_cg)
+static int arrange_fds(const int *fds, int n, int n_extra, int *ret_ws, int *ret_kept,
+                       int n_kept)
 {
     int high[MAX_FDS];
     bool keep[MAX_FDS] = {false};
@@ -67,8 +68,8 @@ static int arrange_fds(const int *fds, int n, int n_extra, int *ret_ws, int *ret
             return fail_errno("dup2");
     *ret_ws = high[FD_WORKSPACE];
     keep[FD_WORKSPACE] = true;
-    for (int i = 0; i < n_cg; i++) {
-        ret_cg[i] = high[FD_FIXED + n_extra + i];
+    for (int i = 0; i < n_kept; i++) {
+        ret_kept[i] = high[FD_FIXED + n_extra + i];
         keep[FD_FIXED + n_extra + i] = true;
     }
     for (int i = 0; i < n; i++)
@@ -95,7 +96,15 @@ static int join_cgroup(const int *cg, int n)
     return 0;
 }
 
-static int session_mounts(const struct helper_config *cfg, int ws_fd)
+static int attach(int fd, const char *dst)
+{
+    if (syscall(SYS_move_mount, fd, "", AT_FDCWD, dst, MOVE_MOUNT_F_EMPTY_PATH) < 0)
+        return fail_errno("cannot attach %s", dst);
+    close(fd);
+    return 0;
+}
+
+static int session_mounts(const struct helper_config *cfg, int ws_fd, const int *bind_fds)
 {
     if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
         return fail_errno("cannot make the session's mounts private");
@@ -104,9 +113,11 @@ static int session_mounts(const struct helper_config *cfg, int ws_fd)
         mount_tmpfs("/dev/shm", MS_NOSUID | MS_NODEV, "mode=1777,size=%llum,nr_inodes=4096",
                     (unsigned long long)cfg->shm_mb) < 0)
         return -1;
-    if (syscall(SYS_move_mount, ws_fd, "", AT_FDCWD, "/workspace", MOVE_MOUNT_F_EMPTY_PATH) < 0)
-        return fail_errno("cannot attach the workspace");
-    close(ws_fd);
+    if (attach(ws_fd, "/workspace") < 0)
+        return -1;
+    for (int i = 0; cfg->template_binds[i]; i++)
+        if (attach(bind_fds[i], cfg->template_binds[i]) < 0)
+            return -1;
     /* PID 1 of the new PID namespace mounts the /proc that shows only the session. */
     if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
         return fail_errno("cannot mount /proc in the session");
@@ -118,11 +129,12 @@ static int session_mounts(const struct helper_config *cfg, int ws_fd)
 static int session_init(struct helper_config *cfg, const int *fds, int n, int sync_fd)
 {
     char go;
-    int ws_fd = -1, cg[8], n_cg = (int)strv_len(cfg->cgroup_procs);
+    int ws_fd = -1, kept[16], n_cg = (int)strv_len(cfg->cgroup_procs);
+    int n_binds = (int)strv_len(cfg->template_binds);
     if (read(sync_fd, &go, 1) != 1)
         _exit(1);
     close(sync_fd);
-    if (arrange_fds(fds, n, cfg->extra_fds, &ws_fd, cg, n_cg) < 0)
+    if (arrange_fds(fds, n, cfg->extra_fds, &ws_fd, kept, n_cg + n_binds) < 0)
         _exit(1);
     setsid();
     if (setgroups(0, NULL) < 0 || setresgid(0, 0, 0) < 0 || setresuid(0, 0, 0) < 0) {
@@ -130,16 +142,18 @@ static int session_init(struct helper_config *cfg, const int *fds, int n, int sy
         _exit(1);
     }
     prctl(PR_SET_DUMPABLE, 0);
-    if (join_cgroup(cg, n_cg) < 0)
+    if (join_cgroup(kept, n_cg) < 0)
         _exit(1);
     if (sethostname(cfg->hostname, strlen(cfg->hostname)) < 0) {
         fail_errno("cannot set the session's host name");
         _exit(1);
     }
-    if (net_loopback_up() < 0 || session_mounts(cfg, ws_fd) < 0 || chdir("/") < 0)
+    if (net_loopback_up() < 0 || session_mounts(cfg, ws_fd, kept + n_cg) < 0 || chdir("/") < 0)
         _exit(1);
     void *filter = cfg->seccomp ? seccomp_build() : NULL;
     if (cfg->seccomp && !filter)
+        _exit(1);
+    if (cfg->relay_socket && relay_start(cfg, filter) < 0)
         _exit(1);
     if (init_fork_payload(cfg) != 0)
         _exit(1);
@@ -175,9 +189,10 @@ static PyObject *spawn(PyObject *self, PyObject *args)
     status_fd = fds[FD_STATUS];
     if (config_parse(json, &cfg) < 0)
         return PyErr_Format(PyExc_ValueError, "bad session configuration");
-    if (strv_len(cfg.cgroup_procs) > 8)
-        return PyErr_Format(PyExc_ValueError, "spawn: too many cgroups");
-    if (n != FD_FIXED + cfg.extra_fds + (Py_ssize_t)strv_len(cfg.cgroup_procs))
+    if (strv_len(cfg.cgroup_procs) + strv_len(cfg.template_binds) > 16)
+        return PyErr_Format(PyExc_ValueError, "spawn: too many cgroups and binds");
+    if (n != FD_FIXED + cfg.extra_fds + (Py_ssize_t)strv_len(cfg.cgroup_procs) +
+                 (Py_ssize_t)strv_len(cfg.template_binds))
         return PyErr_Format(PyExc_ValueError, "spawn: %zd fds do not fit the configuration", n);
     int sync[2];
     if (pipe2(sync, O_CLOEXEC) < 0)

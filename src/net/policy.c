@@ -1,0 +1,449 @@
+/* policy.c - egress allowlists: parsing entries, matching hosts and ports, telling public
+ * addresses from private ones, and checking one policy against a server's cap. */
+#include "net/net.h"
+
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <string.h>
+
+#define MAX_NAME 253
+#define MAX_LABEL 63
+
+static bool is_name_char(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_';
+}
+
+/* A DNS name of 1..253 characters in labels of 1..63 [a-z0-9-_] (already lower-case), not
+ * starting or ending a label with '-', and not all digits and dots (a malformed IP). */
+static bool valid_name(const char *s)
+{
+    size_t len = strlen(s), label = 0;
+    bool alpha = false;
+    if (!len || len > MAX_NAME)
+        return false;
+    for (size_t i = 0; i <= len; i++) {
+        char c = s[i];
+        if (c == '.' || !c) {
+            if (!label || s[i - 1] == '-')
+                return false;
+            label = 0;
+            continue;
+        }
+        if (!is_name_char(c) || (!label && c == '-') || ++label > MAX_LABEL)
+            return false;
+        if (!(c >= '0' && c <= '9'))
+            alpha = true;
+    }
+    return alpha;
+}
+
+/* Lower-cases s in place and drops one trailing dot ("example.com." is "example.com"). */
+static void normalize_name(char *s)
+{
+    for (char *p = s; *p; p++)
+        *p = (char)tolower((unsigned char)*p);
+    size_t n = strlen(s);
+    if (n > 1 && s[n - 1] == '.')
+        s[n - 1] = '\0';
+}
+
+static int parse_port(const char *s, uint16_t *ret)
+{
+    uint64_t v;
+    if (parse_u64(s, &v) < 0 || v < 1 || v > 65535)
+        return -EINVAL;
+    *ret = (uint16_t)v;
+    return 0;
+}
+
+static bool parse_ip(const char *s, int *ret_family, unsigned char *ret_addr)
+{
+    if (inet_pton(AF_INET, s, ret_addr) == 1) {
+        *ret_family = AF_INET;
+        return true;
+    }
+    if (inet_pton(AF_INET6, s, ret_addr) == 1) {
+        *ret_family = AF_INET6;
+        return true;
+    }
+    return false;
+}
+
+static char *entry_text(const struct net_entry *e)
+{
+    const char *prefix = e->kind == NET_ENTRY_WILDCARD ? "*." : "";
+    bool brackets = e->kind == NET_ENTRY_IP && e->family == AF_INET6 && e->port;
+    if (!e->port)
+        return xasprintf("%s%s", prefix, e->host);
+    return xasprintf("%s%s%s%s:%u", prefix, brackets ? "[" : "", e->host, brackets ? "]" : "",
+                     e->port);
+}
+
+/* Splits "host", "host:port", "[v6]:port" and bare "v6" into host and port. */
+static int split_host_port(char *s, char **ret_host, const char **ret_port)
+{
+    char *colon;
+    *ret_port = NULL;
+    if (*s == '[') {
+        char *close = strchr(s, ']');
+        if (!close || (close[1] && close[1] != ':'))
+            return -EINVAL;
+        *close = '\0';
+        *ret_host = s + 1;
+        if (close[1] == ':')
+            *ret_port = close + 2;
+        return 0;
+    }
+    colon = strrchr(s, ':');
+    if (colon && strchr(s, ':') == colon) {
+        *colon = '\0';
+        *ret_port = colon + 1;
+    }
+    *ret_host = s;
+    return 0;
+}
+
+static int parse_entry(const char *given, struct net_entry *e)
+{
+    _cleanup_free_ char *copy = xstrdup(given);
+    char *s = copy, *host;
+    const char *port;
+    while (isspace((unsigned char)*s))
+        s++;
+    for (size_t n = strlen(s); n && isspace((unsigned char)s[n - 1]); n--)
+        s[n - 1] = '\0';
+    memset(e, 0, sizeof(*e));
+    if (!*s)
+        return err_set(EINVAL, "empty network allowlist entry");
+    if (split_host_port(s, &host, &port) < 0)
+        return err_set(EINVAL, "network allowlist entry '%s': a bracketed IPv6 address is "
+                       "'[ADDRESS]' or '[ADDRESS]:PORT'", given);
+    if (port && parse_port(port, &e->port) < 0)
+        return err_set(EINVAL, "network allowlist entry '%s': '%s' is not a port (1 to 65535)",
+                       given, port);
+    normalize_name(host);
+    if (parse_ip(host, &e->family, e->addr)) {
+        e->kind = NET_ENTRY_IP;
+    } else if (!strncmp(host, "*.", 2) && valid_name(host + 2)) {
+        e->kind = NET_ENTRY_WILDCARD;
+        host += 2;
+    } else if (valid_name(host)) {
+        e->kind = NET_ENTRY_HOST;
+    } else {
+        return err_set(EINVAL, "network allowlist entry '%s': '%s' is not a host name, "
+                       "'*.domain' or an IP address", given, host);
+    }
+    e->host = xstrdup(host);
+    e->text = entry_text(e);
+    return 0;
+}
+
+static void entry_release(struct net_entry *e)
+{
+    free(e->host);
+    free(e->text);
+}
+
+int net_policy_parse(const char *const *entries, size_t n, struct net_policy **ret)
+{
+    if (n > NET_MAX_ENTRIES)
+        return err_set(EINVAL, "network allowlist has %zu entries; at most %d are allowed", n,
+                       NET_MAX_ENTRIES);
+    struct net_policy *p = xcalloc(1, sizeof(*p));
+    p->entries = xcalloc(n ? n : 1, sizeof(*p->entries));
+    for (size_t i = 0; i < n; i++) {
+        int r = parse_entry(entries[i] ? entries[i] : "", &p->entries[i]);
+        if (r < 0) {
+            net_policy_free(p);
+            return r;
+        }
+        p->n++;
+    }
+    *ret = p;
+    return 0;
+}
+
+int net_policy_parse_list(const char *list, struct net_policy **ret)
+{
+    _cleanup_free_ char *copy = xstrdup(list);
+    _cleanup_strv_ char **v = xcalloc(1, sizeof(char *));
+    char *save = NULL;
+    if (!*list)
+        return err_set(EINVAL, "empty network allowlist: name at least one host");
+    if (list[strlen(list) - 1] == ',' || *list == ',' || strstr(list, ",,"))
+        return err_set(EINVAL, "network allowlist '%s' has an empty entry", list);
+    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
+        v = strv_push(v, tok);
+    return net_policy_parse((const char *const *)v, strv_len(v), ret);
+}
+
+struct net_policy *net_policy_copy(const struct net_policy *p)
+{
+    if (!p)
+        return NULL;
+    struct net_policy *c = xcalloc(1, sizeof(*c));
+    *c = *p;
+    c->entries = xcalloc(p->n ? p->n : 1, sizeof(*c->entries));
+    for (size_t i = 0; i < p->n; i++) {
+        c->entries[i] = p->entries[i];
+        c->entries[i].host = xstrdup(p->entries[i].host);
+        c->entries[i].text = xstrdup(p->entries[i].text);
+    }
+    return c;
+}
+
+void net_policy_free(struct net_policy *p)
+{
+    if (!p)
+        return;
+    for (size_t i = 0; i < p->n; i++)
+        entry_release(&p->entries[i]);
+    free(p->entries);
+    free(p);
+}
+
+static bool port_ok(const struct net_entry *e, uint16_t port)
+{
+    return e->port ? e->port == port : port == 80 || port == 443;
+}
+
+/* name is strictly below domain: "a.example.com" for "example.com", never "example.com"
+ * itself nor "badexample.com". */
+static bool is_subdomain(const char *name, const char *domain)
+{
+    size_t n = strlen(name), d = strlen(domain);
+    return n > d + 1 && name[n - d - 1] == '.' && !strcmp(name + n - d, domain);
+}
+
+const struct net_entry *net_policy_match(const struct net_policy *p, const char *host,
+                                         uint16_t port)
+{
+    char name[MAX_NAME + 2];
+    unsigned char addr[16];
+    int family = 0;
+    size_t len = strlen(host);
+    if (!p || !len || len > MAX_NAME + 1)
+        return NULL;
+    if (host[0] == '[' && host[len - 1] == ']')
+        snprintf(name, sizeof(name), "%.*s", (int)(len - 2), host + 1);
+    else
+        snprintf(name, sizeof(name), "%s", host);
+    normalize_name(name);
+    bool is_ip = parse_ip(name, &family, addr);
+    for (size_t i = 0; i < p->n; i++) {
+        const struct net_entry *e = &p->entries[i];
+        if (!port_ok(e, port))
+            continue;
+        if (is_ip ? e->kind == NET_ENTRY_IP && e->family == family &&
+                        !memcmp(e->addr, addr, family == AF_INET ? 4 : 16)
+                  : (e->kind == NET_ENTRY_HOST && !strcmp(e->host, name)) ||
+                        (e->kind == NET_ENTRY_WILDCARD && is_subdomain(name, e->host)))
+            return e;
+    }
+    return NULL;
+}
+
+/* ---- addresses ---- */
+
+struct v4_range {
+    uint32_t net;
+    int bits;
+    const char *what;
+};
+
+/* Everything that is not the public internet (RFC 6890 and friends). */
+static const struct v4_range v4_special[] = {
+    {0x00000000, 8, "an unspecified ('this network') address"},
+    {0x0a000000, 8, "a private address"},
+    {0x64400000, 10, "a shared (carrier-grade NAT) address"},
+    {0x7f000000, 8, "a loopback address"},
+    {0xa9fe0000, 16, "a link-local address (cloud metadata services live here)"},
+    {0xac100000, 12, "a private address"},
+    {0xc0000000, 24, "an IETF protocol address"},
+    {0xc0000200, 24, "a documentation address"},
+    {0xc0a80000, 16, "a private address"},
+    {0xc6120000, 15, "a benchmarking address"},
+    {0xc6336400, 24, "a documentation address"},
+    {0xcb007100, 24, "a documentation address"},
+    {0xe0000000, 4, "a multicast address"},
+    {0xf0000000, 4, "a reserved or broadcast address"},
+};
+
+static const char *v4_class(const unsigned char *a)
+{
+    uint32_t ip = ((uint32_t)a[0] << 24) | ((uint32_t)a[1] << 16) | ((uint32_t)a[2] << 8) | a[3];
+    for (size_t i = 0; i < ARRAY_SIZE(v4_special); i++) {
+        uint32_t mask = 0xffffffffu << (32 - v4_special[i].bits);
+        if ((ip & mask) == v4_special[i].net)
+            return v4_special[i].what;
+    }
+    return NULL;
+}
+
+static const char *v6_class(const unsigned char *a)
+{
+    static const unsigned char mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    static const unsigned char nat64[12] = {0, 0x64, 0xff, 0x9b};
+    static const unsigned char zero[16] = {0};
+    if (!memcmp(a, mapped, 12) || !memcmp(a, nat64, 12))
+        return v4_class(a + 12); /* an IPv4 address in IPv6 clothes */
+    if (!memcmp(a, zero, 15))
+        return a[15] == 1 ? "a loopback address" : "an unspecified address";
+    if ((a[0] & 0xfe) == 0xfc)
+        return "a private (unique local) address";
+    if (a[0] == 0xfe && (a[1] & 0xc0) == 0x80)
+        return "a link-local address";
+    if (a[0] == 0xfe && (a[1] & 0xc0) == 0xc0)
+        return "a site-local address";
+    if (a[0] == 0xff)
+        return "a multicast address";
+    if (a[0] == 0x20 && a[1] == 0x01 && a[2] == 0x0d && a[3] == 0xb8)
+        return "a documentation address";
+    if (a[0] == 0x20 && a[1] == 0x02)
+        return "a 6to4 address";
+    if (!memcmp(a, zero, 8) || (a[0] == 0x01 && !memcmp(a + 1, zero, 7)))
+        return "a reserved address";
+    return NULL;
+}
+
+/* Whether an IP entry names exactly this address (an IPv4-mapped IPv6 address counts as
+ * its IPv4 address) with this port. */
+static bool named_exactly(const struct net_policy *p, int family, const unsigned char *a,
+                          uint16_t port)
+{
+    static const unsigned char mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    if (family == AF_INET6 && !memcmp(a, mapped, 12)) {
+        family = AF_INET;
+        a += 12;
+    }
+    for (size_t i = 0; i < p->n; i++) {
+        const struct net_entry *e = &p->entries[i];
+        if (e->kind == NET_ENTRY_IP && e->family == family && port_ok(e, port) &&
+            !memcmp(e->addr, a, family == AF_INET ? 4 : 16))
+            return true;
+    }
+    return false;
+}
+
+bool net_addr_allowed(const struct net_policy *p, const struct sockaddr *sa, uint16_t port,
+                      const char **ret_why)
+{
+    const unsigned char *a;
+    const char *what;
+    if (sa->sa_family == AF_INET) {
+        a = (const unsigned char *)&((const struct sockaddr_in *)sa)->sin_addr;
+        what = v4_class(a);
+    } else if (sa->sa_family == AF_INET6) {
+        a = (const unsigned char *)&((const struct sockaddr_in6 *)sa)->sin6_addr;
+        what = v6_class(a);
+    } else {
+        *ret_why = "not an internet address";
+        return false;
+    }
+    if (!what || named_exactly(p, sa->sa_family, a, port))
+        return true;
+    *ret_why = what;
+    return false;
+}
+
+bool net_policy_names_loopback(const struct net_policy *p)
+{
+    for (size_t i = 0; p && i < p->n; i++) {
+        const struct net_entry *e = &p->entries[i];
+        if (e->kind != NET_ENTRY_IP)
+            continue;
+        const char *what = e->family == AF_INET ? v4_class(e->addr) : v6_class(e->addr);
+        if (what && strstr(what, "loopback"))
+            return true;
+    }
+    return false;
+}
+
+/* ---- a server's cap ---- */
+
+static bool ports_cover(const struct net_entry *max, const struct net_entry *e)
+{
+    if (!max->port)
+        return !e->port || e->port == 80 || e->port == 443;
+    return e->port == max->port;
+}
+
+static bool hosts_cover(const struct net_entry *max, const struct net_entry *e)
+{
+    switch (max->kind) {
+    case NET_ENTRY_HOST:
+        return e->kind == NET_ENTRY_HOST && !strcmp(e->host, max->host);
+    case NET_ENTRY_WILDCARD:
+        return (e->kind == NET_ENTRY_HOST && is_subdomain(e->host, max->host)) ||
+               (e->kind == NET_ENTRY_WILDCARD &&
+                (!strcmp(e->host, max->host) || is_subdomain(e->host, max->host)));
+    case NET_ENTRY_IP:
+        return e->kind == NET_ENTRY_IP && e->family == max->family &&
+               !memcmp(e->addr, max->addr, e->family == AF_INET ? 4 : 16);
+    }
+    return false;
+}
+
+bool net_policy_within(const struct net_policy *req, const struct net_policy *max)
+{
+    if (!req || !max)
+        return true;
+    for (size_t i = 0; i < req->n; i++) {
+        bool covered = false;
+        for (size_t j = 0; j < max->n && !covered; j++)
+            covered = hosts_cover(&max->entries[j], &req->entries[i]) &&
+                      ports_cover(&max->entries[j], &req->entries[i]);
+        if (!covered) {
+            _cleanup_free_ char *allowed = NULL;
+            struct buf b;
+            buf_init(&b, 0);
+            for (size_t j = 0; j < max->n; j++)
+                buf_printf(&b, "%s%s", j ? ", " : "", max->entries[j].text);
+            allowed = buf_detach(&b, NULL);
+            err_set(EPERM, "network allowlist entry '%s' is outside what this server allows "
+                    "(%s)", req->entries[i].text, max->n ? allowed : "no network at all");
+            return false;
+        }
+    }
+    return true;
+}
+
+/* ---- presentation ---- */
+
+json_t *net_policy_json(const struct net_policy *p)
+{
+    if (!p)
+        return json_pack("{s:s}", "mode", "none");
+    json_t *allow = json_array();
+    for (size_t i = 0; i < p->n; i++)
+        json_array_append_new(allow, json_string(p->entries[i].text));
+    return json_pack("{s:s,s:o,s:I,s:I}", "mode", "allowlist", "allow", allow,
+                     "max_connections",
+                     (json_int_t)(p->max_connections ? p->max_connections
+                                                     : NET_DEFAULT_MAX_CONNECTIONS),
+                     "max_bytes",
+                     (json_int_t)(p->max_bytes ? p->max_bytes : NET_DEFAULT_MAX_BYTES));
+}
+
+char **net_proxy_env(const struct net_policy *p, char **env)
+{
+    static const char *const names[] = {"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY",
+                                        "http_proxy", "https_proxy", "all_proxy"};
+    char line[128];
+    for (size_t i = 0; i < ARRAY_SIZE(names); i++) {
+        snprintf(line, sizeof(line), "%s=http://127.0.0.1:%d", names[i], NET_RELAY_PORT);
+        env = strv_push(env, line);
+    }
+    /* Servers the code runs itself on the sandbox's loopback are reached directly, unless
+     * the policy names a loopback address: then such names must go through the proxy,
+     * which is the only way out of the sandbox's own loopback. */
+    if (!net_policy_names_loopback(p)) {
+        env = strv_push(env, "NO_PROXY=localhost,127.0.0.1,::1");
+        env = strv_push(env, "no_proxy=localhost,127.0.0.1,::1");
+    }
+    return env;
+}

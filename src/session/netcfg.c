@@ -1,0 +1,142 @@
+/* netcfg.c - the sandbox side of a network policy: the session's egress proxy, the bind of
+ * its socket, the relay and the variables that point clients at it; and the checks of a
+ * request's network options. */
+#include "session/session-int.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+static void on_egress(void *ctx, const struct egress_event *ev)
+{
+    struct event_log *log = ctx;
+    json_t *j = json_pack("{s:s,s:s?,s:s?,s:i,s:b,s:s?,s:s?,s:s?,s:i}", "type", "network",
+                          "method", ev->method, "host", ev->host, "port", (int)ev->port,
+                          "allowed", ev->allowed, "rule", ev->rule, "address", ev->address,
+                          "reason", ev->reason, "status", ev->status);
+    if (j)
+        event_log_add(log, j);
+}
+
+int sandbox_net_start(struct sandbox_net *sn, const struct net_opts *n, struct workspace *ws,
+                      struct event_log *log)
+{
+    memset(sn, 0, sizeof(*sn));
+    sn->log = log;
+    sn->env_extra = xcalloc(1, sizeof(char *));
+    if (!n->policy)
+        return 0;
+    _cleanup_free_ char *dir = xasprintf("%s/egress", ws->base);
+    int r = egress_new(dir, n->policy, on_egress, log, &sn->egress);
+    if (r < 0)
+        return r;
+    sn->binds[0] = egress_dir(sn->egress);
+    sn->binds[1] = NET_SANDBOX_DIR;
+    sn->env_extra = net_proxy_env(n->policy, sn->env_extra);
+    if (n->index_url) {
+        _cleanup_free_ char *line = xasprintf("PIP_INDEX_URL=%s", n->index_url);
+        sn->env_extra = strv_push(sn->env_extra, line);
+    }
+    return 0;
+}
+
+void sandbox_net_stop(struct sandbox_net *sn)
+{
+    egress_free(sn->egress);
+    strv_free(sn->env_extra);
+    memset(sn, 0, sizeof(*sn));
+}
+
+char **sandbox_net_apply(const struct sandbox_net *sn, struct sandbox_spec *spec,
+                         const char **binds_storage, size_t storage_len,
+                         const char *const *extra_binds)
+{
+    char **env = sandbox_default_env();
+    size_t n = 0;
+    for (const char *const *b = extra_binds; b && b[0] && n + 3 < storage_len; b += 2) {
+        binds_storage[n++] = b[0];
+        binds_storage[n++] = b[1];
+    }
+    if (sn && sn->egress) {
+        binds_storage[n++] = sn->binds[0];
+        binds_storage[n++] = sn->binds[1];
+        spec->relay_socket = NET_SANDBOX_SOCKET;
+        spec->relay_port = NET_RELAY_PORT;
+    }
+    binds_storage[n] = NULL;
+    spec->ro_binds = binds_storage;
+    for (char **e = sn ? sn->env_extra : NULL; e && *e; e++)
+        env = strv_push(env, *e);
+    spec->env = env;
+    return env;
+}
+
+/* Host and port of an http(s) URL, for checking it against the policy. */
+static int url_host_port(const char *url, char *host, size_t host_len, uint16_t *ret_port)
+{
+    bool https = !strncasecmp(url, "https://", 8);
+    if (!https && strncasecmp(url, "http://", 7))
+        return -EINVAL;
+    const char *auth = url + (https ? 8 : 7);
+    size_t alen = strcspn(auth, "/?#");
+    const char *at = memchr(auth, '@', alen);
+    if (at) {
+        alen -= (size_t)(at + 1 - auth);
+        auth = at + 1;
+    }
+    const char *colon = auth[0] == '[' ? memchr(auth, ']', alen) : auth;
+    colon = colon ? memchr(colon, ':', alen - (size_t)(colon - auth)) : NULL;
+    size_t hlen = colon ? (size_t)(colon - auth) : alen;
+    uint64_t port = https ? 443 : 80;
+    if (colon) {
+        char digits[8];
+        size_t plen = alen - hlen - 1;
+        if (!plen || plen >= sizeof(digits))
+            return -EINVAL;
+        memcpy(digits, colon + 1, plen);
+        digits[plen] = '\0';
+        if (parse_u64(digits, &port) < 0 || !port || port > 65535)
+            return -EINVAL;
+    }
+    if (!hlen || hlen >= host_len)
+        return -EINVAL;
+    snprintf(host, host_len, "%.*s", (int)hlen, auth);
+    *ret_port = (uint16_t)port;
+    return 0;
+}
+
+static int check_index_url(const struct net_opts *n)
+{
+    char host[256];
+    uint16_t port;
+    if (strpbrk(n->index_url, " \t\r\n") ||
+        url_host_port(n->index_url, host, sizeof(host), &port) < 0)
+        return err_set(EINVAL, "index URL '%s' is not an http:// or https:// URL",
+                       n->index_url);
+    if (!n->policy)
+        return err_set(EINVAL, "index URL '%s' needs a network allowlist that includes "
+                       "its host", n->index_url);
+    if (!net_policy_match(n->policy, host, port))
+        return err_set(EINVAL, "index URL '%s': %s port %u is not on the network allowlist; "
+                       "add '%s:%u'", n->index_url, host, port, host, port);
+    return 0;
+}
+
+int net_opts_check(const struct net_opts *n)
+{
+    size_t count = strv_len(n->packages);
+    if (count && !n->policy)
+        return err_set(EINVAL, "packages can only be installed with a network allowlist that "
+                       "reaches a package index (network mode 'allowlist'; --net allow:...)");
+    if (count > MAX_PACKAGES)
+        return err_set(EINVAL, "%zu packages requested; at most %d", count, MAX_PACKAGES);
+    for (char *const *p = n->packages; p && *p; p++) {
+        size_t len = strlen(*p);
+        if (!len || len > 256 || (*p)[0] == '-' || strpbrk(*p, "\r\n\t"))
+            return err_set(EINVAL, "package '%s' is not a requirement such as 'name' or "
+                           "'name==1.2' (no pip options, no line breaks, at most 256 "
+                           "characters)", *p);
+    }
+    return n->index_url ? check_index_url(n) : 0;
+}

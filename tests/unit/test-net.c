@@ -1,0 +1,208 @@
+/* test-net.c - unit tests for src/net: allowlist parsing and matching, address classes, the
+ * server cap, and parsing what clients send the proxy. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <string.h>
+
+#include "net/net-int.h"
+#include "runner.h"
+
+static struct net_policy *policy(const char *list)
+{
+    struct net_policy *p = NULL;
+    CHECK(net_policy_parse_list(list, &p) == 0);
+    return p;
+}
+
+static const char *rule(const struct net_policy *p, const char *host, uint16_t port)
+{
+    const struct net_entry *e = net_policy_match(p, host, port);
+    return e ? e->text : "none";
+}
+
+TEST(entries_parse_to_canonical_form)
+{
+    struct net_policy *p = policy("Example.COM., *.pkg.test:8443, 10.0.0.1:80, [::1]:8080, ::2");
+    CHECK(p->n == 5);
+    CHECK_STREQ(p->entries[0].text, "example.com");
+    CHECK(p->entries[0].port == 0);
+    CHECK_STREQ(p->entries[1].text, "*.pkg.test:8443");
+    CHECK(p->entries[1].kind == NET_ENTRY_WILDCARD);
+    CHECK_STREQ(p->entries[2].text, "10.0.0.1:80");
+    CHECK(p->entries[2].kind == NET_ENTRY_IP);
+    CHECK_STREQ(p->entries[3].text, "[::1]:8080");
+    CHECK_STREQ(p->entries[4].text, "::2");
+    net_policy_free(p);
+}
+
+TEST(bad_entries_are_refused_with_the_entry_named)
+{
+    const char *bad[] = {"", "*", "*.", "a..b", "-a.test", "a.test:0", "a.test:65536",
+                         "a.test:x", "1.2.3", "a b", "[::1", "ex*ample.com", "a.test:"};
+    for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
+        struct net_policy *p = NULL;
+        CHECK(net_policy_parse(&bad[i], 1, &p) == -EINVAL);
+        CHECK(p == NULL);
+    }
+    struct net_policy *p = NULL;
+    CHECK(net_policy_parse_list("a.test,,b.test", &p) == -EINVAL);
+    CHECK(strstr(err_msg(), "empty entry") != NULL);
+    const char *one = "a.test:99999";
+    CHECK(net_policy_parse(&one, 1, &p) == -EINVAL);
+    CHECK(strstr(err_msg(), "a.test:99999") != NULL);
+}
+
+TEST(default_ports_are_80_and_443)
+{
+    struct net_policy *p = policy("a.test");
+    CHECK_STREQ(rule(p, "a.test", 80), "a.test");
+    CHECK_STREQ(rule(p, "a.test", 443), "a.test");
+    CHECK_STREQ(rule(p, "a.test", 8080), "none");
+    CHECK_STREQ(rule(p, "A.Test.", 443), "a.test");
+    net_policy_free(p);
+}
+
+TEST(wildcards_match_subdomains_only)
+{
+    struct net_policy *p = policy("*.example.test");
+    CHECK_STREQ(rule(p, "a.example.test", 443), "*.example.test");
+    CHECK_STREQ(rule(p, "b.a.example.test", 443), "*.example.test");
+    CHECK_STREQ(rule(p, "example.test", 443), "none");
+    CHECK_STREQ(rule(p, "example.test.evil", 443), "none");
+    CHECK_STREQ(rule(p, "badexample.test", 443), "none");
+    CHECK_STREQ(rule(p, ".example.test", 443), "none");
+    net_policy_free(p);
+}
+
+TEST(ip_entries_match_the_literal_only)
+{
+    struct net_policy *p = policy("127.0.0.1:8000,[::1]:8000");
+    CHECK_STREQ(rule(p, "127.0.0.1", 8000), "127.0.0.1:8000");
+    CHECK_STREQ(rule(p, "127.0.0.1", 8001), "none");
+    CHECK_STREQ(rule(p, "[::1]", 8000), "[::1]:8000");
+    CHECK_STREQ(rule(p, "::1", 8000), "[::1]:8000");
+    CHECK_STREQ(rule(p, "localhost", 8000), "none");
+    CHECK_STREQ(rule(p, "127.1", 8000), "none");
+    net_policy_free(p);
+}
+
+static bool allowed(const struct net_policy *p, const char *ip, uint16_t port)
+{
+    struct sockaddr_storage ss = {0};
+    const char *why;
+    if (strchr(ip, ':')) {
+        struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&ss;
+        s6->sin6_family = AF_INET6;
+        CHECK(inet_pton(AF_INET6, ip, &s6->sin6_addr) == 1);
+    } else {
+        struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
+        s4->sin_family = AF_INET;
+        CHECK(inet_pton(AF_INET, ip, &s4->sin_addr) == 1);
+    }
+    return net_addr_allowed(p, (struct sockaddr *)&ss, port, &why);
+}
+
+TEST(special_addresses_are_refused_unless_named_exactly)
+{
+    struct net_policy *p = policy("a.test,127.0.0.1:8000");
+    const char *special[] = {"127.0.0.2", "10.1.2.3", "172.16.0.1", "192.168.1.1",
+                             "169.254.169.254", "100.64.0.1", "0.0.0.0", "224.0.0.1",
+                             "255.255.255.255", "::1", "::", "fe80::1", "fd00::1",
+                             "::ffff:169.254.169.254", "::ffff:10.0.0.1", "64:ff9b::a9fe:a9fe"};
+    for (size_t i = 0; i < ARRAY_SIZE(special); i++)
+        CHECK(!allowed(p, special[i], 443));
+    CHECK(allowed(p, "93.184.215.14", 443));
+    CHECK(allowed(p, "2606:2800:21f:cb07:6820:80da:af6b:8b2c", 443));
+    CHECK(allowed(p, "127.0.0.1", 8000));
+    CHECK(!allowed(p, "127.0.0.1", 8001));
+    CHECK(allowed(p, "::ffff:127.0.0.1", 8000));
+    CHECK(net_policy_names_loopback(p));
+    net_policy_free(p);
+}
+
+TEST(server_cap_covers_hosts_and_ports)
+{
+    struct net_policy *max = policy("*.corp.test,api.test:8443,10.0.0.5:80");
+    const char *inside[] = {"a.corp.test", "*.b.corp.test", "*.corp.test", "a.corp.test:443",
+                            "api.test:8443", "10.0.0.5:80"};
+    const char *outside[] = {"corp.test", "api.test", "api.test:443", "10.0.0.5",
+                             "10.0.0.6:80", "a.corp.test:8080", "*.test"};
+    for (size_t i = 0; i < ARRAY_SIZE(inside); i++) {
+        struct net_policy *p = policy(inside[i]);
+        CHECK(net_policy_within(p, max));
+        net_policy_free(p);
+    }
+    for (size_t i = 0; i < ARRAY_SIZE(outside); i++) {
+        struct net_policy *p = policy(outside[i]);
+        CHECK(!net_policy_within(p, max));
+        CHECK(strstr(err_msg(), "outside what this server allows") != NULL);
+        net_policy_free(p);
+    }
+    struct net_policy *none = NULL, *p = policy("a.test");
+    CHECK(net_policy_parse(NULL, 0, &none) == 0);
+    CHECK(!net_policy_within(p, none));
+    CHECK(net_policy_within(p, NULL));
+    net_policy_free(none);
+    net_policy_free(p);
+    net_policy_free(max);
+}
+
+static int parse(const char *head, struct proxy_request *rq)
+{
+    memset(rq, 0, sizeof(*rq));
+    buf_init(&rq->forward, 2 * NET_MAX_HEAD);
+    return proxy_parse_request(head, strlen(head), rq);
+}
+
+TEST(connect_requests_parse)
+{
+    struct proxy_request rq;
+    CHECK(parse("CONNECT a.test:443 HTTP/1.1\r\nHost: a.test:443\r\n\r\n", &rq) == 0);
+    CHECK(rq.connect);
+    CHECK_STREQ(rq.host, "a.test");
+    CHECK(rq.port == 443);
+    buf_release(&rq.forward);
+    CHECK(parse("CONNECT [::1]:8443 HTTP/1.1\r\n\r\n", &rq) == 0);
+    CHECK_STREQ(rq.host, "::1");
+    CHECK(rq.port == 8443);
+    buf_release(&rq.forward);
+    CHECK(parse("CONNECT a.test HTTP/1.1\r\n\r\n", &rq) == -EINVAL);
+    buf_release(&rq.forward);
+    CHECK(parse("CONNECT a.test:99999 HTTP/1.1\r\n\r\n", &rq) == -EINVAL);
+    buf_release(&rq.forward);
+    CHECK(parse("CONNECT a\x01.test:443 HTTP/1.1\r\n\r\n", &rq) == -EINVAL);
+    buf_release(&rq.forward);
+}
+
+TEST(plain_requests_are_rewritten_for_the_origin)
+{
+    struct proxy_request rq;
+    CHECK(parse("GET http://user:pw@A.test:8080/x?y=1#frag HTTP/1.1\r\nHost: A.test:8080\r\n"
+                "Proxy-Connection: keep-alive\r\nProxy-Authorization: Basic abc\r\n"
+                "Accept: */*\r\nConnection: keep-alive\r\n\r\n", &rq) == 0);
+    CHECK(!rq.connect);
+    CHECK_STREQ(rq.host, "A.test");
+    CHECK(rq.port == 8080);
+    CHECK_STREQ(rq.forward.data, "GET /x?y=1 HTTP/1.1\r\nHost: A.test:8080\r\nAccept: */*\r\n"
+                                 "Connection: close\r\n\r\n");
+    buf_release(&rq.forward);
+    CHECK(parse("GET http://b.test HTTP/1.0\r\n\r\n", &rq) == 0);
+    CHECK(rq.port == 80);
+    CHECK_STREQ(rq.forward.data, "GET / HTTP/1.0\r\nHost: b.test\r\nConnection: close\r\n\r\n");
+    buf_release(&rq.forward);
+    CHECK(parse("GET https://b.test/ HTTP/1.1\r\n\r\n", &rq) == -EINVAL);
+    CHECK(strstr(err_msg(), "CONNECT") != NULL);
+    buf_release(&rq.forward);
+    CHECK(parse("GET / HTTP/1.1\r\nHost: x\r\n\r\n", &rq) == -EINVAL);
+    CHECK(strstr(err_msg(), "egress proxy") != NULL);
+    buf_release(&rq.forward);
+    CHECK(parse("get http://b.test/ HTTP/1.1\r\n\r\n", &rq) == -EINVAL);
+    buf_release(&rq.forward);
+    CHECK(parse("GET http://b.test/ SPDY/3\r\n\r\n", &rq) == -EINVAL);
+    buf_release(&rq.forward);
+}
+
+int main(int argc, char **argv)
+{
+    return run_tests(argc, argv);
+}
