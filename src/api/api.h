@@ -30,6 +30,7 @@ struct server_config {
     struct server_limits limits;
     struct session_opts defaults; /* for sessions that do not say */
     uint64_t shutdown_grace_ms;   /* running cells get this long on SIGTERM */
+    char *const *mcp_origins;     /* Origins allowed on /mcp besides loopback ones (NULL-ended) */
 };
 
 /* Runs the server until SIGTERM or SIGINT, then shuts down gracefully. Returns the process

@@ -24,10 +24,13 @@ static const char serve_help[] =
     "  --timeout SEC          default per-execution timeout (default 60)\n"
     "  --idle-timeout SEC     default idle timeout of sessions (default 600)\n"
     "  --memory MB, --pids N, --disk MB, --cpus N   default session limits\n"
-    "  --shutdown-grace SEC   on SIGTERM, how long running cells may finish (default 10)\n";
+    "  --shutdown-grace SEC   on SIGTERM, how long running cells may finish (default 10)\n"
+    "  --allow-origin ORIGIN  a browser Origin allowed on /mcp besides loopback ones\n"
+    "                         (repeatable; e.g. https://app.example.com)\n";
 
 enum { OPT_LISTEN = OPT_COMMON_END, OPT_DATA, OPT_TOKEN, OPT_MAX_SESSIONS, OPT_MAX_EXECUTIONS,
-       OPT_MAX_MEMORY, OPT_MAX_TIMEOUT, OPT_MAX_UPLOAD, OPT_IDLE_TIMEOUT, OPT_GRACE };
+       OPT_MAX_MEMORY, OPT_MAX_TIMEOUT, OPT_MAX_UPLOAD, OPT_IDLE_TIMEOUT, OPT_GRACE,
+       OPT_ALLOW_ORIGIN };
 
 static const struct option long_opts[] = {
     COMMON_LONG_OPTS,
@@ -41,11 +44,25 @@ static const struct option long_opts[] = {
     {"max-upload", required_argument, NULL, OPT_MAX_UPLOAD},
     {"idle-timeout", required_argument, NULL, OPT_IDLE_TIMEOUT},
     {"shutdown-grace", required_argument, NULL, OPT_GRACE},
+    {"allow-origin", required_argument, NULL, OPT_ALLOW_ORIGIN},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
 
-static int serve_opt(struct server_config *cfg, struct common_opts *co, int c, char *val)
+/* An Origin is scheme://host[:port], exactly as a browser sends it: no path, no slash. */
+static int add_origin(char ***origins, const char *val)
+{
+    const char *host = strstr(val, "://");
+    if ((strncmp(val, "http://", 7) && strncmp(val, "https://", 8)) || !host || !host[3] ||
+        strchr(host + 3, '/'))
+        return usage_error("serve", "--allow-origin: '%s' is not an origin such as "
+                           "https://app.example.com (scheme, host, optional port, no path)", val);
+    *origins = strv_push(*origins ? *origins : xcalloc(1, sizeof(char *)), val);
+    return 0;
+}
+
+static int serve_opt(struct server_config *cfg, struct common_opts *co, int c, char *val,
+                     char ***origins)
 {
     uint64_t v;
     int r;
@@ -79,6 +96,8 @@ static int serve_opt(struct server_config *cfg, struct common_opts *co, int c, c
         return opt_seconds("serve", "--idle-timeout", val, &cfg->defaults.idle_timeout_ms);
     case OPT_GRACE:
         return opt_seconds("serve", "--shutdown-grace", val, &cfg->shutdown_grace_ms);
+    case OPT_ALLOW_ORIGIN:
+        return add_origin(origins, val);
     case OPT_FILE:
     case OPT_OUT:
         return usage_error("serve", "--file and --out do not apply to serve");
@@ -93,6 +112,7 @@ int cmd_serve(int argc, char **argv)
     struct server_config cfg = {.listen = "127.0.0.1:8080", .shutdown_grace_ms = 10000};
     struct common_opts co = {0};
     _cleanup_free_ char *data = NULL;
+    _cleanup_strv_ char **origins = NULL;
     int c, r = 0;
     opterr = 0;
     optind = 1;
@@ -107,7 +127,7 @@ int cmd_serve(int argc, char **argv)
             r = usage_error("serve", "unknown option '%s'; run 'runcell serve --help'",
                             argv[optind - 1]);
         else
-            r = serve_opt(&cfg, &co, c, optarg);
+            r = serve_opt(&cfg, &co, c, optarg, &origins);
     }
     if (!r && optind < argc)
         r = usage_error("serve", "unexpected argument '%s'", argv[optind]);
@@ -119,6 +139,7 @@ int cmd_serve(int argc, char **argv)
     cfg.defaults.limits = co.limits;
     cfg.defaults.timeout_ms = co.timeout_ms;
     session_opts_fill_defaults(&cfg.defaults);
+    cfg.mcp_origins = origins;
     if (!getenv("RUNCELL_LOG"))
         log_set_level(LOG_INFO);
     return server_run(&cfg);

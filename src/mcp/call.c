@@ -4,7 +4,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -76,6 +75,9 @@ static void *progress_main(void *arg)
         if (!k->finished)
             progress_tick(k, interval);
     }
+    /* Output since the last tick still gets its notification, before the response. */
+    if (k->new_output)
+        send_progress(k, k->last_output);
     pthread_mutex_unlock(&k->plock);
     return NULL;
 }
@@ -175,17 +177,14 @@ int call_start(struct mcp_conn *c, const struct tool *tool, json_t *id, json_t *
     }
     k->reply = reply;
     reply_ref(reply);
-    /* Signals go to the transport's own thread, never to a call. */
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, &old);
+    /* The thread inherits the caller's signal mask, and the sandboxes it starts inherit
+     * the thread's: blocking more here would reach user code. */
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     pthread_t t;
     int e = pthread_create(&t, &attr, call_main, k);
     pthread_attr_destroy(&attr);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (e) {
         pthread_mutex_unlock(&c->lock);
         reply_unref(reply);

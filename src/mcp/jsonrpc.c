@@ -94,6 +94,14 @@ json_t *rpc_error(json_t *id, int code, const char *message)
     return j;
 }
 
+char *mcp_error_json(int code, const char *message)
+{
+    json_t *j = rpc_error(NULL, code, message);
+    char *text = json_dumps(j, JSON_COMPACT);
+    json_decref(j);
+    return text;
+}
+
 json_t *rpc_notification(const char *method, json_t *params)
 {
     return json_pack("{s:s,s:s,s:o}", "jsonrpc", "2.0", "method", method, "params", params);
@@ -103,7 +111,8 @@ json_t *rpc_notification(const char *method, json_t *params)
 
 static void sink_send(struct reply *r, json_t *msg, bool response)
 {
-    char *text = json_dumps(msg, JSON_COMPACT);
+    /* 15 digits: 0.003 stays 0.003 rather than 0.0030000000000000001 */
+    char *text = json_dumps(msg, JSON_COMPACT | JSON_REAL_PRECISION(15));
     json_decref(msg);
     if (text)
         r->sink.send(r->sink.ctx, text, strlen(text), response);

@@ -106,6 +106,10 @@ bool mcp_conn_wait_idle(struct mcp_conn *c, int timeout_ms);
  * NULL is a no-op. */
 void mcp_conn_free(struct mcp_conn *c);
 
+/* A JSON-RPC error response with id null, for a transport's own refusals (a bad header, a
+ * missing session): one line of JSON, the message repaired to UTF-8. Caller frees. */
+char *mcp_error_json(int code, const char *message);
+
 /* ---- the parser, exposed for unit tests and fuzzing ---- */
 
 enum mcp_msg_kind { MCP_MSG_REQUEST, MCP_MSG_NOTIFICATION, MCP_MSG_RESPONSE };

@@ -202,22 +202,12 @@ json_t *tools_list_json(unsigned features)
 
 static const char *json_kind(json_t *v)
 {
-    switch (json_typeof(v)) {
-    case JSON_OBJECT:
-        return "an object";
-    case JSON_ARRAY:
-        return "an array";
-    case JSON_STRING:
-        return "a string";
-    case JSON_INTEGER:
-    case JSON_REAL:
-        return "a number";
-    case JSON_TRUE:
-    case JSON_FALSE:
-        return "a boolean";
-    default:
-        return "null";
-    }
+    static const char *const kinds[] = {
+        [JSON_OBJECT] = "an object", [JSON_ARRAY] = "an array",   [JSON_STRING] = "a string",
+        [JSON_INTEGER] = "a number", [JSON_REAL] = "a number",    [JSON_TRUE] = "a boolean",
+        [JSON_FALSE] = "a boolean",  [JSON_NULL] = "null",
+    };
+    return kinds[json_typeof(v)];
 }
 
 static int check_arg(const struct tool *t, const struct arg *a, json_t *v, char **ret_err)
@@ -497,6 +487,25 @@ static json_t *record_structured(json_t *rec, const char *session_id)
 static const char *busy_hint =
     "; wait for the running call to finish, or use another session (create_session)";
 
+/* Runs the cell; while another call runs in the session, waits for it (models often make
+ * calls in parallel) for as long as this call's own timeout, and gives up if cancelled. */
+static int execute_when_free(struct call *k, struct session *s, const struct exec_request *req,
+                             const struct exec_sink *sink, struct exec_record *rec)
+{
+    uint64_t wait_ms = req->timeout_ms ? req->timeout_ms : session_options(s)->timeout_ms;
+    double give_up = now_ms_f() + (double)wait_ms;
+    for (;;) {
+        /* A cancel that came while the session was found stops the call before it runs. */
+        if (atomic_load(&k->cancelled))
+            return -ECANCELED;
+        int r = session_execute(s, req, sink, rec);
+        if (r != -EBUSY || now_ms_f() >= give_up)
+            return r;
+        struct pollfd p = {.fd = k->cancel[0], .events = POLLIN};
+        poll(&p, 1, 50);
+    }
+}
+
 static json_t *run_exec(struct call *k, const char *code, const char *lang)
 {
     struct mcp_conn *c = k->c;
@@ -523,8 +532,7 @@ static json_t *run_exec(struct call *k, const char *code, const char *lang)
     struct exec_sink sink = {.fn = exec_event, .ctx = k};
     struct exec_record rec;
     exec_record_init(&rec, session_options(s)->output_cap);
-    /* A cancel that came while the session was being found stops the call before it runs. */
-    int r = atomic_load(&k->cancelled) ? -ECANCELED : session_execute(s, &req, &sink, &rec);
+    int r = execute_when_free(k, s, &req, &sink, &rec);
     slot_give(c);
     session_table_release(c->cfg->table, s);
     json_t *result;
