@@ -488,7 +488,8 @@ static const char *busy_hint =
     "; wait for the running call to finish, or use another session (create_session)";
 
 /* Runs the cell; while another call runs in the session, waits for it (models often make
- * calls in parallel) for as long as this call's own timeout, and gives up if cancelled. */
+ * calls in parallel) for as long as this call's own timeout, and gives up if cancelled. A
+ * waiting call holds no execution slot. -EAGAIN when the process runs its most. */
 static int execute_when_free(struct call *k, struct session *s, const struct exec_request *req,
                              const struct exec_sink *sink, struct exec_record *rec)
 {
@@ -498,7 +499,10 @@ static int execute_when_free(struct call *k, struct session *s, const struct exe
         /* A cancel that came while the session was found stops the call before it runs. */
         if (atomic_load(&k->cancelled))
             return -ECANCELED;
+        if (!slot_take(k->c))
+            return -EAGAIN;
         int r = session_execute(s, req, sink, rec);
+        slot_give(k->c);
         if (r != -EBUSY || now_ms_f() >= give_up)
             return r;
         struct pollfd p = {.fd = k->cancel[0], .events = POLLIN};
@@ -522,22 +526,19 @@ static json_t *run_exec(struct call *k, const char *code, const char *lang)
     struct session *s = call_session(k, &sid, &note, &err);
     if (!s)
         return tool_error("%s: %s", k->tool->name, err);
-    if (!slot_take(c)) {
-        session_table_release(c->cfg->table, s);
-        return tool_error("%s: the server is running its maximum of %zu executions; retry "
-                          "shortly", k->tool->name, c->cfg->max_executions);
-    }
     struct exec_request req = {.code = code, .lang = lang, .timeout_ms = timeout_ms,
                                .cancel_fd = k->cancel[0], .cancel_events = POLLIN};
     struct exec_sink sink = {.fn = exec_event, .ctx = k};
     struct exec_record rec;
     exec_record_init(&rec, session_options(s)->output_cap);
     int r = execute_when_free(k, s, &req, &sink, &rec);
-    slot_give(c);
     session_table_release(c->cfg->table, s);
     json_t *result;
     if (r == -ECANCELED) {
         result = tool_error("%s: cancelled", k->tool->name);
+    } else if (r == -EAGAIN) {
+        result = tool_error("%s: the server is running its maximum of %zu executions; retry "
+                            "shortly", k->tool->name, c->cfg->max_executions);
     } else if (r < 0) {
         result = tool_error("%s: session %s: %s%s", k->tool->name, sid, err_msg(),
                             r == -EBUSY ? busy_hint : "");

@@ -249,6 +249,13 @@ class McpCases:
                                               "encoding": "base64"})
         self.assertTrue(r["isError"])
         self.assertIn("base64", texts(r))
+        self.c.tool_result("run_code", {"code": "open('big.bin', 'wb').truncate(11 << 20)"})
+        r = self.c.tool_result("read_file", {"path": "big.bin"})
+        self.assertTrue(r["isError"])
+        self.assertIn("more than the 10485760 read_file returns", texts(r))
+        r = self.c.tool_result("write_file", {"path": "big2.txt", "content": "z" * (11 << 20)})
+        self.assertTrue(r["isError"])
+        self.assertIn("more than the 10485760", texts(r))
 
     def test_sessions_are_separate(self):
         r = self.c.tool_result("create_session", {"language": "python"})
@@ -414,6 +421,26 @@ class StdioTest(McpCases, RuncellTestCase):
         self.assertIn("False", texts(r))
         self.close_client(c)
 
+    def test_calls_in_flight_are_capped(self):
+        c = self.fresh()
+        ids = [c.new_id() for _ in range(16)]
+        for rid in ids:  # the first sleeps; the others wait for the session
+            c.send({"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": {
+                "name": "run_code", "arguments": {"code": "import time\ntime.sleep(120)"}}})
+        resp = c.call_tool("run_code", {"code": "1"})
+        self.assertEqual(resp["error"]["code"], -32000)
+        self.assertIn("16 tool calls", resp["error"]["message"])
+        for rid in ids:
+            c.notify("notifications/cancelled", {"requestId": rid})
+        deadline = time.time() + 60
+        while True:  # the slots free up once the cancelled calls are gone
+            r = c.call_tool("run_code", {"code": "'free again'"})
+            if "result" in r or time.time() > deadline:
+                break
+            time.sleep(0.2)
+        self.assertEqual(texts(r["result"]), "'free again'")
+        self.close_client(c)
+
     def test_usage_errors(self):
         from rctest import runcell
         p = runcell("mcp", "--file", "x")
@@ -436,6 +463,8 @@ class HttpTest(McpCases, RuncellTestCase):
     def tearDownClass(cls):
         cls.c.delete()
         cls.server.__exit__()
+        assert cls.server.status == 0, "runcell serve exited %s: %s" % (
+            cls.server.status, cls.server.last_output[-3000:])
 
     def new_client(self, **kw):
         return HttpClient(self.server.port, self.server.token, **kw)
@@ -577,6 +606,57 @@ class HttpTest(McpCases, RuncellTestCase):
         with urllib.request.urlopen(req, timeout=30) as resp:
             self.assertEqual(json.load(resp)["id"], sid)
         self.c.tool_result("close_session", {"session_id": sid})
+
+
+class HttpLimitsTest(RuncellTestCase):
+    """The limits of /mcp, each on a server of its own."""
+
+    def test_mcp_sessions_and_executions_are_capped(self):
+        with ServeProcess("--max-sessions", "2", "--max-executions", "1") as srv:
+            c1, c2, c3 = (HttpClient(srv.port, srv.token) for _ in range(3))
+            c1.initialize()
+            c2.initialize()
+            r = c3.http("POST", {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                                 "params": {"protocolVersion": "2025-11-25"}})
+            self.assertEqual(r.status, 429)
+            self.assertIn("maximum of 2 MCP sessions", r.messages[0]["error"]["message"])
+            sleeping, box = threading.Event(), {}
+
+            def on_event(msg):
+                if msg.get("params", {}).get("message") == "sleeping":
+                    sleeping.set()
+            t = threading.Thread(target=lambda: box.update(r=c1.http("POST", {
+                "jsonrpc": "2.0", "id": 77, "method": "tools/call", "params": {
+                    "name": "run_code", "_meta": {"progressToken": 1},
+                    "arguments": {"code": "print('sleeping', flush=True)\nimport time\n"
+                                  "time.sleep(120)"}}}, on_event=on_event)))
+            t.start()
+            self.assertTrue(sleeping.wait(120))
+            r = c2.tool_result("run_code", {"code": "1"})  # another session, no slot
+            self.assertTrue(r["isError"])
+            self.assertIn("maximum of 1 executions", texts(r))
+            c1.notify("notifications/cancelled", {"requestId": 77})
+            t.join(120)
+            self.assertFalse(t.is_alive())
+            self.assertFalse(any(m.get("id") == 77 for m in box["r"].messages))
+            self.assertEqual(c2.tool_result("run_code", {"code": "2"})["content"][0]["text"],
+                             "2")
+
+    def test_idle_mcp_sessions_expire(self):
+        with ServeProcess("--idle-timeout", "1") as srv:
+            c = HttpClient(srv.port, srv.token)
+            c.initialize()
+            deadline = time.time() + 60
+            while True:
+                time.sleep(1.2)
+                r = c.http("POST", {"jsonrpc": "2.0", "id": 2, "method": "ping"})
+                if r.status != 200 or time.time() > deadline:
+                    break
+            self.assertEqual(r.status, 404)
+            self.assertIn("ended or expired", r.messages[0]["error"]["message"])
+            c.session = None
+            c.initialize()  # a new one starts at once
+            self.assertEqual(c.request("ping")["result"], {})
 
 
 if __name__ == "__main__":

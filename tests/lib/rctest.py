@@ -99,6 +99,7 @@ class ServeProcess:
         return self.log.read()
 
     def __exit__(self, *exc):
+        """Stops the server; self.status is its exit status (0 after a clean shutdown)."""
         if self.proc.poll() is None:
             self.proc.terminate()
             try:
@@ -106,5 +107,7 @@ class ServeProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        self.status = self.proc.returncode
+        self.last_output = self.output()
         self.log.close()
         subprocess.run(["rm", "-rf", self.data])

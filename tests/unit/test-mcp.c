@@ -45,6 +45,12 @@ static void fx_init(struct fixture *f)
     f->sink = (struct mcp_sink){.send = c_send, .close = c_close, .ctx = &f->got};
 }
 
+static void fx_free(struct fixture *f)
+{
+    mcp_conn_free(f->conn);
+    json_decref(f->got.msgs);
+}
+
 /* Sends text; returns the one message it was answered with (borrowed), or NULL. */
 static json_t *say(struct fixture *f, const char *text, enum mcp_input *ret_in)
 {
@@ -102,7 +108,7 @@ TEST(each_version_is_answered_in_kind)
         CHECK((json_object_get(info, "title") != NULL) == titled);
         CHECK(json_object_get(json_object_get(result(init), "capabilities"), "tools"));
         CHECK_STREQ(mcp_conn_version(f.conn), *v);
-        mcp_conn_free(f.conn);
+        fx_free(&f);
     }
 }
 
@@ -114,7 +120,7 @@ TEST(unknown_version_gets_the_newest)
                         "{\"protocolVersion\":\"1999-01-01\"}}", NULL);
     CHECK_STREQ(json_string_value(json_object_get(result(r), "protocolVersion")), "2025-11-25");
     CHECK_STREQ(json_string_value(json_object_get(r, "id")), "a");
-    mcp_conn_free(f.conn);
+    fx_free(&f);
 }
 
 TEST(initialize_needs_a_version_and_happens_once)
@@ -132,7 +138,7 @@ TEST(initialize_needs_a_version_and_happens_once)
     CHECK(error_code(r) == MCP_INVALID_REQUEST);
     CHECK(strstr(error_message(r), "already initialized"));
     CHECK_STREQ(mcp_conn_version(f.conn), "2025-06-18");
-    mcp_conn_free(f.conn);
+    fx_free(&f);
 }
 
 TEST(requests_before_initialize_are_refused_but_ping_works)
@@ -144,7 +150,7 @@ TEST(requests_before_initialize_are_refused_but_ping_works)
     CHECK(strstr(error_message(r), "initialize"));
     r = say(&f, "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"ping\"}", NULL);
     CHECK(json_is_object(result(r)) && json_object_size(result(r)) == 0);
-    mcp_conn_free(f.conn);
+    fx_free(&f);
 }
 
 TEST(malformed_json_is_a_parse_error_with_null_id)
@@ -159,7 +165,7 @@ TEST(malformed_json_is_a_parse_error_with_null_id)
     CHECK(strstr(error_message(r), "parse error"));
     r = say(&f, "\xff\xfe not utf-8", &in);
     CHECK(error_code(r) == MCP_PARSE_ERROR);
-    mcp_conn_free(f.conn);
+    fx_free(&f);
 }
 
 TEST(oversized_message_is_refused_unread)
@@ -173,7 +179,7 @@ TEST(oversized_message_is_refused_unread)
     json_t *r = json_array_get(f.got.msgs, 0);
     CHECK(error_code(r) == MCP_INVALID_REQUEST);
     CHECK(strstr(error_message(r), "limit"));
-    mcp_conn_free(f.conn);
+    fx_free(&f);
 }
 
 TEST(invalid_messages_name_the_problem)
@@ -196,7 +202,7 @@ TEST(invalid_messages_name_the_problem)
     CHECK(error_code(r) == MCP_INVALID_REQUEST);
     r = say(&f, "{\"jsonrpc\":\"2.0\",\"id\":1,\"id\":2,\"method\":\"ping\"}", NULL);
     CHECK(error_code(r) == MCP_PARSE_ERROR); /* duplicate keys */
-    mcp_conn_free(f.conn);
+    fx_free(&f);
 }
 
 TEST(unknown_method_is_32601_and_named)
@@ -210,7 +216,7 @@ TEST(unknown_method_is_32601_and_named)
     CHECK(error_code(r) == MCP_METHOD_NOT_FOUND);
     CHECK(strstr(error_message(r), "resources/list"));
     CHECK(json_integer_value(json_object_get(r, "id")) == 3);
-    mcp_conn_free(f.conn);
+    fx_free(&f);
 }
 
 TEST(notifications_and_responses_get_no_answer)
@@ -226,7 +232,7 @@ TEST(notifications_and_responses_get_no_answer)
     CHECK(say(&f, "{\"jsonrpc\":\"2.0\",\"method\":\"ping\",\"params\":[]}", &in) == NULL);
     CHECK(say(&f, "{\"jsonrpc\":\"2.0\",\"id\":4,\"result\":{}}", &in) == NULL);
     CHECK(in == MCP_IN_NONE);
-    mcp_conn_free(f.conn);
+    fx_free(&f);
 }
 
 static json_t *tool_named(json_t *list, const char *name)
@@ -266,7 +272,7 @@ TEST(tools_list_fits_each_version)
             json_object_get(json_object_get(tool_named(r, "run_code"), "inputSchema"),
                             "properties"), "code");
         CHECK_STREQ(json_string_value(json_object_get(code, "type")), "string");
-        mcp_conn_free(f.conn);
+        fx_free(&f);
     }
 }
 
@@ -278,7 +284,7 @@ TEST(tools_list_refuses_a_cursor_it_never_gave)
     json_t *r = say(&f, "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/list\",\"params\":"
                         "{\"cursor\":\"x\"}}", NULL);
     CHECK(error_code(r) == MCP_INVALID_PARAMS);
-    mcp_conn_free(f.conn);
+    fx_free(&f);
 }
 
 TEST(unknown_tool_is_32602_and_named)
@@ -296,7 +302,7 @@ TEST(unknown_tool_is_32602_and_named)
     r = say(&f, "{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"tools/call\",\"params\":"
                 "{\"name\":\"run_code\",\"arguments\":[1]}}", NULL);
     CHECK(error_code(r) == MCP_INVALID_PARAMS);
-    mcp_conn_free(f.conn);
+    fx_free(&f);
 }
 
 static const char bad_args[] = "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"tools/call\",\"params\":"
@@ -310,7 +316,7 @@ TEST(bad_arguments_are_protocol_errors_before_2025_11_25)
     json_t *r = say(&f, bad_args, NULL);
     CHECK(error_code(r) == MCP_INVALID_PARAMS);
     CHECK(strstr(error_message(r), "'code' must be a string"));
-    mcp_conn_free(f.conn);
+    fx_free(&f);
 }
 
 TEST(bad_arguments_are_tool_errors_from_2025_11_25)
@@ -323,7 +329,7 @@ TEST(bad_arguments_are_tool_errors_from_2025_11_25)
     json_t *text = json_object_get(json_array_get(json_object_get(result(r), "content"), 0),
                                    "text");
     CHECK(strstr(json_string_value(text), "'code' must be a string"));
-    mcp_conn_free(f.conn);
+    fx_free(&f);
 }
 
 TEST(tool_call_without_sandbox_is_a_tool_error)
@@ -334,7 +340,7 @@ TEST(tool_call_without_sandbox_is_a_tool_error)
     json_t *r = say(&f, "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"tools/call\",\"params\":"
                         "{\"name\":\"list_files\"}}", NULL);
     CHECK(json_is_true(json_object_get(result(r), "isError")));
-    mcp_conn_free(f.conn);
+    fx_free(&f);
 }
 
 TEST(batches_only_in_2025_03_26)
@@ -356,7 +362,7 @@ TEST(batches_only_in_2025_03_26)
     CHECK(in == MCP_IN_INVALID && error_code(r) == MCP_INVALID_REQUEST);
     r = say(&f, "[{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}]", &in);
     CHECK(r == NULL && in == MCP_IN_NONE);
-    mcp_conn_free(f.conn);
+    fx_free(&f);
 
     fx_init(&f);
     initialize(&f, "2025-11-25");
@@ -364,7 +370,7 @@ TEST(batches_only_in_2025_03_26)
     CHECK(in == MCP_IN_INVALID);
     CHECK(error_code(r) == MCP_INVALID_REQUEST);
     CHECK(strstr(error_message(r), "2025-03-26"));
-    mcp_conn_free(f.conn);
+    fx_free(&f);
 }
 
 TEST(check_args_names_what_is_wrong)
