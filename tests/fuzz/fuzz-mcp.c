@@ -5,8 +5,12 @@
  * and, for a tools/call, mcp_tool_check_args. The connection has no session table, so tool
  * calls that pass the checks answer with an error instead of running code.
  *
- * With libFuzzer:  clang -g -O1 -fsanitize=fuzzer,address -DRUNCELL_LIBFUZZER -Isrc \
- *                    tests/fuzz/fuzz-mcp.c src/mcp/\*.c ... $(pkg-config --cflags --libs jansson)
+ * With libFuzzer, from the top of the tree:
+ *   clang -g -O1 -fsanitize=fuzzer,address,undefined -DRUNCELL_LIBFUZZER -D_GNU_SOURCE \
+ *     -Isrc -DRUNCELL_LIBEXECDIR='"/x"' tests/fuzz/fuzz-mcp.c src/mcp/\*.c src/session/\*.c \
+ *     src/kernel/kernel.c src/sandbox/{host,cgroup,workspace,wsfiles,spawn}.c src/base/\*.c \
+ *     $(pkg-config --cflags --libs jansson) -lpthread -o fuzz-mcp
+ *   ./fuzz-mcp -max_len=4096 CORPUS_DIR tests/fuzz/corpus/mcp
  * Without it (the build's default) the program replays files and directories of inputs,
  * which is how the corpus in tests/fuzz/corpus/mcp runs as a test. */
 #include <dirent.h>
@@ -17,6 +21,14 @@
 #include "mcp/mcp.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    (void)argc, (void)argv;
+    log_set_level(LOG_WARN);
+    return 0;
+}
 
 static void drop(void *ctx, const char *msg, size_t len, bool response)
 {
@@ -112,7 +124,7 @@ static int run_path(const char *path)
 int main(int argc, char **argv)
 {
     int failed = 0;
-    log_set_level(LOG_WARN);
+    LLVMFuzzerInitialize(&argc, &argv);
     for (int i = 1; i < argc; i++)
         failed |= run_path(argv[i]);
     return failed;
