@@ -524,7 +524,8 @@ static enum MHD_Result answer(struct request *rq, struct mcp_conn *conn, struct 
         ret = reply_response(rq, 202, r);
     } else if (in == MCP_IN_INVALID) {
         ret = reply_when_done(rq, st, 400, session_id);
-    } else if (!done && accepts(rq, "text/event-stream")) {
+    } else if ((!done || !accepts(rq, "application/json")) &&
+               accepts(rq, "text/event-stream")) {
         return reply_sse(rq, st, session_id); /* the response owns st now */
     } else {
         ret = reply_when_done(rq, st, 200, session_id);

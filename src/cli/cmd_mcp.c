@@ -167,15 +167,20 @@ static bool read_loop(struct reader *rd, int sigfd, struct out *out)
 {
     static char chunk[1 << 16];
     for (;;) {
-        struct pollfd p[2] = {{.fd = STDIN_FILENO, .events = POLLIN},
-                              {.fd = sigfd, .events = POLLIN}};
-        if (poll(p, 2, -1) < 0) {
+        /* stdout with no events: poll still reports POLLERR once the client closed its
+         * end of a pipe or socket, and nobody would read the answers. */
+        struct pollfd p[3] = {{.fd = STDIN_FILENO, .events = POLLIN},
+                              {.fd = sigfd, .events = POLLIN},
+                              {.fd = STDOUT_FILENO, .events = 0}};
+        if (poll(p, 3, -1) < 0) {
             if (errno == EINTR)
                 continue;
             return false;
         }
-        if (p[1].revents)
+        if (p[1].revents || (p[2].revents & POLLERR))
             return true;
+        if (!p[0].revents)
+            continue;
         ssize_t n = read(STDIN_FILENO, chunk, sizeof(chunk));
         if (n < 0 && (errno == EINTR || errno == EAGAIN))
             continue;
