@@ -45,8 +45,14 @@ static struct mstream *mstream_new(int client_fd, bool keepalive)
     buf_init(&st->out, STREAM_QUEUE_MAX);
     st->client_fd = client_fd;
     st->keepalive = keepalive;
-    if (pipe2(st->notify, O_CLOEXEC | O_NONBLOCK) < 0)
-        abort(); /* out of descriptors: nothing sensible left to do for this request */
+    if (pipe2(st->notify, O_CLOEXEC | O_NONBLOCK) < 0) {
+        err_set(errno, "cannot create a pipe for the response: %s", strerror(errno));
+        buf_release(&st->out);
+        pthread_cond_destroy(&st->changed);
+        pthread_mutex_destroy(&st->lock);
+        free(st);
+        return NULL;
+    }
     return st;
 }
 
@@ -561,8 +567,10 @@ static bool check_post(struct request *rq)
 static enum MHD_Result post_initialize(struct request *rq)
 {
     struct mcp_http *m = rq->srv->mcp;
-    struct mcp_conn *conn = mcp_conn_new(&m->cfg);
     struct mstream *st = mstream_new(-1, false);
+    if (!st)
+        return mcp_http_error(rq, 503, MCP_INTERNAL_ERROR, "%s", err_msg());
+    struct mcp_conn *conn = mcp_conn_new(&m->cfg);
     struct mcp_sink sink = sink_for(st);
     mcp_conn_handle(conn, rq->body.data ? rq->body.data : "", rq->body.len, &sink);
     enum MHD_Result ret;
@@ -615,7 +623,9 @@ enum MHD_Result h_mcp_post(struct request *rq)
     struct msession *ms = find_session(rq);
     if (!ms)
         return MHD_YES;
-    enum MHD_Result ret = answer(rq, ms->conn, mstream_new(client_fd(rq), false), NULL);
+    struct mstream *st = mstream_new(client_fd(rq), false);
+    enum MHD_Result ret = st ? answer(rq, ms->conn, st, NULL)
+                             : mcp_http_error(rq, 503, MCP_INTERNAL_ERROR, "%s", err_msg());
     msession_release(rq->srv->mcp, ms);
     return ret;
 }
@@ -639,15 +649,17 @@ enum MHD_Result h_mcp_get(struct request *rq)
     if (!busy) {
         if (ms->get_stream)
             mstream_close(ms->get_stream); /* its client left: drop our reference */
-        st = mstream_new(client_fd(rq), true);
-        st->refs++; /* the session's, dropped when the session ends */
-        ms->get_stream = st;
+        ms->get_stream = st = mstream_new(client_fd(rq), true);
+        if (st)
+            st->refs++; /* the session's, dropped when the session ends */
     }
     pthread_mutex_unlock(&m->lock);
     msession_release(m, ms);
     if (busy)
         return mcp_http_error(rq, 409, MCP_INVALID_REQUEST, "Conflict: this session already "
                               "has an open GET stream");
+    if (!st)
+        return mcp_http_error(rq, 503, MCP_INTERNAL_ERROR, "%s", err_msg());
     return reply_sse(rq, st, NULL);
 }
 

@@ -303,31 +303,33 @@ static void dispatch_notification(struct mcp_conn *c, const struct mcp_msg *m, s
     log_debug("msg=\"mcp notification ignored\" method=\"%s\"", m->method);
 }
 
-/* Handles one message object; true when a response was (or will be) sent for it. */
-static bool handle_one(struct mcp_conn *c, json_t *v, struct reply *r, bool in_batch)
+/* Handles one message object: MCP_IN_REQUEST when a response was (or will be) sent for
+ * it, MCP_IN_INVALID when it was answered with an error of id null. */
+static enum mcp_input handle_one(struct mcp_conn *c, json_t *v, struct reply *r, bool in_batch)
 {
     struct mcp_msg m;
     _cleanup_free_ char *err = NULL;
     int code = mcp_msg_check(v, &m, &err);
     if (code && m.kind == MCP_MSG_NOTIFICATION) {
         log_info("msg=\"mcp notification dropped\" error=\"%s\"", err);
-        return false; /* notifications are never answered, not even with an error */
+        return MCP_IN_NONE; /* notifications are never answered, not even with an error */
     }
     if (code) {
-        reply_respond(r, rpc_error(m.kind == MCP_MSG_REQUEST ? m.id : NULL, code, err));
-        return true;
+        json_t *id = m.kind == MCP_MSG_REQUEST ? m.id : NULL;
+        reply_respond(r, rpc_error(id, code, err));
+        return id ? MCP_IN_REQUEST : MCP_IN_INVALID;
     }
     switch (m.kind) {
     case MCP_MSG_REQUEST:
         dispatch_request(c, &m, r, in_batch);
-        return true;
+        return MCP_IN_REQUEST;
     case MCP_MSG_NOTIFICATION:
         dispatch_notification(c, &m, r);
-        return false;
+        break;
     case MCP_MSG_RESPONSE:
         break; /* this server sends no requests, so nothing waits for a response */
     }
-    return false;
+    return MCP_IN_NONE;
 }
 
 static enum mcp_input handle_batch(struct mcp_conn *c, json_t *arr, struct reply *r)
@@ -349,7 +351,7 @@ static enum mcp_input handle_batch(struct mcp_conn *c, json_t *arr, struct reply
     bool any = false;
     size_t i;
     json_t *el;
-    json_array_foreach(arr, i, el) any |= handle_one(c, el, r, true);
+    json_array_foreach(arr, i, el) any |= handle_one(c, el, r, true) != MCP_IN_NONE;
     return any ? MCP_IN_REQUEST : MCP_IN_NONE;
 }
 
@@ -375,11 +377,7 @@ static enum mcp_input handle_text(struct mcp_conn *c, const char *data, size_t l
     if (json_is_array(v)) {
         in = handle_batch(c, v, r);
     } else {
-        struct mcp_msg m;
-        _cleanup_free_ char *err = NULL;
-        bool invalid = mcp_msg_check(v, &m, &err) && m.kind != MCP_MSG_NOTIFICATION;
-        bool answered = handle_one(c, v, r, false);
-        in = invalid && !m.id ? MCP_IN_INVALID : answered ? MCP_IN_REQUEST : MCP_IN_NONE;
+        in = handle_one(c, v, r, false);
     }
     json_decref(v);
     return in;
