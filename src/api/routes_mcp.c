@@ -269,9 +269,12 @@ static struct msession *end_locked(struct mcp_http *m, struct msession *ms)
     return ms->refs ? NULL : ms;
 }
 
+/* Idle: no request holds it, no call runs, no GET stream is open, and neither the last
+ * request nor the last call's end is more recent than the idle timeout. */
 static bool idle_expired(struct mcp_http *m, struct msession *ms, uint64_t now)
 {
-    return !ms->refs && now - ms->last_used_ms > m->idle_ms && !mcp_conn_busy(ms->conn) &&
+    uint64_t last = MAX(ms->last_used_ms, mcp_conn_last_active_ms(ms->conn));
+    return !ms->refs && now - last > m->idle_ms && !mcp_conn_busy(ms->conn) &&
            !(ms->get_stream && mstream_open(ms->get_stream));
 }
 
@@ -399,13 +402,15 @@ static enum MHD_Result mcp_http_error(struct request *rq, unsigned status, int c
     return reply_response(rq, status, r);
 }
 
-/* The host part of an origin "scheme://host[:port]". */
+/* Whether an origin "scheme://host[:port]" names this machine's loopback interface. */
 static bool origin_is_loopback(const char *origin)
 {
     const char *host = strstr(origin, "://");
     if (!host || (strncasecmp(origin, "http://", 7) && strncasecmp(origin, "https://", 8)))
         return false;
     host += 3;
+    if (host[0] == '[' && !strchr(host, ']'))
+        return false;
     size_t n = host[0] == '[' ? strcspn(host, "]") + 1 : strcspn(host, ":/");
     const char *rest = host + n;
     if (*rest && *rest != ':' && *rest != '/')

@@ -119,6 +119,7 @@ static void finish(struct call *k)
     }
     call_free(k);
     c->n_calls--;
+    c->last_active_ms = now_ms();
     pthread_cond_broadcast(&c->idle);
     pthread_mutex_unlock(&c->lock);
 }

@@ -46,6 +46,7 @@ struct mcp_conn *mcp_conn_new(const struct mcp_config *cfg)
     pthread_mutex_init(&c->default_lock, NULL);
     pthread_cond_init(&c->idle, NULL);
     c->owned = xcalloc(1, sizeof(char *));
+    c->last_active_ms = now_ms();
     return c;
 }
 
@@ -71,6 +72,14 @@ bool mcp_conn_busy(struct mcp_conn *c)
     bool busy = c->n_calls > 0;
     pthread_mutex_unlock(&c->lock);
     return busy;
+}
+
+uint64_t mcp_conn_last_active_ms(struct mcp_conn *c)
+{
+    pthread_mutex_lock(&c->lock);
+    uint64_t t = c->last_active_ms;
+    pthread_mutex_unlock(&c->lock);
+    return t;
 }
 
 bool mcp_conn_wait_idle(struct mcp_conn *c, int timeout_ms)

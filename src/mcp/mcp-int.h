@@ -53,6 +53,7 @@ struct mcp_conn {
     const struct version *version; /* NULL until initialize */
     struct call *calls;            /* running tool calls */
     size_t n_calls;
+    uint64_t last_active_ms; /* when the last call ended (now_ms) */
     bool closing;
     char **owned;     /* ids of the sessions this connection created (strv) */
     char *default_id; /* its default session, or NULL before the first use */

@@ -98,6 +98,8 @@ enum mcp_input mcp_conn_handle(struct mcp_conn *c, const char *data, size_t len,
 const char *mcp_conn_version(struct mcp_conn *c);
 /* Whether tool calls are running. */
 bool mcp_conn_busy(struct mcp_conn *c);
+/* When (now_ms) the last tool call ended, or the connection was made. */
+uint64_t mcp_conn_last_active_ms(struct mcp_conn *c);
 /* Interrupts every running tool call; their responses are not sent. */
 void mcp_conn_cancel_all(struct mcp_conn *c);
 /* Waits up to timeout_ms for the running calls to finish; true when none runs. */

@@ -556,9 +556,12 @@ class HttpTest(McpCases, RuncellTestCase):
         r = self.raw("POST", ping, {"Origin": "http://evil.example"})
         self.assertEqual(r.status, 403)
         self.assertIn("evil.example", r.messages[0]["error"]["message"])
-        r = self.raw("POST", ping, {"Origin": "http://127.0.0.1.evil.example"})
-        self.assertEqual(r.status, 403)
-        for ok in ("http://localhost:6274", "http://127.0.0.1", "https://app.example.com"):
+        for bad in ("http://127.0.0.1.evil.example", "http://localhost.evil.example", "null",
+                    "http://[::1", "file://localhost", "https://app.example.com.evil"):
+            r = self.raw("POST", ping, {"Origin": bad})
+            self.assertEqual(r.status, 403, bad)
+        for ok in ("http://localhost:6274", "http://127.0.0.1", "https://app.example.com",
+                   "http://[::1]:8080", "HTTP://LOCALHOST"):
             r = self.raw("POST", ping, {"Origin": ok})
             self.assertEqual(r.status, 200, ok)
 
