@@ -67,10 +67,7 @@ static void *progress_main(void *arg)
     send_progress(k, msg);
     while (!k->finished) {
         struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        uint64_t ns = (uint64_t)ts.tv_nsec + PROGRESS_TICK_MS * 1000000ull;
-        ts.tv_sec += (time_t)(ns / 1000000000);
-        ts.tv_nsec = (long)(ns % 1000000000);
+        realtime_after_ms(&ts, PROGRESS_TICK_MS);
         pthread_cond_timedwait(&k->pwake, &k->plock, &ts);
         if (!k->finished)
             progress_tick(k, interval);

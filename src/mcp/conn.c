@@ -85,10 +85,7 @@ uint64_t mcp_conn_last_active_ms(struct mcp_conn *c)
 bool mcp_conn_wait_idle(struct mcp_conn *c, int timeout_ms)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    uint64_t ns = (uint64_t)ts.tv_nsec + (uint64_t)timeout_ms * 1000000;
-    ts.tv_sec += (time_t)(ns / 1000000000);
-    ts.tv_nsec = (long)(ns % 1000000000);
+    realtime_after_ms(&ts, (uint64_t)timeout_ms);
     pthread_mutex_lock(&c->lock);
     while (c->n_calls && pthread_cond_timedwait(&c->idle, &c->lock, &ts) == 0)
         ;
