@@ -44,6 +44,7 @@ demo: build
 
 bench: build
 	bench/run $(BUILD)/src/runcell
+	bench/mcp $(BUILD)/src/runcell
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')

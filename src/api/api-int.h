@@ -10,6 +10,7 @@
 #include "api/api.h"
 
 struct metrics;
+struct mcp_http;
 
 struct server {
     const struct server_config *cfg;
@@ -17,6 +18,7 @@ struct server {
     struct session_table *table;
     struct session_pool *pool;
     struct metrics *metrics;
+    struct mcp_http *mcp; /* MCP sessions of /mcp */
     struct MHD_Daemon *mhd;
     char *token;
     atomic_size_t executions; /* running now */
@@ -118,6 +120,8 @@ enum MHD_Result h_metrics(struct request *rq);
 /* Frees what h_file_put_chunk left behind when the request ends early. */
 void upload_abort(struct request *rq);
 
+/* The client's socket, for noticing a hang-up (POLLRDHUP); -1 when unknown. */
+int client_fd(struct request *rq);
 /* Takes a reference on the {id} session, or replies 404/expired and returns NULL. */
 struct session *acquire_session(struct request *rq);
 /* A session's JSON description. */
@@ -140,6 +144,15 @@ void metrics_sandbox_failure(struct metrics *m);
 void metrics_request(struct metrics *m, unsigned status);
 /* Prometheus text exposition; caller frees. */
 char *metrics_render(struct metrics *m, size_t live_sessions, size_t running_executions);
+
+/* ---- MCP over Streamable HTTP (routes_mcp.c) ---- */
+struct mcp_http *mcp_http_new(struct server *srv);
+/* Ends every MCP session (running calls are interrupted, open streams end) and waits for the
+ * requests that still use one; call before the HTTP daemon stops. NULL is a no-op. */
+void mcp_http_free(struct mcp_http *m);
+enum MHD_Result h_mcp_post(struct request *rq);
+enum MHD_Result h_mcp_get(struct request *rq);
+enum MHD_Result h_mcp_delete(struct request *rq);
 
 /* ---- auth (auth.c) ---- */
 /* The server's token: cfg->token, RUNCELL_TOKEN, DATA/token, or a new one written to

@@ -37,6 +37,7 @@ struct server_config {
     size_t pool_size;             /* sessions kept ready (made with the defaults) */
     const struct net_policy *net_allow_max; /* what network allowlists may name at most;
                                              * NULL: anything */
+    char *const *mcp_origins;     /* Origins allowed on /mcp besides loopback ones (NULL-ended) */
 };
 
 /* Runs the server until SIGTERM or SIGINT, then shuts down gracefully. Returns the process

@@ -51,7 +51,7 @@ json_t *exec_event_json(const struct exec_event *ev)
     return NULL;
 }
 
-static int client_fd(struct request *rq)
+int client_fd(struct request *rq)
 {
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(rq->conn, MHD_CONNECTION_INFO_CONNECTION_FD);

@@ -28,6 +28,9 @@ static const struct route routes[] = {
     {"PUT", "/v1/sessions/{id}/files/{path}", h_file_put, ROUTE_STREAM_BODY, h_file_put_chunk},
     {"DELETE", "/v1/sessions/{id}/files/{path}", h_file_delete, 0, NULL},
     {"POST", "/v1/execute", h_oneshot, 0, NULL},
+    {"POST", "/mcp", h_mcp_post, 0, NULL},
+    {"GET", "/mcp", h_mcp_get, 0, NULL},
+    {"DELETE", "/mcp", h_mcp_delete, 0, NULL},
 };
 
 void server_limits_fill_defaults(struct server_limits *l)
@@ -333,6 +336,8 @@ static void shutdown_gracefully(struct server *srv)
         session_table_interrupt_all(srv->table);
         wait_idle(srv, now_ms_f() + (double)srv->cfg->defaults.interrupt_grace_ms + 3000);
     }
+    mcp_http_free(srv->mcp);
+    srv->mcp = NULL;
     MHD_stop_daemon(srv->mhd);
     srv->mhd = NULL;
     session_table_free(srv->table);
@@ -387,6 +392,7 @@ static int prepare(struct server *srv, struct sockaddr_storage *addr)
     srv->pool = session_pool_new(&srv->host, &srv->cfg->defaults, srv->cfg->pool_size);
     srv->table = session_table_new(&srv->host, srv->cfg->limits.max_sessions, srv->pool);
     srv->metrics = metrics_new();
+    srv->mcp = mcp_http_new(srv);
     return session_table_start_reaper(srv->table, 1000);
 }
 
@@ -417,6 +423,7 @@ int server_run(const struct server_config *cfg)
     shutdown_gracefully(&srv);
     log_info("msg=\"stopped\"");
 out:
+    mcp_http_free(srv.mcp);
     if (srv.mhd)
         MHD_stop_daemon(srv.mhd);
     session_table_free(srv.table);

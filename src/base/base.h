@@ -143,6 +143,9 @@ int rm_rf(const char *path);
 uint64_t now_ms(void);
 double now_ms_f(void);
 uint64_t now_realtime_ms(void);
+/* The CLOCK_REALTIME instant ms milliseconds from now, for pthread_cond_timedwait. */
+struct timespec;
+void realtime_after_ms(struct timespec *ret, uint64_t ms);
 /* "2026-11-29T18:33:06.123Z" for a realtime in ms; out holds at least 32 bytes. */
 void format_time_iso(uint64_t realtime_ms, char *out);
 

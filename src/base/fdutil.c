@@ -200,6 +200,14 @@ uint64_t now_realtime_ms(void)
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
+void realtime_after_ms(struct timespec *ret, uint64_t ms)
+{
+    clock_gettime(CLOCK_REALTIME, ret);
+    uint64_t ns = (uint64_t)ret->tv_nsec + ms * 1000000;
+    ret->tv_sec += (time_t)(ns / 1000000000);
+    ret->tv_nsec = (long)(ns % 1000000000);
+}
+
 void format_time_iso(uint64_t realtime_ms, char *out)
 {
     time_t secs = (time_t)(realtime_ms / 1000);

@@ -20,6 +20,7 @@ struct command {
 int cmd_run(int argc, char **argv);
 int cmd_repl(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
+int cmd_mcp(int argc, char **argv);
 
 /* Options every code-running subcommand takes. */
 enum {

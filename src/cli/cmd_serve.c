@@ -34,11 +34,14 @@ static const char serve_help[] =
     "                         name (default: anything; none: no network at all)\n"
     "  --net-max-connections N   connections a session may hold open through the egress\n"
     "                         proxy (default 32)\n"
-    "  --net-max-mb MB        bytes a session may move through the proxy (default 1024)\n";
+    "  --net-max-mb MB        bytes a session may move through the proxy (default 1024)\n"
+    "  --allow-origin ORIGIN  a browser Origin allowed on /mcp besides loopback ones\n"
+    "                         (repeatable; e.g. https://app.example.com)\n";
 
 enum { OPT_LISTEN = OPT_COMMON_END, OPT_DATA, OPT_TOKEN, OPT_MAX_SESSIONS, OPT_MAX_EXECUTIONS,
        OPT_MAX_MEMORY, OPT_MAX_TIMEOUT, OPT_MAX_UPLOAD, OPT_IDLE_TIMEOUT, OPT_GRACE,
-       OPT_NO_TEMPLATE, OPT_POOL, OPT_NET_ALLOW_MAX, OPT_NET_MAX_CONNECTIONS, OPT_NET_MAX_MB };
+       OPT_NO_TEMPLATE, OPT_POOL, OPT_NET_ALLOW_MAX, OPT_NET_MAX_CONNECTIONS, OPT_NET_MAX_MB,
+       OPT_ALLOW_ORIGIN };
 
 static const struct option long_opts[] = {
     COMMON_LONG_OPTS,
@@ -57,6 +60,7 @@ static const struct option long_opts[] = {
     {"net-allow-max", required_argument, NULL, OPT_NET_ALLOW_MAX},
     {"net-max-connections", required_argument, NULL, OPT_NET_MAX_CONNECTIONS},
     {"net-max-mb", required_argument, NULL, OPT_NET_MAX_MB},
+    {"allow-origin", required_argument, NULL, OPT_ALLOW_ORIGIN},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -73,7 +77,20 @@ static int parse_allow_max(const char *val)
     return r < 0 ? usage_error("serve", "--net-allow-max: %s", err_msg()) : 0;
 }
 
-static int serve_opt(struct server_config *cfg, struct common_opts *co, int c, char *val)
+/* An Origin is scheme://host[:port], exactly as a browser sends it: no path, no slash. */
+static int add_origin(char ***origins, const char *val)
+{
+    const char *host = strstr(val, "://");
+    if ((strncmp(val, "http://", 7) && strncmp(val, "https://", 8)) || !host || !host[3] ||
+        strchr(host + 3, '/'))
+        return usage_error("serve", "--allow-origin: '%s' is not an origin such as "
+                           "https://app.example.com (scheme, host, optional port, no path)", val);
+    *origins = strv_push(*origins ? *origins : xcalloc(1, sizeof(char *)), val);
+    return 0;
+}
+
+static int serve_opt(struct server_config *cfg, struct common_opts *co, int c, char *val,
+                     char ***origins)
 {
     uint64_t v;
     int r;
@@ -129,6 +146,8 @@ static int serve_opt(struct server_config *cfg, struct common_opts *co, int c, c
     case OPT_INSTALL_TIMEOUT:
         return usage_error("serve", "--package, --index-url and --install-timeout are "
                            "options of sessions: give them in POST /v1/sessions");
+    case OPT_ALLOW_ORIGIN:
+        return add_origin(origins, val);
     case OPT_FILE:
     case OPT_OUT:
         return usage_error("serve", "--file and --out do not apply to serve");
@@ -144,6 +163,7 @@ int cmd_serve(int argc, char **argv)
                                 .pool_size = 2};
     struct common_opts co = {0};
     _cleanup_free_ char *data = NULL;
+    _cleanup_strv_ char **origins = NULL;
     int c, r = 0;
     opterr = 0;
     optind = 1;
@@ -158,7 +178,7 @@ int cmd_serve(int argc, char **argv)
             r = usage_error("serve", "unknown option '%s'; run 'runcell serve --help'",
                             argv[optind - 1]);
         else
-            r = serve_opt(&cfg, &co, c, optarg);
+            r = serve_opt(&cfg, &co, c, optarg, &origins);
     }
     if (!r && optind < argc)
         r = usage_error("serve", "unexpected argument '%s'", argv[optind]);
@@ -180,6 +200,7 @@ int cmd_serve(int argc, char **argv)
     }
     cfg.defaults.net.policy = co.net;
     session_opts_fill_defaults(&cfg.defaults);
+    cfg.mcp_origins = origins;
     if (!getenv("RUNCELL_LOG"))
         log_set_level(LOG_INFO);
     r = server_run(&cfg);

@@ -11,6 +11,7 @@ static const struct command commands[] = {
     {"run", cmd_run, "run code in a fresh sandbox, stateless"},
     {"repl", cmd_repl, "interactive stateful Python session in a terminal"},
     {"serve", cmd_serve, "the HTTP/JSON API server"},
+    {"mcp", cmd_mcp, "the MCP server on stdin/stdout"},
 };
 
 static void print_usage(FILE *f)

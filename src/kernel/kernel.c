@@ -191,6 +191,9 @@ int kernel_start_in(struct sandbox_host *host, struct workspace *ws,
     _cleanup_close_ int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
     _cleanup_strv_ char **env = sandbox_default_env();
     _cleanup_free_ char *kernel_dir = xasprintf("%s/kernel", host->libexec_dir);
+    /* Declared before the first goto: a jump past the initialisation of a cleanup variable
+     * would free an indeterminate pointer on the way out. */
+    _cleanup_strv_ char **argv = NULL;
     int r;
 
     k->chan_fd = k->out_fd = k->err_fd = -1;
@@ -200,7 +203,7 @@ int kernel_start_in(struct sandbox_host *host, struct workspace *ws,
         r = err_set(errno, "cannot create the kernel's channels: %s", strerror(errno));
         goto fail;
     }
-    _cleanup_strv_ char **argv = xcalloc(1, sizeof(char *));
+    argv = xcalloc(1, sizeof(char *));
     argv = strv_push(argv, "/usr/bin/python3");
     argv = strv_push(argv, "/.runcell/kernel.py");
     for (char *const *a = args; a && *a; a++)

@@ -143,6 +143,10 @@ void ws_listing_diff(const struct ws_listing *before, const struct ws_listing *a
 int workspace_copy_in(const struct workspace *ws, const char *host_path, const char *rel);
 /* Copies workspace file rel to out_dir/rel (parents created). Only regular files. */
 int workspace_copy_out(const struct workspace *ws, const char *rel, const char *out_dir);
+/* Writes n bytes to rel (parents created, owned by the sandbox user) through a temporary file
+ * renamed into place: a reader never sees half a file, and a link planted at rel is replaced,
+ * never written through. 0 or -errno with err_msg(). */
+int workspace_write(const struct workspace *ws, const char *rel, const void *data, size_t n);
 
 /* Where a session's egress proxy socket directory is bound (see net/net.h). Sandboxes made
  * by the template can only take binds at mount points its root has: this one and

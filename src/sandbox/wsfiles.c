@@ -153,6 +153,31 @@ int workspace_copy_out(const struct workspace *ws, const char *rel, const char *
     return 0;
 }
 
+int workspace_write(const struct workspace *ws, const char *rel, const void *data, size_t n)
+{
+    const char *leaf;
+    _cleanup_close_ int dfd = workspace_open_parent(ws, rel, true, &leaf);
+    if (dfd < 0)
+        return err_set(-dfd, "cannot open the directory of %s in the workspace: %s", rel,
+                       strerror(-dfd));
+    _cleanup_free_ char *hex = random_hex(8);
+    _cleanup_free_ char *tmp = xasprintf(".runcell-write-%s", hex);
+    _cleanup_close_ int fd =
+        openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return err_set(errno, "cannot create %s in the workspace: %s", rel, strerror(errno));
+    int r = write_all(fd, data, n);
+    if (!r && fchown(fd, ws->uid, ws->gid) < 0 && ws->uid != geteuid())
+        r = -errno;
+    if (!r && renameat(dfd, tmp, dfd, leaf) < 0)
+        r = -errno;
+    if (r < 0) {
+        unlinkat(dfd, tmp, 0);
+        return err_set(-r, "cannot write %s in the workspace: %s", rel, strerror(-r));
+    }
+    return 0;
+}
+
 struct scan {
     struct ws_listing *l;
     size_t alloc;

@@ -261,3 +261,61 @@ def serve_files(test, files):
     srv = HttpServer(root).__enter__()
     test.addCleanup(srv.__exit__)
     return srv, root
+
+
+def free_port():
+    """A TCP port free on 127.0.0.1 right now."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServeProcess:
+    """`runcell serve ARGS` on a free loopback port with its own data directory and token;
+    a context manager that waits for /healthz and stops the server with SIGTERM."""
+
+    def __init__(self, *args, token="runcell-test-token-0123456789", timeout=60):
+        self.args = args
+        self.token = token
+        self.timeout = timeout
+        self.port = free_port()
+
+    def __enter__(self):
+        import time
+        import urllib.request
+        self.data = tempfile.mkdtemp(prefix="runcell-serve-")
+        self.log = open(os.path.join(self.data, "log"), "w+")
+        self.proc = subprocess.Popen(
+            [RUNCELL, "serve", "--listen", "127.0.0.1:%d" % self.port, "--data", self.data,
+             "--token", self.token, *self.args], stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.time() + self.timeout
+        while True:
+            try:
+                urllib.request.urlopen("http://127.0.0.1:%d/healthz" % self.port, timeout=5)
+                return self
+            except OSError:
+                if self.proc.poll() is not None or time.time() > deadline:
+                    out = self.output()
+                    self.__exit__()
+                    raise AssertionError("runcell serve did not start: %s" % out)
+                time.sleep(0.05)
+
+    def output(self):
+        self.log.flush()
+        self.log.seek(0)
+        return self.log.read()
+
+    def __exit__(self, *exc):
+        """Stops the server; self.status is its exit status (0 after a clean shutdown)."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(self.timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.status = self.proc.returncode
+        self.last_output = self.output()
+        self.log.close()
+        subprocess.run(["rm", "-rf", self.data])

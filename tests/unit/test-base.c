@@ -1,6 +1,7 @@
 /* test-base.c - unit tests for src/base. */
 #include <errno.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/base.h"
 #include "runner.h"
@@ -170,6 +171,17 @@ TEST(err_set_returns_negative_errno)
 {
     CHECK(err_set(ENOENT, "cannot open %s", "x") == -ENOENT);
     CHECK_STREQ(err_msg(), "cannot open x");
+}
+
+TEST(realtime_after_ms_carries_nanoseconds)
+{
+    struct timespec now, later;
+    clock_gettime(CLOCK_REALTIME, &now);
+    realtime_after_ms(&later, 1999);
+    CHECK(later.tv_nsec >= 0 && later.tv_nsec < 1000000000);
+    double delta = (double)(later.tv_sec - now.tv_sec) +
+                   (double)(later.tv_nsec - now.tv_nsec) / 1e9;
+    CHECK(delta >= 1.999 && delta < 60); /* 60: a generous bound for a descheduled test */
 }
 
 int main(int argc, char **argv)

@@ -1,0 +1,136 @@
+/* mcp-int.h - internals of the MCP server, shared by src/mcp/ only. */
+#ifndef RUNCELL_MCP_INT_H
+#define RUNCELL_MCP_INT_H
+
+#include <pthread.h>
+
+#include "mcp/mcp.h"
+
+/* What a protocol version has, beyond 2024-11-05. */
+enum version_feature {
+    VF_ANNOTATIONS = 1 << 0,      /* tool annotations (2025-03-26) */
+    VF_PROGRESS_MESSAGE = 1 << 1, /* notifications/progress carries a message (2025-03-26) */
+    VF_BATCH = 1 << 2,            /* JSON-RPC batches (2025-03-26 only) */
+    VF_STRUCTURED = 1 << 3,       /* structuredContent and outputSchema (2025-06-18) */
+    VF_TITLES = 1 << 4,           /* title on tools and serverInfo (2025-06-18) */
+    VF_ARGS_AS_RESULTS = 1 << 5,  /* bad tool arguments are tool errors, not -32602 (2025-11-25) */
+    VF_DESCRIPTION = 1 << 6,      /* serverInfo.description (2025-11-25) */
+};
+
+struct version {
+    const char *name;
+    unsigned features;
+};
+
+/* The way back for one input: responses (collected into an array for a batch) and
+ * notifications go to the transport's sink; the sink is closed when the last reference
+ * goes. */
+struct reply {
+    pthread_mutex_t lock;
+    int refs;
+    struct mcp_sink sink;
+    json_t *batch; /* responses of a batch, or NULL for a single message */
+};
+void reply_ref(struct reply *r);
+void reply_unref(struct reply *r);
+/* Sends a response (stolen) for the input, or adds it to the batch. */
+void reply_respond(struct reply *r, json_t *msg);
+/* Sends a notification (stolen) at once. */
+void reply_notify(struct reply *r, json_t *msg);
+
+/* ---- JSON-RPC messages (jsonrpc.c) ---- */
+json_t *rpc_result(json_t *id, json_t *result);  /* result stolen */
+json_t *rpc_error(json_t *id, int code, const char *message);
+json_t *rpc_notification(const char *method, json_t *params); /* params stolen */
+
+/* ---- one connection (conn.c) ---- */
+struct call;
+
+struct mcp_conn {
+    const struct mcp_config *cfg;
+    pthread_mutex_t lock;
+    pthread_cond_t idle; /* broadcast when a call ends */
+    const struct version *version; /* NULL until initialize */
+    struct call *calls;            /* running tool calls */
+    size_t n_calls;
+    uint64_t last_active_ms; /* when the last call ended (now_ms) */
+    bool closing;
+    char **owned;     /* ids of the sessions this connection created (strv) */
+    char *default_id; /* its default session, or NULL before the first use */
+    pthread_mutex_t default_lock; /* held while the default session is looked up or made */
+};
+
+/* ---- tool calls (call.c) ---- */
+struct tool;
+
+struct call {
+    struct mcp_conn *c;
+    struct reply *reply;
+    json_t *id;
+    json_t *progress_token; /* NULL when the client asked for no progress */
+    const struct tool *tool;
+    json_t *args;
+    unsigned features; /* of the negotiated version */
+    int cancel[2];     /* a byte in cancel[1] interrupts the running cell */
+    atomic_bool cancelled;
+    struct call *next;
+    /* progress notifications */
+    pthread_mutex_t plock;
+    pthread_cond_t pwake;
+    bool finished;
+    double t0_ms, last_sent_ms, last_progress;
+    char *last_output; /* the latest line of output, for the progress message */
+    bool new_output;
+};
+
+/* Starts a tool call on its own thread; the call owns a reference to reply and copies of
+ * id, token and args. -errno (-EAGAIN: too many calls) with nothing started. */
+int call_start(struct mcp_conn *c, const struct tool *tool, json_t *id, json_t *args,
+               json_t *progress_token, struct reply *reply);
+/* Interrupts the call with this request id, if it runs; true when one was found. */
+bool call_cancel(struct mcp_conn *c, json_t *id);
+/* Notes output of the running cell for the next progress notification. */
+void call_output(struct call *k, const char *data, size_t len);
+
+/* Takes a reference on the session a call names (session_id) or on the connection's default
+ * session (created on first use; a note in *ret_note, caller frees, when an expired default
+ * was replaced). NULL with *ret_err (caller frees) when there is none. *ret_id: the id,
+ * caller frees. Release with session_table_release. */
+struct session *call_session(struct call *k, char **ret_id, char **ret_note, char **ret_err);
+/* Creates a session owned by the connection; 0 and *ret_id, or -errno with err_msg(). */
+int conn_create_session(struct mcp_conn *c, const char *lang, uint64_t timeout_ms, char **ret_id);
+/* Closes a session; forgets it as the default or as owned. 0 or -ENOENT. */
+int conn_close_session(struct mcp_conn *c, const char *id);
+
+/* ---- the tools (tools.c) ---- */
+enum arg_type { ARG_STRING, ARG_NUMBER };
+
+struct arg {
+    const char *name;
+    enum arg_type type;
+    bool required;
+    const char *const *choices; /* NULL-terminated; NULL for any value */
+    const char *description;
+};
+
+struct tool {
+    const char *name;
+    const char *title;
+    const char *description;
+    const struct arg *args;
+    size_t n_args;
+    bool read_only, destructive, idempotent;
+    const char *output_schema; /* JSON text */
+    /* Runs the call; returns a CallToolResult object. */
+    json_t *(*run)(struct call *k);
+};
+
+const struct tool *tool_find(const char *name);
+/* The tools/list result for a protocol version; caller decrefs. */
+json_t *tools_list_json(unsigned features);
+/* {"content":[{"type":"text","text":...}],"isError":true}; caller decrefs. */
+json_t *tool_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* The names of all tools, comma-separated, for messages; static storage. */
+const char *tool_names(void);
+
+#endif

@@ -1,0 +1,811 @@
+/* tools.c - the tools runcell offers over MCP: their schemas (made from one table, so the
+ * schema a client sees and the checks the server makes cannot drift apart), and what each
+ * one does. */
+#include "mcp/mcp-int.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Entries of a list_files answer, and file names in a run's summary line. */
+#define LIST_MAX 1000
+#define SUMMARY_NAMES 20
+
+static const char *const langs[] = {"python", "bash", NULL};
+static const char *const encodings[] = {"utf-8", "base64", NULL};
+
+#define ARG_SESSION                                                                                \
+    {"session_id", ARG_STRING, false, NULL,                                                       \
+     "The session to use, as returned by create_session. Leave it out to use this client's "     \
+     "default session."}
+#define ARG_TIMEOUT                                                                                \
+    {"timeout_s", ARG_NUMBER, false, NULL,                                                        \
+     "Wall-clock limit in seconds (default: the session's, 60 unless configured). A cell past "   \
+     "it is interrupted; its variables are kept when it stops."}
+
+static const struct arg run_code_args[] = {
+    {"code", ARG_STRING, true, NULL, "The code to run, like a notebook cell."},
+    {"language", ARG_STRING, false, langs, "python (default) or bash."},
+    ARG_SESSION,
+    ARG_TIMEOUT,
+};
+static const struct arg run_shell_args[] = {
+    {"command", ARG_STRING, true, NULL, "A bash command line, run in /workspace."},
+    ARG_SESSION,
+    ARG_TIMEOUT,
+};
+static const struct arg create_session_args[] = {
+    {"language", ARG_STRING, false, langs, "The default language of its cells: python "
+     "(default) or bash."},
+    {"timeout_s", ARG_NUMBER, false, NULL, "Default wall-clock limit of each call, in seconds."},
+};
+static const struct arg close_session_args[] = {
+    {"session_id", ARG_STRING, true, NULL, "The session to close."},
+};
+static const struct arg list_files_args[] = {
+    {"path", ARG_STRING, false, NULL, "A directory in /workspace to list (default: all of it)."},
+    ARG_SESSION,
+};
+static const struct arg read_file_args[] = {
+    {"path", ARG_STRING, true, NULL, "The file, relative to /workspace (or an absolute path "
+     "in /workspace)."},
+    ARG_SESSION,
+};
+static const struct arg write_file_args[] = {
+    {"path", ARG_STRING, true, NULL, "The file, relative to /workspace (or an absolute path in "
+     "/workspace); parent directories are created."},
+    {"content", ARG_STRING, true, NULL, "The file's content."},
+    {"encoding", ARG_STRING, false, encodings, "utf-8 (default: content is the text) or base64 "
+     "(content is base64 of the bytes)."},
+    ARG_SESSION,
+};
+
+static const char record_schema[] =
+    "{\"type\":\"object\",\"properties\":{"
+    "\"session_id\":{\"type\":\"string\"},"
+    "\"status\":{\"type\":\"string\",\"enum\":[\"ok\",\"error\",\"timeout\",\"oom\",\"killed\","
+    "\"output_limit\",\"crashed\",\"sandbox_error\"]},"
+    "\"stdout\":{\"type\":\"string\"},\"stderr\":{\"type\":\"string\"},"
+    "\"results\":{\"type\":\"array\",\"items\":{\"type\":\"object\"}},"
+    "\"error\":{\"type\":[\"object\",\"null\"]},"
+    "\"files\":{\"type\":\"object\"},"
+    "\"state\":{\"type\":\"string\",\"enum\":[\"kept\",\"lost\"]},"
+    "\"execution_count\":{\"type\":\"integer\"},"
+    "\"usage\":{\"type\":\"object\"},"
+    "\"message\":{\"type\":\"string\"}},"
+    "\"required\":[\"session_id\",\"status\"]}";
+static const char session_schema[] =
+    "{\"type\":\"object\",\"properties\":{\"session_id\":{\"type\":\"string\"},"
+    "\"language\":{\"type\":\"string\"},\"python_version\":{\"type\":\"string\"},"
+    "\"timeout_s\":{\"type\":\"number\"}},\"required\":[\"session_id\"]}";
+static const char closed_schema[] =
+    "{\"type\":\"object\",\"properties\":{\"session_id\":{\"type\":\"string\"},"
+    "\"closed\":{\"type\":\"boolean\"}},\"required\":[\"session_id\",\"closed\"]}";
+static const char files_schema[] =
+    "{\"type\":\"object\",\"properties\":{\"session_id\":{\"type\":\"string\"},"
+    "\"files\":{\"type\":\"array\",\"items\":{\"type\":\"object\",\"properties\":{"
+    "\"path\":{\"type\":\"string\"},\"size\":{\"type\":\"integer\"},"
+    "\"mtime\":{\"type\":\"string\"},\"type\":{\"type\":\"string\"}}}},"
+    "\"truncated\":{\"type\":\"boolean\"}},\"required\":[\"session_id\",\"files\"]}";
+static const char file_schema[] =
+    "{\"type\":\"object\",\"properties\":{\"session_id\":{\"type\":\"string\"},"
+    "\"path\":{\"type\":\"string\"},\"size\":{\"type\":\"integer\"},"
+    "\"mime_type\":{\"type\":\"string\"}},\"required\":[\"session_id\",\"path\",\"size\"]}";
+
+static json_t *t_run_code(struct call *k);
+static json_t *t_run_shell(struct call *k);
+static json_t *t_create_session(struct call *k);
+static json_t *t_close_session(struct call *k);
+static json_t *t_list_files(struct call *k);
+static json_t *t_read_file(struct call *k);
+static json_t *t_write_file(struct call *k);
+
+#define ARGS(a) a, ARRAY_SIZE(a)
+
+static const struct tool tools[] = {
+    {"run_code", "Run code",
+     "Run Python (default) or bash code in a sandboxed, stateful session, like a notebook "
+     "cell: variables, imports and files in /workspace persist between calls to the same "
+     "session. The value of the last expression is returned, matplotlib figures come back as "
+     "PNG images, and a failure returns the traceback with isError set, so the code can be "
+     "fixed and run again. numpy, pandas and matplotlib are installed; there is no network.",
+     ARGS(run_code_args), false, false, false, record_schema, t_run_code},
+    {"run_shell", "Run a shell command",
+     "Run a bash command line in the session's sandbox, in /workspace (the same files as "
+     "run_code). Returns its output and exit status; a failing command sets isError.",
+     ARGS(run_shell_args), false, false, false, record_schema, t_run_shell},
+    {"create_session", "Create a session",
+     "Start a new, separate sandboxed session (its own interpreter and /workspace) and return "
+     "its session_id, for the session_id argument of the other tools.",
+     ARGS(create_session_args), false, false, false, session_schema, t_create_session},
+    {"close_session", "Close a session",
+     "Close a session: its interpreter stops and its files are deleted.",
+     ARGS(close_session_args), false, true, true, closed_schema, t_close_session},
+    {"list_files", "List files",
+     "List the files in the session's /workspace with their sizes.",
+     ARGS(list_files_args), true, false, true, files_schema, t_list_files},
+    {"read_file", "Read a file",
+     "Read a file from the session's /workspace: text comes back as text, PNG, JPEG, GIF and "
+     "WebP as images, anything else as base64.",
+     ARGS(read_file_args), true, false, true, file_schema, t_read_file},
+    {"write_file", "Write a file",
+     "Write a file into the session's /workspace (replacing one that is there), for code to "
+     "read. Text by default; binary as base64 with encoding base64.",
+     ARGS(write_file_args), false, true, true, file_schema, t_write_file},
+};
+
+const struct tool *tool_find(const char *name)
+{
+    for (size_t i = 0; name && i < ARRAY_SIZE(tools); i++)
+        if (!strcmp(tools[i].name, name))
+            return &tools[i];
+    return NULL;
+}
+
+const char *tool_names(void)
+{
+    return "run_code, run_shell, create_session, close_session, list_files, read_file, "
+           "write_file";
+}
+
+/* ---- schemas and argument checks ---- */
+
+static json_t *input_schema(const struct tool *t)
+{
+    json_t *props = json_object(), *required = json_array();
+    for (size_t i = 0; i < t->n_args; i++) {
+        const struct arg *a = &t->args[i];
+        json_t *p = json_pack("{s:s,s:s}", "type", a->type == ARG_STRING ? "string" : "number",
+                              "description", a->description);
+        if (a->choices) {
+            json_t *e = json_array();
+            for (const char *const *c = a->choices; *c; c++)
+                json_array_append_new(e, json_string(*c));
+            json_object_set_new(p, "enum", e);
+        }
+        if (a->type == ARG_NUMBER)
+            json_object_set_new(p, "exclusiveMinimum", json_integer(0));
+        json_object_set_new(props, a->name, p);
+        if (a->required)
+            json_array_append_new(required, json_string(a->name));
+    }
+    return json_pack("{s:s,s:o,s:o,s:b}", "type", "object", "properties", props, "required",
+                     required, "additionalProperties", 0);
+}
+
+json_t *tools_list_json(unsigned features)
+{
+    json_t *list = json_array();
+    for (size_t i = 0; i < ARRAY_SIZE(tools); i++) {
+        const struct tool *t = &tools[i];
+        json_t *j = json_pack("{s:s,s:s,s:o}", "name", t->name, "description", t->description,
+                              "inputSchema", input_schema(t));
+        if (features & VF_TITLES)
+            json_object_set_new(j, "title", json_string(t->title));
+        if (features & VF_ANNOTATIONS)
+            json_object_set_new(j, "annotations",
+                                json_pack("{s:s,s:b,s:b,s:b,s:b}", "title", t->title,
+                                          "readOnlyHint", t->read_only, "destructiveHint",
+                                          t->destructive, "idempotentHint", t->idempotent,
+                                          "openWorldHint", 0));
+        if (features & VF_STRUCTURED)
+            json_object_set_new(j, "outputSchema", json_loads(t->output_schema, 0, NULL));
+        json_array_append_new(list, j);
+    }
+    return json_pack("{s:o}", "tools", list);
+}
+
+static const char *json_kind(json_t *v)
+{
+    static const char *const kinds[] = {
+        [JSON_OBJECT] = "an object", [JSON_ARRAY] = "an array",   [JSON_STRING] = "a string",
+        [JSON_INTEGER] = "a number", [JSON_REAL] = "a number",    [JSON_TRUE] = "a boolean",
+        [JSON_FALSE] = "a boolean",  [JSON_NULL] = "null",
+    };
+    return kinds[json_typeof(v)];
+}
+
+static int check_arg(const struct tool *t, const struct arg *a, json_t *v, char **ret_err)
+{
+    bool is_string = a->type == ARG_STRING;
+    if (is_string ? !json_is_string(v) : !json_is_number(v)) {
+        *ret_err = xasprintf("%s: argument '%s' must be %s, not %s", t->name, a->name,
+                             is_string ? "a string" : "a number", json_kind(v));
+        return MCP_INVALID_PARAMS;
+    }
+    if (!is_string && !(json_number_value(v) > 0)) {
+        *ret_err = xasprintf("%s: argument '%s' must be more than 0", t->name, a->name);
+        return MCP_INVALID_PARAMS;
+    }
+    if (a->choices) {
+        const char *s = json_string_value(v);
+        for (const char *const *c = a->choices; *c; c++)
+            if (!strcmp(*c, s))
+                return 0;
+        *ret_err = xasprintf("%s: argument '%s' must be %s or %s, not '%s'", t->name, a->name,
+                             a->choices[0], a->choices[1], s);
+        return MCP_INVALID_PARAMS;
+    }
+    return 0;
+}
+
+static char *arg_names(const struct tool *t)
+{
+    struct buf b;
+    buf_init(&b, 0);
+    for (size_t i = 0; i < t->n_args; i++)
+        buf_printf(&b, "%s%s", i ? ", " : "", t->args[i].name);
+    return buf_detach(&b, NULL);
+}
+
+int mcp_tool_check_args(const char *name, json_t *args, char **ret_err)
+{
+    const struct tool *t = tool_find(name);
+    *ret_err = NULL;
+    if (!t) {
+        *ret_err = xasprintf("unknown tool '%s'; the tools are: %s", name ? name : "",
+                             tool_names());
+        return MCP_INVALID_PARAMS;
+    }
+    if (!json_is_object(args)) {
+        *ret_err = xasprintf("%s: the arguments must be an object", t->name);
+        return MCP_INVALID_PARAMS;
+    }
+    const char *key;
+    json_t *v;
+    json_object_foreach(args, key, v)
+    {
+        const struct arg *a = NULL;
+        for (size_t i = 0; i < t->n_args && !a; i++)
+            if (!strcmp(t->args[i].name, key))
+                a = &t->args[i];
+        if (!a) {
+            _cleanup_free_ char *known = arg_names(t);
+            *ret_err = xasprintf("%s: unknown argument '%s'; it takes %s", t->name, key, known);
+            return MCP_INVALID_PARAMS;
+        }
+        if (json_is_null(v) && !a->required)
+            continue; /* null stands for "the default" */
+        if (check_arg(t, a, v, ret_err))
+            return MCP_INVALID_PARAMS;
+    }
+    for (size_t i = 0; i < t->n_args; i++) {
+        json_t *given = json_object_get(args, t->args[i].name);
+        if (t->args[i].required && (!given || json_is_null(given))) {
+            *ret_err = xasprintf("%s: argument '%s' is required: %s", t->name, t->args[i].name,
+                                 t->args[i].description);
+            return MCP_INVALID_PARAMS;
+        }
+    }
+    return 0;
+}
+
+/* ---- results ---- */
+
+static json_t *text_item(const char *text)
+{
+    return json_pack("{s:s,s:s}", "type", "text", "text", text);
+}
+
+static json_t *result_new(json_t *content, json_t *structured, bool is_error, unsigned features)
+{
+    json_t *r = json_pack("{s:o,s:b}", "content", content, "isError", is_error);
+    if (structured && (features & VF_STRUCTURED))
+        json_object_set(r, "structuredContent", structured);
+    json_decref(structured);
+    return r;
+}
+
+json_t *tool_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char *msg;
+    if (vasprintf(&msg, fmt, ap) < 0)
+        msg = NULL;
+    va_end(ap);
+    size_t n;
+    char *clean = utf8_sanitize(msg ? msg : "error", msg ? strlen(msg) : 5, &n);
+    json_t *r = json_pack("{s:[{s:s,s:s%}],s:b}", "content", "type", "text", "text", clean, n,
+                          "isError", 1);
+    free(clean);
+    free(msg);
+    return r;
+}
+
+/* Puts what runcell has to say first in a result's content; note may be NULL. */
+static json_t *with_note(json_t *result, const char *note)
+{
+    if (note) {
+        _cleanup_free_ char *t = xasprintf("[runcell] note: %s", note);
+        json_array_insert_new(json_object_get(result, "content"), 0, text_item(t));
+    }
+    return result;
+}
+
+static const char *arg_string(struct call *k, const char *name)
+{
+    return json_string_value(json_object_get(k->args, name));
+}
+
+/* "/workspace/a/b", "./a/b" and "a/b" all name a/b; anything outside is refused. */
+static char *workspace_rel(const char *tool, const char *path, bool allow_root, char **ret_err)
+{
+    const char *p = path;
+    if (!strcmp(p, "/workspace") || !strcmp(p, "/workspace/"))
+        p = "";
+    else if (str_has_prefix(p, "/workspace/"))
+        p += strlen("/workspace/");
+    while (str_has_prefix(p, "./"))
+        p += 2;
+    if (!strcmp(p, "."))
+        p = "";
+    _cleanup_free_ char *rel = xstrdup(p);
+    size_t n = strlen(rel);
+    while (n && rel[n - 1] == '/')
+        rel[--n] = '\0';
+    if (!*rel && allow_root)
+        return TAKE_PTR(rel);
+    if (!path_is_safe_relative(rel)) {
+        *ret_err = xasprintf("%s: bad path '%s': name a file inside /workspace, as a relative "
+                             "path without '..'", tool, path);
+        return NULL;
+    }
+    return TAKE_PTR(rel);
+}
+
+static bool slot_take(struct mcp_conn *c)
+{
+    if (!c->cfg->executions)
+        return true;
+    size_t n = atomic_fetch_add(c->cfg->executions, 1);
+    if (n < c->cfg->max_executions)
+        return true;
+    atomic_fetch_sub(c->cfg->executions, 1);
+    return false;
+}
+
+static void slot_give(struct mcp_conn *c)
+{
+    if (c->cfg->executions)
+        atomic_fetch_sub(c->cfg->executions, 1);
+}
+
+/* ---- run_code, run_shell ---- */
+
+static void exec_event(void *ctx, const struct exec_event *ev)
+{
+    if (ev->type == EV_STDOUT || ev->type == EV_STDERR)
+        call_output(ctx, ev->data, ev->len);
+}
+
+static void append_names(struct buf *b, const char *what, json_t *names)
+{
+    size_t n = json_array_size(names);
+    if (!n)
+        return;
+    buf_printf(b, "%s%s: ", b->len ? "; " : "", what);
+    for (size_t i = 0; i < n && i < SUMMARY_NAMES; i++)
+        buf_printf(b, "%s%s", i ? ", " : "", json_string_value(json_array_get(names, i)));
+    if (n > SUMMARY_NAMES)
+        buf_printf(b, " and %zu more", n - SUMMARY_NAMES);
+}
+
+static const char *image_mime(json_t *bundle)
+{
+    static const char *const mimes[] = {"image/png", "image/jpeg", "image/gif", "image/webp"};
+    for (size_t i = 0; i < ARRAY_SIZE(mimes); i++)
+        if (json_is_string(json_object_get(bundle, mimes[i])))
+            return mimes[i];
+    return NULL;
+}
+
+/* The content a model reads: output, values, images, the traceback, what runcell says. */
+static json_t *record_content(json_t *rec)
+{
+    json_t *content = json_array();
+    const char *out = json_string_value(json_object_get(rec, "stdout"));
+    const char *err = json_string_value(json_object_get(rec, "stderr"));
+    const char *status = json_string_value(json_object_get(rec, "status"));
+    const char *message = json_string_value(json_object_get(rec, "message"));
+    json_t *error = json_object_get(rec, "error"), *bundle;
+    size_t i;
+    if (out && *out)
+        json_array_append_new(content, text_item(out));
+    if (err && *err) {
+        _cleanup_free_ char *t = xasprintf("[stderr]\n%s", err);
+        json_array_append_new(content, text_item(t));
+    }
+    json_array_foreach(json_object_get(rec, "results"), i, bundle)
+    {
+        const char *mime = image_mime(bundle);
+        const char *text = json_string_value(json_object_get(bundle, "text/plain"));
+        if (mime)
+            json_array_append_new(content, json_pack("{s:s,s:O,s:s}", "type", "image", "data",
+                                                     json_object_get(bundle, mime), "mimeType",
+                                                     mime));
+        else if (text && *text)
+            json_array_append_new(content, text_item(text));
+    }
+    if (json_is_object(error)) {
+        const char *tb = json_string_value(json_object_get(error, "traceback"));
+        _cleanup_free_ char *t =
+            tb && *tb ? xstrdup(tb)
+                      : xasprintf("%s: %s", json_string_value(json_object_get(error, "name")),
+                                  json_string_value(json_object_get(error, "value")));
+        json_array_append_new(content, text_item(t));
+    }
+    if (message) {
+        _cleanup_free_ char *t = xasprintf("[runcell] %s: %s", status, message);
+        json_array_append_new(content, text_item(t));
+    } else if (status && strcmp(status, "ok") && strcmp(status, "error")) {
+        _cleanup_free_ char *t = xasprintf("[runcell] status: %s", status);
+        json_array_append_new(content, text_item(t));
+    }
+    json_t *files = json_object_get(rec, "files");
+    struct buf b;
+    buf_init(&b, 0);
+    append_names(&b, "created", json_object_get(files, "created"));
+    append_names(&b, "modified", json_object_get(files, "modified"));
+    append_names(&b, "deleted", json_object_get(files, "deleted"));
+    if (b.len) {
+        _cleanup_free_ char *t = xasprintf("[files in /workspace] %s", b.data);
+        json_array_append_new(content, text_item(t));
+    }
+    buf_release(&b);
+    if (!json_array_size(content))
+        json_array_append_new(content, text_item("(no output)"));
+    return content;
+}
+
+/* The record for structuredContent: images are sent once, as image content, and named here
+ * instead of repeated as base64 (clients that show structuredContent to a model would put
+ * every byte of it in the model's context). */
+static json_t *record_structured(json_t *rec, const char *session_id)
+{
+    json_t *s = json_deep_copy(rec), *bundle;
+    size_t i;
+    json_object_set_new(s, "session_id", json_string(session_id));
+    json_array_foreach(json_object_get(s, "results"), i, bundle)
+    {
+        const char *mime = image_mime(bundle);
+        if (!mime)
+            continue;
+        size_t b64 = strlen(json_string_value(json_object_get(bundle, mime)));
+        _cleanup_free_ char *t = xasprintf("[%s, %zu bytes, sent as image content]", mime,
+                                           b64 / 4 * 3);
+        json_object_set_new(bundle, mime, json_string(t));
+    }
+    return s;
+}
+
+static const char *busy_hint =
+    "; wait for the running call to finish, or use another session (create_session)";
+
+/* Runs the cell; while another call runs in the session, waits for it (models often make
+ * calls in parallel) for as long as this call's own timeout, and gives up if cancelled. A
+ * waiting call holds no execution slot. -EAGAIN when the process runs its most. */
+static int execute_when_free(struct call *k, struct session *s, const struct exec_request *req,
+                             const struct exec_sink *sink, struct exec_record *rec)
+{
+    uint64_t wait_ms = req->timeout_ms ? req->timeout_ms : session_options(s)->timeout_ms;
+    double give_up = now_ms_f() + (double)wait_ms;
+    for (;;) {
+        /* A cancel that came while the session was found stops the call before it runs. */
+        if (atomic_load(&k->cancelled))
+            return -ECANCELED;
+        if (!slot_take(k->c))
+            return -EAGAIN;
+        int r = session_execute(s, req, sink, rec);
+        slot_give(k->c);
+        if (r != -EBUSY || now_ms_f() >= give_up)
+            return r;
+        struct pollfd p = {.fd = k->cancel[0], .events = POLLIN};
+        poll(&p, 1, 50);
+    }
+}
+
+static json_t *run_exec(struct call *k, const char *code, const char *lang)
+{
+    struct mcp_conn *c = k->c;
+    json_t *timeout = json_object_get(k->args, "timeout_s");
+    uint64_t timeout_ms = 0;
+    if (json_is_number(timeout)) {
+        double sec = json_number_value(timeout);
+        if (sec * 1000.0 > (double)c->cfg->max_timeout_ms)
+            return tool_error("%s: timeout_s %g is more than this server allows (%g s)",
+                              k->tool->name, sec, (double)c->cfg->max_timeout_ms / 1000.0);
+        timeout_ms = MAX((uint64_t)(sec * 1000.0 + 0.5), 1);
+    }
+    _cleanup_free_ char *sid = NULL, *note = NULL, *err = NULL;
+    struct session *s = call_session(k, &sid, &note, &err);
+    if (!s)
+        return tool_error("%s: %s", k->tool->name, err);
+    struct exec_request req = {.code = code, .lang = lang, .timeout_ms = timeout_ms,
+                               .cancel_fd = k->cancel[0], .cancel_events = POLLIN};
+    struct exec_sink sink = {.fn = exec_event, .ctx = k};
+    struct exec_record rec;
+    exec_record_init(&rec, session_options(s)->output_cap);
+    int r = execute_when_free(k, s, &req, &sink, &rec);
+    session_table_release(c->cfg->table, s);
+    json_t *result;
+    if (r == -ECANCELED) {
+        result = tool_error("%s: cancelled", k->tool->name);
+    } else if (r == -EAGAIN) {
+        result = tool_error("%s: the server is running its maximum of %zu executions; retry "
+                            "shortly", k->tool->name, c->cfg->max_executions);
+    } else if (r < 0) {
+        result = tool_error("%s: session %s: %s%s", k->tool->name, sid, err_msg(),
+                            r == -EBUSY ? busy_hint : "");
+    } else {
+        if (c->cfg->on_execution)
+            c->cfg->on_execution(c->cfg->ctx, &rec);
+        json_t *j = exec_record_json(&rec);
+        result = result_new(record_content(j), record_structured(j, sid), rec.status != EXEC_OK,
+                            k->features);
+        json_decref(j);
+    }
+    exec_record_release(&rec);
+    return with_note(result, note);
+}
+
+static json_t *t_run_code(struct call *k)
+{
+    return run_exec(k, arg_string(k, "code"), arg_string(k, "language"));
+}
+
+static json_t *t_run_shell(struct call *k)
+{
+    return run_exec(k, arg_string(k, "command"), "bash");
+}
+
+/* ---- sessions ---- */
+
+static json_t *t_create_session(struct call *k)
+{
+    json_t *timeout = json_object_get(k->args, "timeout_s");
+    uint64_t timeout_ms = 0;
+    if (json_is_number(timeout)) {
+        double sec = json_number_value(timeout);
+        if (sec * 1000.0 > (double)k->c->cfg->max_timeout_ms)
+            return tool_error("create_session: timeout_s %g is more than this server allows "
+                              "(%g s)", sec, (double)k->c->cfg->max_timeout_ms / 1000.0);
+        timeout_ms = MAX((uint64_t)(sec * 1000.0 + 0.5), 1);
+    }
+    _cleanup_free_ char *id = NULL;
+    if (conn_create_session(k->c, arg_string(k, "language"), timeout_ms, &id) < 0)
+        return tool_error("create_session: cannot create a session: %s", err_msg());
+    int err;
+    struct session *s = session_table_acquire(k->c->cfg->table, id, &err);
+    if (!s)
+        return tool_error("create_session: session %s was closed as it was created", id);
+    const struct session_opts *o = session_options(s);
+    json_t *st = json_pack("{s:s,s:s,s:s,s:f}", "session_id", id, "language", o->lang,
+                           "python_version", session_python_version(s), "timeout_s",
+                           (double)o->timeout_ms / 1000.0);
+    _cleanup_free_ char *text = xasprintf(
+        "Created session %s (%s; Python %s). Pass session_id \"%s\" to run_code and the file "
+        "tools to use it; close it with close_session when done.", id, o->lang,
+        session_python_version(s), id);
+    session_table_release(k->c->cfg->table, s);
+    return result_new(json_pack("[o]", text_item(text)), st, false, k->features);
+}
+
+static json_t *t_close_session(struct call *k)
+{
+    const char *id = arg_string(k, "session_id");
+    if (conn_close_session(k->c, id) < 0)
+        return tool_error("close_session: no session %s (it may have expired or been closed "
+                          "already)", id);
+    _cleanup_free_ char *text = xasprintf("Closed session %s.", id);
+    return result_new(json_pack("[o]", text_item(text)),
+                      json_pack("{s:s,s:b}", "session_id", id, "closed", 1), false, k->features);
+}
+
+/* ---- files ---- */
+
+static bool in_dir(const char *path, const char *dir)
+{
+    size_t n = strlen(dir);
+    return !n || (!strncmp(path, dir, n) && path[n] == '/');
+}
+
+static json_t *list_result(struct call *k, const char *sid, const char *dir,
+                           const struct ws_listing *l)
+{
+    json_t *files = json_array();
+    struct buf text;
+    size_t shown = 0, matched = 0;
+    buf_init(&text, 0);
+    for (size_t i = 0; i < l->n; i++) {
+        const struct ws_entry *e = &l->v[i];
+        if (!in_dir(e->path, dir) || matched++ >= LIST_MAX)
+            continue;
+        char mtime[32];
+        size_t n;
+        format_time_iso((uint64_t)(e->mtime_ns / 1000000), mtime);
+        char *path = utf8_sanitize(e->path, strlen(e->path), &n);
+        bool link = S_ISLNK(e->mode);
+        json_array_append_new(files, json_pack("{s:s%,s:I,s:s,s:s}", "path", path, n, "size",
+                                               (json_int_t)e->size, "mtime", mtime, "type",
+                                               link ? "symlink" : "file"));
+        buf_printf(&text, "%s  (%llu bytes%s)\n", path, (unsigned long long)e->size,
+                   link ? ", symbolic link" : "");
+        free(path);
+        shown++;
+    }
+    bool truncated = l->truncated || matched > shown;
+    _cleanup_free_ char *head = xasprintf("%zu file%s in /workspace%s%s%s\n", shown,
+                                          shown == 1 ? "" : "s", *dir ? "/" : "", dir,
+                                          truncated ? " (more not listed)" : "");
+    _cleanup_free_ char *all = xasprintf("%s%s", head, text.data ? text.data : "");
+    buf_release(&text);
+    json_t *st = json_pack("{s:s,s:o,s:b}", "session_id", sid, "files", files, "truncated",
+                           truncated);
+    return result_new(json_pack("[o]", text_item(all)), st, false, k->features);
+}
+
+static json_t *t_list_files(struct call *k)
+{
+    const char *path = arg_string(k, "path");
+    _cleanup_free_ char *err = NULL, *sid = NULL, *note = NULL;
+    _cleanup_free_ char *dir = workspace_rel("list_files", path ? path : "", true, &err);
+    if (!dir)
+        return tool_error("%s", err);
+    struct session *s = call_session(k, &sid, &note, &err);
+    if (!s)
+        return tool_error("list_files: %s", err);
+    struct ws_listing l;
+    int r = workspace_scan(session_workspace(s), &l);
+    session_table_release(k->c->cfg->table, s);
+    if (r < 0)
+        return tool_error("list_files: %s", err_msg());
+    json_t *result = list_result(k, sid, dir, &l);
+    ws_listing_release(&l);
+    return with_note(result, note);
+}
+
+static const char *file_mime(const char *path)
+{
+    static const char *const types[][2] = {
+        {".png", "image/png"},  {".jpg", "image/jpeg"},  {".jpeg", "image/jpeg"},
+        {".gif", "image/gif"},  {".webp", "image/webp"}, {".csv", "text/csv"},
+        {".json", "application/json"}, {".html", "text/html"}, {".pdf", "application/pdf"},
+        {".xlsx", "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"},
+    };
+    const char *dot = strrchr(path, '.');
+    for (size_t i = 0; dot && i < ARRAY_SIZE(types); i++)
+        if (!strcasecmp(dot, types[i][0]))
+            return types[i][1];
+    return NULL;
+}
+
+/* Reads a regular workspace file of at most MCP_MAX_FILE bytes; -errno with *ret_err. */
+static int read_workspace_file(struct workspace *ws, const char *rel, struct buf *b,
+                               char **ret_err)
+{
+    _cleanup_close_ int fd = workspace_openat(ws, rel, O_RDONLY | O_NONBLOCK, 0);
+    struct stat st;
+    if (fd == -ENOENT)
+        *ret_err = xasprintf("no file '%s' in /workspace", rel);
+    else if (fd == -ELOOP)
+        *ret_err = xasprintf("'%s' is or goes through a symbolic link; links in the "
+                             "workspace are not followed", rel);
+    else if (fd < 0)
+        *ret_err = xasprintf("cannot open '%s': %s", rel, strerror(-fd));
+    if (fd < 0)
+        return fd;
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+        *ret_err = xasprintf("'%s' is not a regular file", rel);
+        return -EINVAL;
+    }
+    if ((uint64_t)st.st_size > MCP_MAX_FILE) {
+        *ret_err = xasprintf("'%s' has %llu bytes, more than the %u read_file returns; "
+                             "process it with run_code instead", rel,
+                             (unsigned long long)st.st_size, MCP_MAX_FILE);
+        return -EFBIG;
+    }
+    fd_set_nonblock(fd, false);
+    buf_init(b, MCP_MAX_FILE);
+    int r = read_all(fd, b);
+    if (r < 0)
+        *ret_err = xasprintf("cannot read '%s': %s", rel, strerror(-r));
+    return r;
+}
+
+/* file:///workspace/ and the path, percent-encoded where a URI needs it. */
+static char *file_uri(const char *rel)
+{
+    struct buf b;
+    buf_init(&b, 0);
+    buf_printf(&b, "file:///workspace/");
+    for (const unsigned char *p = (const unsigned char *)rel; *p; p++) {
+        if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+            strchr("/-._~", *p))
+            buf_append(&b, p, 1);
+        else
+            buf_printf(&b, "%%%02X", *p);
+    }
+    return buf_detach(&b, NULL);
+}
+
+static json_t *file_content(const char *rel, const struct buf *b, const char *mime)
+{
+    size_t n, b64_len;
+    const char *data = b->data ? b->data : "";
+    if (mime && str_has_prefix(mime, "image/")) {
+        _cleanup_free_ char *b64 = base64_encode(data, b->len, &b64_len);
+        return json_pack("{s:s,s:s%,s:s}", "type", "image", "data", b64, b64_len, "mimeType",
+                         mime);
+    }
+    _cleanup_free_ char *clean = utf8_sanitize(data, b->len, &n);
+    if (n == b->len && !memcmp(clean, data, n))
+        return json_pack("{s:s,s:s%}", "type", "text", "text", clean, n);
+    _cleanup_free_ char *b64 = base64_encode(data, b->len, &b64_len);
+    _cleanup_free_ char *uri = file_uri(rel);
+    return json_pack("{s:s,s:{s:s,s:s,s:s%}}", "type", "resource", "resource", "uri", uri,
+                     "mimeType", mime ? mime : "application/octet-stream", "blob", b64, b64_len);
+}
+
+static json_t *t_read_file(struct call *k)
+{
+    _cleanup_free_ char *err = NULL, *sid = NULL, *note = NULL;
+    _cleanup_free_ char *rel = workspace_rel("read_file", arg_string(k, "path"), false, &err);
+    if (!rel)
+        return tool_error("%s", err);
+    struct session *s = call_session(k, &sid, &note, &err);
+    if (!s)
+        return tool_error("read_file: %s", err);
+    struct buf b = {0};
+    int r = read_workspace_file(session_workspace(s), rel, &b, &err);
+    session_table_release(k->c->cfg->table, s);
+    if (r < 0) {
+        buf_release(&b);
+        return with_note(tool_error("read_file: %s", err), note);
+    }
+    const char *mime = file_mime(rel);
+    json_t *item = file_content(rel, &b, mime);
+    const char *type = json_string_value(json_object_get(item, "type"));
+    if (!mime)
+        mime = !strcmp(type, "text") ? "text/plain" : "application/octet-stream";
+    json_t *st = json_pack("{s:s,s:s,s:I,s:s}", "session_id", sid, "path", rel, "size",
+                           (json_int_t)b.len, "mime_type", mime);
+    buf_release(&b);
+    return with_note(result_new(json_pack("[o]", item), st, false, k->features), note);
+}
+
+static json_t *t_write_file(struct call *k)
+{
+    _cleanup_free_ char *err = NULL, *sid = NULL, *note = NULL;
+    _cleanup_free_ char *rel = workspace_rel("write_file", arg_string(k, "path"), false, &err);
+    if (!rel)
+        return tool_error("%s", err);
+    const char *content = arg_string(k, "content"), *enc = arg_string(k, "encoding");
+    size_t n = strlen(content);
+    _cleanup_free_ unsigned char *bytes = NULL;
+    if (enc && !strcmp(enc, "base64")) {
+        bytes = base64_decode(content, n, &n);
+        if (!bytes)
+            return tool_error("write_file: content is not valid base64");
+    }
+    if (n > MCP_MAX_FILE)
+        return tool_error("write_file: %zu bytes is more than the %u a file may have here",
+                          n, MCP_MAX_FILE);
+    struct session *s = call_session(k, &sid, &note, &err);
+    if (!s)
+        return tool_error("write_file: %s", err);
+    int r = workspace_write(session_workspace(s), rel, bytes ? (const char *)bytes : content, n);
+    session_table_release(k->c->cfg->table, s);
+    if (r < 0)
+        return tool_error("write_file: %s", err_msg());
+    _cleanup_free_ char *text = xasprintf("Wrote %zu bytes to /workspace/%s.", n, rel);
+    json_t *st = json_pack("{s:s,s:s,s:I}", "session_id", sid, "path", rel, "size",
+                           (json_int_t)n);
+    return with_note(result_new(json_pack("[o]", text_item(text)), st, false, k->features),
+                     note);
+}

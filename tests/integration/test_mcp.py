@@ -1,0 +1,666 @@
+"""runcell as an MCP server: a scripted client over stdio (`runcell mcp`) and over Streamable
+HTTP (/mcp of `runcell serve`). The same protocol cases run on both transports; each
+transport has its own cases too."""
+import base64
+import http.client
+import json
+import os
+import signal
+import threading
+import time
+import unittest
+import urllib.error
+import urllib.request
+
+from mcpclient import HttpClient, McpError, StdioClient, texts
+from rctest import RUNCELL, RuncellTestCase, ServeProcess
+
+VERSIONS = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"]
+TOOLS = {"run_code", "run_shell", "create_session", "close_session", "list_files",
+         "read_file", "write_file"}
+
+
+def first_image(result):
+    return next((c for c in result["content"] if c["type"] == "image"), None)
+
+
+class McpCases:
+    """Protocol cases for both transports. A subclass provides new_client() (not yet
+    initialized) and self.c, one initialized 2025-11-25 client shared by the cases."""
+
+    def fresh(self, version="2025-11-25"):
+        c = self.new_client()
+        c.initialize(version)
+        return c
+
+    # ---- handshake and discovery ----
+
+    def test_handshake_for_each_version(self):
+        for v in VERSIONS + ["1999-01-01"]:
+            with self.subTest(version=v):
+                c = self.new_client()
+                result = c.initialize(v)
+                want = v if v in VERSIONS else VERSIONS[0]
+                self.assertEqual(result["protocolVersion"], want)
+                self.assertEqual(result["serverInfo"]["name"], "runcell")
+                self.assertIn("tools", result["capabilities"])
+                self.assertIn("run_code", result["instructions"])
+                tools = c.request("tools/list")["result"]["tools"]
+                self.assertEqual({t["name"] for t in tools}, TOOLS)
+                run = next(t for t in tools if t["name"] == "run_code")
+                # answered in kind: what each version knows, and nothing newer
+                self.assertEqual("annotations" in run, want != "2024-11-05")
+                self.assertEqual("outputSchema" in run, want in ("2025-11-25", "2025-06-18"))
+                self.assertEqual("title" in result["serverInfo"],
+                                 want in ("2025-11-25", "2025-06-18"))
+                self.assertEqual(c.request("ping")["result"], {})
+                self.close_client(c)
+
+    def test_tools_have_schemas(self):
+        tools = {t["name"]: t for t in self.c.request("tools/list")["result"]["tools"]}
+        self.assertEqual(set(tools), TOOLS)
+        schema = tools["run_code"]["inputSchema"]
+        self.assertEqual(schema["type"], "object")
+        self.assertEqual(schema["required"], ["code"])
+        self.assertEqual(set(schema["properties"]),
+                         {"code", "language", "session_id", "timeout_s"})
+        self.assertEqual(schema["properties"]["language"]["enum"], ["python", "bash"])
+        self.assertFalse(schema["additionalProperties"])
+        self.assertTrue(tools["read_file"]["annotations"]["readOnlyHint"])
+        self.assertEqual(tools["run_code"]["outputSchema"]["required"],
+                         ["session_id", "status"])
+
+    # ---- running code ----
+
+    def test_state_carries_between_calls(self):
+        r1 = self.c.tool_result("run_code", {"code": "carried = 41"})
+        self.assertFalse(r1["isError"], texts(r1))
+        r2 = self.c.tool_result("run_code", {"code": "carried + 1"})
+        self.assertFalse(r2["isError"], texts(r2))
+        self.assertEqual(texts(r2), "42")
+        s1, s2 = r1["structuredContent"], r2["structuredContent"]
+        self.assertEqual(s1["session_id"], s2["session_id"])
+        self.assertEqual(s2["execution_count"], s1["execution_count"] + 1)
+        self.assertEqual(s2["results"], [{"text/plain": "42"}])
+
+    def test_image_result(self):
+        r = self.c.tool_result("run_code", {"code": (
+            "import matplotlib.pyplot as plt\n"
+            "plt.plot([1, 3, 2]); plt.title('trend')\n"
+            "print('plotted')")})
+        self.assertFalse(r["isError"], texts(r))
+        img = first_image(r)
+        self.assertIsNotNone(img, r["content"])
+        self.assertEqual(img["mimeType"], "image/png")
+        self.assertEqual(base64.b64decode(img["data"])[:8], b"\x89PNG\r\n\x1a\n")
+        self.assertIn("plotted", texts(r))
+        # the record names the image instead of repeating its bytes
+        bundle = r["structuredContent"]["results"][0]
+        self.assertIn("sent as image content", bundle["image/png"])
+
+    def test_error_result_sets_is_error(self):
+        r = self.c.tool_result("run_code", {"code": "row = {'name': 'x'}\nrow['fare']"})
+        self.assertTrue(r["isError"])
+        self.assertIn("KeyError: 'fare'", texts(r))
+        self.assertIn("<cell", texts(r))  # the traceback shows the cell's lines
+        s = r["structuredContent"]
+        self.assertEqual(s["status"], "error")
+        self.assertEqual(s["error"]["name"], "KeyError")
+        self.assertEqual(s["state"], "kept")
+        # the model fixes the code: the session is fine
+        r = self.c.tool_result("run_code", {"code": "row.get('fare', 0)"})
+        self.assertFalse(r["isError"])
+        self.assertEqual(texts(r), "0")
+
+    def test_run_shell(self):
+        r = self.c.tool_result("run_shell", {"command": "echo from-bash; pwd; exit 3"})
+        self.assertTrue(r["isError"])
+        self.assertIn("from-bash", texts(r))
+        self.assertIn("/workspace", texts(r))
+        self.assertEqual(r["structuredContent"]["exit_code"], 3)
+        r = self.c.tool_result("run_code", {"code": "echo $((6 * 7))", "language": "bash"})
+        self.assertFalse(r["isError"], texts(r))
+        self.assertEqual(texts(r).strip(), "42")
+
+    def test_timeout_interrupts_and_keeps_state(self):
+        r = self.c.tool_result("run_code", {
+            "code": "before_timeout = 'kept'\nimport time\ntime.sleep(60)", "timeout_s": 1})
+        self.assertTrue(r["isError"])
+        self.assertEqual(r["structuredContent"]["status"], "timeout")
+        self.assertIn("timed out", texts(r))
+        r = self.c.tool_result("run_code", {"code": "before_timeout"})
+        self.assertEqual(texts(r), "'kept'")
+        r = self.c.tool_result("run_code", {"code": "1", "timeout_s": 10 ** 7})
+        self.assertTrue(r["isError"])
+        self.assertIn("more than this server allows", texts(r))
+
+    def test_output_is_capped(self):
+        r = self.c.tool_result("run_code", {"code": "print('y' * 300000)"})
+        self.assertFalse(r["isError"])
+        self.assertTrue(r["structuredContent"]["truncated"]["stdout"])
+        self.assertIn("bytes of output dropped", texts(r))
+        self.assertLess(len(texts(r)), 100000)
+
+    # ---- progress and cancellation ----
+
+    def test_progress_notifications(self):
+        token = "progress-%d" % self.c.new_id()
+        self.c.notifications.clear()
+        code = ("import time\nfor i in range(3):\n"
+                "    print('step', i, flush=True)\n    time.sleep(0.4)\n'finished'")
+        resp = self.c.call_tool("run_code", {"code": code}, progress_token=token)
+        self.assertEqual(texts(resp["result"]).splitlines()[-1], "'finished'")
+        progress = [n["params"] for n in self.c.notifications
+                    if n["method"] == "notifications/progress"]
+        self.assertTrue(progress, "no progress notification")
+        self.assertTrue(all(p["progressToken"] == token for p in progress))
+        values = [p["progress"] for p in progress]
+        self.assertEqual(values, sorted(set(values)), "progress must increase")
+        self.assertIn("started", progress[0]["message"])
+        self.assertTrue(any("step" in p.get("message", "") for p in progress))
+        # no progress after the response: a later exchange brings none for this token
+        seen = len(self.c.notifications)
+        self.c.request("ping")
+        self.assertEqual(len(self.c.notifications), seen)
+
+    def test_cancel_interrupts_a_sleep(self):
+        self.c.tool_result("run_code", {"code": "cancel_marker = 'before'"})
+        rid = self.c.new_id()
+        token = "cancel-%d" % rid
+        t0 = time.time()
+        outcome = self.start_cancellable(rid, token, (
+            "import time\ncancel_marker = 'in cell'\nprint('sleeping', flush=True)\n"
+            "time.sleep(120)\ncancel_marker = 'finished'"))
+        self.c.notify("notifications/cancelled", {"requestId": rid, "reason": "test"})
+        got_response = outcome()
+        self.assertFalse(got_response, "a cancelled request must get no response")
+        r = self.c.tool_result("run_code", {"code": "cancel_marker"})
+        # interrupted in the sleep, not killed: the variable set before it is still there
+        self.assertEqual(texts(r), "'in cell'")
+        self.assertLess(time.time() - t0, 100)
+
+    # ---- errors ----
+
+    def test_unknown_method(self):
+        resp = self.c.request("resources/templates/list")
+        self.assertEqual(resp["error"]["code"], -32601)
+        self.assertIn("resources/templates/list", resp["error"]["message"])
+
+    def test_unknown_tool(self):
+        resp = self.c.call_tool("delete_everything", {})
+        self.assertEqual(resp["error"]["code"], -32602)
+        self.assertIn("delete_everything", resp["error"]["message"])
+        self.assertIn("run_code", resp["error"]["message"])
+
+    def test_bad_arguments_by_version(self):
+        old = self.fresh("2025-06-18")
+        resp = old.call_tool("run_code", {"code": 7})
+        self.assertEqual(resp["error"]["code"], -32602)
+        self.assertIn("'code' must be a string", resp["error"]["message"])
+        resp = old.call_tool("run_code", {})
+        self.assertIn("'code' is required", resp["error"]["message"])
+        self.close_client(old)
+        r = self.c.tool_result("run_code", {"code": "1", "language": "cobol"})
+        self.assertTrue(r["isError"])  # since 2025-11-25: the model sees it and can fix it
+        self.assertIn("language", texts(r))
+        resp = self.c.request("tools/call", {"arguments": {}})
+        self.assertEqual(resp["error"]["code"], -32602)
+
+    # ---- files and sessions ----
+
+    def test_files_round_trip(self):
+        r = self.c.tool_result("write_file", {"path": "notes/in.txt", "content": "héllo\n"})
+        self.assertFalse(r["isError"], texts(r))
+        self.assertEqual(r["structuredContent"]["size"], len("héllo\n".encode()))
+        r = self.c.tool_result("run_code", {"code": "open('notes/in.txt').read().upper()"})
+        self.assertEqual(texts(r), "'HÉLLO\\n'")
+        blob = bytes(range(256))
+        self.c.tool_result("write_file", {"path": "/workspace/b.bin", "encoding": "base64",
+                                          "content": base64.b64encode(blob).decode()})
+        r = self.c.tool_result("read_file", {"path": "b.bin"})
+        res = r["content"][0]
+        self.assertEqual(res["type"], "resource")
+        self.assertEqual(base64.b64decode(res["resource"]["blob"]), blob)
+        self.assertEqual(res["resource"]["uri"], "file:///workspace/b.bin")
+        r = self.c.tool_result("read_file", {"path": "./notes/in.txt"})
+        self.assertEqual(r["content"], [{"type": "text", "text": "héllo\n"}])
+        r = self.c.tool_result("list_files", {"path": "notes"})
+        paths = [f["path"] for f in r["structuredContent"]["files"]]
+        self.assertEqual(paths, ["notes/in.txt"])
+        self.assertIn("notes/in.txt", texts(r))
+        self.c.tool_result("run_code", {"code": (
+            "import matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\n"
+            "plt.figure(); plt.plot([1, 2]); plt.savefig('chart.png'); plt.close('all')")})
+        r = self.c.tool_result("read_file", {"path": "chart.png"})
+        self.assertEqual(r["content"][0]["type"], "image")
+        self.assertEqual(base64.b64decode(r["content"][0]["data"])[:4], b"\x89PNG")
+
+    def test_file_errors(self):
+        for path, words in (("missing.txt", "no file"), ("../../etc/passwd", "bad path"),
+                            ("/etc/passwd", "bad path")):
+            r = self.c.tool_result("read_file", {"path": path})
+            self.assertTrue(r["isError"], path)
+            self.assertIn(words, texts(r))
+        self.c.tool_result("run_code", {"code": "import os\nos.symlink('/etc/passwd', 'link')"})
+        r = self.c.tool_result("read_file", {"path": "link"})
+        self.assertTrue(r["isError"])
+        self.assertIn("symbolic link", texts(r))
+        r = self.c.tool_result("write_file", {"path": "x.bin", "content": "%%%",
+                                              "encoding": "base64"})
+        self.assertTrue(r["isError"])
+        self.assertIn("base64", texts(r))
+        self.c.tool_result("run_code", {"code": "open('big.bin', 'wb').truncate(11 << 20)"})
+        r = self.c.tool_result("read_file", {"path": "big.bin"})
+        self.assertTrue(r["isError"])
+        self.assertIn("more than the 10485760 read_file returns", texts(r))
+        r = self.c.tool_result("write_file", {"path": "big2.txt", "content": "z" * (11 << 20)})
+        self.assertTrue(r["isError"])
+        self.assertIn("more than the 10485760", texts(r))
+
+    def test_sessions_are_separate(self):
+        r = self.c.tool_result("create_session", {"language": "python"})
+        self.assertFalse(r["isError"], texts(r))
+        sid = r["structuredContent"]["session_id"]
+        self.assertIn(sid, texts(r))
+        r = self.c.tool_result("run_code", {"code": "only_here = 1", "session_id": sid})
+        self.assertEqual(r["structuredContent"]["session_id"], sid)
+        r = self.c.tool_result("run_code", {"code": "only_here"})
+        self.assertTrue(r["isError"])
+        self.assertIn("NameError", texts(r))
+        r = self.c.tool_result("close_session", {"session_id": sid})
+        self.assertFalse(r["isError"])
+        r = self.c.tool_result("run_code", {"code": "1", "session_id": sid})
+        self.assertTrue(r["isError"])
+        self.assertIn("no session", texts(r))
+        r = self.c.tool_result("close_session", {"session_id": sid})
+        self.assertTrue(r["isError"])
+
+    def test_closing_the_default_session_starts_a_new_one(self):
+        c = self.fresh()
+        r = c.tool_result("run_code", {"code": "gone = 1"})
+        sid = r["structuredContent"]["session_id"]
+        c.tool_result("close_session", {"session_id": sid})
+        r = c.tool_result("run_code", {"code": "'gone' in dir()"})
+        self.assertEqual(texts(r), "False")
+        self.assertNotEqual(r["structuredContent"]["session_id"], sid)
+        self.close_client(c)
+
+
+class StdioTest(McpCases, RuncellTestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.c = StdioClient(RUNCELL)
+        cls.c.initialize("2025-11-25")
+
+    @classmethod
+    def tearDownClass(cls):
+        status = cls.c.close()
+        cls.c.kill()
+        assert status == 0, "runcell mcp exited %s: %s" % (status, cls.c.stderr[-2000:])
+        assert not cls.c.bad_lines, "stdout carried more than protocol: %r" % cls.c.bad_lines
+
+    def new_client(self):
+        c = StdioClient(RUNCELL)
+        self.addCleanup(c.kill)
+        return c
+
+    def close_client(self, c):
+        self.assertEqual(c.close(), 0, c.stderr)
+
+    def start_cancellable(self, rid, token, code):
+        self.c.notifications.clear()
+        self.c.send({"jsonrpc": "2.0", "id": rid, "method": "tools/call",
+                     "params": {"name": "run_code", "arguments": {"code": code},
+                                "_meta": {"progressToken": token}}})
+        # the cell is in its sleep once it said so
+        self.c.wait_for(lambda m: m.get("method") == "notifications/progress" and
+                        "sleeping" in m["params"].get("message", ""))
+
+        def outcome():
+            ping = self.c.request("ping")  # answered while the reader is free...
+            self.assertEqual(ping["result"], {})
+            # ...and the cancelled call never answers: the next response is the next call's
+            seen = []
+            probe = self.c.new_id()
+            self.c.send({"jsonrpc": "2.0", "id": probe, "method": "tools/call",
+                         "params": {"name": "run_code", "arguments": {"code": "'probe'"}}})
+            self.c.wait_for(lambda m: seen.append(m) or m.get("id") == probe)
+            return any(m.get("id") == rid for m in seen)
+        return outcome
+
+    def test_stdout_carries_only_protocol(self):
+        r = self.c.tool_result("run_code", {"code": (
+            "import os, subprocess, sys\nos.write(1, b'low-level\\n')\n"
+            "subprocess.run(['echo', 'child'])\nprint('to stderr', file=sys.stderr)")})
+        self.assertIn("low-level", texts(r))
+        self.assertIn("child", texts(r))
+        self.assertIn("to stderr", texts(r))
+        self.assertEqual(self.c.bad_lines, [])
+
+    def test_malformed_json(self):
+        self.c.send_raw("{this is not json\n")
+        resp = self.c.wait_for(lambda m: "error" in m and m.get("id") is None)
+        self.assertEqual(resp["error"]["code"], -32700)
+        self.assertIn("parse error", resp["error"]["message"])
+        self.c.send_raw('"a string"\n')
+        resp = self.c.wait_for(lambda m: "error" in m and m.get("id") is None)
+        self.assertEqual(resp["error"]["code"], -32600)
+        self.assertEqual(self.c.request("ping")["result"], {})  # still serving
+
+    def test_oversized_line_is_refused(self):
+        self.c.send_raw(b'{"jsonrpc":"2.0","id":1,"method":"' + b"x" * (33 << 20) + b'"}\n')
+        resp = self.c.wait_for(lambda m: "error" in m and m.get("id") is None)
+        self.assertEqual(resp["error"]["code"], -32600)
+        self.assertIn("limit", resp["error"]["message"])
+        self.assertEqual(self.c.request("ping")["result"], {})
+
+    def test_request_before_initialize(self):
+        c = self.new_client()
+        resp = c.request("tools/list")
+        self.assertEqual(resp["error"]["code"], -32600)
+        self.assertIn("initialize", resp["error"]["message"])
+        c.initialize("2025-11-25")
+        resp = c.request("initialize", {"protocolVersion": "2025-11-25"})
+        self.assertIn("already initialized", resp["error"]["message"])
+        self.close_client(c)
+
+    def test_batch_in_2025_03_26(self):
+        c = self.fresh("2025-03-26")
+        c.send([{"jsonrpc": "2.0", "id": 50, "method": "ping"},
+                {"jsonrpc": "2.0", "method": "notifications/initialized"},
+                {"jsonrpc": "2.0", "id": 51, "method": "tools/call",
+                 "params": {"name": "run_code", "arguments": {"code": "6 * 7"}}}])
+        batch = c.wait_for(lambda m: isinstance(m, list))
+        self.assertEqual(sorted(m["id"] for m in batch), [50, 51])
+        call = next(m for m in batch if m["id"] == 51)
+        self.assertEqual(texts(call["result"]), "42")
+        self.assertNotIn("structuredContent", call["result"])  # not in 2025-03-26
+        self.close_client(c)
+
+    def test_exits_cleanly_when_stdin_closes(self):
+        c = self.fresh()
+        c.tool_result("run_code", {"code": "1"})
+        t0 = time.time()
+        self.assertEqual(c.close(), 0)
+        self.assertLess(time.time() - t0, 60)
+        self.assertNotIn(b"error", c.stderr.lower())
+
+    def test_running_call_finishes_after_stdin_closes(self):
+        c = self.fresh()
+        c.send({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {
+            "name": "run_code",
+            "arguments": {"code": "import time\ntime.sleep(1)\n'answered after eof'"}}})
+        c.proc.stdin.close()
+        resp = c.response_to(9)
+        self.assertEqual(texts(resp["result"]), "'answered after eof'")
+        self.assertEqual(c.proc.wait(60), 0)
+
+    def test_sigterm_interrupts_running_calls(self):
+        c = self.fresh()
+        c.send({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {
+            "name": "run_code", "arguments": {"code": "print('in', flush=True)\n"
+                                              "import time\ntime.sleep(300)"},
+            "_meta": {"progressToken": 1}}})
+        c.wait_for(lambda m: m.get("method") == "notifications/progress" and
+                   m["params"].get("message") == "in")
+        c.proc.send_signal(signal.SIGTERM)
+        self.assertEqual(c.proc.wait(60), 0)
+
+    def test_idle_sessions_expire_when_asked(self):
+        c = StdioClient(RUNCELL, "--idle-timeout", "1")
+        self.addCleanup(c.kill)
+        c.initialize()
+        c.tool_result("run_code", {"code": "idle_var = 1"})
+        deadline = time.time() + 60
+        while True:
+            time.sleep(1.5)
+            r = c.tool_result("run_code", {"code": "'idle_var' in dir()"})
+            if "note" in texts(r) or time.time() > deadline:
+                break
+        self.assertIn("expired", texts(r))
+        self.assertIn("False", texts(r))
+        self.close_client(c)
+
+    def test_calls_in_flight_are_capped(self):
+        c = self.fresh()
+        ids = [c.new_id() for _ in range(16)]
+        for rid in ids:  # the first sleeps; the others wait for the session
+            c.send({"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": {
+                "name": "run_code", "arguments": {"code": "import time\ntime.sleep(120)"}}})
+        resp = c.call_tool("run_code", {"code": "1"})
+        self.assertEqual(resp["error"]["code"], -32000)
+        self.assertIn("16 tool calls", resp["error"]["message"])
+        for rid in ids:
+            c.notify("notifications/cancelled", {"requestId": rid})
+        deadline = time.time() + 60
+        while True:  # the slots free up once the cancelled calls are gone
+            r = c.call_tool("run_code", {"code": "'free again'"})
+            if "result" in r or time.time() > deadline:
+                break
+            time.sleep(0.2)
+        self.assertEqual(texts(r["result"]), "'free again'")
+        self.close_client(c)
+
+    def test_usage_errors(self):
+        from rctest import runcell
+        p = runcell("mcp", "--file", "x")
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("do not apply", p.stderr)
+        p = runcell("mcp", "--help")
+        self.assertEqual(p.returncode, 0)
+        self.assertIn("stdin", p.stdout)
+
+
+class HttpTest(McpCases, RuncellTestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.server = ServeProcess("--allow-origin", "https://app.example.com")
+        cls.server.__enter__()
+        cls.c = HttpClient(cls.server.port, cls.server.token)
+        cls.c.initialize("2025-11-25")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.c.delete()
+        cls.server.__exit__()
+        assert cls.server.status == 0, "runcell serve exited %s: %s" % (
+            cls.server.status, cls.server.last_output[-3000:])
+
+    def new_client(self, **kw):
+        return HttpClient(self.server.port, self.server.token, **kw)
+
+    def close_client(self, c):
+        self.assertEqual(c.delete().status, 204)
+
+    def start_cancellable(self, rid, token, code):
+        sleeping = threading.Event()
+        box = {}
+
+        def on_event(msg):
+            if "sleeping" in msg.get("params", {}).get("message", ""):
+                sleeping.set()
+
+        def post():
+            box["r"] = self.c.http("POST", {
+                "jsonrpc": "2.0", "id": rid, "method": "tools/call",
+                "params": {"name": "run_code", "arguments": {"code": code},
+                           "_meta": {"progressToken": token}}}, on_event=on_event)
+        t = threading.Thread(target=post)
+        t.start()
+        self.assertTrue(sleeping.wait(120), "the cell never started")
+
+        def outcome():
+            t.join(120)
+            self.assertFalse(t.is_alive())
+            r = box["r"]
+            self.assertEqual(r.status, 200)
+            self.assertTrue(r.header("Content-Type").startswith("text/event-stream"))
+            return any(m.get("id") == rid and "method" not in m for m in r.messages)
+        return outcome
+
+    def raw(self, method, body=None, headers=None, session=True, token=True):
+        c = self.new_client()
+        if session:
+            c.session, c.version = self.c.session, self.c.version
+        if not token:
+            c.token = None
+        return c.http(method, body, headers)
+
+    def test_malformed_json(self):
+        r = self.raw("POST", "{this is not json")
+        self.assertEqual(r.status, 400)
+        self.assertEqual(r.messages[0]["error"]["code"], -32700)
+
+    def test_notification_is_accepted_without_body(self):
+        r = self.raw("POST", {"jsonrpc": "2.0", "method": "notifications/initialized"})
+        self.assertEqual(r.status, 202)
+        self.assertEqual(r.body, "")
+
+    def test_json_only_client_gets_json(self):
+        c = self.new_client(accept="application/json")
+        c.initialize()
+        resp = c.call_tool("run_code", {"code": "'json'"}, progress_token="t")
+        self.assertEqual(texts(resp["result"]), "'json'")
+        self.assertTrue(c.last_http.header("Content-Type").startswith("application/json"))
+        self.close_client(c)
+
+    def test_session_rules(self):
+        ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+        r = self.raw("POST", ping, session=False)
+        self.assertEqual(r.status, 400)
+        self.assertIn("Mcp-Session-Id", r.messages[0]["error"]["message"])
+        r = self.raw("POST", ping, {"Mcp-Session-Id": "0123456789abcdef"})
+        self.assertEqual(r.status, 404)
+        r = self.raw("POST", ping, {"MCP-Protocol-Version": "2023-01-01"})
+        self.assertEqual(r.status, 400)
+        self.assertIn("MCP-Protocol-Version", r.messages[0]["error"]["message"])
+        r = self.raw("POST", ping, {"Content-Type": "text/plain"})
+        self.assertEqual(r.status, 415)
+        r = self.raw("PUT", ping)
+        self.assertEqual(r.status, 405)
+        r = self.raw("POST", {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                              "params": {}}, session=False)
+        self.assertEqual(r.status, 400)
+        self.assertEqual(r.messages[0]["error"]["code"], -32602)
+        self.assertIsNone(r.header("Mcp-Session-Id"))
+
+    def test_token_required(self):
+        r = self.raw("POST", {"jsonrpc": "2.0", "id": 1, "method": "ping"}, token=False)
+        self.assertEqual(r.status, 401)
+        r = self.raw("POST", {"jsonrpc": "2.0", "id": 1, "method": "ping"},
+                     {"Authorization": "Bearer wrong-token-0123456789"})
+        self.assertEqual(r.status, 401)
+
+    def test_origin_checked(self):
+        ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+        r = self.raw("POST", ping, {"Origin": "http://evil.example"})
+        self.assertEqual(r.status, 403)
+        self.assertIn("evil.example", r.messages[0]["error"]["message"])
+        for bad in ("http://127.0.0.1.evil.example", "http://localhost.evil.example", "null",
+                    "http://[::1", "file://localhost", "https://app.example.com.evil"):
+            r = self.raw("POST", ping, {"Origin": bad})
+            self.assertEqual(r.status, 403, bad)
+        for ok in ("http://localhost:6274", "http://127.0.0.1", "https://app.example.com",
+                   "http://[::1]:8080", "HTTP://LOCALHOST"):
+            r = self.raw("POST", ping, {"Origin": ok})
+            self.assertEqual(r.status, 200, ok)
+
+    def test_get_stream_and_delete(self):
+        c = self.fresh()
+        r = c.tool_result("run_code", {"code": "1"})
+        runcell_session = r["structuredContent"]["session_id"]
+        opened, box = threading.Event(), {}
+
+        def listen():
+            conn = http.client.HTTPConnection("127.0.0.1", self.server.port, timeout=120)
+            h = c.headers({"Accept": "text/event-stream", "Content-Type": None})
+            conn.request("GET", "/mcp", headers=h)
+            resp = conn.getresponse()
+            box["status"], box["type"] = resp.status, resp.getheader("Content-Type")
+            opened.set()
+            box["body"] = resp.read().decode()
+            conn.close()
+        t = threading.Thread(target=listen)
+        t.start()
+        self.assertTrue(opened.wait(60))
+        self.assertEqual(box["status"], 200)
+        self.assertTrue(box["type"].startswith("text/event-stream"))
+        second = c.http("GET", headers={"Accept": "text/event-stream"})
+        self.assertEqual(second.status, 409)
+        self.assertEqual(c.delete().status, 204)
+        t.join(60)
+        self.assertFalse(t.is_alive(), "the GET stream did not end with its session")
+        r = c.http("POST", {"jsonrpc": "2.0", "id": 3, "method": "ping"})
+        self.assertEqual(r.status, 404)
+        # the runcell session the MCP session made is closed with it
+        req = urllib.request.Request(
+            "http://127.0.0.1:%d/v1/sessions/%s" % (self.server.port, runcell_session),
+            headers={"Authorization": "Bearer " + self.server.token})
+        with self.assertRaises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(req, timeout=30)
+        self.assertEqual(e.exception.code, 404)
+
+    def test_sessions_are_shared_with_the_api(self):
+        r = self.c.tool_result("create_session", {})
+        sid = r["structuredContent"]["session_id"]
+        req = urllib.request.Request(
+            "http://127.0.0.1:%d/v1/sessions/%s" % (self.server.port, sid),
+            headers={"Authorization": "Bearer " + self.server.token})
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            self.assertEqual(json.load(resp)["id"], sid)
+        self.c.tool_result("close_session", {"session_id": sid})
+
+
+class HttpLimitsTest(RuncellTestCase):
+    """The limits of /mcp, each on a server of its own."""
+
+    def test_mcp_sessions_and_executions_are_capped(self):
+        with ServeProcess("--max-sessions", "2", "--max-executions", "1") as srv:
+            c1, c2, c3 = (HttpClient(srv.port, srv.token) for _ in range(3))
+            c1.initialize()
+            c2.initialize()
+            r = c3.http("POST", {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                                 "params": {"protocolVersion": "2025-11-25"}})
+            self.assertEqual(r.status, 429)
+            self.assertIn("maximum of 2 MCP sessions", r.messages[0]["error"]["message"])
+            sleeping, box = threading.Event(), {}
+
+            def on_event(msg):
+                if msg.get("params", {}).get("message") == "sleeping":
+                    sleeping.set()
+            t = threading.Thread(target=lambda: box.update(r=c1.http("POST", {
+                "jsonrpc": "2.0", "id": 77, "method": "tools/call", "params": {
+                    "name": "run_code", "_meta": {"progressToken": 1},
+                    "arguments": {"code": "print('sleeping', flush=True)\nimport time\n"
+                                  "time.sleep(120)"}}}, on_event=on_event)))
+            t.start()
+            self.assertTrue(sleeping.wait(120))
+            r = c2.tool_result("run_code", {"code": "1"})  # another session, no slot
+            self.assertTrue(r["isError"])
+            self.assertIn("maximum of 1 executions", texts(r))
+            c1.notify("notifications/cancelled", {"requestId": 77})
+            t.join(120)
+            self.assertFalse(t.is_alive())
+            self.assertFalse(any(m.get("id") == 77 for m in box["r"].messages))
+            self.assertEqual(c2.tool_result("run_code", {"code": "2"})["content"][0]["text"],
+                             "2")
+
+    def test_idle_mcp_sessions_expire(self):
+        with ServeProcess("--idle-timeout", "1") as srv:
+            c = HttpClient(srv.port, srv.token)
+            c.initialize()
+            deadline = time.time() + 60
+            while True:
+                time.sleep(1.2)
+                r = c.http("POST", {"jsonrpc": "2.0", "id": 2, "method": "ping"})
+                if r.status != 200 or time.time() > deadline:
+                    break
+            self.assertEqual(r.status, 404)
+            self.assertIn("ended or expired", r.messages[0]["error"]["message"])
+            c.session = None
+            c.initialize()  # a new one starts at once
+            self.assertEqual(c.request("ping")["result"], {})
+
+
+if __name__ == "__main__":
+    unittest.main()
