@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "session/session.h"
+#include "store/store.h"
 
 /* What a request may ask for at most, and how much the server takes on. */
 struct server_limits {
@@ -30,6 +31,8 @@ struct server_config {
     struct server_limits limits;
     struct session_opts defaults; /* for sessions that do not say */
     uint64_t shutdown_grace_ms;   /* running cells get this long on SIGTERM */
+    struct store_config store;    /* url NULL: DATA/store */
+    uint64_t store_quota_bytes;   /* per session; 0 = no limit */
 };
 
 /* Runs the server until SIGTERM or SIGINT, then shuts down gracefully. Returns the process

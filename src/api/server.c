@@ -328,6 +328,31 @@ static void shutdown_gracefully(struct server *srv)
     srv->table = NULL;
 }
 
+/* The session records (DATA/sessions.db) and the store (DATA/store unless told). */
+static int open_persistence(struct server *srv)
+{
+    const struct server_config *cfg = srv->cfg;
+    _cleanup_free_ char *db = xasprintf("%s/sessions.db", cfg->data_dir);
+    _cleanup_free_ char *local = xasprintf("%s/store", cfg->data_dir);
+    struct store_config sc = cfg->store;
+    if (!sc.url)
+        sc.url = local;
+    int r = meta_open(db, &srv->meta);
+    if (r < 0 || (r = meta_recover(srv->meta, owner_alive)) < 0)
+        return r;
+    if ((r = store_open(&sc, &srv->store)) < 0)
+        return r;
+    if ((r = store_check(srv->store)) < 0)
+        return err_set(-r, "the store %s does not answer: %s", store_describe(srv->store),
+                       err_msg());
+    srv->persist = (struct persist_config){.store = srv->store, .meta = srv->meta,
+                                           .quota_bytes = cfg->store_quota_bytes,
+                                           .owner = srv->host.owner_id};
+    log_info("msg=\"sessions are kept\" store=\"%s\" records=%s quota_mb=%.1f",
+             store_describe(srv->store), db, (double)cfg->store_quota_bytes / 1048576.0);
+    return 0;
+}
+
 static int prepare(struct server *srv, struct sockaddr_storage *addr)
 {
     socklen_t alen;
@@ -355,7 +380,10 @@ static int prepare(struct server *srv, struct sockaddr_storage *addr)
     if (srv->host.degraded_reason)
         log_warn("msg=\"resource limits are degraded\" reason=\"%s\"",
                  srv->host.degraded_reason);
+    if ((r = open_persistence(srv)) < 0)
+        return r;
     srv->table = session_table_new(&srv->host, srv->cfg->limits.max_sessions);
+    session_table_set_persistence(srv->table, &srv->persist);
     srv->metrics = metrics_new();
     return session_table_start_reaper(srv->table, 1000);
 }
@@ -390,6 +418,8 @@ out:
     if (srv.mhd)
         MHD_stop_daemon(srv.mhd);
     session_table_free(srv.table);
+    store_free(srv.store);
+    meta_close(srv.meta);
     metrics_free(srv.metrics);
     if (srv.token)
         explicit_bzero(srv.token, strlen(srv.token));

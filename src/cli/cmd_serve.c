@@ -24,13 +24,18 @@ static const char serve_help[] =
     "  --timeout SEC          default per-execution timeout (default 60)\n"
     "  --idle-timeout SEC     default idle timeout of sessions (default 600)\n"
     "  --memory MB, --pids N, --disk MB, --cpus N   default session limits\n"
-    "  --shutdown-grace SEC   on SIGTERM, how long running cells may finish (default 10)\n";
+    "  --shutdown-grace SEC   on SIGTERM, how long running cells may finish (default 10)\n"
+    "\n"
+    "Sessions are kept (docs/PERSISTENCE.md): their files after every execution, their\n"
+    "variables when they expire or are closed with checkpoint; records in DATA/sessions.db.\n"
+    STORE_OPTS_HELP;
 
 enum { OPT_LISTEN = OPT_COMMON_END, OPT_DATA, OPT_TOKEN, OPT_MAX_SESSIONS, OPT_MAX_EXECUTIONS,
        OPT_MAX_MEMORY, OPT_MAX_TIMEOUT, OPT_MAX_UPLOAD, OPT_IDLE_TIMEOUT, OPT_GRACE };
 
 static const struct option long_opts[] = {
     COMMON_LONG_OPTS,
+    STORE_LONG_OPTS,
     {"listen", required_argument, NULL, OPT_LISTEN},
     {"data", required_argument, NULL, OPT_DATA},
     {"token", required_argument, NULL, OPT_TOKEN},
@@ -45,10 +50,13 @@ static const struct option long_opts[] = {
     {NULL, 0, NULL, 0},
 };
 
-static int serve_opt(struct server_config *cfg, struct common_opts *co, int c, char *val)
+static int serve_opt(struct server_config *cfg, struct common_opts *co, struct store_opts *so,
+                     int c, char *val)
 {
     uint64_t v;
-    int r;
+    int r = store_opt("serve", so, c, val);
+    if (r >= 0)
+        return r;
     switch (c) {
     case OPT_LISTEN:
         cfg->listen = val;
@@ -92,6 +100,7 @@ int cmd_serve(int argc, char **argv)
 {
     struct server_config cfg = {.listen = "127.0.0.1:8080", .shutdown_grace_ms = 10000};
     struct common_opts co = {0};
+    struct store_opts so = {.quota_bytes = (uint64_t)DEFAULT_STORE_QUOTA_MB << 20};
     _cleanup_free_ char *data = NULL;
     int c, r = 0;
     opterr = 0;
@@ -107,7 +116,7 @@ int cmd_serve(int argc, char **argv)
             r = usage_error("serve", "unknown option '%s'; run 'runcell serve --help'",
                             argv[optind - 1]);
         else
-            r = serve_opt(&cfg, &co, c, optarg);
+            r = serve_opt(&cfg, &co, &so, c, optarg);
     }
     if (!r && optind < argc)
         r = usage_error("serve", "unexpected argument '%s'", argv[optind]);
@@ -119,6 +128,8 @@ int cmd_serve(int argc, char **argv)
     cfg.defaults.limits = co.limits;
     cfg.defaults.timeout_ms = co.timeout_ms;
     session_opts_fill_defaults(&cfg.defaults);
+    cfg.store = so.cfg;
+    cfg.store_quota_bytes = so.quota_bytes;
     if (!getenv("RUNCELL_LOG"))
         log_set_level(LOG_INFO);
     return server_run(&cfg);

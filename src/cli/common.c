@@ -96,3 +96,36 @@ int copy_inputs(struct workspace *ws, const struct common_opts *o)
             return -1;
     return 0;
 }
+
+int store_opt(const char *cmd, struct store_opts *o, int c, char *val)
+{
+    uint64_t mb;
+    switch (c) {
+    case OPT_STORE:
+        o->cfg.url = val;
+        return 0;
+    case OPT_S3_ENDPOINT:
+        o->cfg.s3_endpoint = val;
+        return 0;
+    case OPT_S3_REGION:
+        o->cfg.s3_region = val;
+        return 0;
+    case OPT_S3_ACCESS_KEY:
+        o->cfg.s3_access_key = val;
+        return 0;
+    case OPT_S3_SECRET_KEY:
+        o->cfg.s3_secret_key = val;
+        return 0;
+    case OPT_S3_VIRTUAL_HOSTED:
+        o->cfg.s3_virtual_hosted = true;
+        return 0;
+    case OPT_STORE_QUOTA:
+        if (parse_u64(val, &mb) < 0 || mb > (1u << 30))
+            return usage_error(cmd, "--store-quota: '%s' is not a size in megabytes (0 for no "
+                               "limit)", val);
+        o->quota_bytes = mb << 20;
+        return 0;
+    default:
+        return -1;
+    }
+}

@@ -60,6 +60,8 @@ struct sandbox_host {
 int sandbox_host_init(struct sandbox_host *host);
 /* Removes this process's runtime directory; call at exit after freeing all sandboxes. */
 void sandbox_host_release(struct sandbox_host *host);
+/* Whether the process an owner id names ("<pid>-<starttime>", as host->owner_id) still runs. */
+bool owner_alive(const char *owner_id);
 
 /* A workspace is the host side of /workspace: a size-capped tmpfs owned by a host uid of
  * its own when privileged, else a plain directory. It outlives the sandboxes run on it. */
@@ -116,7 +118,8 @@ struct ws_listing {
 #define WS_SCAN_MAX 20000
 /* Lists every regular file, symlink and directory below the workspace (directories are
  * recursed into, not listed), sorted by path. Tool state directories at the top (.local,
- * .cache, .config) are skipped. */
+ * .cache, .config) are skipped, and so is runcell's own (.runcell: variables' checkpoints
+ * on their way to and from the store). */
 int workspace_scan(const struct workspace *ws, struct ws_listing *ret);
 void ws_listing_release(struct ws_listing *l);
 /* Paths created, modified (size, mtime or inode changed) and deleted between two scans;

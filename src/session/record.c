@@ -36,6 +36,7 @@ void exec_record_release(struct exec_record *r)
     strv_free(r->deleted);
     strv_free(r->copied_out);
     free(r->message);
+    free(r->persist_error);
     memset(r, 0, sizeof(*r));
 }
 
@@ -92,6 +93,8 @@ json_t *exec_record_json(const struct exec_record *r)
     json_object_set_new(o, "limits_degraded", json_boolean(r->limits_degraded));
     if (r->message)
         json_object_set_new(o, "message", json_string(r->message));
+    if (r->persist_error)
+        json_object_set_new(o, "persist_error", json_string(r->persist_error));
     return o;
 }
 
