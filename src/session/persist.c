@@ -157,6 +157,8 @@ int session_save_files(struct session *s)
 
 /* ---- variables ---- */
 
+/* Removes .runcell/NAME, and .runcell itself once empty: the user's files are all there is
+ * to see in the workspace. */
 static void remove_ws_file(struct workspace *ws, const char *rel)
 {
     const char *leaf;
@@ -164,6 +166,11 @@ static void remove_ws_file(struct workspace *ws, const char *rel)
     if (dfd >= 0) {
         unlinkat(dfd, leaf, 0);
         close(dfd);
+    }
+    int top = workspace_open(ws);
+    if (top >= 0) {
+        unlinkat(top, ".runcell", AT_REMOVEDIR);
+        close(top);
     }
 }
 
