@@ -29,11 +29,11 @@ static enum MHD_Result reply_stored(struct request *rq, const char *id, json_t *
     bool resumable = json_is_true(json_object_get(info, "resumable"));
     bool persist = json_is_true(json_object_get(info, "persist"));
     bool vars = json_is_true(json_object_get(info, "variables_stored"));
-    enum api_err code = expired || (state && !strcmp(state, "expired")) ? AE_EXPIRED
-                                                                         : AE_NOT_FOUND;
+    enum api_err code = expired || (state && !strcmp(state, "expired")) ? AE_EXPIRED : AE_NOT_FOUND;
     json_t *extra = json_pack("{s:b,s:o}", "resumable", resumable, "session", info);
     if (resumable)
-        return api_error_with(rq, code, extra, "session %s %s; its files%s are stored: resume "
+        return api_error_with(rq, code, extra,
+                              "session %s %s; its files%s are stored: resume "
                               "it with POST /v1/sessions {\"resume_from\": \"%s\"}",
                               id, fate(state), vars ? " and variables" : "", id);
     return api_error_with(rq, code, extra, "session %s %s; nothing of it was kept%s", id,
@@ -47,8 +47,10 @@ enum MHD_Result reply_not_live(struct request *rq, int err)
     if (session_stored_info(&rq->srv->persist, id, &info) == 0)
         return reply_stored(rq, id, info, err == -ETIME);
     if (err == -ETIME)
-        return api_error(rq, AE_EXPIRED, "session %s expired after being idle longer than its "
-                         "idle timeout; create a new session", id);
+        return api_error(rq, AE_EXPIRED,
+                         "session %s expired after being idle longer than its "
+                         "idle timeout; create a new session",
+                         id);
     return api_error(rq, AE_NOT_FOUND, "no session %s", id);
 }
 
@@ -59,8 +61,10 @@ bool resume_options(struct request *rq, json_t **body)
         return true;
     const char *id = json_string_value(from);
     if (!session_id_valid(id)) {
-        api_error(rq, AE_NOT_FOUND, "no session '%s' to resume: session ids are hexadecimal, "
-                  "as POST /v1/sessions returns them", id);
+        api_error(rq, AE_NOT_FOUND,
+                  "no session '%s' to resume: session ids are hexadecimal, "
+                  "as POST /v1/sessions returns them",
+                  id);
         return false;
     }
     /* Unknown to the records, the store may still hold it (a store shared between servers):
@@ -129,7 +133,8 @@ enum MHD_Result h_session_delete(struct request *rq)
         if (session_stored_info(&rq->srv->persist, id, &info) == 0)
             return api_error_with(rq, AE_NOT_FOUND, json_pack("{s:o}", "session", info),
                                   "session %s is not live: there is nothing to checkpoint "
-                                  "(what it stored is kept)", id);
+                                  "(what it stored is kept)",
+                                  id);
         return reply_not_live(rq, -ENOENT);
     }
     /* Not live: what is stored of it goes. */

@@ -22,8 +22,8 @@ int repl_keep_open(struct repl_keep *k, const char *data_dir, const struct store
         return err_set(-r, "cannot create the data directory %s: %s", data, strerror(-r));
     if ((r = meta_open(db, &k->meta)) < 0 || (r = store_open(&sc, &k->store)) < 0)
         return r;
-    k->pc = (struct persist_config){.store = k->store, .meta = k->meta,
-                                    .quota_bytes = so->quota_bytes, .owner = owner};
+    k->pc = (struct persist_config){
+        .store = k->store, .meta = k->meta, .quota_bytes = so->quota_bytes, .owner = owner};
     return 0;
 }
 
@@ -74,8 +74,7 @@ static char *join(json_t *v, const char *key)
     buf_init(&b, 0);
     buf_append(&b, "", 0);
     if (json_is_object(v)) {
-        json_object_foreach(v, name, x)
-            buf_printf(&b, "%s%s", b.len ? ", " : "", name);
+        json_object_foreach(v, name, x) buf_printf(&b, "%s%s", b.len ? ", " : "", name);
     }
     json_array_foreach(v, i, x)
     {
@@ -93,10 +92,9 @@ static char *join_reasons(json_t *v, const char *name_key, const char *why_key)
     json_t *x;
     buf_init(&b, 0);
     buf_append(&b, "", 0);
-    json_array_foreach(v, i, x)
-        buf_printf(&b, "%s%s (%s)", b.len ? "; " : "",
-                   json_string_value(json_object_get(x, name_key)),
-                   json_string_value(json_object_get(x, why_key)));
+    json_array_foreach(v, i, x) buf_printf(&b, "%s%s (%s)", b.len ? "; " : "",
+                                           json_string_value(json_object_get(x, name_key)),
+                                           json_string_value(json_object_get(x, why_key)));
     return buf_detach(&b, NULL);
 }
 
@@ -104,18 +102,18 @@ static void print_restored(json_t *rep, const char *from, const char *id)
 {
     _cleanup_free_ char *vars = join(json_object_get(rep, "variables"), NULL);
     _cleanup_free_ char *mods = join(json_object_get(rep, "modules"), NULL);
-    fprintf(stderr, "runcell repl: resumed session %s as %s: %zu file%s; variables: %s%s%s\n",
-            from, id, json_array_size(json_object_get(rep, "files")),
-            json_array_size(json_object_get(rep, "files")) == 1 ? "" : "s",
-            *vars ? vars : "none", *mods ? "; modules: " : "", mods);
+    fprintf(stderr, "runcell repl: resumed session %s as %s: %zu file%s; variables: %s%s%s\n", from,
+            id, json_array_size(json_object_get(rep, "files")),
+            json_array_size(json_object_get(rep, "files")) == 1 ? "" : "s", *vars ? vars : "none",
+            *mods ? "; modules: " : "", mods);
     const char *keys[][3] = {{"files_failed", "path", "error"},
                              {"variables_failed", "name", "error"},
                              {"not_saved", "name", "reason"}};
     const char *what[] = {"files not restored", "variables not restored",
                           "not saved at the checkpoint"};
     for (size_t i = 0; i < ARRAY_SIZE(keys); i++) {
-        _cleanup_free_ char *list = join_reasons(json_object_get(rep, keys[i][0]), keys[i][1],
-                                                 keys[i][2]);
+        _cleanup_free_ char *list =
+            join_reasons(json_object_get(rep, keys[i][0]), keys[i][1], keys[i][2]);
         if (*list)
             fprintf(stderr, "runcell repl: %s: %s\n", what[i], list);
     }
@@ -139,8 +137,10 @@ int repl_keep_attach(struct repl_keep *k, struct session *s, bool files, const c
     if (r < 0)
         return r;
     if (files)
-        fprintf(stderr, "runcell repl: session %s: files are saved after every input, "
-                "variables when the repl ends; resume with: runcell repl --resume %s\n", id, id);
+        fprintf(stderr,
+                "runcell repl: session %s: files are saved after every input, "
+                "variables when the repl ends; resume with: runcell repl --resume %s\n",
+                id, id);
     return 0;
 }
 
@@ -153,8 +153,8 @@ void repl_keep_end(struct session *s)
     if (files) {
         _cleanup_free_ char *saved = join(json_object_get(vars, "saved"), NULL);
         _cleanup_free_ char *mods = join(json_object_get(vars, "modules"), NULL);
-        _cleanup_free_ char *skipped = join_reasons(json_object_get(vars, "skipped"), "name",
-                                                    "reason");
+        _cleanup_free_ char *skipped =
+            join_reasons(json_object_get(vars, "skipped"), "name", "reason");
         fprintf(stderr, "runcell repl: session %s kept: %lld file%s; variables: %s%s%s%s%s\n",
                 session_id(s), (long long)json_integer_value(json_object_get(rep, "files")),
                 json_integer_value(json_object_get(rep, "files")) == 1 ? "" : "s",

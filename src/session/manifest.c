@@ -10,8 +10,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define MANIFEST_MAX (64u << 20)
-#define ERROR_TEXT_MAX 2000
+#define MANIFEST_MAX    (64u << 20)
+#define ERROR_TEXT_MAX  2000
 #define MANIFEST_FORMAT "runcell-session"
 
 char *manifest_key(const char *id)
@@ -198,8 +198,8 @@ int manifest_load(struct store *st, const char *id, struct manifest *ret)
     const char *format = json_string_value(json_object_get(j, "format"));
     if (!j || !json_is_array(files) || !format || strcmp(format, MANIFEST_FORMAT)) {
         json_decref(j);
-        return err_set(EBADMSG, "the stored file list of session %s (%s) is corrupted%s%s", id,
-                       key, j ? "" : ": ", j ? "" : jerr.text);
+        return err_set(EBADMSG, "the stored file list of session %s (%s) is corrupted%s%s", id, key,
+                       j ? "" : ": ", j ? "" : jerr.text);
     }
     size_t i;
     json_t *f;
@@ -210,7 +210,8 @@ int manifest_load(struct store *st, const char *id, struct manifest *ret)
             push(ret, &alloc, &e);
         else
             log_warn("msg=\"skipping a malformed entry of a stored file list\" session=%s "
-                     "index=%zu", id, i);
+                     "index=%zu",
+                     id, i);
         mentry_release(&e);
         if (ret->n > 1 && path_cmp(&ret->v[ret->n - 2], &ret->v[ret->n - 1]) > 0)
             qsort(ret->v, ret->n, sizeof(*ret->v), path_cmp);
@@ -292,8 +293,8 @@ static void save_link(struct save *sv, const struct ws_entry *e, const struct me
         return;
     }
     target[n] = '\0';
-    struct mentry m = {.path = e->path, .target = target, .mtime_ns = e->mtime_ns,
-                       .ino = e->ino, .mode = e->mode};
+    struct mentry m = {
+        .path = e->path, .target = target, .mtime_ns = e->mtime_ns, .ino = e->ino, .mode = e->mode};
     push(&sv->next, &sv->alloc, &m);
 }
 
@@ -404,8 +405,8 @@ int manifest_save(const struct persist_config *c, const char *id, struct manifes
                   struct workspace *ws, const struct ws_listing *after, json_t *variables,
                   char **ret_error)
 {
-    struct save sv = {.c = c, .id = id, .ws = ws, .old = m, .blobs = json_object(),
-                      .old_blobs = json_object()};
+    struct save sv = {
+        .c = c, .id = id, .ws = ws, .old = m, .blobs = json_object(), .old_blobs = json_object()};
     buf_init(&sv.errors, 0);
     for (size_t i = 0; i < m->n; i++)
         if (!m->v[i].target)
@@ -483,20 +484,25 @@ int blob_to_workspace(struct store *st, const char *from_id, const char *sha, ui
     if (r == -ENOENT)
         return fail_unlink(ws, rel, err_set(ENOENT, "its stored copy is missing (%s)", key));
     if (r == -EFBIG || (!r && n != size))
-        return fail_unlink(ws, rel, err_set(EBADMSG, "its stored copy is corrupted: %s bytes "
-                                            "where %llu were stored (%s)",
-                                            r ? "more" : "a different number of",
-                                            (unsigned long long)size, key));
+        return fail_unlink(ws, rel,
+                           err_set(EBADMSG,
+                                   "its stored copy is corrupted: %s bytes "
+                                   "where %llu were stored (%s)",
+                                   r ? "more" : "a different number of", (unsigned long long)size,
+                                   key));
     if (r == -ENOSPC || r == -EDQUOT)
         return fail_unlink(ws, rel, err_set(ENOSPC, "the workspace is full (its disk limit)"));
     if (r < 0)
         return fail_unlink(ws, rel, r);
     if ((r = sha256_fd(fd, n, got)) < 0 || strcmp(got, sha))
-        return fail_unlink(ws, rel, err_set(EBADMSG, "its stored copy is corrupted: the "
-                                            "contents do not match their checksum (%s)", key));
+        return fail_unlink(ws, rel,
+                           err_set(EBADMSG,
+                                   "its stored copy is corrupted: the "
+                                   "contents do not match their checksum (%s)",
+                                   key));
     if (fchown(fd, ws->uid, ws->gid) < 0 && ws->uid != geteuid())
-        return fail_unlink(ws, rel, err_set(errno, "cannot give it to the sandbox user: %s",
-                                            strerror(errno)));
+        return fail_unlink(
+            ws, rel, err_set(errno, "cannot give it to the sandbox user: %s", strerror(errno)));
     return 0;
 }
 
@@ -524,8 +530,7 @@ static int restore_link(const struct mentry *e, struct workspace *ws)
     const char *leaf;
     _cleanup_close_ int dfd = workspace_open_parent(ws, e->path, true, &leaf);
     if (dfd < 0)
-        return err_set(-dfd, "cannot create its directory in the workspace: %s",
-                       strerror(-dfd));
+        return err_set(-dfd, "cannot create its directory in the workspace: %s", strerror(-dfd));
     /* The target is only a string here: nothing follows it. */
     if (symlinkat(e->target, dfd, leaf) < 0)
         return err_set(errno, "cannot create the link: %s", strerror(errno));
@@ -542,9 +547,9 @@ static int restore_file(struct store *st, const char *from_id, const struct ment
     _cleanup_close_ int fd = workspace_openat(ws, e->path, O_RDONLY | O_NONBLOCK, 0);
     if (fd < 0)
         return err_set(-fd, "cannot reopen it: %s", strerror(-fd));
-    struct timespec times[2] = {{.tv_nsec = UTIME_OMIT},
-                                {.tv_sec = e->mtime_ns / 1000000000,
-                                 .tv_nsec = e->mtime_ns % 1000000000}};
+    struct timespec times[2] = {
+        {.tv_nsec = UTIME_OMIT},
+        {.tv_sec = e->mtime_ns / 1000000000, .tv_nsec = e->mtime_ns % 1000000000}};
     fchmod(fd, e->mode & 0777); /* never set-id bits from a store */
     futimens(fd, times);
     return 0;
@@ -562,8 +567,8 @@ void manifest_restore_files(struct store *st, const char *from_id, const struct 
                 : e->target ? restore_link(e, ws)
                             : restore_file(st, from_id, e, ws);
         if (r < 0)
-            json_array_append_new(failed, json_pack("{s:s%,s:s}", "path", clean, n, "error",
-                                                    err_msg()));
+            json_array_append_new(failed,
+                                  json_pack("{s:s%,s:s}", "path", clean, n, "error", err_msg()));
         else
             json_array_append_new(ok, json_stringn(clean, n));
     }

@@ -16,8 +16,8 @@
 struct persist {
     const struct persist_config *c;
     char *id;
-    bool files;     /* files and variables go to the store */
-    bool discarded; /* closed: nothing more is saved */
+    bool files;           /* files and variables go to the store */
+    bool discarded;       /* closed: nothing more is saved */
     pthread_mutex_t lock; /* m, and one save at a time */
     struct manifest m;    /* what the store holds */
 };
@@ -53,13 +53,12 @@ void persist_free(struct persist *p)
 /* The options as the create request spells them: a resume starts from these. */
 static char *options_text(const struct session_opts *o, bool persist)
 {
-    json_t *j = json_pack("{s:s,s:f,s:f,s:I,s:I,s:I,s:f,s:b}", "language",
-                          o->lang ? o->lang : "python", "timeout_s",
-                          (double)o->timeout_ms / 1000.0, "idle_timeout_s",
-                          (double)o->idle_timeout_ms / 1000.0, "memory_mb",
-                          (json_int_t)o->limits.memory_mb, "pids", (json_int_t)o->limits.pids,
-                          "disk_mb", (json_int_t)o->limits.disk_mb, "cpus",
-                          (double)o->limits.cpus_milli / 1000.0, "persist", persist);
+    json_t *j =
+        json_pack("{s:s,s:f,s:f,s:I,s:I,s:I,s:f,s:b}", "language", o->lang ? o->lang : "python",
+                  "timeout_s", (double)o->timeout_ms / 1000.0, "idle_timeout_s",
+                  (double)o->idle_timeout_ms / 1000.0, "memory_mb", (json_int_t)o->limits.memory_mb,
+                  "pids", (json_int_t)o->limits.pids, "disk_mb", (json_int_t)o->limits.disk_mb,
+                  "cpus", (double)o->limits.cpus_milli / 1000.0, "persist", persist);
     char *text = json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS);
     json_decref(j);
     return text;
@@ -84,9 +83,14 @@ int session_persist(struct session *s, const struct persist_config *c, const cha
     _cleanup_free_ char *owner = c->owner ? xstrdup(c->owner) : NULL;
     _cleanup_free_ char *from = resumed_from ? xstrdup(resumed_from) : NULL;
     struct meta_session m = {
-        .id = p->id, .owner = owner, .options = opts, .resumed_from = from,
-        .created_ms = session_created_ms(s), .last_used_ms = now_realtime_ms(),
-        .state = META_LIVE, .persist = p->files,
+        .id = p->id,
+        .owner = owner,
+        .options = opts,
+        .resumed_from = from,
+        .created_ms = session_created_ms(s),
+        .last_used_ms = now_realtime_ms(),
+        .state = META_LIVE,
+        .persist = p->files,
     };
     /* The session works without its record; the log says why it has none. */
     if (meta_put(c->meta, &m) < 0)
@@ -114,8 +118,7 @@ static int save_locked(struct persist *p, struct workspace *ws, const struct ws_
 void persist_after_execute(struct persist *p, struct workspace *ws, const struct ws_listing *after,
                            struct exec_record *rec)
 {
-    if (p->c->meta &&
-        meta_touch(p->c->meta, p->id, now_realtime_ms(), rec->execution_count) < 0)
+    if (p->c->meta && meta_touch(p->c->meta, p->id, now_realtime_ms(), rec->execution_count) < 0)
         log_warn("msg=\"cannot update the session's record\" session=%s error=\"%s\"", p->id,
                  err_msg());
     if (!p->files)
@@ -194,15 +197,16 @@ static json_t *store_checkpoint(struct persist *p, struct workspace *ws, const c
     files_only.variables = NULL;
     uint64_t used = manifest_bytes(&files_only);
     if (quota && used + size > quota) {
-        err_set(EDQUOT, "the variables take %.1f MB, and with the files (%.1f MB) that is past "
-                "the session's store quota of %.1f MB", (double)size / 1048576.0, (double)used / 1048576.0,
-                (double)quota / 1048576.0);
+        err_set(EDQUOT,
+                "the variables take %.1f MB, and with the files (%.1f MB) that is past "
+                "the session's store quota of %.1f MB",
+                (double)size / 1048576.0, (double)used / 1048576.0, (double)quota / 1048576.0);
     } else if (blob_from_workspace(p->c->store, p->id, ws, rel, sha, &size) == 0) {
         format_time_iso(now_realtime_ms(), at);
-        vars = json_pack("{s:s,s:I,s:O,s:O,s:O,s:s}", "sha256", sha, "size", (json_int_t)size,
-                         "saved", json_object_get(reply, "saved"), "modules",
-                         json_object_get(reply, "modules"), "skipped",
-                         json_object_get(reply, "skipped"), "at", at);
+        vars =
+            json_pack("{s:s,s:I,s:O,s:O,s:O,s:s}", "sha256", sha, "size", (json_int_t)size, "saved",
+                      json_object_get(reply, "saved"), "modules", json_object_get(reply, "modules"),
+                      "skipped", json_object_get(reply, "skipped"), "at", at);
     }
     pthread_mutex_unlock(&p->lock);
     return vars;
@@ -221,8 +225,8 @@ static json_t *checkpoint_variables(struct session *s, struct persist *p, json_t
         json_object_set_new(report, "variables_error", json_string(err_msg()));
     } else if (!json_is_true(json_object_get(reply, "ok"))) {
         const char *e = json_string_value(json_object_get(reply, "error"));
-        _cleanup_free_ char *msg = xasprintf("the kernel could not write the checkpoint: %s",
-                                             e ? e : "no reason given");
+        _cleanup_free_ char *msg =
+            xasprintf("the kernel could not write the checkpoint: %s", e ? e : "no reason given");
         json_object_set_new(report, "variables_error", json_string(msg));
     } else if (!(vars = store_checkpoint(p, ws, rel, reply))) {
         json_object_set_new(report, "variables_error", json_string(err_msg()));
@@ -307,8 +311,8 @@ void session_retire(struct session *s, enum session_end how, json_t **ret_report
         uint64_t wait = session_options(s)->interrupt_grace_ms + RETIRE_WAIT_EXTRA_MS;
         if (session_run_exclusive(s, wait, do_checkpoint, &x) < 0)
             json_object_set_new(report, "error", json_string(err_msg()));
-        log_info("msg=\"session checkpointed\" session=%s variables=%s files=%lld",
-                 p->id, json_object_get(report, "variables") ? "saved" : "not saved",
+        log_info("msg=\"session checkpointed\" session=%s variables=%s files=%lld", p->id,
+                 json_object_get(report, "variables") ? "saved" : "not saved",
                  (long long)json_integer_value(json_object_get(report, "files")));
     }
     if (p && p->c->meta) {
@@ -316,8 +320,8 @@ void session_retire(struct session *s, enum session_end how, json_t **ret_report
         bool has_vars = p->files && !p->discarded && p->m.variables;
         if (meta_set_state(p->c->meta, p->id, end_state(how), has_vars,
                            how == SESSION_END_CLOSE ? NULL : text) < 0)
-            log_warn("msg=\"cannot update the session's record\" session=%s error=\"%s\"",
-                     p->id, err_msg());
+            log_warn("msg=\"cannot update the session's record\" session=%s error=\"%s\"", p->id,
+                     err_msg());
     }
     if (ret_report)
         *ret_report = report;
@@ -405,8 +409,7 @@ int session_restore(struct session *s, const char *from_id, json_t **ret_report)
     if (!p || !p->c->store)
         return err_set(EINVAL, "this session has no store to resume from");
     if (!session_id_valid(from_id))
-        return err_set(ENOENT, "no session '%s' to resume: session ids are hexadecimal",
-                       from_id);
+        return err_set(ENOENT, "no session '%s' to resume: session ids are hexadecimal", from_id);
     struct restore_ctx x = {.p = p, .from = from_id, .report = json_object()};
     json_object_set_new(x.report, "from", json_string(from_id));
     int r = session_run_exclusive(s, 0, do_restore, &x);
@@ -435,11 +438,10 @@ static json_t *stored_json(const struct meta_session *m)
     format_time_iso(m->last_used_ms, used);
     return json_pack("{s:s,s:s,s:b,s:b,s:s,s:s,s:I,s:o,s:s?,s:b,s:o}", "id", m->id, "state",
                      meta_state_name(m->state), "persist", m->persist, "resumable",
-                     m->persist && m->state != META_CLOSED, "created_at", created,
-                     "last_used_at", used, "execution_count", (json_int_t)m->execution_count,
-                     "options", parse_or_null(m->options), "resumed_from", m->resumed_from,
-                     "variables_stored", m->has_variables, "checkpoint",
-                     parse_or_null(m->checkpoint));
+                     m->persist && m->state != META_CLOSED, "created_at", created, "last_used_at",
+                     used, "execution_count", (json_int_t)m->execution_count, "options",
+                     parse_or_null(m->options), "resumed_from", m->resumed_from, "variables_stored",
+                     m->has_variables, "checkpoint", parse_or_null(m->checkpoint));
 }
 
 int session_stored_info(const struct persist_config *c, const char *id, json_t **ret)
@@ -480,8 +482,7 @@ int session_stored_delete(const struct persist_config *c, const char *id)
     bool live = known && m.state == META_LIVE && m.owner && owner_alive(m.owner);
     meta_session_release(&m);
     if (live)
-        return err_set(EBUSY, "session %s is live in another runcell process; close it there",
-                       id);
+        return err_set(EBUSY, "session %s is live in another runcell process; close it there", id);
     if (c->store) {
         struct manifest man;
         int l = manifest_load(c->store, id, &man);

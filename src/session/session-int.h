@@ -72,9 +72,8 @@ struct persist *session_get_persist(struct session *s);
 void session_set_persist(struct session *s, struct persist *p);
 /* Marks s busy (waiting up to wait_ms for a running cell: 0 = not at all), runs fn, marks
  * it idle again. -EBUSY when a cell still runs, -ESHUTDOWN when closed, else fn's result. */
-int session_run_exclusive(struct session *s, uint64_t wait_ms, int (*fn)(struct session *s,
-                                                                         void *ctx),
-                          void *ctx);
+int session_run_exclusive(struct session *s, uint64_t wait_ms,
+                          int (*fn)(struct session *s, void *ctx), void *ctx);
 /* A variables request to the kernel (see kernel_request), within the session's execution
  * timeout; the caller runs exclusively. A kernel that fails it is replaced (variables
  * lost). 0 with *ret_reply, or -errno with err_msg(). */

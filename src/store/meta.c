@@ -33,22 +33,21 @@ static enum meta_state state_from_name(const char *name)
     return META_STOPPED;
 }
 
-static const char schema[] =
-    "PRAGMA journal_mode=WAL;"
-    "PRAGMA synchronous=NORMAL;"
-    "CREATE TABLE IF NOT EXISTS sessions ("
-    "  id TEXT PRIMARY KEY,"
-    "  owner TEXT,"
-    "  options TEXT NOT NULL,"
-    "  resumed_from TEXT,"
-    "  checkpoint TEXT,"
-    "  created_ms INTEGER NOT NULL,"
-    "  last_used_ms INTEGER NOT NULL,"
-    "  execution_count INTEGER NOT NULL DEFAULT 0,"
-    "  state TEXT NOT NULL,"
-    "  persist INTEGER NOT NULL,"
-    "  has_variables INTEGER NOT NULL DEFAULT 0);"
-    "CREATE INDEX IF NOT EXISTS sessions_state ON sessions(state);";
+static const char schema[] = "PRAGMA journal_mode=WAL;"
+                             "PRAGMA synchronous=NORMAL;"
+                             "CREATE TABLE IF NOT EXISTS sessions ("
+                             "  id TEXT PRIMARY KEY,"
+                             "  owner TEXT,"
+                             "  options TEXT NOT NULL,"
+                             "  resumed_from TEXT,"
+                             "  checkpoint TEXT,"
+                             "  created_ms INTEGER NOT NULL,"
+                             "  last_used_ms INTEGER NOT NULL,"
+                             "  execution_count INTEGER NOT NULL DEFAULT 0,"
+                             "  state TEXT NOT NULL,"
+                             "  persist INTEGER NOT NULL,"
+                             "  has_variables INTEGER NOT NULL DEFAULT 0);"
+                             "CREATE INDEX IF NOT EXISTS sessions_state ON sessions(state);";
 
 static int db_error(struct meta_db *m, const char *what)
 {
@@ -61,9 +60,8 @@ int meta_open(const char *path, struct meta_db **ret)
     char *errmsg = NULL;
     m->path = xstrdup(path);
     pthread_mutex_init(&m->lock, NULL);
-    int rc = sqlite3_open_v2(path, &m->db,
-                             SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
-                             NULL);
+    int rc = sqlite3_open_v2(
+        path, &m->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, NULL);
     if (rc != SQLITE_OK) {
         int r = err_set(EIO, "cannot open the session records %s: %s", path,
                         m->db ? sqlite3_errmsg(m->db) : sqlite3_errstr(rc));
@@ -196,8 +194,8 @@ static void bind_state(sqlite3_stmt *st, const void *ctx)
 int meta_set_state(struct meta_db *m, const char *id, enum meta_state state, bool has_variables,
                    const char *checkpoint)
 {
-    struct set_state s = {.id = id, .state = state, .has_variables = has_variables,
-                          .checkpoint = checkpoint};
+    struct set_state s = {
+        .id = id, .state = state, .has_variables = has_variables, .checkpoint = checkpoint};
     pthread_mutex_lock(&m->lock);
     int r = exec_stmt(m,
                       "UPDATE sessions SET state=?, has_variables=?, "
@@ -215,8 +213,7 @@ static void bind_id(sqlite3_stmt *st, const void *ctx)
 int meta_delete(struct meta_db *m, const char *id)
 {
     pthread_mutex_lock(&m->lock);
-    int r = exec_stmt(m, "DELETE FROM sessions WHERE id=?", "cannot delete a session", bind_id,
-                      id);
+    int r = exec_stmt(m, "DELETE FROM sessions WHERE id=?", "cannot delete a session", bind_id, id);
     pthread_mutex_unlock(&m->lock);
     return r;
 }

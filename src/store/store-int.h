@@ -29,15 +29,15 @@ int store_listing_add(struct store_listing *l, size_t *alloc, const char *key, u
 /* ---- AWS Signature Version 4 (s3sign.c) ---- */
 
 struct sigv4_request {
-    const char *method;       /* "GET", "PUT", ... */
-    const char *path;         /* canonical URI, already percent-encoded ("/bucket/key") */
-    const char *query;        /* canonical query string (sorted, encoded), "" for none */
+    const char *method;         /* "GET", "PUT", ... */
+    const char *path;           /* canonical URI, already percent-encoded ("/bucket/key") */
+    const char *query;          /* canonical query string (sorted, encoded), "" for none */
     const char *const *headers; /* "name:value" pairs to sign, lower-case names, sorted by
                                  * name, host and x-amz-* included; NULL-terminated */
     const char *payload_sha256; /* hex, or "UNSIGNED-PAYLOAD" */
-    const char *amz_date;     /* "20130524T000000Z" */
+    const char *amz_date;       /* "20130524T000000Z" */
     const char *region;
-    const char *service;      /* "s3" */
+    const char *service; /* "s3" */
     const char *access_key;
     const char *secret_key;
 };

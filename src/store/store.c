@@ -28,8 +28,10 @@ int store_open(const struct store_config *cfg, struct store **ret)
         while (pl && prefix[pl - 1] == '/')
             prefix[--pl] = '\0';
         if (*prefix && !store_key_valid(prefix))
-            return err_set(EINVAL, "store '%s': the prefix must be plain path components of "
-                           "letters, digits, '.', '_' and '-'", url);
+            return err_set(EINVAL,
+                           "store '%s': the prefix must be plain path components of "
+                           "letters, digits, '.', '_' and '-'",
+                           url);
         return store_s3_open(cfg, bucket, prefix, ret);
     }
     if (strstr(url, "://"))

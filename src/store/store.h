@@ -99,10 +99,10 @@ const char *meta_state_name(enum meta_state s);
 
 struct meta_session {
     char *id;
-    char *owner;        /* "<pid>-<starttime>" of the process running it while live */
-    char *options;      /* JSON object: language, limits, timeouts, persist */
-    char *resumed_from; /* or NULL */
-    char *checkpoint;   /* JSON object: what the last checkpoint saved and skipped, or NULL */
+    char *owner;           /* "<pid>-<starttime>" of the process running it while live */
+    char *options;         /* JSON object: language, limits, timeouts, persist */
+    char *resumed_from;    /* or NULL */
+    char *checkpoint;      /* JSON object: what the last checkpoint saved and skipped, or NULL */
     uint64_t created_ms;   /* wall clock */
     uint64_t last_used_ms; /* wall clock */
     long execution_count;

@@ -59,8 +59,7 @@ static int local_put(struct store *st, const char *key, int fd, uint64_t size, c
     *slash = '/';
     if (r < 0)
         return err_set(-r, "cannot create the store directory for %s: %s", key, strerror(-r));
-    _cleanup_close_ int out =
-        open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    _cleanup_close_ int out = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (out < 0)
         return err_set(errno, "cannot write %s: %s", tmp, strerror(errno));
     r = copy_hashed(fd, out, size, sha);
@@ -190,7 +189,10 @@ static void local_free(struct store *st)
 }
 
 static const struct store_ops local_ops = {
-    .put = local_put, .get = local_get, .del = local_del, .list = local_list,
+    .put = local_put,
+    .get = local_get,
+    .del = local_del,
+    .list = local_list,
     .free = local_free,
 };
 

@@ -9,10 +9,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#define ERROR_BODY_CAP (64u << 10)
-#define LIST_PAGE_CAP (16u << 20)
+#define ERROR_BODY_CAP     (64u << 10)
+#define LIST_PAGE_CAP      (16u << 20)
 #define DEFAULT_TIMEOUT_MS 15000
-#define ATTEMPTS 3
+#define ATTEMPTS           3
 static const char EMPTY_SHA256[] =
     "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
 
@@ -222,8 +222,8 @@ static int http_error(struct s3 *s, struct s3_req *rq)
         e = EIO; /* the whole store is missing, not one object */
     if (e == ENOENT)
         return err_set(ENOENT, "object %s is missing from the store", what);
-    return err_set(e, "S3 %s %s: HTTP %ld%s%s%s%s", rq->method, what, rq->status,
-                   code ? " " : "", code ? code : "", msg ? ": " : "", msg ? msg : "");
+    return err_set(e, "S3 %s %s: HTTP %ld%s%s%s%s", rq->method, what, rq->status, code ? " " : "",
+                   code ? code : "", msg ? ": " : "", msg ? msg : "");
 }
 
 static int curl_error(struct s3 *s, struct s3_req *rq, CURLcode c, const char *errbuf)
@@ -244,8 +244,8 @@ static int curl_error(struct s3 *s, struct s3_req *rq, CURLcode c, const char *e
         return err_set(ECONNREFUSED, "cannot reach the store at %s for %s: %s", s->base_url, what,
                        detail);
     case CURLE_OPERATION_TIMEDOUT:
-        return err_set(ETIMEDOUT, "the store at %s did not answer in time for %s: %s",
-                       s->base_url, what, detail);
+        return err_set(ETIMEDOUT, "the store at %s did not answer in time for %s: %s", s->base_url,
+                       what, detail);
     default:
         return err_set(EIO, "S3 %s %s failed: %s", rq->method, what, detail);
     }
@@ -261,9 +261,15 @@ static struct curl_slist *sign_headers(struct s3 *s, struct s3_req *rq, const ch
     _cleanup_free_ char *h_tok = s->token ? xasprintf("x-amz-security-token:%s", s->token) : NULL;
     const char *signed_headers[] = {h_host, h_sha, h_date, h_tok, NULL};
     struct sigv4_request sr = {
-        .method = rq->method, .path = canon_path, .query = rq->query,
-        .headers = signed_headers, .payload_sha256 = rq->payload_sha256, .amz_date = amz_date,
-        .region = s->region, .service = "s3", .access_key = s->access_key,
+        .method = rq->method,
+        .path = canon_path,
+        .query = rq->query,
+        .headers = signed_headers,
+        .payload_sha256 = rq->payload_sha256,
+        .amz_date = amz_date,
+        .region = s->region,
+        .service = "s3",
+        .access_key = s->access_key,
         .secret_key = s->secret_key,
     };
     _cleanup_free_ char *auth = sigv4_authorization(&sr);
@@ -321,10 +327,10 @@ static int attempt(struct s3 *s, struct s3_req *rq)
 {
     _cleanup_free_ char *fk = rq->key ? full_key(s, rq->key) : NULL;
     _cleanup_free_ char *ekey = fk ? sigv4_uri_encode(fk, true) : xstrdup("");
-    _cleanup_free_ char *canon = s->virtual_hosted ? xasprintf("/%s", ekey)
-                                                   : xasprintf("/%s/%s", s->bucket, ekey);
-    _cleanup_free_ char *url = xasprintf("%s%s%s%s", s->base_url, canon, *rq->query ? "?" : "",
-                                         rq->query);
+    _cleanup_free_ char *canon =
+        s->virtual_hosted ? xasprintf("/%s", ekey) : xasprintf("/%s/%s", s->bucket, ekey);
+    _cleanup_free_ char *url =
+        xasprintf("%s%s%s%s", s->base_url, canon, *rq->query ? "?" : "", rq->query);
     char errbuf[CURL_ERROR_SIZE] = "";
     CURL *h = curl_easy_init();
     if (!h)
@@ -382,7 +388,11 @@ static int perform(struct s3 *s, struct s3_req *rq)
 
 static struct s3_req req_init(const char *method, const char *key)
 {
-    return (struct s3_req){.method = method, .key = key, .query = "", .in_fd = -1, .out_fd = -1,
+    return (struct s3_req){.method = method,
+                           .key = key,
+                           .query = "",
+                           .in_fd = -1,
+                           .out_fd = -1,
                            .payload_sha256 = EMPTY_SHA256};
 }
 
@@ -500,7 +510,11 @@ static void s3_free(struct store *st)
 }
 
 static const struct store_ops s3_ops = {
-    .put = s3_put, .get = s3_get, .del = s3_del, .list = s3_list, .free = s3_free,
+    .put = s3_put,
+    .get = s3_get,
+    .del = s3_del,
+    .list = s3_list,
+    .free = s3_free,
 };
 
 static const char *first_env(const char *a, const char *b)
@@ -515,8 +529,8 @@ static const char *first_env(const char *a, const char *b)
 /* Fills base_url and host_header from the endpoint (or AWS's for the region). */
 static int parse_endpoint(struct s3 *s, const char *endpoint)
 {
-    _cleanup_free_ char *ep = endpoint ? xstrdup(endpoint)
-                                       : xasprintf("https://s3.%s.amazonaws.com", s->region);
+    _cleanup_free_ char *ep =
+        endpoint ? xstrdup(endpoint) : xasprintf("https://s3.%s.amazonaws.com", s->region);
     size_t n = strlen(ep);
     while (n && ep[n - 1] == '/')
         ep[--n] = '\0';
@@ -525,8 +539,7 @@ static int parse_endpoint(struct s3 *s, const char *endpoint)
         return err_set(EINVAL, "S3 endpoint '%s' must start with http:// or https://", ep);
     const char *host = scheme_end + 3;
     if (!*host || strchr(host, '/') || strchr(host, '?') || strchr(host, '@'))
-        return err_set(EINVAL, "S3 endpoint '%s' must be scheme://HOST[:PORT], without a path",
-                       ep);
+        return err_set(EINVAL, "S3 endpoint '%s' must be scheme://HOST[:PORT], without a path", ep);
     _cleanup_free_ char *scheme = xstrndup(ep, (size_t)(scheme_end - ep));
     s->host_header = s->virtual_hosted ? xasprintf("%s.%s", s->bucket, host) : xstrdup(host);
     s->base_url = xasprintf("%s://%s", scheme, s->host_header);
@@ -536,15 +549,16 @@ static int parse_endpoint(struct s3 *s, const char *endpoint)
 int store_s3_open(const struct store_config *cfg, const char *bucket, const char *prefix,
                   struct store **ret)
 {
-    const char *region = cfg->s3_region ? cfg->s3_region
-                                        : first_env("AWS_REGION", "AWS_DEFAULT_REGION");
+    const char *region =
+        cfg->s3_region ? cfg->s3_region : first_env("AWS_REGION", "AWS_DEFAULT_REGION");
     const char *ak = cfg->s3_access_key ? cfg->s3_access_key : first_env("AWS_ACCESS_KEY_ID", NULL);
     const char *sk =
         cfg->s3_secret_key ? cfg->s3_secret_key : first_env("AWS_SECRET_ACCESS_KEY", NULL);
     const char *tok =
         cfg->s3_session_token ? cfg->s3_session_token : first_env("AWS_SESSION_TOKEN", NULL);
     if (!ak || !sk)
-        return err_set(EINVAL, "s3://%s: no credentials: pass --s3-access-key and "
+        return err_set(EINVAL,
+                       "s3://%s: no credentials: pass --s3-access-key and "
                        "--s3-secret-key or set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY",
                        bucket);
     pthread_once(&curl_once, curl_init_once);

@@ -106,7 +106,7 @@ TEST(saves_changes_and_shares_equal_contents)
     _cleanup_free_ char *gone = xasprintf("%s/a.txt", f.ws->dir);
     CHECK(unlink(gone) == 0);
     CHECK(save(&f, &m, &error) == 0 && !error);
-    CHECK(m.n == 3); /* dir/b.txt, c.txt, link */
+    CHECK(m.n == 3);                                      /* dir/b.txt, c.txt, link */
     CHECK(count_objects(&f, "sessions/abc/blobs/") == 2); /* "other" went, "changed" came */
 
     struct manifest loaded;

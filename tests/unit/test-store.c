@@ -54,7 +54,9 @@ TEST(urls_are_checked)
     CHECK(strstr(err_msg(), "no bucket"));
     cfg.url = "s3://bucket/pre fix";
     CHECK(store_open(&cfg, &st) == -EINVAL);
-    cfg = (struct store_config){.url = "s3://b/p", .s3_access_key = "a", .s3_secret_key = "s",
+    cfg = (struct store_config){.url = "s3://b/p",
+                                .s3_access_key = "a",
+                                .s3_secret_key = "s",
                                 .s3_endpoint = "localhost:9000"};
     CHECK(store_open(&cfg, &st) == -EINVAL);
     CHECK(strstr(err_msg(), "http://"));
@@ -172,10 +174,16 @@ TEST(sigv4_get_object_example)
                              "x-amz-content-sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934"
                              "ca495991b7852b855",
                              "x-amz-date:20130524T000000Z", NULL};
-    struct sigv4_request rq = {.method = "GET", .path = "/test.txt", .query = "",
-                               .headers = headers, .payload_sha256 = EMPTY,
-                               .amz_date = "20130524T000000Z", .region = "us-east-1",
-                               .service = "s3", .access_key = AK, .secret_key = SK};
+    struct sigv4_request rq = {.method = "GET",
+                               .path = "/test.txt",
+                               .query = "",
+                               .headers = headers,
+                               .payload_sha256 = EMPTY,
+                               .amz_date = "20130524T000000Z",
+                               .region = "us-east-1",
+                               .service = "s3",
+                               .access_key = AK,
+                               .secret_key = SK};
     _cleanup_free_ char *auth = sigv4_authorization(&rq);
     CHECK_STREQ(auth, "AWS4-HMAC-SHA256 Credential=AKIAIOSFODNN7EXAMPLE/20130524/us-east-1/s3/"
                       "aws4_request, SignedHeaders=host;range;x-amz-content-sha256;x-amz-date, "
@@ -188,12 +196,19 @@ TEST(sigv4_list_objects_example)
                              "x-amz-content-sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934"
                              "ca495991b7852b855",
                              "x-amz-date:20130524T000000Z", NULL};
-    struct sigv4_request rq = {.method = "GET", .path = "/", .query = "max-keys=2&prefix=J",
-                               .headers = headers, .payload_sha256 = EMPTY,
-                               .amz_date = "20130524T000000Z", .region = "us-east-1",
-                               .service = "s3", .access_key = AK, .secret_key = SK};
+    struct sigv4_request rq = {.method = "GET",
+                               .path = "/",
+                               .query = "max-keys=2&prefix=J",
+                               .headers = headers,
+                               .payload_sha256 = EMPTY,
+                               .amz_date = "20130524T000000Z",
+                               .region = "us-east-1",
+                               .service = "s3",
+                               .access_key = AK,
+                               .secret_key = SK};
     _cleanup_free_ char *auth = sigv4_authorization(&rq);
-    CHECK(strstr(auth, "Signature=34b48302e7b5fa45bde8084f4b7868a86f0a534bc59db6670ed5711ef69dc6f7"));
+    CHECK(
+        strstr(auth, "Signature=34b48302e7b5fa45bde8084f4b7868a86f0a534bc59db6670ed5711ef69dc6f7"));
 }
 
 TEST(sigv4_uri_encoding)
@@ -238,8 +253,13 @@ TEST(meta_records_sessions)
     struct meta_db *m;
     CHECK(meta_open(path, &m) == 0);
     char id_a[] = "aaa", id_b[] = "bbb", owner[] = "1-1", opts[] = "{\"language\":\"python\"}";
-    struct meta_session s = {.id = id_a, .owner = owner, .options = opts, .created_ms = 1000,
-                             .last_used_ms = 1000, .state = META_LIVE, .persist = true};
+    struct meta_session s = {.id = id_a,
+                             .owner = owner,
+                             .options = opts,
+                             .created_ms = 1000,
+                             .last_used_ms = 1000,
+                             .state = META_LIVE,
+                             .persist = true};
     CHECK(meta_put(m, &s) == 0);
     s.id = id_b;
     s.created_ms = 2000;
