@@ -1,5 +1,6 @@
 /* common.c - options shared by the subcommands that run code (run, repl, agent). */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -97,35 +98,36 @@ int copy_inputs(struct workspace *ws, const struct common_opts *o)
     return 0;
 }
 
+/* The store options that only name a string of the store's configuration. */
+static const struct {
+    int opt;
+    size_t offset;
+} store_strings[] = {
+    {OPT_STORE, offsetof(struct store_config, url)},
+    {OPT_S3_ENDPOINT, offsetof(struct store_config, s3_endpoint)},
+    {OPT_S3_REGION, offsetof(struct store_config, s3_region)},
+    {OPT_S3_ACCESS_KEY, offsetof(struct store_config, s3_access_key)},
+    {OPT_S3_SECRET_KEY, offsetof(struct store_config, s3_secret_key)},
+};
+
 int store_opt(const char *cmd, struct store_opts *o, int c, char *val)
 {
     uint64_t mb;
-    switch (c) {
-    case OPT_STORE:
-        o->cfg.url = val;
-        return 0;
-    case OPT_S3_ENDPOINT:
-        o->cfg.s3_endpoint = val;
-        return 0;
-    case OPT_S3_REGION:
-        o->cfg.s3_region = val;
-        return 0;
-    case OPT_S3_ACCESS_KEY:
-        o->cfg.s3_access_key = val;
-        return 0;
-    case OPT_S3_SECRET_KEY:
-        o->cfg.s3_secret_key = val;
-        return 0;
-    case OPT_S3_VIRTUAL_HOSTED:
+    for (size_t i = 0; i < ARRAY_SIZE(store_strings); i++) {
+        if (store_strings[i].opt == c) {
+            *(const char **)((char *)&o->cfg + store_strings[i].offset) = val;
+            return 0;
+        }
+    }
+    if (c == OPT_S3_VIRTUAL_HOSTED) {
         o->cfg.s3_virtual_hosted = true;
         return 0;
-    case OPT_STORE_QUOTA:
-        if (parse_u64(val, &mb) < 0 || mb > (1u << 30))
-            return usage_error(cmd, "--store-quota: '%s' is not a size in megabytes (0 for no "
-                               "limit)", val);
-        o->quota_bytes = mb << 20;
-        return 0;
-    default:
-        return -1;
     }
+    if (c != OPT_STORE_QUOTA)
+        return -1;
+    if (parse_u64(val, &mb) < 0 || mb > (1u << 30))
+        return usage_error(cmd, "--store-quota: '%s' is not a size in megabytes (0 for no limit)",
+                           val);
+    o->quota_bytes = mb << 20;
+    return 0;
 }

@@ -93,6 +93,12 @@ class PersistCase(RuncellTestCase):
             self.assertStatus(rec, "ok")
         return rec
 
+    def close_checkpoint(self, srv, sid):
+        """Closes sid with a checkpoint; returns the response."""
+        st, closed = srv.request("DELETE", "/v1/sessions/%s?checkpoint=true" % sid)
+        self.assertEqual(st, 200, closed)
+        return closed
+
     def wait_expired(self, srv, sid, timeout=60):
         deadline = time.time() + timeout
         while time.time() < deadline:
@@ -206,8 +212,7 @@ class TestLocalStore(PersistCase):
         srv = self.start_server()
         a = self.create(srv)
         self.execute(srv, a["id"], "v = 'kept'\nopen('f.txt', 'w').write('f')")
-        st, closed = srv.request("DELETE", "/v1/sessions/%s?checkpoint=true" % a["id"])
-        self.assertEqual(st, 200, closed)
+        closed = self.close_checkpoint(srv, a["id"])
         self.assertIn("v", closed["checkpoint"]["variables"]["saved"])
         self.assertEqual(closed["checkpoint"]["files"], 1)
         st, body = srv.request("GET", "/v1/sessions/%s" % a["id"])
@@ -241,8 +246,7 @@ class TestLocalStore(PersistCase):
             {"code": "import time\nwhile True:\n    n += 1\n    time.sleep(0.01)"}), daemon=True)
         running.start()
         time.sleep(1.0)
-        st, closed = srv.request("DELETE", "/v1/sessions/%s?checkpoint=true" % s["id"])
-        self.assertEqual(st, 200, closed)
+        closed = self.close_checkpoint(srv, s["id"])
         self.assertIn("n", closed["checkpoint"]["variables"]["saved"])
         running.join(30)
         r = self.create(srv, resume_from=s["id"])
@@ -286,7 +290,7 @@ class TestLocalStore(PersistCase):
         srv = self.start_server()
         s = self.create(srv)
         self.execute(srv, s["id"], "v = 'base'\nopen('f.txt', 'w').write('base')")
-        self.assertEqual(srv.request("DELETE", "/v1/sessions/%s?checkpoint=true" % s["id"])[0], 200)
+        self.close_checkpoint(srv, s["id"])
         results = [None, None]
 
         def resume(i):
@@ -304,7 +308,7 @@ class TestLocalStore(PersistCase):
             self.execute(srv, r["id"], "v = 'fork%d'\nopen('f.txt', 'w').write(v)" % i)
             ids.append(r["id"])
         for sid in ids:
-            self.assertEqual(srv.request("DELETE", "/v1/sessions/%s?checkpoint=true" % sid)[0], 200)
+            self.close_checkpoint(srv, sid)
         for i, sid in enumerate(ids + [s["id"]]):
             r = self.create(srv, resume_from=sid)
             want = "fork%d" % i if i < 2 else "base"
@@ -326,8 +330,7 @@ class TestLocalStore(PersistCase):
         self.assertNotIn("persist_error", rec)
         # Variables past the quota: the checkpoint says so; the files are kept.
         self.execute(srv, s["id"], "import os\nblob = os.urandom(2_000_000)")
-        st, closed = srv.request("DELETE", "/v1/sessions/%s?checkpoint=true" % s["id"])
-        self.assertEqual(st, 200, closed)
+        closed = self.close_checkpoint(srv, s["id"])
         self.assertIn("quota", closed["checkpoint"]["variables_error"])
         r = self.create(srv, resume_from=s["id"])
         self.assertEqual(r["restored"]["files"], ["small.txt"])
@@ -337,7 +340,7 @@ class TestLocalStore(PersistCase):
         s = self.create(srv)
         self.execute(srv, s["id"], "v = 7\nfor n in ('good', 'bad', 'gone'):\n"
                                    "    open(n + '.txt', 'w').write(n * 3)")
-        self.assertEqual(srv.request("DELETE", "/v1/sessions/%s?checkpoint=true" % s["id"])[0], 200)
+        self.close_checkpoint(srv, s["id"])
         sdir = os.path.join(self.data, "store", "sessions", s["id"])
         with open(os.path.join(sdir, "manifest.json")) as f:
             manifest = json.load(f)
@@ -378,7 +381,7 @@ class TestLocalStore(PersistCase):
         # A class that pickles but cannot be rebuilt: its __setstate__ refuses.
         self.execute(srv, s["id"], "ok = 1\nclass Fragile:\n    def __setstate__(self, st):\n"
                                    "        raise RuntimeError('no way back')\nf = Fragile()\nf.state = 1")
-        self.assertEqual(srv.request("DELETE", "/v1/sessions/%s?checkpoint=true" % s["id"])[0], 200)
+        self.close_checkpoint(srv, s["id"])
         r = self.create(srv, resume_from=s["id"])
         failed = {v["name"]: v["error"] for v in r["restored"]["variables_failed"]}
         self.assertIn("no way back", failed["f"])
@@ -403,8 +406,7 @@ class TestS3Store(PersistCase):
         self.execute(srv, s["id"], "import os\nopen('large.bin', 'wb').write(os.urandom(8 << 20))\n"
                                    "import hashlib\nlarge_sum = hashlib.sha256(open('large.bin','rb').read()).hexdigest()")
         self.execute(srv, s["id"], MAKE_STATE)
-        st, closed = srv.request("DELETE", "/v1/sessions/%s?checkpoint=true" % s["id"])
-        self.assertEqual(st, 200, closed)
+        closed = self.close_checkpoint(srv, s["id"])
         self.assertNotIn("persist_error", closed["checkpoint"])
         # The objects are in the bucket, under the prefix.
         keys = [os.path.relpath(p, self.s3dir) for p in
@@ -458,8 +460,7 @@ class TestS3Store(PersistCase):
         self.s3.start()  # same directory, same port
         rec = self.execute(srv, s["id"], "pass")
         self.assertNotIn("persist_error", rec)
-        st, closed = srv.request("DELETE", "/v1/sessions/%s?checkpoint=true" % s["id"])
-        self.assertEqual(st, 200, closed)
+        closed = self.close_checkpoint(srv, s["id"])
         r = self.create(srv, resume_from=s["id"])
         self.assertEqual(sorted(r["restored"]["files"]), ["a.txt", "b.txt"])
         self.assertIn("v", r["restored"]["variables"])

@@ -168,15 +168,12 @@ static const char AK[] = "AKIAIOSFODNN7EXAMPLE";
 static const char SK[] = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY";
 static const char EMPTY[] = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
 
-TEST(sigv4_get_object_example)
+/* Signs a GET of the examples (their date, region and keys) with an empty payload. */
+static char *sign_example(const char *path, const char *query, const char *const *headers)
 {
-    const char *headers[] = {"host:examplebucket.s3.amazonaws.com", "range:bytes=0-9",
-                             "x-amz-content-sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934"
-                             "ca495991b7852b855",
-                             "x-amz-date:20130524T000000Z", NULL};
     struct sigv4_request rq = {.method = "GET",
-                               .path = "/test.txt",
-                               .query = "",
+                               .path = path,
+                               .query = query,
                                .headers = headers,
                                .payload_sha256 = EMPTY,
                                .amz_date = "20130524T000000Z",
@@ -184,7 +181,18 @@ TEST(sigv4_get_object_example)
                                .service = "s3",
                                .access_key = AK,
                                .secret_key = SK};
-    _cleanup_free_ char *auth = sigv4_authorization(&rq);
+    return sigv4_authorization(&rq);
+}
+
+#define EXAMPLE_HOST "host:examplebucket.s3.amazonaws.com"
+#define EXAMPLE_SHA                                                                                \
+    "x-amz-content-sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+#define EXAMPLE_DATE "x-amz-date:20130524T000000Z"
+
+TEST(sigv4_get_object_example)
+{
+    const char *headers[] = {EXAMPLE_HOST, "range:bytes=0-9", EXAMPLE_SHA, EXAMPLE_DATE, NULL};
+    _cleanup_free_ char *auth = sign_example("/test.txt", "", headers);
     CHECK_STREQ(auth, "AWS4-HMAC-SHA256 Credential=AKIAIOSFODNN7EXAMPLE/20130524/us-east-1/s3/"
                       "aws4_request, SignedHeaders=host;range;x-amz-content-sha256;x-amz-date, "
                       "Signature=f0e8bdb87c964420e857bd35b5d6ed310bd44f0170aba48dd91039c6036bdb41");
@@ -192,21 +200,8 @@ TEST(sigv4_get_object_example)
 
 TEST(sigv4_list_objects_example)
 {
-    const char *headers[] = {"host:examplebucket.s3.amazonaws.com",
-                             "x-amz-content-sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934"
-                             "ca495991b7852b855",
-                             "x-amz-date:20130524T000000Z", NULL};
-    struct sigv4_request rq = {.method = "GET",
-                               .path = "/",
-                               .query = "max-keys=2&prefix=J",
-                               .headers = headers,
-                               .payload_sha256 = EMPTY,
-                               .amz_date = "20130524T000000Z",
-                               .region = "us-east-1",
-                               .service = "s3",
-                               .access_key = AK,
-                               .secret_key = SK};
-    _cleanup_free_ char *auth = sigv4_authorization(&rq);
+    const char *headers[] = {EXAMPLE_HOST, EXAMPLE_SHA, EXAMPLE_DATE, NULL};
+    _cleanup_free_ char *auth = sign_example("/", "max-keys=2&prefix=J", headers);
     CHECK(
         strstr(auth, "Signature=34b48302e7b5fa45bde8084f4b7868a86f0a534bc59db6670ed5711ef69dc6f7"));
 }
