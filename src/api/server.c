@@ -59,23 +59,26 @@ void server_limits_fill_defaults(struct server_limits *l)
 static bool match(const char *pattern, const char *url, char **params)
 {
     int np = 0;
+    bool ok = true;
     const char *p = pattern, *u = url;
-    while (*p && *u) {
+    while (ok && *p && *u) {
         if (*p != '{') {
-            if (*p++ != *u++)
-                return false;
+            ok = *p++ == *u++;
             continue;
         }
         bool rest = !strncmp(p, "{path}", 6);
         const char *close = strchr(p, '}');
         size_t n = rest ? strlen(u) : strcspn(u, "/");
-        if (!n || np >= 2)
-            return false;
+        if (!n || np >= 2) {
+            ok = false;
+            break;
+        }
         params[np++] = xstrndup(u, n);
         u += n;
         p = close + 1;
     }
-    if (*p || *u) {
+    /* A pattern that fails after a parameter frees what it took. */
+    if (!ok || *p || *u) {
         for (int i = 0; i < np; i++) {
             free(params[i]);
             params[i] = NULL;

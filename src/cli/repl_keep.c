@@ -20,7 +20,9 @@ int repl_keep_open(struct repl_keep *k, const char *data_dir, const struct store
     int r = mkdir_p(data, 0700);
     if (r < 0)
         return err_set(-r, "cannot create the data directory %s: %s", data, strerror(-r));
-    if ((r = meta_open(db, &k->meta)) < 0 || (r = store_open(&sc, &k->store)) < 0)
+    /* Sessions of processes that died (a repl or a server killed) are stopped, not live. */
+    if ((r = meta_open(db, &k->meta)) < 0 || (r = meta_recover(k->meta, owner_alive)) < 0 ||
+        (r = store_open(&sc, &k->store)) < 0)
         return r;
     k->pc = (struct persist_config){
         .store = k->store, .meta = k->meta, .quota_bytes = so->quota_bytes, .owner = owner};

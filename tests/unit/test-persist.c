@@ -69,14 +69,19 @@ static size_t count_objects(struct fixture *f, const char *prefix)
     return n;
 }
 
+static void free_ws(struct workspace *ws)
+{
+    free(ws->dir);
+    free(ws->base);
+    free(ws);
+}
+
 static void teardown(struct fixture *f)
 {
     store_free(f->store);
     rm_rf(f->dir);
     free(f->dir);
-    free(f->ws->dir);
-    free(f->ws->base);
-    free(f->ws);
+    free_ws(f->ws);
 }
 
 TEST(saves_changes_and_shares_equal_contents)
@@ -181,6 +186,7 @@ TEST(restores_files_and_names_corrupted_and_missing_ones)
     CHECK((b.st_mode & 0777) == 0640);
     json_decref(ok);
     json_decref(failed);
+    free_ws(ws2);
     manifest_release(&loaded);
     manifest_release(&m);
     teardown(&f);
