@@ -237,6 +237,7 @@ struct save {
     uint64_t bytes;
     struct buf errors;
     size_t n_errors, n_unsaved;
+    size_t n_changed; /* entries of next that differ from old: unsaved if the list is not */
     bool store_down; /* the store failed as a whole: no more tries this time */
 };
 
@@ -296,6 +297,7 @@ static void save_link(struct save *sv, const struct ws_entry *e, const struct me
     struct mentry m = {
         .path = e->path, .target = target, .mtime_ns = e->mtime_ns, .ino = e->ino, .mode = e->mode};
     push(&sv->next, &sv->alloc, &m);
+    sv->n_changed++;
 }
 
 static void save_file(struct save *sv, const struct ws_entry *e, const struct mentry *old)
@@ -341,6 +343,7 @@ static void save_file(struct save *sv, const struct ws_entry *e, const struct me
     }
     push(&sv->next, &sv->alloc, &m);
     add_blob(sv, m.sha, m.size);
+    sv->n_changed++;
 }
 
 /* Whether anything the stored manifest says differs (inode numbers are not stored). */
@@ -387,14 +390,17 @@ static int write_manifest(struct save *sv)
     json_decref(j);
     int r = store_put_buf(sv->c->store, key, text, strlen(text));
     free(text);
-    if (r < 0)
+    if (r < 0) {
+        /* Without the list, none of this save's changes count as stored. */
         note(sv, "the file list", "%s", err_msg());
+        sv->n_unsaved += sv->n_changed ? sv->n_changed - 1 : 0;
+    }
     return r;
 }
 
 static char *save_error(struct save *sv)
 {
-    return xasprintf("%zu file%s not saved to the store (%s): %s%s; the files stay in the "
+    return xasprintf("%zu change%s not saved to the store (%s): %s%s; the files stay in the "
                      "sandbox, and the next execution tries again",
                      sv->n_unsaved, sv->n_unsaved == 1 ? "" : "s", store_describe(sv->c->store),
                      sv->errors.data ? sv->errors.data : "the store is unavailable",
@@ -425,6 +431,9 @@ int manifest_save(const struct persist_config *c, const char *id, struct manifes
         else
             save_file(&sv, e, old);
     }
+    /* Files gone since the last save are changes too. */
+    for (size_t i = 0; !after->truncated && i < m->n; i++)
+        sv.n_changed += !find(&sv.next, m->v[i].path);
     /* A scan that stopped early saw only part of the workspace: nothing is taken for
      * deleted. The merge keeps the list sorted. */
     if (after->truncated) {

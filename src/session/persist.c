@@ -254,12 +254,14 @@ static int do_checkpoint(struct session *s, void *arg)
     struct retire_ctx *x = arg;
     json_t *vars = checkpoint_variables(s, x->p, x->report);
     char *error = NULL;
-    if (save_now(x->p, session_workspace(s), vars, &error) < 0)
+    bool saved = save_now(x->p, session_workspace(s), vars, &error) == 0;
+    if (!saved)
         json_object_set_new(x->report, "persist_error",
                             json_string(error ? error : "files not saved"));
     free(error);
     pthread_mutex_lock(&x->p->lock);
-    if (!error)
+    /* Blobs a crash left behind go once the store holds the final list. */
+    if (saved)
         store_collect_garbage(x->p->c->store, x->p->id, &x->p->m);
     json_object_set_new(x->report, "files", json_integer((json_int_t)x->p->m.n));
     json_object_set_new(x->report, "stored_bytes",
