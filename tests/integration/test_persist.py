@@ -12,8 +12,8 @@ import threading
 import time
 import unittest
 
-from rctest import PY, RUNCELL, RuncellTestCase, S3Server, Server, TempDir, runcell, \
-    s3_server_missing
+from rctest import RuncellTestCase, S3Server, Server, TempDir, runcell, s3_server_missing
+from rctest import free_port as rctest_free_port
 
 MAKE_STATE = r'''
 import os, math
@@ -275,6 +275,24 @@ class TestLocalStore(PersistCase):
         self.assertIn("persist: false", body["error"]["message"])
         st, body = srv.request("POST", "/v1/sessions", {"resume_from": s["id"]})
         self.assertEqual(st, 404, body)
+
+    def test_bad_store_options_are_refused_at_start(self):
+        env = {k: "" for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")}
+        cases = [
+            (["--store-quota", "lots"], "--store-quota", 2),
+            (["--store", "ftp://host/x"], "unknown scheme", 1),
+            (["--store", "s3://"], "no bucket", 1),
+            (["--store", "s3://bucket/p"], "no credentials", 1),
+            (["--store", "s3://bucket/p", "--s3-access-key", "a", "--s3-secret-key", "b",
+              "--s3-endpoint", "localhost:9000"], "http://", 1),
+            (["--store", "s3://bucket/p", "--s3-access-key", "a", "--s3-secret-key", "b",
+              "--s3-endpoint", "http://127.0.0.1:%d" % rctest_free_port()], "cannot reach", 1),
+        ]
+        for args, said, status in cases:
+            p = runcell("serve", "--listen", "127.0.0.1:1", "--data", os.path.join(self.tmp, "d"),
+                        "--token", Server.TOKEN, *args, timeout=60, env=env)
+            self.assertEqual(p.returncode, status, (args, p.stderr))
+            self.assertIn(said, p.stderr, args)
 
     def test_resuming_an_unknown_or_bad_id_is_404(self):
         srv = self.start_server()
