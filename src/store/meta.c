@@ -205,19 +205,6 @@ int meta_set_state(struct meta_db *m, const char *id, enum meta_state state, boo
     return r;
 }
 
-static void bind_id(sqlite3_stmt *st, const void *ctx)
-{
-    bind_text(st, 1, ctx);
-}
-
-int meta_delete(struct meta_db *m, const char *id)
-{
-    pthread_mutex_lock(&m->lock);
-    int r = exec_stmt(m, "DELETE FROM sessions WHERE id=?", "cannot delete a session", bind_id, id);
-    pthread_mutex_unlock(&m->lock);
-    return r;
-}
-
 static char *column_text(sqlite3_stmt *st, int i)
 {
     const unsigned char *t = sqlite3_column_text(st, i);

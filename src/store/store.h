@@ -128,7 +128,6 @@ int meta_touch(struct meta_db *m, const char *id, uint64_t last_used_ms, long ex
 /* checkpoint: JSON text, or NULL to keep the current one. */
 int meta_set_state(struct meta_db *m, const char *id, enum meta_state state, bool has_variables,
                    const char *checkpoint);
-int meta_delete(struct meta_db *m, const char *id);
 /* Calls fn for each record, newest first, at most limit (0 = all). */
 int meta_foreach(struct meta_db *m, size_t limit,
                  void (*fn)(void *ctx, const struct meta_session *s), void *ctx);
