@@ -301,6 +301,9 @@ void session_retire(struct session *s, enum session_end how, json_t **ret_report
 {
     struct persist *p = session_get_persist(s);
     json_t *report = json_object();
+    /* Said at once: the session is out of the table, and a checkpoint takes a while. */
+    if (p && p->c->meta)
+        meta_set_state(p->c->meta, p->id, end_state(how), false, NULL);
     if (!p || !p->files) {
         if (how == SESSION_END_CHECKPOINT)
             json_object_set_new(report, "error",
