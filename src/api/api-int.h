@@ -17,6 +17,9 @@ struct server {
     struct sandbox_host host;
     struct session_table *table;
     struct session_pool *pool;
+    struct store *store;
+    struct meta_db *meta;
+    struct persist_config persist; /* store and meta, for the session table */
     struct metrics *metrics;
     struct mcp_http *mcp; /* MCP sessions of /mcp */
     struct MHD_Daemon *mhd;
@@ -75,6 +78,9 @@ enum api_err {
 };
 enum MHD_Result api_error(struct request *rq, enum api_err e, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* As api_error, with extra's fields (reference stolen; may be NULL) beside "error". */
+enum MHD_Result api_error_with(struct request *rq, enum api_err e, json_t *extra,
+                               const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 /* Maps -errno (with err_msg()) to the right api_err. */
 enum MHD_Result api_errno(struct request *rq, int err);
 /* Sends j (reference stolen) with status. */
@@ -124,6 +130,13 @@ void upload_abort(struct request *rq);
 int client_fd(struct request *rq);
 /* Takes a reference on the {id} session, or replies 404/expired and returns NULL. */
 struct session *acquire_session(struct request *rq);
+/* ---- stored sessions (routes_persist.c) ---- */
+/* Replies 404 for the {id} session that is not live (err from session_table_acquire),
+ * saying whether it is stored and resumable. */
+enum MHD_Result reply_not_live(struct request *rq, int err);
+/* With resume_from in *body: checks it and puts the stored session's options under the
+ * body's own (*body replaced). False after replying 400/404. */
+bool resume_options(struct request *rq, json_t **body);
 /* A session's JSON description. */
 json_t *session_info(const char *id, struct session *s);
 /* Session options from a create (or one-shot) body, validated against the server's maxima;

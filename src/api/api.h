@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "session/session.h"
+#include "store/store.h"
 
 /* What a request may ask for at most, and how much the server takes on. */
 struct server_limits {
@@ -38,6 +39,8 @@ struct server_config {
     const struct net_policy *net_allow_max; /* what network allowlists may name at most;
                                              * NULL: anything */
     char *const *mcp_origins;     /* Origins allowed on /mcp besides loopback ones (NULL-ended) */
+    struct store_config store;    /* url NULL: DATA/store */
+    uint64_t store_quota_bytes;   /* per session; 0 = no limit */
 };
 
 /* Runs the server until SIGTERM or SIGINT, then shuts down gracefully. Returns the process

@@ -43,18 +43,38 @@ enum MHD_Result reply_json(struct request *rq, unsigned status, json_t *j)
     return reply_response(rq, status, r);
 }
 
-enum MHD_Result api_error(struct request *rq, enum api_err e, const char *fmt, ...)
+static enum MHD_Result api_verror(struct request *rq, enum api_err e, json_t *extra,
+                                  const char *fmt, va_list ap)
 {
     char msg[2048];
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
     size_t n;
     char *clean = utf8_sanitize(msg, strlen(msg), &n);
     json_t *j = json_pack("{s:{s:s,s:s%}}", "error", "code", api_errs[e].code, "message", clean, n);
     free(clean);
+    if (extra)
+        json_object_update_missing(j, extra);
+    json_decref(extra);
     return reply_json(rq, api_errs[e].status, j);
+}
+
+enum MHD_Result api_error(struct request *rq, enum api_err e, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    enum MHD_Result r = api_verror(rq, e, NULL, fmt, ap);
+    va_end(ap);
+    return r;
+}
+
+enum MHD_Result api_error_with(struct request *rq, enum api_err e, json_t *extra,
+                               const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    enum MHD_Result r = api_verror(rq, e, extra, fmt, ap);
+    va_end(ap);
+    return r;
 }
 
 enum MHD_Result api_errno(struct request *rq, int err)

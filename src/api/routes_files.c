@@ -20,6 +20,14 @@ struct upload {
     int err; /* first failure, -errno */
 };
 
+/* A persisted session's files are saved before the reply, as after an execution; a store
+ * that fails is reported in the reply, and the next save tries again. */
+static void save_files(struct session *s, json_t *reply)
+{
+    if (session_save_files(s) < 0)
+        json_object_set_new(reply, "persist_error", json_string(err_msg()));
+}
+
 static bool check_path(struct request *rq, const char *path)
 {
     if (path_is_safe_relative(path))
@@ -209,7 +217,9 @@ enum MHD_Result h_file_put(struct request *rq)
         return path_error(rq, path, -errno);
     free(u->tmp_name);
     u->tmp_name = NULL;
-    return reply_json(rq, 201, json_pack("{s:s,s:I}", "path", path, "size", (json_int_t)u->size));
+    json_t *j = json_pack("{s:s,s:I}", "path", path, "size", (json_int_t)u->size);
+    save_files(u->s, j);
+    return reply_json(rq, 201, j);
 }
 
 enum MHD_Result h_file_delete(struct request *rq)
@@ -222,14 +232,16 @@ enum MHD_Result h_file_delete(struct request *rq)
     if (!s)
         return MHD_YES;
     int dfd = workspace_open_parent(session_workspace(s), path, false, &leaf);
+    int r = dfd < 0 ? dfd : unlinkat(dfd, leaf, 0) < 0 ? -errno : 0;
+    if (dfd >= 0)
+        close(dfd);
+    json_t *j = r < 0 ? NULL : json_pack("{s:s,s:b}", "path", path, "deleted", 1);
+    if (j)
+        save_files(s, j);
     session_table_release(rq->srv->table, s);
-    if (dfd < 0)
-        return path_error(rq, path, dfd);
-    int r = unlinkat(dfd, leaf, 0) < 0 ? -errno : 0;
-    close(dfd);
     if (r == -EISDIR || r == -EPERM)
         return path_error(rq, path, -EISDIR);
     if (r < 0)
         return path_error(rq, path, r);
-    return reply_json(rq, 200, json_pack("{s:s,s:b}", "path", path, "deleted", 1));
+    return reply_json(rq, 200, j);
 }

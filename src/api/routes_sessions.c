@@ -9,7 +9,8 @@ static const struct field create_fields[] = {
     {"language", F_STRING}, {"timeout_s", F_NUMBER}, {"idle_timeout_s", F_NUMBER},
     {"memory_mb", F_INT},   {"pids", F_INT},         {"disk_mb", F_INT},
     {"cpus", F_NUMBER},     {"network", F_OBJECT},   {"packages", F_ARRAY},
-    {"index_url", F_STRING}, {"install_timeout_s", F_NUMBER},
+    {"index_url", F_STRING}, {"install_timeout_s", F_NUMBER}, {"persist", F_BOOL},
+    {"resume_from", F_STRING},
 };
 
 /* Strings of a JSON array into a fresh vector; false after replying 400. */
@@ -161,7 +162,7 @@ static json_t *session_info_base(const char *id, struct session *s)
     format_time_iso(last_used, used);
     format_time_iso(last_used + o->idle_timeout_ms, expires);
     return json_pack(
-        "{s:s,s:s,s:s,s:s,s:s,s:s,s:I,s:s,s:f,s:f,s:{s:I,s:I,s:I,s:f},s:b}", "id", id,
+        "{s:s,s:s,s:s,s:s,s:s,s:s,s:I,s:s,s:f,s:f,s:{s:I,s:I,s:I,s:f},s:b,s:b}", "id", id,
         "language", o->lang ? o->lang : "python", "status", session_busy(s) ? "busy" : "idle",
         "created_at", created, "last_used_at", used, "expires_at", expires, "execution_count",
         (json_int_t)session_execution_count(s), "python_version", session_python_version(s),
@@ -169,7 +170,7 @@ static json_t *session_info_base(const char *id, struct session *s)
         (double)o->idle_timeout_ms / 1000.0, "limits", "memory_mb",
         (json_int_t)o->limits.memory_mb, "pids", (json_int_t)o->limits.pids, "disk_mb",
         (json_int_t)o->limits.disk_mb, "cpus", (double)o->limits.cpus_milli / 1000.0,
-        "limits_degraded", session_limits_degraded(s));
+        "limits_degraded", session_limits_degraded(s), "persist", session_stores_files(s));
 }
 
 struct session *acquire_session(struct request *rq)
@@ -178,33 +179,33 @@ struct session *acquire_session(struct request *rq)
     struct session *s = session_table_acquire(rq->srv->table, rq->params[0], &err);
     if (s)
         return s;
-    if (err == -ETIME)
-        api_error(rq, AE_EXPIRED, "session %s expired after being idle longer than its idle "
-                  "timeout; create a new session", rq->params[0]);
-    else
-        api_error(rq, AE_NOT_FOUND, "no session %s", rq->params[0]);
+    reply_not_live(rq, err);
     return NULL;
 }
 
 enum MHD_Result h_session_create(struct request *rq)
 {
-    json_t *body = body_json(rq);
+    json_t *body = body_json(rq), *restored = NULL;
     struct session_opts o;
+    struct session_create create = {.opts = &o};
     char *id = NULL;
     enum MHD_Result ret = MHD_YES;
     if (!body)
         return MHD_YES;
     if (!check_fields(rq, body, create_fields, ARRAY_SIZE(create_fields)) ||
-        !session_opts_from_json(rq, body, &o))
+        !resume_options(rq, &body) || !session_opts_from_json(rq, body, &o))
         goto out;
+    create.resume_from = json_string_value(json_object_get(body, "resume_from"));
+    create.no_persist = json_is_false(json_object_get(body, "persist"));
     double t0 = now_ms_f();
-    int r = session_table_create(rq->srv->table, &o, &id);
+    int r = session_table_create_ex(rq->srv->table, &create, &id, &restored);
     if (r < 0) {
-        if (r != -EAGAIN)
+        if (r != -EAGAIN && r != -ENOENT)
             metrics_sandbox_failure(rq->srv->metrics);
-        ret = r == -EAGAIN ? api_errno(rq, r)
-                           : api_error(rq, AE_SANDBOX, "cannot create the session: %s",
-                                       err_msg());
+        ret = r == -EAGAIN   ? api_errno(rq, r)
+              : r == -ENOENT ? api_error(rq, AE_NOT_FOUND, "%s", err_msg())
+                             : api_error(rq, AE_SANDBOX, "cannot create the session: %s",
+                                         err_msg());
         goto out;
     }
     metrics_session_created(rq->srv->metrics, (now_ms_f() - t0) / 1000.0);
@@ -215,7 +216,10 @@ enum MHD_Result h_session_create(struct request *rq)
         ret = api_error(rq, AE_NOT_FOUND, "session %s was closed as it was created", id);
         goto out;
     }
-    ret = reply_json(rq, 201, session_info(id, s));
+    json_t *info = session_info(id, s);
+    if (restored)
+        json_object_set_new(info, "restored", restored);
+    ret = reply_json(rq, 201, info);
     session_table_release(rq->srv->table, s);
 out:
     free(id);
@@ -236,8 +240,12 @@ static void add_info(void *ctx, const char *id, struct session *s)
 enum MHD_Result h_session_list(struct request *rq)
 {
     struct list_ctx l = {.arr = json_array()};
+    const char *all = MHD_lookup_connection_value(rq->conn, MHD_GET_ARGUMENT_KIND, "all");
     session_table_foreach(rq->srv->table, add_info, &l);
-    return reply_json(rq, 200, json_pack("{s:o}", "sessions", l.arr));
+    json_t *j = json_pack("{s:o}", "sessions", l.arr);
+    if (all && (!strcmp(all, "true") || !strcmp(all, "1")))
+        json_object_set_new(j, "stored", session_stored_list(&rq->srv->persist, 1000));
+    return reply_json(rq, 200, j);
 }
 
 enum MHD_Result h_session_get(struct request *rq)
@@ -248,17 +256,6 @@ enum MHD_Result h_session_get(struct request *rq)
     enum MHD_Result r = reply_json(rq, 200, session_info(rq->params[0], s));
     session_table_release(rq->srv->table, s);
     return r;
-}
-
-enum MHD_Result h_session_delete(struct request *rq)
-{
-    if (session_table_remove(rq->srv->table, rq->params[0]) < 0) {
-        struct session *s = acquire_session(rq); /* says not found or expired */
-        if (s)
-            session_table_release(rq->srv->table, s);
-        return MHD_YES;
-    }
-    return reply_json(rq, 200, json_pack("{s:s,s:b}", "id", rq->params[0], "closed", 1));
 }
 
 enum MHD_Result h_session_interrupt(struct request *rq)

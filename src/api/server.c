@@ -70,23 +70,26 @@ void server_limits_fill_defaults(struct server_limits *l)
 static bool match(const char *pattern, const char *url, char **params)
 {
     int np = 0;
+    bool ok = true;
     const char *p = pattern, *u = url;
-    while (*p && *u) {
+    while (ok && *p && *u) {
         if (*p != '{') {
-            if (*p++ != *u++)
-                return false;
+            ok = *p++ == *u++;
             continue;
         }
         bool rest = !strncmp(p, "{path}", 6);
         const char *close = strchr(p, '}');
         size_t n = rest ? strlen(u) : strcspn(u, "/");
-        if (!n || np >= 2)
-            return false;
+        if (!n || np >= 2) {
+            ok = false;
+            break;
+        }
         params[np++] = xstrndup(u, n);
         u += n;
         p = close + 1;
     }
-    if (*p || *u) {
+    /* A pattern that fails after a parameter frees what it took. */
+    if (!ok || *p || *u) {
         for (int i = 0; i < np; i++) {
             free(params[i]);
             params[i] = NULL;
@@ -358,6 +361,31 @@ static void raise_fd_limit(void)
     }
 }
 
+/* The session records (DATA/sessions.db) and the store (DATA/store unless told). */
+static int open_persistence(struct server *srv)
+{
+    const struct server_config *cfg = srv->cfg;
+    _cleanup_free_ char *db = xasprintf("%s/sessions.db", cfg->data_dir);
+    _cleanup_free_ char *local = xasprintf("%s/store", cfg->data_dir);
+    struct store_config sc = cfg->store;
+    if (!sc.url)
+        sc.url = local;
+    int r = meta_open(db, &srv->meta);
+    if (r < 0 || (r = meta_recover(srv->meta, owner_alive)) < 0)
+        return r;
+    if ((r = store_open(&sc, &srv->store)) < 0)
+        return r;
+    if ((r = store_check(srv->store)) < 0)
+        return err_set(-r, "the store %s does not answer: %s", store_describe(srv->store),
+                       err_msg());
+    srv->persist = (struct persist_config){.store = srv->store, .meta = srv->meta,
+                                           .quota_bytes = cfg->store_quota_bytes,
+                                           .owner = srv->host.owner_id};
+    log_info("msg=\"sessions are kept\" store=\"%s\" records=%s quota_mb=%.1f",
+             store_describe(srv->store), db, (double)cfg->store_quota_bytes / 1048576.0);
+    return 0;
+}
+
 static int prepare(struct server *srv, struct sockaddr_storage *addr)
 {
     raise_fd_limit();
@@ -386,11 +414,14 @@ static int prepare(struct server *srv, struct sockaddr_storage *addr)
     if (srv->host.degraded_reason)
         log_warn("msg=\"resource limits are degraded\" reason=\"%s\"",
                  srv->host.degraded_reason);
+    if ((r = open_persistence(srv)) < 0)
+        return r;
     if (!srv->cfg->no_template && srv->host.privileged && srv->host.cgroup_mode != CGROUP_NONE &&
         sandbox_host_start_template(&srv->host) < 0)
         log_warn("msg=\"no template; sessions start from scratch\" error=\"%s\"", err_msg());
     srv->pool = session_pool_new(&srv->host, &srv->cfg->defaults, srv->cfg->pool_size);
     srv->table = session_table_new(&srv->host, srv->cfg->limits.max_sessions, srv->pool);
+    session_table_set_persistence(srv->table, &srv->persist);
     srv->metrics = metrics_new();
     srv->mcp = mcp_http_new(srv);
     return session_table_start_reaper(srv->table, 1000);
@@ -428,6 +459,8 @@ out:
         MHD_stop_daemon(srv.mhd);
     session_table_free(srv.table);
     session_pool_free(srv.pool);
+    store_free(srv.store);
+    meta_close(srv.meta);
     metrics_free(srv.metrics);
     if (srv.token)
         explicit_bzero(srv.token, strlen(srv.token));

@@ -11,10 +11,14 @@ static enum log_level min_level = LOG_INFO;
 
 int err_set(int err, const char *fmt, ...)
 {
+    /* Formatted aside first: the arguments may include err_msg() itself (a message that
+     * wraps the previous one), which must not be overwritten while it is read. */
+    char msg[sizeof(err_buf)];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(err_buf, sizeof(err_buf), fmt, ap);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
+    memcpy(err_buf, msg, sizeof(err_buf));
     return err > 0 ? -err : err;
 }
 

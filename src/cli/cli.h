@@ -7,6 +7,7 @@
 
 #include "sandbox/sandbox.h"
 #include "session/session.h"
+#include "store/store.h"
 
 /* Usage errors print one line and exit with this status. */
 #define EXIT_USAGE 2
@@ -75,6 +76,62 @@ void common_opts_release(struct common_opts *o);
 int check_out_dir(const char *cmd, const char *dir);
 /* Checks the network and package options together: 0 or EXIT_USAGE after saying why. */
 int check_net_opts(const char *cmd, const struct common_opts *o);
+
+/* Options of the subcommands that keep sessions (serve, repl): where they are kept. */
+enum {
+    OPT_STORE = 512,
+    OPT_S3_ENDPOINT,
+    OPT_S3_REGION,
+    OPT_S3_ACCESS_KEY,
+    OPT_S3_SECRET_KEY,
+    OPT_S3_VIRTUAL_HOSTED,
+    OPT_STORE_QUOTA,
+};
+#define STORE_LONG_OPTS                                                                            \
+    {"store", required_argument, NULL, OPT_STORE},                                                 \
+        {"s3-endpoint", required_argument, NULL, OPT_S3_ENDPOINT},                                 \
+        {"s3-region", required_argument, NULL, OPT_S3_REGION},                                     \
+        {"s3-access-key", required_argument, NULL, OPT_S3_ACCESS_KEY},                             \
+        {"s3-secret-key", required_argument, NULL, OPT_S3_SECRET_KEY},                             \
+        {"s3-virtual-hosted", no_argument, NULL, OPT_S3_VIRTUAL_HOSTED},                           \
+        {"store-quota", required_argument, NULL, OPT_STORE_QUOTA}
+#define STORE_OPTS_HELP                                                                            \
+    "  --store DIR|s3://BUCKET[/PREFIX]  where sessions are kept (default DATA/store)\n"            \
+    "  --s3-endpoint URL      S3-compatible endpoint, http[s]://HOST[:PORT] (default AWS)\n"       \
+    "  --s3-region REGION     (default AWS_REGION, AWS_DEFAULT_REGION, else us-east-1)\n"         \
+    "  --s3-access-key KEY, --s3-secret-key KEY   (default AWS_ACCESS_KEY_ID and\n"              \
+    "                         AWS_SECRET_ACCESS_KEY, which keep the secret off command lines)\n"  \
+    "  --s3-virtual-hosted    BUCKET.HOST addressing instead of HOST/BUCKET\n"                    \
+    "  --store-quota MB       bytes stored per session at most (default 1024; 0: no limit)\n"
+#define DEFAULT_STORE_QUOTA_MB 1024
+
+struct store_opts {
+    struct store_config cfg; /* url NULL: DATA/store */
+    uint64_t quota_bytes;
+};
+/* Handles one store option: 0, EXIT_USAGE after printing the error, or -1 when c is not a
+ * store option. */
+int store_opt(const char *cmd, struct store_opts *o, int c, char *val);
+
+/* Keeping repl sessions (repl_keep.c). */
+struct repl_keep {
+    struct store *store;
+    struct meta_db *meta;
+    struct persist_config pc;
+};
+/* Opens the records (DATA/sessions.db) and the store of data_dir (NULL: the default data
+ * directory). 0 or -errno with err_msg(). */
+int repl_keep_open(struct repl_keep *k, const char *data_dir, const struct store_opts *so,
+                   const char *owner);
+void repl_keep_close(struct repl_keep *k);
+/* Fills the limits l leaves at 0 from stored session `from`; -ENOENT (err_msg) when its
+ * record says it cannot be resumed. */
+int repl_keep_stored_limits(struct repl_keep *k, const char *from, struct sandbox_limits *l);
+/* Gives s an id and keeps it (files: in the store); with resume_from, restores what is stored
+ * and prints what came back. 0 or -errno with err_msg(). */
+int repl_keep_attach(struct repl_keep *k, struct session *s, bool files, const char *resume_from);
+/* The end of a kept session: a checkpoint, and a line saying what was kept. */
+void repl_keep_end(struct session *s);
 
 /* Prints "runcell CMD: message" and returns EXIT_USAGE. */
 int usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -20,13 +20,55 @@ static const char repl_help[] =
     "  --timeout SEC        limit per input (default 60)\n"
     "  --memory MB, --pids N, --disk MB, --cpus N, --net none   as for runcell run\n"
     "  --file LOCAL[:DEST]  copy LOCAL into the workspace (repeatable)\n"
-    "  --out DIR            save images here (default: into the workspace)\n";
+    "  --out DIR            save images here (default: into the workspace)\n"
+    "\n"
+    "The session is kept (docs/PERSISTENCE.md): its files after every input, its variables\n"
+    "when the repl ends, in the data directory that runcell serve uses too.\n"
+    "  --resume ID          start from what is stored of session ID (a repl's or a server's)\n"
+    "  --no-persist         keep nothing\n"
+    "  --data DIR           data directory (default RUNCELL_DATA, /var/lib/runcell as root,\n"
+    "                       else ~/.local/share/runcell)\n"
+    STORE_OPTS_HELP;
+
+enum { OPT_RESUME = OPT_COMMON_END, OPT_NO_PERSIST, OPT_DATA };
 
 static const struct option long_opts[] = {
     COMMON_LONG_OPTS,
+    STORE_LONG_OPTS,
+    {"resume", required_argument, NULL, OPT_RESUME},
+    {"no-persist", no_argument, NULL, OPT_NO_PERSIST},
+    {"data", required_argument, NULL, OPT_DATA},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
+
+struct repl_opts {
+    struct common_opts common;
+    struct store_opts store;
+    const char *resume;
+    const char *data_dir;
+    bool no_persist;
+};
+
+static int repl_opt(struct repl_opts *o, int c, char *val)
+{
+    int r = store_opt("repl", &o->store, c, val);
+    if (r >= 0)
+        return r;
+    switch (c) {
+    case OPT_RESUME:
+        o->resume = val;
+        return 0;
+    case OPT_NO_PERSIST:
+        o->no_persist = true;
+        return 0;
+    case OPT_DATA:
+        o->data_dir = val;
+        return 0;
+    default:
+        return common_opt("repl", &o->common, c, val);
+    }
+}
 
 static int sigint_pipe[2] = {-1, -1};
 static volatile sig_atomic_t got_sigint;
@@ -265,27 +307,67 @@ static int repl_loop(struct session *s, const struct common_opts *o)
     return 0;
 }
 
+/* Opens the store, starts the session and, resuming, fills it; 0, or an exit status after
+ * printing why. */
+static int start(struct sandbox_host *host, struct repl_opts *ro, struct repl_keep *k,
+                 struct session **ret)
+{
+    struct session_opts so = {.limits = ro->common.limits, .timeout_ms = ro->common.timeout_ms,
+                              .net = common_net_opts(&ro->common), .files = ro->common.files,
+                              .n_files = ro->common.n_files};
+    bool keep = !ro->no_persist;
+    if (keep && repl_keep_open(k, ro->data_dir, &ro->store, host->owner_id) < 0) {
+        if (ro->resume) {
+            fprintf(stderr, "runcell repl: cannot resume: %s\n", err_msg());
+            return 1;
+        }
+        fprintf(stderr, "runcell repl: warning: this session is not kept: %s (pass --data DIR, "
+                "or --no-persist to silence this)\n", err_msg());
+        keep = false;
+    }
+    if (ro->resume && !keep)
+        return usage_error("repl", "--resume and --no-persist exclude each other");
+    if (ro->resume && repl_keep_stored_limits(k, ro->resume, &so.limits) < 0) {
+        fprintf(stderr, "runcell repl: %s\n", err_msg());
+        return 1;
+    }
+    if (session_new(host, &so, ret) < 0) {
+        fprintf(stderr, "runcell: cannot start the session: %s\n", err_msg());
+        return 125;
+    }
+    if (keep && repl_keep_attach(k, *ret, true, ro->resume) < 0) {
+        fprintf(stderr, "runcell repl: %s%s\n", ro->resume ? "cannot resume: " : "", err_msg());
+        session_retire(*ret, SESSION_END_CLOSE, NULL);
+        return 1;
+    }
+    return 0;
+}
+
 int cmd_repl(int argc, char **argv)
 {
-    struct common_opts o = {.timeout_ms = DEFAULT_TIMEOUT_MS};
+    struct repl_opts ro = {.common = {.timeout_ms = DEFAULT_TIMEOUT_MS},
+                           .store = {.quota_bytes = (uint64_t)DEFAULT_STORE_QUOTA_MB << 20}};
+    struct repl_keep k = {0};
     int c, r = 0;
     opterr = 0;
     optind = 1;
-    while (!r && (c = getopt_long(argc, argv, "+h", long_opts, NULL)) != -1) {
+    while (!r && (c = getopt_long(argc, argv, "+:h", long_opts, NULL)) != -1) {
         if (c == 'h') {
             fputs(repl_help, stdout);
             return 0;
         }
-        if (c == '?' || (r = common_opt("repl", &o, c, optarg)) < 0)
+        if (c == ':')
+            r = usage_error("repl", "option '%s' needs a value", argv[optind - 1]);
+        else if (c == '?' || (r = repl_opt(&ro, c, optarg)) < 0)
             r = usage_error("repl", "unknown option '%s'; run 'runcell repl --help'",
                             argv[optind - 1]);
     }
     if (!r && optind < argc)
         r = usage_error("repl", "unexpected argument '%s'", argv[optind]);
     if (!r)
-        r = check_net_opts("repl", &o);
+        r = check_net_opts("repl", &ro.common);
     if (r) {
-        common_opts_release(&o);
+        common_opts_release(&ro.common);
         return r;
     }
     struct sandbox_host host;
@@ -305,19 +387,16 @@ int cmd_repl(int argc, char **argv)
         sigaction(SIGTERM, &st, NULL);
         sigaction(SIGHUP, &st, NULL);
     }
-    struct session_opts so = {.limits = o.limits, .timeout_ms = o.timeout_ms,
-                              .net = common_net_opts(&o), .files = o.files,
-                              .n_files = o.n_files};
-    int status = 0;
-    if (session_new(&host, &so, &s) < 0) {
-        fprintf(stderr, "runcell: cannot start the session: %s\n", err_msg());
-        status = 125;
-    } else {
+    int status = start(&host, &ro, &k, &s);
+    if (!status) {
         print_packages_report(session_packages(s));
-        status = repl_loop(s, &o);
+        status = repl_loop(s, &ro.common);
+        if (session_id(s))
+            repl_keep_end(s);
     }
     session_free(s);
+    repl_keep_close(&k);
     sandbox_host_release(&host);
-    common_opts_release(&o);
+    common_opts_release(&ro.common);
     return status;
 }

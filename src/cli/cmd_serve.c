@@ -36,7 +36,11 @@ static const char serve_help[] =
     "                         proxy (default 32)\n"
     "  --net-max-mb MB        bytes a session may move through the proxy (default 1024)\n"
     "  --allow-origin ORIGIN  a browser Origin allowed on /mcp besides loopback ones\n"
-    "                         (repeatable; e.g. https://app.example.com)\n";
+    "                         (repeatable; e.g. https://app.example.com)\n"
+    "\n"
+    "Sessions are kept (docs/PERSISTENCE.md): their files after every execution, their\n"
+    "variables when they expire or are closed with checkpoint; records in DATA/sessions.db.\n"
+    STORE_OPTS_HELP;
 
 enum { OPT_LISTEN = OPT_COMMON_END, OPT_DATA, OPT_TOKEN, OPT_MAX_SESSIONS, OPT_MAX_EXECUTIONS,
        OPT_MAX_MEMORY, OPT_MAX_TIMEOUT, OPT_MAX_UPLOAD, OPT_IDLE_TIMEOUT, OPT_GRACE,
@@ -45,6 +49,7 @@ enum { OPT_LISTEN = OPT_COMMON_END, OPT_DATA, OPT_TOKEN, OPT_MAX_SESSIONS, OPT_M
 
 static const struct option long_opts[] = {
     COMMON_LONG_OPTS,
+    STORE_LONG_OPTS,
     {"listen", required_argument, NULL, OPT_LISTEN},
     {"data", required_argument, NULL, OPT_DATA},
     {"token", required_argument, NULL, OPT_TOKEN},
@@ -89,11 +94,13 @@ static int add_origin(char ***origins, const char *val)
     return 0;
 }
 
-static int serve_opt(struct server_config *cfg, struct common_opts *co, int c, char *val,
-                     char ***origins)
+static int serve_opt(struct server_config *cfg, struct common_opts *co, struct store_opts *so,
+                     int c, char *val, char ***origins)
 {
     uint64_t v;
-    int r;
+    int r = store_opt("serve", so, c, val);
+    if (r >= 0)
+        return r;
     switch (c) {
     case OPT_LISTEN:
         cfg->listen = val;
@@ -162,6 +169,7 @@ int cmd_serve(int argc, char **argv)
     struct server_config cfg = {.listen = "127.0.0.1:8080", .shutdown_grace_ms = 10000,
                                 .pool_size = 2};
     struct common_opts co = {0};
+    struct store_opts so = {.quota_bytes = (uint64_t)DEFAULT_STORE_QUOTA_MB << 20};
     _cleanup_free_ char *data = NULL;
     _cleanup_strv_ char **origins = NULL;
     int c, r = 0;
@@ -178,7 +186,7 @@ int cmd_serve(int argc, char **argv)
             r = usage_error("serve", "unknown option '%s'; run 'runcell serve --help'",
                             argv[optind - 1]);
         else
-            r = serve_opt(&cfg, &co, c, optarg, &origins);
+            r = serve_opt(&cfg, &co, &so, c, optarg, &origins);
     }
     if (!r && optind < argc)
         r = usage_error("serve", "unexpected argument '%s'", argv[optind]);
@@ -201,6 +209,8 @@ int cmd_serve(int argc, char **argv)
     cfg.defaults.net.policy = co.net;
     session_opts_fill_defaults(&cfg.defaults);
     cfg.mcp_origins = origins;
+    cfg.store = so.cfg;
+    cfg.store_quota_bytes = so.quota_bytes;
     if (!getenv("RUNCELL_LOG"))
         log_set_level(LOG_INFO);
     r = server_run(&cfg);

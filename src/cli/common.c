@@ -1,5 +1,6 @@
 /* common.c - options shared by the subcommands that run code (run, repl, agent). */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -149,5 +150,39 @@ int check_net_opts(const char *cmd, const struct common_opts *o)
     struct net_opts n = common_net_opts(o);
     if (net_opts_check(&n) < 0)
         return usage_error(cmd, "%s", err_msg());
+    return 0;
+}
+
+/* The store options that only name a string of the store's configuration. */
+static const struct {
+    int opt;
+    size_t offset;
+} store_strings[] = {
+    {OPT_STORE, offsetof(struct store_config, url)},
+    {OPT_S3_ENDPOINT, offsetof(struct store_config, s3_endpoint)},
+    {OPT_S3_REGION, offsetof(struct store_config, s3_region)},
+    {OPT_S3_ACCESS_KEY, offsetof(struct store_config, s3_access_key)},
+    {OPT_S3_SECRET_KEY, offsetof(struct store_config, s3_secret_key)},
+};
+
+int store_opt(const char *cmd, struct store_opts *o, int c, char *val)
+{
+    uint64_t mb;
+    for (size_t i = 0; i < ARRAY_SIZE(store_strings); i++) {
+        if (store_strings[i].opt == c) {
+            *(const char **)((char *)&o->cfg + store_strings[i].offset) = val;
+            return 0;
+        }
+    }
+    if (c == OPT_S3_VIRTUAL_HOSTED) {
+        o->cfg.s3_virtual_hosted = true;
+        return 0;
+    }
+    if (c != OPT_STORE_QUOTA)
+        return -1;
+    if (parse_u64(val, &mb) < 0 || mb > (1u << 30))
+        return usage_error(cmd, "--store-quota: '%s' is not a size in megabytes (0 for no limit)",
+                           val);
+    o->quota_bytes = mb << 20;
     return 0;
 }

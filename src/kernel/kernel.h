@@ -22,6 +22,7 @@ enum kernel_event_type {
     KEV_DISPLAY, /* msg: {"type":"display","result":bool,"data":{mime: value}} */
     KEV_DONE,    /* msg: {"type":"done","status","error","execution_count",["exit_code"]} */
     KEV_HELLO,   /* msg: {"type":"hello","python","pid","cwd"} */
+    KEV_REPLY,   /* msg: {"type":"checkpoint_done"|"restore_done","ok",...} */
 };
 
 struct kernel_event {
@@ -70,6 +71,14 @@ int kernel_start_in(struct sandbox_host *host, struct workspace *ws,
 int kernel_pump_channel(struct kernel *k, kernel_event_fn cb, void *ctx);
 /* Reads what is available on the stdout (stream 1) or stderr (2) pipe; 0, or 1 at EOF. */
 int kernel_pump_pipe(struct kernel *k, int stream, kernel_event_fn cb, void *ctx);
+/* Variables: asks the kernel to pickle its globals into path ("checkpoint") or to load them
+ * from path ("restore"; the kernel removes the file), path being as the sandbox sees it, and
+ * waits up to timeout_ms for the answer (output meanwhile is dropped). Past the timeout the
+ * kernel is interrupted and has grace_ms more to answer. 0 and *ret_reply, the kernel's
+ * {"type":"..._done","ok":bool,...} (caller decrefs), or -errno with err_msg(): -ETIMEDOUT,
+ * -EPIPE (the kernel died), -EPROTO (it broke the protocol; kill it). */
+int kernel_request(struct kernel *k, const char *type, const char *path, uint64_t timeout_ms,
+                   uint64_t grace_ms, json_t **ret_reply);
 /* Asks the kernel to stop the running cell (KeyboardInterrupt). Safe from any thread. */
 void kernel_interrupt(struct kernel *k);
 /* Kills the kernel's sandbox, reaps it, frees everything; NULL is a no-op. */

@@ -4,9 +4,11 @@ namespace, driven by the daemon over a framed protocol on fd 3.
 Frames are [u32 big-endian payload length][u8 kind][payload]:
   daemon -> kernel  b"M"  JSON request: {"type": "execute", "code": ..., "lang": "python"|"bash",
                                          "execution_count": N}
+                          {"type": "checkpoint" | "restore", "path": ...} (variables, see below)
   kernel -> daemon  b"O"  stdout bytes written by Python code (sys.stdout)
                     b"E"  stderr bytes written by Python code (sys.stderr)
-                    b"M"  JSON message: hello, display (MIME bundle), done
+                    b"M"  JSON message: hello, display (MIME bundle), done, checkpoint_done,
+                          restore_done
 Output of child processes and C code goes to fds 1 and 2, which are pipes the daemon reads
 directly. The daemon treats everything arriving here as untrusted: user code runs in this
 very process and may change any of it.
@@ -17,7 +19,9 @@ import builtins
 import io
 import json
 import linecache
+import marshal
 import os
+import pickle
 import signal
 import struct
 import subprocess
@@ -253,6 +257,240 @@ def mime_bundle(obj):
             data["text/plain"] = "<repr failed: %s: %s>" % (type(e).__name__, e)
     return data
 
+# ---- variables: checkpoint and restore ----
+#
+# A checkpoint file is a magic line, a JSON line, then one record per global, in the order
+# of the namespace (the order names were first bound, so that what a global needs was
+# restored before it):
+#   u32 name length, name (UTF-8), u8 kind, u64 payload length, payload
+# kinds: b"m" a module's name (imported again on restore); b"s" the source of a top-level
+# def or class statement, as JSON {"source"} (run again on restore: decorators, dataclasses
+# and super() come back as they were); b"p" a pickle; b"c" a pickle holding code objects
+# (lambdas and nested functions defined in cells, valid for this Python only). A name length
+# of 0 ends the file. Each global is written on its own, so one that cannot be pickled is
+# listed and skipped while the rest are kept. The daemon only copies these bytes: they are
+# unpickled in a sandbox, never by the daemon.
+
+CHECKPOINT_MAGIC = b"RUNCELL-VARIABLES 1\n"
+_INTERNAL_NAMES = frozenset(("__builtins__", "__name__", "__doc__", "__loader__", "__spec__",
+                             "__package__", "__warningregistry__"))
+_EMPTY_CELL = "<runcell: empty cell>"
+
+
+def _code_tag():
+    import importlib.util
+    return "%s %s" % (sys.implementation.cache_tag, importlib.util.MAGIC_NUMBER.hex())
+
+
+# The rebuilder of functions pickled by value lives in a module of its own, so that a pickle
+# names it _runcell_vars._make_function, importable in any kernel.
+_vars_module = types.ModuleType("_runcell_vars")
+sys.modules["_runcell_vars"] = _vars_module
+
+
+def _make_function(code, name, qualname, defaults, kwdefaults, closure, attrs, doc):
+    cells = None
+    if closure is not None:
+        cells = tuple(types.CellType() if v == _EMPTY_CELL else types.CellType(v)
+                      for v in closure)
+    fn = types.FunctionType(marshal.loads(code), sys.modules["__main__"].__dict__, name,
+                            defaults, cells)
+    fn.__qualname__ = qualname
+    fn.__kwdefaults__ = kwdefaults
+    fn.__doc__ = doc
+    if attrs:
+        fn.__dict__.update(attrs)
+    return fn
+
+
+_make_function.__module__ = "_runcell_vars"
+_vars_module._make_function = _make_function
+
+
+def _cell_value(cell):
+    try:
+        return cell.cell_contents
+    except ValueError:
+        return _EMPTY_CELL
+
+
+class _VarPickler(pickle.Pickler):
+    """Pickles functions defined in cells by value (their code); everything else as pickle
+    does (classes defined in cells by reference: their source is restored first)."""
+
+    def __init__(self, f):
+        super().__init__(f, protocol=pickle.HIGHEST_PROTOCOL)
+        self.has_code = False
+
+    def reducer_override(self, obj):
+        if not (isinstance(obj, types.FunctionType) and obj.__module__ == "__main__"):
+            return NotImplemented
+        self.has_code = True
+        closure = None
+        if obj.__closure__ is not None:
+            closure = tuple(_cell_value(c) for c in obj.__closure__)
+        return _make_function, (marshal.dumps(obj.__code__), obj.__name__, obj.__qualname__,
+                                obj.__defaults__, obj.__kwdefaults__, closure,
+                                dict(obj.__dict__) or None, obj.__doc__)
+
+
+def top_definitions(tree, code):
+    """(name, source, is_class) of each top-level def and class statement of a cell."""
+    lines = code.splitlines(True)
+    defs = []
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            start = min([d.lineno for d in node.decorator_list] + [node.lineno])
+            defs.append((node.name, "".join(lines[start - 1:node.end_lineno]),
+                         isinstance(node, ast.ClassDef)))
+    return defs
+
+
+def _defined_by(value, name, is_class):
+    """Whether value is what a top-level `def name` / `class name` statement makes."""
+    if is_class:
+        return isinstance(value, type) and value.__module__ == "__main__" and \
+            value.__qualname__ == name
+    import inspect
+    try:
+        fn = inspect.unwrap(value)
+    except Exception:
+        return False
+    return isinstance(fn, types.FunctionType) and fn.__module__ == "__main__" and \
+        fn.__qualname__ == name
+
+
+def _write_record(f, name, kind, write_payload):
+    """Writes one record; write_payload(f) writes the payload (and may return another kind)
+    or raises, in which case the file is cut back to where the record began."""
+    start = f.tell()
+    raw = name.encode("utf-8", "surrogatepass")
+    f.write(struct.pack(">I", len(raw)) + raw)
+    kind_pos = f.tell()
+    f.write(kind + struct.pack(">Q", 0))
+    try:
+        other = write_payload(f)
+    except BaseException:
+        f.seek(start)
+        f.truncate()
+        raise
+    if isinstance(other, bytes):
+        kind = other
+    end = f.tell()
+    f.seek(kind_pos)
+    f.write(kind + struct.pack(">Q", end - kind_pos - 9))
+    f.seek(end)
+
+
+def _reason(e):
+    text = str(e) or type(e).__name__
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def _pickle_payload(value):
+    def write(f):
+        p = _VarPickler(f)
+        p.dump(value)
+        return b"c" if p.has_code else None
+    return write
+
+
+def _save_one(f, name, value, definitions, out):
+    if isinstance(value, types.ModuleType):
+        modname = getattr(value, "__name__", None)
+        if not (isinstance(modname, str) and sys.modules.get(modname) is value):
+            raise TypeError("a module that cannot be imported again by name")
+        _write_record(f, name, b"m", lambda f: f.write(modname.encode()))
+        out["modules"][name] = modname
+        return
+    d = definitions.get(name)
+    if d is not None and _defined_by(value, name, d[1]):
+        source = json.dumps({"source": d[0]}).encode()
+        _write_record(f, name, b"s", lambda f: f.write(source))
+    else:
+        _write_record(f, name, b"p", _pickle_payload(value))
+    out["saved"].append(name)
+
+
+def checkpoint_variables(ns, definitions, path):
+    out = {"saved": [], "modules": {}, "skipped": []}
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(CHECKPOINT_MAGIC)
+        f.write(json.dumps({"python": sys.version.split()[0], "code": _code_tag()})
+                .encode() + b"\n")
+        for name, value in list(ns.items()):
+            if name in _INTERNAL_NAMES:
+                continue
+            try:
+                _save_one(f, name, value, definitions, out)
+            except KeyboardInterrupt:
+                raise
+            except BaseException as e:  # noqa: B902 - a __reduce__ may raise anything
+                kind = type(value)
+                out["skipped"].append({"name": name,
+                                       "type": "%s.%s" % (kind.__module__, kind.__qualname__),
+                                       "reason": _reason(e)})
+        f.write(struct.pack(">I", 0))
+        out["bytes"] = f.tell()
+    return out
+
+
+def _read_exact_file(f, n):
+    data = f.read(n)
+    if len(data) != n:
+        raise ValueError("the checkpoint file is cut short")
+    return data
+
+
+def _restore_one(f, ns, name, kind, length, same_code, definitions, out):
+    import importlib
+    if kind == b"m":
+        ns[name] = importlib.import_module(_read_exact_file(f, length).decode())
+        out["modules"].append(name)
+        return
+    if kind == b"s":
+        source = json.loads(_read_exact_file(f, length))["source"]
+        filename = "<restored %s>" % name
+        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+        exec(compile(source, filename, "exec", dont_inherit=True), ns)
+        tree = ast.parse(source)
+        for dname, dsource, is_class in top_definitions(tree, source):
+            definitions[dname] = (dsource, is_class)
+    elif kind == b"c" and not same_code:
+        raise ValueError("it holds code compiled by another Python version")
+    elif kind in (b"p", b"c"):
+        ns[name] = pickle.Unpickler(f).load()
+    else:
+        raise ValueError("unknown record kind %r" % kind)
+    out["restored"].append(name)
+
+
+def restore_variables(ns, definitions, path):
+    out = {"restored": [], "modules": [], "failed": []}
+    with open(path, "rb") as f:
+        if f.read(len(CHECKPOINT_MAGIC)) != CHECKPOINT_MAGIC:
+            raise ValueError("not a runcell variables checkpoint")
+        header = json.loads(f.readline())
+        same_code = header.get("code") == _code_tag()
+        while True:
+            (n,) = struct.unpack(">I", _read_exact_file(f, 4))
+            if n == 0:
+                break
+            name = _read_exact_file(f, n).decode("utf-8", "surrogatepass")
+            kind = _read_exact_file(f, 1)
+            (length,) = struct.unpack(">Q", _read_exact_file(f, 8))
+            end = f.tell() + length
+            try:
+                _restore_one(f, ns, name, kind, length, same_code, definitions, out)
+            except KeyboardInterrupt:
+                raise
+            except BaseException as e:  # noqa: B902 - unpickling may raise anything
+                out["failed"].append({"name": name,
+                                      "reason": "%s: %s" % (type(e).__name__, _reason(e))})
+            f.seek(end)
+    return out
+
 
 def _user_frames(tb):
     """A copy of the traceback chain tb without the kernel's frames."""
@@ -293,6 +531,8 @@ class Kernel:
         self.main = types.ModuleType("__main__")
         self.main.__dict__["__builtins__"] = builtins
         self.ns = self.main.__dict__
+        # name -> (source, is_class) of the def/class statement that made each global
+        self.definitions = {}
 
     # -- output --
     def flush_streams(self):
@@ -343,11 +583,15 @@ class Kernel:
             expr = compile(last, filename, "eval", flags=flags, dont_inherit=True) if last else None
         except SyntaxError as e:
             return self.error_record(type(e), e, None, filename), None
+        defs = top_definitions(tree, code)
+        before = {name: self.ns.get(name) for name, _, _ in defs}
         try:
             self._eval(body)
             value = self._eval(expr) if expr is not None else None
         except BaseException as e:  # noqa: B902 - KeyboardInterrupt and SystemExit included
             return self.error_record(type(e), e, e.__traceback__, filename), e
+        finally:
+            self.note_definitions(defs, before)
         if value is not None:
             self.ns["_"] = value
             self.display(value, result=True)
@@ -355,6 +599,13 @@ class Kernel:
             if plt is not None and _is_figure(value):
                 plt.close(value)  # shown as the result: not a second time as an open figure
         return None, None
+
+    def note_definitions(self, defs, before):
+        """Remembers the source of the def/class statements that ran (for checkpoints)."""
+        for name, source, is_class in defs:
+            value = self.ns.get(name)
+            if value is not before.get(name) and _defined_by(value, name, is_class):
+                self.definitions[name] = (source, is_class)
 
     def _eval(self, code):
         signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -409,6 +660,32 @@ class Kernel:
             pass
         self.channel.send_json(reply)
 
+    def variables(self, req):
+        """checkpoint or restore: the work runs with SIGINT live, so that the daemon can stop
+        one that takes too long."""
+        kind = req.get("type")
+        reply = {"type": kind + "_done", "ok": True}
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        try:
+            path = req.get("path", "")
+            if kind == "checkpoint":
+                reply.update(checkpoint_variables(self.ns, self.definitions, path))
+            else:
+                try:
+                    reply.update(restore_variables(self.ns, self.definitions, path))
+                finally:
+                    os.unlink(path)
+        except BaseException as e:  # noqa: B902 - the kernel must answer whatever happened
+            reply = {"type": kind + "_done", "ok": False,
+                     "error": "%s: %s" % (type(e).__name__, _reason(e))}
+        finally:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            self.flush_streams()
+        except Exception:
+            pass
+        self.channel.send_json(reply)
+
     def serve(self):
         self.channel.send_json({"type": "hello", "python": sys.version.split()[0],
                                 "pid": os.getpid(), "cwd": os.getcwd()})
@@ -422,6 +699,8 @@ class Kernel:
                 continue
             if req.get("type") == "execute":
                 self.execute(req)
+            elif req.get("type") in ("checkpoint", "restore"):
+                self.variables(req)
 
 
 def _exit_status(code):

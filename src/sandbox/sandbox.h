@@ -61,6 +61,8 @@ struct sandbox_host {
 int sandbox_host_init(struct sandbox_host *host);
 /* Removes this process's runtime directory; call at exit after freeing all sandboxes. */
 void sandbox_host_release(struct sandbox_host *host);
+/* Whether the process an owner id names ("<pid>-<starttime>", as host->owner_id) still runs. */
+bool owner_alive(const char *owner_id);
 
 /* The template: one sandbox running a Python that has imported numpy, pandas, matplotlib and
  * openpyxl and frozen its heap. Afterwards, sandbox_start() with spec->from_template makes
@@ -131,7 +133,8 @@ struct ws_listing {
 #define WS_SCAN_MAX 20000
 /* Lists every regular file, symlink and directory below the workspace (directories are
  * recursed into, not listed), sorted by path. Tool state directories at the top (.local,
- * .cache, .config) are skipped. */
+ * .cache, .config) are skipped, and so is runcell's own (.runcell: variables' checkpoints
+ * on their way to and from the store). */
 int workspace_scan(const struct workspace *ws, struct ws_listing *ret);
 void ws_listing_release(struct ws_listing *l);
 /* Paths created, modified (size, mtime or inode changed) and deleted between two scans;

@@ -13,7 +13,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-static const char *const skipped_top[] = {".local", ".cache", ".config"};
+static const char *const skipped_top[] = {".local", ".cache", ".config", ".runcell"};
 
 int workspace_openat(const struct workspace *ws, const char *rel, int flags, mode_t mode)
 {

@@ -38,6 +38,7 @@ void exec_record_release(struct exec_record *r)
     json_decref(r->network);
     json_decref(r->packages);
     free(r->message);
+    free(r->persist_error);
     memset(r, 0, sizeof(*r));
 }
 
@@ -98,6 +99,8 @@ json_t *exec_record_json(const struct exec_record *r)
         json_object_set(o, "network", r->network);
     if (r->packages)
         json_object_set(o, "packages", r->packages);
+    if (r->persist_error)
+        json_object_set_new(o, "persist_error", json_string(r->persist_error));
     return o;
 }
 

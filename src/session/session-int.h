@@ -5,6 +5,7 @@
 #include <pthread.h>
 
 #include "session/session.h"
+#include "store/store.h"
 
 /* ---- event log (events.c): a capped, thread-safe ring of JSON events ---- */
 struct event_log {
@@ -63,5 +64,80 @@ bool deps_wanted(const struct net_opts *n, struct workspace *ws);
 json_t *deps_install(struct sandbox_host *host, struct workspace *ws,
                      const struct sandbox_limits *limits, const struct net_opts *n,
                      const struct sandbox_net *sn);
+
+struct persist;
+
+/* ---- manifest.c: what the store holds of one session ----
+ *
+ * sessions/ID/manifest.json lists the files (path, mode, mtime, size, SHA-256) and the
+ * variables' checkpoint; sessions/ID/blobs/SHA256 holds contents, once per distinct content.
+ * Blobs go first and the manifest last, so a manifest never names a blob that was not
+ * written whole; blobs no manifest names any more are removed after. */
+
+struct mentry {
+    char *path;
+    char *target; /* symlinks: where they point; NULL for files */
+    uint64_t size;
+    int64_t mtime_ns;
+    uint64_t ino; /* as last scanned; 0 after a load */
+    mode_t mode;  /* with the file type bits */
+    char sha[SHA256_HEX_SIZE];
+};
+
+struct manifest {
+    struct mentry *v; /* sorted by path */
+    size_t n;
+    json_t *variables; /* {sha256, size, saved, modules, skipped, at} or NULL */
+};
+
+void manifest_release(struct manifest *m);
+char *manifest_key(const char *id);
+/* Reads the manifest of id. -ENOENT when there is none; -EBADMSG when it is corrupted;
+ * other -errno from the store; each with err_msg(). */
+int manifest_load(struct store *st, const char *id, struct manifest *ret);
+/* Distinct blob bytes the manifest holds (files and variables): what counts for the quota. */
+uint64_t manifest_bytes(const struct manifest *m);
+/* Brings the store's copy of session id in line with the workspace (after: a fresh scan),
+ * replacing *m on success. variables: the new checkpoint (reference stolen), or NULL to keep
+ * m's. 0, or -errno with *ret_error (caller frees) naming what was not saved and why; what
+ * could be saved is saved. */
+int manifest_save(const struct persist_config *c, const char *id, struct manifest *m,
+                  struct workspace *ws, const struct ws_listing *after, json_t *variables,
+                  char **ret_error);
+/* Writes m's files from session from_id's blobs into ws; appends restored paths to ok and
+ * {path, error} to failed. */
+void manifest_restore_files(struct store *st, const char *from_id, const struct manifest *m,
+                            struct workspace *ws, json_t *ok, json_t *failed);
+/* Copies blob sha of from_id into workspace file rel (created, owned by the sandbox user)
+ * and checks it; 0 or -errno with err_msg(). */
+int blob_to_workspace(struct store *st, const char *from_id, const char *sha, uint64_t size,
+                      struct workspace *ws, const char *rel);
+/* Stores workspace file rel as a blob of id; *ret_sha and *ret_size say what was stored. */
+int blob_from_workspace(struct store *st, const char *id, struct workspace *ws, const char *rel,
+                        char ret_sha[SHA256_HEX_SIZE], uint64_t *ret_size);
+/* Removes everything stored for id, the manifest first. 0 or -errno with err_msg(). */
+int store_discard(struct store *st, const char *id);
+/* Removes blobs of id that m does not name (left by a crash between a blob and its
+ * manifest). Best effort. */
+void store_collect_garbage(struct store *st, const char *id, const struct manifest *m);
+
+/* persist.c, called by session.c: after each execution (the session busy, `after` the
+ * workspace as the execution left it), and when the session is freed. */
+void persist_after_execute(struct persist *p, struct workspace *ws, const struct ws_listing *after,
+                           struct exec_record *rec);
+void persist_free(struct persist *p);
+
+/* session.c, for persist.c. */
+struct persist *session_get_persist(struct session *s);
+void session_set_persist(struct session *s, struct persist *p);
+/* Marks s busy (waiting up to wait_ms for a running cell: 0 = not at all), runs fn, marks
+ * it idle again. -EBUSY when a cell still runs, -ESHUTDOWN when closed, else fn's result. */
+int session_run_exclusive(struct session *s, uint64_t wait_ms,
+                          int (*fn)(struct session *s, void *ctx), void *ctx);
+/* A variables request to the kernel (see kernel_request), within the session's execution
+ * timeout; the caller runs exclusively. A kernel that fails it is replaced (variables
+ * lost). 0 with *ret_reply, or -errno with err_msg(). */
+int session_kernel_request(struct session *s, const char *type, const char *path,
+                           json_t **ret_reply);
 
 #endif

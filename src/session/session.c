@@ -32,6 +32,7 @@ struct session {
     struct sandbox_net net;    /* the egress proxy, while the session lives */
     struct event_log events;
     json_t *packages_report;
+    struct persist *persist; /* NULL unless session_persist was called */
 };
 
 void session_opts_fill_defaults(struct session_opts *o)
@@ -247,6 +248,7 @@ static void on_kernel_event(void *ctx, const struct kernel_event *ev)
         x->done = json_incref(ev->msg);
         break;
     case KEV_HELLO:
+    case KEV_REPLY:
         break;
     }
 }
@@ -418,15 +420,16 @@ static void record_lost(struct session *s, struct kernel *k, struct exec_record 
     }
 }
 
-static void collect_files(struct session *s, struct exec_record *rec,
-                          const struct ws_listing *before)
+/* Fills the record's file lists; *after is the workspace now (released by the caller). */
+static int collect_files(struct session *s, struct exec_record *rec,
+                         const struct ws_listing *before, struct ws_listing *after)
 {
-    struct ws_listing after;
-    if (workspace_scan(s->ws, &after) < 0)
-        return;
-    ws_listing_diff(before, &after, &rec->created, &rec->modified, &rec->deleted);
-    rec->files_truncated = before->truncated || after.truncated;
-    ws_listing_release(&after);
+    int r = workspace_scan(s->ws, after);
+    if (r < 0)
+        return r;
+    ws_listing_diff(before, after, &rec->created, &rec->modified, &rec->deleted);
+    rec->files_truncated = before->truncated || after->truncated;
+    return 0;
 }
 
 static int begin(struct session *s)
@@ -453,7 +456,8 @@ static void end(struct session *s)
 }
 
 static void run_cell(struct session *s, const struct exec_request *req,
-                     const struct exec_sink *sink, struct exec_record *rec)
+                     const struct exec_sink *sink, struct exec_record *rec,
+                     struct ws_listing *after, int *ret_scan_err)
 {
     struct kernel *k = s->k;
     struct exec_ctx x = {.rec = rec, .sink = sink};
@@ -493,7 +497,7 @@ static void run_cell(struct session *s, const struct exec_request *req,
         emit(&x, EV_ERROR, NULL, 0, rec->error);
     json_decref(x.done);
     free(x.violation);
-    collect_files(s, rec, &before);
+    *ret_scan_err = collect_files(s, rec, &before, after);
     ws_listing_release(&before);
     if (!rec->execution_count)
         rec->execution_count = s->execution_count + 1;
@@ -522,12 +526,19 @@ int session_execute(struct session *s, const struct exec_request *req,
         end(s);
         return 0;
     }
-    run_cell(s, req, sink, rec);
+    struct ws_listing after = {0};
+    int scan_err = 0;
+    run_cell(s, req, sink, rec, &after, &scan_err);
     if (rec->state == STATE_LOST) {
         stop_kernel(s);
         if (start_kernel(s) < 0)
             log_warn("msg=\"cannot restart the kernel\" error=\"%s\"", err_msg());
     }
+    if (s->persist && scan_err < 0)
+        rec->persist_error = xasprintf("files not saved: %s", err_msg());
+    else if (s->persist)
+        persist_after_execute(s->persist, s->ws, &after, rec);
+    ws_listing_release(&after);
     end(s);
     return 0;
 }
@@ -630,6 +641,49 @@ void session_kill(struct session *s)
     pthread_mutex_unlock(&s->lock);
 }
 
+struct persist *session_get_persist(struct session *s)
+{
+    return s->persist;
+}
+
+void session_set_persist(struct session *s, struct persist *p)
+{
+    s->persist = p;
+}
+
+int session_run_exclusive(struct session *s, uint64_t wait_ms,
+                          int (*fn)(struct session *s, void *ctx), void *ctx)
+{
+    double deadline = now_ms_f() + (double)wait_ms;
+    int r;
+    while ((r = begin(s)) == -EBUSY && now_ms_f() < deadline)
+        usleep(20000);
+    if (r < 0)
+        return r;
+    r = fn(s, ctx);
+    end(s);
+    return r;
+}
+
+int session_kernel_request(struct session *s, const char *type, const char *path,
+                           json_t **ret_reply)
+{
+    if (!s->k && start_kernel(s) < 0)
+        return -EIO;
+    int r = kernel_request(s->k, type, path, s->opts.timeout_ms, s->opts.interrupt_grace_ms,
+                           ret_reply);
+    if (r < 0) {
+        /* A kernel that did not answer, or broke the protocol, is not trusted further. */
+        char *msg = xstrdup(err_msg());
+        stop_kernel(s);
+        if (start_kernel(s) < 0)
+            log_warn("msg=\"cannot restart the kernel\" error=\"%s\"", err_msg());
+        err_set(-r, "%s", msg);
+        free(msg);
+    }
+    return r;
+}
+
 void session_free(struct session *s)
 {
     if (!s)
@@ -637,6 +691,7 @@ void session_free(struct session *s)
     pthread_mutex_lock(&s->lock);
     s->closed = true;
     pthread_mutex_unlock(&s->lock);
+    persist_free(s->persist);
     stop_kernel(s);
     /* The proxy goes before the workspace its socket lives in. */
     sandbox_net_stop(&s->net);

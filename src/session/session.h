@@ -57,6 +57,7 @@ struct exec_record {
                       * NULL when there were none */
     json_t *packages; /* one-shot runs: what installing their packages did (see
                        * session_packages), or NULL */
+    char *persist_error; /* why the files could not all be written to the store, or NULL */
 };
 
 void exec_record_init(struct exec_record *r, size_t output_cap);
@@ -236,6 +237,66 @@ void session_pool_free(struct session_pool *p);
  * -errno. */
 int session_adopt(struct session *s, const struct session_opts *opts);
 
+/* ---- persistence (persist.c): a session's files and variables kept in a store ----
+ *
+ * Files: after each execution (before session_execute returns) the files created, modified
+ * or deleted since the last save are written to the store; when that fails, the record says
+ * so (persist_error) and the next execution tries again. Variables: a checkpoint pickles the
+ * kernel's globals into the store. The store holds, per session, a manifest (the file list,
+ * the variables' checkpoint) and content-addressed blobs under sessions/ID/. */
+
+struct store;
+struct meta_db;
+
+struct persist_config {
+    struct store *store;  /* where files and variables go (borrowed) */
+    struct meta_db *meta; /* session records (borrowed); NULL for none */
+    uint64_t quota_bytes; /* bytes stored per session at most; 0 = no limit */
+    const char *owner;    /* this process's owner id, recorded with its live sessions */
+};
+
+/* How a session ends, and so what is kept of it. */
+enum session_end {
+    SESSION_END_CLOSE,      /* closed: what was stored is discarded */
+    SESSION_END_CHECKPOINT, /* closed with checkpoint: files and variables kept */
+    SESSION_END_IDLE,       /* reaped for idleness: files and variables kept */
+    SESSION_END_SHUTDOWN,   /* the server stops: files and variables kept */
+};
+
+/* Names s `id` and records it in c->meta (c is borrowed and must outlive s); with
+ * store_files, its files go to c->store after every execution and its variables at
+ * checkpoints. Call once, before the first execution. 0 or -errno with err_msg(). */
+int session_persist(struct session *s, const struct persist_config *c, const char *id,
+                    bool store_files, const char *resumed_from);
+/* The id given by session_persist, or NULL. */
+const char *session_id(struct session *s);
+bool session_stores_files(struct session *s);
+/* Brings what is stored for session from_id (files, then variables) into s, a new session
+ * that has run nothing yet, then saves s's own copy. 0 with *ret_report: {from, files,
+ * files_failed: [{path, error}], variables, modules, variables_failed: [{name, error}],
+ * not_saved: [...], and errors that concern everything}, caller decrefs; -ENOENT when
+ * nothing is stored for from_id; other -errno with err_msg(). */
+int session_restore(struct session *s, const char *from_id, json_t **ret_report);
+/* Writes the files changed since the last save now (after an upload, say). 0, or -errno
+ * with err_msg() saying what was not saved. -EBUSY never: it waits for a running save. */
+int session_save_files(struct session *s);
+/* Ends s's life in the records and the store as `how` says: a checkpoint of the variables
+ * and a last save of the files (CHECKPOINT, IDLE, SHUTDOWN), or the discarding of what was
+ * stored (CLOSE). Waits up to the interrupt grace for a running cell to stop. *ret_report
+ * (may be NULL; caller decrefs): {variables: {saved, modules, skipped, bytes}, files,
+ * stored_bytes} or {error}. The session itself is not freed. */
+void session_retire(struct session *s, enum session_end how, json_t **ret_report);
+/* The record of session id as the store keeps it: {id, state, persist, resumable,
+ * created_at, last_used_at, execution_count, options, resumed_from, checkpoint}; -ENOENT
+ * when there is no record. Caller decrefs. */
+int session_stored_info(const struct persist_config *c, const char *id, json_t **ret);
+/* Stored records, newest first (at most limit), as session_stored_info; caller decrefs. */
+json_t *session_stored_list(const struct persist_config *c, size_t limit);
+/* Removes what is stored for id (not live) and records it as closed. 0, -ENOENT. */
+int session_stored_delete(const struct persist_config *c, const char *id);
+/* A session id as the store takes it: 1 to 64 lower-case hex digits. */
+bool session_id_valid(const char *id);
+
 /* ---- the session table of a server: ids, reference counts, idle expiry ---- */
 
 struct session_table;
@@ -250,6 +311,23 @@ int session_table_start_reaper(struct session_table *t, uint64_t interval_ms);
  * table is full, or the session's creation error. */
 int session_table_create(struct session_table *t, const struct session_opts *opts,
                          char **ret_id);
+/* Persistence for the sessions created from now on (c borrowed, outliving the table):
+ * their records, and their files and variables unless they ask not to. */
+void session_table_set_persistence(struct session_table *t, const struct persist_config *c);
+struct session_create {
+    const struct session_opts *opts;
+    bool no_persist;         /* keep nothing in the store (the record is still kept) */
+    const char *resume_from; /* bring back what is stored for this session id */
+};
+/* As session_table_create; with resume_from, *ret_restored says what was restored (see
+ * session_restore; caller decrefs), and -ENOENT means nothing is stored for that id. */
+int session_table_create_ex(struct session_table *t, const struct session_create *rq,
+                            char **ret_id, json_t **ret_restored);
+/* Closes a session as session_table_remove does; with checkpoint, its variables and files
+ * are kept in the store (*ret_report as session_retire's), otherwise what was stored is
+ * discarded. 0 or -ENOENT. */
+int session_table_close(struct session_table *t, const char *id, bool checkpoint,
+                        json_t **ret_report);
 /* Looks up a live session and takes a reference (release it with session_table_release).
  * NULL with *ret_err = -ENOENT (never existed or closed) or -ETIME (expired for idleness). */
 struct session *session_table_acquire(struct session_table *t, const char *id, int *ret_err);

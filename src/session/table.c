@@ -20,6 +20,7 @@ struct entry {
 struct session_table {
     struct sandbox_host *host;
     struct session_pool *pool; /* borrowed; may be NULL */
+    const struct persist_config *persist; /* NULL: sessions keep nothing */
     size_t max_sessions;
     pthread_mutex_t lock;
     pthread_cond_t wake;
@@ -77,9 +78,43 @@ static struct session *unlink_entry(struct session_table *t, struct entry *e)
     return s;
 }
 
+void session_table_set_persistence(struct session_table *t, const struct persist_config *c)
+{
+    t->persist = c;
+}
+
+/* Gives s its id and, when resuming, what was stored; on failure s is retired (closed). */
+static int persist_new(struct session_table *t, struct session *s, const char *id,
+                       const struct session_create *rq, json_t **ret_restored)
+{
+    if (!t->persist) {
+        if (rq->resume_from)
+            return err_set(EINVAL, "this server keeps no store: nothing can be resumed");
+        return 0;
+    }
+    int r = session_persist(s, t->persist, id, !rq->no_persist, rq->resume_from);
+    if (!r && rq->resume_from)
+        r = session_restore(s, rq->resume_from, ret_restored);
+    if (r < 0) {
+        char *msg = xstrdup(err_msg());
+        session_retire(s, SESSION_END_CLOSE, NULL);
+        err_set(-r, "%s", msg);
+        free(msg);
+    }
+    return r;
+}
+
 int session_table_create(struct session_table *t, const struct session_opts *opts,
                          char **ret_id)
 {
+    struct session_create rq = {.opts = opts};
+    return session_table_create_ex(t, &rq, ret_id, NULL);
+}
+
+int session_table_create_ex(struct session_table *t, const struct session_create *rq,
+                            char **ret_id, json_t **ret_restored)
+{
+    json_t *restored = NULL;
     pthread_mutex_lock(&t->lock);
     bool full = t->max_sessions && t->count >= t->max_sessions;
     if (!full)
@@ -88,8 +123,13 @@ int session_table_create(struct session_table *t, const struct session_opts *opt
     if (full)
         return err_set(EAGAIN, "the server holds its maximum of %zu live sessions; close one "
                        "or wait for idle ones to expire", t->max_sessions);
-    struct session *s = session_pool_take(t->pool, opts);
-    int r = s ? 0 : session_new(t->host, opts, &s);
+    _cleanup_free_ char *id = random_hex(12);
+    struct session *s = session_pool_take(t->pool, rq->opts);
+    int r = s ? 0 : session_new(t->host, rq->opts, &s);
+    if (r == 0 && (r = persist_new(t, s, id, rq, &restored)) < 0) {
+        session_free(s);
+        s = NULL;
+    }
     if (r < 0) {
         pthread_mutex_lock(&t->lock);
         t->count--;
@@ -97,13 +137,17 @@ int session_table_create(struct session_table *t, const struct session_opts *opt
         return r;
     }
     struct entry *e = xcalloc(1, sizeof(*e));
-    e->id = random_hex(12);
+    e->id = xstrdup(id);
     e->s = s;
     pthread_mutex_lock(&t->lock);
     e->next = t->head;
     t->head = e;
     pthread_mutex_unlock(&t->lock);
     *ret_id = xstrdup(e->id);
+    if (ret_restored)
+        *ret_restored = restored;
+    else
+        json_decref(restored);
     return 0;
 }
 
@@ -150,18 +194,28 @@ static struct session *remove_locked(struct session_table *t, struct entry *e)
 
 int session_table_remove(struct session_table *t, const char *id)
 {
+    return session_table_close(t, id, false, NULL);
+}
+
+int session_table_close(struct session_table *t, const char *id, bool checkpoint,
+                        json_t **ret_report)
+{
     pthread_mutex_lock(&t->lock);
     struct entry *e = find(t, id);
-    struct session *to_free = NULL;
-    bool found = e != NULL;
+    struct session *s = e ? e->s : NULL;
     if (e) {
-        /* A running cell stops now; its request returns and drops the last reference. */
+        /* A running cell stops now; we hold a reference while the session is retired, and
+         * whoever drops the last one frees it. */
         session_interrupt(e->s);
-        to_free = remove_locked(t, e);
+        e->refs++;
+        remove_locked(t, e);
     }
     pthread_mutex_unlock(&t->lock);
-    session_free(to_free);
-    return found ? 0 : -ENOENT;
+    if (!s)
+        return -ENOENT;
+    session_retire(s, checkpoint ? SESSION_END_CHECKPOINT : SESSION_END_CLOSE, ret_report);
+    session_table_release(t, s);
+    return 0;
 }
 
 void session_table_foreach(struct session_table *t,
@@ -227,6 +281,8 @@ static int reap_idle(struct session_table *t)
         pthread_mutex_unlock(&t->lock);
         if (!victim)
             return n;
+        /* Nobody else can reach it now: its variables are checkpointed before it goes. */
+        session_retire(victim, SESSION_END_IDLE, NULL);
         session_free(victim);
         n++;
     }
@@ -273,7 +329,11 @@ void session_table_free(struct session_table *t)
     pthread_mutex_unlock(&t->lock);
     if (t->reaper_running)
         pthread_join(t->reaper, NULL);
-    /* All at once: the kernel tears the namespaces down in parallel; then reap each. */
+    /* Kept sessions checkpoint first (their kernels must still run); then every kernel is
+     * killed at once, so the namespaces are torn down in parallel, and each is reaped. */
+    for (struct entry *e = t->head; e; e = e->next)
+        if (!e->removed)
+            session_retire(e->s, SESSION_END_SHUTDOWN, NULL);
     for (struct entry *e = t->head; e; e = e->next)
         session_kill(e->s);
     while (t->head) {

@@ -1,0 +1,620 @@
+/* manifest.c - what the store holds of one session: the manifest (files and variables) and
+ * its content-addressed blobs; saving a workspace into it and restoring one from it. */
+#include "session/session-int.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define MANIFEST_MAX    (64u << 20)
+#define ERROR_TEXT_MAX  2000
+#define MANIFEST_FORMAT "runcell-session"
+
+char *manifest_key(const char *id)
+{
+    return xasprintf("sessions/%s/manifest.json", id);
+}
+
+static char *blob_key(const char *id, const char *sha)
+{
+    return xasprintf("sessions/%s/blobs/%s", id, sha);
+}
+
+static void mentry_release(struct mentry *e)
+{
+    free(e->path);
+    free(e->target);
+}
+
+void manifest_release(struct manifest *m)
+{
+    for (size_t i = 0; i < m->n; i++)
+        mentry_release(&m->v[i]);
+    free(m->v);
+    json_decref(m->variables);
+    memset(m, 0, sizeof(*m));
+}
+
+static void push(struct manifest *m, size_t *alloc, const struct mentry *e)
+{
+    if (m->n == *alloc) {
+        *alloc = *alloc ? 2 * *alloc : 64;
+        m->v = xrealloc(m->v, *alloc * sizeof(*m->v));
+    }
+    struct mentry *d = &m->v[m->n++];
+    *d = *e;
+    d->path = xstrdup(e->path);
+    d->target = e->target ? xstrdup(e->target) : NULL;
+}
+
+static const struct mentry *find(const struct manifest *m, const char *path)
+{
+    size_t lo = 0, hi = m->n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        int c = strcmp(m->v[mid].path, path);
+        if (!c)
+            return &m->v[mid];
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return NULL;
+}
+
+uint64_t manifest_bytes(const struct manifest *m)
+{
+    json_t *seen = json_object();
+    uint64_t total = 0;
+    for (size_t i = 0; i < m->n; i++) {
+        if (m->v[i].target || json_object_get(seen, m->v[i].sha))
+            continue;
+        json_object_set_new(seen, m->v[i].sha, json_true());
+        total += m->v[i].size;
+    }
+    json_decref(seen);
+    json_t *vsize = json_object_get(m->variables, "size");
+    return total + (json_is_integer(vsize) ? (uint64_t)json_integer_value(vsize) : 0);
+}
+
+/* ---- JSON form ---- */
+
+/* Paths are bytes; JSON strings are UTF-8. A path that is not UTF-8 goes as base64. */
+static void set_path(json_t *o, const char *key, const char *path)
+{
+    json_t *s = json_string(path);
+    if (s) {
+        json_object_set_new(o, key, s);
+        return;
+    }
+    size_t n;
+    char *b64 = base64_encode(path, strlen(path), &n);
+    _cleanup_free_ char *k = xasprintf("%s_b64", key);
+    json_object_set_new(o, k, json_stringn(b64, n));
+    free(b64);
+}
+
+static char *get_path(json_t *o, const char *key)
+{
+    const char *s = json_string_value(json_object_get(o, key));
+    if (s)
+        return xstrdup(s);
+    _cleanup_free_ char *k = xasprintf("%s_b64", key);
+    const char *b64 = json_string_value(json_object_get(o, k));
+    size_t n;
+    unsigned char *raw = b64 ? base64_decode(b64, strlen(b64), &n) : NULL;
+    if (!raw)
+        return NULL;
+    if (memchr(raw, 0, n)) {
+        free(raw);
+        return NULL;
+    }
+    char *p = xstrndup((char *)raw, n);
+    free(raw);
+    return p;
+}
+
+static json_t *manifest_json(const char *id, const struct manifest *m)
+{
+    char at[32];
+    json_t *files = json_array();
+    for (size_t i = 0; i < m->n; i++) {
+        const struct mentry *e = &m->v[i];
+        json_t *f = json_object();
+        set_path(f, "path", e->path);
+        json_object_set_new(f, "mtime_ns", json_integer(e->mtime_ns));
+        if (e->target) {
+            json_object_set_new(f, "type", json_string("symlink"));
+            set_path(f, "target", e->target);
+        } else {
+            json_object_set_new(f, "type", json_string("file"));
+            json_object_set_new(f, "mode", json_integer(e->mode & 07777));
+            json_object_set_new(f, "size", json_integer((json_int_t)e->size));
+            json_object_set_new(f, "sha256", json_string(e->sha));
+        }
+        json_array_append_new(files, f);
+    }
+    format_time_iso(now_realtime_ms(), at);
+    return json_pack("{s:s,s:i,s:s,s:s,s:o,s:O}", "format", MANIFEST_FORMAT, "version", 1,
+                     "session", id, "updated_at", at, "files", files, "variables",
+                     m->variables ? m->variables : json_null());
+}
+
+static bool sha_valid(const char *s)
+{
+    return s && strlen(s) == 64 && strspn(s, "0123456789abcdef") == 64;
+}
+
+/* One file entry; false when it is malformed. */
+static bool entry_from_json(json_t *f, struct mentry *e)
+{
+    const char *type = json_string_value(json_object_get(f, "type"));
+    memset(e, 0, sizeof(*e));
+    e->path = get_path(f, "path");
+    e->mtime_ns = (int64_t)json_integer_value(json_object_get(f, "mtime_ns"));
+    if (!e->path || !path_is_safe_relative(e->path) || !type)
+        return false;
+    if (!strcmp(type, "symlink")) {
+        e->target = get_path(f, "target");
+        e->mode = S_IFLNK | 0777;
+        return e->target != NULL;
+    }
+    const char *sha = json_string_value(json_object_get(f, "sha256"));
+    json_t *size = json_object_get(f, "size");
+    if (strcmp(type, "file") || !sha_valid(sha) || !json_is_integer(size) ||
+        json_integer_value(size) < 0)
+        return false;
+    snprintf(e->sha, sizeof(e->sha), "%s", sha);
+    e->size = (uint64_t)json_integer_value(size);
+    e->mode = S_IFREG | ((mode_t)json_integer_value(json_object_get(f, "mode")) & 0777);
+    return true;
+}
+
+static int path_cmp(const void *a, const void *b)
+{
+    return strcmp(((const struct mentry *)a)->path, ((const struct mentry *)b)->path);
+}
+
+int manifest_load(struct store *st, const char *id, struct manifest *ret)
+{
+    _cleanup_free_ char *key = manifest_key(id);
+    char *text;
+    size_t n, alloc = 0;
+    json_error_t jerr;
+    memset(ret, 0, sizeof(*ret));
+    int r = store_get_buf(st, key, MANIFEST_MAX, &text, &n);
+    if (r == -ENOENT)
+        return err_set(ENOENT, "nothing is stored for session %s", id);
+    if (r < 0)
+        return r;
+    json_t *j = json_loadb(text, n, 0, &jerr);
+    free(text);
+    json_t *files = json_object_get(j, "files");
+    const char *format = json_string_value(json_object_get(j, "format"));
+    if (!j || !json_is_array(files) || !format || strcmp(format, MANIFEST_FORMAT)) {
+        json_decref(j);
+        return err_set(EBADMSG, "the stored file list of session %s (%s) is corrupted%s%s", id, key,
+                       j ? "" : ": ", j ? "" : jerr.text);
+    }
+    size_t i;
+    json_t *f;
+    json_array_foreach(files, i, f)
+    {
+        struct mentry e;
+        if (entry_from_json(f, &e) && !find(ret, e.path))
+            push(ret, &alloc, &e);
+        else
+            log_warn("msg=\"skipping a malformed entry of a stored file list\" session=%s "
+                     "index=%zu",
+                     id, i);
+        mentry_release(&e);
+        if (ret->n > 1 && path_cmp(&ret->v[ret->n - 2], &ret->v[ret->n - 1]) > 0)
+            qsort(ret->v, ret->n, sizeof(*ret->v), path_cmp);
+    }
+    json_t *vars = json_object_get(j, "variables");
+    if (json_is_object(vars) && sha_valid(json_string_value(json_object_get(vars, "sha256"))))
+        ret->variables = json_incref(vars);
+    json_decref(j);
+    return 0;
+}
+
+/* ---- saving ---- */
+
+struct save {
+    const struct persist_config *c;
+    const char *id;
+    struct workspace *ws;
+    const struct manifest *old;
+    struct manifest next;
+    size_t alloc;
+    json_t *blobs;     /* sha -> size of what next names */
+    json_t *old_blobs; /* sha -> true: what the store holds already */
+    uint64_t bytes;
+    struct buf errors;
+    size_t n_errors, n_unsaved;
+    size_t n_changed; /* entries of next that differ from old: unsaved if the list is not */
+    bool store_down; /* the store failed as a whole: no more tries this time */
+};
+
+static void add_blob(struct save *sv, const char *sha, uint64_t size)
+{
+    if (json_object_get(sv->blobs, sha))
+        return;
+    json_object_set_new(sv->blobs, sha, json_integer((json_int_t)size));
+    sv->bytes += size;
+}
+
+static void note(struct save *sv, const char *path, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void note(struct save *sv, const char *path, const char *fmt, ...)
+{
+    va_list ap;
+    sv->n_unsaved++;
+    if (sv->errors.len > ERROR_TEXT_MAX)
+        return;
+    size_t n;
+    _cleanup_free_ char *clean = utf8_sanitize(path, strlen(path), &n);
+    _cleanup_free_ char *what = NULL;
+    va_start(ap, fmt);
+    if (vasprintf(&what, fmt, ap) < 0)
+        what = NULL;
+    va_end(ap);
+    buf_printf(&sv->errors, "%s%s: %s", sv->n_errors++ ? "; " : "", clean, what ? what : "?");
+}
+
+/* The stored copy stays what it was (if there was one). */
+static void keep_old(struct save *sv, const struct mentry *old)
+{
+    if (!old)
+        return;
+    push(&sv->next, &sv->alloc, old);
+    if (!old->target)
+        add_blob(sv, old->sha, old->size);
+}
+
+static bool unchanged(const struct mentry *old, const struct ws_entry *e)
+{
+    return old && old->size == e->size && old->mtime_ns == e->mtime_ns && old->ino == e->ino &&
+           old->mode == e->mode;
+}
+
+static void save_link(struct save *sv, const struct ws_entry *e, const struct mentry *old)
+{
+    const char *leaf;
+    char target[PATH_MAX];
+    _cleanup_close_ int dfd = workspace_open_parent(sv->ws, e->path, false, &leaf);
+    ssize_t n = dfd < 0 ? -1 : readlinkat(dfd, leaf, target, sizeof(target) - 1);
+    if (n < 0) {
+        keep_old(sv, old); /* gone or replaced since the scan: the next save sees it */
+        return;
+    }
+    target[n] = '\0';
+    struct mentry m = {
+        .path = e->path, .target = target, .mtime_ns = e->mtime_ns, .ino = e->ino, .mode = e->mode};
+    push(&sv->next, &sv->alloc, &m);
+    sv->n_changed++;
+}
+
+static void save_file(struct save *sv, const struct ws_entry *e, const struct mentry *old)
+{
+    struct stat st;
+    struct mentry m = {.path = e->path};
+    _cleanup_close_ int fd = workspace_openat(sv->ws, e->path, O_RDONLY | O_NONBLOCK, 0);
+    if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+        keep_old(sv, old);
+        return;
+    }
+    int r = sha256_fd(fd, (uint64_t)st.st_size, m.sha);
+    if (r < 0) {
+        note(sv, e->path, "%s", r == -EAGAIN ? "it changed while being saved" : strerror(-r));
+        keep_old(sv, old);
+        return;
+    }
+    m.size = (uint64_t)st.st_size;
+    m.mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+    m.ino = st.st_ino;
+    m.mode = st.st_mode;
+    if (!json_object_get(sv->blobs, m.sha) && !json_object_get(sv->old_blobs, m.sha)) {
+        uint64_t quota = sv->c->quota_bytes;
+        if (quota && sv->bytes + m.size > quota) {
+            note(sv, e->path, "%.1f MB would take the session past its store quota of %.1f MB",
+                 (double)m.size / 1048576.0, (double)quota / 1048576.0);
+            keep_old(sv, old);
+            return;
+        }
+        if (sv->store_down) {
+            sv->n_unsaved++;
+            keep_old(sv, old);
+            return;
+        }
+        _cleanup_free_ char *key = blob_key(sv->id, m.sha);
+        r = store_put_fd(sv->c->store, key, fd, m.size, m.sha);
+        if (r < 0) {
+            note(sv, e->path, "%s", err_msg());
+            sv->store_down = r != -EAGAIN;
+            keep_old(sv, old);
+            return;
+        }
+    }
+    push(&sv->next, &sv->alloc, &m);
+    add_blob(sv, m.sha, m.size);
+    sv->n_changed++;
+}
+
+/* Whether anything the stored manifest says differs (inode numbers are not stored). */
+static bool stored_differs(const struct manifest *a, const struct manifest *b)
+{
+    if (a->n != b->n || !json_equal(a->variables ? a->variables : json_null(),
+                                    b->variables ? b->variables : json_null()))
+        return true;
+    for (size_t i = 0; i < a->n; i++) {
+        const struct mentry *x = &a->v[i], *y = &b->v[i];
+        if (strcmp(x->path, y->path) || strcmp(x->sha, y->sha) || x->size != y->size ||
+            x->mtime_ns != y->mtime_ns || x->mode != y->mode || !x->target != !y->target ||
+            (x->target && strcmp(x->target, y->target)))
+            return true;
+    }
+    return false;
+}
+
+/* Deletes the blobs old names and next does not. */
+static void drop_unused(struct save *sv)
+{
+    for (size_t i = 0; i < sv->old->n; i++) {
+        const struct mentry *e = &sv->old->v[i];
+        if (e->target || json_object_get(sv->blobs, e->sha))
+            continue;
+        _cleanup_free_ char *key = blob_key(sv->id, e->sha);
+        if (store_delete(sv->c->store, key) < 0)
+            log_warn("msg=\"cannot delete an unused blob\" key=%s error=\"%s\"", key, err_msg());
+        json_object_set_new(sv->blobs, e->sha, json_integer(0)); /* once is enough */
+    }
+    const char *vsha = json_string_value(json_object_get(sv->old->variables, "sha256"));
+    const char *nsha = json_string_value(json_object_get(sv->next.variables, "sha256"));
+    if (vsha && (!nsha || strcmp(vsha, nsha)) && !json_object_get(sv->blobs, vsha)) {
+        _cleanup_free_ char *key = blob_key(sv->id, vsha);
+        store_delete(sv->c->store, key);
+    }
+}
+
+static int write_manifest(struct save *sv)
+{
+    _cleanup_free_ char *key = manifest_key(sv->id);
+    json_t *j = manifest_json(sv->id, &sv->next);
+    char *text = json_dumps(j, JSON_COMPACT);
+    json_decref(j);
+    int r = store_put_buf(sv->c->store, key, text, strlen(text));
+    free(text);
+    if (r < 0) {
+        /* Without the list, none of this save's changes count as stored. */
+        note(sv, "the file list", "%s", err_msg());
+        sv->n_unsaved += sv->n_changed ? sv->n_changed - 1 : 0;
+    }
+    return r;
+}
+
+static char *save_error(struct save *sv)
+{
+    return xasprintf("%zu change%s not saved to the store (%s): %s%s; the files stay in the "
+                     "sandbox, and the next execution tries again",
+                     sv->n_unsaved, sv->n_unsaved == 1 ? "" : "s", store_describe(sv->c->store),
+                     sv->errors.data ? sv->errors.data : "the store is unavailable",
+                     sv->n_unsaved > sv->n_errors ? " (and more)" : "");
+}
+
+int manifest_save(const struct persist_config *c, const char *id, struct manifest *m,
+                  struct workspace *ws, const struct ws_listing *after, json_t *variables,
+                  char **ret_error)
+{
+    struct save sv = {
+        .c = c, .id = id, .ws = ws, .old = m, .blobs = json_object(), .old_blobs = json_object()};
+    buf_init(&sv.errors, 0);
+    for (size_t i = 0; i < m->n; i++)
+        if (!m->v[i].target)
+            json_object_set_new(sv.old_blobs, m->v[i].sha, json_true());
+    *ret_error = NULL;
+    sv.next.variables = variables ? variables : json_incref(m->variables);
+    json_t *vsize = json_object_get(sv.next.variables, "size");
+    sv.bytes = json_is_integer(vsize) ? (uint64_t)json_integer_value(vsize) : 0;
+    for (size_t i = 0; i < after->n; i++) {
+        const struct ws_entry *e = &after->v[i];
+        const struct mentry *old = find(m, e->path);
+        if (unchanged(old, e))
+            keep_old(&sv, old);
+        else if (S_ISLNK(e->mode))
+            save_link(&sv, e, old);
+        else
+            save_file(&sv, e, old);
+    }
+    /* Files gone since the last save are changes too. */
+    for (size_t i = 0; !after->truncated && i < m->n; i++)
+        sv.n_changed += !find(&sv.next, m->v[i].path);
+    /* A scan that stopped early saw only part of the workspace: nothing is taken for
+     * deleted. The merge keeps the list sorted. */
+    if (after->truncated) {
+        for (size_t i = 0; i < m->n; i++)
+            if (!find(&sv.next, m->v[i].path)) {
+                keep_old(&sv, &m->v[i]);
+                qsort(sv.next.v, sv.next.n, sizeof(*sv.next.v), path_cmp);
+            }
+    }
+    int r = 0;
+    if (stored_differs(&sv.next, m) && (r = write_manifest(&sv)) == 0)
+        drop_unused(&sv);
+    if (!r) {
+        /* Also when only inode numbers moved (after a load): the next save compares to them. */
+        manifest_release(m);
+        *m = sv.next;
+        memset(&sv.next, 0, sizeof(sv.next));
+    }
+    if (sv.n_unsaved) {
+        *ret_error = save_error(&sv);
+        r = r ? r : -EIO;
+    }
+    manifest_release(&sv.next);
+    json_decref(sv.blobs);
+    json_decref(sv.old_blobs);
+    buf_release(&sv.errors);
+    return r;
+}
+
+/* ---- blobs in and out of a workspace ---- */
+
+static int fail_unlink(struct workspace *ws, const char *rel, int r)
+{
+    const char *leaf;
+    int dfd = workspace_open_parent(ws, rel, false, &leaf);
+    if (dfd >= 0) {
+        unlinkat(dfd, leaf, 0);
+        close(dfd);
+    }
+    return r;
+}
+
+int blob_to_workspace(struct store *st, const char *from_id, const char *sha, uint64_t size,
+                      struct workspace *ws, const char *rel)
+{
+    _cleanup_free_ char *key = blob_key(from_id, sha);
+    char got[SHA256_HEX_SIZE];
+    uint64_t n = 0;
+    int r = workspace_mkparents(ws, rel);
+    if (r < 0)
+        return err_set(-r, "cannot create its directory in the workspace: %s", strerror(-r));
+    _cleanup_close_ int fd = workspace_openat(ws, rel, O_RDWR | O_CREAT | O_EXCL, 0600);
+    if (fd < 0)
+        return err_set(-fd, "cannot create it in the workspace: %s", strerror(-fd));
+    /* +1: a stored copy larger than the list says is caught as corrupted, not cut short. */
+    r = store_get_fd(st, key, fd, size + 1, &n);
+    if (r == -ENOENT)
+        return fail_unlink(ws, rel, err_set(ENOENT, "its stored copy is missing (%s)", key));
+    if (r == -EFBIG || (!r && n != size))
+        return fail_unlink(ws, rel,
+                           err_set(EBADMSG,
+                                   "its stored copy is corrupted: %s bytes "
+                                   "where %llu were stored (%s)",
+                                   r ? "more" : "a different number of", (unsigned long long)size,
+                                   key));
+    if (r == -ENOSPC || r == -EDQUOT)
+        return fail_unlink(ws, rel, err_set(ENOSPC, "the workspace is full (its disk limit)"));
+    if (r < 0)
+        return fail_unlink(ws, rel, r);
+    if ((r = sha256_fd(fd, n, got)) < 0 || strcmp(got, sha))
+        return fail_unlink(ws, rel,
+                           err_set(EBADMSG,
+                                   "its stored copy is corrupted: the "
+                                   "contents do not match their checksum (%s)",
+                                   key));
+    if (fchown(fd, ws->uid, ws->gid) < 0 && ws->uid != geteuid())
+        return fail_unlink(
+            ws, rel, err_set(errno, "cannot give it to the sandbox user: %s", strerror(errno)));
+    return 0;
+}
+
+int blob_from_workspace(struct store *st, const char *id, struct workspace *ws, const char *rel,
+                        char ret_sha[SHA256_HEX_SIZE], uint64_t *ret_size)
+{
+    struct stat sb;
+    _cleanup_close_ int fd = workspace_openat(ws, rel, O_RDONLY | O_NONBLOCK, 0);
+    if (fd < 0 || fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode))
+        return err_set(fd < 0 ? -fd : EINVAL, "cannot read %s in the workspace", rel);
+    int r = sha256_fd(fd, (uint64_t)sb.st_size, ret_sha);
+    if (r < 0)
+        return err_set(-r, "cannot read %s in the workspace: %s", rel, strerror(-r));
+    _cleanup_free_ char *key = blob_key(id, ret_sha);
+    if ((r = store_put_fd(st, key, fd, (uint64_t)sb.st_size, ret_sha)) < 0)
+        return r;
+    *ret_size = (uint64_t)sb.st_size;
+    return 0;
+}
+
+/* ---- restoring files ---- */
+
+static int restore_link(const struct mentry *e, struct workspace *ws)
+{
+    const char *leaf;
+    _cleanup_close_ int dfd = workspace_open_parent(ws, e->path, true, &leaf);
+    if (dfd < 0)
+        return err_set(-dfd, "cannot create its directory in the workspace: %s", strerror(-dfd));
+    /* The target is only a string here: nothing follows it. */
+    if (symlinkat(e->target, dfd, leaf) < 0)
+        return err_set(errno, "cannot create the link: %s", strerror(errno));
+    workspace_chown(ws, dfd, leaf);
+    return 0;
+}
+
+static int restore_file(struct store *st, const char *from_id, const struct mentry *e,
+                        struct workspace *ws)
+{
+    int r = blob_to_workspace(st, from_id, e->sha, e->size, ws, e->path);
+    if (r < 0)
+        return r;
+    _cleanup_close_ int fd = workspace_openat(ws, e->path, O_RDONLY | O_NONBLOCK, 0);
+    if (fd < 0)
+        return err_set(-fd, "cannot reopen it: %s", strerror(-fd));
+    struct timespec times[2] = {
+        {.tv_nsec = UTIME_OMIT},
+        {.tv_sec = e->mtime_ns / 1000000000, .tv_nsec = e->mtime_ns % 1000000000}};
+    fchmod(fd, e->mode & 0777); /* never set-id bits from a store */
+    futimens(fd, times);
+    return 0;
+}
+
+void manifest_restore_files(struct store *st, const char *from_id, const struct manifest *m,
+                            struct workspace *ws, json_t *ok, json_t *failed)
+{
+    for (size_t i = 0; i < m->n; i++) {
+        const struct mentry *e = &m->v[i];
+        size_t n;
+        _cleanup_free_ char *clean = utf8_sanitize(e->path, strlen(e->path), &n);
+        int r = str_has_prefix(e->path, ".runcell/")
+                    ? err_set(EINVAL, "the name is reserved for runcell")
+                : e->target ? restore_link(e, ws)
+                            : restore_file(st, from_id, e, ws);
+        if (r < 0)
+            json_array_append_new(failed,
+                                  json_pack("{s:s%,s:s}", "path", clean, n, "error", err_msg()));
+        else
+            json_array_append_new(ok, json_stringn(clean, n));
+    }
+}
+
+/* ---- whole sessions ---- */
+
+int store_discard(struct store *st, const char *id)
+{
+    _cleanup_free_ char *key = manifest_key(id);
+    _cleanup_free_ char *prefix = xasprintf("sessions/%s/", id);
+    struct store_listing l;
+    int r = store_delete(st, key);
+    if (r < 0 || (r = store_list(st, prefix, &l)) < 0)
+        return r;
+    for (size_t i = 0; i < l.n && !r; i++)
+        r = store_delete(st, l.v[i].key);
+    store_listing_release(&l);
+    return r;
+}
+
+void store_collect_garbage(struct store *st, const char *id, const struct manifest *m)
+{
+    _cleanup_free_ char *prefix = xasprintf("sessions/%s/blobs/", id);
+    struct store_listing l;
+    json_t *named = json_object();
+    for (size_t i = 0; i < m->n; i++)
+        if (!m->v[i].target)
+            json_object_set_new(named, m->v[i].sha, json_true());
+    const char *vsha = json_string_value(json_object_get(m->variables, "sha256"));
+    if (vsha)
+        json_object_set_new(named, vsha, json_true());
+    if (store_list(st, prefix, &l) == 0) {
+        for (size_t i = 0; i < l.n; i++)
+            if (!json_object_get(named, l.v[i].key + strlen(prefix)))
+                store_delete(st, l.v[i].key);
+        store_listing_release(&l);
+    }
+    json_decref(named);
+}

@@ -1,0 +1,505 @@
+/* persist.c - a session's life in the store and in the session records: its files saved
+ * after each execution, its variables at checkpoints, what is kept when it ends, and
+ * bringing a stored session back. */
+#include "session/session-int.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define RETIRE_WAIT_EXTRA_MS 5000
+
+struct persist {
+    const struct persist_config *c;
+    char *id;
+    bool files;           /* files and variables go to the store */
+    bool discarded;       /* closed: nothing more is saved */
+    pthread_mutex_t lock; /* m, and one save at a time */
+    struct manifest m;    /* what the store holds */
+};
+
+bool session_id_valid(const char *id)
+{
+    size_t n = id ? strlen(id) : 0;
+    return n >= 1 && n <= 64 && strspn(id, "0123456789abcdef") == n;
+}
+
+const char *session_id(struct session *s)
+{
+    struct persist *p = session_get_persist(s);
+    return p ? p->id : NULL;
+}
+
+bool session_stores_files(struct session *s)
+{
+    struct persist *p = session_get_persist(s);
+    return p && p->files;
+}
+
+void persist_free(struct persist *p)
+{
+    if (!p)
+        return;
+    manifest_release(&p->m);
+    pthread_mutex_destroy(&p->lock);
+    free(p->id);
+    free(p);
+}
+
+/* The options as the create request spells them: a resume starts from these. */
+static char *options_text(const struct session_opts *o, bool persist)
+{
+    json_t *j =
+        json_pack("{s:s,s:f,s:f,s:I,s:I,s:I,s:f,s:b}", "language", o->lang ? o->lang : "python",
+                  "timeout_s", (double)o->timeout_ms / 1000.0, "idle_timeout_s",
+                  (double)o->idle_timeout_ms / 1000.0, "memory_mb", (json_int_t)o->limits.memory_mb,
+                  "pids", (json_int_t)o->limits.pids, "disk_mb", (json_int_t)o->limits.disk_mb,
+                  "cpus", (double)o->limits.cpus_milli / 1000.0, "persist", persist);
+    char *text = json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS);
+    json_decref(j);
+    return text;
+}
+
+int session_persist(struct session *s, const struct persist_config *c, const char *id,
+                    bool store_files, const char *resumed_from)
+{
+    if (!session_id_valid(id))
+        return err_set(EINVAL, "bad session id '%s'", id);
+    if (session_get_persist(s))
+        return err_set(EEXIST, "the session is persisted already");
+    struct persist *p = xcalloc(1, sizeof(*p));
+    p->c = c;
+    p->id = xstrdup(id);
+    p->files = store_files && c->store;
+    pthread_mutex_init(&p->lock, NULL);
+    session_set_persist(s, p);
+    if (!c->meta)
+        return 0;
+    _cleanup_free_ char *opts = options_text(session_options(s), p->files);
+    _cleanup_free_ char *owner = c->owner ? xstrdup(c->owner) : NULL;
+    _cleanup_free_ char *from = resumed_from ? xstrdup(resumed_from) : NULL;
+    struct meta_session m = {
+        .id = p->id,
+        .owner = owner,
+        .options = opts,
+        .resumed_from = from,
+        .created_ms = session_created_ms(s),
+        .last_used_ms = now_realtime_ms(),
+        .state = META_LIVE,
+        .persist = p->files,
+    };
+    /* The session works without its record; the log says why it has none. */
+    if (meta_put(c->meta, &m) < 0)
+        log_warn("msg=\"cannot record the session\" session=%s error=\"%s\"", id, err_msg());
+    return 0;
+}
+
+/* ---- saving files ---- */
+
+static int save_locked(struct persist *p, struct workspace *ws, const struct ws_listing *after,
+                       json_t *variables, char **ret_error)
+{
+    if (p->discarded) {
+        json_decref(variables);
+        *ret_error = NULL;
+        return 0;
+    }
+    int r = manifest_save(p->c, p->id, &p->m, ws, after, variables, ret_error);
+    if (r < 0)
+        log_warn("msg=\"files not saved\" session=%s error=\"%s\"", p->id,
+                 *ret_error ? *ret_error : err_msg());
+    return r;
+}
+
+void persist_after_execute(struct persist *p, struct workspace *ws, const struct ws_listing *after,
+                           struct exec_record *rec)
+{
+    if (p->c->meta && meta_touch(p->c->meta, p->id, now_realtime_ms(), rec->execution_count) < 0)
+        log_warn("msg=\"cannot update the session's record\" session=%s error=\"%s\"", p->id,
+                 err_msg());
+    if (!p->files)
+        return;
+    pthread_mutex_lock(&p->lock);
+    save_locked(p, ws, after, NULL, &rec->persist_error);
+    pthread_mutex_unlock(&p->lock);
+}
+
+/* Scans the workspace and saves it; variables as for manifest_save. */
+static int save_now(struct persist *p, struct workspace *ws, json_t *variables, char **ret_error)
+{
+    struct ws_listing after;
+    int r = workspace_scan(ws, &after);
+    if (r < 0) {
+        json_decref(variables);
+        *ret_error = xasprintf("files not saved: %s", err_msg());
+        return r;
+    }
+    pthread_mutex_lock(&p->lock);
+    r = save_locked(p, ws, &after, variables, ret_error);
+    pthread_mutex_unlock(&p->lock);
+    ws_listing_release(&after);
+    return r;
+}
+
+int session_save_files(struct session *s)
+{
+    struct persist *p = session_get_persist(s);
+    char *error = NULL;
+    if (!p || !p->files)
+        return 0;
+    int r = save_now(p, session_workspace(s), NULL, &error);
+    if (r < 0)
+        err_set(-r, "%s", error ? error : err_msg());
+    free(error);
+    return r;
+}
+
+/* ---- variables ---- */
+
+/* Removes .runcell/NAME, and .runcell itself once empty: the user's files are all there is
+ * to see in the workspace. */
+static void remove_ws_file(struct workspace *ws, const char *rel)
+{
+    const char *leaf;
+    int dfd = workspace_open_parent(ws, rel, false, &leaf);
+    if (dfd >= 0) {
+        unlinkat(dfd, leaf, 0);
+        close(dfd);
+    }
+    int top = workspace_open(ws);
+    if (top >= 0) {
+        unlinkat(top, ".runcell", AT_REMOVEDIR);
+        close(top);
+    }
+}
+
+static uint64_t ws_file_size(struct workspace *ws, const char *rel)
+{
+    struct stat sb;
+    _cleanup_close_ int fd = workspace_openat(ws, rel, O_RDONLY | O_NONBLOCK, 0);
+    return fd >= 0 && fstat(fd, &sb) == 0 ? (uint64_t)sb.st_size : 0;
+}
+
+/* Stores the checkpoint file rel; returns the manifest's variables entry, or NULL with
+ * err_msg(). Takes p->lock. */
+static json_t *store_checkpoint(struct persist *p, struct workspace *ws, const char *rel,
+                                json_t *reply)
+{
+    char sha[SHA256_HEX_SIZE], at[32];
+    uint64_t size = ws_file_size(ws, rel), quota = p->c->quota_bytes;
+    json_t *vars = NULL;
+    pthread_mutex_lock(&p->lock);
+    struct manifest files_only = p->m;
+    files_only.variables = NULL;
+    uint64_t used = manifest_bytes(&files_only);
+    if (quota && used + size > quota) {
+        err_set(EDQUOT,
+                "the variables take %.1f MB, and with the files (%.1f MB) that is past "
+                "the session's store quota of %.1f MB",
+                (double)size / 1048576.0, (double)used / 1048576.0, (double)quota / 1048576.0);
+    } else if (blob_from_workspace(p->c->store, p->id, ws, rel, sha, &size) == 0) {
+        format_time_iso(now_realtime_ms(), at);
+        vars =
+            json_pack("{s:s,s:I,s:O,s:O,s:O,s:s}", "sha256", sha, "size", (json_int_t)size, "saved",
+                      json_object_get(reply, "saved"), "modules", json_object_get(reply, "modules"),
+                      "skipped", json_object_get(reply, "skipped"), "at", at);
+    }
+    pthread_mutex_unlock(&p->lock);
+    return vars;
+}
+
+/* Asks the kernel for a checkpoint and stores it; fills report; returns the manifest's
+ * variables entry or NULL. */
+static json_t *checkpoint_variables(struct session *s, struct persist *p, json_t *report)
+{
+    struct workspace *ws = session_workspace(s);
+    _cleanup_free_ char *hex = random_hex(8);
+    _cleanup_free_ char *rel = xasprintf(".runcell/variables-%s", hex);
+    _cleanup_free_ char *inside = xasprintf("/workspace/%s", rel);
+    json_t *reply = NULL, *vars = NULL;
+    if (session_kernel_request(s, "checkpoint", inside, &reply) < 0) {
+        json_object_set_new(report, "variables_error", json_string(err_msg()));
+    } else if (!json_is_true(json_object_get(reply, "ok"))) {
+        const char *e = json_string_value(json_object_get(reply, "error"));
+        _cleanup_free_ char *msg =
+            xasprintf("the kernel could not write the checkpoint: %s", e ? e : "no reason given");
+        json_object_set_new(report, "variables_error", json_string(msg));
+    } else if (!(vars = store_checkpoint(p, ws, rel, reply))) {
+        json_object_set_new(report, "variables_error", json_string(err_msg()));
+    }
+    if (vars)
+        json_object_set_new(report, "variables",
+                            json_pack("{s:O,s:O,s:O,s:O}", "saved", json_object_get(vars, "saved"),
+                                      "modules", json_object_get(vars, "modules"), "skipped",
+                                      json_object_get(vars, "skipped"), "bytes",
+                                      json_object_get(vars, "size")));
+    else if (json_is_array(json_object_get(reply, "skipped")))
+        json_object_set(report, "skipped", json_object_get(reply, "skipped"));
+    remove_ws_file(ws, rel);
+    json_decref(reply);
+    return vars;
+}
+
+struct retire_ctx {
+    struct persist *p;
+    json_t *report;
+};
+
+static int do_checkpoint(struct session *s, void *arg)
+{
+    struct retire_ctx *x = arg;
+    json_t *vars = checkpoint_variables(s, x->p, x->report);
+    char *error = NULL;
+    bool saved = save_now(x->p, session_workspace(s), vars, &error) == 0;
+    if (!saved)
+        json_object_set_new(x->report, "persist_error",
+                            json_string(error ? error : "files not saved"));
+    free(error);
+    pthread_mutex_lock(&x->p->lock);
+    /* Blobs a crash left behind go once the store holds the final list. */
+    if (saved)
+        store_collect_garbage(x->p->c->store, x->p->id, &x->p->m);
+    json_object_set_new(x->report, "files", json_integer((json_int_t)x->p->m.n));
+    json_object_set_new(x->report, "stored_bytes",
+                        json_integer((json_int_t)manifest_bytes(&x->p->m)));
+    pthread_mutex_unlock(&x->p->lock);
+    return 0;
+}
+
+static void discard(struct persist *p, json_t *report)
+{
+    pthread_mutex_lock(&p->lock); /* after a save in progress; none after this */
+    p->discarded = true;
+    pthread_mutex_unlock(&p->lock);
+    if (store_discard(p->c->store, p->id) < 0) {
+        log_warn("msg=\"cannot discard the stored files\" session=%s error=\"%s\"", p->id,
+                 err_msg());
+        json_object_set_new(report, "error", json_string(err_msg()));
+    }
+}
+
+static enum meta_state end_state(enum session_end how)
+{
+    switch (how) {
+    case SESSION_END_CLOSE:
+        return META_CLOSED;
+    case SESSION_END_CHECKPOINT:
+        return META_CHECKPOINTED;
+    case SESSION_END_IDLE:
+        return META_EXPIRED;
+    case SESSION_END_SHUTDOWN:
+        break;
+    }
+    return META_STOPPED;
+}
+
+void session_retire(struct session *s, enum session_end how, json_t **ret_report)
+{
+    struct persist *p = session_get_persist(s);
+    json_t *report = json_object();
+    /* Said at once: the session is out of the table, and a checkpoint takes a while. */
+    if (p && p->c->meta)
+        meta_set_state(p->c->meta, p->id, end_state(how), false, NULL);
+    if (!p || !p->files) {
+        if (how == SESSION_END_CHECKPOINT)
+            json_object_set_new(report, "error",
+                                json_string("this session keeps nothing in a store (it was "
+                                            "created with persist: false)"));
+    } else if (how == SESSION_END_CLOSE) {
+        discard(p, report);
+    } else {
+        struct retire_ctx x = {.p = p, .report = report};
+        uint64_t wait = session_options(s)->interrupt_grace_ms + RETIRE_WAIT_EXTRA_MS;
+        if (session_run_exclusive(s, wait, do_checkpoint, &x) < 0)
+            json_object_set_new(report, "error", json_string(err_msg()));
+        log_info("msg=\"session checkpointed\" session=%s variables=%s files=%lld", p->id,
+                 json_object_get(report, "variables") ? "saved" : "not saved",
+                 (long long)json_integer_value(json_object_get(report, "files")));
+    }
+    if (p && p->c->meta) {
+        _cleanup_free_ char *text = json_dumps(report, JSON_COMPACT);
+        bool has_vars = p->files && !p->discarded && p->m.variables;
+        if (meta_set_state(p->c->meta, p->id, end_state(how), has_vars,
+                           how == SESSION_END_CLOSE ? NULL : text) < 0)
+            log_warn("msg=\"cannot update the session's record\" session=%s error=\"%s\"", p->id,
+                     err_msg());
+    }
+    if (ret_report)
+        *ret_report = report;
+    else
+        json_decref(report);
+}
+
+/* ---- resuming ---- */
+
+struct restore_ctx {
+    struct persist *p;
+    const char *from;
+    json_t *report;
+};
+
+static void report_restored_variables(json_t *report, json_t *reply)
+{
+    json_t *failed = json_array(), *f;
+    size_t i;
+    json_array_foreach(json_object_get(reply, "failed"), i, f)
+        json_array_append_new(failed, json_pack("{s:O,s:O}", "name", json_object_get(f, "name"),
+                                                "error", json_object_get(f, "reason")));
+    json_object_set(report, "variables", json_object_get(reply, "restored"));
+    json_object_set(report, "modules", json_object_get(reply, "modules"));
+    json_object_set_new(report, "variables_failed", failed);
+}
+
+static void restore_variables(struct session *s, struct restore_ctx *x, const struct manifest *m)
+{
+    json_t *vars = m->variables, *reply = NULL;
+    if (!vars) {
+        json_object_set_new(x->report, "variables_note",
+                            json_string("no variables were stored for this session: they are "
+                                        "kept when a session expires, is closed with checkpoint "
+                                        "or the server stops"));
+        return;
+    }
+    json_object_set(x->report, "not_saved", json_object_get(vars, "skipped"));
+    struct workspace *ws = session_workspace(s);
+    _cleanup_free_ char *hex = random_hex(8);
+    _cleanup_free_ char *rel = xasprintf(".runcell/restore-%s", hex);
+    _cleanup_free_ char *inside = xasprintf("/workspace/%s", rel);
+    const char *sha = json_string_value(json_object_get(vars, "sha256"));
+    uint64_t size = (uint64_t)json_integer_value(json_object_get(vars, "size"));
+    _cleanup_free_ char *error = NULL;
+    if (blob_to_workspace(x->p->c->store, x->from, sha, size, ws, rel) < 0)
+        error = xasprintf("the variables could not be restored: %s", err_msg());
+    else if (session_kernel_request(s, "restore", inside, &reply) < 0)
+        error = xasprintf("the variables could not be restored: %s", err_msg());
+    else if (!json_is_true(json_object_get(reply, "ok")))
+        error = xasprintf("the variables could not be restored: %s",
+                          json_string_value(json_object_get(reply, "error")));
+    else
+        report_restored_variables(x->report, reply);
+    if (error)
+        json_object_set_new(x->report, "variables_error", json_string(error));
+    remove_ws_file(ws, rel);
+    json_decref(reply);
+}
+
+static int do_restore(struct session *s, void *arg)
+{
+    struct restore_ctx *x = arg;
+    struct manifest m;
+    int r = manifest_load(x->p->c->store, x->from, &m);
+    if (r == -EBADMSG) {
+        /* Nothing can be named, so nothing is restored; the session is still made. */
+        json_object_set_new(x->report, "error", json_string(err_msg()));
+        return 0;
+    }
+    if (r < 0)
+        return r;
+    json_t *ok = json_array(), *failed = json_array();
+    manifest_restore_files(x->p->c->store, x->from, &m, session_workspace(s), ok, failed);
+    json_object_set_new(x->report, "files", ok);
+    json_object_set_new(x->report, "files_failed", failed);
+    restore_variables(s, x, &m);
+    manifest_release(&m);
+    return 0;
+}
+
+int session_restore(struct session *s, const char *from_id, json_t **ret_report)
+{
+    struct persist *p = session_get_persist(s);
+    if (!p || !p->c->store)
+        return err_set(EINVAL, "this session has no store to resume from");
+    if (!session_id_valid(from_id))
+        return err_set(ENOENT, "no session '%s' to resume: session ids are hexadecimal", from_id);
+    struct restore_ctx x = {.p = p, .from = from_id, .report = json_object()};
+    json_object_set_new(x.report, "from", json_string(from_id));
+    int r = session_run_exclusive(s, 0, do_restore, &x);
+    if (r < 0) {
+        json_decref(x.report);
+        return r;
+    }
+    if (p->files && session_save_files(s) < 0)
+        json_object_set_new(x.report, "persist_error", json_string(err_msg()));
+    *ret_report = x.report;
+    return 0;
+}
+
+/* ---- stored records ---- */
+
+static json_t *parse_or_null(const char *text)
+{
+    json_t *j = text ? json_loads(text, 0, NULL) : NULL;
+    return j ? j : json_null();
+}
+
+static json_t *stored_json(const struct meta_session *m)
+{
+    char created[32], used[32];
+    format_time_iso(m->created_ms, created);
+    format_time_iso(m->last_used_ms, used);
+    return json_pack("{s:s,s:s,s:b,s:b,s:s,s:s,s:I,s:o,s:s?,s:b,s:o}", "id", m->id, "state",
+                     meta_state_name(m->state), "persist", m->persist, "resumable",
+                     m->persist && m->state != META_CLOSED, "created_at", created, "last_used_at",
+                     used, "execution_count", (json_int_t)m->execution_count, "options",
+                     parse_or_null(m->options), "resumed_from", m->resumed_from, "variables_stored",
+                     m->has_variables, "checkpoint", parse_or_null(m->checkpoint));
+}
+
+int session_stored_info(const struct persist_config *c, const char *id, json_t **ret)
+{
+    struct meta_session m;
+    if (!c->meta || !session_id_valid(id))
+        return err_set(ENOENT, "no record of session %s", id);
+    int r = meta_get(c->meta, id, &m);
+    if (r < 0)
+        return r;
+    *ret = stored_json(&m);
+    meta_session_release(&m);
+    return 0;
+}
+
+static void add_stored(void *ctx, const struct meta_session *m)
+{
+    json_array_append_new(ctx, stored_json(m));
+}
+
+json_t *session_stored_list(const struct persist_config *c, size_t limit)
+{
+    json_t *a = json_array();
+    if (c->meta && meta_foreach(c->meta, limit, add_stored, a) < 0)
+        log_warn("msg=\"cannot list the session records\" error=\"%s\"", err_msg());
+    return a;
+}
+
+int session_stored_delete(const struct persist_config *c, const char *id)
+{
+    struct meta_session m = {0};
+    if (!session_id_valid(id))
+        return err_set(ENOENT, "no session %s", id);
+    int r = c->meta ? meta_get(c->meta, id, &m) : -ENOENT;
+    if (r < 0 && r != -ENOENT)
+        return r;
+    bool known = r == 0;
+    bool live = known && m.state == META_LIVE && m.owner && owner_alive(m.owner);
+    meta_session_release(&m);
+    if (live)
+        return err_set(EBUSY, "session %s is live in another runcell process; close it there", id);
+    if (c->store) {
+        struct manifest man;
+        int l = manifest_load(c->store, id, &man);
+        if (l == 0 || l == -EBADMSG)
+            known = true;
+        manifest_release(&man);
+        if (known && (r = store_discard(c->store, id)) < 0)
+            return r;
+    }
+    if (!known)
+        return err_set(ENOENT, "no session %s", id);
+    if (c->meta && meta_set_state(c->meta, id, META_CLOSED, false, NULL) < 0)
+        return -EIO;
+    return 0;
+}

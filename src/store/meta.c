@@ -1,0 +1,324 @@
+/* meta.c - the record of every session a server has had, in SQLite (DATA/sessions.db), so
+ * that a restarted server still knows them. */
+#include "store/store.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <sqlite3.h>
+#include <string.h>
+
+#define BUSY_TIMEOUT_MS 10000
+
+struct meta_db {
+    sqlite3 *db;
+    char *path;
+    pthread_mutex_t lock; /* one statement sequence at a time; keeps errmsg meaningful */
+};
+
+static const char *const state_names[] = {
+    [META_LIVE] = "live",     [META_EXPIRED] = "expired", [META_CHECKPOINTED] = "checkpointed",
+    [META_CLOSED] = "closed", [META_STOPPED] = "stopped",
+};
+
+const char *meta_state_name(enum meta_state s)
+{
+    return (size_t)s < ARRAY_SIZE(state_names) ? state_names[s] : "unknown";
+}
+
+static enum meta_state state_from_name(const char *name)
+{
+    for (size_t i = 0; i < ARRAY_SIZE(state_names); i++)
+        if (name && !strcmp(name, state_names[i]))
+            return (enum meta_state)i;
+    return META_STOPPED;
+}
+
+static const char schema[] = "PRAGMA journal_mode=WAL;"
+                             "PRAGMA synchronous=NORMAL;"
+                             "CREATE TABLE IF NOT EXISTS sessions ("
+                             "  id TEXT PRIMARY KEY,"
+                             "  owner TEXT,"
+                             "  options TEXT NOT NULL,"
+                             "  resumed_from TEXT,"
+                             "  checkpoint TEXT,"
+                             "  created_ms INTEGER NOT NULL,"
+                             "  last_used_ms INTEGER NOT NULL,"
+                             "  execution_count INTEGER NOT NULL DEFAULT 0,"
+                             "  state TEXT NOT NULL,"
+                             "  persist INTEGER NOT NULL,"
+                             "  has_variables INTEGER NOT NULL DEFAULT 0);"
+                             "CREATE INDEX IF NOT EXISTS sessions_state ON sessions(state);";
+
+static int db_error(struct meta_db *m, const char *what)
+{
+    return err_set(EIO, "session records %s: %s: %s", m->path, what, sqlite3_errmsg(m->db));
+}
+
+int meta_open(const char *path, struct meta_db **ret)
+{
+    struct meta_db *m = xcalloc(1, sizeof(*m));
+    char *errmsg = NULL;
+    m->path = xstrdup(path);
+    pthread_mutex_init(&m->lock, NULL);
+    int rc = sqlite3_open_v2(
+        path, &m->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, NULL);
+    if (rc != SQLITE_OK) {
+        int r = err_set(EIO, "cannot open the session records %s: %s", path,
+                        m->db ? sqlite3_errmsg(m->db) : sqlite3_errstr(rc));
+        meta_close(m);
+        return r;
+    }
+    /* Another process (a repl) may be writing: wait for it rather than fail. */
+    sqlite3_busy_timeout(m->db, BUSY_TIMEOUT_MS);
+    if (sqlite3_exec(m->db, schema, NULL, NULL, &errmsg) != SQLITE_OK) {
+        int r = err_set(EIO, "cannot set up the session records %s: %s", path,
+                        errmsg ? errmsg : "unknown error");
+        sqlite3_free(errmsg);
+        meta_close(m);
+        return r;
+    }
+    *ret = m;
+    return 0;
+}
+
+void meta_close(struct meta_db *m)
+{
+    if (!m)
+        return;
+    sqlite3_close_v2(m->db);
+    pthread_mutex_destroy(&m->lock);
+    free(m->path);
+    free(m);
+}
+
+void meta_session_release(struct meta_session *s)
+{
+    free(s->id);
+    free(s->owner);
+    free(s->options);
+    free(s->resumed_from);
+    free(s->checkpoint);
+    memset(s, 0, sizeof(*s));
+}
+
+static void bind_text(sqlite3_stmt *st, int i, const char *v)
+{
+    if (v)
+        sqlite3_bind_text(st, i, v, -1, SQLITE_TRANSIENT);
+    else
+        sqlite3_bind_null(st, i);
+}
+
+/* Prepares sql, lets bind fill in its parameters and runs it to completion. Caller holds
+ * the lock. */
+static int exec_stmt(struct meta_db *m, const char *sql, const char *what,
+                     void (*bind)(sqlite3_stmt *st, const void *ctx), const void *ctx)
+{
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(m->db, sql, -1, &st, NULL) != SQLITE_OK)
+        return db_error(m, what);
+    bind(st, ctx);
+    int rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? 0 : db_error(m, what);
+}
+
+static void bind_put(sqlite3_stmt *st, const void *ctx)
+{
+    const struct meta_session *s = ctx;
+    bind_text(st, 1, s->id);
+    bind_text(st, 2, s->owner);
+    bind_text(st, 3, s->options ? s->options : "{}");
+    bind_text(st, 4, s->resumed_from);
+    bind_text(st, 5, s->checkpoint);
+    sqlite3_bind_int64(st, 6, (sqlite3_int64)s->created_ms);
+    sqlite3_bind_int64(st, 7, (sqlite3_int64)s->last_used_ms);
+    sqlite3_bind_int64(st, 8, s->execution_count);
+    bind_text(st, 9, meta_state_name(s->state));
+    sqlite3_bind_int(st, 10, s->persist);
+    sqlite3_bind_int(st, 11, s->has_variables);
+}
+
+int meta_put(struct meta_db *m, const struct meta_session *s)
+{
+    pthread_mutex_lock(&m->lock);
+    int r = exec_stmt(m,
+                      "INSERT OR REPLACE INTO sessions (id, owner, options, resumed_from, "
+                      "checkpoint, created_ms, last_used_ms, execution_count, state, persist, "
+                      "has_variables) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                      "cannot record a session", bind_put, s);
+    pthread_mutex_unlock(&m->lock);
+    return r;
+}
+
+struct touch {
+    const char *id;
+    uint64_t last_used_ms;
+    long count;
+};
+
+static void bind_touch(sqlite3_stmt *st, const void *ctx)
+{
+    const struct touch *t = ctx;
+    sqlite3_bind_int64(st, 1, (sqlite3_int64)t->last_used_ms);
+    sqlite3_bind_int64(st, 2, t->count);
+    bind_text(st, 3, t->id);
+}
+
+int meta_touch(struct meta_db *m, const char *id, uint64_t last_used_ms, long execution_count)
+{
+    struct touch t = {.id = id, .last_used_ms = last_used_ms, .count = execution_count};
+    pthread_mutex_lock(&m->lock);
+    int r = exec_stmt(m, "UPDATE sessions SET last_used_ms=?, execution_count=? WHERE id=?",
+                      "cannot update a session", bind_touch, &t);
+    pthread_mutex_unlock(&m->lock);
+    return r;
+}
+
+struct set_state {
+    const char *id;
+    enum meta_state state;
+    bool has_variables;
+    const char *checkpoint;
+};
+
+static void bind_state(sqlite3_stmt *st, const void *ctx)
+{
+    const struct set_state *s = ctx;
+    bind_text(st, 1, meta_state_name(s->state));
+    sqlite3_bind_int(st, 2, s->has_variables);
+    bind_text(st, 3, s->checkpoint);
+    bind_text(st, 4, s->id);
+}
+
+int meta_set_state(struct meta_db *m, const char *id, enum meta_state state, bool has_variables,
+                   const char *checkpoint)
+{
+    struct set_state s = {
+        .id = id, .state = state, .has_variables = has_variables, .checkpoint = checkpoint};
+    pthread_mutex_lock(&m->lock);
+    int r = exec_stmt(m,
+                      "UPDATE sessions SET state=?, has_variables=?, "
+                      "checkpoint=COALESCE(?3, checkpoint) WHERE id=?4",
+                      "cannot update a session", bind_state, &s);
+    pthread_mutex_unlock(&m->lock);
+    return r;
+}
+
+static char *column_text(sqlite3_stmt *st, int i)
+{
+    const unsigned char *t = sqlite3_column_text(st, i);
+    return t ? xstrdup((const char *)t) : NULL;
+}
+
+static const char select_cols[] =
+    "SELECT id, owner, options, resumed_from, checkpoint, created_ms, last_used_ms, "
+    "execution_count, state, persist, has_variables FROM sessions ";
+
+static void row_to_session(sqlite3_stmt *st, struct meta_session *s)
+{
+    const unsigned char *state = sqlite3_column_text(st, 8);
+    *s = (struct meta_session){
+        .id = column_text(st, 0),
+        .owner = column_text(st, 1),
+        .options = column_text(st, 2),
+        .resumed_from = column_text(st, 3),
+        .checkpoint = column_text(st, 4),
+        .created_ms = (uint64_t)sqlite3_column_int64(st, 5),
+        .last_used_ms = (uint64_t)sqlite3_column_int64(st, 6),
+        .execution_count = (long)sqlite3_column_int64(st, 7),
+        .state = state_from_name((const char *)state),
+        .persist = sqlite3_column_int(st, 9) != 0,
+        .has_variables = sqlite3_column_int(st, 10) != 0,
+    };
+}
+
+int meta_get(struct meta_db *m, const char *id, struct meta_session *ret)
+{
+    _cleanup_free_ char *sql = xasprintf("%sWHERE id=?", select_cols);
+    sqlite3_stmt *st = NULL;
+    int r = 0;
+    pthread_mutex_lock(&m->lock);
+    if (sqlite3_prepare_v2(m->db, sql, -1, &st, NULL) != SQLITE_OK) {
+        r = db_error(m, "cannot read a session");
+        goto out;
+    }
+    bind_text(st, 1, id);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW)
+        row_to_session(st, ret);
+    else if (rc == SQLITE_DONE)
+        r = err_set(ENOENT, "no record of session %s", id);
+    else
+        r = db_error(m, "cannot read a session");
+out:
+    sqlite3_finalize(st);
+    pthread_mutex_unlock(&m->lock);
+    return r;
+}
+
+/* Reads the selected rows into a vector first: callbacks then run without the lock. */
+static int select_rows(struct meta_db *m, const char *where, size_t limit,
+                       struct meta_session **ret, size_t *ret_n)
+{
+    _cleanup_free_ char *sql = xasprintf("%s%s", select_cols, where);
+    sqlite3_stmt *st = NULL;
+    struct meta_session *v = NULL;
+    size_t n = 0, alloc = 0;
+    int rc, r = 0;
+    pthread_mutex_lock(&m->lock);
+    if (sqlite3_prepare_v2(m->db, sql, -1, &st, NULL) != SQLITE_OK) {
+        r = db_error(m, "cannot list sessions");
+        goto out;
+    }
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW && (!limit || n < limit)) {
+        if (n == alloc) {
+            alloc = alloc ? 2 * alloc : 16;
+            v = xrealloc(v, alloc * sizeof(*v));
+        }
+        row_to_session(st, &v[n++]);
+    }
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+        r = db_error(m, "cannot list sessions");
+out:
+    sqlite3_finalize(st);
+    pthread_mutex_unlock(&m->lock);
+    *ret = v;
+    *ret_n = n;
+    return r;
+}
+
+static void free_rows(struct meta_session *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        meta_session_release(&v[i]);
+    free(v);
+}
+
+int meta_foreach(struct meta_db *m, size_t limit,
+                 void (*fn)(void *ctx, const struct meta_session *s), void *ctx)
+{
+    struct meta_session *v;
+    size_t n;
+    int r = select_rows(m, "ORDER BY created_ms DESC, id", limit, &v, &n);
+    for (size_t i = 0; !r && i < n; i++)
+        fn(ctx, &v[i]);
+    free_rows(v, n);
+    return r;
+}
+
+int meta_recover(struct meta_db *m, bool (*alive)(const char *owner))
+{
+    struct meta_session *v;
+    size_t n;
+    int r = select_rows(m, "WHERE state='live'", 0, &v, &n);
+    for (size_t i = 0; !r && i < n; i++) {
+        if (v[i].owner && alive(v[i].owner))
+            continue;
+        log_info("msg=\"session was live in a process that is gone; now stopped\" session=%s",
+                 v[i].id);
+        r = meta_set_state(m, v[i].id, META_STOPPED, v[i].has_variables, NULL);
+    }
+    free_rows(v, n);
+    return r;
+}

@@ -1,0 +1,54 @@
+/* store-int.h - internals of the store module: the backend interface and SigV4 signing,
+ * shared by its files (and its unit tests) only. */
+#ifndef RUNCELL_STORE_INT_H
+#define RUNCELL_STORE_INT_H
+
+#include "store/store.h"
+
+struct store_ops {
+    int (*put)(struct store *st, const char *key, int fd, uint64_t size, const char *sha256_hex);
+    int (*get)(struct store *st, const char *key, int fd, uint64_t max, uint64_t *ret_size);
+    int (*del)(struct store *st, const char *key);
+    int (*list)(struct store *st, const char *prefix, struct store_listing *ret);
+    void (*free)(struct store *st);
+};
+
+struct store {
+    const struct store_ops *ops;
+    char *describe;
+    void *impl;
+};
+
+int store_local_open(const char *dir, struct store **ret);
+int store_s3_open(const struct store_config *cfg, const char *bucket, const char *prefix,
+                  struct store **ret);
+
+/* Appends an object to a listing (keys copied); -E2BIG past STORE_LIST_MAX. */
+int store_listing_add(struct store_listing *l, size_t *alloc, const char *key, uint64_t size);
+
+/* ---- AWS Signature Version 4 (s3sign.c) ---- */
+
+struct sigv4_request {
+    const char *method;         /* "GET", "PUT", ... */
+    const char *path;           /* canonical URI, already percent-encoded ("/bucket/key") */
+    const char *query;          /* canonical query string (sorted, encoded), "" for none */
+    const char *const *headers; /* "name:value" pairs to sign, lower-case names, sorted by
+                                 * name, host and x-amz-* included; NULL-terminated */
+    const char *payload_sha256; /* hex, or "UNSIGNED-PAYLOAD" */
+    const char *amz_date;       /* "20130524T000000Z" */
+    const char *region;
+    const char *service; /* "s3" */
+    const char *access_key;
+    const char *secret_key;
+};
+
+/* The Authorization header value ("AWS4-HMAC-SHA256 Credential=..., SignedHeaders=...,
+ * Signature=..."); caller frees. */
+char *sigv4_authorization(const struct sigv4_request *rq);
+/* Percent-encodes s as SigV4 wants it: unreserved characters (A-Z a-z 0-9 - . _ ~) stay,
+ * '/' stays when keep_slash, everything else becomes %XX (upper-case hex). Caller frees. */
+char *sigv4_uri_encode(const char *s, bool keep_slash);
+/* "YYYYMMDDTHHMMSSZ" for a realtime in seconds; out holds at least 17 bytes. */
+void sigv4_amz_date(uint64_t unix_seconds, char *out);
+
+#endif

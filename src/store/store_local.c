@@ -1,0 +1,217 @@
+/* store_local.c - the local-directory store: one file per key below a root directory,
+ * written to a temporary name and renamed into place so an object is whole or absent. */
+#include "store/store-int.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define LIST_DEPTH_MAX 32
+
+struct local {
+    char *root;
+};
+
+static const char *root_of(struct store *st)
+{
+    return ((struct local *)st->impl)->root;
+}
+
+/* Copies bytes 0..size of in to out, hashing them; -EAGAIN when in is shorter than size or
+ * (expect != NULL) the bytes do not hash to expect. */
+static int copy_hashed(int in, int out, uint64_t size, const char *expect)
+{
+    char chunk[65536], got[SHA256_HEX_SIZE];
+    struct sha256_ctx *c = sha256_new();
+    uint64_t off = 0;
+    int r = 0;
+    while (off < size && !r) {
+        ssize_t n = pread(in, chunk, (size_t)MIN((uint64_t)sizeof(chunk), size - off), (off_t)off);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            r = n < 0 ? -errno : -EAGAIN;
+            break;
+        }
+        sha256_update(c, chunk, (size_t)n);
+        r = write_all(out, chunk, (size_t)n);
+        off += (uint64_t)n;
+    }
+    sha256_finish(c, got);
+    if (!r && expect && strcmp(expect, got))
+        r = -EAGAIN;
+    return r;
+}
+
+static int local_put(struct store *st, const char *key, int fd, uint64_t size, const char *sha)
+{
+    _cleanup_free_ char *path = xasprintf("%s/%s", root_of(st), key);
+    char *slash = strrchr(path, '/');
+    *slash = '\0';
+    int r = mkdir_p(path, 0700);
+    _cleanup_free_ char *hex = random_hex(8);
+    _cleanup_free_ char *tmp = xasprintf("%s/.%s.tmp-%s", path, slash + 1, hex);
+    *slash = '/';
+    if (r < 0)
+        return err_set(-r, "cannot create the store directory for %s: %s", key, strerror(-r));
+    _cleanup_close_ int out = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (out < 0)
+        return err_set(errno, "cannot write %s: %s", tmp, strerror(errno));
+    r = copy_hashed(fd, out, size, sha);
+    if (!r && rename(tmp, path) < 0)
+        r = -errno;
+    if (r < 0) {
+        unlink(tmp);
+        if (r == -EAGAIN)
+            return err_set(EAGAIN, "the data changed while it was being stored as %s", key);
+        return err_set(-r, "cannot store %s in %s: %s", key, root_of(st), strerror(-r));
+    }
+    return 0;
+}
+
+static int local_get(struct store *st, const char *key, int fd, uint64_t max, uint64_t *ret_size)
+{
+    _cleanup_free_ char *path = xasprintf("%s/%s", root_of(st), key);
+    _cleanup_close_ int in = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    struct stat sb;
+    char chunk[65536];
+    if (in < 0 && errno == ENOENT)
+        return err_set(ENOENT, "object %s is missing from %s", key, root_of(st));
+    if (in < 0 || fstat(in, &sb) < 0)
+        return err_set(errno, "cannot read object %s: %s", path, strerror(errno));
+    if (!S_ISREG(sb.st_mode))
+        return err_set(EINVAL, "object %s is not a regular file", path);
+    if (max && (uint64_t)sb.st_size > max)
+        return err_set(EFBIG, "object %s holds %llu bytes, more than the %llu allowed", key,
+                       (unsigned long long)sb.st_size, (unsigned long long)max);
+    for (;;) {
+        ssize_t n = read(in, chunk, sizeof(chunk));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return err_set(errno, "cannot read object %s: %s", path, strerror(errno));
+        if (n == 0)
+            return 0;
+        if (max && *ret_size + (uint64_t)n > max)
+            return err_set(EFBIG, "object %s grew past the %llu bytes allowed", key,
+                           (unsigned long long)max);
+        int r = write_all(fd, chunk, (size_t)n);
+        if (r < 0)
+            return err_set(-r, "cannot write object %s out: %s", key, strerror(-r));
+        *ret_size += (uint64_t)n;
+    }
+}
+
+static int local_del(struct store *st, const char *key)
+{
+    _cleanup_free_ char *path = xasprintf("%s/%s", root_of(st), key);
+    if (unlink(path) < 0 && errno != ENOENT)
+        return err_set(errno, "cannot delete object %s: %s", path, strerror(errno));
+    /* Empty directories left behind go too, up to (not including) the root. */
+    size_t root_len = strlen(root_of(st));
+    for (char *slash = strrchr(path, '/'); slash && (size_t)(slash - path) > root_len;
+         slash = strrchr(path, '/')) {
+        *slash = '\0';
+        if (rmdir(path) < 0)
+            break;
+    }
+    return 0;
+}
+
+struct walk {
+    struct store_listing *l;
+    size_t alloc;
+    const char *prefix;
+};
+
+static int walk_dir(struct walk *w, int dfd, const char *rel, int depth)
+{
+    DIR *d = fdopendir(dfd);
+    struct dirent *e;
+    int r = 0;
+    if (!d) {
+        close(dfd);
+        return -errno;
+    }
+    while (!r && (e = readdir(d))) {
+        struct stat sb;
+        if (e->d_name[0] == '.') /* ., .. and temporaries */
+            continue;
+        if (fstatat(dirfd(d), e->d_name, &sb, AT_SYMLINK_NOFOLLOW) < 0)
+            continue;
+        _cleanup_free_ char *key = *rel ? xasprintf("%s/%s", rel, e->d_name) : xstrdup(e->d_name);
+        if (S_ISDIR(sb.st_mode) && depth < LIST_DEPTH_MAX) {
+            int sub = openat(dirfd(d), e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            if (sub >= 0)
+                r = walk_dir(w, sub, key, depth + 1);
+        } else if (S_ISREG(sb.st_mode) && str_has_prefix(key, w->prefix)) {
+            r = store_listing_add(w->l, &w->alloc, key, (uint64_t)sb.st_size);
+        }
+    }
+    closedir(d);
+    return r;
+}
+
+static int local_list(struct store *st, const char *prefix, struct store_listing *ret)
+{
+    /* Walk the deepest directory the prefix names, then filter by the whole prefix. */
+    _cleanup_free_ char *dir = xstrdup(prefix);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        *slash = '\0';
+    else
+        *dir = '\0';
+    if (*dir && !store_key_valid(dir))
+        return err_set(EINVAL, "bad store prefix '%s'", prefix);
+    _cleanup_free_ char *path = *dir ? xasprintf("%s/%s", root_of(st), dir) : xstrdup(root_of(st));
+    int dfd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd < 0 && errno == ENOENT)
+        return 0;
+    if (dfd < 0)
+        return err_set(errno, "cannot list %s: %s", path, strerror(errno));
+    struct walk w = {.l = ret, .prefix = prefix};
+    int r = walk_dir(&w, dfd, dir, 0);
+    if (r < 0 && r != -E2BIG)
+        return err_set(-r, "cannot list %s: %s", path, strerror(-r));
+    return r;
+}
+
+static void local_free(struct store *st)
+{
+    struct local *l = st->impl;
+    free(l->root);
+    free(l);
+}
+
+static const struct store_ops local_ops = {
+    .put = local_put,
+    .get = local_get,
+    .del = local_del,
+    .list = local_list,
+    .free = local_free,
+};
+
+int store_local_open(const char *dir, struct store **ret)
+{
+    char real[PATH_MAX];
+    if (!*dir)
+        return err_set(EINVAL, "empty store directory");
+    int r = mkdir_p(dir, 0700);
+    if (r < 0)
+        return err_set(-r, "cannot create the store directory %s: %s", dir, strerror(-r));
+    if (!realpath(dir, real))
+        return err_set(errno, "cannot resolve the store directory %s: %s", dir, strerror(errno));
+    struct local *l = xcalloc(1, sizeof(*l));
+    l->root = xstrdup(real);
+    struct store *st = xcalloc(1, sizeof(*st));
+    st->ops = &local_ops;
+    st->impl = l;
+    st->describe = xasprintf("local directory %s", real);
+    *ret = st;
+    return 0;
+}

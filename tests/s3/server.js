@@ -1,0 +1,92 @@
+// server.js - the S3-compatible server of the persistence tests: s3rver on 127.0.0.1, with
+// AWS Signature Version 4 checked on every request (s3rver itself checks only version 2),
+// so that a round trip through it also proves runcell's signing.
+//
+// usage: node server.js DIR PORT BUCKET ACCESS_KEY SECRET_KEY
+// Prints "listening PORT" once it accepts connections.
+'use strict';
+
+const crypto = require('crypto');
+const S3rver = require('s3rver');
+
+const [dir, port, bucket, accessKey, secretKey] = process.argv.slice(2);
+
+function hmac(key, data) {
+  return crypto.createHmac('sha256', key).update(data, 'utf8').digest();
+}
+
+function sha256(data) {
+  return crypto.createHash('sha256').update(data, 'utf8').digest('hex');
+}
+
+// RFC 3986 encoding as SigV4 wants it: unreserved characters stay, the rest is %XX.
+function uriEncode(s, keepSlash) {
+  return Array.from(Buffer.from(s, 'utf8'))
+    .map(b => {
+      const c = String.fromCharCode(b);
+      if (/[A-Za-z0-9\-._~]/.test(c) || (keepSlash && c === '/')) return c;
+      return '%' + b.toString(16).toUpperCase().padStart(2, '0');
+    })
+    .join('');
+}
+
+function canonicalQuery(raw) {
+  if (!raw) return '';
+  return raw
+    .split('&')
+    .map(p => p.split('='))
+    .map(([k, v = '']) => [uriEncode(decodeURIComponent(k), false), uriEncode(decodeURIComponent(v), false)])
+    .sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : a[1] < b[1] ? -1 : 1))
+    .map(([k, v]) => k + '=' + v)
+    .join('&');
+}
+
+function reject(ctx, code, message) {
+  ctx.status = 403;
+  ctx.type = 'application/xml';
+  ctx.body = '<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>' + code +
+    '</Code><Message>' + message + '</Message></Error>';
+}
+
+async function checkSigV4(ctx, next) {
+  const auth = ctx.get('authorization');
+  const m = /^AWS4-HMAC-SHA256 Credential=([^/]+)\/(\d{8})\/([^/]+)\/s3\/aws4_request, ?SignedHeaders=([a-z0-9;-]+), ?Signature=([0-9a-f]{64})$/.exec(auth);
+  if (!m) return reject(ctx, 'AccessDenied', 'requests must be signed with AWS Signature Version 4');
+  const [, ak, date, region, signedHeaders, signature] = m;
+  if (ak !== accessKey) return reject(ctx, 'InvalidAccessKeyId', 'unknown access key');
+  const amzDate = ctx.get('x-amz-date');
+  if (!amzDate.startsWith(date)) return reject(ctx, 'SignatureDoesNotMatch', 'date mismatch');
+  const [rawPath, rawQuery] = ctx.req.url.split('?', 2);
+  const path = rawPath.split('/').map(seg => uriEncode(decodeURIComponent(seg), false)).join('/');
+  const headers = signedHeaders.split(';').map(h => h + ':' + (ctx.req.headers[h] || '').trim());
+  const canonical = [ctx.method, path, canonicalQuery(rawQuery), headers.join('\n') + '\n',
+    signedHeaders, ctx.get('x-amz-content-sha256')].join('\n');
+  const scope = date + '/' + region + '/s3/aws4_request';
+  const toSign = ['AWS4-HMAC-SHA256', amzDate, scope, sha256(canonical)].join('\n');
+  let key = hmac('AWS4' + secretKey, date);
+  for (const part of [region, 's3', 'aws4_request']) key = hmac(key, part);
+  const expected = hmac(key, toSign).toString('hex');
+  if (expected !== signature) {
+    return reject(ctx, 'SignatureDoesNotMatch',
+      'The request signature we calculated does not match the signature you provided.');
+  }
+  return next();
+}
+
+const server = new S3rver({
+  directory: dir,
+  address: '127.0.0.1',
+  port: Number(port),
+  silent: true,
+  configureBuckets: [{ name: bucket }],
+});
+// First in line, before s3rver's own handling.
+server.middleware.unshift(checkSigV4);
+server.run().then(
+  addr => console.log('listening ' + addr.port),
+  err => {
+    console.error('s3 test server: ' + err.message);
+    process.exit(1);
+  },
+);
+for (const sig of ['SIGTERM', 'SIGINT']) process.on(sig, () => process.exit(0));

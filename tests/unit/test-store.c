@@ -1,0 +1,311 @@
+/* test-store.c - unit tests for src/store: keys, the local backend, SigV4 against the
+ * examples AWS publishes, and the session records. The S3 backend against a real server is
+ * tested in tests/integration/test_persist.py. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "runner.h"
+#include "store/store-int.h"
+
+static char *scratch_dir(void)
+{
+    char tmpl[] = "/tmp/runcell-unit-store-XXXXXX";
+    CHECK(mkdtemp(tmpl) != NULL);
+    return xstrdup(tmpl);
+}
+
+static struct store *local_store(char **ret_dir)
+{
+    char *dir = scratch_dir();
+    struct store *st;
+    struct store_config cfg = {.url = dir};
+    CHECK(store_open(&cfg, &st) == 0);
+    *ret_dir = dir;
+    return st;
+}
+
+TEST(keys_are_checked)
+{
+    CHECK(store_key_valid("sessions/abc/blobs/0123"));
+    CHECK(store_key_valid("a-b_c.d"));
+    CHECK(!store_key_valid(""));
+    CHECK(!store_key_valid("/abs"));
+    CHECK(!store_key_valid("a/../b"));
+    CHECK(!store_key_valid("a//b"));
+    CHECK(!store_key_valid(".hidden"));
+    CHECK(!store_key_valid("a/.tmp"));
+    CHECK(!store_key_valid("sp ace"));
+    CHECK(!store_key_valid("a/b/"));
+}
+
+TEST(urls_are_checked)
+{
+    struct store *st;
+    struct store_config cfg = {.url = "ftp://x"};
+    CHECK(store_open(&cfg, &st) == -EINVAL);
+    CHECK(strstr(err_msg(), "unknown scheme"));
+    cfg.url = "s3://";
+    CHECK(store_open(&cfg, &st) == -EINVAL);
+    CHECK(strstr(err_msg(), "no bucket"));
+    cfg.url = "s3://bucket/pre fix";
+    CHECK(store_open(&cfg, &st) == -EINVAL);
+    cfg = (struct store_config){.url = "s3://b/p",
+                                .s3_access_key = "a",
+                                .s3_secret_key = "s",
+                                .s3_endpoint = "localhost:9000"};
+    CHECK(store_open(&cfg, &st) == -EINVAL);
+    CHECK(strstr(err_msg(), "http://"));
+    cfg.s3_endpoint = "http://localhost:9000/path";
+    CHECK(store_open(&cfg, &st) == -EINVAL);
+    cfg.s3_endpoint = "http://127.0.0.1:9/";
+    CHECK(store_open(&cfg, &st) == 0);
+    CHECK_STREQ(store_describe(st), "s3://b/p at http://127.0.0.1:9");
+    store_free(st);
+}
+
+TEST(local_put_get_list_delete)
+{
+    char *dir;
+    struct store *st = local_store(&dir);
+    char *data;
+    size_t n;
+    CHECK(store_put_buf(st, "sessions/s1/blobs/x", "hello", 5) == 0);
+    CHECK(store_put_buf(st, "sessions/s1/manifest.json", "{}", 2) == 0);
+    CHECK(store_put_buf(st, "sessions/s2/manifest.json", "{}", 2) == 0);
+    CHECK(store_get_buf(st, "sessions/s1/blobs/x", 100, &data, &n) == 0);
+    CHECK(n == 5 && !strcmp(data, "hello"));
+    free(data);
+    CHECK(store_get_buf(st, "sessions/s1/blobs/x", 3, &data, &n) == -EFBIG);
+    CHECK(store_get_buf(st, "sessions/s1/blobs/none", 100, &data, &n) == -ENOENT);
+    CHECK(strstr(err_msg(), "sessions/s1/blobs/none"));
+
+    struct store_listing l;
+    CHECK(store_list(st, "sessions/s1/", &l) == 0);
+    CHECK(l.n == 2);
+    CHECK_STREQ(l.v[0].key, "sessions/s1/blobs/x");
+    CHECK(l.v[0].size == 5);
+    CHECK_STREQ(l.v[1].key, "sessions/s1/manifest.json");
+    store_listing_release(&l);
+    CHECK(store_list(st, "sessions/s", &l) == 0 && l.n == 3);
+    store_listing_release(&l);
+    CHECK(store_list(st, "nothing/here/", &l) == 0 && l.n == 0);
+    store_listing_release(&l);
+
+    CHECK(store_delete(st, "sessions/s1/blobs/x") == 0);
+    CHECK(store_delete(st, "sessions/s1/blobs/x") == 0); /* absent is fine */
+    struct stat sb;
+    _cleanup_free_ char *blobs = xasprintf("%s/sessions/s1/blobs", dir);
+    CHECK(stat(blobs, &sb) < 0 && errno == ENOENT); /* the empty directory went too */
+    CHECK(store_put_buf(st, "../escape", "x", 1) == -EINVAL);
+    store_free(st);
+    rm_rf(dir);
+    free(dir);
+}
+
+TEST(put_checks_the_hash_and_leaves_nothing_half_written)
+{
+    char *dir;
+    struct store *st = local_store(&dir);
+    int fd = memfd_create("t", MFD_CLOEXEC);
+    char sha[SHA256_HEX_SIZE];
+    CHECK(write_all(fd, "0123456789", 10) == 0);
+    CHECK(sha256_fd(fd, 10, sha) == 0);
+    CHECK(store_put_fd(st, "k", fd, 10, sha) == 0);
+    sha256_hex("other", 5, sha);
+    CHECK(store_put_fd(st, "k2", fd, 10, sha) == -EAGAIN);
+    CHECK(strstr(err_msg(), "changed"));
+    CHECK(store_put_fd(st, "k3", fd, 20, NULL) == -EAGAIN); /* shorter than announced */
+    struct store_listing l;
+    CHECK(store_list(st, "", &l) == 0);
+    CHECK(l.n == 1 && !strcmp(l.v[0].key, "k"));
+    store_listing_release(&l);
+    close(fd);
+    store_free(st);
+    rm_rf(dir);
+    free(dir);
+}
+
+TEST(streams_large_objects)
+{
+    char *dir;
+    struct store *st = local_store(&dir);
+    int in = memfd_create("in", MFD_CLOEXEC), out = memfd_create("out", MFD_CLOEXEC);
+    char chunk[4096], sha_in[SHA256_HEX_SIZE], sha_out[SHA256_HEX_SIZE];
+    for (size_t i = 0; i < sizeof(chunk); i++)
+        chunk[i] = (char)(i * 7);
+    for (int i = 0; i < 1024; i++) /* 4 MiB */
+        CHECK(write_all(in, chunk, sizeof(chunk)) == 0);
+    CHECK(sha256_fd(in, 4u << 20, sha_in) == 0);
+    CHECK(store_put_fd(st, "big", in, 4u << 20, sha_in) == 0);
+    uint64_t size;
+    CHECK(store_get_fd(st, "big", out, 0, &size) == 0);
+    CHECK(size == 4u << 20);
+    CHECK(sha256_fd(out, size, sha_out) == 0);
+    CHECK_STREQ(sha_in, sha_out);
+    close(in);
+    close(out);
+    store_free(st);
+    rm_rf(dir);
+    free(dir);
+}
+
+TEST(sha256_known_values)
+{
+    char out[SHA256_HEX_SIZE];
+    sha256_hex("", 0, out);
+    CHECK_STREQ(out, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+    sha256_hex("abc", 3, out);
+    CHECK_STREQ(out, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+}
+
+/* The examples of AWS's "Signature Calculations for the Authorization Header" for S3. */
+static const char AK[] = "AKIAIOSFODNN7EXAMPLE";
+static const char SK[] = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY";
+static const char EMPTY[] = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+
+/* Signs a GET of the examples (their date, region and keys) with an empty payload. */
+static char *sign_example(const char *path, const char *query, const char *const *headers)
+{
+    struct sigv4_request rq = {.method = "GET",
+                               .path = path,
+                               .query = query,
+                               .headers = headers,
+                               .payload_sha256 = EMPTY,
+                               .amz_date = "20130524T000000Z",
+                               .region = "us-east-1",
+                               .service = "s3",
+                               .access_key = AK,
+                               .secret_key = SK};
+    return sigv4_authorization(&rq);
+}
+
+#define EXAMPLE_HOST "host:examplebucket.s3.amazonaws.com"
+#define EXAMPLE_SHA                                                                                \
+    "x-amz-content-sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+#define EXAMPLE_DATE "x-amz-date:20130524T000000Z"
+
+TEST(sigv4_get_object_example)
+{
+    const char *headers[] = {EXAMPLE_HOST, "range:bytes=0-9", EXAMPLE_SHA, EXAMPLE_DATE, NULL};
+    _cleanup_free_ char *auth = sign_example("/test.txt", "", headers);
+    CHECK_STREQ(auth, "AWS4-HMAC-SHA256 Credential=AKIAIOSFODNN7EXAMPLE/20130524/us-east-1/s3/"
+                      "aws4_request, SignedHeaders=host;range;x-amz-content-sha256;x-amz-date, "
+                      "Signature=f0e8bdb87c964420e857bd35b5d6ed310bd44f0170aba48dd91039c6036bdb41");
+}
+
+TEST(sigv4_list_objects_example)
+{
+    const char *headers[] = {EXAMPLE_HOST, EXAMPLE_SHA, EXAMPLE_DATE, NULL};
+    _cleanup_free_ char *auth = sign_example("/", "max-keys=2&prefix=J", headers);
+    CHECK(
+        strstr(auth, "Signature=34b48302e7b5fa45bde8084f4b7868a86f0a534bc59db6670ed5711ef69dc6f7"));
+}
+
+TEST(sigv4_uri_encoding)
+{
+    _cleanup_free_ char *a = sigv4_uri_encode("a b/c~d-e_f.g+h", true);
+    CHECK_STREQ(a, "a%20b/c~d-e_f.g%2Bh");
+    _cleanup_free_ char *b = sigv4_uri_encode("x/y=z", false);
+    CHECK_STREQ(b, "x%2Fy%3Dz");
+    char date[17];
+    sigv4_amz_date(1369353600, date);
+    CHECK_STREQ(date, "20130524T000000Z");
+}
+
+static bool never_alive(const char *owner)
+{
+    (void)owner;
+    return false;
+}
+
+static bool always_alive(const char *owner)
+{
+    (void)owner;
+    return true;
+}
+
+struct count {
+    int n;
+    char first[64];
+};
+
+static void count_fn(void *ctx, const struct meta_session *s)
+{
+    struct count *c = ctx;
+    if (!c->n++)
+        snprintf(c->first, sizeof(c->first), "%s", s->id);
+}
+
+TEST(meta_records_sessions)
+{
+    char *dir = scratch_dir();
+    _cleanup_free_ char *path = xasprintf("%s/sessions.db", dir);
+    struct meta_db *m;
+    CHECK(meta_open(path, &m) == 0);
+    char id_a[] = "aaa", id_b[] = "bbb", owner[] = "1-1", opts[] = "{\"language\":\"python\"}";
+    struct meta_session s = {.id = id_a,
+                             .owner = owner,
+                             .options = opts,
+                             .created_ms = 1000,
+                             .last_used_ms = 1000,
+                             .state = META_LIVE,
+                             .persist = true};
+    CHECK(meta_put(m, &s) == 0);
+    s.id = id_b;
+    s.created_ms = 2000;
+    CHECK(meta_put(m, &s) == 0);
+    CHECK(meta_touch(m, "aaa", 5000, 3) == 0);
+    CHECK(meta_set_state(m, "bbb", META_EXPIRED, true, "{\"saved\":[\"x\"]}") == 0);
+    CHECK(meta_set_state(m, "bbb", META_EXPIRED, true, NULL) == 0); /* keeps the checkpoint */
+    struct meta_session got;
+    CHECK(meta_get(m, "aaa", &got) == 0);
+    CHECK(got.last_used_ms == 5000 && got.execution_count == 3 && got.state == META_LIVE);
+    CHECK_STREQ(got.options, "{\"language\":\"python\"}");
+    meta_session_release(&got);
+    CHECK(meta_get(m, "bbb", &got) == 0);
+    CHECK(got.state == META_EXPIRED && got.has_variables && got.persist);
+    CHECK_STREQ(got.checkpoint, "{\"saved\":[\"x\"]}");
+    meta_session_release(&got);
+    CHECK(meta_get(m, "zzz", &got) == -ENOENT);
+    struct count c = {0};
+    CHECK(meta_foreach(m, 0, count_fn, &c) == 0);
+    CHECK(c.n == 2 && !strcmp(c.first, "bbb")); /* newest first */
+    meta_close(m);
+
+    /* A restart: the live session's owner is still there, then it is gone. */
+    CHECK(meta_open(path, &m) == 0);
+    CHECK(meta_recover(m, always_alive) == 0);
+    CHECK(meta_get(m, "aaa", &got) == 0 && got.state == META_LIVE);
+    meta_session_release(&got);
+    CHECK(meta_recover(m, never_alive) == 0);
+    CHECK(meta_get(m, "aaa", &got) == 0 && got.state == META_STOPPED);
+    meta_session_release(&got);
+    CHECK(meta_get(m, "bbb", &got) == 0 && got.state == META_EXPIRED);
+    meta_session_release(&got);
+    meta_close(m);
+    rm_rf(dir);
+    free(dir);
+}
+
+TEST(meta_reports_an_unusable_file)
+{
+    char *dir = scratch_dir();
+    _cleanup_free_ char *path = xasprintf("%s/sessions.db", dir);
+    struct meta_db *m;
+    CHECK(write_file(path, "this is not a database, not at all; sqlite will say so", 55, 0600) ==
+          0);
+    CHECK(meta_open(path, &m) == -EIO);
+    CHECK(strstr(err_msg(), path));
+    rm_rf(dir);
+    free(dir);
+}
+
+int main(int argc, char **argv)
+{
+    return run_tests(argc, argv);
+}
