@@ -15,10 +15,18 @@
 static const char *const featured[] = {"numpy", "pandas", "matplotlib", "openpyxl", "scipy",
                                        "pillow", "Pillow"};
 
-static int featured_rank(const char *name)
+/* Compares the names of "name version" entries. */
+static int name_cmp(const char *a, const char *b)
+{
+    size_t na = strcspn(a, " "), nb = strcspn(b, " ");
+    int c = strncasecmp(a, b, MIN(na, nb));
+    return c ? c : (int)na - (int)nb;
+}
+
+static int featured_rank(const char *entry)
 {
     for (size_t i = 0; i < ARRAY_SIZE(featured); i++)
-        if (!strcasecmp(name, featured[i]))
+        if (!name_cmp(entry, featured[i]))
             return (int)i;
     return (int)ARRAY_SIZE(featured);
 }
@@ -27,7 +35,9 @@ static int cmp_pkg(const void *a, const void *b)
 {
     const char *x = *(const char *const *)a, *y = *(const char *const *)b;
     int rx = featured_rank(x), ry = featured_rank(y);
-    return rx != ry ? rx - ry : strcasecmp(x, y);
+    int c = rx != ry ? rx - ry : name_cmp(x, y);
+    /* The same name twice (a .dist-info beside an .egg-info): the one with a version first. */
+    return c ? c : (int)strlen(y) - (int)strlen(x);
 }
 
 /* "name version" from "name-version.dist-info" or "name-version-py3.11.egg-info". */
@@ -72,7 +82,15 @@ static char **list_packages(void)
         }
         globfree(&g);
     }
-    qsort(names, strv_len(names), sizeof(char *), cmp_pkg);
+    size_t n = strv_len(names), kept = 0;
+    qsort(names, n, sizeof(char *), cmp_pkg);
+    for (size_t i = 0; i < n; i++) {
+        if (kept && !name_cmp(names[kept - 1], names[i]))
+            free(names[i]);
+        else
+            names[kept++] = names[i];
+    }
+    names[kept] = NULL;
     return names;
 }
 
