@@ -5,6 +5,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "agent/agent.h"
 #include "session/session.h"
 
 /* What a request may ask for at most, and how much the server takes on. */
@@ -30,6 +31,8 @@ struct server_config {
     struct server_limits limits;
     struct session_opts defaults; /* for sessions that do not say */
     uint64_t shutdown_grace_ms;   /* running cells get this long on SIGTERM */
+    struct llm_config agent;      /* the model endpoint of POST /v1/agent/runs */
+    const char *review_webhook;   /* review incidents are also POSTed here, or NULL */
 };
 
 /* Runs the server until SIGTERM or SIGINT, then shuts down gracefully. Returns the process

@@ -51,7 +51,7 @@ json_t *exec_event_json(const struct exec_event *ev)
     return NULL;
 }
 
-static int client_fd(struct request *rq)
+int client_fd(struct request *rq)
 {
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(rq->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
@@ -228,7 +228,7 @@ static enum MHD_Result execute_streaming(struct request *rq, struct session *s, 
     return reply_response(rq, 200, r);
 }
 
-static bool wants_ndjson(struct request *rq)
+bool wants_ndjson(struct request *rq)
 {
     const char *accept = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, "Accept");
     return accept && strstr(accept, "application/x-ndjson");

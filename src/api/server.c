@@ -26,6 +26,10 @@ static const struct route routes[] = {
     {"PUT", "/v1/sessions/{id}/files/{path}", h_file_put, ROUTE_STREAM_BODY, h_file_put_chunk},
     {"DELETE", "/v1/sessions/{id}/files/{path}", h_file_delete, 0, NULL},
     {"POST", "/v1/execute", h_oneshot, 0, NULL},
+    {"POST", "/v1/agent/runs", h_agent_run, 0, NULL},
+    {"GET", "/v1/reviews", h_review_list, 0, NULL},
+    {"GET", "/v1/reviews/{id}", h_review_get, 0, NULL},
+    {"POST", "/v1/reviews/{id}/resolve", h_review_resolve, 0, NULL},
 };
 
 void server_limits_fill_defaults(struct server_limits *l)

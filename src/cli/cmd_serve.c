@@ -24,10 +24,14 @@ static const char serve_help[] =
     "  --timeout SEC          default per-execution timeout (default 60)\n"
     "  --idle-timeout SEC     default idle timeout of sessions (default 600)\n"
     "  --memory MB, --pids N, --disk MB, --cpus N   default session limits\n"
-    "  --shutdown-grace SEC   on SIGTERM, how long running cells may finish (default 10)\n";
+    "  --shutdown-grace SEC   on SIGTERM, how long running cells may finish (default 10)\n"
+    "  --model NAME, --base-url URL   the model of POST /v1/agent/runs (default RUNCELL_MODEL,\n"
+    "                         OPENAI_BASE_URL; the key comes from OPENAI_API_KEY)\n"
+    "  --review-webhook URL   also POST review incidents of agent runs to URL\n";
 
 enum { OPT_LISTEN = OPT_COMMON_END, OPT_DATA, OPT_TOKEN, OPT_MAX_SESSIONS, OPT_MAX_EXECUTIONS,
-       OPT_MAX_MEMORY, OPT_MAX_TIMEOUT, OPT_MAX_UPLOAD, OPT_IDLE_TIMEOUT, OPT_GRACE };
+       OPT_MAX_MEMORY, OPT_MAX_TIMEOUT, OPT_MAX_UPLOAD, OPT_IDLE_TIMEOUT, OPT_GRACE,
+       OPT_MODEL, OPT_BASE_URL, OPT_WEBHOOK };
 
 static const struct option long_opts[] = {
     COMMON_LONG_OPTS,
@@ -41,6 +45,9 @@ static const struct option long_opts[] = {
     {"max-upload", required_argument, NULL, OPT_MAX_UPLOAD},
     {"idle-timeout", required_argument, NULL, OPT_IDLE_TIMEOUT},
     {"shutdown-grace", required_argument, NULL, OPT_GRACE},
+    {"model", required_argument, NULL, OPT_MODEL},
+    {"base-url", required_argument, NULL, OPT_BASE_URL},
+    {"review-webhook", required_argument, NULL, OPT_WEBHOOK},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -79,6 +86,15 @@ static int serve_opt(struct server_config *cfg, struct common_opts *co, int c, c
         return opt_seconds("serve", "--idle-timeout", val, &cfg->defaults.idle_timeout_ms);
     case OPT_GRACE:
         return opt_seconds("serve", "--shutdown-grace", val, &cfg->shutdown_grace_ms);
+    case OPT_MODEL:
+        cfg->agent.model = val;
+        return 0;
+    case OPT_BASE_URL:
+        cfg->agent.base_url = val;
+        return 0;
+    case OPT_WEBHOOK:
+        cfg->review_webhook = val;
+        return 0;
     case OPT_FILE:
     case OPT_OUT:
         return usage_error("serve", "--file and --out do not apply to serve");
@@ -119,6 +135,7 @@ int cmd_serve(int argc, char **argv)
     cfg.defaults.limits = co.limits;
     cfg.defaults.timeout_ms = co.timeout_ms;
     session_opts_fill_defaults(&cfg.defaults);
+    cfg.agent.http_retries = AGENT_DEFAULT_HTTP_RETRIES;
     if (!getenv("RUNCELL_LOG"))
         log_set_level(LOG_INFO);
     return server_run(&cfg);
