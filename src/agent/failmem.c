@@ -189,9 +189,12 @@ static const struct {
 static char *missing_module(const char *raw)
 {
     const char *p = strstr(raw, "No module named");
-    if (!p)
+    if (p)
+        p += strlen("No module named");
+    else if (str_has_prefix(raw, "weak mode: "))
+        p = raw + strlen("weak mode: ");
+    else
         return NULL;
-    p += strlen("No module named");
     p += strspn(p, " '\"");
     size_t n = strcspn(p, ".'\" \n");
     return n ? xstrndup(p, n) : NULL;
@@ -199,6 +202,10 @@ static char *missing_module(const char *raw)
 
 static char *module_note(const char *module, const char *packages)
 {
+    if (!packages)
+        return xasprintf("weak mode admits only the Python standard library, so '%s' cannot "
+                         "be imported. Use the standard library instead (csv, json, statistics, "
+                         "math, re, datetime, collections, sqlite3, ...).", module);
     const char *instead = NULL;
     for (size_t i = 0; i < ARRAY_SIZE(alternatives) && !instead; i++)
         if (!strcmp(alternatives[i].module, module))
@@ -235,9 +242,10 @@ static char *unfixable_note(const struct failure *f, const char *stderr_text,
                             const char *packages)
 {
     if (!strcmp(f->type, "ModuleNotFoundError") || !strcmp(f->type, "ImportError")) {
+        bool weak = str_has_prefix(f->raw, "weak mode: ");
         _cleanup_free_ char *module = missing_module(f->raw);
         if (module)
-            return module_note(module, packages);
+            return module_note(module, weak ? NULL : packages);
     }
     if (network_failure(f, stderr_text))
         return xstrdup("the sandbox has no network (policy none): only loopback works, so "
@@ -409,7 +417,7 @@ char *task_fingerprint(const char *task, const struct agent_file *files, size_t 
     for (const char *p = task; *p;) {
         size_t w = strspn(p, " \t\r\n");
         if (w) {
-            if (folded.len)
+            if (folded.len && p[w])
                 buf_append(&folded, " ", 1);
             p += w;
             continue;

@@ -132,14 +132,15 @@ static json_t *incident(const struct run *r)
     json_t *inputs = json_array();
     for (size_t i = 0; i < r->o.n_files; i++)
         json_array_append_new(inputs, json_string(r->o.files[i].dest));
-    return json_pack("{s:s,s:s,s:s?,s:s,s:s,s:s,s:s,s:b,s:i,s:O,s:O,s:o,s:O,s:O,s:O,s:o,"
+    return json_pack("{s:s,s:s,s:s?,s:s,s:s,s:s,s:s,s:b,s:i,s:O,s:O,s:o,s:O,s:o,s:O,s:o,"
                      "s:o,s:s?,s:s?}",
                      "task", r->o.task, "reason", stop_reason_name(r->stop), "reason_text",
                      r->stop_detail, "fingerprint", r->fingerprint, "model",
                      llm_client_model(r->llm), "base_url", llm_client_base_url(r->llm), "env",
                      r->env.key, "weak_mode", r->weak, "steps", (int)r->steps, "transcript",
                      r->messages, "attempts", r->attempts, "errors", distinct_errors(r),
-                     "sandbox_log", r->sandbox_log, "fallbacks", r->fallbacks, "memory",
+                     "sandbox_log", r->sandbox_log, "fallbacks", json_deep_copy(r->fallbacks),
+                     "memory",
                      r->known, "options", options_json(r), "input_files", inputs, "answer",
                      r->answer, "last_error", r->last_error);
 }

@@ -254,10 +254,12 @@ static char *after_failure(struct run *r, const struct exec_record *rec, const c
     } else if (!strcmp(f.sig, r->last_sig)) {
         run_stop(r, r->retries_skipped ? STOP_UNFIXABLE : STOP_NO_PROGRESS,
                  "the same error twice in a row (%s), so retrying stopped early", r->last_error);
+    } else if (r->failures_in_row >= r->o.max_retries && r->retries_skipped) {
+        run_stop(r, STOP_UNFIXABLE, "an error that cannot be fixed here skipped the retries, "
+                 "and the attempt after it failed too (the last: %.300s)", r->last_error);
     } else if (r->failures_in_row >= r->o.max_retries) {
-        run_stop(r, r->retries_skipped ? STOP_UNFIXABLE : STOP_RETRIES,
-                 "%u failed executions in a row (the last: %.300s)", r->failures_in_row,
-                 r->last_error);
+        run_stop(r, STOP_RETRIES, "%u failed executions in a row (the last: %.300s)",
+                 r->failures_in_row, r->last_error);
     }
     snprintf(r->last_sig, sizeof(r->last_sig), "%s", r->weak && weak_notice ? "" : f.sig);
     snprintf(r->fix_sig, sizeof(r->fix_sig), "%s", f.sig);

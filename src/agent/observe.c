@@ -87,14 +87,15 @@ static void add_files(struct buf *b, const char *what, char **files)
     buf_printf(b, "\n");
 }
 
-static void add_error(struct buf *b, json_t *error)
+static void add_error(struct buf *b, json_t *error, const char *shown_stderr)
 {
     const char *name = json_string_value(json_object_get(error, "name"));
     const char *value = json_string_value(json_object_get(error, "value"));
     const char *tb = json_string_value(json_object_get(error, "traceback"));
     buf_printf(b, "error: %s%s%s\n", name ? name : "Error", value && *value ? ": " : "",
                value ? value : "");
-    if (!tb || !*tb || str_has_prefix(tb, "bash: "))
+    /* A traceback already shown in stderr (weak mode reads it from there) is not repeated. */
+    if (!tb || !*tb || str_has_prefix(tb, "bash: ") || (shown_stderr && strstr(shown_stderr, tb)))
         return;
     size_t n = strlen(tb);
     const char *start = n > TRACEBACK_TAIL ? tb + n - TRACEBACK_TAIL : tb;
@@ -121,8 +122,11 @@ char *observation_text(const struct exec_record *rec, char *const *images, const
     add_stream(&b, "stdout", &rec->out, STDOUT_HEAD, STDOUT_TAIL);
     add_stream(&b, "stderr", &rec->err, STDERR_HEAD, STDERR_TAIL);
     add_results(&b, rec, images);
-    if (rec->error)
-        add_error(&b, rec->error);
+    if (rec->error) {
+        size_t n;
+        _cleanup_free_ char *err = outcap_render(&rec->err, &n);
+        add_error(&b, rec->error, outcap_truncated(&rec->err) ? NULL : err);
+    }
     add_files(&b, "created", rec->created);
     add_files(&b, "modified", rec->modified);
     add_files(&b, "deleted", rec->deleted);

@@ -34,8 +34,11 @@ static const char weak_prelude[] =
     "    raise\n"
     "except BaseException as _e:\n"
     "    import traceback\n"
-    "    tb = _e.__traceback__.tb_next if _e.__traceback__ else None\n"
-    "    traceback.print_exception(type(_e), _e, tb)\n"
+    "    _frames = [f for f in traceback.extract_tb(_e.__traceback__) if f.filename != '<string>']\n"
+    "    if _frames:\n"
+    "        sys.stderr.write('Traceback (most recent call last):\\n')\n"
+    "        sys.stderr.write(''.join(traceback.format_list(_frames)))\n"
+    "    sys.stderr.write(''.join(traceback.format_exception_only(type(_e), _e)))\n"
     "    sys.exit(1)\n";
 
 /* "Name: value" on the last line of a traceback; the traceback from its start. */

@@ -146,8 +146,9 @@ class TestLoop(AgentCase):
         self.assertEqual(listed[0]["reason"], "retries_exhausted")
 
     def test_the_same_error_twice_stops_early(self):
-        script = [{"tool": "run_python", "code": "print(undefined_a)"},
-                  {"tool": "run_python", "code": "print(undefined_b)"},
+        # Another first line, the same failing line and error: no progress.
+        script = [{"tool": "run_python", "code": "x = 1\nprint(undefined_a)"},
+                  {"tool": "run_python", "code": "x = 2\nprint(undefined_a)"},
                   {"answer": "never asked"}]
         with ScriptedModel(script) as m:
             out, p = self.agent(m, "same error twice", "--max-retries", "5")
@@ -470,7 +471,7 @@ class TestFailureMemory(AgentCase):
         fails = json.loads(self.review("failures", "--json").stdout)
         mod = [f for f in fails if f["type"] == "ModuleNotFoundError"][0]
         self.assertTrue(mod["unfixable"])
-        self.assertGreaterEqual(mod["count"], 3)
+        self.assertEqual(mod["count"], 2)  # the first run and --retry-doomed
 
     def test_normalised_signatures_group_alike_errors(self):
         script = [{"tool": "run_python", "code": "open('/workspace/a/b1.csv')"},
@@ -491,7 +492,7 @@ class TestSecrets(AgentCase):
                  "hits = []\n"
                  "for p in glob.glob('/proc/*/environ') + glob.glob('/proc/*/cmdline'):\n"
                  "    try:\n"
-                 "        if b'SECRET' in open(p, 'rb').read(): hits.append(p)\n"
+                 "        if b'SEC' + b'RET' in open(p, 'rb').read(): hits.append(p)\n"
                  "    except OSError:\n"
                  "        pass\n"
                  "print('hits', hits)\n"
