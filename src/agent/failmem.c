@@ -35,7 +35,7 @@ static bool path_start(const char *p)
 
 static size_t token_len(const char *p)
 {
-    return strcspn(p, " \t\r\n'\",;()[]{}<>");
+    return strcspn(p, " \t\r\n'\",;:()[]{}<>");
 }
 
 char *failmem_normalise(const char *text)

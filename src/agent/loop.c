@@ -235,7 +235,8 @@ static char *after_failure(struct run *r, const struct exec_record *rec, const c
     r->crashes_in_row = crashed(rec) ? r->crashes_in_row + 1 : 0;
     free(r->last_code);
     r->last_code = xstrdup(code);
-    r->last_tool = tool;
+    /* A static name: tool points into the model's reply, which is freed after the step. */
+    r->last_tool = !strcmp(tool, "run_shell") ? "run_shell" : "run_python";
     free(r->last_error);
     r->last_error = xasprintf("%s: %s", f.type, f.raw);
     if (!strcmp(f.type, "ModuleNotFoundError")) {
