@@ -376,6 +376,26 @@ class TestFallbacks(AgentCase):
         self.assertIn("input file content", m.tool_messages(5)[4]["content"])
         self.assertTrue(all(a["weak"] for a in out["attempts"][2:]))
 
+    def test_a_session_that_cannot_start_runs_in_weak_mode_from_the_start(self):
+        # A broken install: the helper is there, the kernel is not.
+        script = [{"tool": "run_python", "code": "import statistics\n"
+                                                 "print(statistics.mean([1, 2, 3, 4]))"},
+                  {"answer": "2.5"}]
+        with TempDir() as libexec, ScriptedModel(script) as m:
+            helper = os.path.join(os.path.dirname(RUNCELL), "runcell-sandbox")
+            subprocess.run(["cp", helper, libexec], check=True)
+            out, p = self.agent(m, "mean of 1..4", env={"RUNCELL_LIBEXEC": libexec})
+        self.assertIn("the session could not start", p.stderr)
+        self.assertEqual(out["outcome"], "answered", out)
+        self.assertTrue(out["weak_mode"])
+        self.assertEqual(out["fallbacks"][0]["name"], "weak")
+        self.assertIn("could not start", out["fallbacks"][0]["detail"])
+        first = m.requests[0]["body"]
+        self.assertIn("WEAK MODE", first["messages"][0]["content"])
+        self.assertIn("WEAK MODE", first["messages"][1]["content"])
+        self.assertEqual([t["function"]["name"] for t in first["tools"]], ["run_python"])
+        self.assertIn("2.5", m.tool_messages(1)[0]["content"])
+
     def test_fallbacks_in_another_order_and_without_weak(self):
         crash = "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)"
         script = [{"tool": "run_python", "code": crash}]
