@@ -19,6 +19,16 @@ void agent_curl_init(void);
  * that threads and processes can share it. 0 or -errno with err_msg(). */
 int agent_db_open(const char *data_dir, sqlite3 **ret);
 void agent_db_close(sqlite3 *db);
+/* Opens the database and prepares sql. 0 with both set, or -errno with err_msg() naming
+ * what (nothing is left open). */
+int db_prepare(const char *data_dir, const char *sql, const char *what, sqlite3 **ret_db,
+               sqlite3_stmt **ret_st);
+/* Runs a prepared write to its end; finalises st and closes db either way. 0 or -EIO. */
+int db_write(sqlite3 *db, sqlite3_stmt *st, const char *what);
+/* Finalises st and closes db. */
+void db_done(sqlite3 *db, sqlite3_stmt *st);
+/* Binds texts to parameters 1..n (NULL binds NULL); the strings must outlive the step. */
+void db_bind_texts(sqlite3_stmt *st, int n, ...);
 /* A column as a fresh string, or NULL. */
 char *db_text(sqlite3_stmt *st, int col);
 /* err_set() from the database's last error; returns -EIO. */

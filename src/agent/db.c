@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -86,4 +87,42 @@ int agent_db_open(const char *data_dir, sqlite3 **ret)
 void agent_db_close(sqlite3 *db)
 {
     sqlite3_close(db);
+}
+
+int db_prepare(const char *data_dir, const char *sql, const char *what, sqlite3 **ret_db,
+               sqlite3_stmt **ret_st)
+{
+    sqlite3 *db;
+    int rc = agent_db_open(data_dir, &db);
+    if (rc < 0)
+        return rc;
+    if (sqlite3_prepare_v2(db, sql, -1, ret_st, NULL) != SQLITE_OK) {
+        rc = db_fail(db, what);
+        sqlite3_close(db);
+        return rc;
+    }
+    *ret_db = db;
+    return 0;
+}
+
+int db_write(sqlite3 *db, sqlite3_stmt *st, const char *what)
+{
+    int rc = sqlite3_step(st) == SQLITE_DONE ? 0 : db_fail(db, what);
+    db_done(db, st);
+    return rc;
+}
+
+void db_done(sqlite3 *db, sqlite3_stmt *st)
+{
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+}
+
+void db_bind_texts(sqlite3_stmt *st, int n, ...)
+{
+    va_list ap;
+    va_start(ap, n);
+    for (int i = 1; i <= n; i++)
+        sqlite3_bind_text(st, i, va_arg(ap, const char *), -1, SQLITE_STATIC);
+    va_end(ap);
 }

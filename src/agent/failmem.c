@@ -332,41 +332,28 @@ int failmem_note(const char *data_dir, const char *env, const struct failure *f,
 
 int failmem_fixed(const char *data_dir, const char *env, const char *sig, const char *code)
 {
+    static const char what[] = "cannot write the failure memory";
     sqlite3 *db;
     sqlite3_stmt *st;
-    int rc = agent_db_open(data_dir, &db);
+    int rc = db_prepare(data_dir, "UPDATE failures SET fixed = fixed + 1, fix = ? WHERE sig = ? "
+                        "AND env = ?", what, &db, &st);
     if (rc < 0)
         return rc;
-    if (sqlite3_prepare_v2(db, "UPDATE failures SET fixed = fixed + 1, fix = ? WHERE sig = ? "
-                           "AND env = ?", -1, &st, NULL) != SQLITE_OK) {
-        rc = db_fail(db, "cannot write the failure memory");
-    } else {
-        _cleanup_free_ char *fix = xstrndup(code, MAX_FIX_TEXT);
-        sqlite3_bind_text(st, 1, fix, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 2, sig, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 3, env, -1, SQLITE_STATIC);
-        rc = sqlite3_step(st) == SQLITE_DONE ? 0 : db_fail(db, "cannot write the failure memory");
-        sqlite3_finalize(st);
-    }
-    agent_db_close(db);
-    return rc;
+    _cleanup_free_ char *fix = xstrndup(code, MAX_FIX_TEXT);
+    db_bind_texts(st, 3, fix, sig, env);
+    return db_write(db, st, what);
 }
 
 int failmem_top(const char *data_dir, size_t limit, json_t **ret)
 {
     sqlite3 *db;
     sqlite3_stmt *st;
-    int rc = agent_db_open(data_dir, &db);
+    int rc = db_prepare(data_dir, "SELECT sig, type, message, line, example, count, env, "
+                        "unfixable, note, fixed, fix, first_seen, last_seen FROM failures "
+                        "ORDER BY count DESC, last_seen DESC LIMIT ?",
+                        "cannot read the failure memory", &db, &st);
     if (rc < 0)
         return rc;
-    if (sqlite3_prepare_v2(db, "SELECT sig, type, message, line, example, count, env, "
-                           "unfixable, note, fixed, fix, first_seen, last_seen FROM failures "
-                           "ORDER BY count DESC, last_seen DESC LIMIT ?", -1, &st,
-                           NULL) != SQLITE_OK) {
-        rc = db_fail(db, "cannot read the failure memory");
-        agent_db_close(db);
-        return rc;
-    }
     sqlite3_bind_int64(st, 1, (sqlite3_int64)(limit ? limit : 20));
     json_t *arr = json_array();
     static const char *const cols[] = {"signature", "type", "message", "line", "example"};
@@ -389,8 +376,7 @@ int failmem_top(const char *data_dir, size_t limit, json_t **ret)
                                                                                           12)));
         json_array_append_new(arr, o);
     }
-    sqlite3_finalize(st);
-    agent_db_close(db);
+    db_done(db, st);
     *ret = arr;
     return 0;
 }
@@ -449,62 +435,45 @@ int task_history_get(const char *data_dir, const char *env, const char *fp,
     sqlite3 *db;
     sqlite3_stmt *st;
     struct task_history h = {0};
-    int rc = agent_db_open(data_dir, &db);
+    int rc = db_prepare(data_dir, "SELECT runs, exhausted, last_exhausted, last_reason, "
+                        "last_code, last_error, last_seen FROM tasks WHERE fp = ? AND env = ?",
+                        "cannot read the task history", &db, &st);
     if (rc < 0)
         return rc;
-    if (sqlite3_prepare_v2(db, "SELECT runs, exhausted, last_exhausted, last_reason, "
-                           "last_code, last_error, last_seen FROM tasks WHERE fp = ? AND "
-                           "env = ?", -1, &st, NULL) != SQLITE_OK) {
-        rc = db_fail(db, "cannot read the task history");
-    } else {
-        sqlite3_bind_text(st, 1, fp, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 2, env, -1, SQLITE_STATIC);
-        if (sqlite3_step(st) == SQLITE_ROW) {
-            h.runs = sqlite3_column_int64(st, 0);
-            h.exhausted = sqlite3_column_int64(st, 1);
-            h.doomed = sqlite3_column_int(st, 2) != 0;
-            h.last_reason = db_text(st, 3);
-            h.last_code = db_text(st, 4);
-            h.last_error = db_text(st, 5);
-            h.last_seen = db_text(st, 6);
-        }
-        sqlite3_finalize(st);
+    db_bind_texts(st, 2, fp, env);
+    if (sqlite3_step(st) == SQLITE_ROW) {
+        h.runs = sqlite3_column_int64(st, 0);
+        h.exhausted = sqlite3_column_int64(st, 1);
+        h.doomed = sqlite3_column_int(st, 2) != 0;
+        h.last_reason = db_text(st, 3);
+        h.last_code = db_text(st, 4);
+        h.last_error = db_text(st, 5);
+        h.last_seen = db_text(st, 6);
     }
-    agent_db_close(db);
+    db_done(db, st);
     *ret = h;
-    return rc;
+    return 0;
 }
 
 int task_history_put(const char *data_dir, const char *env, const char *fp, const char *reason,
                      bool exhausted, const char *last_code, const char *last_error)
 {
+    static const char what[] = "cannot write the task history";
     sqlite3 *db;
     sqlite3_stmt *st;
     char now[32];
-    int rc = agent_db_open(data_dir, &db);
+    int rc = db_prepare(
+        data_dir,
+        "INSERT INTO tasks (fp, env, runs, exhausted, last_reason, last_exhausted, last_code, "
+        "last_error, last_seen) VALUES (?1, ?2, 1, ?7, ?3, ?7, ?4, ?5, ?6) "
+        "ON CONFLICT (fp, env) DO UPDATE SET runs = runs + 1, exhausted = exhausted + ?7, "
+        "last_reason = ?3, last_exhausted = ?7, last_code = COALESCE(?4, last_code), "
+        "last_error = COALESCE(?5, last_error), last_seen = ?6",
+        what, &db, &st);
     if (rc < 0)
         return rc;
     db_now(now);
-    if (sqlite3_prepare_v2(
-            db,
-            "INSERT INTO tasks (fp, env, runs, exhausted, last_reason, last_exhausted, "
-            "last_code, last_error, last_seen) VALUES (?1, ?2, 1, ?3, ?4, ?3, ?5, ?6, ?7) "
-            "ON CONFLICT (fp, env) DO UPDATE SET runs = runs + 1, exhausted = exhausted + ?3, "
-            "last_reason = ?4, last_exhausted = ?3, last_code = COALESCE(?5, last_code), "
-            "last_error = COALESCE(?6, last_error), last_seen = ?7",
-            -1, &st, NULL) != SQLITE_OK) {
-        rc = db_fail(db, "cannot write the task history");
-    } else {
-        sqlite3_bind_text(st, 1, fp, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 2, env, -1, SQLITE_STATIC);
-        sqlite3_bind_int(st, 3, exhausted);
-        sqlite3_bind_text(st, 4, reason, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 5, last_code, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 6, last_error, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 7, now, -1, SQLITE_STATIC);
-        rc = sqlite3_step(st) == SQLITE_DONE ? 0 : db_fail(db, "cannot write the task history");
-        sqlite3_finalize(st);
-    }
-    agent_db_close(db);
-    return rc;
+    db_bind_texts(st, 6, fp, env, reason, last_code, last_error, now);
+    sqlite3_bind_int(st, 7, exhausted);
+    return db_write(db, st, what);
 }

@@ -11,39 +11,26 @@
 
 int review_create(const char *data_dir, json_t *incident, char **ret_id)
 {
+    static const char what[] = "cannot write the review queue";
     sqlite3 *db;
     sqlite3_stmt *st;
     char now[32];
-    int rc = agent_db_open(data_dir, &db);
+    int rc = db_prepare(data_dir, "INSERT INTO reviews (id, created_at, status, reason, task, "
+                        "record) VALUES (?, ?, 'open', ?, ?, ?)", what, &db, &st);
     if (rc < 0)
         return rc;
     _cleanup_free_ char *hex = random_hex(8);
-    char *id = xasprintf("rv_%s", hex);
+    _cleanup_free_ char *id = xasprintf("rv_%s", hex);
     db_now(now);
     json_object_set_new(incident, "id", json_string(id));
     json_object_set_new(incident, "status", json_string("open"));
     json_object_set_new(incident, "created_at", json_string(now));
     _cleanup_free_ char *text = json_dumps(incident, JSON_COMPACT);
-    if (sqlite3_prepare_v2(db, "INSERT INTO reviews (id, created_at, status, reason, task, "
-                           "record) VALUES (?, ?, 'open', ?, ?, ?)", -1, &st, NULL) != SQLITE_OK) {
-        rc = db_fail(db, "cannot write the review queue");
-    } else {
-        sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 2, now, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 3, json_string_value(json_object_get(incident, "reason")), -1,
-                          SQLITE_STATIC);
-        sqlite3_bind_text(st, 4, json_string_value(json_object_get(incident, "task")), -1,
-                          SQLITE_STATIC);
-        sqlite3_bind_text(st, 5, text, -1, SQLITE_STATIC);
-        rc = sqlite3_step(st) == SQLITE_DONE ? 0 : db_fail(db, "cannot write the review queue");
-        sqlite3_finalize(st);
-    }
-    agent_db_close(db);
-    if (rc < 0) {
-        free(id);
+    db_bind_texts(st, 5, id, now, json_string_value(json_object_get(incident, "reason")),
+                  json_string_value(json_object_get(incident, "task")), text);
+    if ((rc = db_write(db, st, what)) < 0)
         return rc;
-    }
-    *ret_id = id;
+    *ret_id = TAKE_PTR(id);
     return 0;
 }
 
@@ -63,23 +50,17 @@ int review_list(const char *data_dir, const char *status, size_t limit, json_t *
 {
     sqlite3 *db;
     sqlite3_stmt *st;
-    int rc = agent_db_open(data_dir, &db);
+    int rc = db_prepare(data_dir, "SELECT id, created_at, status, reason, task, resolved_at, "
+                        "note FROM reviews WHERE ?1 IS NULL OR status = ?1 ORDER BY created_at "
+                        "DESC, rowid DESC LIMIT ?2", "cannot read the review queue", &db, &st);
     if (rc < 0)
         return rc;
-    if (sqlite3_prepare_v2(db, "SELECT id, created_at, status, reason, task, resolved_at, note "
-                           "FROM reviews WHERE ?1 IS NULL OR status = ?1 ORDER BY created_at "
-                           "DESC, rowid DESC LIMIT ?2", -1, &st, NULL) != SQLITE_OK) {
-        rc = db_fail(db, "cannot read the review queue");
-        agent_db_close(db);
-        return rc;
-    }
     sqlite3_bind_text(st, 1, status, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 2, (sqlite3_int64)(limit ? limit : 100));
     json_t *arr = json_array();
     while (sqlite3_step(st) == SQLITE_ROW)
         json_array_append_new(arr, summary_of(st));
-    sqlite3_finalize(st);
-    agent_db_close(db);
+    db_done(db, st);
     *ret = arr;
     return 0;
 }
