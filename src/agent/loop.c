@@ -640,7 +640,8 @@ int agent_run(struct sandbox_host *host, struct llm_client *llm, struct session 
         _cleanup_free_ char *msg = xasprintf("the stateful sandbox could not start: %s", why);
         free(sandbox_cannot_serve(&r, msg));
     }
-    r.tools = agent_tools(r.weak);
+    if (!r.tools) /* weak mode from the start has set its own */
+        r.tools = agent_tools(r.weak);
     start_messages(&r, why);
     while (r.stop == STOP_RUNNING && budget_left(&r))
         step(&r);
