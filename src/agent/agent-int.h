@@ -6,9 +6,9 @@
 
 #include "agent/agent.h"
 
-#define AGENT_MAX_TOOL_CALLS 16        /* per model reply; more are dropped */
-#define AGENT_MAX_ARGUMENTS (1u << 20) /* bytes of one tool call's arguments */
-#define AGENT_DB_NAME "agent.db"
+#define AGENT_MAX_TOOL_CALLS 16         /* per model reply; more are dropped */
+#define AGENT_MAX_ARGUMENTS  (1u << 20) /* bytes of one tool call's arguments */
+#define AGENT_DB_NAME        "agent.db"
 
 /* libcurl's global set-up, once per process (llm.c). */
 void agent_curl_init(void);
@@ -71,7 +71,7 @@ int failmem_fixed(const char *data_dir, const char *env, const char *sig, const 
 struct task_history {
     long runs;
     long exhausted;
-    bool doomed;   /* the last run exhausted its retries */
+    bool doomed; /* the last run exhausted its retries */
     char *last_reason;
     char *last_code;
     char *last_error;
@@ -93,8 +93,8 @@ uint64_t fnv1a(const void *data, size_t n, uint64_t h);
 
 struct agent_env {
     char *python_version;
-    char *packages;     /* "numpy 1.24.2, pandas 1.5.3, ..." (capped) */
-    char *key;          /* identifies this environment in the failure memory */
+    char *packages; /* "numpy 1.24.2, pandas 1.5.3, ..." (capped) */
+    char *key;      /* identifies this environment in the failure memory */
 };
 void agent_env_init(struct agent_env *e, struct session *s);
 void agent_env_release(struct agent_env *e);

@@ -17,13 +17,13 @@
 
 #include "session/session.h"
 
-#define AGENT_DEFAULT_BASE_URL "https://api.openai.com/v1"
-#define AGENT_DEFAULT_MAX_STEPS 20
-#define AGENT_DEFAULT_MAX_RETRIES 3
+#define AGENT_DEFAULT_BASE_URL           "https://api.openai.com/v1"
+#define AGENT_DEFAULT_MAX_STEPS          20
+#define AGENT_DEFAULT_MAX_RETRIES        3
 #define AGENT_DEFAULT_REQUEST_TIMEOUT_MS (300u * 1000)
-#define AGENT_DEFAULT_HTTP_RETRIES 4
-#define AGENT_DEFAULT_BACKOFF_MS 1000
-#define AGENT_MAX_RESPONSE (8u << 20) /* bytes of one model response, plain or streamed */
+#define AGENT_DEFAULT_HTTP_RETRIES       4
+#define AGENT_DEFAULT_BACKOFF_MS         1000
+#define AGENT_MAX_RESPONSE               (8u << 20) /* bytes of one model response, plain or streamed */
 
 /* Stops a run from outside: a readable (or hung-up, per events) fd, or a flag set by
  * another thread. Either may be absent (fd -1, flag NULL). */
@@ -38,10 +38,10 @@ bool agent_cancelled(const struct agent_cancel *c);
 /* ---- the model client ---- */
 
 struct llm_config {
-    const char *base_url; /* ".../v1" (NULL: OPENAI_BASE_URL, else AGENT_DEFAULT_BASE_URL) */
-    const char *api_key;  /* NULL: OPENAI_API_KEY; may be empty for local servers */
-    const char *model;    /* NULL: RUNCELL_MODEL; required one way or the other */
-    bool stream;          /* ask for server-sent events */
+    const char *base_url;        /* ".../v1" (NULL: OPENAI_BASE_URL, else AGENT_DEFAULT_BASE_URL) */
+    const char *api_key;         /* NULL: OPENAI_API_KEY; may be empty for local servers */
+    const char *model;           /* NULL: RUNCELL_MODEL; required one way or the other */
+    bool stream;                 /* ask for server-sent events */
     uint64_t request_timeout_ms; /* one HTTP request, start to end */
     unsigned http_retries;       /* of 429, 5xx and connection errors */
     uint64_t backoff_ms;         /* first pause; doubles, with jitter, capped at 30 s */
@@ -59,7 +59,7 @@ const char *llm_client_base_url(const struct llm_client *c);
 void llm_client_redact(const struct llm_client *c, char *s);
 
 struct llm_tool_call {
-    char *id;        /* made up when the server sent none */
+    char *id; /* made up when the server sent none */
     char *name;
     char *arguments; /* raw text, as the model wrote it */
 };
@@ -107,15 +107,15 @@ struct agent_options {
     uint64_t max_tokens;  /* total tokens, when the endpoint reports usage; 0 = none */
     bool vision;          /* send images to the model as image input */
     enum agent_fallback fallbacks[FALLBACK_COUNT];
-    size_t n_fallbacks;   /* with fallbacks_set false: all three, in order */
+    size_t n_fallbacks; /* with fallbacks_set false: all three, in order */
     bool fallbacks_set;
-    bool retry_doomed;    /* run a task that exhausted its retries before anyway */
-    bool no_memory;       /* neither read nor write the failure memory */
-    const char *data_dir; /* failure memory and review queue; NULL: neither */
+    bool retry_doomed;       /* run a task that exhausted its retries before anyway */
+    bool no_memory;          /* neither read nor write the failure memory */
+    const char *data_dir;    /* failure memory and review queue; NULL: neither */
     const char *webhook_url; /* review incidents are also POSTed here */
-    const char *out_dir;  /* produced files are copied here */
+    const char *out_dir;     /* produced files are copied here */
     const struct session_opts *session_opts; /* the limits the session was made with */
-    const char *session_error; /* why the stateful session could not start (s NULL) */
+    const char *session_error;               /* why the stateful session could not start (s NULL) */
     struct agent_cancel cancel;
 };
 
@@ -131,8 +131,7 @@ struct agent_events {
  * *ret_outcome (the outcome record, transcript included), or -errno with err_msg() for a
  * request that cannot run at all (bad options). */
 int agent_run(struct sandbox_host *host, struct llm_client *llm, struct session *s,
-              const struct agent_options *o, const struct agent_events *ev,
-              json_t **ret_outcome);
+              const struct agent_options *o, const struct agent_events *ev, json_t **ret_outcome);
 
 /* ---- the review queue (DATA/agent.db) ---- */
 

@@ -59,15 +59,14 @@ int agent_db_open(const char *data_dir, sqlite3 **ret)
     if (!data_dir)
         return err_set(EINVAL, "no data directory for the agent's database");
     if (mkdir_p(data_dir, 0700) < 0)
-        return err_set(errno, "cannot create the data directory %s: %s", data_dir,
-                       strerror(errno));
+        return err_set(errno, "cannot create the data directory %s: %s", data_dir, strerror(errno));
     _cleanup_free_ char *path = xasprintf("%s/%s", data_dir, AGENT_DB_NAME);
     int r = create_private(path);
     if (r < 0)
         return r;
     sqlite3 *db = NULL;
-    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_FULLMUTEX,
-                        NULL) != SQLITE_OK) {
+    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_FULLMUTEX, NULL) !=
+        SQLITE_OK) {
         r = err_set(EIO, "cannot open %s: %s", path, db ? sqlite3_errmsg(db) : "out of memory");
         sqlite3_close(db);
         return r;

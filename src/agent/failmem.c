@@ -9,9 +9,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#define MAX_QUOTED 200   /* longer "quoted" spans are left alone: they are prose, not names */
+#define MAX_QUOTED   200 /* longer "quoted" spans are left alone: they are prose, not names */
 #define MAX_FIX_TEXT 4000
-#define MAX_EXAMPLE 500
+#define MAX_EXAMPLE  500
 
 uint64_t fnv1a(const void *data, size_t n, uint64_t h)
 {
@@ -62,8 +62,8 @@ char *failmem_normalise(const char *text)
         } else if (at_word_start && path_start(p)) {
             buf_append(&b, "<path>", 6);
             p += token_len(p);
-        } else if (isdigit(c) && (p == text || (!word_char((unsigned char)p[-1]) &&
-                                                 p[-1] != '.'))) {
+        } else if (isdigit(c) &&
+                   (p == text || (!word_char((unsigned char)p[-1]) && p[-1] != '.'))) {
             buf_append(&b, "<n>", 3);
             while (word_char((unsigned char)*p) || (*p == '.' && isdigit((unsigned char)p[1])))
                 p++;
@@ -205,7 +205,8 @@ static char *module_note(const char *module, const char *packages)
     if (!packages)
         return xasprintf("weak mode admits only the Python standard library, so '%s' cannot "
                          "be imported. Use the standard library instead (csv, json, statistics, "
-                         "math, re, datetime, collections, sqlite3, ...).", module);
+                         "math, re, datetime, collections, sqlite3, ...).",
+                         module);
     const char *instead = NULL;
     for (size_t i = 0; i < ARRAY_SIZE(alternatives) && !instead; i++)
         if (!strcmp(alternatives[i].module, module))
@@ -218,28 +219,30 @@ static char *module_note(const char *module, const char *packages)
 }
 
 static const char *const network_words[] = {
-    "Temporary failure in name resolution", "Name or service not known",
-    "Network is unreachable", "No address associated with hostname",
-    "nodename nor servname provided", "Failed to establish a new connection",
+    "Temporary failure in name resolution",
+    "Name or service not known",
+    "Network is unreachable",
+    "No address associated with hostname",
+    "nodename nor servname provided",
+    "Failed to establish a new connection",
 };
 
 static bool network_failure(const struct failure *f, const char *stderr_text)
 {
-    static const char *const types[] = {"gaierror", "URLError", "ConnectionError",
+    static const char *const types[] = {"gaierror",           "URLError",      "ConnectionError",
                                         "NewConnectionError", "MaxRetryError", "ConnectTimeout"};
     for (size_t i = 0; i < ARRAY_SIZE(types); i++)
         if (!strcmp(f->type, types[i]))
             return true;
     for (size_t i = 0; i < ARRAY_SIZE(network_words); i++)
-        if (strstr(f->raw, network_words[i]) || (stderr_text && strstr(stderr_text,
-                                                                       network_words[i])))
+        if (strstr(f->raw, network_words[i]) ||
+            (stderr_text && strstr(stderr_text, network_words[i])))
             return true;
     return false;
 }
 
 /* A note saying why f cannot be fixed here and what works instead, or NULL. */
-static char *unfixable_note(const struct failure *f, const char *stderr_text,
-                            const char *packages)
+static char *unfixable_note(const struct failure *f, const char *stderr_text, const char *packages)
 {
     if (!strcmp(f->type, "ModuleNotFoundError") || !strcmp(f->type, "ImportError")) {
         bool weak = str_has_prefix(f->raw, "weak mode: ");
@@ -257,12 +260,13 @@ static char *unfixable_note(const struct failure *f, const char *stderr_text,
 
 /* ---- the database side ---- */
 
-static int lookup(sqlite3 *db, const char *env, const struct failure *f,
-                  struct failmem_known *k)
+static int lookup(sqlite3 *db, const char *env, const struct failure *f, struct failmem_known *k)
 {
     sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(db, "SELECT count, unfixable, note, fixed, fix FROM failures "
-                           "WHERE sig = ? AND env = ?", -1, &st, NULL) != SQLITE_OK)
+    if (sqlite3_prepare_v2(db,
+                           "SELECT count, unfixable, note, fixed, fix FROM failures "
+                           "WHERE sig = ? AND env = ?",
+                           -1, &st, NULL) != SQLITE_OK)
         return db_fail(db, "cannot read the failure memory");
     sqlite3_bind_text(st, 1, f->sig, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, env, -1, SQLITE_STATIC);
@@ -335,8 +339,10 @@ int failmem_fixed(const char *data_dir, const char *env, const char *sig, const 
     static const char what[] = "cannot write the failure memory";
     sqlite3 *db;
     sqlite3_stmt *st;
-    int rc = db_prepare(data_dir, "UPDATE failures SET fixed = fixed + 1, fix = ? WHERE sig = ? "
-                        "AND env = ?", what, &db, &st);
+    int rc = db_prepare(data_dir,
+                        "UPDATE failures SET fixed = fixed + 1, fix = ? WHERE sig = ? "
+                        "AND env = ?",
+                        what, &db, &st);
     if (rc < 0)
         return rc;
     _cleanup_free_ char *fix = xstrndup(code, MAX_FIX_TEXT);
@@ -348,7 +354,8 @@ int failmem_top(const char *data_dir, size_t limit, json_t **ret)
 {
     sqlite3 *db;
     sqlite3_stmt *st;
-    int rc = db_prepare(data_dir, "SELECT sig, type, message, line, example, count, env, "
+    int rc = db_prepare(data_dir,
+                        "SELECT sig, type, message, line, example, count, env, "
                         "unfixable, note, fixed, fix, first_seen, last_seen FROM failures "
                         "ORDER BY count DESC, last_seen DESC LIMIT ?",
                         "cannot read the failure memory", &db, &st);
@@ -360,8 +367,8 @@ int failmem_top(const char *data_dir, size_t limit, json_t **ret)
     while (sqlite3_step(st) == SQLITE_ROW) {
         json_t *o = json_object();
         for (int i = 0; i < 5; i++)
-            json_object_set_new(o, cols[i], json_string((const char *)sqlite3_column_text(st, i)
-                                                            ?: ""));
+            json_object_set_new(o, cols[i],
+                                json_string((const char *)sqlite3_column_text(st, i) ?: ""));
         json_object_set_new(o, "count", json_integer(sqlite3_column_int64(st, 5)));
         json_object_set_new(o, "env", json_string((const char *)sqlite3_column_text(st, 6)));
         json_object_set_new(o, "unfixable", json_boolean(sqlite3_column_int(st, 7)));
@@ -370,10 +377,9 @@ int failmem_top(const char *data_dir, size_t limit, json_t **ret)
         json_object_set_new(o, "fixed", json_integer(sqlite3_column_int64(st, 9)));
         const char *fix = (const char *)sqlite3_column_text(st, 10);
         json_object_set_new(o, "fix", fix ? json_string(fix) : json_null());
-        json_object_set_new(o, "first_seen", json_string((const char *)sqlite3_column_text(st,
-                                                                                           11)));
-        json_object_set_new(o, "last_seen", json_string((const char *)sqlite3_column_text(st,
-                                                                                          12)));
+        json_object_set_new(o, "first_seen",
+                            json_string((const char *)sqlite3_column_text(st, 11)));
+        json_object_set_new(o, "last_seen", json_string((const char *)sqlite3_column_text(st, 12)));
         json_array_append_new(arr, o);
     }
     db_done(db, st);
@@ -435,7 +441,8 @@ int task_history_get(const char *data_dir, const char *env, const char *fp,
     sqlite3 *db;
     sqlite3_stmt *st;
     struct task_history h = {0};
-    int rc = db_prepare(data_dir, "SELECT runs, exhausted, last_exhausted, last_reason, "
+    int rc = db_prepare(data_dir,
+                        "SELECT runs, exhausted, last_exhausted, last_reason, "
                         "last_code, last_error, last_seen FROM tasks WHERE fp = ? AND env = ?",
                         "cannot read the task history", &db, &st);
     if (rc < 0)

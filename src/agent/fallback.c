@@ -29,8 +29,10 @@ int agent_parse_fallbacks(const char *s, enum agent_fallback *ret, size_t *ret_n
         while (f < FALLBACK_COUNT && strcmp(tok, fallback_names[f]))
             f++;
         if (f == FALLBACK_COUNT)
-            return err_set(EINVAL, "unknown fallback '%s': use weak, handback and review, "
-                           "comma-separated, in the order wanted (or none)", tok);
+            return err_set(EINVAL,
+                           "unknown fallback '%s': use weak, handback and review, "
+                           "comma-separated, in the order wanted (or none)",
+                           tok);
         for (size_t i = 0; i < n; i++)
             if (ret[i] == (enum agent_fallback)f)
                 return err_set(EINVAL, "fallback '%s' is named twice", tok);
@@ -59,11 +61,14 @@ static char *handback_text(const struct run *r)
                r->stop_detail ? r->stop_detail : stop_reason_name(r->stop));
     if (!r->last_code) {
         buf_printf(&b, "\nNo code was run, so there is nothing to hand back. Try again later, "
-                   "or with another model or more budget (--max-steps, --max-retries).\n");
+                       "or with another model or more budget (--max-steps, --max-retries).\n");
         return buf_detach(&b, NULL);
     }
-    buf_printf(&b, "\nThe last code %s:\n\n```%s\n%s%s```\n", r->doomed ? "tried (in an "
-               "earlier run)" : "run", shell ? "sh" : "python", r->last_code,
+    buf_printf(&b, "\nThe last code %s:\n\n```%s\n%s%s```\n",
+               r->doomed ? "tried (in an "
+                           "earlier run)"
+                         : "run",
+               shell ? "sh" : "python", r->last_code,
                r->last_code[0] && r->last_code[strlen(r->last_code) - 1] == '\n' ? "" : "\n");
     if (r->last_error)
         buf_printf(&b, "\nIt failed with:\n\n    %s\n", r->last_error);
@@ -80,8 +85,8 @@ static char *handback_text(const struct run *r)
                    r->missing_module ? "; install what it imports: python3 -m pip install " : "",
                    r->missing_module ? r->missing_module : "",
                    r->missing_module ? " (this sandbox has no network to do it)" : "");
-    buf_printf(&b, "%s Run it: %s\n", shell ? "2." : "3.", shell ? "bash task.sh"
-                                                                : "python3 task.py");
+    buf_printf(&b, "%s Run it: %s\n", shell ? "2." : "3.",
+               shell ? "bash task.sh" : "python3 task.py");
     buf_printf(&b, "%s Fix what the error above names, and run it again.\n", shell ? "3." : "4.");
     return buf_detach(&b, NULL);
 }
@@ -122,9 +127,8 @@ static json_t *options_json(const struct run *r)
         json_array_append_new(fb, json_string(agent_fallback_name(r->o.fallbacks[i])));
     return json_pack("{s:i,s:i,s:f,s:I,s:b,s:o,s:b}", "max_steps", (int)r->o.max_steps,
                      "max_retries", (int)r->o.max_retries, "max_time_s",
-                     (double)r->o.max_time_ms / 1000.0, "max_tokens",
-                     (json_int_t)r->o.max_tokens, "vision", r->o.vision, "fallbacks", fb,
-                     "retry_doomed", r->o.retry_doomed);
+                     (double)r->o.max_time_ms / 1000.0, "max_tokens", (json_int_t)r->o.max_tokens,
+                     "vision", r->o.vision, "fallbacks", fb, "retry_doomed", r->o.retry_doomed);
 }
 
 static json_t *incident(const struct run *r)
@@ -140,9 +144,8 @@ static json_t *incident(const struct run *r)
                      r->env.key, "weak_mode", r->weak, "steps", (int)r->steps, "transcript",
                      r->messages, "attempts", r->attempts, "errors", distinct_errors(r),
                      "sandbox_log", r->sandbox_log, "fallbacks", json_deep_copy(r->fallbacks),
-                     "memory",
-                     r->known, "options", options_json(r), "input_files", inputs, "answer",
-                     r->answer, "last_error", r->last_error);
+                     "memory", r->known, "options", options_json(r), "input_files", inputs,
+                     "answer", r->answer, "last_error", r->last_error);
 }
 
 static void run_review(struct run *r)
@@ -153,9 +156,9 @@ static void run_review(struct run *r)
     }
     json_t *inc = incident(r);
     /* The record says which fallbacks ran, this one included. */
-    json_array_append_new(json_object_get(inc, "fallbacks"),
-                          json_pack("{s:s,s:b,s:s}", "name", "review", "ran", 1, "detail",
-                                    "this incident"));
+    json_array_append_new(
+        json_object_get(inc, "fallbacks"),
+        json_pack("{s:s,s:b,s:s}", "name", "review", "ran", 1, "detail", "this incident"));
     char *id = NULL;
     if (review_create(r->o.data_dir, inc, &id) < 0) {
         _cleanup_free_ char *why = xasprintf("cannot store the incident: %s", err_msg());
@@ -165,14 +168,17 @@ static void run_review(struct run *r)
     }
     r->review_id = id;
     _cleanup_free_ char *detail = xasprintf("incident %s is in the review queue ('runcell "
-                                            "review show %s')", id, id);
+                                            "review show %s')",
+                                            id, id);
     if (r->o.webhook_url) {
         int status = webhook_post(r->o.webhook_url, inc);
         free(detail);
         detail = status < 0 ? xasprintf("incident %s is in the review queue; the webhook "
-                                        "failed: %s", id, err_msg())
+                                        "failed: %s",
+                                        id, err_msg())
                             : xasprintf("incident %s is in the review queue and was POSTed to "
-                                        "the webhook (HTTP %d)", id, status);
+                                        "the webhook (HTTP %d)",
+                                        id, status);
     }
     json_decref(inc);
     run_fallback(r, FALLBACK_REVIEW, true, detail);
@@ -186,16 +192,18 @@ void run_fallbacks(struct run *r)
         switch (r->o.fallbacks[i]) {
         case FALLBACK_WEAK:
             if (!r->weak)
-                run_fallback(r, FALLBACK_WEAK, false, r->stop == STOP_DOOMED
-                             ? "not needed: the task failed before, not the sandbox"
-                             : "not needed: the sandbox was serving; the code failed");
+                run_fallback(r, FALLBACK_WEAK, false,
+                             r->stop == STOP_DOOMED
+                                 ? "not needed: the task failed before, not the sandbox"
+                                 : "not needed: the sandbox was serving; the code failed");
             break;
         case FALLBACK_HANDBACK:
             free(r->answer);
             r->answer = handback_text(r);
-            run_fallback(r, FALLBACK_HANDBACK, true, r->last_code
-                         ? "the answer hands back the last code, its error and how to run it"
-                         : "the answer says why; there was no code to hand back");
+            run_fallback(r, FALLBACK_HANDBACK, true,
+                         r->last_code
+                             ? "the answer hands back the last code, its error and how to run it"
+                             : "the answer says why; there was no code to hand back");
             break;
         case FALLBACK_REVIEW:
             run_review(r);
@@ -215,19 +223,17 @@ json_t *run_outcome(struct run *r, json_t *files)
                           : r->stop == STOP_CANCELLED ? "cancelled"
                                                       : "failed";
     json_t *usage = r->usage_seen
-                        ? json_pack("{s:I,s:I,s:I}", "prompt_tokens",
-                                    (json_int_t)r->prompt_tokens, "completion_tokens",
-                                    (json_int_t)r->completion_tokens, "total_tokens",
-                                    (json_int_t)r->total_tokens)
+                        ? json_pack("{s:I,s:I,s:I}", "prompt_tokens", (json_int_t)r->prompt_tokens,
+                                    "completion_tokens", (json_int_t)r->completion_tokens,
+                                    "total_tokens", (json_int_t)r->total_tokens)
                         : json_null();
-    return json_pack("{s:s,s:s,s:s,s:s?,s:s,s:i,s:b,s:b,s:O,s:O,s:o,s:s?,s:o,s:O,s:s,s:s,"
-                     "s:f,s:O}",
-                     "type", "outcome", "outcome", outcome, "reason", stop_reason_name(r->stop),
-                     "reason_text", r->stop_detail, "answer", r->answer ? r->answer : "",
-                     "steps", (int)r->steps, "weak_mode", r->weak, "retries_skipped",
-                     r->retries_skipped || r->doomed, "attempts", r->attempts, "fallbacks",
-                     r->fallbacks, "files", files, "review_id", r->review_id, "usage", usage,
-                     "memory", r->known, "fingerprint", r->fingerprint, "model",
-                     llm_client_model(r->llm), "wall_ms", now_ms_f() - r->t0, "transcript",
-                     r->messages);
+    return json_pack(
+        "{s:s,s:s,s:s,s:s?,s:s,s:i,s:b,s:b,s:O,s:O,s:o,s:s?,s:o,s:O,s:s,s:s,"
+        "s:f,s:O}",
+        "type", "outcome", "outcome", outcome, "reason", stop_reason_name(r->stop), "reason_text",
+        r->stop_detail, "answer", r->answer ? r->answer : "", "steps", (int)r->steps, "weak_mode",
+        r->weak, "retries_skipped", r->retries_skipped || r->doomed, "attempts", r->attempts,
+        "fallbacks", r->fallbacks, "files", files, "review_id", r->review_id, "usage", usage,
+        "memory", r->known, "fingerprint", r->fingerprint, "model", llm_client_model(r->llm),
+        "wall_ms", now_ms_f() - r->t0, "transcript", r->messages);
 }

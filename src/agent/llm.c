@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#define MAX_BACKOFF_MS 30000
+#define MAX_BACKOFF_MS     30000
 #define CONNECT_TIMEOUT_MS 10000
 
 struct llm_client {
@@ -53,9 +53,10 @@ int llm_client_new(const struct llm_config *cfg, struct llm_client **ret)
     const char *model = env_or(cfg->model, "RUNCELL_MODEL", NULL);
     if (!model || !*model)
         return err_set(EINVAL, "no model named: pass --model or set RUNCELL_MODEL (e.g. "
-                       "gpt-4o-mini, or the name your local server serves)");
+                               "gpt-4o-mini, or the name your local server serves)");
     if (!str_has_prefix(base, "http://") && !str_has_prefix(base, "https://"))
-        return err_set(EINVAL, "base URL '%s' is not an http:// or https:// URL; pass "
+        return err_set(EINVAL,
+                       "base URL '%s' is not an http:// or https:// URL; pass "
                        "--base-url or set OPENAI_BASE_URL (e.g. http://127.0.0.1:11434/v1)",
                        base);
     agent_curl_init();
@@ -68,8 +69,8 @@ int llm_client_new(const struct llm_config *cfg, struct llm_client **ret)
     c->api_key = xstrdup(key);
     c->model = xstrdup(model);
     c->stream = cfg->stream;
-    c->timeout_ms = cfg->request_timeout_ms ? cfg->request_timeout_ms
-                                            : AGENT_DEFAULT_REQUEST_TIMEOUT_MS;
+    c->timeout_ms =
+        cfg->request_timeout_ms ? cfg->request_timeout_ms : AGENT_DEFAULT_REQUEST_TIMEOUT_MS;
     c->retries = cfg->http_retries;
     c->backoff_ms = cfg->backoff_ms ? cfg->backoff_ms : AGENT_DEFAULT_BACKOFF_MS;
     *ret = c;
@@ -170,8 +171,7 @@ static void wipe_headers(struct curl_slist *l)
 }
 
 /* POSTs body to c->url; fills h. Returns the curl code; errbuf says what went wrong. */
-static CURLcode http_post(struct llm_client *c, const char *body, struct http *h,
-                          char *errbuf)
+static CURLcode http_post(struct llm_client *c, const char *body, struct http *h, char *errbuf)
 {
     CURL *curl = curl_easy_init();
     struct curl_slist *headers = NULL;
@@ -194,8 +194,7 @@ static CURLcode http_post(struct llm_client *c, const char *body, struct http *h
     curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body);
     curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
     curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, (long)c->timeout_ms);
-    curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, (long)MIN(c->timeout_ms,
-                                                                CONNECT_TIMEOUT_MS));
+    curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, (long)MIN(c->timeout_ms, CONNECT_TIMEOUT_MS));
     curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(curl, CURLOPT_WRITEDATA, h);
     curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, on_header);
@@ -275,7 +274,8 @@ static void merge_call(struct llm_reply *r, json_t *call, size_t position)
 {
     json_t *idx = json_object_get(call, "index");
     size_t index = json_is_integer(idx) && json_integer_value(idx) >= 0
-                       ? (size_t)json_integer_value(idx) : position;
+                       ? (size_t)json_integer_value(idx)
+                       : position;
     struct llm_tool_call *tc = call_slot(r, index);
     if (!tc)
         return;
@@ -323,8 +323,7 @@ static void merge_message(struct llm_reply *r, json_t *m)
     merge_content(r, json_object_get(m, "content"));
     size_t i;
     json_t *call;
-    json_array_foreach(json_object_get(m, "tool_calls"), i, call)
-        merge_call(r, call, i);
+    json_array_foreach(json_object_get(m, "tool_calls"), i, call) merge_call(r, call, i);
     json_t *legacy = json_object_get(m, "function_call");
     if (json_is_object(legacy)) {
         json_t *wrapped = json_pack("{s:i,s:O}", "index", 0, "function", legacy);
@@ -352,8 +351,9 @@ static int reply_error(struct llm_client *c, json_t *j)
     if (!e)
         return 0;
     const char *msg = json_string_value(json_object_get(e, "message"));
-    _cleanup_free_ char *text = xstrdup(msg ? msg : json_is_string(e) ? json_string_value(e)
-                                                                      : "no message");
+    _cleanup_free_ char *text = xstrdup(msg                 ? msg
+                                        : json_is_string(e) ? json_string_value(e)
+                                                            : "no message");
     llm_client_redact(c, text);
     return err_set(EPROTO, "the model endpoint %s reported an error: %.500s", c->url, text);
 }
@@ -363,13 +363,16 @@ static int parse_plain(struct llm_client *c, const char *body, size_t n, struct 
     json_error_t jerr;
     json_t *j = json_loadb(body, n, 0, &jerr);
     if (!j)
-        return err_set(EPROTO, "the model endpoint %s answered with something that is not "
-                       "JSON (%s); is --base-url an OpenAI-compatible /v1 URL?", c->url,
-                       jerr.text);
+        return err_set(EPROTO,
+                       "the model endpoint %s answered with something that is not "
+                       "JSON (%s); is --base-url an OpenAI-compatible /v1 URL?",
+                       c->url, jerr.text);
     int rc = reply_error(c, j);
     if (!rc && !json_is_object(json_array_get(json_object_get(j, "choices"), 0)))
-        rc = err_set(EPROTO, "the model endpoint %s answered without 'choices': not a Chat "
-                     "Completions reply; is --base-url an OpenAI-compatible /v1 URL?", c->url);
+        rc = err_set(EPROTO,
+                     "the model endpoint %s answered without 'choices': not a Chat "
+                     "Completions reply; is --base-url an OpenAI-compatible /v1 URL?",
+                     c->url);
     if (!rc)
         merge_choice(r, j, "message");
     json_decref(j);
@@ -431,8 +434,10 @@ static int parse_sse(struct llm_client *c, const char *body, size_t n, struct ll
     if (rc < 0)
         return rc;
     if (!chunks)
-        return err_set(EPROTO, "the model endpoint %s sent an event stream without a single "
-                       "completion chunk", c->url);
+        return err_set(EPROTO,
+                       "the model endpoint %s sent an event stream without a single "
+                       "completion chunk",
+                       c->url);
     return 0;
 }
 
@@ -468,8 +473,10 @@ static int normalise_reply(struct llm_client *c, struct llm_reply *r)
         note(r, "finish_reason \"tool\" read as \"tool_calls\"");
     }
     if (!r->content && !r->n_calls && r->finish_reason && !strcmp(r->finish_reason, "length"))
-        return err_set(EPROTO, "the model %s stopped at its length limit before saying "
-                       "anything", c->model);
+        return err_set(EPROTO,
+                       "the model %s stopped at its length limit before saying "
+                       "anything",
+                       c->model);
     return 0;
 }
 
@@ -477,8 +484,8 @@ static int normalise_reply(struct llm_client *c, struct llm_reply *r)
 
 static char *request_body(struct llm_client *c, json_t *messages, json_t *tools)
 {
-    json_t *req = json_pack("{s:s,s:O,s:b}", "model", c->model, "messages", messages, "stream",
-                            c->stream);
+    json_t *req =
+        json_pack("{s:s,s:O,s:b}", "model", c->model, "messages", messages, "stream", c->stream);
     if (tools && json_array_size(tools)) {
         json_object_set(req, "tools", tools);
         if (!c->no_tool_choice)
@@ -582,20 +589,23 @@ static int fail_http(struct llm_client *c, CURLcode cc, const char *errbuf, stru
     if (cc == CURLE_ABORTED_BY_CALLBACK)
         return err_set(ECANCELED, "the request to the model was cancelled");
     if (h->too_big)
-        return err_set(E2BIG, "the model's response from %s is larger than %u MiB; runcell "
-                       "stopped reading it", c->url, AGENT_MAX_RESPONSE >> 20);
+        return err_set(E2BIG,
+                       "the model's response from %s is larger than %u MiB; runcell "
+                       "stopped reading it",
+                       c->url, AGENT_MAX_RESPONSE >> 20);
     if (cc == CURLE_OPERATION_TIMEDOUT)
-        return err_set(ETIMEDOUT, "the model endpoint %s did not answer within %.3g s (%u "
-                       "attempt%s); raise --request-timeout or check the server", c->url,
-                       (double)c->timeout_ms / 1000.0, attempts, attempts == 1 ? "" : "s");
+        return err_set(ETIMEDOUT,
+                       "the model endpoint %s did not answer within %.3g s (%u "
+                       "attempt%s); raise --request-timeout or check the server",
+                       c->url, (double)c->timeout_ms / 1000.0, attempts, attempts == 1 ? "" : "s");
     if (cc != CURLE_OK)
-        return err_set(ECONNREFUSED, "cannot reach the model endpoint %s: %s (%u attempt%s); "
-                       "check --base-url / OPENAI_BASE_URL", c->url,
-                       *errbuf ? errbuf : curl_easy_strerror(cc), attempts,
+        return err_set(ECONNREFUSED,
+                       "cannot reach the model endpoint %s: %s (%u attempt%s); "
+                       "check --base-url / OPENAI_BASE_URL",
+                       c->url, *errbuf ? errbuf : curl_easy_strerror(cc), attempts,
                        attempts == 1 ? "" : "s");
     _cleanup_free_ char *says = server_says(c, h);
-    const char *hint = h->status == 401 || h->status == 403
-                           ? "; check --api-key / OPENAI_API_KEY"
+    const char *hint = h->status == 401 || h->status == 403 ? "; check --api-key / OPENAI_API_KEY"
                        : h->status == 404 ? "; check --base-url (it ends in /v1) and --model"
                                           : "";
     return err_set(EIO, "the model endpoint %s answered HTTP %ld (%u attempt%s): %s%s", c->url,
@@ -637,8 +647,10 @@ int llm_chat(struct llm_client *c, json_t *messages, json_t *tools,
         uint64_t wait = backoff_for(c, failures, h.retry_after_s);
         char what[160];
         if (cc == CURLE_OK)
-            snprintf(what, sizeof(what), "the server answered HTTP %ld; asked again after a "
-                     "pause", h.status);
+            snprintf(what, sizeof(what),
+                     "the server answered HTTP %ld; asked again after a "
+                     "pause",
+                     h.status);
         else
             snprintf(what, sizeof(what), "%s; asked again after a pause", curl_easy_strerror(cc));
         note(&r, what);

@@ -9,17 +9,23 @@
 #include <stdio.h>
 #include <string.h>
 
-#define CRASHES_FOR_WEAK 2 /* interpreter crashes in a row that mean the sandbox cannot serve */
-#define FIX_SHOWN 800
+#define CRASHES_FOR_WEAK    2 /* interpreter crashes in a row that mean the sandbox cannot serve */
+#define FIX_SHOWN           800
 #define ATTEMPT_OBSERVATION 4000
 
 static const char *const stop_names[] = {
-    [STOP_RUNNING] = "running",       [STOP_ANSWERED] = "answered",
-    [STOP_RETRIES] = "retries_exhausted", [STOP_NO_PROGRESS] = "no_progress",
-    [STOP_UNFIXABLE] = "known_unfixable", [STOP_MAX_STEPS] = "max_steps",
-    [STOP_MAX_TIME] = "max_time",     [STOP_MAX_TOKENS] = "max_tokens",
-    [STOP_MODEL_ERROR] = "model_error", [STOP_SANDBOX] = "sandbox_failed",
-    [STOP_DOOMED] = "doomed",         [STOP_CANCELLED] = "cancelled",
+    [STOP_RUNNING] = "running",
+    [STOP_ANSWERED] = "answered",
+    [STOP_RETRIES] = "retries_exhausted",
+    [STOP_NO_PROGRESS] = "no_progress",
+    [STOP_UNFIXABLE] = "known_unfixable",
+    [STOP_MAX_STEPS] = "max_steps",
+    [STOP_MAX_TIME] = "max_time",
+    [STOP_MAX_TOKENS] = "max_tokens",
+    [STOP_MODEL_ERROR] = "model_error",
+    [STOP_SANDBOX] = "sandbox_failed",
+    [STOP_DOOMED] = "doomed",
+    [STOP_CANCELLED] = "cancelled",
 };
 
 const char *stop_reason_name(enum stop_reason s)
@@ -71,8 +77,8 @@ bool run_has_fallback(const struct run *r, enum agent_fallback f)
 
 void run_fallback(struct run *r, enum agent_fallback f, bool ran, const char *detail)
 {
-    json_t *entry = json_pack("{s:s,s:b,s:s}", "name", agent_fallback_name(f), "ran", ran,
-                              "detail", detail);
+    json_t *entry =
+        json_pack("{s:s,s:b,s:s}", "name", agent_fallback_name(f), "ran", ran, "detail", detail);
     json_array_append(r->fallbacks, entry);
     json_t *ev = json_pack("{s:s}", "type", "fallback");
     json_object_update(ev, entry);
@@ -91,13 +97,15 @@ static double elapsed_ms(const struct run *r)
  * Returns what the model must be told, or NULL. */
 static char *sandbox_cannot_serve(struct run *r, const char *why)
 {
-    json_array_append_new(r->sandbox_log, json_pack("{s:s,s:i}", "event", why, "step",
-                                                    (int)r->steps));
+    json_array_append_new(r->sandbox_log,
+                          json_pack("{s:s,s:i}", "event", why, "step", (int)r->steps));
     if (r->weak)
         return NULL;
     if (!run_has_fallback(r, FALLBACK_WEAK)) {
-        run_stop(r, STOP_SANDBOX, "the sandbox cannot serve (%s), and weak mode is not among "
-                 "the fallbacks", why);
+        run_stop(r, STOP_SANDBOX,
+                 "the sandbox cannot serve (%s), and weak mode is not among "
+                 "the fallbacks",
+                 why);
         return NULL;
     }
     r->weak = true;
@@ -115,8 +123,8 @@ static char *sandbox_cannot_serve(struct run *r, const char *why)
 
 static void add_tool_message(struct run *r, const char *id, const char *text)
 {
-    json_array_append_new(r->messages, json_pack("{s:s,s:s,s:s}", "role", "tool",
-                                                 "tool_call_id", id, "content", text));
+    json_array_append_new(r->messages, json_pack("{s:s,s:s,s:s}", "role", "tool", "tool_call_id",
+                                                 id, "content", text));
 }
 
 /* A failed attempt that never reached the sandbox (bad arguments, unknown tool). */
@@ -126,16 +134,14 @@ static void refuse_call(struct run *r, const struct llm_tool_call *tc, const cha
     add_tool_message(r, tc->id, text);
     r->failures_in_row++;
     _cleanup_free_ char *args = clip_text(tc->arguments, 1500, 500);
-    json_array_append_new(r->attempts,
-                          json_pack("{s:i,s:s,s:s,s:s,s:s}", "step", (int)r->steps, "tool",
-                                    tc->name, "arguments", args, "status", "bad_call", "error",
-                                    why));
-    run_emit(r, json_pack("{s:s,s:i,s:s,s:s,s:s}", "type", "observation", "step",
-                          (int)r->steps, "tool", tc->name, "status", "bad_call",
-                          "observation", text));
+    json_array_append_new(r->attempts, json_pack("{s:i,s:s,s:s,s:s,s:s}", "step", (int)r->steps,
+                                                 "tool", tc->name, "arguments", args, "status",
+                                                 "bad_call", "error", why));
+    run_emit(r, json_pack("{s:s,s:i,s:s,s:s,s:s}", "type", "observation", "step", (int)r->steps,
+                          "tool", tc->name, "status", "bad_call", "observation", text));
     if (r->failures_in_row >= r->o.max_retries)
-        run_stop(r, STOP_RETRIES, "%u failed attempts in a row (the last: %s)",
-                 r->failures_in_row, why);
+        run_stop(r, STOP_RETRIES, "%u failed attempts in a row (the last: %s)", r->failures_in_row,
+                 why);
 }
 
 /* The code of a call, or NULL after telling the model exactly what was wrong. */
@@ -145,13 +151,14 @@ static char *call_code(struct run *r, const struct llm_tool_call *tc, const char
     const char *field = py ? "code" : "command";
     if (!py && !sh) {
         _cleanup_free_ char *why = xasprintf("there is no tool named '%.100s'; the tools are "
-                                             "run_python(code)%s", tc->name,
-                                             r->weak ? "" : " and run_shell(command)");
+                                             "run_python(code)%s",
+                                             tc->name, r->weak ? "" : " and run_shell(command)");
         refuse_call(r, tc, why);
         return NULL;
     }
     if (sh && r->weak) {
-        refuse_call(r, tc, "run_shell is not available in weak mode; use run_python with the "
+        refuse_call(r, tc,
+                    "run_shell is not available in weak mode; use run_python with the "
                     "standard library");
         return NULL;
     }
@@ -164,18 +171,20 @@ static char *call_code(struct run *r, const struct llm_tool_call *tc, const char
     _cleanup_free_ char *why = NULL;
     if (!*tc->arguments)
         why = xasprintf("the arguments of %s are empty; send a JSON object such as "
-                        "{\"%s\": \"...\"}", tc->name, field);
+                        "{\"%s\": \"...\"}",
+                        tc->name, field);
     else if (!args)
         why = xasprintf("the arguments of %s are not valid JSON: %s (line %d, column %d); "
                         "send a JSON object such as {\"%s\": \"...\"} with the %s as one JSON "
-                        "string (newlines as \\n, quotes as \\\")", tc->name, jerr.text,
-                        jerr.line, jerr.column, field, field);
+                        "string (newlines as \\n, quotes as \\\")",
+                        tc->name, jerr.text, jerr.line, jerr.column, field, field);
     else if (!json_is_object(args))
         why = xasprintf("the arguments of %s must be a JSON object such as {\"%s\": \"...\"}, "
-                        "not a %s", tc->name, field, json_is_array(args) ? "list" : "value");
+                        "not a %s",
+                        tc->name, field, json_is_array(args) ? "list" : "value");
     else if (!json_is_string(json_object_get(args, field)))
-        why = xasprintf("the arguments of %s need the field \"%s\" as a string%s", tc->name,
-                        field, json_object_get(args, field) ? " (it is not a string)" : "");
+        why = xasprintf("the arguments of %s need the field \"%s\" as a string%s", tc->name, field,
+                        json_object_get(args, field) ? " (it is not a string)" : "");
     char *code = why ? NULL : xstrdup(json_string_value(json_object_get(args, field)));
     json_decref(args);
     if (why) {
@@ -187,8 +196,7 @@ static char *call_code(struct run *r, const struct llm_tool_call *tc, const char
 }
 
 /* What the failure memory says about f, as a note for the model; updates the run's state. */
-static char *remember_failure(struct run *r, const struct exec_record *rec,
-                              const struct failure *f)
+static char *remember_failure(struct run *r, const struct exec_record *rec, const struct failure *f)
 {
     struct failmem_known k;
     size_t n;
@@ -198,8 +206,9 @@ static char *remember_failure(struct run *r, const struct exec_record *rec,
         log_warn("msg=\"failure memory unavailable\" error=\"%s\"", err_msg());
     char *note = NULL;
     if (k.unfixable) {
-        _cleanup_free_ char *seen = k.seen ? xasprintf(" (seen %ld time%s before)", k.seen,
-                                                      k.seen == 1 ? "" : "s") : xstrdup("");
+        _cleanup_free_ char *seen =
+            k.seen ? xasprintf(" (seen %ld time%s before)", k.seen, k.seen == 1 ? "" : "s")
+                   : xstrdup("");
         note = xasprintf("runcell knows this cannot work here%s: %s Do not retry the same way.",
                          seen, k.note);
         r->retries_skipped = true;
@@ -208,7 +217,8 @@ static char *remember_failure(struct run *r, const struct exec_record *rec,
     } else if (k.fixed && k.fix) {
         _cleanup_free_ char *fix = clip_text(k.fix, FIX_SHOWN, FIX_SHOWN / 4);
         note = xasprintf("runcell has seen this error %ld time%s before; code that worked right "
-                         "after it:\n%s", k.seen, k.seen == 1 ? "" : "s", fix);
+                         "after it:\n%s",
+                         k.seen, k.seen == 1 ? "" : "s", fix);
     }
     if (k.seen || k.unfixable)
         json_array_append_new(r->known, json_pack("{s:s,s:s,s:I,s:b,s:s?}", "signature", f->sig,
@@ -247,17 +257,19 @@ static char *after_failure(struct run *r, const struct exec_record *rec, const c
     char *note = remember_failure(r, rec, &f);
     char *weak_notice = NULL;
     if (!r->weak && (rec->status == EXEC_SANDBOX_ERROR || r->crashes_in_row >= CRASHES_FOR_WEAK)) {
-        _cleanup_free_ char *why = rec->status == EXEC_SANDBOX_ERROR
-                                       ? xasprintf("%s", rec->message ? rec->message : "sandbox error")
-                                       : xasprintf("the interpreter crashed %u times in a row",
-                                                   r->crashes_in_row);
+        _cleanup_free_ char *why =
+            rec->status == EXEC_SANDBOX_ERROR
+                ? xasprintf("%s", rec->message ? rec->message : "sandbox error")
+                : xasprintf("the interpreter crashed %u times in a row", r->crashes_in_row);
         weak_notice = sandbox_cannot_serve(r, why);
     } else if (!strcmp(f.sig, r->last_sig)) {
         run_stop(r, r->retries_skipped ? STOP_UNFIXABLE : STOP_NO_PROGRESS,
                  "the same error twice in a row (%s), so retrying stopped early", r->last_error);
     } else if (r->failures_in_row >= r->o.max_retries && r->retries_skipped) {
-        run_stop(r, STOP_UNFIXABLE, "an error that cannot be fixed here skipped the retries, "
-                 "and the attempt after it failed too (the last: %.300s)", r->last_error);
+        run_stop(r, STOP_UNFIXABLE,
+                 "an error that cannot be fixed here skipped the retries, "
+                 "and the attempt after it failed too (the last: %.300s)",
+                 r->last_error);
     } else if (r->failures_in_row >= r->o.max_retries) {
         run_stop(r, STOP_RETRIES, "%u failed executions in a row (the last: %.300s)",
                  r->failures_in_row, r->last_error);
@@ -295,18 +307,19 @@ static void log_sandbox(struct run *r, const struct exec_record *rec)
     _cleanup_free_ char *err = outcap_render(&rec->err, &n);
     _cleanup_free_ char *tail = clip_text(err, 0, 1000);
     json_array_append_new(r->sandbox_log,
-                          json_pack("{s:i,s:s,s:s?,s:s,s:b,s:b}", "step", (int)r->steps,
-                                    "status", exec_status_name(rec->status), "message",
-                                    rec->message, "stderr_tail", tail, "state_lost",
-                                    rec->state == STATE_LOST, "limits_degraded",
-                                    rec->limits_degraded));
+                          json_pack("{s:i,s:s,s:s?,s:s,s:b,s:b}", "step", (int)r->steps, "status",
+                                    exec_status_name(rec->status), "message", rec->message,
+                                    "stderr_tail", tail, "state_lost", rec->state == STATE_LOST,
+                                    "limits_degraded", rec->limits_degraded));
 }
 
 static int execute(struct run *r, const char *code, const char *lang, struct exec_record *rec)
 {
     if (r->weak)
         return weak_run(r->host, &r->o, code, rec);
-    struct exec_request req = {.code = code, .lang = lang, .cancel_fd = r->o.cancel.fd,
+    struct exec_request req = {.code = code,
+                               .lang = lang,
+                               .cancel_fd = r->o.cancel.fd,
                                .cancel_events = r->o.cancel.events};
     if (r->o.max_time_ms) {
         /* An execution never outlives the run's wall-time budget. */
@@ -338,17 +351,15 @@ static void run_call(struct run *r, const struct llm_tool_call *tc, json_t *imag
         rec.status = EXEC_SANDBOX_ERROR;
         rec.message = xstrdup(err_msg());
     }
-    _cleanup_strv_ char **saved = weak_run_now ? NULL
-                                               : save_images(session_workspace(r->s), &rec,
-                                                             r->steps, images);
+    _cleanup_strv_ char **saved =
+        weak_run_now ? NULL : save_images(session_workspace(r->s), &rec, r->steps, images);
     for (char **f = rec.copied_out; f && *f; f++)
         json_array_append_new(r->weak_files, json_string(*f));
     json_array_append_new(
-        r->attempts,
-        json_pack("{s:i,s:s,s:s,s:s,s:O,s:b,s:f,s:s?}", "step", (int)r->steps, "tool", tc->name,
-                  "code", code, "status", exec_status_name(rec.status), "error",
-                  rec.error ? rec.error : json_null(), "weak", weak_run_now, "wall_ms",
-                  rec.wall_ms, "message", rec.message));
+        r->attempts, json_pack("{s:i,s:s,s:s,s:s,s:O,s:b,s:f,s:s?}", "step", (int)r->steps, "tool",
+                               tc->name, "code", code, "status", exec_status_name(rec.status),
+                               "error", rec.error ? rec.error : json_null(), "weak", weak_run_now,
+                               "wall_ms", rec.wall_ms, "message", rec.message));
     log_sandbox(r, &rec);
     _cleanup_free_ char *note = NULL;
     if (rec.status == EXEC_OK)
@@ -360,13 +371,13 @@ static void run_call(struct run *r, const struct llm_tool_call *tc, json_t *imag
     json_t *last = json_array_get(r->attempts, json_array_size(r->attempts) - 1);
     json_object_set_new(last, "observation", json_string(text));
     if (strlen(text) > ATTEMPT_OBSERVATION) {
-        _cleanup_free_ char *clipped = clip_text(text, ATTEMPT_OBSERVATION / 2,
-                                                 ATTEMPT_OBSERVATION / 4);
+        _cleanup_free_ char *clipped =
+            clip_text(text, ATTEMPT_OBSERVATION / 2, ATTEMPT_OBSERVATION / 4);
         json_object_set_new(last, "observation", json_string(clipped));
     }
-    run_emit(r, json_pack("{s:s,s:i,s:s,s:s,s:s,s:b}", "type", "observation", "step",
-                          (int)r->steps, "tool", tc->name, "status", exec_status_name(rec.status),
-                          "observation", text, "weak", weak_run_now));
+    run_emit(r, json_pack("{s:s,s:i,s:s,s:s,s:s,s:b}", "type", "observation", "step", (int)r->steps,
+                          "tool", tc->name, "status", exec_status_name(rec.status), "observation",
+                          text, "weak", weak_run_now));
     exec_record_release(&rec);
 }
 
@@ -381,10 +392,10 @@ static json_t *assistant_message(const struct llm_reply *rep)
         return m;
     json_t *calls = json_array();
     for (size_t i = 0; i < rep->n_calls; i++)
-        json_array_append_new(calls, json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", rep->calls[i].id,
-                                               "type", "function", "function", "name",
-                                               rep->calls[i].name, "arguments",
-                                               rep->calls[i].arguments));
+        json_array_append_new(calls,
+                              json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", rep->calls[i].id, "type",
+                                        "function", "function", "name", rep->calls[i].name,
+                                        "arguments", rep->calls[i].arguments));
     json_object_set_new(m, "tool_calls", calls);
     return m;
 }
@@ -416,11 +427,11 @@ static void add_images_message(struct run *r, json_t *images)
     json_t *img;
     json_array_foreach(images, i, img)
     {
-        _cleanup_free_ char *url = xasprintf("data:%s;base64,%s",
-                                             json_string_value(json_object_get(img, "mime")),
-                                             json_string_value(json_object_get(img, "data")));
-        json_array_append_new(parts, json_pack("{s:s,s:{s:s}}", "type", "image_url",
-                                               "image_url", "url", url));
+        _cleanup_free_ char *url =
+            xasprintf("data:%s;base64,%s", json_string_value(json_object_get(img, "mime")),
+                      json_string_value(json_object_get(img, "data")));
+        json_array_append_new(
+            parts, json_pack("{s:s,s:{s:s}}", "type", "image_url", "image_url", "url", url));
     }
     json_array_append_new(r->messages, json_pack("{s:s,s:o}", "role", "user", "content", parts));
 }
@@ -451,10 +462,10 @@ static void step(struct run *r)
     }
     account(r, &rep);
     json_array_append_new(r->messages, assistant_message(&rep));
-    run_emit(r, json_pack("{s:s,s:i,s:s?,s:i,s:s?,s:O?,s:i}", "type", "model", "step",
-                          (int)r->steps, "content", rep.content, "tool_calls", (int)rep.n_calls,
-                          "finish_reason", rep.finish_reason, "notes", rep.notes, "attempts",
-                          (int)rep.attempts));
+    run_emit(r,
+             json_pack("{s:s,s:i,s:s?,s:i,s:s?,s:O?,s:i}", "type", "model", "step", (int)r->steps,
+                       "content", rep.content, "tool_calls", (int)rep.n_calls, "finish_reason",
+                       rep.finish_reason, "notes", rep.notes, "attempts", (int)rep.attempts));
     if (!rep.n_calls) {
         r->answer = xstrdup(rep.content ? rep.content : "");
         run_stop(r, STOP_ANSWERED, "the model answered");
@@ -492,8 +503,10 @@ static int fill_options(struct agent_options *o)
     }
     for (size_t i = 0; i < o->n_files; i++)
         if (!path_is_safe_relative(o->files[i].dest))
-            return err_set(EINVAL, "bad file name '%s': use a relative path inside the "
-                           "workspace, without '..'", o->files[i].dest);
+            return err_set(EINVAL,
+                           "bad file name '%s': use a relative path inside the "
+                           "workspace, without '..'",
+                           o->files[i].dest);
     return 0;
 }
 
@@ -511,19 +524,17 @@ static int prepare_workspace(struct run *r)
 
 static void start_messages(struct run *r, const char *session_error)
 {
-    _cleanup_free_ char *sys = agent_system_prompt(&r->env, &r->o,
-                                                   r->s ? session_workspace(r->s) : NULL,
-                                                   r->weak);
+    _cleanup_free_ char *sys =
+        agent_system_prompt(&r->env, &r->o, r->s ? session_workspace(r->s) : NULL, r->weak);
     r->messages = json_array();
     json_array_append_new(r->messages, json_pack("{s:s,s:s}", "role", "system", "content", sys));
     if (r->weak) {
         _cleanup_free_ char *notice = agent_weak_notice(session_error);
         _cleanup_free_ char *user = xasprintf("%s\n\n%s", r->o.task, notice);
-        json_array_append_new(r->messages, json_pack("{s:s,s:s}", "role", "user", "content",
-                                                     user));
+        json_array_append_new(r->messages, json_pack("{s:s,s:s}", "role", "user", "content", user));
     } else {
-        json_array_append_new(r->messages, json_pack("{s:s,s:s}", "role", "user", "content",
-                                                     r->o.task));
+        json_array_append_new(r->messages,
+                              json_pack("{s:s,s:s}", "role", "user", "content", r->o.task));
     }
 }
 
@@ -542,7 +553,8 @@ static void check_history(struct run *r)
         r->last_code = h.last_code ? xstrdup(h.last_code) : NULL;
         r->last_error = h.last_error ? xstrdup(h.last_error) : NULL;
         r->last_tool = "run_python";
-        run_stop(r, STOP_DOOMED, "this task exhausted its retries %ld time%s before here (last "
+        run_stop(r, STOP_DOOMED,
+                 "this task exhausted its retries %ld time%s before here (last "
                  "%s: %s), so it goes straight to the fallbacks (--retry-doomed runs it anyway)",
                  h.exhausted, h.exhausted == 1 ? "" : "s", h.last_seen ? h.last_seen : "?",
                  h.last_reason ? h.last_reason : "?");
@@ -577,8 +589,7 @@ static json_t *produced_files(struct run *r)
                 for (char **f = pass ? modified : created; *f; f++) {
                     if (r->o.out_dir &&
                         workspace_copy_out(session_workspace(r->s), *f, r->o.out_dir) < 0)
-                        log_warn("msg=\"cannot copy out\" file=\"%s\" error=\"%s\"", *f,
-                                 err_msg());
+                        log_warn("msg=\"cannot copy out\" file=\"%s\" error=\"%s\"", *f, err_msg());
                     json_array_append_new(files, json_string(*f));
                 }
             ws_listing_release(&after);
@@ -589,8 +600,7 @@ static json_t *produced_files(struct run *r)
     }
     size_t i;
     json_t *f;
-    json_array_foreach(r->weak_files, i, f)
-        json_array_append(files, f);
+    json_array_foreach(r->weak_files, i, f) json_array_append(files, f);
     return files;
 }
 
@@ -615,8 +625,7 @@ static void run_release(struct run *r)
 }
 
 int agent_run(struct sandbox_host *host, struct llm_client *llm, struct session *s,
-              const struct agent_options *opts, const struct agent_events *ev,
-              json_t **ret_outcome)
+              const struct agent_options *opts, const struct agent_events *ev, json_t **ret_outcome)
 {
     struct run r = {.host = host, .llm = llm, .s = s, .o = *opts, .ev = ev, .t0 = now_ms_f()};
     int rc = fill_options(&r.o);
@@ -631,9 +640,8 @@ int agent_run(struct sandbox_host *host, struct llm_client *llm, struct session 
     r.sandbox_log = json_array();
     r.known = json_array();
     r.weak_files = json_array();
-    run_emit(&r, json_pack("{s:s,s:s,s:s,s:s,s:b}", "type", "run", "task", r.o.task,
-                           "fingerprint", r.fingerprint, "model", llm_client_model(llm),
-                           "weak", !s));
+    run_emit(&r, json_pack("{s:s,s:s,s:s,s:s,s:b}", "type", "run", "task", r.o.task, "fingerprint",
+                           r.fingerprint, "model", llm_client_model(llm), "weak", !s));
     check_history(&r);
     const char *why = opts->session_error ? opts->session_error : "the session could not start";
     if (r.stop == STOP_RUNNING && !s) {

@@ -7,14 +7,14 @@
 #include <string.h>
 #include <unistd.h>
 
-#define STDOUT_HEAD 2500
-#define STDOUT_TAIL 1500
-#define STDERR_HEAD 1200
-#define STDERR_TAIL 1200
-#define RESULT_TEXT 1500
-#define RESULTS_TOTAL 4000
-#define TRACEBACK_TAIL 2500
-#define MAX_IMAGES 8
+#define STDOUT_HEAD      2500
+#define STDOUT_TAIL      1500
+#define STDERR_HEAD      1200
+#define STDERR_TAIL      1200
+#define RESULT_TEXT      1500
+#define RESULTS_TOTAL    4000
+#define TRACEBACK_TAIL   2500
+#define MAX_IMAGES       8
 #define MAX_VISION_IMAGE (4u << 20) /* base64 bytes of one image sent as image input */
 
 char *clip_text(const char *s, size_t head, size_t tail)
@@ -67,8 +67,8 @@ static void add_results(struct buf *b, const struct exec_record *rec, char *cons
             continue;
         _cleanup_free_ char *clipped = clip_text(text, RESULT_TEXT, RESULT_TEXT / 3);
         total += strlen(clipped);
-        buf_printf(b, "result%s:\n%s\n", json_object_get(bundle, "text/html") ? " (also HTML)"
-                                                                             : "", clipped);
+        buf_printf(b, "result%s:\n%s\n", json_object_get(bundle, "text/html") ? " (also HTML)" : "",
+                   clipped);
     }
     for (; images && images[shown_images]; shown_images++)
         buf_printf(b, "image: saved as %s\n", images[shown_images]);
@@ -135,8 +135,7 @@ char *observation_text(const struct exec_record *rec, char *const *images, const
     return buf_detach(&b, NULL);
 }
 
-static int write_image(struct workspace *ws, const char *name, const unsigned char *data,
-                       size_t n)
+static int write_image(struct workspace *ws, const char *name, const unsigned char *data, size_t n)
 {
     int fd = workspace_openat(ws, name, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd < 0)
@@ -162,8 +161,8 @@ char **save_images(struct workspace *ws, const struct exec_record *rec, unsigned
             continue;
         size_t n;
         unsigned char *data = base64_decode(b64, strlen(b64), &n);
-        _cleanup_free_ char *name = xasprintf("figure-%u-%zu.%s", step, ++k,
-                                              strcmp(mime, "image/png") ? "jpg" : "png");
+        _cleanup_free_ char *name =
+            xasprintf("figure-%u-%zu.%s", step, ++k, strcmp(mime, "image/png") ? "jpg" : "png");
         if (data && ws && write_image(ws, name, data, n) == 0)
             names = strv_push(names, name);
         free(data);

@@ -9,11 +9,11 @@
 #include <string.h>
 
 #define MAX_PACKAGES_TEXT 2500
-#define MAX_PROMPT_FILES 50
+#define MAX_PROMPT_FILES  50
 
 /* The data stack comes first in the list the model reads. */
-static const char *const featured[] = {"numpy", "pandas", "matplotlib", "openpyxl", "scipy",
-                                       "pillow", "Pillow"};
+static const char *const featured[] = {"numpy", "pandas", "matplotlib", "openpyxl",
+                                       "scipy", "pillow", "Pillow"};
 
 /* Compares the names of "name version" entries. */
 static int name_cmp(const char *a, const char *b)
@@ -123,8 +123,8 @@ void agent_env_init(struct agent_env *e, struct session *s)
     uint64_t h = FNV_OFFSET;
     for (size_t i = 0; i < n; i++)
         h = fnv1a(pkgs[i], strlen(pkgs[i]) + 1, h);
-    e->key = xasprintf("python=%s net=none packages=%016llx", e->python_version,
-                       (unsigned long long)h);
+    e->key =
+        xasprintf("python=%s net=none packages=%016llx", e->python_version, (unsigned long long)h);
 }
 
 void agent_env_release(struct agent_env *e)
@@ -162,12 +162,14 @@ static void describe_limits(struct buf *b, const struct agent_options *o)
 {
     struct session_opts so = o->session_opts ? *o->session_opts : (struct session_opts){0};
     session_opts_fill_defaults(&so);
-    buf_printf(b, "- Limits: %.3g s per execution, %llu MB of memory, %llu MB of disk in the "
+    buf_printf(b,
+               "- Limits: %.3g s per execution, %llu MB of memory, %llu MB of disk in the "
                "workspace, %.3g CPU core(s), %llu processes.\n",
                (double)so.timeout_ms / 1000.0, (unsigned long long)so.limits.memory_mb,
                (unsigned long long)so.limits.disk_mb, (double)so.limits.cpus_milli / 1000.0,
                (unsigned long long)so.limits.pids);
-    buf_printf(b, "- Budget: at most %u steps (replies of yours); the attempt ends after %u "
+    buf_printf(b,
+               "- Budget: at most %u steps (replies of yours); the attempt ends after %u "
                "failed executions in a row, or when the same error comes twice in a row.",
                o->max_steps, o->max_retries);
     if (o->max_time_ms)
@@ -181,32 +183,38 @@ char *agent_system_prompt(const struct agent_env *e, const struct agent_options 
     struct buf b;
     buf_init(&b, 0);
     buf_printf(&b, "You solve the user's task by writing and running code in a sandbox, then "
-               "answering. Everything below about the sandbox is true; assume nothing more.\n\n"
-               "Environment:\n");
+                   "answering. Everything below about the sandbox is true; assume nothing more.\n\n"
+                   "Environment:\n");
     if (weak) {
-        buf_printf(&b, "- WEAK MODE: Python %s standard library only. Every run_python call "
+        buf_printf(&b,
+                   "- WEAK MODE: Python %s standard library only. Every run_python call "
                    "runs in a fresh process: nothing is kept between calls (re-create "
                    "variables, re-read files). Imports outside the standard library are "
                    "refused. There is no run_shell. Print what you need to see.\n",
                    e->python_version);
     } else {
-        buf_printf(&b, "- Python %s (/usr/bin/python3) in a stateful session: variables, "
+        buf_printf(&b,
+                   "- Python %s (/usr/bin/python3) in a stateful session: variables, "
                    "imports and files persist between run_python calls.\n"
-                   "- Installed Python packages: %s.\n", e->python_version, e->packages);
+                   "- Installed Python packages: %s.\n",
+                   e->python_version, e->packages);
     }
     buf_printf(&b, "- Working directory: /workspace. Files there now: ");
     describe_files(&b, weak ? NULL : ws, o);
     buf_printf(&b, ".\n- Network: none. No internet access (loopback only): downloads, web "
-               "APIs and pip install cannot work.\n");
+                   "APIs and pip install cannot work.\n");
     describe_limits(&b, o);
-    buf_printf(&b, "\nTools:\n- run_python(code): runs Python code%s; the value of the last "
+    buf_printf(&b,
+               "\nTools:\n- run_python(code): runs Python code%s; the value of the last "
                "expression is shown%s.\n",
                weak ? " in a fresh process" : " in the session",
-               weak ? " only when printed" : "; figures (plt.show() or left open) are saved as "
-                                             "PNG files in the workspace");
+               weak ? " only when printed"
+                    : "; figures (plt.show() or left open) are saved as "
+                      "PNG files in the workspace");
     if (!weak)
         buf_printf(&b, "- run_shell(command): runs a bash command in /workspace.\n");
-    buf_printf(&b, "Each call returns the output (long output is cut to its head and tail), "
+    buf_printf(&b,
+               "Each call returns the output (long output is cut to its head and tail), "
                "the result, and the error with a trimmed traceback.\n\n"
                "When the task is done, answer in plain text without calling a tool: say what "
                "you found and name the files you produced. If it cannot be done here, say why.");
@@ -224,13 +232,11 @@ char *agent_weak_notice(const char *why)
                      why);
 }
 
-static json_t *tool_def(const char *name, const char *desc, const char *arg,
-                        const char *arg_desc)
+static json_t *tool_def(const char *name, const char *desc, const char *arg, const char *arg_desc)
 {
     return json_pack("{s:s,s:{s:s,s:s,s:{s:s,s:{s:{s:s,s:s}},s:[s]}}}", "type", "function",
-                     "function", "name", name, "description", desc, "parameters", "type",
-                     "object", "properties", arg, "type", "string", "description", arg_desc,
-                     "required", arg);
+                     "function", "name", name, "description", desc, "parameters", "type", "object",
+                     "properties", arg, "type", "string", "description", arg_desc, "required", arg);
 }
 
 json_t *agent_tools(bool weak)
@@ -244,8 +250,8 @@ json_t *agent_tools(bool weak)
                                "last expression's value and any error.",
                         "code", "Python source code"));
     if (!weak)
-        json_array_append_new(
-            tools, tool_def("run_shell", "Run a bash command in the workspace (/workspace).",
-                            "command", "bash command line"));
+        json_array_append_new(tools, tool_def("run_shell",
+                                              "Run a bash command in the workspace (/workspace).",
+                                              "command", "bash command line"));
     return tools;
 }

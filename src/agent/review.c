@@ -7,7 +7,7 @@
 #include <string.h>
 
 #define WEBHOOK_TIMEOUT_MS 10000
-#define MAX_NOTE 10000
+#define MAX_NOTE           10000
 
 int review_create(const char *data_dir, json_t *incident, char **ret_id)
 {
@@ -15,8 +15,10 @@ int review_create(const char *data_dir, json_t *incident, char **ret_id)
     sqlite3 *db;
     sqlite3_stmt *st;
     char now[32];
-    int rc = db_prepare(data_dir, "INSERT INTO reviews (id, created_at, status, reason, task, "
-                        "record) VALUES (?, ?, 'open', ?, ?, ?)", what, &db, &st);
+    int rc = db_prepare(data_dir,
+                        "INSERT INTO reviews (id, created_at, status, reason, task, "
+                        "record) VALUES (?, ?, 'open', ?, ?, ?)",
+                        what, &db, &st);
     if (rc < 0)
         return rc;
     _cleanup_free_ char *hex = random_hex(8);
@@ -37,22 +39,23 @@ int review_create(const char *data_dir, json_t *incident, char **ret_id)
 static json_t *summary_of(sqlite3_stmt *st)
 {
     const char *resolved = (const char *)sqlite3_column_text(st, 5);
-    return json_pack("{s:s,s:s,s:s,s:s?,s:s?,s:s?,s:s?}", "id",
-                     (const char *)sqlite3_column_text(st, 0), "created_at",
-                     (const char *)sqlite3_column_text(st, 1), "status",
-                     (const char *)sqlite3_column_text(st, 2), "reason",
-                     (const char *)sqlite3_column_text(st, 3), "task",
-                     (const char *)sqlite3_column_text(st, 4), "resolved_at", resolved, "note",
-                     (const char *)sqlite3_column_text(st, 6));
+    return json_pack(
+        "{s:s,s:s,s:s,s:s?,s:s?,s:s?,s:s?}", "id", (const char *)sqlite3_column_text(st, 0),
+        "created_at", (const char *)sqlite3_column_text(st, 1), "status",
+        (const char *)sqlite3_column_text(st, 2), "reason",
+        (const char *)sqlite3_column_text(st, 3), "task", (const char *)sqlite3_column_text(st, 4),
+        "resolved_at", resolved, "note", (const char *)sqlite3_column_text(st, 6));
 }
 
 int review_list(const char *data_dir, const char *status, size_t limit, json_t **ret)
 {
     sqlite3 *db;
     sqlite3_stmt *st;
-    int rc = db_prepare(data_dir, "SELECT id, created_at, status, reason, task, resolved_at, "
+    int rc = db_prepare(data_dir,
+                        "SELECT id, created_at, status, reason, task, resolved_at, "
                         "note FROM reviews WHERE ?1 IS NULL OR status = ?1 ORDER BY created_at "
-                        "DESC, rowid DESC LIMIT ?2", "cannot read the review queue", &db, &st);
+                        "DESC, rowid DESC LIMIT ?2",
+                        "cannot read the review queue", &db, &st);
     if (rc < 0)
         return rc;
     sqlite3_bind_text(st, 1, status, -1, SQLITE_STATIC);
@@ -70,8 +73,10 @@ static int load(sqlite3 *db, const char *id, json_t **ret)
 {
     sqlite3_stmt *st;
     int rc;
-    if (sqlite3_prepare_v2(db, "SELECT record, status, resolved_at, note FROM reviews WHERE "
-                           "id = ?", -1, &st, NULL) != SQLITE_OK)
+    if (sqlite3_prepare_v2(db,
+                           "SELECT record, status, resolved_at, note FROM reviews WHERE "
+                           "id = ?",
+                           -1, &st, NULL) != SQLITE_OK)
         return db_fail(db, "cannot read the review queue");
     sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
     if (sqlite3_step(st) != SQLITE_ROW) {
@@ -84,8 +89,7 @@ static int load(sqlite3 *db, const char *id, json_t **ret)
         } else {
             const char *resolved = (const char *)sqlite3_column_text(st, 2);
             const char *note = (const char *)sqlite3_column_text(st, 3);
-            json_object_set_new(j, "status",
-                                json_string((const char *)sqlite3_column_text(st, 1)));
+            json_object_set_new(j, "status", json_string((const char *)sqlite3_column_text(st, 1)));
             json_object_set_new(j, "resolved_at", resolved ? json_string(resolved) : json_null());
             json_object_set_new(j, "note", note ? json_string(note) : json_null());
             *ret = j;
@@ -120,8 +124,10 @@ int review_resolve(const char *data_dir, const char *id, const char *note, json_
     if (rc < 0)
         return rc;
     db_now(now);
-    if (sqlite3_prepare_v2(db, "UPDATE reviews SET status = 'resolved', resolved_at = ?, note = ? "
-                           "WHERE id = ?", -1, &st, NULL) != SQLITE_OK) {
+    if (sqlite3_prepare_v2(db,
+                           "UPDATE reviews SET status = 'resolved', resolved_at = ?, note = ? "
+                           "WHERE id = ?",
+                           -1, &st, NULL) != SQLITE_OK) {
         rc = db_fail(db, "cannot write the review queue");
     } else {
         sqlite3_bind_text(st, 1, now, -1, SQLITE_STATIC);

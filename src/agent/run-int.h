@@ -15,8 +15,8 @@ enum stop_reason {
     STOP_MAX_TIME,
     STOP_MAX_TOKENS,
     STOP_MODEL_ERROR,
-    STOP_SANDBOX,     /* the sandbox cannot serve and weak mode is not allowed (or failed) */
-    STOP_DOOMED,      /* the task exhausted its retries before: straight to the fallbacks */
+    STOP_SANDBOX, /* the sandbox cannot serve and weak mode is not allowed (or failed) */
+    STOP_DOOMED,  /* the task exhausted its retries before: straight to the fallbacks */
     STOP_CANCELLED,
 };
 
@@ -27,20 +27,20 @@ struct run {
     struct agent_options o; /* defaults filled */
     const struct agent_events *ev;
     struct agent_env env;
-    json_t *messages;    /* the transcript, as sent to the model */
+    json_t *messages; /* the transcript, as sent to the model */
     json_t *tools;
-    json_t *attempts;    /* every code attempt */
-    json_t *fallbacks;   /* what each fallback did */
-    json_t *sandbox_log; /* what runcell said about the sandbox */
-    json_t *known;       /* failure-memory hits */
-    json_t *weak_files;  /* files weak-mode runs copied out */
+    json_t *attempts;         /* every code attempt */
+    json_t *fallbacks;        /* what each fallback did */
+    json_t *sandbox_log;      /* what runcell said about the sandbox */
+    json_t *known;            /* failure-memory hits */
+    json_t *weak_files;       /* files weak-mode runs copied out */
     struct ws_listing before; /* the workspace after the inputs were copied in */
     char *fingerprint;
     unsigned steps;
     unsigned failures_in_row;
     unsigned crashes_in_row;
     char last_sig[17];
-    char fix_sig[17];    /* the failure the next success fixes */
+    char fix_sig[17]; /* the failure the next success fixes */
     bool retries_skipped;
     bool weak;
     bool doomed;
@@ -48,7 +48,7 @@ struct run {
     bool usage_seen;
     double t0;
     enum stop_reason stop;
-    char *stop_detail;   /* a sentence for the user */
+    char *stop_detail; /* a sentence for the user */
     char *answer;
     char *last_code;
     const char *last_tool;

@@ -34,7 +34,8 @@ static const char weak_prelude[] =
     "    raise\n"
     "except BaseException as _e:\n"
     "    import traceback\n"
-    "    _frames = [f for f in traceback.extract_tb(_e.__traceback__) if f.filename != '<string>']\n"
+    "    _frames = [f for f in traceback.extract_tb(_e.__traceback__) if f.filename != "
+    "'<string>']\n"
     "    if _frames:\n"
     "        sys.stderr.write('Traceback (most recent call last):\\n')\n"
     "        sys.stderr.write(''.join(traceback.format_list(_frames)))\n"
@@ -61,8 +62,8 @@ static void error_from_stderr(struct exec_record *rec)
         start = strstr(text, "  File \"");
     _cleanup_free_ char *name = xstrndup(last, name_len);
     const char *value = last[name_len] ? last + name_len + 2 : "";
-    rec->error = json_pack("{s:s,s:s,s:s}", "name", name, "value", value, "traceback",
-                           start ? start : last);
+    rec->error =
+        json_pack("{s:s,s:s,s:s}", "name", name, "value", value, "traceback", start ? start : last);
 }
 
 int weak_run(struct sandbox_host *host, const struct agent_options *o, const char *code,
@@ -71,7 +72,8 @@ int weak_run(struct sandbox_host *host, const struct agent_options *o, const cha
     if (strlen(code) > WEAK_MAX_CODE) {
         rec->status = EXEC_ERROR;
         rec->message = xasprintf("the code is longer than %u KiB, the most weak mode takes; "
-                                 "write it in smaller pieces", WEAK_MAX_CODE / 1024);
+                                 "write it in smaller pieces",
+                                 WEAK_MAX_CODE / 1024);
         return 0;
     }
     struct input_file *inputs = xcalloc(o->n_files + 1, sizeof(*inputs));

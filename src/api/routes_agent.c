@@ -17,17 +17,16 @@ static const struct field run_fields[] = {
     {"task", F_STRING}, {"files", F_OBJECT}, {"options", F_OBJECT}};
 
 static const struct field option_fields[] = {
-    {"max_steps", F_INT},     {"max_retries", F_INT},   {"max_time_s", F_NUMBER},
-    {"max_tokens", F_INT},    {"model", F_STRING},      {"stream", F_BOOL},
-    {"vision", F_BOOL},       {"fallbacks", F_ARRAY},   {"retry_doomed", F_BOOL},
-    {"no_memory", F_BOOL},    {"keep_session", F_BOOL}, {"session_id", F_STRING},
+    {"max_steps", F_INT},  {"max_retries", F_INT},   {"max_time_s", F_NUMBER},
+    {"max_tokens", F_INT}, {"model", F_STRING},      {"stream", F_BOOL},
+    {"vision", F_BOOL},    {"fallbacks", F_ARRAY},   {"retry_doomed", F_BOOL},
+    {"no_memory", F_BOOL}, {"keep_session", F_BOOL}, {"session_id", F_STRING},
     {"session", F_OBJECT},
 };
 
 static const struct field session_fields[] = {
-    {"timeout_s", F_NUMBER}, {"idle_timeout_s", F_NUMBER}, {"memory_mb", F_INT},
-    {"pids", F_INT},         {"disk_mb", F_INT},           {"cpus", F_NUMBER},
-    {"network", F_OBJECT},
+    {"timeout_s", F_NUMBER}, {"idle_timeout_s", F_NUMBER}, {"memory_mb", F_INT},  {"pids", F_INT},
+    {"disk_mb", F_INT},      {"cpus", F_NUMBER},           {"network", F_OBJECT},
 };
 
 /* Everything one run owns; freed by job_free once the run is over. */
@@ -91,7 +90,8 @@ static bool parse_fallbacks(struct request *rq, json_t *list, struct agent_optio
     {
         if (!json_is_string(v)) {
             buf_release(&b);
-            api_error(rq, AE_BAD_REQUEST, "options.fallbacks must be a list of names (weak, "
+            api_error(rq, AE_BAD_REQUEST,
+                      "options.fallbacks must be a list of names (weak, "
                       "handback, review)");
             return false;
         }
@@ -143,8 +143,10 @@ static bool make_client(struct request *rq, json_t *opts, struct agent_job *j)
     if (json_is_boolean(stream))
         c.stream = json_is_true(stream);
     if (llm_client_new(&c, &j->llm) < 0) {
-        api_error(rq, AE_BAD_REQUEST, "%s (on the server: runcell serve --model, or "
-                  "options.model in the request)", err_msg());
+        api_error(rq, AE_BAD_REQUEST,
+                  "%s (on the server: runcell serve --model, or "
+                  "options.model in the request)",
+                  err_msg());
         return false;
     }
     return true;
@@ -171,8 +173,10 @@ static int save_files(struct server *srv, json_t *files, struct agent_job *j)
     json_object_foreach(files, name, v)
     {
         if (!path_is_safe_relative(name))
-            return err_set(EINVAL, "files: bad name '%s': use a relative path inside the "
-                           "workspace, without '..'", name);
+            return err_set(EINVAL,
+                           "files: bad name '%s': use a relative path inside the "
+                           "workspace, without '..'",
+                           name);
         const char *b64 = json_string_value(v);
         size_t len;
         _cleanup_free_ unsigned char *data = b64 ? base64_decode(b64, strlen(b64), &len) : NULL;
@@ -241,8 +245,9 @@ static void free_file_paths(struct agent_job *j)
 
 static void add_session(struct agent_job *j, json_t *outcome)
 {
-    json_object_set_new(outcome, "session_id", j->session_id && j->keep && j->s
-                                                   ? json_string(j->session_id) : json_null());
+    json_object_set_new(outcome, "session_id",
+                        j->session_id && j->keep && j->s ? json_string(j->session_id)
+                                                         : json_null());
 }
 
 static void write_event(void *ctx, json_t *ev)
@@ -266,8 +271,8 @@ static json_t *run_job(struct agent_job *j, const struct agent_events *ev)
     j->ao.session_opts = &j->so;
     j->ao.session_error = j->session_error;
     if (agent_run(&j->srv->host, j->llm, j->s, &j->ao, ev, &outcome) < 0)
-        outcome = json_pack("{s:s,s:{s:s,s:s}}", "type", "error", "error", "code",
-                            "bad_request", "message", err_msg());
+        outcome = json_pack("{s:s,s:{s:s,s:s}}", "type", "error", "error", "code", "bad_request",
+                            "message", err_msg());
     else
         add_session(j, outcome);
     return outcome;
@@ -277,8 +282,8 @@ static void *job_main(void *arg)
 {
     struct agent_job *j = arg;
     struct agent_events ev = {.fn = write_event, .ctx = j};
-    json_t *start = json_pack("{s:s,s:s?,s:b}", "type", "session", "session_id",
-                              j->session_id, "kept", j->keep);
+    json_t *start = json_pack("{s:s,s:s?,s:b}", "type", "session", "session_id", j->session_id,
+                              "kept", j->keep);
     write_event(j, start);
     json_decref(start);
     json_t *outcome = run_job(j, &ev);
@@ -334,8 +339,8 @@ static enum MHD_Result start_streaming(struct request *rq, struct agent_job *j)
         return api_error(rq, AE_INTERNAL, "cannot create a pipe: %s", strerror(errno));
     j->out_fd = p[1];
     /* The write end reports an error (POLLERR) once the reader is gone: that cancels. */
-    j->ao.cancel = (struct agent_cancel){.fd = p[1], .events = POLLIN,
-                                         .flag = &rq->srv->shutting_down};
+    j->ao.cancel =
+        (struct agent_cancel){.fd = p[1], .events = POLLIN, .flag = &rq->srv->shutting_down};
     struct pipe_reader *pr = xcalloc(1, sizeof(*pr));
     pr->fd = p[0];
     pr->client_fd = client_fd(rq);
@@ -348,8 +353,8 @@ static enum MHD_Result start_streaming(struct request *rq, struct agent_job *j)
         pipe_free(pr);
         return api_error(rq, AE_INTERNAL, "cannot start the run: %s", strerror(r));
     }
-    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024,
-                                                                  pipe_read, pr, pipe_free);
+    struct MHD_Response *resp =
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, pipe_read, pr, pipe_free);
     MHD_add_response_header(resp, "Content-Type", "application/x-ndjson");
     MHD_add_response_header(resp, "Cache-Control", "no-store");
     return reply_response(rq, 200, resp);
@@ -357,8 +362,8 @@ static enum MHD_Result start_streaming(struct request *rq, struct agent_job *j)
 
 static enum MHD_Result run_blocking(struct request *rq, struct agent_job *j)
 {
-    j->ao.cancel = (struct agent_cancel){.fd = client_fd(rq), .events = POLLRDHUP,
-                                         .flag = &rq->srv->shutting_down};
+    j->ao.cancel = (struct agent_cancel){
+        .fd = client_fd(rq), .events = POLLRDHUP, .flag = &rq->srv->shutting_down};
     json_t *outcome = run_job(j, NULL);
     bool bad = !strcmp(json_string_value(json_object_get(outcome, "type")), "error");
     enum MHD_Result ret = reply_json(rq, bad ? 400 : 200, outcome);
@@ -416,8 +421,7 @@ enum MHD_Result h_review_list(struct request *rq)
     uint64_t limit = 100;
     json_t *arr;
     if (status && strcmp(status, "open") && strcmp(status, "resolved"))
-        return api_error(rq, AE_BAD_REQUEST, "status must be open or resolved, not '%s'",
-                         status);
+        return api_error(rq, AE_BAD_REQUEST, "status must be open or resolved, not '%s'", status);
     if (limit_s && (parse_u64(limit_s, &limit) < 0 || !limit || limit > 10000))
         return api_error(rq, AE_BAD_REQUEST, "limit must be a whole number from 1 to 10000");
     if (review_list(rq->srv->cfg->data_dir, status, limit, &arr) < 0)

@@ -13,7 +13,7 @@
 #include "api/api.h"
 #include "cli/cli.h"
 
-#define CODE_LINES_SHOWN 25
+#define CODE_LINES_SHOWN   25
 #define OUTPUT_LINES_SHOWN 12
 
 static const char agent_help[] =
@@ -53,9 +53,23 @@ static const char agent_help[] =
     "  --json                print the outcome with the full transcript as JSON\n";
 
 enum {
-    OPT_JSON = OPT_COMMON_END, OPT_BASE_URL, OPT_API_KEY, OPT_MODEL, OPT_STREAM, OPT_VISION,
-    OPT_REQUEST_TIMEOUT, OPT_HTTP_RETRIES, OPT_BACKOFF, OPT_MAX_STEPS, OPT_MAX_RETRIES,
-    OPT_MAX_TIME, OPT_MAX_TOKENS, OPT_FALLBACKS, OPT_WEBHOOK, OPT_DATA, OPT_NO_MEMORY,
+    OPT_JSON = OPT_COMMON_END,
+    OPT_BASE_URL,
+    OPT_API_KEY,
+    OPT_MODEL,
+    OPT_STREAM,
+    OPT_VISION,
+    OPT_REQUEST_TIMEOUT,
+    OPT_HTTP_RETRIES,
+    OPT_BACKOFF,
+    OPT_MAX_STEPS,
+    OPT_MAX_RETRIES,
+    OPT_MAX_TIME,
+    OPT_MAX_TOKENS,
+    OPT_FALLBACKS,
+    OPT_WEBHOOK,
+    OPT_DATA,
+    OPT_NO_MEMORY,
     OPT_RETRY_DOOMED,
 };
 
@@ -107,8 +121,12 @@ static int agent_opt(struct agent_cli *o, int c, char *val)
     if (r >= 0)
         return r;
     switch (c) {
-    case OPT_JSON: o->json = true; return 0;
-    case OPT_BASE_URL: o->llm.base_url = val; return 0;
+    case OPT_JSON:
+        o->json = true;
+        return 0;
+    case OPT_BASE_URL:
+        o->llm.base_url = val;
+        return 0;
     case OPT_API_KEY:
         free(o->api_key);
         o->api_key = xstrdup(val);
@@ -116,24 +134,33 @@ static int agent_opt(struct agent_cli *o, int c, char *val)
         explicit_bzero(val, strlen(val));
         o->llm.api_key = o->api_key;
         return 0;
-    case OPT_MODEL: o->llm.model = val; return 0;
-    case OPT_STREAM: o->llm.stream = true; return 0;
-    case OPT_VISION: o->a.vision = true; return 0;
+    case OPT_MODEL:
+        o->llm.model = val;
+        return 0;
+    case OPT_STREAM:
+        o->llm.stream = true;
+        return 0;
+    case OPT_VISION:
+        o->a.vision = true;
+        return 0;
     case OPT_REQUEST_TIMEOUT:
         return opt_seconds("agent", "--request-timeout", val, &o->llm.request_timeout_ms);
     case OPT_HTTP_RETRIES: {
         uint64_t v;
         if (parse_u64(val, &v) < 0 || v > 20)
-            return usage_error("agent", "--http-retries: '%s' is not a number from 0 to 20",
-                               val);
+            return usage_error("agent", "--http-retries: '%s' is not a number from 0 to 20", val);
         o->llm.http_retries = (unsigned)v;
         o->http_retries_set = true;
         return 0;
     }
-    case OPT_BACKOFF: return opt_seconds("agent", "--retry-backoff", val, &o->llm.backoff_ms);
-    case OPT_MAX_STEPS: return count_opt("--max-steps", val, &o->a.max_steps);
-    case OPT_MAX_RETRIES: return count_opt("--max-retries", val, &o->a.max_retries);
-    case OPT_MAX_TIME: return opt_seconds("agent", "--max-time", val, &o->a.max_time_ms);
+    case OPT_BACKOFF:
+        return opt_seconds("agent", "--retry-backoff", val, &o->llm.backoff_ms);
+    case OPT_MAX_STEPS:
+        return count_opt("--max-steps", val, &o->a.max_steps);
+    case OPT_MAX_RETRIES:
+        return count_opt("--max-retries", val, &o->a.max_retries);
+    case OPT_MAX_TIME:
+        return opt_seconds("agent", "--max-time", val, &o->a.max_time_ms);
     case OPT_MAX_TOKENS: {
         uint64_t v;
         if (parse_u64(val, &v) < 0 || !v)
@@ -146,12 +173,23 @@ static int agent_opt(struct agent_cli *o, int c, char *val)
             return usage_error("agent", "--fallbacks: %s", err_msg());
         o->a.fallbacks_set = true;
         return 0;
-    case OPT_WEBHOOK: o->a.webhook_url = val; return 0;
-    case OPT_DATA: o->a.data_dir = val; return 0;
-    case OPT_NO_MEMORY: o->a.no_memory = true; return 0;
-    case OPT_RETRY_DOOMED: o->a.retry_doomed = true; return 0;
-    case 'h': fputs(agent_help, stdout); exit(0);
-    default: return usage_error("agent", "unknown option; run 'runcell agent --help'");
+    case OPT_WEBHOOK:
+        o->a.webhook_url = val;
+        return 0;
+    case OPT_DATA:
+        o->a.data_dir = val;
+        return 0;
+    case OPT_NO_MEMORY:
+        o->a.no_memory = true;
+        return 0;
+    case OPT_RETRY_DOOMED:
+        o->a.retry_doomed = true;
+        return 0;
+    case 'h':
+        fputs(agent_help, stdout);
+        exit(0);
+    default:
+        return usage_error("agent", "unknown option; run 'runcell agent --help'");
     }
 }
 
@@ -171,7 +209,7 @@ static int parse_args(struct agent_cli *o, int argc, char **argv, char **ret_tas
     }
     if (optind >= argc)
         return usage_error("agent", "no task: say what to do, e.g. runcell agent 'plot "
-                           "sin(x) and save it as sin.png'");
+                                    "sin(x) and save it as sin.png'");
     struct buf task;
     buf_init(&task, 0);
     for (; optind < argc; optind++)
@@ -216,8 +254,7 @@ static void on_event(void *ctx, json_t *ev)
         if (content && *content && json_integer_value(json_object_get(ev, "tool_calls")))
             print_lines(content, 4, "   ");
     } else if (!strcmp(type, "tool_call")) {
-        fprintf(stderr, "── step %d · %s%s\n", step,
-                json_string_value(json_object_get(ev, "tool")),
+        fprintf(stderr, "── step %d · %s%s\n", step, json_string_value(json_object_get(ev, "tool")),
                 json_is_true(json_object_get(ev, "weak")) ? " (weak mode)" : "");
         print_lines(json_string_value(json_object_get(ev, "code")), CODE_LINES_SHOWN, "   │ ");
     } else if (!strcmp(type, "observation")) {
@@ -229,7 +266,8 @@ static void on_event(void *ctx, json_t *ev)
     } else if (!strcmp(type, "notice")) {
         fprintf(stderr, "runcell: %s\n", json_string_value(json_object_get(ev, "text")));
     } else if (!strcmp(type, "fallback")) {
-        fprintf(stderr, "runcell: fallback %s: %s\n", json_string_value(json_object_get(ev, "name")),
+        fprintf(stderr, "runcell: fallback %s: %s\n",
+                json_string_value(json_object_get(ev, "name")),
                 json_string_value(json_object_get(ev, "detail")));
     }
     fflush(stderr);
@@ -243,16 +281,15 @@ static void print_outcome(const struct agent_cli *o, json_t *out)
         return;
     }
     const char *answer = json_string_value(json_object_get(out, "answer"));
-    printf("%s%s", answer ? answer : "", answer && *answer &&
-                                             answer[strlen(answer) - 1] != '\n' ? "\n" : "");
+    printf("%s%s", answer ? answer : "",
+           answer && *answer && answer[strlen(answer) - 1] != '\n' ? "\n" : "");
     json_t *files = json_object_get(out, "files");
     if (json_array_size(files)) {
         fprintf(stderr, "runcell: files produced%s%s:", o->c.out_dir ? ", copied to " : "",
                 o->c.out_dir ? o->c.out_dir : "");
         size_t i;
         json_t *f;
-        json_array_foreach(files, i, f)
-            fprintf(stderr, " %s", json_string_value(f));
+        json_array_foreach(files, i, f) fprintf(stderr, " %s", json_string_value(f));
         fputc('\n', stderr);
     }
 }
@@ -299,8 +336,8 @@ static int run_agent(struct agent_cli *o, struct llm_client *llm)
     }
     struct agent_file *files = xcalloc(o->c.n_files + 1, sizeof(*files));
     for (size_t i = 0; i < o->c.n_files; i++)
-        files[i] = (struct agent_file){.host_path = o->c.files[i].local,
-                                       .dest = o->c.files[i].dest};
+        files[i] =
+            (struct agent_file){.host_path = o->c.files[i].local, .dest = o->c.files[i].dest};
     o->a.files = files;
     o->a.n_files = o->c.n_files;
     o->a.out_dir = o->c.out_dir;

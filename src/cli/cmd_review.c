@@ -27,9 +27,12 @@ static const char review_help[] =
 enum { OPT_DATA = 256, OPT_JSON, OPT_STATUS, OPT_LIMIT, OPT_NOTE };
 
 static const struct option long_opts[] = {
-    {"data", required_argument, NULL, OPT_DATA},   {"json", no_argument, NULL, OPT_JSON},
-    {"status", required_argument, NULL, OPT_STATUS}, {"limit", required_argument, NULL, OPT_LIMIT},
-    {"note", required_argument, NULL, OPT_NOTE},   {"help", no_argument, NULL, 'h'},
+    {"data", required_argument, NULL, OPT_DATA},
+    {"json", no_argument, NULL, OPT_JSON},
+    {"status", required_argument, NULL, OPT_STATUS},
+    {"limit", required_argument, NULL, OPT_LIMIT},
+    {"note", required_argument, NULL, OPT_NOTE},
+    {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
 
@@ -50,9 +53,15 @@ static int parse(struct review_opts *o, int argc, char **argv)
     /* Options may come before or after the command words ('-': words come as 1). */
     while ((c = getopt_long(argc, argv, "-:h", long_opts, NULL)) != -1) {
         switch (c) {
-        case 1: o->words = strv_push(o->words, optarg); break;
-        case OPT_DATA: o->data_dir = optarg; break;
-        case OPT_JSON: o->json = true; break;
+        case 1:
+            o->words = strv_push(o->words, optarg);
+            break;
+        case OPT_DATA:
+            o->data_dir = optarg;
+            break;
+        case OPT_JSON:
+            o->json = true;
+            break;
         case OPT_STATUS:
             if (strcmp(optarg, "open") && strcmp(optarg, "resolved"))
                 return usage_error("review", "--status: '%s' is not open or resolved", optarg);
@@ -62,9 +71,14 @@ static int parse(struct review_opts *o, int argc, char **argv)
             if (opt_count("review", "--limit", optarg, &o->limit))
                 return EXIT_USAGE;
             break;
-        case OPT_NOTE: o->note = optarg; break;
-        case 'h': fputs(review_help, stdout); exit(0);
-        case ':': return usage_error("review", "option '%s' needs a value", argv[optind - 1]);
+        case OPT_NOTE:
+            o->note = optarg;
+            break;
+        case 'h':
+            fputs(review_help, stdout);
+            exit(0);
+        case ':':
+            return usage_error("review", "option '%s' needs a value", argv[optind - 1]);
         default:
             return usage_error("review", "unknown option '%s'; run 'runcell review --help'",
                                argv[optind - 1]);
@@ -72,7 +86,7 @@ static int parse(struct review_opts *o, int argc, char **argv)
     }
     if (!o->words)
         return usage_error("review", "no command: use list, show ID, resolve ID --note TEXT or "
-                           "failures");
+                                     "failures");
     return 0;
 }
 
@@ -187,8 +201,10 @@ int cmd_review(int argc, char **argv)
     else if (!strcmp(cmd, "failures") && n == 1)
         r = do_failures(&o);
     else
-        r = usage_error("review", "unknown command '%s' (or wrong arguments): use list, show "
-                        "ID, resolve ID --note TEXT or failures", cmd);
+        r = usage_error("review",
+                        "unknown command '%s' (or wrong arguments): use list, show "
+                        "ID, resolve ID --note TEXT or failures",
+                        cmd);
     strv_free(o.words);
     return r;
 }

@@ -127,8 +127,10 @@ TEST(missing_modules_and_network_calls_are_unfixable_here)
     failure_release(&f);
 
     struct exec_record rec;
-    record_with_error(&rec, "URLError", "<urlopen error [Errno -3] Temporary failure in name "
-                      "resolution>", "");
+    record_with_error(&rec, "URLError",
+                      "<urlopen error [Errno -3] Temporary failure in name "
+                      "resolution>",
+                      "");
     CHECK(failure_from_record(&rec, &f));
     CHECK(failmem_note(NULL, "env", &f, NULL, "", &k) == 0);
     CHECK(k.unfixable && strstr(k.note, "no network") != NULL);
@@ -240,8 +242,8 @@ TEST(clip_text_keeps_head_and_tail)
 TEST(review_queue_create_list_show_resolve)
 {
     _cleanup_free_ char *dir = tmp_data_dir();
-    json_t *inc = json_pack("{s:s,s:s,s:[]}", "task", "t1", "reason", "retries_exhausted",
-                            "attempts");
+    json_t *inc =
+        json_pack("{s:s,s:s,s:[]}", "task", "t1", "reason", "retries_exhausted", "attempts");
     char *id = NULL;
     CHECK(review_create(dir, inc, &id) == 0);
     CHECK(str_has_prefix(id, "rv_"));
