@@ -123,6 +123,10 @@ int h_file_put_chunk(struct request *rq, const char *data, size_t n);
 enum MHD_Result h_file_delete(struct request *rq);
 enum MHD_Result h_healthz(struct request *rq);
 enum MHD_Result h_metrics(struct request *rq);
+enum MHD_Result h_agent_run(struct request *rq);
+enum MHD_Result h_review_list(struct request *rq);
+enum MHD_Result h_review_get(struct request *rq);
+enum MHD_Result h_review_resolve(struct request *rq);
 /* Frees what h_file_put_chunk left behind when the request ends early. */
 void upload_abort(struct request *rq);
 
@@ -144,6 +148,10 @@ json_t *session_info(const char *id, struct session *s);
 bool session_opts_from_json(struct request *rq, json_t *body, struct session_opts *o);
 /* The NDJSON event for an execution event; caller decrefs. */
 json_t *exec_event_json(const struct exec_event *ev);
+/* The client's socket (for POLLRDHUP: a client that hangs up). */
+int client_fd(struct request *rq);
+/* True when the client asked for NDJSON events (Accept: application/x-ndjson). */
+bool wants_ndjson(struct request *rq);
 /* Takes one of the server's execution slots; false after replying 429. */
 bool execution_slot_take(struct request *rq);
 void execution_slot_give(struct request *rq);

@@ -5,6 +5,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "agent/agent.h"
 #include "session/session.h"
 #include "store/store.h"
 
@@ -41,6 +42,8 @@ struct server_config {
     char *const *mcp_origins;     /* Origins allowed on /mcp besides loopback ones (NULL-ended) */
     struct store_config store;    /* url NULL: DATA/store */
     uint64_t store_quota_bytes;   /* per session; 0 = no limit */
+    struct llm_config agent;      /* the model endpoint of POST /v1/agent/runs */
+    const char *review_webhook;   /* review incidents are also POSTed here, or NULL */
 };
 
 /* Runs the server until SIGTERM or SIGINT, then shuts down gracefully. Returns the process

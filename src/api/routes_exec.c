@@ -228,7 +228,7 @@ static enum MHD_Result execute_streaming(struct request *rq, struct session *s, 
     return reply_response(rq, 200, r);
 }
 
-static bool wants_ndjson(struct request *rq)
+bool wants_ndjson(struct request *rq)
 {
     const char *accept = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, "Accept");
     return accept && strstr(accept, "application/x-ndjson");

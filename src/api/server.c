@@ -31,6 +31,10 @@ static const struct route routes[] = {
     {"POST", "/mcp", h_mcp_post, 0, NULL},
     {"GET", "/mcp", h_mcp_get, 0, NULL},
     {"DELETE", "/mcp", h_mcp_delete, 0, NULL},
+    {"POST", "/v1/agent/runs", h_agent_run, 0, NULL},
+    {"GET", "/v1/reviews", h_review_list, 0, NULL},
+    {"GET", "/v1/reviews/{id}", h_review_get, 0, NULL},
+    {"POST", "/v1/reviews/{id}/resolve", h_review_resolve, 0, NULL},
 };
 
 void server_limits_fill_defaults(struct server_limits *l)

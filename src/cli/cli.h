@@ -22,6 +22,8 @@ int cmd_run(int argc, char **argv);
 int cmd_repl(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_mcp(int argc, char **argv);
+int cmd_agent(int argc, char **argv);
+int cmd_review(int argc, char **argv);
 
 /* Options every code-running subcommand takes. */
 enum {

@@ -37,6 +37,9 @@ static const char serve_help[] =
     "  --net-max-mb MB        bytes a session may move through the proxy (default 1024)\n"
     "  --allow-origin ORIGIN  a browser Origin allowed on /mcp besides loopback ones\n"
     "                         (repeatable; e.g. https://app.example.com)\n"
+    "  --model NAME, --base-url URL   the model of POST /v1/agent/runs (default RUNCELL_MODEL,\n"
+    "                         OPENAI_BASE_URL; the key comes from OPENAI_API_KEY)\n"
+    "  --review-webhook URL   also POST review incidents of agent runs to URL\n"
     "\n"
     "Sessions are kept (docs/PERSISTENCE.md): their files after every execution, their\n"
     "variables when they expire or are closed with checkpoint; records in DATA/sessions.db.\n"
@@ -45,7 +48,7 @@ static const char serve_help[] =
 enum { OPT_LISTEN = OPT_COMMON_END, OPT_DATA, OPT_TOKEN, OPT_MAX_SESSIONS, OPT_MAX_EXECUTIONS,
        OPT_MAX_MEMORY, OPT_MAX_TIMEOUT, OPT_MAX_UPLOAD, OPT_IDLE_TIMEOUT, OPT_GRACE,
        OPT_NO_TEMPLATE, OPT_POOL, OPT_NET_ALLOW_MAX, OPT_NET_MAX_CONNECTIONS, OPT_NET_MAX_MB,
-       OPT_ALLOW_ORIGIN };
+       OPT_ALLOW_ORIGIN, OPT_MODEL, OPT_BASE_URL, OPT_WEBHOOK };
 
 static const struct option long_opts[] = {
     COMMON_LONG_OPTS,
@@ -66,6 +69,9 @@ static const struct option long_opts[] = {
     {"net-max-connections", required_argument, NULL, OPT_NET_MAX_CONNECTIONS},
     {"net-max-mb", required_argument, NULL, OPT_NET_MAX_MB},
     {"allow-origin", required_argument, NULL, OPT_ALLOW_ORIGIN},
+    {"model", required_argument, NULL, OPT_MODEL},
+    {"base-url", required_argument, NULL, OPT_BASE_URL},
+    {"review-webhook", required_argument, NULL, OPT_WEBHOOK},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -155,6 +161,15 @@ static int serve_opt(struct server_config *cfg, struct common_opts *co, struct s
                            "options of sessions: give them in POST /v1/sessions");
     case OPT_ALLOW_ORIGIN:
         return add_origin(origins, val);
+    case OPT_MODEL:
+        cfg->agent.model = val;
+        return 0;
+    case OPT_BASE_URL:
+        cfg->agent.base_url = val;
+        return 0;
+    case OPT_WEBHOOK:
+        cfg->review_webhook = val;
+        return 0;
     case OPT_FILE:
     case OPT_OUT:
         return usage_error("serve", "--file and --out do not apply to serve");
@@ -211,6 +226,7 @@ int cmd_serve(int argc, char **argv)
     cfg.mcp_origins = origins;
     cfg.store = so.cfg;
     cfg.store_quota_bytes = so.quota_bytes;
+    cfg.agent.http_retries = AGENT_DEFAULT_HTTP_RETRIES;
     if (!getenv("RUNCELL_LOG"))
         log_set_level(LOG_INFO);
     r = server_run(&cfg);

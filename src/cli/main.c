@@ -12,6 +12,8 @@ static const struct command commands[] = {
     {"repl", cmd_repl, "interactive stateful Python session in a terminal"},
     {"serve", cmd_serve, "the HTTP/JSON API server"},
     {"mcp", cmd_mcp, "the MCP server on stdin/stdout"},
+    {"agent", cmd_agent, "a language model solves a task by running code in a sandbox"},
+    {"review", cmd_review, "the human review queue of failed agent runs"},
 };
 
 static void print_usage(FILE *f)

@@ -1,0 +1,387 @@
+/* cmd_agent.c - `runcell agent`: a language model solves a task by running code in a
+ * sandboxed session, with progress shown live, then the answer and the files produced. */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "agent/agent.h"
+#include "api/api.h"
+#include "cli/cli.h"
+
+#define CODE_LINES_SHOWN   25
+#define OUTPUT_LINES_SHOWN 12
+
+static const char agent_help[] =
+    "usage: runcell agent [OPTIONS] TASK\n"
+    "\n"
+    "A language model solves TASK by writing code that runs in a sandboxed Python session;\n"
+    "errors go back to it for repair, with bounded retries, then fallbacks (docs/AGENT.md).\n"
+    "Progress goes to stderr, the final answer to stdout. Exit status: 0 answered, 1 not\n"
+    "completed (fallbacks ran), 2 usage, 130 interrupted.\n"
+    "\n"
+    "Model (any OpenAI-compatible Chat Completions endpoint):\n"
+    "  --base-url URL        e.g. http://127.0.0.1:11434/v1 (default OPENAI_BASE_URL, else\n"
+    "                        https://api.openai.com/v1)\n"
+    "  --api-key KEY         default OPENAI_API_KEY (prefer the variable: it stays out of ps)\n"
+    "  --model NAME          default RUNCELL_MODEL\n"
+    "  --stream              ask for streamed (server-sent events) responses\n"
+    "  --vision              also send images to the model as image input\n"
+    "  --request-timeout SEC one model request (default 300)\n"
+    "  --http-retries N      retries of HTTP 429/5xx and connection errors (default 4)\n"
+    "  --retry-backoff SEC   first pause before such a retry (default 1; doubles, jittered)\n"
+    "Budgets:\n"
+    "  --max-steps N         model turns (default 20)\n"
+    "  --max-retries N       failed executions in a row before giving up (default 3)\n"
+    "  --max-time SEC        wall time of the whole run (default: none)\n"
+    "  --max-tokens N        tokens, when the endpoint reports usage (default: none)\n"
+    "Fallbacks and memory:\n"
+    "  --fallbacks LIST      weak,handback,review in the order wanted, or none (default all)\n"
+    "  --review-webhook URL  also POST review incidents to URL\n"
+    "  --data DIR            failure memory and review queue (default RUNCELL_DATA, else\n"
+    "                        /var/lib/runcell as root, else ~/.local/share/runcell)\n"
+    "  --no-memory           neither use nor update the failure memory\n"
+    "  --retry-doomed        run a task that exhausted its retries before anyway\n"
+    "Sandbox (as for runcell run):\n"
+    "  --file LOCAL[:DEST]   copy LOCAL into the workspace (repeatable)\n"
+    "  --out DIR             copy the files produced into DIR\n"
+    "  --timeout SEC, --memory MB, --pids N, --disk MB, --cpus N, --net none\n"
+    "  --json                print the outcome with the full transcript as JSON\n";
+
+enum {
+    OPT_JSON = OPT_COMMON_END,
+    OPT_BASE_URL,
+    OPT_API_KEY,
+    OPT_MODEL,
+    OPT_STREAM,
+    OPT_VISION,
+    OPT_REQUEST_TIMEOUT,
+    OPT_HTTP_RETRIES,
+    OPT_BACKOFF,
+    OPT_MAX_STEPS,
+    OPT_MAX_RETRIES,
+    OPT_MAX_TIME,
+    OPT_MAX_TOKENS,
+    OPT_FALLBACKS,
+    OPT_WEBHOOK,
+    OPT_DATA,
+    OPT_NO_MEMORY,
+    OPT_RETRY_DOOMED,
+};
+
+static const struct option long_opts[] = {
+    COMMON_LONG_OPTS,
+    {"json", no_argument, NULL, OPT_JSON},
+    {"base-url", required_argument, NULL, OPT_BASE_URL},
+    {"api-key", required_argument, NULL, OPT_API_KEY},
+    {"model", required_argument, NULL, OPT_MODEL},
+    {"stream", no_argument, NULL, OPT_STREAM},
+    {"vision", no_argument, NULL, OPT_VISION},
+    {"request-timeout", required_argument, NULL, OPT_REQUEST_TIMEOUT},
+    {"http-retries", required_argument, NULL, OPT_HTTP_RETRIES},
+    {"retry-backoff", required_argument, NULL, OPT_BACKOFF},
+    {"max-steps", required_argument, NULL, OPT_MAX_STEPS},
+    {"max-retries", required_argument, NULL, OPT_MAX_RETRIES},
+    {"max-time", required_argument, NULL, OPT_MAX_TIME},
+    {"max-tokens", required_argument, NULL, OPT_MAX_TOKENS},
+    {"fallbacks", required_argument, NULL, OPT_FALLBACKS},
+    {"review-webhook", required_argument, NULL, OPT_WEBHOOK},
+    {"data", required_argument, NULL, OPT_DATA},
+    {"no-memory", no_argument, NULL, OPT_NO_MEMORY},
+    {"retry-doomed", no_argument, NULL, OPT_RETRY_DOOMED},
+    {"help", no_argument, NULL, 'h'},
+    {NULL, 0, NULL, 0},
+};
+
+struct agent_cli {
+    struct common_opts c;
+    struct llm_config llm;
+    struct agent_options a;
+    bool json;
+    bool http_retries_set;
+    char *api_key; /* our copy; the argv string is wiped */
+};
+
+static int count_opt(const char *opt, const char *val, unsigned *ret)
+{
+    uint64_t v;
+    int r = opt_count("agent", opt, val, &v);
+    if (!r)
+        *ret = (unsigned)MIN(v, 100000u);
+    return r;
+}
+
+static int agent_opt(struct agent_cli *o, int c, char *val)
+{
+    int r = common_opt("agent", &o->c, c, val);
+    if (r >= 0)
+        return r;
+    switch (c) {
+    case OPT_JSON:
+        o->json = true;
+        return 0;
+    case OPT_BASE_URL:
+        o->llm.base_url = val;
+        return 0;
+    case OPT_API_KEY:
+        free(o->api_key);
+        o->api_key = xstrdup(val);
+        /* Out of /proc/PID/cmdline (ps) from now on. */
+        explicit_bzero(val, strlen(val));
+        o->llm.api_key = o->api_key;
+        return 0;
+    case OPT_MODEL:
+        o->llm.model = val;
+        return 0;
+    case OPT_STREAM:
+        o->llm.stream = true;
+        return 0;
+    case OPT_VISION:
+        o->a.vision = true;
+        return 0;
+    case OPT_REQUEST_TIMEOUT:
+        return opt_seconds("agent", "--request-timeout", val, &o->llm.request_timeout_ms);
+    case OPT_HTTP_RETRIES: {
+        uint64_t v;
+        if (parse_u64(val, &v) < 0 || v > 20)
+            return usage_error("agent", "--http-retries: '%s' is not a number from 0 to 20", val);
+        o->llm.http_retries = (unsigned)v;
+        o->http_retries_set = true;
+        return 0;
+    }
+    case OPT_BACKOFF:
+        return opt_seconds("agent", "--retry-backoff", val, &o->llm.backoff_ms);
+    case OPT_MAX_STEPS:
+        return count_opt("--max-steps", val, &o->a.max_steps);
+    case OPT_MAX_RETRIES:
+        return count_opt("--max-retries", val, &o->a.max_retries);
+    case OPT_MAX_TIME:
+        return opt_seconds("agent", "--max-time", val, &o->a.max_time_ms);
+    case OPT_MAX_TOKENS: {
+        uint64_t v;
+        if (parse_u64(val, &v) < 0 || !v)
+            return usage_error("agent", "--max-tokens: '%s' is not a positive whole number", val);
+        o->a.max_tokens = v;
+        return 0;
+    }
+    case OPT_FALLBACKS:
+        if (agent_parse_fallbacks(val, o->a.fallbacks, &o->a.n_fallbacks) < 0)
+            return usage_error("agent", "--fallbacks: %s", err_msg());
+        o->a.fallbacks_set = true;
+        return 0;
+    case OPT_WEBHOOK:
+        o->a.webhook_url = val;
+        return 0;
+    case OPT_DATA:
+        o->a.data_dir = val;
+        return 0;
+    case OPT_NO_MEMORY:
+        o->a.no_memory = true;
+        return 0;
+    case OPT_RETRY_DOOMED:
+        o->a.retry_doomed = true;
+        return 0;
+    case 'h':
+        fputs(agent_help, stdout);
+        exit(0);
+    default:
+        return usage_error("agent", "unknown option; run 'runcell agent --help'");
+    }
+}
+
+static int parse_args(struct agent_cli *o, int argc, char **argv, char **ret_task)
+{
+    int c, r;
+    opterr = 0;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "+:h", long_opts, NULL)) != -1) {
+        if (c == ':')
+            return usage_error("agent", "option '%s' needs a value", argv[optind - 1]);
+        if (c == '?')
+            return usage_error("agent", "unknown option '%s'; run 'runcell agent --help'",
+                               argv[optind - 1]);
+        if ((r = agent_opt(o, c, optarg)))
+            return r;
+    }
+    if (optind >= argc)
+        return usage_error("agent", "no task: say what to do, e.g. runcell agent 'plot "
+                                    "sin(x) and save it as sin.png'");
+    struct buf task;
+    buf_init(&task, 0);
+    for (; optind < argc; optind++)
+        buf_printf(&task, "%s%s", task.len ? " " : "", argv[optind]);
+    *ret_task = buf_detach(&task, NULL);
+    if (!**ret_task)
+        return usage_error("agent", "the task is empty");
+    if (!o->http_retries_set)
+        o->llm.http_retries = AGENT_DEFAULT_HTTP_RETRIES;
+    return 0;
+}
+
+/* ---- live progress ---- */
+
+static void print_lines(const char *text, size_t max_lines, const char *indent)
+{
+    size_t shown = 0, total = 0;
+    for (const char *p = text; p && *p; total++) {
+        const char *nl = strchr(p, '\n');
+        size_t n = nl ? (size_t)(nl - p) : strlen(p);
+        if (shown < max_lines) {
+            fprintf(stderr, "%s%.*s\n", indent, (int)MIN(n, 300), p);
+            shown++;
+        }
+        p = nl ? nl + 1 : NULL;
+    }
+    if (total > shown)
+        fprintf(stderr, "%s... (%zu more lines)\n", indent, total - shown);
+}
+
+static void on_event(void *ctx, json_t *ev)
+{
+    const char *type = json_string_value(json_object_get(ev, "type"));
+    int step = (int)json_integer_value(json_object_get(ev, "step"));
+    (void)ctx;
+    if (!strcmp(type, "run")) {
+        fprintf(stderr, "runcell agent: model %s%s\n",
+                json_string_value(json_object_get(ev, "model")),
+                json_is_true(json_object_get(ev, "weak")) ? " (weak mode)" : "");
+    } else if (!strcmp(type, "model")) {
+        const char *content = json_string_value(json_object_get(ev, "content"));
+        if (content && *content && json_integer_value(json_object_get(ev, "tool_calls")))
+            print_lines(content, 4, "   ");
+    } else if (!strcmp(type, "tool_call")) {
+        fprintf(stderr, "── step %d · %s%s\n", step, json_string_value(json_object_get(ev, "tool")),
+                json_is_true(json_object_get(ev, "weak")) ? " (weak mode)" : "");
+        print_lines(json_string_value(json_object_get(ev, "code")), CODE_LINES_SHOWN, "   │ ");
+    } else if (!strcmp(type, "observation")) {
+        const char *text = json_string_value(json_object_get(ev, "observation"));
+        const char *nl = text ? strchr(text, '\n') : NULL;
+        fprintf(stderr, "   → %s\n", json_string_value(json_object_get(ev, "status")));
+        if (nl)
+            print_lines(nl + 1, OUTPUT_LINES_SHOWN, "     ");
+    } else if (!strcmp(type, "notice")) {
+        fprintf(stderr, "runcell: %s\n", json_string_value(json_object_get(ev, "text")));
+    } else if (!strcmp(type, "fallback")) {
+        fprintf(stderr, "runcell: fallback %s: %s\n",
+                json_string_value(json_object_get(ev, "name")),
+                json_string_value(json_object_get(ev, "detail")));
+    }
+    fflush(stderr);
+}
+
+static void print_outcome(const struct agent_cli *o, json_t *out)
+{
+    if (o->json) {
+        json_dumpf(out, stdout, JSON_COMPACT);
+        fputc('\n', stdout);
+        return;
+    }
+    const char *answer = json_string_value(json_object_get(out, "answer"));
+    printf("%s%s", answer ? answer : "",
+           answer && *answer && answer[strlen(answer) - 1] != '\n' ? "\n" : "");
+    json_t *files = json_object_get(out, "files");
+    if (json_array_size(files)) {
+        fprintf(stderr, "runcell: files produced%s%s:", o->c.out_dir ? ", copied to " : "",
+                o->c.out_dir ? o->c.out_dir : "");
+        size_t i;
+        json_t *f;
+        json_array_foreach(files, i, f) fprintf(stderr, " %s", json_string_value(f));
+        fputc('\n', stderr);
+    }
+}
+
+/* ---- running ---- */
+
+static int cancel_pipe[2] = {-1, -1};
+static volatile sig_atomic_t cancel_signal;
+
+static void on_signal(int sig)
+{
+    cancel_signal = sig;
+    (void)!write(cancel_pipe[1], "x", 1);
+}
+
+static void catch_signals(void)
+{
+    if (pipe2(cancel_pipe, O_CLOEXEC | O_NONBLOCK) < 0)
+        return;
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+}
+
+static int run_agent(struct agent_cli *o, struct llm_client *llm)
+{
+    struct sandbox_host host;
+    struct session *s = NULL;
+    _cleanup_free_ char *session_error = NULL;
+    if (sandbox_host_init(&host) < 0) {
+        fprintf(stderr, "runcell agent: %s\n", err_msg());
+        return 125;
+    }
+    if (host.degraded_reason)
+        fprintf(stderr, "runcell: warning: resource limits are degraded: %s\n",
+                host.degraded_reason);
+    catch_signals();
+    struct session_opts so = {.limits = o->c.limits, .timeout_ms = o->c.timeout_ms};
+    session_opts_fill_defaults(&so);
+    if (session_new(&host, &so, &s) < 0) {
+        session_error = xstrdup(err_msg());
+        fprintf(stderr, "runcell: the session could not start: %s\n", session_error);
+    }
+    struct agent_file *files = xcalloc(o->c.n_files + 1, sizeof(*files));
+    for (size_t i = 0; i < o->c.n_files; i++)
+        files[i] =
+            (struct agent_file){.host_path = o->c.files[i].local, .dest = o->c.files[i].dest};
+    o->a.files = files;
+    o->a.n_files = o->c.n_files;
+    o->a.out_dir = o->c.out_dir;
+    o->a.session_opts = &so;
+    o->a.session_error = session_error;
+    o->a.cancel = (struct agent_cancel){.fd = cancel_pipe[0], .events = POLLIN};
+    struct agent_events ev = {.fn = o->json ? NULL : on_event};
+    json_t *out = NULL;
+    int status;
+    if (agent_run(&host, llm, s, &o->a, &ev, &out) < 0) {
+        fprintf(stderr, "runcell agent: %s\n", err_msg());
+        status = EXIT_USAGE;
+    } else {
+        print_outcome(o, out);
+        const char *outcome = json_string_value(json_object_get(out, "outcome"));
+        status = cancel_signal ? 128 + cancel_signal : !strcmp(outcome, "answered") ? 0 : 1;
+    }
+    json_decref(out);
+    free(files);
+    session_free(s);
+    sandbox_host_release(&host);
+    return status;
+}
+
+int cmd_agent(int argc, char **argv)
+{
+    struct agent_cli o = {.c.timeout_ms = DEFAULT_TIMEOUT_MS};
+    _cleanup_free_ char *task = NULL, *data = NULL;
+    struct llm_client *llm = NULL;
+    int r = parse_args(&o, argc, argv, &task);
+    if (!r && o.c.out_dir)
+        r = check_out_dir("agent", o.c.out_dir);
+    if (!r && llm_client_new(&o.llm, &llm) < 0)
+        r = usage_error("agent", "%s", err_msg());
+    if (!r) {
+        o.a.task = task;
+        if (!o.a.data_dir)
+            o.a.data_dir = data = default_data_dir();
+        r = run_agent(&o, llm);
+    }
+    llm_client_free(llm);
+    if (o.api_key)
+        explicit_bzero(o.api_key, strlen(o.api_key));
+    free(o.api_key);
+    common_opts_release(&o.c);
+    return r;
+}
