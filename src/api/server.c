@@ -272,11 +272,12 @@ static int start_http(struct server *srv, const struct sockaddr_storage *addr)
                      MHD_USE_POLL | MHD_USE_ERROR_LOG | MHD_USE_ITC;
     if (addr->ss_family == AF_INET6)
         flags |= MHD_USE_IPv6;
+    /* The logger comes first: libmicrohttpd logs the options that follow it through it. */
     srv->mhd = MHD_start_daemon(
-        flags, 0, NULL, NULL, on_request, srv, MHD_OPTION_SOCK_ADDR, addr,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)srv->cfg->limits.max_connections,
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)300, MHD_OPTION_NOTIFY_COMPLETED, on_completed,
-        srv, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, srv, MHD_OPTION_END);
+        flags, 0, NULL, NULL, on_request, srv, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, srv,
+        MHD_OPTION_SOCK_ADDR, addr, MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned)srv->cfg->limits.max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)300, MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv, MHD_OPTION_END);
     if (!srv->mhd)
         return err_set(EADDRINUSE, "cannot listen on %s: the address is in use or not local",
                        srv->cfg->listen);
