@@ -70,8 +70,12 @@ enum api_err {
 };
 enum MHD_Result api_error(struct request *rq, enum api_err e, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-/* Maps -errno (with err_msg()) to the right api_err. */
+/* Replies for -errno (with err_msg()) with the right api_err. */
 enum MHD_Result api_errno(struct request *rq, int err);
+/* The api_err for -errno, and the JSON code of an api_err (for errors that cannot be an
+ * HTTP status any more, as in the middle of a stream). */
+enum api_err api_err_of(int err);
+const char *api_err_code(enum api_err e);
 /* Sends j (reference stolen) with status. */
 enum MHD_Result reply_json(struct request *rq, unsigned status, json_t *j);
 enum MHD_Result reply_response(struct request *rq, unsigned status, struct MHD_Response *r);

@@ -124,7 +124,7 @@ static void *stream_main(void *arg)
     json_t *done;
     if (r < 0) {
         done = json_pack("{s:s,s:{s:s,s:s}}", "type", "done", "error", "code",
-                         r == -EBUSY ? "busy" : "bad_request", "message", err_msg());
+                         api_err_code(api_err_of(r)), "message", err_msg());
     } else {
         metrics_execution(st->srv->metrics, rec.status, rec.wall_ms / 1000.0);
         done = json_pack("{s:s,s:o}", "type", "done", "record", exec_record_json(&rec));
@@ -254,7 +254,9 @@ enum MHD_Result h_execute(struct request *rq)
         json_decref(body);
         return MHD_YES;
     }
-    if (wants_ndjson(rq))
+    /* A stream's status is sent before the cell starts: say "busy" now while it can still
+     * be a 409 (a race lost after this check ends the stream with a busy error instead). */
+    if (wants_ndjson(rq) && !session_busy(s))
         return execute_streaming(rq, s, body, &req); /* owns s, body and the slot now */
 
     /* A client that hangs up interrupts the cell. */
