@@ -20,6 +20,10 @@ struct server {
     char *token;
     atomic_size_t executions; /* running now */
     atomic_bool shutting_down;
+    /* One-shot runs in flight: no session of the table, but a shutdown interrupts them
+     * too. */
+    pthread_mutex_t oneshots_lock;
+    struct oneshot_run *oneshots;
 };
 
 /* A request in flight; lives from the first access-handler call to the completion
@@ -127,6 +131,8 @@ json_t *session_info(const char *id, struct session *s);
 bool session_opts_from_json(struct request *rq, json_t *body, struct session_opts *o);
 /* The NDJSON event for an execution event; caller decrefs. */
 json_t *exec_event_json(const struct exec_event *ev);
+/* Interrupts the running one-shot executions (shutdown). */
+void oneshots_interrupt(struct server *srv);
 /* Takes one of the server's execution slots; false after replying 429. */
 bool execution_slot_take(struct request *rq);
 void execution_slot_give(struct request *rq);

@@ -321,6 +321,7 @@ static void shutdown_gracefully(struct server *srv)
     if (!wait_idle(srv, now_ms_f() + (double)srv->cfg->shutdown_grace_ms)) {
         log_info("msg=\"grace period over; interrupting running cells\"");
         session_table_interrupt_all(srv->table);
+        oneshots_interrupt(srv);
         wait_idle(srv, now_ms_f() + (double)srv->cfg->defaults.interrupt_grace_ms + 3000);
     }
     MHD_stop_daemon(srv->mhd);
@@ -363,7 +364,7 @@ static int prepare(struct server *srv, struct sockaddr_storage *addr)
 
 int server_run(const struct server_config *cfg)
 {
-    struct server srv = {.cfg = cfg};
+    struct server srv = {.cfg = cfg, .oneshots_lock = PTHREAD_MUTEX_INITIALIZER};
     struct sockaddr_storage addr;
     sigset_t stop;
     int sig = 0, status = 0;
