@@ -41,9 +41,13 @@ static enum MHD_Result path_error(struct request *rq, const char *path, int err)
     case EXDEV:
         return api_error(rq, AE_BAD_PATH, "'%s' leads out of the workspace", path);
     case ENOTDIR:
-        return api_error(rq, AE_BAD_PATH, "a part of '%s' is not a directory", path);
+        /* openat(O_DIRECTORY | O_NOFOLLOW) on a link says ENOTDIR too. */
+        return api_error(rq, AE_BAD_PATH, "a part of '%s' is not a directory (or is a symbolic "
+                         "link, which is not followed)", path);
     case EISDIR:
         return api_error(rq, AE_BAD_PATH, "'%s' is a directory", path);
+    case EINVAL:
+        return api_error(rq, AE_BAD_PATH, "'%s' is not a regular file", path);
     case ENOSPC:
     case EDQUOT:
     case EFBIG:
@@ -110,7 +114,7 @@ enum MHD_Result h_file_get(struct request *rq)
         return path_error(rq, path, fd);
     if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
         close(fd);
-        return path_error(rq, path, S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL);
+        return path_error(rq, path, S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL); /* FIFO, socket */
     }
     fd_set_nonblock(fd, false);
     /* Streamed from the fd: the file is never held in memory. */
@@ -204,7 +208,13 @@ enum MHD_Result h_file_put(struct request *rq)
         return path_error(rq, path, u->err);
     if (fchown(u->fd, u->ws->uid, u->ws->gid) < 0 && u->ws->uid != geteuid())
         return path_error(rq, path, -errno);
-    /* rename replaces a link or file at the destination itself; it never writes through. */
+    /* A link planted at the destination is refused like any link on the way, so that an
+     * upload never seems to write through one. (rename would only replace the link itself,
+     * so the race between this check and the rename is harmless.) */
+    struct stat st;
+    if (fstatat(u->dirfd, u->leaf, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+        (S_ISLNK(st.st_mode) || S_ISDIR(st.st_mode)))
+        return path_error(rq, path, S_ISLNK(st.st_mode) ? -ELOOP : -EISDIR);
     if (renameat(u->dirfd, u->tmp_name, u->dirfd, u->leaf) < 0)
         return path_error(rq, path, -errno);
     free(u->tmp_name);
