@@ -21,13 +21,17 @@ static const char serve_help[] =
     "  --max-memory MB        the most memory a session may ask for (default 8192)\n"
     "  --max-timeout SEC      the longest per-execution timeout allowed (default 3600)\n"
     "  --max-upload MB        the largest file upload (default 1024)\n"
+    "  --max-body MB          the largest JSON request body (default 64)\n"
+    "  --max-pids N, --max-disk MB, --max-idle-timeout SEC\n"
+    "                         the most a session may ask for (defaults 4096, 8192, 604800)\n"
     "  --timeout SEC          default per-execution timeout (default 60)\n"
     "  --idle-timeout SEC     default idle timeout of sessions (default 600)\n"
     "  --memory MB, --pids N, --disk MB, --cpus N   default session limits\n"
     "  --shutdown-grace SEC   on SIGTERM, how long running cells may finish (default 10)\n";
 
 enum { OPT_LISTEN = OPT_COMMON_END, OPT_DATA, OPT_TOKEN, OPT_MAX_SESSIONS, OPT_MAX_EXECUTIONS,
-       OPT_MAX_MEMORY, OPT_MAX_TIMEOUT, OPT_MAX_UPLOAD, OPT_IDLE_TIMEOUT, OPT_GRACE };
+       OPT_MAX_MEMORY, OPT_MAX_TIMEOUT, OPT_MAX_UPLOAD, OPT_IDLE_TIMEOUT, OPT_GRACE,
+       OPT_MAX_BODY, OPT_MAX_PIDS, OPT_MAX_DISK, OPT_MAX_IDLE_TIMEOUT };
 
 static const struct option long_opts[] = {
     COMMON_LONG_OPTS,
@@ -41,6 +45,10 @@ static const struct option long_opts[] = {
     {"max-upload", required_argument, NULL, OPT_MAX_UPLOAD},
     {"idle-timeout", required_argument, NULL, OPT_IDLE_TIMEOUT},
     {"shutdown-grace", required_argument, NULL, OPT_GRACE},
+    {"max-body", required_argument, NULL, OPT_MAX_BODY},
+    {"max-pids", required_argument, NULL, OPT_MAX_PIDS},
+    {"max-disk", required_argument, NULL, OPT_MAX_DISK},
+    {"max-idle-timeout", required_argument, NULL, OPT_MAX_IDLE_TIMEOUT},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -75,6 +83,16 @@ static int serve_opt(struct server_config *cfg, struct common_opts *co, int c, c
         r = opt_megabytes("serve", "--max-upload", val, &v);
         cfg->limits.max_upload_bytes = v << 20;
         return r;
+    case OPT_MAX_BODY:
+        r = opt_megabytes("serve", "--max-body", val, &v);
+        cfg->limits.max_body_bytes = v << 20;
+        return r;
+    case OPT_MAX_PIDS:
+        return opt_count("serve", "--max-pids", val, &cfg->limits.max_pids);
+    case OPT_MAX_DISK:
+        return opt_megabytes("serve", "--max-disk", val, &cfg->limits.max_disk_mb);
+    case OPT_MAX_IDLE_TIMEOUT:
+        return opt_seconds("serve", "--max-idle-timeout", val, &cfg->limits.max_idle_timeout_ms);
     case OPT_IDLE_TIMEOUT:
         return opt_seconds("serve", "--idle-timeout", val, &cfg->defaults.idle_timeout_ms);
     case OPT_GRACE:
@@ -86,6 +104,33 @@ static int serve_opt(struct server_config *cfg, struct common_opts *co, int c, c
         r = common_opt("serve", co, c, val);
         return r < 0 ? usage_error("serve", "unknown option; run 'runcell serve --help'") : r;
     }
+}
+
+static bool over_max(const char *opt, uint64_t val, const char *max_opt, uint64_t max,
+                     double scale)
+{
+    if (val <= max)
+        return false;
+    usage_error("serve", "the default %s (%g) is more than %s (%g); lower one or raise the "
+                "other", opt, (double)val / scale, max_opt, (double)max / scale);
+    return true;
+}
+
+/* A default a session gets without asking must be one it could ask for. */
+static int check_defaults(const struct server_config *cfg)
+{
+    const struct server_limits *m = &cfg->limits;
+    const struct session_opts *d = &cfg->defaults;
+    if (over_max("--memory", d->limits.memory_mb, "--max-memory", m->max_memory_mb, 1) ||
+        over_max("--pids", d->limits.pids, "--max-pids", m->max_pids, 1) ||
+        over_max("--disk", d->limits.disk_mb, "--max-disk", m->max_disk_mb, 1) ||
+        over_max("--cpus", d->limits.cpus_milli, "the machine's cores", m->max_cpus_milli,
+                 1000) ||
+        over_max("--timeout", d->timeout_ms, "--max-timeout", m->max_timeout_ms, 1000) ||
+        over_max("--idle-timeout", d->idle_timeout_ms, "--max-idle-timeout",
+                 m->max_idle_timeout_ms, 1000))
+        return EXIT_USAGE;
+    return 0;
 }
 
 int cmd_serve(int argc, char **argv)
@@ -119,6 +164,8 @@ int cmd_serve(int argc, char **argv)
     cfg.defaults.limits = co.limits;
     cfg.defaults.timeout_ms = co.timeout_ms;
     session_opts_fill_defaults(&cfg.defaults);
+    if ((r = check_defaults(&cfg)))
+        return r;
     if (!getenv("RUNCELL_LOG"))
         log_set_level(LOG_INFO);
     return server_run(&cfg);
