@@ -26,21 +26,33 @@ struct server {
     struct oneshot_run *oneshots;
 };
 
-/* A request in flight; lives from the first access-handler call to the completion
- * callback. */
+/* Where a request is: libmicrohttpd calls the handler once for the headers, once per body
+ * chunk, and once at the end. A reply can be queued only in the first and the last call. */
+enum request_phase { PHASE_HEADERS, PHASE_BODY, PHASE_DONE };
+
+/* A request in flight; lives from the URI callback to the completion callback. */
 struct request {
     struct server *srv;
     struct MHD_Connection *conn;
     const struct route *route;
+    char method[16];   /* for the log */
+    bool url_has_nul;  /* "%00" in the raw URL: the decoded URL was cut short */
     char *params[2];   /* {id}, {path} as matched */
     struct buf body;   /* JSON request body, capped */
-    bool body_too_large;
     struct upload *upload; /* PUT of a file: streamed to disk */
+    enum request_phase phase;
+    /* A reply made before the body has arrived waits for it (read and dropped, up to
+     * DRAIN_MAX bytes), so that a client that sends its whole body before reading still
+     * hears why it was refused; queued now, libmicrohttpd would close mid-body. */
+    bool hold_reply;
+    struct MHD_Response *held;
+    uint64_t dropped;
     int status;        /* as sent, for the log */
     double t0_ms;
     char *session_id;  /* for the log */
     bool responded;
 };
+#define DRAIN_MAX (16u << 20)
 
 enum route_flags {
     ROUTE_NO_AUTH = 1 << 0,

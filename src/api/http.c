@@ -24,6 +24,10 @@ enum MHD_Result reply_response(struct request *rq, unsigned status, struct MHD_R
         return MHD_NO;
     rq->status = (int)status;
     rq->responded = true;
+    if (rq->phase == PHASE_BODY || (rq->phase == PHASE_HEADERS && rq->hold_reply)) {
+        rq->held = r; /* queued when the body has ended (server.c) */
+        return MHD_YES;
+    }
     enum MHD_Result ret = MHD_queue_response(rq->conn, status, r);
     MHD_destroy_response(r);
     return ret;
@@ -102,11 +106,6 @@ enum MHD_Result api_errno(struct request *rq, int err)
 
 json_t *body_json(struct request *rq)
 {
-    if (rq->body_too_large) {
-        api_error(rq, AE_TOO_LARGE, "request body larger than the server's limit of %llu bytes",
-                  (unsigned long long)rq->srv->cfg->limits.max_body_bytes);
-        return NULL;
-    }
     if (!rq->body.len)
         return json_object();
     json_error_t jerr;

@@ -88,11 +88,40 @@ static bool match(const char *pattern, const char *url, char **params)
 static void request_free(struct request *rq)
 {
     upload_abort(rq);
+    if (rq->held)
+        MHD_destroy_response(rq->held);
     buf_release(&rq->body);
     free(rq->params[0]);
     free(rq->params[1]);
     free(rq->session_id);
     free(rq);
+}
+
+/* Called with the raw URL before it is decoded: the request starts here. */
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
+{
+    struct request *rq = xcalloc(1, sizeof(*rq));
+    rq->srv = cls;
+    rq->conn = conn;
+    rq->t0_ms = now_ms_f();
+    /* libmicrohttpd decodes %00 into a NUL that ends the URL: "a%00b" would name "a". */
+    rq->url_has_nul = strcasestr(uri, "%00") != NULL;
+    return rq;
+}
+
+/* Whether an early reply should wait for the body (see struct request). */
+static bool hold_early_replies(struct request *rq)
+{
+    const char *cl = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, "Content-Length");
+    const char *te = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND,
+                                                 "Transfer-Encoding");
+    const char *expect = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, "Expect");
+    uint64_t len = 0;
+    if (expect && !strcasecmp(expect, "100-continue"))
+        return false; /* the client waits for our word before it sends the body */
+    if (cl && parse_u64(cl, &len) == 0)
+        return len > 0 && len <= DRAIN_MAX;
+    return te != NULL;
 }
 
 /* Routes a new request: 401, 404, 405, 503 and 413 are decided here, before the body. */
@@ -120,6 +149,7 @@ static enum MHD_Result route_request(struct request *rq, const char *url, const 
     }
     if (rq->route && rq->params[0])
         rq->session_id = xstrdup(rq->params[0]);
+    rq->hold_reply = hold_early_replies(rq);
     bool needs_auth = !rq->route || !(rq->route->flags & ROUTE_NO_AUTH);
     if (needs_auth) {
         const char *h = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, "Authorization");
@@ -151,6 +181,9 @@ static enum MHD_Result route_request(struct request *rq, const char *url, const 
         return r;
     }
     buf_release(&allow);
+    if (rq->url_has_nul)
+        return api_error(rq, AE_BAD_PATH, "the URL holds an encoded NUL byte (%%00), which no "
+                         "session id or file name may contain");
     if (atomic_load(&srv->shutting_down) && rq->route->handle != h_healthz)
         return api_error(rq, AE_SHUTTING_DOWN, "the server is shutting down");
     const char *cl = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, "Content-Length");
@@ -164,35 +197,52 @@ static enum MHD_Result route_request(struct request *rq, const char *url, const 
     return MHD_YES;
 }
 
+/* A chunk of the body: into the JSON buffer or the route's upload, or dropped after a
+ * reply was made. */
+static enum MHD_Result on_body(struct request *rq, const char *data, size_t n)
+{
+    if (rq->responded) {
+        rq->dropped += n;
+        /* Past DRAIN_MAX the client is not worth reading further: hang up, unanswered. */
+        return rq->dropped > DRAIN_MAX ? MHD_NO : MHD_YES;
+    }
+    if (rq->route->flags & ROUTE_STREAM_BODY) {
+        int r = rq->route->upload(rq, data, n);
+        return r < 0 ? api_errno(rq, r) : MHD_YES;
+    }
+    if (buf_append(&rq->body, data, n) < 0) {
+        buf_release(&rq->body);
+        return api_error(rq, AE_TOO_LARGE, "request body larger than the server's limit of "
+                         "%llu bytes", (unsigned long long)rq->srv->cfg->limits.max_body_bytes);
+    }
+    return MHD_YES;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version,
                                   const char *upload_data, size_t *upload_data_size,
                                   void **req_cls)
 {
     struct request *rq = *req_cls;
+    (void)cls;
     (void)version;
-    if (!rq) {
-        rq = xcalloc(1, sizeof(*rq));
-        rq->srv = cls;
-        rq->conn = conn;
-        rq->t0_ms = now_ms_f();
-        *req_cls = rq;
-        return route_request(rq, url, method);
+    if (rq->phase == PHASE_HEADERS && !rq->method[0]) {
+        snprintf(rq->method, sizeof(rq->method), "%s", method);
+        enum MHD_Result r = route_request(rq, url, method);
+        rq->phase = PHASE_BODY;
+        return r;
     }
     if (*upload_data_size) {
         size_t n = *upload_data_size;
         *upload_data_size = 0;
-        if (rq->responded)
-            return MHD_YES; /* an error is on its way; the rest of the body is dropped */
-        if (rq->route->flags & ROUTE_STREAM_BODY) {
-            int r = rq->route->upload(rq, upload_data, n);
-            return r < 0 ? api_errno(rq, r) : MHD_YES;
-        }
-        if (!rq->body_too_large && buf_append(&rq->body, upload_data, n) < 0) {
-            rq->body_too_large = true;
-            buf_release(&rq->body);
-        }
-        return MHD_YES;
+        return on_body(rq, upload_data, n);
+    }
+    rq->phase = PHASE_DONE;
+    if (rq->held) {
+        enum MHD_Result r = MHD_queue_response(conn, (unsigned)rq->status, rq->held);
+        MHD_destroy_response(rq->held);
+        rq->held = NULL;
+        return r;
     }
     if (rq->responded)
         return MHD_YES;
@@ -219,7 +269,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
     }
     metrics_request(srv->metrics, (unsigned)rq->status);
     log_info("method=%s route=%s status=%d duration_ms=%.1f session=%s client=%s%s",
-             rq->route ? rq->route->method : "-", rq->route ? rq->route->pattern : "-",
+             rq->method[0] ? rq->method : "-", rq->route ? rq->route->pattern : "-",
              rq->status, now_ms_f() - rq->t0_ms, rq->session_id ? rq->session_id : "-", addr,
              toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " aborted=1");
     request_free(rq);
@@ -275,7 +325,7 @@ static int start_http(struct server *srv, const struct sockaddr_storage *addr)
     /* The logger comes first: libmicrohttpd logs the options that follow it through it. */
     srv->mhd = MHD_start_daemon(
         flags, 0, NULL, NULL, on_request, srv, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, srv,
-        MHD_OPTION_SOCK_ADDR, addr, MHD_OPTION_CONNECTION_LIMIT,
+        MHD_OPTION_URI_LOG_CALLBACK, on_uri, srv, MHD_OPTION_SOCK_ADDR, addr, MHD_OPTION_CONNECTION_LIMIT,
         (unsigned)srv->cfg->limits.max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
         (unsigned)300, MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv, MHD_OPTION_END);
     if (!srv->mhd)
