@@ -243,7 +243,9 @@ class Server:
                 raise AssertionError("runcell serve did not start:\n" + self.log())
         else:
             raise AssertionError("runcell serve found no free port:\n" + self.log())
-        if not self.token:
+        if not self.token and env.get("RUNCELL_TOKEN"):
+            self.token = env["RUNCELL_TOKEN"]
+        elif not self.token:
             with open(os.path.join(self.data_dir, "token")) as f:
                 self.token = f.read().strip()
         return self
