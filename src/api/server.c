@@ -55,7 +55,7 @@ void server_limits_fill_defaults(struct server_limits *l)
         l->max_idle_timeout_ms = 7u * 24 * 3600 * 1000;
 }
 
-/* Matches url against pattern; fills params ({id}, then {path}) on success. */
+/* Matches url against pattern; fills params ({id}, then {path}) on success only. */
 static bool match(const char *pattern, const char *url, char **params)
 {
     int np = 0;
@@ -63,26 +63,26 @@ static bool match(const char *pattern, const char *url, char **params)
     while (*p && *u) {
         if (*p != '{') {
             if (*p++ != *u++)
-                return false;
+                goto fail;
             continue;
         }
         bool rest = !strncmp(p, "{path}", 6);
         const char *close = strchr(p, '}');
         size_t n = rest ? strlen(u) : strcspn(u, "/");
         if (!n || np >= 2)
-            return false;
+            goto fail;
         params[np++] = xstrndup(u, n);
         u += n;
         p = close + 1;
     }
-    if (*p || *u) {
-        for (int i = 0; i < np; i++) {
-            free(params[i]);
-            params[i] = NULL;
-        }
-        return false;
+    if (!*p && !*u)
+        return true;
+fail:
+    for (int i = 0; i < np; i++) {
+        free(params[i]);
+        params[i] = NULL;
     }
-    return true;
+    return false;
 }
 
 static void request_free(struct request *rq)

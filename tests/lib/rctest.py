@@ -9,6 +9,7 @@ import select
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import unittest
@@ -325,6 +326,10 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(HANG)
+        if self.proc and self.proc.returncode:
+            # What a failing server said is the first thing to read about the failure.
+            sys.stderr.write("runcell serve exited with %d; its log ends:\n%s\n"
+                             % (self.proc.returncode, self.log()[-6000:]))
         for m in reversed(mounts_below(self.run_dir)):  # what a killed server left
             subprocess.run(["umount", "-l", m])
         subprocess.run(["rm", "-rf", "--one-file-system", self.tmp])
