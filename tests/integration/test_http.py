@@ -336,6 +336,25 @@ class Sessions(ServerCase):
         self.assertEqual(rec["error"]["name"], "NameError")
         self.assertEqual(rec["execution_count"], 1)
 
+    def test_interrupts_racing_the_end_of_cells(self):
+        # An interrupt that lands while the kernel writes a frame must not cut the frame
+        # short (which once desynchronised the channel and cost the session its state).
+        sid = self.session()
+        self.srv.execute(sid, "kept = 1")
+        for i in range(300):
+            out = {}
+            t = threading.Thread(target=lambda: out.update(
+                rec=self.srv.execute(sid, "print('x' * 10)")))
+            t.start()
+            self.srv.ok("POST", path_of(sid, "/interrupt"))
+            t.join(HANG)
+            rec = out["rec"]
+            self.assertEqual(rec["state"], "kept", rec)
+            self.assertIn(rec["stdout"], ("x" * 10 + "\n", ""), rec)
+            self.assertIn(rec["status"], ("ok", "error"), rec)
+        self.assertEqual(self.srv.execute(sid, "kept")["results"], [{"text/plain": "1"}])
+        self.assertNotIn("protocol violation", self.srv.log())
+
     def test_busy_is_409(self):
         sid = self.session()
         st = Stream(self.srv, sid, "print('up', flush=True)\n" + WAIT_FOR_GO)
@@ -925,8 +944,8 @@ class Concurrency(ServerCase):
         sid = self.session()
         body = json.dumps({"code": "print('slow')"}).encode()
         s = raw_request(self.srv.port, "POST %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
-                        "Content-Length: %d\r\n\r\n" % (path_of(sid, "/execute"), TOKEN,
-                                                         len(body)), body[:5])
+                        "Connection: close\r\nContent-Length: %d\r\n\r\n"
+                        % (path_of(sid, "/execute"), TOKEN, len(body)), body[:5])
         # While the slow request is half sent, others are served, one byte at a time.
         for i in range(5, len(body) - 1):
             s.sendall(body[i:i + 1])
@@ -935,7 +954,6 @@ class Concurrency(ServerCase):
                 self.assertEqual(self.srv.execute(other, "print(%d)" % i)["stdout"], "%d\n" % i)
                 self.assertEqual(self.srv.request("GET", "/healthz").status, 200)
         s.sendall(body[-1:])
-        s.shutdown(socket.SHUT_WR)
         status, _, resp = read_response(s)
         s.close()
         self.assertEqual(status, 200)

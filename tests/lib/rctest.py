@@ -332,4 +332,5 @@ class Server:
                              % (self.proc.returncode, self.log()[-6000:]))
         for m in reversed(mounts_below(self.run_dir)):  # what a killed server left
             subprocess.run(["umount", "-l", m])
-        subprocess.run(["rm", "-rf", "--one-file-system", self.tmp])
+        if not os.environ.get("RCTEST_KEEP"):
+            subprocess.run(["rm", "-rf", "--one-file-system", self.tmp])
