@@ -53,6 +53,16 @@ static const struct option long_opts[] = {
     {NULL, 0, NULL, 0},
 };
 
+/* A size given in MB, kept in bytes. */
+static int opt_mb_as_bytes(const char *opt, const char *val, uint64_t *ret_bytes)
+{
+    uint64_t mb;
+    int r = opt_megabytes("serve", opt, val, &mb);
+    if (!r)
+        *ret_bytes = mb << 20;
+    return r;
+}
+
 static int serve_opt(struct server_config *cfg, struct common_opts *co, int c, char *val)
 {
     uint64_t v;
@@ -80,13 +90,9 @@ static int serve_opt(struct server_config *cfg, struct common_opts *co, int c, c
     case OPT_MAX_TIMEOUT:
         return opt_seconds("serve", "--max-timeout", val, &cfg->limits.max_timeout_ms);
     case OPT_MAX_UPLOAD:
-        r = opt_megabytes("serve", "--max-upload", val, &v);
-        cfg->limits.max_upload_bytes = v << 20;
-        return r;
+        return opt_mb_as_bytes("--max-upload", val, &cfg->limits.max_upload_bytes);
     case OPT_MAX_BODY:
-        r = opt_megabytes("serve", "--max-body", val, &v);
-        cfg->limits.max_body_bytes = v << 20;
-        return r;
+        return opt_mb_as_bytes("--max-body", val, &cfg->limits.max_body_bytes);
     case OPT_MAX_PIDS:
         return opt_count("serve", "--max-pids", val, &cfg->limits.max_pids);
     case OPT_MAX_DISK:
