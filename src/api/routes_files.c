@@ -42,8 +42,10 @@ static enum MHD_Result path_error(struct request *rq, const char *path, int err)
         return api_error(rq, AE_BAD_PATH, "'%s' leads out of the workspace", path);
     case ENOTDIR:
         /* openat(O_DIRECTORY | O_NOFOLLOW) on a link says ENOTDIR too. */
-        return api_error(rq, AE_BAD_PATH, "a part of '%s' is not a directory (or is a symbolic "
-                         "link, which is not followed)", path);
+        return api_error(rq, AE_BAD_PATH,
+                         "a part of '%s' is not a directory (or is a symbolic "
+                         "link, which is not followed)",
+                         path);
     case EISDIR:
         return api_error(rq, AE_BAD_PATH, "'%s' is a directory", path);
     case EINVAL:

@@ -113,8 +113,7 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
 static bool hold_early_replies(struct request *rq)
 {
     const char *cl = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, "Content-Length");
-    const char *te = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND,
-                                                 "Transfer-Encoding");
+    const char *te = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, "Transfer-Encoding");
     const char *expect = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, "Expect");
     uint64_t len = 0;
     if (expect && !strcasecmp(expect, "100-continue"))
@@ -182,7 +181,8 @@ static enum MHD_Result route_request(struct request *rq, const char *url, const 
     }
     buf_release(&allow);
     if (rq->url_has_nul)
-        return api_error(rq, AE_BAD_PATH, "the URL holds an encoded NUL byte (%%00), which no "
+        return api_error(rq, AE_BAD_PATH,
+                         "the URL holds an encoded NUL byte (%%00), which no "
                          "session id or file name may contain");
     if (atomic_load(&srv->shutting_down) && rq->route->handle != h_healthz)
         return api_error(rq, AE_SHUTTING_DOWN, "the server is shutting down");
@@ -212,8 +212,10 @@ static enum MHD_Result on_body(struct request *rq, const char *data, size_t n)
     }
     if (buf_append(&rq->body, data, n) < 0) {
         buf_release(&rq->body);
-        return api_error(rq, AE_TOO_LARGE, "request body larger than the server's limit of "
-                         "%llu bytes", (unsigned long long)rq->srv->cfg->limits.max_body_bytes);
+        return api_error(rq, AE_TOO_LARGE,
+                         "request body larger than the server's limit of "
+                         "%llu bytes",
+                         (unsigned long long)rq->srv->cfg->limits.max_body_bytes);
     }
     return MHD_YES;
 }
@@ -269,8 +271,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
     }
     metrics_request(srv->metrics, (unsigned)rq->status);
     log_info("method=%s route=%s status=%d duration_ms=%.1f session=%s client=%s%s",
-             rq->method[0] ? rq->method : "-", rq->route ? rq->route->pattern : "-",
-             rq->status, now_ms_f() - rq->t0_ms, rq->session_id ? rq->session_id : "-", addr,
+             rq->method[0] ? rq->method : "-", rq->route ? rq->route->pattern : "-", rq->status,
+             now_ms_f() - rq->t0_ms, rq->session_id ? rq->session_id : "-", addr,
              toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " aborted=1");
     request_free(rq);
     *req_cls = NULL;
@@ -323,11 +325,12 @@ static int start_http(struct server *srv, const struct sockaddr_storage *addr)
     if (addr->ss_family == AF_INET6)
         flags |= MHD_USE_IPv6;
     /* The logger comes first: libmicrohttpd logs the options that follow it through it. */
-    srv->mhd = MHD_start_daemon(
-        flags, 0, NULL, NULL, on_request, srv, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, srv,
-        MHD_OPTION_URI_LOG_CALLBACK, on_uri, srv, MHD_OPTION_SOCK_ADDR, addr, MHD_OPTION_CONNECTION_LIMIT,
-        (unsigned)srv->cfg->limits.max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
-        (unsigned)300, MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv, MHD_OPTION_END);
+    srv->mhd =
+        MHD_start_daemon(flags, 0, NULL, NULL, on_request, srv, MHD_OPTION_EXTERNAL_LOGGER, mhd_log,
+                         srv, MHD_OPTION_URI_LOG_CALLBACK, on_uri, srv, MHD_OPTION_SOCK_ADDR, addr,
+                         MHD_OPTION_CONNECTION_LIMIT, (unsigned)srv->cfg->limits.max_connections,
+                         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)300, MHD_OPTION_NOTIFY_COMPLETED,
+                         on_completed, srv, MHD_OPTION_END);
     if (!srv->mhd)
         return err_set(EADDRINUSE, "cannot listen on %s: the address is in use or not local",
                        srv->cfg->listen);

@@ -29,9 +29,22 @@ static const char serve_help[] =
     "  --memory MB, --pids N, --disk MB, --cpus N   default session limits\n"
     "  --shutdown-grace SEC   on SIGTERM, how long running cells may finish (default 10)\n";
 
-enum { OPT_LISTEN = OPT_COMMON_END, OPT_DATA, OPT_TOKEN, OPT_MAX_SESSIONS, OPT_MAX_EXECUTIONS,
-       OPT_MAX_MEMORY, OPT_MAX_TIMEOUT, OPT_MAX_UPLOAD, OPT_IDLE_TIMEOUT, OPT_GRACE,
-       OPT_MAX_BODY, OPT_MAX_PIDS, OPT_MAX_DISK, OPT_MAX_IDLE_TIMEOUT };
+enum {
+    OPT_LISTEN = OPT_COMMON_END,
+    OPT_DATA,
+    OPT_TOKEN,
+    OPT_MAX_SESSIONS,
+    OPT_MAX_EXECUTIONS,
+    OPT_MAX_MEMORY,
+    OPT_MAX_TIMEOUT,
+    OPT_MAX_UPLOAD,
+    OPT_IDLE_TIMEOUT,
+    OPT_GRACE,
+    OPT_MAX_BODY,
+    OPT_MAX_PIDS,
+    OPT_MAX_DISK,
+    OPT_MAX_IDLE_TIMEOUT
+};
 
 static const struct option long_opts[] = {
     COMMON_LONG_OPTS,
@@ -112,13 +125,14 @@ static int serve_opt(struct server_config *cfg, struct common_opts *co, int c, c
     }
 }
 
-static bool over_max(const char *opt, uint64_t val, const char *max_opt, uint64_t max,
-                     double scale)
+static bool over_max(const char *opt, uint64_t val, const char *max_opt, uint64_t max, double scale)
 {
     if (val <= max)
         return false;
-    usage_error("serve", "the default %s (%g) is more than %s (%g); lower one or raise the "
-                "other", opt, (double)val / scale, max_opt, (double)max / scale);
+    usage_error("serve",
+                "the default %s (%g) is more than %s (%g); lower one or raise the "
+                "other",
+                opt, (double)val / scale, max_opt, (double)max / scale);
     return true;
 }
 
@@ -130,11 +144,10 @@ static int check_defaults(const struct server_config *cfg)
     if (over_max("--memory", d->limits.memory_mb, "--max-memory", m->max_memory_mb, 1) ||
         over_max("--pids", d->limits.pids, "--max-pids", m->max_pids, 1) ||
         over_max("--disk", d->limits.disk_mb, "--max-disk", m->max_disk_mb, 1) ||
-        over_max("--cpus", d->limits.cpus_milli, "the machine's cores", m->max_cpus_milli,
-                 1000) ||
+        over_max("--cpus", d->limits.cpus_milli, "the machine's cores", m->max_cpus_milli, 1000) ||
         over_max("--timeout", d->timeout_ms, "--max-timeout", m->max_timeout_ms, 1000) ||
-        over_max("--idle-timeout", d->idle_timeout_ms, "--max-idle-timeout",
-                 m->max_idle_timeout_ms, 1000))
+        over_max("--idle-timeout", d->idle_timeout_ms, "--max-idle-timeout", m->max_idle_timeout_ms,
+                 1000))
         return EXIT_USAGE;
     return 0;
 }
