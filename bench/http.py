@@ -226,10 +226,10 @@ class Jupyter:
                            for kc in self.kcs], seconds)
 
     def close(self):
-        for kc in self.kcs:
-            kc.stop_channels()
         for km in self.kms:
             km.shutdown_kernel(now=True)
+        for kc in self.kcs:
+            kc.stop_channels()
         self.kcs, self.kms = [], []
 
 
