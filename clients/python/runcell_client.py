@@ -109,8 +109,15 @@ class Client:
                 conn.request(method, url, body=body, headers=self._headers(headers))
                 return conn, conn.getresponse()
             except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as e:
+                # The server may have refused a large body (413) and hung up while it was
+                # still being sent: its reply is then waiting to be read.
+                early = _early_reply(conn) if isinstance(e, BrokenPipeError) else None
+                if early is not None:
+                    return conn, early
                 conn.close()
-                if reused and not hasattr(body, "read"):
+                # A kept-alive connection the server had closed: try once more on a new one,
+                # when the body can be sent again.
+                if reused and (body is None or isinstance(body, (bytes, str))):
                     continue
                 raise RuncellError(0, "connection", "%s %s: %s" % (method, path, e)) from e
             except (OSError, http.client.HTTPException) as e:
@@ -343,6 +350,13 @@ class Session:
         finally:
             if self._own_client:
                 self.client.close()
+
+
+def _early_reply(conn):
+    try:
+        return conn.getresponse()
+    except (OSError, http.client.HTTPException):
+        return None
 
 
 def _next_event(resp):

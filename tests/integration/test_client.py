@@ -265,6 +265,16 @@ class Files(ClientCase):
 
 
 class Errors(ClientCase):
+    def test_upload_over_the_cap(self):
+        with Server("--max-upload", "1") as srv, Session(srv.base_url, srv.token) as s:
+            # Drained and answered, and refused while still being sent: 413 either way.
+            for size in (2 << 20, 40 << 20):
+                with self.assertRaises(RuncellError) as cm:
+                    s.upload("big", b"x" * size)
+                self.assertEqual((cm.exception.status, cm.exception.code), (413, "too_large"))
+            self.assertEqual(s.files(), [])
+            self.assertEqual(s.run("print('still fine')")["stdout"], "still fine\n")
+
     def test_wrong_token(self):
         with self.assertRaises(RuncellError) as cm:
             Session(self.srv.base_url, "wrong-token-wrong-token")
