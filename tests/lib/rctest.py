@@ -212,7 +212,7 @@ class Server:
 
     def __init__(self, *args, token=TOKEN, env=None):
         self.args, self.token, self.env = list(args), token, env or {}
-        self.proc = None
+        self.proc = self.tmp = None
 
     def __enter__(self):
         self.start()
@@ -222,6 +222,13 @@ class Server:
         self.close()
 
     def start(self):
+        try:
+            return self._start()
+        except BaseException:
+            self.close()  # a server started before the failure is stopped, not leaked
+            raise
+
+    def _start(self):
         self.tmp = tempfile.mkdtemp(prefix="runcell-serve-")
         os.chmod(self.tmp, 0o755)
         self.data_dir = os.path.join(self.tmp, "data")
@@ -330,6 +337,8 @@ class Server:
             # What a failing server said is the first thing to read about the failure.
             sys.stderr.write("runcell serve exited with %d; its log ends:\n%s\n"
                              % (self.proc.returncode, self.log()[-6000:]))
+        if not self.tmp:
+            return
         for m in reversed(mounts_below(self.run_dir)):  # what a killed server left
             subprocess.run(["umount", "-l", m])
         if not os.environ.get("RCTEST_KEEP"):
