@@ -26,18 +26,33 @@ struct server {
     char *token;
     atomic_size_t executions; /* running now */
     atomic_bool shutting_down;
+    /* One-shot runs in flight: no session of the table, but a shutdown interrupts them
+     * too. */
+    pthread_mutex_t oneshots_lock;
+    struct oneshot_run *oneshots;
 };
 
-/* A request in flight; lives from the first access-handler call to the completion
- * callback. */
+/* Where a request is: libmicrohttpd calls the handler once for the headers, once per body
+ * chunk, and once at the end. A reply can be queued only in the first and the last call. */
+enum request_phase { PHASE_HEADERS, PHASE_BODY, PHASE_DONE };
+
+/* A request in flight; lives from the URI callback to the completion callback. */
 struct request {
     struct server *srv;
     struct MHD_Connection *conn;
     const struct route *route;
+    char method[16];   /* for the log */
+    bool url_has_nul;  /* "%00" in the raw URL: the decoded URL was cut short */
     char *params[2];   /* {id}, {path} as matched */
     struct buf body;   /* JSON request body, capped */
-    bool body_too_large;
     struct upload *upload; /* PUT of a file: streamed to disk */
+    enum request_phase phase;
+    /* A reply made before the body has arrived waits for it (read and dropped, up to
+     * DRAIN_MAX bytes), so that a client that sends its whole body before reading still
+     * hears why it was refused; queued now, libmicrohttpd would close mid-body. */
+    bool hold_reply;
+    struct MHD_Response *held;
+    uint64_t dropped;
     int status;        /* as sent, for the log */
     double t0_ms;
     char *session_id;  /* for the log */
@@ -45,6 +60,7 @@ struct request {
     struct net_policy *net; /* the network policy a create body asked for */
     char **packages;        /* ... and its packages */
 };
+#define DRAIN_MAX (16u << 20)
 
 enum route_flags {
     ROUTE_NO_AUTH = 1 << 0,
@@ -81,8 +97,12 @@ enum MHD_Result api_error(struct request *rq, enum api_err e, const char *fmt, .
 /* As api_error, with extra's fields (reference stolen; may be NULL) beside "error". */
 enum MHD_Result api_error_with(struct request *rq, enum api_err e, json_t *extra,
                                const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-/* Maps -errno (with err_msg()) to the right api_err. */
+/* Replies for -errno (with err_msg()) with the right api_err. */
 enum MHD_Result api_errno(struct request *rq, int err);
+/* The api_err for -errno, and the JSON code of an api_err (for errors that cannot be an
+ * HTTP status any more, as in the middle of a stream). */
+enum api_err api_err_of(int err);
+const char *api_err_code(enum api_err e);
 /* Sends j (reference stolen) with status. */
 enum MHD_Result reply_json(struct request *rq, unsigned status, json_t *j);
 enum MHD_Result reply_response(struct request *rq, unsigned status, struct MHD_Response *r);
@@ -148,10 +168,10 @@ json_t *session_info(const char *id, struct session *s);
 bool session_opts_from_json(struct request *rq, json_t *body, struct session_opts *o);
 /* The NDJSON event for an execution event; caller decrefs. */
 json_t *exec_event_json(const struct exec_event *ev);
-/* The client's socket (for POLLRDHUP: a client that hangs up). */
-int client_fd(struct request *rq);
 /* True when the client asked for NDJSON events (Accept: application/x-ndjson). */
 bool wants_ndjson(struct request *rq);
+/* Interrupts the running one-shot executions (shutdown). */
+void oneshots_interrupt(struct server *srv);
 /* Takes one of the server's execution slots; false after replying 429. */
 bool execution_slot_take(struct request *rq);
 void execution_slot_give(struct request *rq);

@@ -24,6 +24,10 @@ enum MHD_Result reply_response(struct request *rq, unsigned status, struct MHD_R
         return MHD_NO;
     rq->status = (int)status;
     rq->responded = true;
+    if (rq->phase == PHASE_BODY || (rq->phase == PHASE_HEADERS && rq->hold_reply)) {
+        rq->held = r; /* queued when the body has ended (server.c) */
+        return MHD_YES;
+    }
     enum MHD_Result ret = MHD_queue_response(rq->conn, status, r);
     MHD_destroy_response(r);
     return ret;
@@ -77,47 +81,51 @@ enum MHD_Result api_error_with(struct request *rq, enum api_err e, json_t *extra
     return r;
 }
 
-enum MHD_Result api_errno(struct request *rq, int err)
+enum api_err api_err_of(int err)
 {
-    const char *msg = err_msg();
     switch (-err) {
     case EINVAL:
-        return api_error(rq, AE_BAD_REQUEST, "%s", msg);
+        return AE_BAD_REQUEST;
     case ELOOP:
     case EXDEV:
     case ENOTDIR:
     case EISDIR:
-        return api_error(rq, AE_BAD_PATH, "%s", msg);
+        return AE_BAD_PATH;
     case ENOENT:
-        return api_error(rq, AE_NOT_FOUND, "%s", msg);
+        return AE_NOT_FOUND;
     case ETIME:
-        return api_error(rq, AE_EXPIRED, "%s", msg);
+        return AE_EXPIRED;
     case EBUSY:
-        return api_error(rq, AE_BUSY, "%s", msg);
+        return AE_BUSY;
     case E2BIG:
     case EFBIG:
     case ENOSPC:
     case EDQUOT:
-        return api_error(rq, AE_TOO_LARGE, "%s", msg);
+        return AE_TOO_LARGE;
     case EAGAIN:
-        return api_error(rq, AE_LIMIT, "%s", msg);
+        return AE_LIMIT;
     case ESHUTDOWN:
-        return api_error(rq, AE_SHUTTING_DOWN, "%s", msg);
+        return AE_SHUTTING_DOWN;
     case EIO:
     case ETIMEDOUT:
-        return api_error(rq, AE_SANDBOX, "%s", msg);
+        return AE_SANDBOX;
     default:
-        return api_error(rq, AE_INTERNAL, "%s", msg);
+        return AE_INTERNAL;
     }
+}
+
+const char *api_err_code(enum api_err e)
+{
+    return api_errs[e].code;
+}
+
+enum MHD_Result api_errno(struct request *rq, int err)
+{
+    return api_error(rq, api_err_of(err), "%s", err_msg());
 }
 
 json_t *body_json(struct request *rq)
 {
-    if (rq->body_too_large) {
-        api_error(rq, AE_TOO_LARGE, "request body larger than the server's limit of %llu bytes",
-                  (unsigned long long)rq->srv->cfg->limits.max_body_bytes);
-        return NULL;
-    }
     if (!rq->body.len)
         return json_object();
     json_error_t jerr;

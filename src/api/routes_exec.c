@@ -124,7 +124,7 @@ static void *stream_main(void *arg)
     json_t *done;
     if (r < 0) {
         done = json_pack("{s:s,s:{s:s,s:s}}", "type", "done", "error", "code",
-                         r == -EBUSY ? "busy" : "bad_request", "message", err_msg());
+                         api_err_code(api_err_of(r)), "message", err_msg());
     } else {
         metrics_execution(st->srv->metrics, rec.status, rec.wall_ms / 1000.0);
         done = json_pack("{s:s,s:o}", "type", "done", "record", exec_record_json(&rec));
@@ -254,7 +254,9 @@ enum MHD_Result h_execute(struct request *rq)
         json_decref(body);
         return MHD_YES;
     }
-    if (wants_ndjson(rq))
+    /* A stream's status is sent before the cell starts: say "busy" now while it can still
+     * be a 409 (a race lost after this check ends the stream with a busy error instead). */
+    if (wants_ndjson(rq) && !session_busy(s))
         return execute_streaming(rq, s, body, &req); /* owns s, body and the slot now */
 
     /* A client that hangs up interrupts the cell. */
@@ -351,6 +353,39 @@ static void attach_outputs(json_t *rec_json, struct workspace *ws, const struct 
     json_object_set_new(rec_json, "outputs_omitted", omitted);
 }
 
+struct oneshot_run {
+    struct session *s;
+    struct oneshot_run *next;
+};
+
+static void oneshot_register(struct server *srv, struct oneshot_run *run)
+{
+    pthread_mutex_lock(&srv->oneshots_lock);
+    run->next = srv->oneshots;
+    srv->oneshots = run;
+    pthread_mutex_unlock(&srv->oneshots_lock);
+}
+
+static void oneshot_unregister(struct server *srv, struct oneshot_run *run)
+{
+    pthread_mutex_lock(&srv->oneshots_lock);
+    for (struct oneshot_run **p = &srv->oneshots; *p; p = &(*p)->next) {
+        if (*p == run) {
+            *p = run->next;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&srv->oneshots_lock);
+}
+
+void oneshots_interrupt(struct server *srv)
+{
+    pthread_mutex_lock(&srv->oneshots_lock);
+    for (struct oneshot_run *run = srv->oneshots; run; run = run->next)
+        session_interrupt(run->s);
+    pthread_mutex_unlock(&srv->oneshots_lock);
+}
+
 enum MHD_Result h_oneshot(struct request *rq)
 {
     json_t *body = body_json(rq);
@@ -389,8 +424,11 @@ enum MHD_Result h_oneshot(struct request *rq)
     req.cancel_fd = client_fd(rq);
     req.cancel_events = POLLRDHUP;
     struct exec_record rec;
+    struct oneshot_run run = {.s = s};
     exec_record_init(&rec, o.output_cap ? o.output_cap : DEFAULT_OUTPUT_CAP);
+    oneshot_register(rq->srv, &run);
     r = session_execute(s, &req, NULL, &rec);
+    oneshot_unregister(rq->srv, &run);
     if (r < 0) {
         ret = api_errno(rq, r);
     } else {

@@ -49,9 +49,15 @@ static enum MHD_Result path_error(struct request *rq, const char *path, int err)
     case EXDEV:
         return api_error(rq, AE_BAD_PATH, "'%s' leads out of the workspace", path);
     case ENOTDIR:
-        return api_error(rq, AE_BAD_PATH, "a part of '%s' is not a directory", path);
+        /* openat(O_DIRECTORY | O_NOFOLLOW) on a link says ENOTDIR too. */
+        return api_error(rq, AE_BAD_PATH,
+                         "a part of '%s' is not a directory (or is a symbolic "
+                         "link, which is not followed)",
+                         path);
     case EISDIR:
         return api_error(rq, AE_BAD_PATH, "'%s' is a directory", path);
+    case EINVAL:
+        return api_error(rq, AE_BAD_PATH, "'%s' is not a regular file", path);
     case ENOSPC:
     case EDQUOT:
     case EFBIG:
@@ -118,7 +124,7 @@ enum MHD_Result h_file_get(struct request *rq)
         return path_error(rq, path, fd);
     if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
         close(fd);
-        return path_error(rq, path, S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL);
+        return path_error(rq, path, S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL); /* FIFO, socket */
     }
     fd_set_nonblock(fd, false);
     /* Streamed from the fd: the file is never held in memory. */
@@ -173,20 +179,41 @@ static int upload_begin(struct request *rq)
     return 0;
 }
 
+/* Replies for a failed upload: the session, the path, the size or the disk. */
+static enum MHD_Result put_error(struct request *rq, int err)
+{
+    const char *path = rq->params[1];
+    if (!check_path(rq, path))
+        return MHD_YES;
+    if (err == -ENOENT || err == -ETIME) {
+        struct session *s = acquire_session(rq); /* replies not found / expired */
+        if (s)
+            session_table_release(rq->srv->table, s);
+        return MHD_YES;
+    }
+    enum MHD_Result r;
+    if (err == -EFBIG)
+        r = api_error(rq, AE_TOO_LARGE, "upload larger than the server's limit of %llu bytes",
+                      (unsigned long long)rq->srv->cfg->limits.max_upload_bytes);
+    else
+        r = path_error(rq, path, err);
+    upload_abort(rq); /* the partial file goes now, before the client hears of it */
+    return r;
+}
+
 int h_file_put_chunk(struct request *rq, const char *data, size_t n)
 {
     if (!rq->upload)
         upload_begin(rq);
     struct upload *u = rq->upload;
-    if (u->err)
-        return 0; /* keep reading the body; the error is reported at the end */
-    if (u->size + n > rq->srv->cfg->limits.max_upload_bytes) {
+    if (!u->err && u->size + n > rq->srv->cfg->limits.max_upload_bytes)
         u->err = -EFBIG;
+    if (!u->err)
+        u->err = write_all(u->fd, data, n);
+    if (u->err) {
+        put_error(rq, u->err); /* the rest of the body is dropped */
         return 0;
     }
-    int r = write_all(u->fd, data, n);
-    if (r < 0)
-        u->err = r;
     u->size += n;
     return 0;
 }
@@ -194,25 +221,20 @@ int h_file_put_chunk(struct request *rq, const char *data, size_t n)
 enum MHD_Result h_file_put(struct request *rq)
 {
     const char *path = rq->params[1];
-    if (!check_path(rq, path))
-        return MHD_YES;
     if (!rq->upload)
         upload_begin(rq); /* an empty body */
     struct upload *u = rq->upload;
-    if (u->err == -ENOENT || u->err == -ETIME) {
-        struct session *s = acquire_session(rq); /* replies not found / expired */
-        if (s)
-            session_table_release(rq->srv->table, s);
-        return MHD_YES;
-    }
-    if (u->err == -EFBIG)
-        return api_error(rq, AE_TOO_LARGE, "upload larger than the server's limit of %llu bytes",
-                         (unsigned long long)rq->srv->cfg->limits.max_upload_bytes);
     if (u->err)
-        return path_error(rq, path, u->err);
+        return put_error(rq, u->err);
     if (fchown(u->fd, u->ws->uid, u->ws->gid) < 0 && u->ws->uid != geteuid())
         return path_error(rq, path, -errno);
-    /* rename replaces a link or file at the destination itself; it never writes through. */
+    /* A link planted at the destination is refused like any link on the way, so that an
+     * upload never seems to write through one. (rename would only replace the link itself,
+     * so the race between this check and the rename is harmless.) */
+    struct stat st;
+    if (fstatat(u->dirfd, u->leaf, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+        (S_ISLNK(st.st_mode) || S_ISDIR(st.st_mode)))
+        return path_error(rq, path, S_ISLNK(st.st_mode) ? -ELOOP : -EISDIR);
     if (renameat(u->dirfd, u->tmp_name, u->dirfd, u->leaf) < 0)
         return path_error(rq, path, -errno);
     free(u->tmp_name);

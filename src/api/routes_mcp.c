@@ -559,12 +559,6 @@ static bool check_post(struct request *rq)
                        "application/json or text/event-stream; list both in Accept");
         return false;
     }
-    if (rq->body_too_large) {
-        mcp_http_error(rq, 413, MCP_INVALID_REQUEST, "Payload Too Large: the body is larger "
-                       "than the server's limit of %llu bytes",
-                       (unsigned long long)rq->srv->cfg->limits.max_body_bytes);
-        return false;
-    }
     return true;
 }
 

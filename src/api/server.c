@@ -70,42 +70,41 @@ void server_limits_fill_defaults(struct server_limits *l)
         l->max_install_timeout_ms = 3600u * 1000;
 }
 
-/* Matches url against pattern; fills params ({id}, then {path}) on success. */
+/* Matches url against pattern; fills params ({id}, then {path}) on success only. */
 static bool match(const char *pattern, const char *url, char **params)
 {
     int np = 0;
-    bool ok = true;
     const char *p = pattern, *u = url;
-    while (ok && *p && *u) {
+    while (*p && *u) {
         if (*p != '{') {
-            ok = *p++ == *u++;
+            if (*p++ != *u++)
+                goto fail;
             continue;
         }
         bool rest = !strncmp(p, "{path}", 6);
         const char *close = strchr(p, '}');
         size_t n = rest ? strlen(u) : strcspn(u, "/");
-        if (!n || np >= 2) {
-            ok = false;
-            break;
-        }
+        if (!n || np >= 2)
+            goto fail;
         params[np++] = xstrndup(u, n);
         u += n;
         p = close + 1;
     }
-    /* A pattern that fails after a parameter frees what it took. */
-    if (!ok || *p || *u) {
-        for (int i = 0; i < np; i++) {
-            free(params[i]);
-            params[i] = NULL;
-        }
-        return false;
+    if (!*p && !*u)
+        return true;
+fail:
+    for (int i = 0; i < np; i++) {
+        free(params[i]);
+        params[i] = NULL;
     }
-    return true;
+    return false;
 }
 
 static void request_free(struct request *rq)
 {
     upload_abort(rq);
+    if (rq->held)
+        MHD_destroy_response(rq->held);
     buf_release(&rq->body);
     free(rq->params[0]);
     free(rq->params[1]);
@@ -113,6 +112,32 @@ static void request_free(struct request *rq)
     net_policy_free(rq->net);
     strv_free(rq->packages);
     free(rq);
+}
+
+/* Called with the raw URL before it is decoded: the request starts here. */
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
+{
+    struct request *rq = xcalloc(1, sizeof(*rq));
+    rq->srv = cls;
+    rq->conn = conn;
+    rq->t0_ms = now_ms_f();
+    /* libmicrohttpd decodes %00 into a NUL that ends the URL: "a%00b" would name "a". */
+    rq->url_has_nul = strcasestr(uri, "%00") != NULL;
+    return rq;
+}
+
+/* Whether an early reply should wait for the body (see struct request). */
+static bool hold_early_replies(struct request *rq)
+{
+    const char *cl = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, "Content-Length");
+    const char *te = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, "Transfer-Encoding");
+    const char *expect = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, "Expect");
+    uint64_t len = 0;
+    if (expect && !strcasecmp(expect, "100-continue"))
+        return false; /* the client waits for our word before it sends the body */
+    if (cl && parse_u64(cl, &len) == 0)
+        return len > 0 && len <= DRAIN_MAX;
+    return te != NULL;
 }
 
 /* Routes a new request: 401, 404, 405, 503 and 413 are decided here, before the body. */
@@ -140,6 +165,7 @@ static enum MHD_Result route_request(struct request *rq, const char *url, const 
     }
     if (rq->route && rq->params[0])
         rq->session_id = xstrdup(rq->params[0]);
+    rq->hold_reply = hold_early_replies(rq);
     bool needs_auth = !rq->route || !(rq->route->flags & ROUTE_NO_AUTH);
     if (needs_auth) {
         const char *h = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, "Authorization");
@@ -171,6 +197,10 @@ static enum MHD_Result route_request(struct request *rq, const char *url, const 
         return r;
     }
     buf_release(&allow);
+    if (rq->url_has_nul)
+        return api_error(rq, AE_BAD_PATH,
+                         "the URL holds an encoded NUL byte (%%00), which no "
+                         "session id or file name may contain");
     if (atomic_load(&srv->shutting_down) && rq->route->handle != h_healthz)
         return api_error(rq, AE_SHUTTING_DOWN, "the server is shutting down");
     const char *cl = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, "Content-Length");
@@ -184,35 +214,54 @@ static enum MHD_Result route_request(struct request *rq, const char *url, const 
     return MHD_YES;
 }
 
+/* A chunk of the body: into the JSON buffer or the route's upload, or dropped after a
+ * reply was made. */
+static enum MHD_Result on_body(struct request *rq, const char *data, size_t n)
+{
+    if (rq->responded) {
+        rq->dropped += n;
+        /* Past DRAIN_MAX the client is not worth reading further: hang up, unanswered. */
+        return rq->dropped > DRAIN_MAX ? MHD_NO : MHD_YES;
+    }
+    if (rq->route->flags & ROUTE_STREAM_BODY) {
+        int r = rq->route->upload(rq, data, n);
+        return r < 0 ? api_errno(rq, r) : MHD_YES;
+    }
+    if (buf_append(&rq->body, data, n) < 0) {
+        buf_release(&rq->body);
+        return api_error(rq, AE_TOO_LARGE,
+                         "request body larger than the server's limit of "
+                         "%llu bytes",
+                         (unsigned long long)rq->srv->cfg->limits.max_body_bytes);
+    }
+    return MHD_YES;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version,
                                   const char *upload_data, size_t *upload_data_size,
                                   void **req_cls)
 {
     struct request *rq = *req_cls;
+    (void)cls;
     (void)version;
-    if (!rq) {
-        rq = xcalloc(1, sizeof(*rq));
-        rq->srv = cls;
-        rq->conn = conn;
-        rq->t0_ms = now_ms_f();
-        *req_cls = rq;
-        return route_request(rq, url, method);
+    if (rq->phase == PHASE_HEADERS && !rq->method[0]) {
+        snprintf(rq->method, sizeof(rq->method), "%s", method);
+        enum MHD_Result r = route_request(rq, url, method);
+        rq->phase = PHASE_BODY;
+        return r;
     }
     if (*upload_data_size) {
         size_t n = *upload_data_size;
         *upload_data_size = 0;
-        if (rq->responded)
-            return MHD_YES; /* an error is on its way; the rest of the body is dropped */
-        if (rq->route->flags & ROUTE_STREAM_BODY) {
-            int r = rq->route->upload(rq, upload_data, n);
-            return r < 0 ? api_errno(rq, r) : MHD_YES;
-        }
-        if (!rq->body_too_large && buf_append(&rq->body, upload_data, n) < 0) {
-            rq->body_too_large = true;
-            buf_release(&rq->body);
-        }
-        return MHD_YES;
+        return on_body(rq, upload_data, n);
+    }
+    rq->phase = PHASE_DONE;
+    if (rq->held) {
+        enum MHD_Result r = MHD_queue_response(conn, (unsigned)rq->status, rq->held);
+        MHD_destroy_response(rq->held);
+        rq->held = NULL;
+        return r;
     }
     if (rq->responded)
         return MHD_YES;
@@ -239,8 +288,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
     }
     metrics_request(srv->metrics, (unsigned)rq->status);
     log_info("method=%s route=%s status=%d duration_ms=%.1f session=%s client=%s%s",
-             rq->route ? rq->route->method : "-", rq->route ? rq->route->pattern : "-",
-             rq->status, now_ms_f() - rq->t0_ms, rq->session_id ? rq->session_id : "-", addr,
+             rq->method[0] ? rq->method : "-", rq->route ? rq->route->pattern : "-", rq->status,
+             now_ms_f() - rq->t0_ms, rq->session_id ? rq->session_id : "-", addr,
              toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " aborted=1");
     request_free(rq);
     *req_cls = NULL;
@@ -292,12 +341,13 @@ static int start_http(struct server *srv, const struct sockaddr_storage *addr)
                      MHD_USE_POLL | MHD_USE_ERROR_LOG | MHD_USE_ITC;
     if (addr->ss_family == AF_INET6)
         flags |= MHD_USE_IPv6;
-    srv->mhd = MHD_start_daemon(
-        flags, 0, NULL, NULL, on_request, srv, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, srv,
-        MHD_OPTION_SOCK_ADDR, addr,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)srv->cfg->limits.max_connections,
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)300, MHD_OPTION_NOTIFY_COMPLETED, on_completed,
-        srv, MHD_OPTION_END);
+    /* The logger comes first: libmicrohttpd logs the options that follow it through it. */
+    srv->mhd =
+        MHD_start_daemon(flags, 0, NULL, NULL, on_request, srv, MHD_OPTION_EXTERNAL_LOGGER, mhd_log,
+                         srv, MHD_OPTION_URI_LOG_CALLBACK, on_uri, srv, MHD_OPTION_SOCK_ADDR, addr,
+                         MHD_OPTION_CONNECTION_LIMIT, (unsigned)srv->cfg->limits.max_connections,
+                         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)300, MHD_OPTION_NOTIFY_COMPLETED,
+                         on_completed, srv, MHD_OPTION_END);
     if (!srv->mhd)
         return err_set(EADDRINUSE, "cannot listen on %s: the address is in use or not local",
                        srv->cfg->listen);
@@ -341,6 +391,7 @@ static void shutdown_gracefully(struct server *srv)
     if (!wait_idle(srv, now_ms_f() + (double)srv->cfg->shutdown_grace_ms)) {
         log_info("msg=\"grace period over; interrupting running cells\"");
         session_table_interrupt_all(srv->table);
+        oneshots_interrupt(srv);
         wait_idle(srv, now_ms_f() + (double)srv->cfg->defaults.interrupt_grace_ms + 3000);
     }
     mcp_http_free(srv->mcp);
@@ -433,7 +484,7 @@ static int prepare(struct server *srv, struct sockaddr_storage *addr)
 
 int server_run(const struct server_config *cfg)
 {
-    struct server srv = {.cfg = cfg};
+    struct server srv = {.cfg = cfg, .oneshots_lock = PTHREAD_MUTEX_INITIALIZER};
     struct sockaddr_storage addr;
     sigset_t stop;
     int sig = 0, status = 0;

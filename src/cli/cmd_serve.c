@@ -21,6 +21,9 @@ static const char serve_help[] =
     "  --max-memory MB        the most memory a session may ask for (default 8192)\n"
     "  --max-timeout SEC      the longest per-execution timeout allowed (default 3600)\n"
     "  --max-upload MB        the largest file upload (default 1024)\n"
+    "  --max-body MB          the largest JSON request body (default 64)\n"
+    "  --max-pids N, --max-disk MB, --max-idle-timeout SEC\n"
+    "                         the most a session may ask for (defaults 4096, 8192, 604800)\n"
     "  --timeout SEC          default per-execution timeout (default 60)\n"
     "  --idle-timeout SEC     default idle timeout of sessions (default 600)\n"
     "  --memory MB, --pids N, --disk MB, --cpus N   default session limits\n"
@@ -48,7 +51,8 @@ static const char serve_help[] =
 enum { OPT_LISTEN = OPT_COMMON_END, OPT_DATA, OPT_TOKEN, OPT_MAX_SESSIONS, OPT_MAX_EXECUTIONS,
        OPT_MAX_MEMORY, OPT_MAX_TIMEOUT, OPT_MAX_UPLOAD, OPT_IDLE_TIMEOUT, OPT_GRACE,
        OPT_NO_TEMPLATE, OPT_POOL, OPT_NET_ALLOW_MAX, OPT_NET_MAX_CONNECTIONS, OPT_NET_MAX_MB,
-       OPT_ALLOW_ORIGIN, OPT_MODEL, OPT_BASE_URL, OPT_WEBHOOK };
+       OPT_ALLOW_ORIGIN, OPT_MODEL, OPT_BASE_URL, OPT_WEBHOOK, OPT_MAX_BODY, OPT_MAX_PIDS,
+       OPT_MAX_DISK, OPT_MAX_IDLE_TIMEOUT };
 
 static const struct option long_opts[] = {
     COMMON_LONG_OPTS,
@@ -72,6 +76,10 @@ static const struct option long_opts[] = {
     {"model", required_argument, NULL, OPT_MODEL},
     {"base-url", required_argument, NULL, OPT_BASE_URL},
     {"review-webhook", required_argument, NULL, OPT_WEBHOOK},
+    {"max-body", required_argument, NULL, OPT_MAX_BODY},
+    {"max-pids", required_argument, NULL, OPT_MAX_PIDS},
+    {"max-disk", required_argument, NULL, OPT_MAX_DISK},
+    {"max-idle-timeout", required_argument, NULL, OPT_MAX_IDLE_TIMEOUT},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -98,6 +106,16 @@ static int add_origin(char ***origins, const char *val)
                            "https://app.example.com (scheme, host, optional port, no path)", val);
     *origins = strv_push(*origins ? *origins : xcalloc(1, sizeof(char *)), val);
     return 0;
+}
+
+/* A size given in MB, kept in bytes. */
+static int opt_mb_as_bytes(const char *opt, const char *val, uint64_t *ret_bytes)
+{
+    uint64_t mb;
+    int r = opt_megabytes("serve", opt, val, &mb);
+    if (!r)
+        *ret_bytes = mb << 20;
+    return r;
 }
 
 static int serve_opt(struct server_config *cfg, struct common_opts *co, struct store_opts *so,
@@ -130,9 +148,15 @@ static int serve_opt(struct server_config *cfg, struct common_opts *co, struct s
     case OPT_MAX_TIMEOUT:
         return opt_seconds("serve", "--max-timeout", val, &cfg->limits.max_timeout_ms);
     case OPT_MAX_UPLOAD:
-        r = opt_megabytes("serve", "--max-upload", val, &v);
-        cfg->limits.max_upload_bytes = v << 20;
-        return r;
+        return opt_mb_as_bytes("--max-upload", val, &cfg->limits.max_upload_bytes);
+    case OPT_MAX_BODY:
+        return opt_mb_as_bytes("--max-body", val, &cfg->limits.max_body_bytes);
+    case OPT_MAX_PIDS:
+        return opt_count("serve", "--max-pids", val, &cfg->limits.max_pids);
+    case OPT_MAX_DISK:
+        return opt_megabytes("serve", "--max-disk", val, &cfg->limits.max_disk_mb);
+    case OPT_MAX_IDLE_TIMEOUT:
+        return opt_seconds("serve", "--max-idle-timeout", val, &cfg->limits.max_idle_timeout_ms);
     case OPT_IDLE_TIMEOUT:
         return opt_seconds("serve", "--idle-timeout", val, &cfg->defaults.idle_timeout_ms);
     case OPT_GRACE:
@@ -177,6 +201,33 @@ static int serve_opt(struct server_config *cfg, struct common_opts *co, struct s
         r = common_opt("serve", co, c, val);
         return r < 0 ? usage_error("serve", "unknown option; run 'runcell serve --help'") : r;
     }
+}
+
+static bool over_max(const char *opt, uint64_t val, const char *max_opt, uint64_t max, double scale)
+{
+    if (val <= max)
+        return false;
+    usage_error("serve",
+                "the default %s (%g) is more than %s (%g); lower one or raise the "
+                "other",
+                opt, (double)val / scale, max_opt, (double)max / scale);
+    return true;
+}
+
+/* A default a session gets without asking must be one it could ask for. */
+static int check_defaults(const struct server_config *cfg)
+{
+    const struct server_limits *m = &cfg->limits;
+    const struct session_opts *d = &cfg->defaults;
+    if (over_max("--memory", d->limits.memory_mb, "--max-memory", m->max_memory_mb, 1) ||
+        over_max("--pids", d->limits.pids, "--max-pids", m->max_pids, 1) ||
+        over_max("--disk", d->limits.disk_mb, "--max-disk", m->max_disk_mb, 1) ||
+        over_max("--cpus", d->limits.cpus_milli, "the machine's cores", m->max_cpus_milli, 1000) ||
+        over_max("--timeout", d->timeout_ms, "--max-timeout", m->max_timeout_ms, 1000) ||
+        over_max("--idle-timeout", d->idle_timeout_ms, "--max-idle-timeout", m->max_idle_timeout_ms,
+                 1000))
+        return EXIT_USAGE;
+    return 0;
 }
 
 int cmd_serve(int argc, char **argv)
@@ -227,6 +278,10 @@ int cmd_serve(int argc, char **argv)
     cfg.store = so.cfg;
     cfg.store_quota_bytes = so.quota_bytes;
     cfg.agent.http_retries = AGENT_DEFAULT_HTTP_RETRIES;
+    if ((r = check_defaults(&cfg))) {
+        common_opts_release(&co);
+        return r;
+    }
     if (!getenv("RUNCELL_LOG"))
         log_set_level(LOG_INFO);
     r = server_run(&cfg);

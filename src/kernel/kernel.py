@@ -55,6 +55,40 @@ def _read_exact(fd, n):
     return b"".join(chunks)
 
 
+class _HoldInterrupts:
+    """Holds off KeyboardInterrupt in the main thread while a frame is being written, and
+    raises it once the frame is out: a frame cut short (a header without its payload)
+    would desynchronise the channel. Re-entrant; other threads never get KeyboardInterrupt,
+    so for them it does nothing."""
+
+    def __init__(self):
+        self.depth, self.hit, self.old = 0, False, None
+
+    def _note(self, signum, frame):
+        self.hit = True
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            if not self.depth:
+                self.hit = False
+                self.old = signal.signal(signal.SIGINT, self._note)
+            self.depth += 1
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if threading.current_thread() is not threading.main_thread():
+            return
+        self.depth -= 1
+        if self.depth:
+            return
+        signal.signal(signal.SIGINT, self.old)
+        if self.hit and exc_type is None and self.old is signal.default_int_handler:
+            raise KeyboardInterrupt
+
+
+_hold_interrupts = _HoldInterrupts()
+
+
 class Channel:
     """The framed control channel; frames from threads are serialised by a lock."""
 
@@ -66,11 +100,9 @@ class Channel:
         self.lock = threading.Lock()
 
     def send(self, kind, payload):
-        header = struct.pack(">IB", len(payload), kind)
-        with self.lock:
-            _write_all(self.fd, header)
-            if payload:
-                _write_all(self.fd, payload)
+        frame = struct.pack(">IB", len(payload), kind) + payload
+        with _hold_interrupts, self.lock:
+            _write_all(self.fd, frame)
 
     def send_json(self, obj):
         text = json.dumps(_wire_safe(obj), ensure_ascii=False, allow_nan=False)
@@ -162,7 +194,9 @@ class FrameStream(io.TextIOBase):
                 self.flush()
 
     def flush(self):
-        with self._lock:
+        # Held across taking the text and sending it, so that an interrupt neither loses
+        # the text nor cuts its frame.
+        with _hold_interrupts, self._lock:
             if not self._pending:
                 return
             data = b"".join(self._pending)

@@ -106,8 +106,8 @@ json_t *sandbox_config(const struct sandbox *sb, const struct workspace *ws,
 }
 
 /* Starts the helper with the payload's stdio on 0-2, the config on 3, the status pipe on 4
- * and the extra fds from 5. Every source is first moved above all targets so that no dup2
- * clobbers a source still needed. */
+ * and the extra fds from 5. Every source is first moved above all targets and all sources
+ * (a busy daemon holds fds past 100), so that no dup2 clobbers a source still needed. */
 static int spawn_helper(const struct sandbox *sb, const struct sandbox_spec *spec, int config_fd,
                         int status_fd, pid_t *ret_pid)
 {
@@ -121,11 +121,14 @@ static int spawn_helper(const struct sandbox *sb, const struct sandbox_spec *spe
     src[n++] = status_fd;
     for (int i = 0; i < spec->n_extra_fds && i < 16; i++)
         src[n++] = spec->extra_fds[i];
+    int base = 100;
+    for (int i = 0; i < n; i++)
+        base = MAX(base, src[i] + 1);
     posix_spawn_file_actions_init(&fa);
     for (int i = 0; i < n; i++)
-        posix_spawn_file_actions_adddup2(&fa, src[i], 100 + i);
+        posix_spawn_file_actions_adddup2(&fa, src[i], base + i);
     for (int i = 0; i < n; i++)
-        posix_spawn_file_actions_adddup2(&fa, 100 + i, i);
+        posix_spawn_file_actions_adddup2(&fa, base + i, i);
     posix_spawn_file_actions_addclosefrom_np(&fa, n);
     char *argv[] = {(char *)"runcell-sandbox", NULL};
     char *envp[] = {NULL};

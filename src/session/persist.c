@@ -483,7 +483,8 @@ int session_stored_delete(const struct persist_config *c, const char *id)
     int r = c->meta ? meta_get(c->meta, id, &m) : -ENOENT;
     if (r < 0 && r != -ENOENT)
         return r;
-    bool known = r == 0;
+    /* A session closed without a checkpoint keeps its record but nothing else: gone. */
+    bool known = r == 0 && m.state != META_CLOSED;
     bool live = known && m.state == META_LIVE && m.owner && owner_alive(m.owner);
     meta_session_release(&m);
     if (live)

@@ -12,7 +12,8 @@ import threading
 import time
 import unittest
 
-from rctest import RuncellTestCase, S3Server, Server, TempDir, runcell, s3_server_missing
+from rctest import RestartableServer as Server
+from rctest import RuncellTestCase, S3Server, TempDir, runcell, s3_server_missing
 from rctest import free_port as rctest_free_port
 
 MAKE_STATE = r'''

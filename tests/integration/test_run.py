@@ -8,18 +8,15 @@ No test depends on how fast this machine is: every timeout below only stops a ha
 import json
 import os
 import re
-import select
 import shutil
 import signal
 import subprocess
 import tempfile
-import time
 import unittest
 import uuid
 
-from rctest import RUNCELL, RuncellTestCase, TempDir, is_root, run_json, runcell
-
-HANG = 120  # seconds before a run that should end counts as hung
+from rctest import (HANG, RUNCELL, RuncellTestCase, TempDir, cgroup_bases, cgroups_of, is_root,
+                    mounts_below, procs_with, read_line, run_dir_entries, run_json, runcell, wait_until)
 
 
 def rec_of(p):
@@ -36,112 +33,6 @@ def one_line(test, text):
     test.assertEqual(len(lines), 1, "expected one line on stderr, got: %r" % text)
     test.assertTrue(lines[0].strip(), "empty error line")
     return lines[0]
-
-
-# ---- what a sandbox leaves on the host: cgroups, mounts, processes ----
-
-def _own_cgroup(controller):
-    """Our path in the hierarchy listing controller ("" = the v2 line), as cgroup.c reads it."""
-    with open("/proc/self/cgroup") as f:
-        for line in f:
-            num, ctrls, path = line.rstrip("\n").split(":", 2)
-            if controller == "" and num == "0" and ctrls == "":
-                return path
-            if controller and controller in ctrls.split(","):
-                return path
-    return None
-
-
-def _cgroup_mount(controller):
-    """Mount point of the v1 hierarchy carrying controller, or of cgroup2 when None."""
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            left, _, right = line.partition(" - ")
-            fstype, _source, opts = right.split()[:3]
-            mnt = left.split()[4]
-            if controller is None and fstype == "cgroup2":
-                return mnt
-            if controller and fstype == "cgroup" and controller in opts.split(","):
-                return mnt
-    return None
-
-
-def cgroup_bases():
-    """The "runcell" base cgroups a runcell started from this process uses (existing ones)."""
-    bases = []
-    v2 = _cgroup_mount(None)
-    own = _own_cgroup("")
-    if v2 == "/sys/fs/cgroup" and own is not None:
-        bases.append(v2 + (own if own != "/" else "") + "/runcell")
-    for ctrl in ("memory", "pids", "cpu", "cpuacct"):
-        mnt, own = _cgroup_mount(ctrl), _own_cgroup(ctrl)
-        if mnt and own is not None:
-            bases.append(mnt + (own if own != "/" else "") + "/runcell")
-    return [b for b in bases if os.path.isdir(b)]
-
-
-def cgroups_of(pid):
-    """Sandbox cgroups named after the runcell process pid ("<pid>-<start>-<seq>")."""
-    found = []
-    for base in cgroup_bases():
-        found += [os.path.join(base, n) for n in os.listdir(base) if n.startswith("%d-" % pid)]
-    return found
-
-
-def mounts_below(prefix):
-    prefix = prefix.rstrip("/") + "/"
-    with open("/proc/self/mountinfo") as f:
-        return [l.split()[4] for l in f if l.split()[4].startswith(prefix)]
-
-
-def procs_with(token, but=()):
-    """Live (non-zombie) processes whose command line holds token, except the pids in but
-    (runcell's own command line holds the code too)."""
-    pids = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit() or int(d) in but:
-            continue
-        try:
-            with open("/proc/%s/cmdline" % d, "rb") as f:
-                cmd = f.read()
-            with open("/proc/%s/stat" % d) as f:
-                state = f.read().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if token.encode() in cmd and state != "Z":
-            pids.append(int(d))
-    return pids
-
-
-def read_line(pipe, timeout=HANG):
-    """The first line from a Popen pipe, read from its fd so that a hang ends in a failure
-    rather than a stuck test. Returns (line, bytes read past it)."""
-    fd, got = pipe.fileno(), b""
-    end = time.monotonic() + timeout
-    while b"\n" not in got:
-        left = end - time.monotonic()
-        if left <= 0 or not select.select([fd], [], [], left)[0]:
-            raise AssertionError("no line within %d s; got %r" % (timeout, got))
-        chunk = os.read(fd, 4096)
-        if not chunk:
-            break
-        got += chunk
-    line, nl, rest = got.partition(b"\n")
-    return line + nl, rest
-
-
-def wait_until(cond, timeout=HANG):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return True
-        time.sleep(0.05)
-    return cond()
-
-
-def run_dir_entries(run_dir):
-    """What a runcell leaves in its run dir besides the uid slot locks."""
-    return sorted(n for n in os.listdir(run_dir) if n != "uids")
 
 
 # ---- the contract ----

@@ -1,0 +1,342 @@
+"""test_client - clients/python/runcell_client.py against a real `runcell serve`: sessions as
+context managers, records, streaming callbacks (while the cell runs), files up and down,
+errors as RuncellError, interrupts from another thread, one-shot runs, and that the client
+needs nothing but the standard library.
+"""
+import ast
+import io
+import os
+import sys
+import tempfile
+import threading
+import unittest
+
+from rctest import HANG, ROOT, RuncellTestCase, Server, wait_until
+
+sys.path.insert(0, os.path.join(ROOT, "clients", "python"))
+import runcell_client  # noqa: E402
+from runcell_client import Client, RuncellError, Session, decode_outputs  # noqa: E402
+
+WAIT_FOR_GO = ("import os, time\n"
+               "while not os.path.exists('go'):\n"
+               "    time.sleep(0.01)\n")
+
+
+class ClientCase(RuncellTestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.srv = Server().start()
+        cls.client = Client(cls.srv.base_url, cls.srv.token, timeout=HANG)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.client.close()
+        cls.srv.close()
+
+    def session(self, **opts):
+        s = Session(self.srv.base_url, self.srv.token, **opts)
+        self.addCleanup(s.close)
+        return s
+
+    def live_ids(self):
+        return [s["id"] for s in self.client.sessions()]
+
+
+class Basics(ClientCase):
+    def test_context_manager_runs_and_closes(self):
+        with Session(self.srv.base_url, self.srv.token, memory_mb=512, timeout=30) as s:
+            self.assertIn(s.id, self.live_ids())
+            self.assertEqual(s.run("x = 20")["status"], "ok")
+            rec = s.run("x += 22\nx")
+            self.assertStatus(rec, "ok")
+            self.assertEqual(rec["results"], [{"text/plain": "42"}])
+            info = s.info()
+            self.assertEqual((info["execution_count"], info["limits"]["memory_mb"],
+                              info["timeout_s"]), (2, 512, 30))
+        self.assertNotIn(s.id, self.live_ids())
+        s.close()  # closing twice is fine
+
+    def test_token_and_url_from_the_environment(self):
+        env = {"RUNCELL_URL": self.srv.base_url, "RUNCELL_TOKEN": self.srv.token}
+        old = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        try:
+            with Session() as s:
+                self.assertEqual(s.run("print('env')")["stdout"], "env\n")
+        finally:
+            for k, v in old.items():
+                if v is None:
+                    os.environ.pop(k)
+                else:
+                    os.environ[k] = v
+
+    def test_failed_cell_is_a_record_not_an_exception(self):
+        s = self.session()
+        rec = s.run("{}['fare']")
+        self.assertStatus(rec, "error")
+        self.assertEqual(rec["error"]["name"], "KeyError")
+        rec = s.run("import time\ntime.sleep(30)", timeout=0.5)
+        self.assertStatus(rec, "timeout")
+
+    def test_bash_session(self):
+        s = self.session(language="bash")
+        self.assertEqual(s.run("echo $((1 + 1))")["stdout"], "2\n")
+        self.assertEqual(s.run("print(3)", language="python")["stdout"], "3\n")
+
+    def test_attach_by_id(self):
+        s = self.session()
+        s.run("shared = 'yes'")
+        other = Session(client=self.client, id=s.id)
+        self.assertEqual(other.run("shared")["results"], [{"text/plain": "'yes'"}])
+        with self.assertRaises(RuncellError) as cm:
+            Session(client=self.client, id="0" * 24)
+        self.assertEqual((cm.exception.status, cm.exception.code), (404, "not_found"))
+
+    def test_restart(self):
+        s = self.session()
+        s.run("v = 1\nopen('kept.txt', 'w').write('k')")
+        self.assertEqual(s.restart()["execution_count"], 0)
+        rec = s.run("print(open('kept.txt').read())\nv")
+        self.assertEqual((rec["stdout"], rec["error"]["name"]), ("k\n", "NameError"))
+
+    def test_many_runs_over_kept_alive_connections(self):
+        s = self.session()
+        for i in range(50):
+            self.assertEqual(s.run("%d" % i)["results"], [{"text/plain": str(i)}])
+
+    def test_shared_between_threads(self):
+        sessions = [self.session() for _ in range(4)]
+        out, errors = {}, []
+
+        def work(s, i):
+            try:
+                for j in range(10):
+                    out[(i, j)] = s.run("print(%d * %d)" % (i, j))["stdout"]
+            except Exception as e:  # reported in the test's thread
+                errors.append(e)
+        threads = [threading.Thread(target=work, args=(s, i)) for i, s in enumerate(sessions)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(HANG)
+        self.assertEqual(errors, [])
+        self.assertEqual(out, {(i, j): "%d\n" % (i * j) for i in range(4) for j in range(10)})
+
+
+class Streaming(ClientCase):
+    def test_callbacks_in_order(self):
+        s = self.session()
+        seen = []
+        rec = s.run("import sys\nprint('a', flush=True)\nprint('b', file=sys.stderr, flush=True)\n"
+                    "print('c', flush=True)\n7 * 6\n",
+                    on_stdout=lambda t: seen.append(("out", t)),
+                    on_stderr=lambda t: seen.append(("err", t)),
+                    on_result=lambda b: seen.append(("result", b)))
+        self.assertEqual(seen, [("out", "a\n"), ("err", "b\n"), ("out", "c\n"),
+                                ("result", {"text/plain": "42"})])
+        self.assertStatus(rec, "ok")
+        self.assertEqual(rec["stdout"], "a\nc\n")
+
+    def test_output_arrives_while_the_cell_runs(self):
+        # The cell ends only once the callback has seen its first line and let it go on.
+        s = self.session()
+        seen = []
+
+        def on_stdout(text):
+            seen.append(text)
+            if text == "first\n":
+                s.upload("go", b"")
+        rec = s.run("print('first', flush=True)\n" + WAIT_FOR_GO + "print('second')",
+                    on_stdout=on_stdout)
+        self.assertEqual(seen, ["first\n", "second\n"])
+        self.assertStatus(rec, "ok")
+
+    def test_on_error(self):
+        s = self.session()
+        errors = []
+        rec = s.run("1/0", on_error=errors.append)
+        self.assertEqual(errors, [rec["error"]])
+        self.assertEqual(errors[0]["name"], "ZeroDivisionError")
+
+    def test_busy_while_streaming(self):
+        s = self.session()
+        started = threading.Event()
+        result = {}
+
+        def run():
+            result["rec"] = s.run("print('up', flush=True)\n" + WAIT_FOR_GO,
+                                  on_stdout=lambda t: started.set())
+        t = threading.Thread(target=run)
+        t.start()
+        self.assertTrue(started.wait(HANG))
+        for kw in ({}, {"on_stdout": print}):
+            with self.assertRaises(RuncellError) as cm:
+                s.run("1", **kw)
+            self.assertEqual((cm.exception.status, cm.exception.code), (409, "busy"))
+        s.upload("go", b"")
+        t.join(HANG)
+        self.assertStatus(result["rec"], "ok")
+
+    def test_interrupt_from_another_thread(self):
+        s = self.session()
+        s.run("kept = 'still'")
+        result = {}
+        t = threading.Thread(target=lambda: result.update(
+            rec=s.run("import time\nopen('started', 'w').close()\ntime.sleep(300)")))
+        t.start()
+        self.assertTrue(wait_until(lambda: "started" in [f["path"] for f in s.files()]))
+        self.assertTrue(s.interrupt())
+        t.join(HANG)
+        self.assertEqual(result["rec"]["error"]["name"], "KeyboardInterrupt")
+        self.assertEqual(s.run("kept")["results"], [{"text/plain": "'still'"}])
+        self.assertFalse(s.interrupt())
+
+    def test_a_callback_that_raises_abandons_the_cell(self):
+        s = self.session()
+
+        def boom(text):
+            raise KeyError("from the callback")
+        with self.assertRaises(KeyError):
+            s.run("import time\nprint('up', flush=True)\ntry:\n    time.sleep(300)\n"
+                  "except KeyboardInterrupt:\n    open('stopped', 'w').close()\n",
+                  on_stdout=boom)
+        # The stream was dropped, which interrupts the cell on the server.
+        self.assertTrue(wait_until(lambda: "stopped" in [f["path"] for f in s.files()]))
+        self.assertTrue(wait_until(lambda: s.info()["status"] == "idle"))
+
+
+class Files(ClientCase):
+    def test_upload_download_list_delete(self):
+        s = self.session()
+        self.assertEqual(s.upload("in/data.csv", "a,b\n1,2\n"), {"path": "in/data.csv",
+                                                                  "size": 8})
+        s.upload("raw.bin", bytes(range(256)))
+        s.upload("report.json", b'{"not": "decoded"}')
+        rec = s.run("import csv, os\nrows = list(csv.DictReader(open('in/data.csv')))\n"
+                    "os.makedirs('out')\nopen('out/total.txt', 'w').write(rows[0]['b'])")
+        self.assertStatus(rec, "ok")
+        self.assertEqual(s.download("out/total.txt"), b"2")
+        self.assertEqual(s.download("raw.bin"), bytes(range(256)))
+        self.assertEqual(s.download("report.json"), b'{"not": "decoded"}')
+        listing = {f["path"]: f for f in s.files()}
+        self.assertEqual(sorted(listing), ["in/data.csv", "out/total.txt", "raw.bin",
+                                           "report.json"])
+        self.assertEqual(listing["raw.bin"]["size"], 256)
+        self.assertIn("mtime", listing["raw.bin"])
+        s.delete_file("raw.bin")
+        with self.assertRaises(RuncellError) as cm:
+            s.download("raw.bin")
+        self.assertEqual((cm.exception.status, cm.exception.code), (404, "not_found"))
+
+    def test_streamed_both_ways_with_files(self):
+        s = self.session()
+        data = os.urandom(3 << 20)
+        with tempfile.TemporaryFile() as f:
+            f.write(data)
+            f.seek(0)
+            self.assertEqual(s.upload("big.bin", f)["size"], len(data))
+        self.assertEqual(s.upload("chunked.bin", io.BytesIO(data))["size"], len(data))
+        with tempfile.TemporaryDirectory() as d:
+            dest = os.path.join(d, "copy.bin")
+            self.assertEqual(s.download("big.bin", dest), len(data))
+            with open(dest, "rb") as f:
+                self.assertEqual(f.read(), data)
+        buf = io.BytesIO()
+        self.assertEqual(s.download("chunked.bin", buf), len(data))
+        self.assertEqual(buf.getvalue(), data)
+
+    def test_odd_names(self):
+        s = self.session()
+        for name in ("with space.txt", "ünï/cödé.txt", "q?x#y.txt", "100%.txt"):
+            s.upload(name, name)
+            self.assertEqual(s.download(name), name.encode())
+        self.assertEqual(sorted(f["path"] for f in s.files()),
+                         sorted(["with space.txt", "ünï/cödé.txt", "q?x#y.txt", "100%.txt"]))
+
+    def test_bad_paths_raise(self):
+        s = self.session()
+        s.run("import os\nos.symlink('/etc/passwd', 'link')")
+        for name in ("../x", "/etc/passwd", "a/../../x", "link"):
+            with self.assertRaises(RuncellError) as cm:
+                s.download(name)
+            self.assertEqual((cm.exception.status, cm.exception.code), (400, "bad_path"), name)
+            with self.assertRaises(RuncellError):
+                s.upload(name, b"x")
+
+
+class Errors(ClientCase):
+    def test_upload_over_the_cap(self):
+        with Server("--max-upload", "1") as srv, Session(srv.base_url, srv.token) as s:
+            # Drained and answered, and refused while still being sent: 413 either way.
+            for size in (2 << 20, 40 << 20):
+                with self.assertRaises(RuncellError) as cm:
+                    s.upload("big", b"x" * size)
+                self.assertEqual((cm.exception.status, cm.exception.code), (413, "too_large"))
+            self.assertEqual(s.files(), [])
+            self.assertEqual(s.run("print('still fine')")["stdout"], "still fine\n")
+
+    def test_wrong_token(self):
+        with self.assertRaises(RuncellError) as cm:
+            Session(self.srv.base_url, "wrong-token-wrong-token")
+        self.assertEqual((cm.exception.status, cm.exception.code), (401, "unauthorized"))
+        self.assertIn("token", cm.exception.message)
+
+    def test_bad_options_name_the_field(self):
+        with self.assertRaises(RuncellError) as cm:
+            self.session(memory_mb="lots")
+        self.assertEqual(cm.exception.code, "bad_request")
+        self.assertIn("'memory_mb'", str(cm.exception))
+        with self.assertRaises(RuncellError) as cm:
+            self.session(colour="blue")
+        self.assertIn("'colour'", cm.exception.message)
+
+    def test_expired_session(self):
+        s = Session(self.srv.base_url, self.srv.token, idle_timeout=1)
+        self.assertTrue(wait_until(lambda: s.id not in self.live_ids()))
+        for call in (lambda: s.run("1"), lambda: s.run("1", on_stdout=print), s.files,
+                     lambda: s.upload("x", b"x")):
+            with self.assertRaises(RuncellError) as cm:
+                call()
+            self.assertEqual((cm.exception.status, cm.exception.code), (404, "expired"))
+        s.close()  # gone already: not an error
+
+    def test_no_server(self):
+        with self.assertRaises(RuncellError) as cm:
+            Client("http://127.0.0.1:1", "t").health()
+        self.assertEqual(cm.exception.status, 0)
+        with self.assertRaises(ValueError):
+            Client("ftp://example")
+
+
+class OneShot(ClientCase):
+    def test_execute_with_files(self):
+        rec = self.client.execute("print(open('in.txt').read().upper())\n"
+                                  "open('out.bin', 'wb').write(bytes([1, 2, 3]))",
+                                  files={"in.txt": "hello", "raw": b"\x00\xff"},
+                                  timeout=30, memory_mb=256)
+        self.assertStatus(rec, "ok")
+        self.assertEqual(rec["stdout"], "HELLO\n")
+        self.assertEqual(decode_outputs(rec), {"out.bin": b"\x01\x02\x03"})
+        self.assertEqual(self.client.execute("echo hi", language="bash")["stdout"], "hi\n")
+
+    def test_health_and_metrics(self):
+        self.assertEqual(self.client.health()["status"], "ok")
+        self.assertIn("runcell_sessions_live", self.client.metrics())
+
+
+class StandardLibraryOnly(unittest.TestCase):
+    def test_imports(self):
+        with open(runcell_client.__file__) as f:
+            tree = ast.parse(f.read())
+        names = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                names.add(node.module.split(".")[0])
+        self.assertTrue(names)
+        self.assertEqual(sorted(n for n in names if n not in sys.stdlib_module_names), [])
+
+
+if __name__ == "__main__":
+    unittest.main()
