@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """bench/http.py - runcell serve beside jupyter_client, in one run on this machine.
 
-usage: bench/http.py [RUNCELL] [--rounds N] [--sessions K] [--seconds S]
+usage: bench/http.py [RUNCELL] [--rounds N] [--sessions K] [--seconds S] [--summary FILE]
 
 Measures:
   round trip   a warm `x += 1` in one stateful session, one call after the other:
@@ -236,6 +236,7 @@ class Jupyter:
 def main(argv):
     runcell = os.path.join(ROOT, "build", "src", "runcell")
     rounds, k, seconds = 1000, 8, 5.0
+    summary = None
     args = list(argv)
     while args:
         a = args.pop(0)
@@ -245,6 +246,8 @@ def main(argv):
             k = int(args.pop(0))
         elif a == "--seconds" and args:
             seconds = float(args.pop(0))
+        elif a == "--summary" and args:
+            summary = args.pop(0)
         elif a in ("-h", "--help"):
             print(__doc__.strip())
             return 0
@@ -317,6 +320,12 @@ def main(argv):
     print("\ntarget: x += 1 over HTTP p50 <= 1 ms: %.3f ms, %s" %
           (p50, "met" if p50 <= 1.0 else "NOT met"))
     print("total bench time %.1f s" % (time.monotonic() - t_start))
+    if summary:  # for bench/run's table
+        with open(summary, "w") as f:
+            json.dump({"round_trip_ms": p50, "sessions": k,
+                       "jupyter_round_trip_ms": statistics.median(jrt) if jp else None,
+                       "exec_per_s": rc_rate, "jupyter_exec_per_s": jp_rate if jp else None,
+                       "jupyter_kernels": len(jp.kms) if jp else 0}, f)
     return 0
 
 

@@ -10,7 +10,8 @@ Measured in one run, on this machine:
                            beside a fresh python3 that imported the data stack
   idle sessions held       1000 sessions at once; /healthz latency while they live
 
-usage: bench/sessions.py RUNCELL [--quick]   (standard library + Debian's jupyter_client)
+usage: bench/sessions.py RUNCELL [--quick] [--summary FILE]
+(standard library + Debian's jupyter_client)
 Prints a table; returns rows for bench/run to merge.
 """
 import glob
@@ -272,8 +273,10 @@ def meminfo_used_mb():
 
 
 def main(argv):
-    runcell = os.path.abspath(argv[0]) if argv else "build/src/runcell"
+    runcell = os.path.abspath(argv[0]) if argv and not argv[0].startswith("--") \
+        else "build/src/runcell"
     quick = "--quick" in argv
+    summary = argv[argv.index("--summary") + 1] if "--summary" in argv else None
     rows = []
     spec_dir = jupyter_kernel_spec_dir()
     print("create -> first result of 1+1, data stack imported")
@@ -299,6 +302,12 @@ def main(argv):
         "; errors: %s" % held["errors"] if held["errors"] else ""))
     print("  create->first result: runcell p90 %.1f ms, max %.1f ms over %d; Jupyter p50 %.0f ms "
           "over %d" % (pct(rc, 90), max(rc), len(rc), pct(jp, 50), len(jp)))
+    if summary:  # for bench/run's table
+        with open(summary, "w") as f:
+            json.dump({"create_ms": pct(rc, 50), "jupyter_create_ms": pct(jp, 50),
+                       "cold_python_ms": pct(cold, 50), "pss_mb": pss, "python_pss_mb": ref,
+                       "held": held["held"], "healthz_p50_ms": held["healthz_p50"],
+                       "healthz_max_ms": held["healthz_max"]}, f)
     return rows
 
 
