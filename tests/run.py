@@ -8,15 +8,56 @@ usage: tests/run.py [--quick] [PATTERN...]
 """
 import glob
 import os
+import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODULE_TIMEOUT = int(os.environ.get("RUNCELL_TEST_TIMEOUT", "900"))
 
 
+def stop_group(pgid):
+    """Ends whatever a module left behind in its process group (servers a killed or
+    hung test could not stop): TERM, a moment to shut down cleanly, then KILL."""
+    for sig, pause in ((signal.SIGTERM, 2.0), (signal.SIGKILL, 0)):
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.time() + pause
+        while time.time() < deadline:
+            try:
+                os.killpg(pgid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.05)
+
+
+def run_module(m, env):
+    # Output goes to a file, not a pipe: a server a test leaked may hold the
+    # descriptor, and reading a pipe to its end would then wait for that server.
+    with tempfile.TemporaryFile(mode="w+") as log:
+        p = subprocess.Popen(["/usr/bin/python3", "-m", "unittest", "-v", m], env=env,
+                             cwd=os.path.dirname(m), stdout=log, stderr=subprocess.STDOUT,
+                             text=True, start_new_session=True)
+        try:
+            p.wait(timeout=MODULE_TIMEOUT)
+            ok, head = p.returncode == 0, ""
+        except subprocess.TimeoutExpired:
+            ok, head = False, "TIMEOUT after %d s\n" % MODULE_TIMEOUT
+        finally:
+            stop_group(p.pid)
+            p.wait()
+        log.seek(0)
+        return ok, head + log.read()
+
+
 def main(argv):
+    # A TERM to this runner (CI cancelling, a developer's kill) ends the running
+    # module's group too, by way of the finally in run_module.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     quick = "--quick" in argv
     patterns = [a for a in argv if not a.startswith("--")]
     dirs = ["integration"] if quick else ["integration", "security"]
@@ -36,15 +77,7 @@ def main(argv):
                    PYTHONDONTWRITEBYTECODE="1", **extra)
         name = os.path.relpath(m, HERE) + label
         t0 = time.time()
-        try:
-            p = subprocess.run(["/usr/bin/python3", "-m", "unittest", "-v", m], env=env,
-                               cwd=os.path.dirname(m), timeout=MODULE_TIMEOUT,
-                               capture_output=True, text=True)
-            ok = p.returncode == 0
-            out = p.stdout + p.stderr
-        except subprocess.TimeoutExpired as e:
-            ok = False
-            out = "TIMEOUT after %d s\n%s" % (MODULE_TIMEOUT, (e.stderr or b"").decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or ""))
+        ok, out = run_module(m, env)
         status = "ok" if ok else "FAIL"
         skips = out.count("skipped ")
         print("%-48s %s (%.1f s%s)" % (name, status, time.time() - t0,

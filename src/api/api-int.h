@@ -184,7 +184,13 @@ void metrics_session_created(struct metrics *m, double seconds);
 void metrics_sandbox_failure(struct metrics *m);
 void metrics_request(struct metrics *m, unsigned status);
 /* Prometheus text exposition; caller frees. */
-char *metrics_render(struct metrics *m, size_t live_sessions, size_t running_executions);
+/* Gauges read at render time from the server's parts, not kept by struct metrics. */
+struct metrics_gauges {
+    size_t live_sessions, running_executions;
+    size_t pool_ready;        /* sessions made ahead and waiting to be handed out */
+    double template_ready_ms; /* how long the running template took to start; 0: none */
+};
+char *metrics_render(struct metrics *m, const struct metrics_gauges *g);
 
 /* ---- MCP over Streamable HTTP (routes_mcp.c) ---- */
 struct mcp_http *mcp_http_new(struct server *srv);

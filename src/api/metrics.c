@@ -114,17 +114,25 @@ static void render_egress(struct buf *b)
                (unsigned long long)st.active);
 }
 
-char *metrics_render(struct metrics *m, size_t live_sessions, size_t running_executions)
+char *metrics_render(struct metrics *m, const struct metrics_gauges *g)
 {
     struct buf b;
     buf_init(&b, 0);
     pthread_mutex_lock(&m->lock);
     buf_printf(&b, "# HELP runcell_sessions_live Sessions currently open.\n"
                    "# TYPE runcell_sessions_live gauge\nruncell_sessions_live %zu\n",
-               live_sessions);
+               g->live_sessions);
     buf_printf(&b, "# HELP runcell_executions_running Executions running now.\n"
                    "# TYPE runcell_executions_running gauge\nruncell_executions_running %zu\n",
-               running_executions);
+               g->running_executions);
+    buf_printf(&b, "# HELP runcell_pool_ready Sessions made ahead, waiting to be handed out.\n"
+                   "# TYPE runcell_pool_ready gauge\nruncell_pool_ready %zu\n",
+               g->pool_ready);
+    buf_printf(&b, "# HELP runcell_template_ready_seconds How long the running template took "
+                   "to become ready; 0 when there is none.\n"
+                   "# TYPE runcell_template_ready_seconds gauge\n"
+                   "runcell_template_ready_seconds %.3f\n",
+               g->template_ready_ms / 1000.0);
     buf_printf(&b, "# HELP runcell_executions_total Executions finished, by status.\n"
                    "# TYPE runcell_executions_total counter\n");
     for (size_t i = 0; i < N_STATUS; i++)

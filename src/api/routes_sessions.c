@@ -312,8 +312,14 @@ enum MHD_Result h_healthz(struct request *rq)
 
 enum MHD_Result h_metrics(struct request *rq)
 {
-    char *text = metrics_render(rq->srv->metrics, session_table_count(rq->srv->table),
-                                atomic_load(&rq->srv->executions));
+    struct server *srv = rq->srv;
+    struct metrics_gauges g = {
+        .live_sessions = session_table_count(srv->table),
+        .running_executions = atomic_load(&srv->executions),
+        .pool_ready = session_pool_ready(srv->pool),
+        .template_ready_ms = sandbox_host_template_ready_ms(&srv->host),
+    };
+    char *text = metrics_render(srv->metrics, &g);
     struct MHD_Response *r = MHD_create_response_from_buffer(strlen(text), text,
                                                              MHD_RESPMEM_MUST_FREE);
     MHD_add_response_header(r, "Content-Type", "text/plain; version=0.0.4");

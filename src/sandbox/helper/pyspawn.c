@@ -128,7 +128,7 @@ static int session_mounts(const struct helper_config *cfg, int ws_fd, const int 
  * lockdown; init itself supervises and exits. */
 static int session_init(struct helper_config *cfg, const int *fds, int n, int sync_fd)
 {
-    char go;
+    char go, comm[16] = "";
     int ws_fd = -1, kept[16], n_cg = (int)strv_len(cfg->cgroup_procs);
     int n_binds = (int)strv_len(cfg->template_binds);
     if (read(sync_fd, &go, 1) != 1)
@@ -137,6 +137,10 @@ static int session_init(struct helper_config *cfg, const int *fds, int n, int sy
     if (arrange_fds(fds, n, cfg->extra_fds, &ws_fd, kept, n_cg + n_binds) < 0)
         _exit(1);
     setsid();
+    /* Named like the init runcell-sandbox makes, not like the template it was cloned from;
+     * the kernel takes the interpreter's name back. */
+    prctl(PR_GET_NAME, comm);
+    prctl(PR_SET_NAME, "runcell-sandbox");
     if (setgroups(0, NULL) < 0 || setresgid(0, 0, 0) < 0 || setresuid(0, 0, 0) < 0) {
         fail_errno("cannot switch to the session's root id");
         _exit(1);
@@ -159,6 +163,7 @@ static int session_init(struct helper_config *cfg, const int *fds, int n, int sy
         _exit(1);
     /* The kernel. */
     PyOS_AfterFork_Child();
+    prctl(PR_SET_NAME, comm);
     if (payload_lockdown(cfg, filter) < 0)
         _exit(127);
     /* What an exec would have done: close the status pipe (only init reports on it; a
