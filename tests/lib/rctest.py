@@ -117,22 +117,15 @@ class RuncellTestCase(unittest.TestCase):
 
 # ---- servers a test starts on 127.0.0.1 (egress tests) ----
 
-class HttpServer:
-    """A static file server on 127.0.0.1 (a free port) serving directory `root`, in a thread
-    of the test process. `requests` lists the paths asked for. Use as a context manager."""
+class LocalHttpServer:
+    """An http.server on 127.0.0.1 (a free port) in a thread of the test process, for the
+    handler class given; a context manager that shuts it down on exit."""
 
-    def __init__(self, root):
-        import functools
+    def __init__(self, handler):
         import http.server
         import threading
-        seen = self.requests = []
-
-        class Handler(http.server.SimpleHTTPRequestHandler):
-            def log_message(self, *args):
-                seen.append(self.path)
-
-        self.httpd = http.server.ThreadingHTTPServer(
-            ("127.0.0.1", 0), functools.partial(Handler, directory=root))
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.httpd.daemon_threads = True
         self.port = self.httpd.server_address[1]
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
@@ -143,6 +136,21 @@ class HttpServer:
     def __exit__(self, *exc):
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+class HttpServer(LocalHttpServer):
+    """A static file server serving directory `root`. `requests` lists the paths asked for."""
+
+    def __init__(self, root):
+        import functools
+        import http.server
+        seen = self.requests = []
+
+        class Handler(http.server.SimpleHTTPRequestHandler):
+            def log_message(self, *args):
+                seen.append(self.path)
+
+        super().__init__(functools.partial(Handler, directory=root))
 
 
 def tiny_index(root, name="tinypkg", version="1.0", value=42):

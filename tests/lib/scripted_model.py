@@ -17,7 +17,9 @@ Server options: reject_tool_choice=True answers 400 to any request carrying tool
 import json
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+
+from rctest import LocalHttpServer
 
 DEFAULT_USAGE = {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120}
 
@@ -38,7 +40,7 @@ def _arguments(call):
     return json.dumps({"code": call["code"]})
 
 
-class ScriptedModel:
+class ScriptedModel(LocalHttpServer):
     def __init__(self, script, repeat_last=False, reject_tool_choice=False):
         self.script = list(script)
         self.repeat_last = repeat_last
@@ -108,20 +110,9 @@ class ScriptedModel:
                 self.wfile.flush()
                 self.close_connection = True
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.port = self.httpd.server_address[1]
+        super().__init__(Handler)
         self.base_url = "http://127.0.0.1:%d/v1" % self.port
         self.webhook_url = "http://127.0.0.1:%d/webhook" % self.port
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
     def _next(self):
         with self.lock:

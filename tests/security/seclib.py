@@ -50,6 +50,25 @@ def report(d):
 '''
 
 
+# Forks children that sleep until a fork fails (or `limit` forks succeed); reports how many
+# were made and the errno of the failure. Run with PRELUDE.
+FORK_PROBE = """
+import time
+n, err = 0, None
+while n < %(limit)d:
+    try:
+        pid = os.fork()
+    except OSError as e:
+        err = errno.errorcode[e.errno]
+        break
+    if pid == 0:
+        time.sleep(60)
+        os._exit(0)
+    n += 1
+report({"forks": n, "error": err})
+"""
+
+
 def probe(test, code, *opts, status="ok", **kw):
     """Runs PRELUDE + code in a sandbox; asserts the record's status and returns
     (the dict the probe reported, the record)."""

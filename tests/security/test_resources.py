@@ -7,7 +7,7 @@ import subprocess
 import unittest
 import uuid
 
-from seclib import RUNCELL, host_pids_with, probe, run_json, run_record, runcell_leftovers
+from seclib import FORK_PROBE, RUNCELL, host_pids_with, probe, run_json, run_record, runcell_leftovers
 from rctest import RuncellTestCase
 
 MiB = 1 << 20
@@ -28,21 +28,7 @@ class Limited(RuncellTestCase):
 
 class ForkBomb(Limited):
     def test_forks_stop_at_the_pids_limit(self):
-        res, _ = probe(self, """
-import time
-n, err = 0, None
-while n < 10000:
-    try:
-        pid = os.fork()
-    except OSError as e:
-        err = errno.errorcode[e.errno]
-        break
-    if pid == 0:
-        time.sleep(60)
-        os._exit(0)
-    n += 1
-report({"forks": n, "error": err})
-""", "--pids", "16")
+        res, _ = probe(self, FORK_PROBE % {"limit": 10000}, "--pids", "16")
         self.assertEqual(res["error"], "EAGAIN")
         self.assertLess(res["forks"], 16)  # init and the payload count too
 
