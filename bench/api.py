@@ -1,7 +1,7 @@
 #!/usr/bin/python3
-"""bench/http.py - runcell serve beside jupyter_client, in one run on this machine.
+"""bench/api.py - runcell serve beside jupyter_client, in one run on this machine.
 
-usage: bench/http.py [RUNCELL] [--rounds N] [--sessions K] [--seconds S] [--summary FILE]
+usage: bench/api.py [RUNCELL] [--rounds N] [--sessions K] [--seconds S] [--summary FILE]
 
 Measures:
   round trip   a warm `x += 1` in one stateful session, one call after the other:
@@ -19,24 +19,18 @@ Prints one table with jupyter/runcell ratios. runcell runs every cell in a sandb
 The whole bench stays under three minutes. Standard library plus Debian's
 python3-jupyter-client and python3-ipykernel; never part of the tests.
 """
+import http.client
+import json
 import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
 import sys
-
-# This file is bench/http.py: keep its directory off the import path, where it would shadow
-# the standard library's http package.
-sys.path[:] = [p for p in sys.path
-               if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
-
-import http.client  # noqa: E402
-import json  # noqa: E402
-import shutil  # noqa: E402
-import signal  # noqa: E402
-import socket  # noqa: E402
-import statistics  # noqa: E402
-import subprocess  # noqa: E402
-import tempfile  # noqa: E402
-import threading  # noqa: E402
-import time  # noqa: E402
+import tempfile
+import threading
+import time
 
 PY = "/usr/bin/python3"
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -325,7 +319,7 @@ def main(argv):
             json.dump({"round_trip_ms": p50, "sessions": k,
                        "jupyter_round_trip_ms": statistics.median(jrt) if jp else None,
                        "exec_per_s": rc_rate, "jupyter_exec_per_s": jp_rate if jp else None,
-                       "jupyter_kernels": len(jp.kms) if jp else 0}, f)
+                       "jupyter_kernels": len(jp.start_ms) if jp else 0}, f)
     return 0
 
 
