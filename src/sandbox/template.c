@@ -267,18 +267,24 @@ static pid_t pidfd_pid(int pidfd)
     return p ? (pid_t)atoi(p + 5) : -1;
 }
 
-/* Sends the request with its fds and turns the reply into a running sandbox. */
+/* Sends the request with its fds and turns the reply into a running sandbox. -EPIPE: the
+ * template is gone (its channel closed), and nothing was made. */
 static int ask(struct template *t, struct sandbox *sb, const char *json, const int *fds, int n)
 {
     char reply[4096];
     int pidfd = -1;
     int r = send_request(t->ctl_fd, json, fds, n);
+    if (r == -EPIPE || r == -ECONNRESET)
+        return err_set(EPIPE, "cannot reach the template: it exited");
     if (r < 0)
         return err_set(-r, "cannot reach the template: %s", strerror(-r));
     ssize_t len = recv_msg(t->ctl_fd, reply, sizeof(reply), &pidfd, SPAWN_REPLY_MS);
-    if (len <= 0)
-        return err_set(EIO, "the template did not answer: %s",
-                       len == 0 ? "it exited" : strerror((int)-len));
+    /* A clone the template made before dying waits for its id maps, which never come:
+     * it exits on its own. */
+    if (len == 0 || len == -ECONNRESET)
+        return err_set(EPIPE, "the template did not answer: it exited");
+    if (len < 0)
+        return err_set(EIO, "the template did not answer: %s", strerror((int)-len));
     json_t *j = json_loads(reply, 0, NULL);
     const char *error = json_string_value(json_object_get(j, "error"));
     pid_t pid = pidfd >= 0 ? pidfd_pid(pidfd) : -1;
@@ -365,6 +371,16 @@ int template_spawn(struct sandbox_host *host, struct sandbox *sb, struct workspa
     r = current_template(host, &t);
     if (r == 0)
         r = ask(t, sb, json, fds, n);
+    if (r == -EPIPE) {
+        /* It died after current_template found it alive (its init had not said so yet):
+         * this request goes to its successor rather than falling back to a cold start. */
+        log_info("msg=\"replacing the template\" reason=\"it exited during a request\"");
+        retire(state.current);
+        state.current = NULL;
+        r = current_template(host, &t);
+        if (r == 0)
+            r = ask(t, sb, json, fds, n);
+    }
     pthread_mutex_unlock(&state.lock);
     if (r == 0) {
         sb->status_fd = TAKE_FD(st_pipe[0]);
