@@ -142,6 +142,12 @@ int usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(pri
  * EXIT_USAGE. */
 int opt_megabytes(const char *cmd, const char *opt, const char *val, uint64_t *ret);
 int opt_count(const char *cmd, const char *opt, const char *val, uint64_t *ret);
+/* Seconds, more than 0 and at most MAX_OPT_SECONDS (one day); the idle timeouts, which may
+ * be longer, go up to MAX_IDLE_OPT_SECONDS (seven days) with opt_seconds_max. */
+#define MAX_OPT_SECONDS      (24ull * 3600)
+#define MAX_IDLE_OPT_SECONDS (7ull * 24 * 3600)
 int opt_seconds(const char *cmd, const char *opt, const char *val, uint64_t *ret_ms);
+int opt_seconds_max(const char *cmd, const char *opt, const char *val, uint64_t max_s,
+                    uint64_t *ret_ms);
 
 #endif

@@ -54,7 +54,8 @@ static int mcp_opt(struct mcp_opts *o, int c, char *val)
     case OPT_MAX_TIMEOUT:
         return opt_seconds("mcp", "--max-timeout", val, &o->max_timeout_ms);
     case OPT_IDLE_TIMEOUT:
-        return opt_seconds("mcp", "--idle-timeout", val, &o->idle_timeout_ms);
+        return opt_seconds_max("mcp", "--idle-timeout", val, MAX_IDLE_OPT_SECONDS,
+                               &o->idle_timeout_ms);
     case OPT_MAX_SESSIONS:
         return opt_count("mcp", "--max-sessions", val, &o->max_sessions);
     case OPT_FILE:

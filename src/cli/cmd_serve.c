@@ -156,7 +156,8 @@ static int serve_opt(struct server_config *cfg, struct common_opts *co, struct s
     case OPT_MAX_DISK:
         return opt_megabytes("serve", "--max-disk", val, &cfg->limits.max_disk_mb);
     case OPT_MAX_IDLE_TIMEOUT:
-        return opt_seconds("serve", "--max-idle-timeout", val, &cfg->limits.max_idle_timeout_ms);
+        return opt_seconds_max("serve", "--max-idle-timeout", val, MAX_IDLE_OPT_SECONDS,
+                               &cfg->limits.max_idle_timeout_ms);
     case OPT_IDLE_TIMEOUT:
         return opt_seconds("serve", "--idle-timeout", val, &cfg->defaults.idle_timeout_ms);
     case OPT_GRACE:

@@ -53,12 +53,18 @@ int opt_count(const char *cmd, const char *opt, const char *val, uint64_t *ret)
     return 0;
 }
 
+int opt_seconds_max(const char *cmd, const char *opt, const char *val, uint64_t max_s,
+                    uint64_t *ret_ms)
+{
+    if (parse_seconds(val, ret_ms) < 0 || *ret_ms > max_s * 1000)
+        return usage_error(cmd, "%s: '%s' is not a number of seconds (more than 0, at most "
+                           "%llu)", opt, val, (unsigned long long)max_s);
+    return 0;
+}
+
 int opt_seconds(const char *cmd, const char *opt, const char *val, uint64_t *ret_ms)
 {
-    if (parse_seconds(val, ret_ms) < 0 || *ret_ms > 24ull * 3600 * 1000)
-        return usage_error(cmd, "%s: '%s' is not a number of seconds (more than 0, at most "
-                           "86400)", opt, val);
-    return 0;
+    return opt_seconds_max(cmd, opt, val, MAX_OPT_SECONDS, ret_ms);
 }
 
 int main(int argc, char **argv)

@@ -480,6 +480,34 @@ class BadInput(RuncellTestCase):
         self.check(["--json"], "nothing to run")
 
 
+class SecondsOptions(RuncellTestCase):
+    """Seconds options stop at one day, the idle timeouts of serve and mcp at seven (the
+    default of --max-idle-timeout is 604800)."""
+
+    def usage_line(self, args):
+        p = runcell(*args)
+        self.assertEqual(p.returncode, 2, "%s: %s" % (args, p.stderr))
+        return one_line(self, p.stderr)
+
+    def test_idle_timeouts_go_up_to_seven_days(self):
+        for cmd, opt in (("serve", "--max-idle-timeout"), ("mcp", "--idle-timeout")):
+            # Accepted: parsing goes on to the stray argument, which is what is refused.
+            line = self.usage_line([cmd, opt, "604800", "stray"])
+            self.assertEqual(line, "runcell %s: unexpected argument 'stray'" % cmd)
+            line = self.usage_line([cmd, opt, "604801", "stray"])
+            self.assertTrue(line.startswith("runcell %s: %s: '604801'" % (cmd, opt)), line)
+            self.assertIn("at most 604800", line)
+
+    def test_other_seconds_options_stop_at_one_day(self):
+        line = self.usage_line(["serve", "--max-timeout", "86401", "stray"])
+        self.assertIn("--max-timeout: '86401'", line)
+        self.assertIn("at most 86400", line)
+        line = self.usage_line(["mcp", "--max-timeout", "86401"])
+        self.assertIn("--max-timeout: '86401'", line)
+        line = self.usage_line(["run", "--timeout", "86401", "-c", "pass"])
+        self.assertIn("--timeout: '86401'", line)
+
+
 class Cleanup(RuncellTestCase):
     def runs(self, env):
         """A mix of endings; returns the pids of the runcell processes."""
