@@ -78,6 +78,9 @@ void common_opts_release(struct common_opts *o);
 int check_out_dir(const char *cmd, const char *dir);
 /* Checks the network and package options together: 0 or EXIT_USAGE after saying why. */
 int check_net_opts(const char *cmd, const struct common_opts *o);
+/* For the subcommands whose sandboxes are always without network (agent, mcp): EXIT_USAGE
+ * after saying so when a network or package option was given, else 0. */
+int refuse_net_opts(const char *cmd, const struct common_opts *o);
 
 /* Options of the subcommands that keep sessions (serve, repl): where they are kept. */
 enum {

@@ -368,6 +368,9 @@ int cmd_agent(int argc, char **argv)
     _cleanup_free_ char *task = NULL, *data = NULL;
     struct llm_client *llm = NULL;
     int r = parse_args(&o, argc, argv, &task);
+    /* The session, the prompt and the failure memory all assume network none. */
+    if (!r)
+        r = refuse_net_opts("agent", &o.c);
     if (!r && o.c.out_dir)
         r = check_out_dir("agent", o.c.out_dir);
     if (!r && llm_client_new(&o.llm, &llm) < 0)

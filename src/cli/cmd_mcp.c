@@ -89,6 +89,10 @@ static int parse_args(int argc, char **argv, struct mcp_opts *o, bool *ret_help)
     }
     if (!r && optind < argc)
         r = usage_error("mcp", "unexpected argument '%s'", argv[optind]);
+    /* The tools tell the client there is no network, and nothing would report what pip
+     * installed or the proxy refused. */
+    if (!r)
+        r = refuse_net_opts("mcp", &o->common);
     if (!r && o->max_timeout_ms && o->common.timeout_ms > o->max_timeout_ms)
         r = usage_error("mcp", "--timeout is longer than --max-timeout");
     return r;

@@ -153,6 +153,19 @@ int check_net_opts(const char *cmd, const struct common_opts *o)
     return 0;
 }
 
+int refuse_net_opts(const char *cmd, const struct common_opts *o)
+{
+    const char *opt = o->net                  ? "--net allow:..."
+                      : o->packages           ? "--package"
+                      : o->index_url          ? "--index-url"
+                      : o->install_timeout_ms ? "--install-timeout"
+                                              : NULL;
+    if (!opt)
+        return 0;
+    return usage_error(cmd, "%s is not supported by runcell %s: its sandboxes have no network "
+                       "(only --net none) and no packages beyond those installed", opt, cmd);
+}
+
 /* The store options that only name a string of the store's configuration. */
 static const struct {
     int opt;

@@ -330,6 +330,23 @@ class TestModelClient(AgentCase):
         self.assertEqual(p.returncode, 2)
         self.assertIn("no task", p.stderr)
 
+    def test_network_and_package_options_are_refused(self):
+        # The session, the prompt and the failure memory assume network none: these options
+        # are refused rather than ignored.
+        for args, opt in ((["--net", "allow:127.0.0.1:9"], "--net allow:"),
+                          (["--package", "tinypkg"], "--package"),
+                          (["--index-url", "http://127.0.0.1:9/simple"], "--index-url"),
+                          (["--install-timeout", "5"], "--install-timeout")):
+            p = runcell("agent", "--model", "m", "--base-url", "http://127.0.0.1:9/v1",
+                        "--data", self.data, *args, "task")
+            self.assertEqual(p.returncode, 2, p.stderr)
+            self.assertEqual(p.stdout, "")
+            self.assertIn("runcell agent: " + opt, p.stderr)
+            self.assertIn("not supported by runcell agent", p.stderr)
+        p = runcell("agent", "--net", "nope", "task")
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("unknown policy 'nope'", p.stderr)
+
 
 class TestFallbacks(AgentCase):
     def test_crashes_switch_to_weak_mode_then_each_fallback_in_order(self):

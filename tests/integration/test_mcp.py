@@ -449,6 +449,16 @@ class StdioTest(McpCases, RuncellTestCase):
         p = runcell("mcp", "--help")
         self.assertEqual(p.returncode, 0)
         self.assertIn("stdin", p.stdout)
+        # The sessions have no network; the options that would give them one are refused.
+        for args, opt in ((["--net", "allow:127.0.0.1:9"], "--net allow:"),
+                          (["--package", "tinypkg"], "--package"),
+                          (["--index-url", "http://127.0.0.1:9/simple"], "--index-url"),
+                          (["--install-timeout", "5"], "--install-timeout")):
+            p = runcell("mcp", *args, input="")
+            self.assertEqual(p.returncode, 2, p.stderr)
+            self.assertEqual(p.stdout, "")
+            self.assertIn("runcell mcp: " + opt, p.stderr)
+            self.assertIn("not supported by runcell mcp", p.stderr)
 
 
 class HttpTest(McpCases, RuncellTestCase):
