@@ -562,9 +562,11 @@ static void check_history(struct run *r)
     task_history_release(&h);
 }
 
+/* The task ran out of retries: the next run of it goes straight to the fallbacks. A sandbox
+ * that could not serve (STOP_SANDBOX) says nothing about the task, so it does not count. */
 static bool exhausted(enum stop_reason s)
 {
-    return s == STOP_RETRIES || s == STOP_NO_PROGRESS || s == STOP_UNFIXABLE || s == STOP_SANDBOX;
+    return s == STOP_RETRIES || s == STOP_NO_PROGRESS || s == STOP_UNFIXABLE;
 }
 
 static void remember_task(struct run *r)

@@ -510,6 +510,21 @@ class TestFailureMemory(AgentCase):
         self.assertTrue(mod["unfixable"])
         self.assertEqual(mod["count"], 2)  # the first run and --retry-doomed
 
+    def test_a_sandbox_failure_does_not_doom_the_task(self):
+        crash = "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)"
+        script = [{"tool": "run_python", "code": crash},
+                  {"tool": "run_python", "code": crash + "\n# again"},
+                  {"answer": "never asked"}]
+        task = "crash the interpreter"
+        with ScriptedModel(script) as m:
+            first, _ = self.agent(m, task, "--fallbacks", "handback")
+        self.assertEqual(first["reason"], "sandbox_failed")
+        # The sandbox failed, not the task: the next run asks the model again.
+        with ScriptedModel([{"answer": "done"}]) as m2:
+            second, p = self.agent(m2, task, "--fallbacks", "handback")
+        self.assertEqual(len(m2.requests), 1, p.stderr)
+        self.assertEqual(second["reason"], "answered")
+
     def test_normalised_signatures_group_alike_errors(self):
         script = [{"tool": "run_python", "code": "open('/workspace/a/b1.csv')"},
                   {"tool": "run_python", "code": "open('/workspace/zz/q22.csv')"}]
