@@ -69,6 +69,9 @@ bool net_policy_within(const struct net_policy *req, const struct net_policy *ma
  * NULL. host is compared case-insensitively, without a trailing dot. */
 const struct net_entry *net_policy_match(const struct net_policy *p, const char *host,
                                          uint16_t port);
+/* Whether some entry names host (compared as net_policy_match does) at any port: when
+ * host:port is not allowed, whether the port is what is wrong rather than the host. */
+bool net_policy_lists_host(const struct net_policy *p, const char *host);
 /* Whether the proxy may connect to sa (AF_INET/AF_INET6) on port: public addresses always;
  * private, loopback, link-local and other special ones only when an IP entry names that
  * address with that port. On false, *ret_why (static text) says which kind of address. */

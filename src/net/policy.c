@@ -219,8 +219,10 @@ static bool is_subdomain(const char *name, const char *domain)
     return n > d + 1 && name[n - d - 1] == '.' && !strcmp(name + n - d, domain);
 }
 
-const struct net_entry *net_policy_match(const struct net_policy *p, const char *host,
-                                         uint16_t port)
+/* The first entry naming host (see net_policy_match) that allows port, or with any_port
+ * the first naming host at all. */
+static const struct net_entry *find_entry(const struct net_policy *p, const char *host,
+                                          uint16_t port, bool any_port)
 {
     char name[MAX_NAME + 2];
     unsigned char addr[16];
@@ -236,7 +238,7 @@ const struct net_entry *net_policy_match(const struct net_policy *p, const char 
     bool is_ip = parse_ip(name, &family, addr);
     for (size_t i = 0; i < p->n; i++) {
         const struct net_entry *e = &p->entries[i];
-        if (!port_ok(e, port))
+        if (!any_port && !port_ok(e, port))
             continue;
         if (is_ip ? e->kind == NET_ENTRY_IP && e->family == family &&
                         !memcmp(e->addr, addr, family == AF_INET ? 4 : 16)
@@ -245,6 +247,17 @@ const struct net_entry *net_policy_match(const struct net_policy *p, const char 
             return e;
     }
     return NULL;
+}
+
+const struct net_entry *net_policy_match(const struct net_policy *p, const char *host,
+                                         uint16_t port)
+{
+    return find_entry(p, host, port, false);
+}
+
+bool net_policy_lists_host(const struct net_policy *p, const char *host)
+{
+    return find_entry(p, host, 0, true) != NULL;
 }
 
 /* ---- addresses ---- */

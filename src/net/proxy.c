@@ -191,12 +191,7 @@ static void refuse_by_policy(struct conn *c, const struct proxy_request *rq)
         buf_printf(&allowed, "%s%s", i ? ", " : "", p->entries[i].text);
     if (p->n > 16)
         buf_printf(&allowed, ", and %zu more", p->n - 16);
-    bool host_known = false;
-    for (uint16_t port = 1; port && !host_known; port = port == 80 ? 443 : 0)
-        host_known = net_policy_match(p, rq->host, port) != NULL;
-    for (size_t i = 0; i < p->n && !host_known; i++)
-        host_known = p->entries[i].port && net_policy_match(p, rq->host, p->entries[i].port);
-    if (host_known)
+    if (net_policy_lists_host(p, rq->host))
         refuse(c, rq, 403, NULL, "refused %s %s:%u: port %u is not allowed for %s on this "
                "session's network allowlist (%s)", rq->method, rq->host, rq->port, rq->port,
                rq->host, allowed.data);

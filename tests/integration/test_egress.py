@@ -48,6 +48,18 @@ class Reach(Served):
         self.assertEqual(ev["status"], 403)
         self.assertIn("port %d is not allowed" % (self.port + 1), ev["reason"])
 
+    def test_a_listed_host_on_another_port_is_refused_for_its_port(self):
+        # pkg.example.test is listed for 80 and 443: 8080 is refused by the policy, before
+        # any lookup, and the refusal names the port rather than the host.
+        rec, _ = run_json(FETCH + "print(fetch('http://pkg.example.test:8080/'))",
+                          "--net", self.allow + ",pkg.example.test")
+        self.assertStatus(rec, "ok")
+        self.assertIn("refused GET pkg.example.test:8080: port 8080 is not allowed for "
+                      "pkg.example.test on this session's network allowlist", rec["stdout"])
+        [ev] = rec["network"]
+        self.assertEqual((ev["allowed"], ev["status"], ev["address"]), (False, 403, None))
+        self.assertIn("port 8080 is not allowed", ev["reason"])
+
     def test_https_tunnel_refusal_shows_in_the_clients_error(self):
         rec, p = run_json(FETCH + "print(fetch('https://pkg.example.test/'))",
                           "--net", self.allow)

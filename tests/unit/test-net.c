@@ -86,6 +86,24 @@ TEST(ip_entries_match_the_literal_only)
     net_policy_free(p);
 }
 
+TEST(a_host_is_listed_whatever_its_port)
+{
+    struct net_policy *p = policy("a.test,*.w.test:8443,127.0.0.1:8000,[::1]:9000");
+    CHECK(net_policy_lists_host(p, "a.test"));
+    CHECK(net_policy_lists_host(p, "A.Test."));
+    CHECK(net_policy_match(p, "a.test", 8080) == NULL);
+    CHECK(net_policy_lists_host(p, "x.w.test"));
+    CHECK(net_policy_lists_host(p, "127.0.0.1"));
+    CHECK(net_policy_lists_host(p, "::1"));
+    CHECK(net_policy_lists_host(p, "[::1]"));
+    CHECK(!net_policy_lists_host(p, "b.test"));
+    CHECK(!net_policy_lists_host(p, "w.test"));
+    CHECK(!net_policy_lists_host(p, "127.0.0.2"));
+    CHECK(!net_policy_lists_host(p, ""));
+    CHECK(!net_policy_lists_host(NULL, "a.test"));
+    net_policy_free(p);
+}
+
 static bool allowed(const struct net_policy *p, const char *ip, uint16_t port)
 {
     struct sockaddr_storage ss = {0};
