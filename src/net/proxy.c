@@ -83,11 +83,12 @@ static void report(struct egress *e, const struct egress_event *ev)
         e->fn(e->ctx, ev);
 }
 
-/* Control characters and non-ASCII bytes of what a client sent never reach a status line. */
+/* Control characters, non-ASCII bytes, quotes and backslashes of what a client sent never
+ * reach a status line, the daemon's log (a quoted logfmt value) or an event. */
 static void printable(char *s)
 {
     for (; *s; s++)
-        if (*s < 0x20 || *s > 0x7e)
+        if (*s < 0x20 || *s > 0x7e || *s == '"' || *s == '\\')
             *s = '?';
 }
 
@@ -134,6 +135,9 @@ static void refuse(struct conn *c, const struct proxy_request *rq, int status, c
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
+    /* The message may quote what the client sent (a request target it could not parse):
+     * made safe once, for the answer, the log line and the event alike. */
+    printable(msg);
     answer(c->client, status, status_title(status), msg);
     struct egress_event ev = {.method = rq && rq->method[0] ? rq->method : NULL,
                               .host = rq && rq->host[0] ? rq->host : NULL,

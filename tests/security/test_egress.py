@@ -4,11 +4,12 @@ ways around the proxy (direct connections, DNS, the proxy's socket itself), and 
 that the code must not be able to take over. Every server is started here on 127.0.0.1;
 refused addresses are never connected to."""
 import ctypes
+import json
 import tempfile
 import unittest
 
 from seclib import probe
-from rctest import FETCH, RuncellTestCase, serve_files
+from rctest import FETCH, RuncellTestCase, run_cells, serve_files
 
 CONNECT = """
 import socket
@@ -158,6 +159,33 @@ report({"huge": raw(b"GET http://x/ HTTP/1.1\\r\\n" + b"X-Pad: " + b"a" * 20000 
         self.assertTrue(res["huge"].startswith("HTTP/1.1 431 "), res)
         self.assertTrue(res["garbage"].startswith("HTTP/1.1 400 "), res)
         self.assertTrue(res["ctl"].startswith("HTTP/1.1 400 "), res)
+
+    def test_request_bytes_cannot_forge_log_lines_or_events(self):
+        """A request target the proxy cannot parse is quoted in the refusal's reason; what
+        the code put there (quotes, tabs, an escape sequence, a non-UTF-8 byte) must not
+        reach the daemon's log line, the event or the answer raw."""
+        code = r"""
+import json, socket
+s = socket.create_connection(("127.0.0.1", 3128), timeout=30)
+s.sendall(b'CONNECT a"\tlevel=error\tmsg="forged\x1b[2J\\\xff:443 HTTP/1.1\r\n\r\n')
+print(json.dumps(s.recv(4096).split(b"\r\n")[0].decode("latin-1")))
+"""
+        [rec], p = run_cells(code, opts=("--net", "allow:127.0.0.1:%d" % self.port),
+                             env={"RUNCELL_LOG": "info"})
+        self.assertStatus(rec, "ok")
+        answer = json.loads(rec["stdout"].splitlines()[-1])
+        [ev] = rec["network"]
+        self.assertEqual((ev["allowed"], ev["status"]), (False, 400))
+        self.assertIn("cannot have", ev["reason"])
+        lines = [l for l in p.stderr.splitlines() if 'msg="egress refused"' in l]
+        self.assertEqual(len(lines), 1, p.stderr)
+        for text in (answer, ev["reason"], lines[0]):
+            self.assertIn("forged", text)
+            for raw in ('msg="forged', "\t", "\x1b", "\\", "\xff", "\ufffd"):
+                self.assertNotIn(raw, text, repr(text))
+        self.assertNotIn("level=error", lines[0].split(" reason=", 1)[0])
+        self.assertTrue(lines[0].endswith('"'), repr(lines[0]))
+        self.assertEqual(lines[0].count('"') % 2, 0, repr(lines[0]))
 
     def test_code_cannot_signal_or_replace_the_relay(self):
         if landlock_abi() < 6:
