@@ -173,6 +173,10 @@ static int connect_timeout(const struct sockaddr *sa, socklen_t len, int timeout
         return -err;
     }
     fd_set_nonblock(fd, false);
+    /* Like the client's socket: an upstream that stops reading cannot keep a write (and
+     * with it one of the session's connection slots) blocked for ever. */
+    struct timeval tv = {.tv_sec = NET_IDLE_TIMEOUT_MS / 1000};
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
     return fd;
 }
 
