@@ -121,10 +121,11 @@ char *clip_text(const char *s, size_t head, size_t tail);
 /* ---- weak mode (weak.c) ---- */
 
 /* Runs code in a fresh, stateless sandbox: plain python3 -I -S with imports outside the
- * standard library refused. Fills rec (initialised by the caller), including an error
- * object parsed from the traceback. 0, or -errno when the request is unusable. */
+ * standard library refused, stopped after timeout_ms (0: the default), which the caller has
+ * cut to the run's wall-time budget. Fills rec (initialised by the caller), including an
+ * error object parsed from the traceback. 0, or -errno when the request is unusable. */
 int weak_run(struct sandbox_host *host, const struct agent_options *o, const char *code,
-             struct exec_record *rec);
+             uint64_t timeout_ms, struct exec_record *rec);
 
 /* ---- review queue and webhook (review.c) ---- */
 

@@ -313,20 +313,35 @@ static void log_sandbox(struct run *r, const struct exec_record *rec)
                                     "limits_degraded", rec->limits_degraded));
 }
 
-static int execute(struct run *r, const char *code, const char *lang, struct exec_record *rec)
+/* The time limit of the next execution: the session's (in weak mode, the one the session
+ * was asked for), cut to what is left of the run's wall-time budget. */
+static uint64_t execution_timeout(struct run *r)
 {
-    if (r->weak)
-        return weak_run(r->host, &r->o, code, rec);
-    struct exec_request req = {.code = code,
-                               .lang = lang,
-                               .cancel_fd = r->o.cancel.fd,
-                               .cancel_events = r->o.cancel.events};
+    uint64_t t = 0;
+    if (!r->weak)
+        t = session_options(r->s)->timeout_ms;
+    else if (r->o.session_opts)
+        t = r->o.session_opts->timeout_ms;
+    if (!t)
+        t = DEFAULT_TIMEOUT_MS;
     if (r->o.max_time_ms) {
         /* An execution never outlives the run's wall-time budget. */
         double left = (double)r->o.max_time_ms - elapsed_ms(r);
-        uint64_t t = session_options(r->s)->timeout_ms;
-        req.timeout_ms = left < 1000 ? 1000 : MIN(t, (uint64_t)left);
+        t = left < 1000 ? 1000 : MIN(t, (uint64_t)left);
     }
+    return t;
+}
+
+static int execute(struct run *r, const char *code, const char *lang, struct exec_record *rec)
+{
+    uint64_t timeout_ms = execution_timeout(r);
+    if (r->weak)
+        return weak_run(r->host, &r->o, code, timeout_ms, rec);
+    struct exec_request req = {.code = code,
+                               .lang = lang,
+                               .timeout_ms = timeout_ms,
+                               .cancel_fd = r->o.cancel.fd,
+                               .cancel_events = r->o.cancel.events};
     int rc = session_execute(r->s, &req, NULL, rec);
     if (rc < 0) {
         rec->status = EXEC_SANDBOX_ERROR;

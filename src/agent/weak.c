@@ -67,7 +67,7 @@ static void error_from_stderr(struct exec_record *rec)
 }
 
 int weak_run(struct sandbox_host *host, const struct agent_options *o, const char *code,
-             struct exec_record *rec)
+             uint64_t timeout_ms, struct exec_record *rec)
 {
     if (strlen(code) > WEAK_MAX_CODE) {
         rec->status = EXEC_ERROR;
@@ -89,14 +89,11 @@ int weak_run(struct sandbox_host *host, const struct agent_options *o, const cha
         .output_cap = DEFAULT_OUTPUT_CAP,
         .out_dir = o->out_dir,
         .cancel_fd = o->cancel.fd,
+        .timeout_ms = timeout_ms ? timeout_ms : DEFAULT_TIMEOUT_MS,
     };
-    if (o->session_opts) {
+    if (o->session_opts)
         req.limits = o->session_opts->limits;
-        req.timeout_ms = o->session_opts->timeout_ms;
-    }
     sandbox_limits_fill_defaults(&req.limits);
-    if (!req.timeout_ms)
-        req.timeout_ms = DEFAULT_TIMEOUT_MS;
     int r = run_oneshot(host, &req, rec);
     free(inputs);
     if (r == 0 && rec->status == EXEC_ERROR)

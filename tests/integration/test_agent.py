@@ -413,6 +413,20 @@ class TestFallbacks(AgentCase):
         self.assertEqual([t["function"]["name"] for t in first["tools"]], ["run_python"])
         self.assertIn("2.5", m.tool_messages(1)[0]["content"])
 
+    def test_weak_mode_keeps_to_the_wall_time_budget(self):
+        # Weak mode from the start (no kernel); the execution is cut to the run's budget, not
+        # given the session's 60 s.
+        script = [{"tool": "run_python", "code": "import time; time.sleep(30)"}]
+        with TempDir() as libexec, ScriptedModel(script, repeat_last=True) as m:
+            helper = os.path.join(os.path.dirname(RUNCELL), "runcell-sandbox")
+            subprocess.run(["cp", helper, libexec], check=True)
+            out, p = self.agent(m, "sleep", "--max-time", "2", "--fallbacks", "weak",
+                                env={"RUNCELL_LIBEXEC": libexec})
+        self.assertTrue(out["weak_mode"])
+        self.assertEqual(out["reason"], "max_time")
+        self.assertEqual(self.statuses(out), ["timeout"])
+        self.assertLess(out["attempts"][0]["wall_ms"], 20000)
+
     def test_fallbacks_in_another_order_and_without_weak(self):
         crash = "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)"
         script = [{"tool": "run_python", "code": crash}]
