@@ -71,9 +71,9 @@ static uint64_t max_bytes(const struct egress *e)
 
 /* ---- reporting ---- */
 
-static void report(struct egress *e, const struct egress_event *ev)
+/* Logs an event and passes it to the session, without counting it. */
+static void tell(struct egress *e, const struct egress_event *ev)
 {
-    atomic_fetch_add(ev->allowed ? &stat_allowed : &stat_refused, 1);
     log_info("msg=\"egress %s\" method=%s host=\"%s\" port=%u address=%s status=%d%s%s%s",
              ev->allowed ? "allowed" : "refused", ev->method ? ev->method : "-",
              ev->host ? ev->host : "-", ev->port, ev->address ? ev->address : "-", ev->status,
@@ -81,6 +81,13 @@ static void report(struct egress *e, const struct egress_event *ev)
              ev->reason ? "\"" : "");
     if (e->fn)
         e->fn(e->ctx, ev);
+}
+
+/* Counts an attempt as allowed or refused, and tells of it. */
+static void report(struct egress *e, const struct egress_event *ev)
+{
+    atomic_fetch_add(ev->allowed ? &stat_allowed : &stat_refused, 1);
+    tell(e, ev);
 }
 
 /* Control characters, non-ASCII bytes, quotes and backslashes of what a client sent never
@@ -329,7 +336,9 @@ static void report_budget(struct conn *c, const struct proxy_request *rq)
              (unsigned long long)max_bytes(c->e));
     struct egress_event ev = {.method = rq->method, .host = rq->host, .port = rq->port,
                               .reason = msg};
-    report(c->e, &ev);
+    /* This attempt was counted as allowed when it connected: its cut is an event of its
+     * own, not a second attempt for the refused counter. */
+    tell(c->e, &ev);
 }
 
 /* ---- one connection ---- */

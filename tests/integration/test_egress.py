@@ -301,6 +301,13 @@ print(fetch('http://127.0.0.1:PORT/hello.txt'))
         reasons = [e.get("reason") or "" for e in rec["network"]]
         self.assertTrue(any("byte budget (50000 bytes) is used up" in r for r in reasons),
                         reasons)
+        # Two attempts: the download (allowed, then cut; the cut is an event but not a
+        # second attempt) and the fetch after it (refused).
+        status, text = self.api.call("GET", "/metrics")
+        metrics = dict(l.rsplit(" ", 1) for l in text.splitlines() if not l.startswith("#"))
+        self.assertEqual((metrics['runcell_egress_attempts_total{result="allowed"}'],
+                          metrics['runcell_egress_attempts_total{result="refused"}']),
+                         ("1", "1"))
 
 
 if __name__ == "__main__":
