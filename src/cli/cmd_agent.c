@@ -49,7 +49,9 @@ static const char agent_help[] =
     "Sandbox (as for runcell run):\n"
     "  --file LOCAL[:DEST]   copy LOCAL into the workspace (repeatable)\n"
     "  --out DIR             copy the files produced into DIR\n"
-    "  --timeout SEC, --memory MB, --pids N, --disk MB, --cpus N, --net none\n"
+    "  --timeout SEC, --memory MB, --pids N, --disk MB, --cpus N\n"
+    "  --net none            the only network policy: loopback only (--net allow:...,\n"
+    "                        --package, --index-url and --install-timeout are refused)\n"
     "  --json                print the outcome with the full transcript as JSON\n";
 
 enum {

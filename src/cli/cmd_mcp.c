@@ -28,7 +28,9 @@ static const char mcp_help[] =
     "  --max-timeout SEC    the longest timeout_s a call may ask for (default 3600)\n"
     "  --idle-timeout SEC   close sessions idle this long (default: never)\n"
     "  --max-sessions N     live sessions at most (default 64)\n"
-    "  --memory MB, --pids N, --disk MB, --cpus N, --net none   limits of each session\n";
+    "  --memory MB, --pids N, --disk MB, --cpus N   limits of each session\n"
+    "  --net none           the only network policy: loopback only (--net allow:...,\n"
+    "                       --package, --index-url and --install-timeout are refused)\n";
 
 enum { OPT_MAX_TIMEOUT = OPT_COMMON_END, OPT_IDLE_TIMEOUT, OPT_MAX_SESSIONS };
 

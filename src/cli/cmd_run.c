@@ -44,7 +44,14 @@ static const char run_help[] =
     "  --out DIR            copy files the code created or changed into DIR\n"
     "  --json               print the result record as JSON instead of the streams\n"
     "  --keep-going         with several -c, run the cells after a failed one too\n"
-    "  --net none           network policy (only 'none': loopback inside the sandbox)\n";
+    "  --net none|allow:HOST[:PORT],...\n"
+    "                       network policy (default none: loopback only; allow: the named\n"
+    "                       hosts, through an egress proxy; docs/NETWORK.md)\n"
+    "  --package SPEC       pip requirement installed before the code runs (repeatable;\n"
+    "                       needs --net allow:... naming the index and the host it serves\n"
+    "                       files from, e.g. pypi.org,files.pythonhosted.org)\n"
+    "  --index-url URL      package index (PIP_INDEX_URL; its host must be allowed)\n"
+    "  --install-timeout SEC  time for installing the packages (default 120)\n";
 
 enum { OPT_LANG = OPT_COMMON_END, OPT_JSON, OPT_KEEP_GOING };
 

@@ -508,6 +508,19 @@ class SecondsOptions(RuncellTestCase):
         self.assertIn("--timeout: '86401'", line)
 
 
+class Help(RuncellTestCase):
+    def test_help_names_the_network_and_package_options(self):
+        for cmd in ("run", "repl"):
+            p = runcell(cmd, "--help")
+            self.assertEqual(p.returncode, 0, p.stderr)
+            for opt in ("allow:HOST[:PORT]", "--package", "--index-url", "--install-timeout"):
+                self.assertIn(opt, p.stdout, cmd)
+        for cmd in ("agent", "mcp"):  # these refuse them, and say so
+            p = runcell(cmd, "--help")
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertIn("--package, --index-url and --install-timeout are refused", p.stdout)
+
+
 class Cleanup(RuncellTestCase):
     def runs(self, env):
         """A mix of endings; returns the pids of the runcell processes."""
