@@ -883,7 +883,7 @@ def template_main():
             return  # the daemon closed the channel
         try:
             request = json.loads(msg)
-            pid = _runcell_template.spawn(msg, fds)
+            pid, pidfd = _runcell_template.spawn(msg, fds)
         except Exception as e:
             for fd in fds:
                 os.close(fd)
@@ -902,7 +902,6 @@ def template_main():
             os._exit(0)
         for fd in fds:
             os.close(fd)
-        pidfd = os.pidfd_open(pid)
         socket.send_fds(ctl, [json.dumps({"pid": pid}).encode()], [pidfd])
         os.close(pidfd)
 

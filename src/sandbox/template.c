@@ -7,8 +7,10 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <glob.h>
 #include <linux/mount.h>
 #include <poll.h>
+#include <stdatomic.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -36,19 +38,36 @@ struct template_state {
 };
 
 static struct template_state state = {.lock = PTHREAD_MUTEX_INITIALIZER};
+/* The current template's start-up time in µs (0: none), readable without state.lock, which
+ * a spawn holds while a new template starts. */
+static _Atomic uint64_t current_ready_us;
+
+static void set_current(struct template *t)
+{
+    state.current = t;
+    atomic_store(&current_ready_us, t ? (uint64_t)(t->ready_ms * 1000.0) : 0);
+}
 
 /* What the template was built from: when any of it changes, a new template is made. */
 static char *profile_of(const struct sandbox_host *host)
 {
-    const char *files[] = {"kernel/kernel.py", "runcell-sandbox", NULL};
+    /* The kernel, the helper, and the module whose clone code locks sessions down. */
+    const char *files[] = {"kernel/kernel.py", "kernel/_runcell_template*.so", "runcell-sandbox",
+                           NULL};
     struct buf b;
     buf_init(&b, 0);
     for (const char **f = files; *f; f++) {
-        _cleanup_free_ char *path = xasprintf("%s/%s", host->libexec_dir, *f);
-        struct stat st;
-        if (stat(path, &st) == 0)
-            buf_printf(&b, "%s:%lld.%09ld:%lld;", *f, (long long)st.st_mtim.tv_sec,
-                       st.st_mtim.tv_nsec, (long long)st.st_size);
+        _cleanup_free_ char *pattern = xasprintf("%s/%s", host->libexec_dir, *f);
+        glob_t g;
+        if (glob(pattern, 0, NULL, &g) != 0)
+            continue;
+        for (size_t i = 0; i < g.gl_pathc; i++) {
+            struct stat st;
+            if (stat(g.gl_pathv[i], &st) == 0)
+                buf_printf(&b, "%s:%lld.%09ld:%lld;", g.gl_pathv[i], (long long)st.st_mtim.tv_sec,
+                           st.st_mtim.tv_nsec, (long long)st.st_size);
+        }
+        globfree(&g);
     }
     struct stat st;
     if (stat("/usr/lib/python3/dist-packages", &st) == 0)
@@ -197,11 +216,14 @@ static int current_template(struct sandbox_host *host, struct template **ret)
         }
         log_info("msg=\"replacing the template\" reason=%s", alive ? "profile changed" : "it exited");
         retire(t);
-        state.current = NULL;
+        set_current(NULL);
     }
-    int r = template_new(host, &state.current);
-    if (r == 0)
-        *ret = state.current;
+    struct template *fresh = NULL;
+    int r = template_new(host, &fresh);
+    if (r == 0) {
+        set_current(fresh);
+        *ret = fresh;
+    }
     return r;
 }
 
@@ -220,17 +242,15 @@ int sandbox_host_start_template(struct sandbox_host *host)
 
 double sandbox_host_template_ready_ms(struct sandbox_host *host)
 {
-    pthread_mutex_lock(&state.lock);
-    double v = state.current ? state.current->ready_ms : 0;
-    pthread_mutex_unlock(&state.lock);
-    return v;
+    (void)host;
+    return (double)atomic_load(&current_ready_us) / 1000.0;
 }
 
 void template_stop(struct sandbox_host *host)
 {
     pthread_mutex_lock(&state.lock);
     template_free(state.current);
-    state.current = NULL;
+    set_current(NULL);
     for (int i = 0; i < MAX_RETIRED; i++) {
         template_free(state.retired[i]);
         state.retired[i] = NULL;
@@ -376,7 +396,7 @@ int template_spawn(struct sandbox_host *host, struct sandbox *sb, struct workspa
          * this request goes to its successor rather than falling back to a cold start. */
         log_info("msg=\"replacing the template\" reason=\"it exited during a request\"");
         retire(state.current);
-        state.current = NULL;
+        set_current(NULL);
         r = current_template(host, &t);
         if (r == 0)
             r = ask(t, sb, json, fds, n);

@@ -72,7 +72,8 @@ static __attribute__((noreturn)) void supervise(pid_t payload, const sigset_t *s
         if (!(pfd[0].revents & POLLIN) || read(sfd, &si, sizeof(si)) != sizeof(si))
             continue;
         if (si.ssi_signo != SIGCHLD) {
-            kill(payload, (int)si.ssi_signo);
+            if (payload > 0) /* after a lingering template's exit, -1 would mean everyone */
+                kill(payload, (int)si.ssi_signo);
             continue;
         }
         int wstatus;

@@ -174,6 +174,55 @@ static int session_init(struct helper_config *cfg, const int *fds, int n, int sy
     return 0;
 }
 
+/* Clones the template into the session's namespaces. Returns (pid, pidfd) in the template,
+ * (0, -1) in the new kernel. The pidfd is opened before the clone may go on (it waits for
+ * its id maps), so it cannot be reaped first by the template's SIGCHLD handler. */
+static PyObject *spawn_with(struct helper_config *cfg, int *fds, int n)
+{
+    if (strv_len(cfg->cgroup_procs) + strv_len(cfg->template_binds) > 16)
+        return PyErr_Format(PyExc_ValueError, "spawn: too many cgroups and binds");
+    if (n != FD_FIXED + cfg->extra_fds + (int)strv_len(cfg->cgroup_procs) +
+                 (int)strv_len(cfg->template_binds))
+        return PyErr_Format(PyExc_ValueError, "spawn: %d fds do not fit the configuration", n);
+    int sync[2];
+    if (pipe2(sync, O_CLOEXEC) < 0)
+        return PyErr_SetFromErrno(PyExc_OSError);
+    PyOS_BeforeFork();
+    unsigned long flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET |
+                          CLONE_NEWIPC | CLONE_NEWUTS | SIGCHLD;
+    pid_t pid = (pid_t)syscall(SYS_clone, flags, NULL, NULL, NULL, 0);
+    if (pid == 0) {
+        close(sync[1]);
+        if (session_init(cfg, fds, n, sync[0]) == 0)
+            return Py_BuildValue("(ii)", 0, -1);
+        _exit(1);
+    }
+    int err = errno;
+    PyOS_AfterFork_Parent();
+    close(sync[0]);
+    if (pid < 0) {
+        close(sync[1]);
+        errno = err;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    /* We hold CAP_SETUID in the template's namespace: map the session's root and user to its
+     * pair of ids there (and so to its pair of host ids). */
+    int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+    if (pidfd < 0 || write_map(pid, "uid_map", cfg->ns_root_uid, cfg->ns_uid) < 0 ||
+        write_map(pid, "gid_map", cfg->ns_root_uid, cfg->ns_uid) < 0 ||
+        write(sync[1], "g", 1) != 1) {
+        err = errno;
+        kill(pid, SIGKILL);
+        if (pidfd >= 0)
+            close(pidfd);
+        close(sync[1]);
+        errno = err;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    close(sync[1]);
+    return Py_BuildValue("(ii)", pid, pidfd);
+}
+
 static PyObject *spawn(PyObject *self, PyObject *args)
 {
     const char *json;
@@ -194,49 +243,15 @@ static PyObject *spawn(PyObject *self, PyObject *args)
     status_fd = fds[FD_STATUS];
     if (config_parse(json, &cfg) < 0)
         return PyErr_Format(PyExc_ValueError, "bad session configuration");
-    if (strv_len(cfg.cgroup_procs) + strv_len(cfg.template_binds) > 16)
-        return PyErr_Format(PyExc_ValueError, "spawn: too many cgroups and binds");
-    if (n != FD_FIXED + cfg.extra_fds + (Py_ssize_t)strv_len(cfg.cgroup_procs) +
-                 (Py_ssize_t)strv_len(cfg.template_binds))
-        return PyErr_Format(PyExc_ValueError, "spawn: %zd fds do not fit the configuration", n);
-    int sync[2];
-    if (pipe2(sync, O_CLOEXEC) < 0)
-        return PyErr_SetFromErrno(PyExc_OSError);
-    PyOS_BeforeFork();
-    unsigned long flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET |
-                          CLONE_NEWIPC | CLONE_NEWUTS | SIGCHLD;
-    pid_t pid = (pid_t)syscall(SYS_clone, flags, NULL, NULL, NULL, 0);
-    if (pid == 0) {
-        close(sync[1]);
-        if (session_init(&cfg, fds, (int)n, sync[0]) == 0)
-            return PyLong_FromLong(0);
-        _exit(1);
-    }
-    int err = errno;
-    PyOS_AfterFork_Parent();
-    close(sync[0]);
-    if (pid < 0) {
-        close(sync[1]);
-        errno = err;
-        return PyErr_SetFromErrno(PyExc_OSError);
-    }
-    /* We hold CAP_SETUID in the template's namespace: map the session's root and user to its
-     * pair of ids there (and so to its pair of host ids). */
-    if (write_map(pid, "uid_map", cfg.ns_root_uid, cfg.ns_uid) < 0 ||
-        write_map(pid, "gid_map", cfg.ns_root_uid, cfg.ns_uid) < 0 || write(sync[1], "g", 1) != 1) {
-        err = errno;
-        kill(pid, SIGKILL);
-        close(sync[1]);
-        errno = err;
-        return PyErr_SetFromErrno(PyExc_OSError);
-    }
-    close(sync[1]);
-    return PyLong_FromLong(pid);
+    PyObject *r = spawn_with(&cfg, fds, (int)n);
+    config_release(&cfg); /* the template lives long: nothing of a request stays behind */
+    return r;
 }
 
 static PyMethodDef methods[] = {
     {"spawn", spawn, METH_VARARGS,
-     "spawn(config: bytes, fds: list) -> pid in the template, 0 in the new kernel"},
+     "spawn(config: bytes, fds: list) -> (pid, pidfd) in the template, (0, -1) in the new "
+     "kernel"},
     {NULL, NULL, 0, NULL},
 };
 
