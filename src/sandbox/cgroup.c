@@ -127,6 +127,16 @@ static char *join_base(const char *mnt, const char *own)
     return xasprintf("%s%s/runcell", mnt, own);
 }
 
+/* Whether a space-separated cgroup.controllers list names ctrl ("cpu" is not "cpuset"). */
+static bool has_controller(const char *list, const char *ctrl)
+{
+    size_t n = strlen(ctrl);
+    for (const char *p = list; (p = strstr(p, ctrl)); p += n)
+        if ((p == list || p[-1] == ' ') && (p[n] == '\0' || p[n] == ' ' || p[n] == '\n'))
+            return true;
+    return false;
+}
+
 static bool detect_v2(struct sandbox_host *host)
 {
     _cleanup_free_ char *mnt = cgroup_mount(NULL);
@@ -136,11 +146,11 @@ static bool detect_v2(struct sandbox_host *host)
         return false; /* hybrid hosts keep an empty v2 tree elsewhere */
     _cleanup_free_ char *own_dir = xasprintf("%s%s", mnt, strcmp(own, "/") ? own : "");
     if (read_small(own_dir, "cgroup.controllers", ctrls, sizeof(ctrls)) < 0 ||
-        !strstr(ctrls, "memory") || !strstr(ctrls, "pids"))
+        !has_controller(ctrls, "memory") || !has_controller(ctrls, "pids"))
         return false;
     /* The "no internal processes" rule: controllers can only be handed down from a cgroup
      * without processes of its own. When ours has some (us), move us into a leaf first. */
-    const char *enable = strstr(ctrls, "cpu") ? "+memory +pids +cpu" : "+memory +pids";
+    const char *enable = has_controller(ctrls, "cpu") ? "+memory +pids +cpu" : "+memory +pids";
     if (write_str(own_dir, "cgroup.subtree_control", enable) < 0 && strcmp(own, "/")) {
         _cleanup_free_ char *leaf = xasprintf("%s/runcell-daemon", own_dir);
         char pid[32];

@@ -88,7 +88,6 @@ struct workspace {
                      * equal to uid when unprivileged (then only 1000 is mapped) */
     int uid_lock_fd; /* flock held on the uid slot while the workspace lives */
     bool mounted;
-    uint64_t disk_mb;
 };
 
 /* Creates an empty workspace of disk_mb; caller frees with workspace_free. disk_mb 0 makes
@@ -192,7 +191,6 @@ struct sandbox {
     struct cgroup *cgroup;
     bool limits_degraded;
     enum sandbox_state state;
-    bool ready;
     bool exited;         /* the payload's status is known */
     int exit_code;       /* valid when exited and !signal */
     int term_signal;     /* nonzero when the payload died of a signal */

@@ -144,8 +144,6 @@ static void handle_line(struct sandbox *sb, char *line)
 {
     if (!strncmp(line, "pid ", 4)) {
         sb->init_pid = (pid_t)atoi(line + 4);
-    } else if (!strcmp(line, "ready")) {
-        sb->ready = true;
     } else if (!strncmp(line, "error ", 6)) {
         if (!sb->error)
             sb->error = xstrdup(line + 6);
@@ -309,6 +307,9 @@ int sandbox_start(struct sandbox_host *host, struct workspace *ws, const struct 
     return 0;
 }
 
+/* The pidfd stays open until sandbox_free: other threads may be signalling through it, and a
+ * closed number could be reused by another sandbox's pidfd. Signals to a process that has
+ * exited fail with ESRCH. */
 static void reap(struct sandbox *sb, int options)
 {
     if (sb->state == SANDBOX_EXITED || sb->init_pid <= 0)
@@ -317,9 +318,6 @@ static void reap(struct sandbox *sb, int options)
         /* The template reaps its clones; once the status pipe is closed, init is gone (or
          * going), and its pid may already name some other process. */
         sb->state = SANDBOX_EXITED;
-        if (sb->pidfd >= 0)
-            close(sb->pidfd);
-        sb->pidfd = -1;
         return;
     }
     int wstatus;
@@ -334,9 +332,6 @@ static void reap(struct sandbox *sb, int options)
                             (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1000.0;
             sb->ru_maxrss_kb = (uint64_t)ru.ru_maxrss;
         }
-        if (sb->pidfd >= 0)
-            close(sb->pidfd);
-        sb->pidfd = -1;
     }
 }
 

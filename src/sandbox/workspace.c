@@ -47,7 +47,6 @@ int workspace_new(struct sandbox_host *host, uint64_t disk_mb, struct workspace 
     struct workspace *ws = xcalloc(1, sizeof(*ws));
     int r;
     ws->uid_lock_fd = -1;
-    ws->disk_mb = disk_mb;
     ws->base = xasprintf("%s/%s/w%llu", host->run_dir, host->owner_id, (unsigned long long)seq);
     ws->dir = xasprintf("%s/work", ws->base);
     /* base is traversable (not listable) so that the sandbox's root id can reach the
