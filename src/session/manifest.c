@@ -421,28 +421,38 @@ int manifest_save(const struct persist_config *c, const char *id, struct manifes
     sv.next.variables = variables ? variables : json_incref(m->variables);
     json_t *vsize = json_object_get(sv.next.variables, "size");
     sv.bytes = json_is_integer(vsize) ? (uint64_t)json_integer_value(vsize) : 0;
+    /* Unchanged files first: what they keep stored counts against the quota before any
+     * new file is let in, whatever the order of their names. */
+    for (size_t i = 0; i < after->n; i++) {
+        const struct mentry *old = find(m, after->v[i].path);
+        if (unchanged(old, &after->v[i]))
+            keep_old(&sv, old);
+    }
     for (size_t i = 0; i < after->n; i++) {
         const struct ws_entry *e = &after->v[i];
         const struct mentry *old = find(m, e->path);
         if (unchanged(old, e))
-            keep_old(&sv, old);
-        else if (S_ISLNK(e->mode))
+            continue;
+        if (S_ISLNK(e->mode))
             save_link(&sv, e, old);
         else
             save_file(&sv, e, old);
     }
-    /* Files gone since the last save are changes too. */
-    for (size_t i = 0; !after->truncated && i < m->n; i++)
-        sv.n_changed += !find(&sv.next, m->v[i].path);
-    /* A scan that stopped early saw only part of the workspace: nothing is taken for
-     * deleted. The merge keeps the list sorted. */
-    if (after->truncated) {
-        for (size_t i = 0; i < m->n; i++)
-            if (!find(&sv.next, m->v[i].path)) {
-                keep_old(&sv, &m->v[i]);
-                qsort(sv.next.v, sv.next.n, sizeof(*sv.next.v), path_cmp);
-            }
+    qsort(sv.next.v, sv.next.n, sizeof(*sv.next.v), path_cmp);
+    /* Files gone since the last save are changes too. A scan that stopped early saw only
+     * part of the workspace: nothing is taken for deleted. */
+    size_t n_seen = sv.next.n; /* the sorted part: what keep_old appends below is not */
+    for (size_t i = 0; i < m->n; i++) {
+        struct manifest seen = {.v = sv.next.v, .n = n_seen};
+        if (find(&seen, m->v[i].path))
+            continue;
+        if (after->truncated)
+            keep_old(&sv, &m->v[i]);
+        else
+            sv.n_changed++;
     }
+    if (sv.next.n > n_seen)
+        qsort(sv.next.v, sv.next.n, sizeof(*sv.next.v), path_cmp);
     int r = 0;
     if (stored_differs(&sv.next, m) && (r = write_manifest(&sv)) == 0)
         drop_unused(&sv);

@@ -143,6 +143,26 @@ TEST(quota_keeps_what_fits_and_names_what_does_not)
     teardown(&f);
 }
 
+TEST(quota_counts_kept_files_whatever_their_names)
+{
+    /* A new file whose name sorts before the stored ones must not slip in under the quota
+     * before they are counted. */
+    struct fixture f;
+    struct manifest m = {0};
+    char *error = NULL;
+    setup(&f, 10);
+    put(f.ws, "z", "123456789");
+    CHECK(save(&f, &m, &error) == 0 && !error);
+    put(f.ws, "a", "abcdefghi");
+    CHECK(save(&f, &m, &error) == -EIO);
+    CHECK(error && strstr(error, "a:") && strstr(error, "quota"));
+    CHECK(m.n == 1 && !strcmp(m.v[0].path, "z"));
+    CHECK(count_objects(&f, "sessions/abc/blobs/") == 1);
+    free(error);
+    manifest_release(&m);
+    teardown(&f);
+}
+
 TEST(restores_files_and_names_corrupted_and_missing_ones)
 {
     struct fixture f;
