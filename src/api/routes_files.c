@@ -185,12 +185,8 @@ static enum MHD_Result put_error(struct request *rq, int err)
     const char *path = rq->params[1];
     if (!check_path(rq, path))
         return MHD_YES;
-    if (err == -ENOENT || err == -ETIME) {
-        struct session *s = acquire_session(rq); /* replies not found / expired */
-        if (s)
-            session_table_release(rq->srv->table, s);
-        return MHD_YES;
-    }
+    if (err == -ENOENT || err == -ETIME)
+        return reply_not_live(rq, err); /* the session went while the body came in */
     enum MHD_Result r;
     if (err == -EFBIG)
         r = api_error(rq, AE_TOO_LARGE, "upload larger than the server's limit of %llu bytes",
