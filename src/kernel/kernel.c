@@ -178,15 +178,7 @@ static void close_fds(int *fds, int n)
 
 int kernel_start(struct sandbox_host *host, struct workspace *ws,
                  const struct sandbox_limits *limits, char *const *args,
-                 uint64_t start_timeout_ms, struct kernel **ret)
-{
-    return kernel_start_in(host, ws, limits, args, start_timeout_ms, NULL, ret);
-}
-
-int kernel_start_in(struct sandbox_host *host, struct workspace *ws,
-                    const struct sandbox_limits *limits, char *const *args,
-                    uint64_t start_timeout_ms, const struct kernel_env *extra,
-                    struct kernel **ret)
+                 uint64_t start_timeout_ms, const struct kernel_env *extra, struct kernel **ret)
 {
     struct kernel *k = xcalloc(1, sizeof(*k));
     int sp[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1};

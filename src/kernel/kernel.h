@@ -43,12 +43,6 @@ struct kernel {
     char *python_version;
 };
 
-/* Starts a kernel in a new sandbox on ws and waits (up to start_timeout_ms) for its hello.
- * args (may be NULL) become the cells' sys.argv[1:].
- * 0 or -errno with err_msg(); *ret owned by the caller (kernel_free). */
-int kernel_start(struct sandbox_host *host, struct workspace *ws,
-                 const struct sandbox_limits *limits, char *const *args,
-                 uint64_t start_timeout_ms, struct kernel **ret);
 /* Sends one execute request; the cell is numbered execution_count (in its filename, "<cell
  * N>", and its done message), so numbering goes on across kernels of one session. 0 or
  * -errno. */
@@ -61,11 +55,12 @@ struct kernel_env {
     const char *relay_socket;    /* as in sandbox_spec */
     uint16_t relay_port;
 };
-/* kernel_start with extra (may be NULL) applied to the sandbox. */
-int kernel_start_in(struct sandbox_host *host, struct workspace *ws,
-                    const struct sandbox_limits *limits, char *const *args,
-                    uint64_t start_timeout_ms, const struct kernel_env *extra,
-                    struct kernel **ret);
+/* Starts a kernel in a new sandbox on ws, with extra (may be NULL) applied to the sandbox,
+ * and waits (up to start_timeout_ms) for its hello. args (may be NULL) become the cells'
+ * sys.argv[1:]. 0 or -errno with err_msg(); *ret owned by the caller (kernel_free). */
+int kernel_start(struct sandbox_host *host, struct workspace *ws,
+                 const struct sandbox_limits *limits, char *const *args,
+                 uint64_t start_timeout_ms, const struct kernel_env *extra, struct kernel **ret);
 /* Reads what is available on the control channel and calls cb for each complete frame.
  * Returns 0, 1 at EOF, or -EPROTO (err_msg says why) when the kernel broke the protocol. */
 int kernel_pump_channel(struct kernel *k, kernel_event_fn cb, void *ctx);

@@ -38,8 +38,7 @@ static void *refill_main(void *arg)
             log_warn("msg=\"cannot fill the session pool\" error=\"%s\"", err_msg());
             p->failures++;
             struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_sec += MIN(60, 1u << MIN(p->failures, 6u));
+            realtime_after_ms(&ts, 1000u * MIN(60, 1u << MIN(p->failures, 6u)));
             pthread_cond_timedwait(&p->wake, &p->lock, &ts);
             continue;
         }

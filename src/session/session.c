@@ -61,7 +61,7 @@ static int start_kernel(struct session *s)
                                .relay_port = spec.relay_port};
     /* The CPU-time rlimit is a backstop for a whole kernel's life, not one cell. */
     l.cpu_time_s = 0;
-    int r = kernel_start_in(s->host, s->ws, &l, s->argv, s->opts.start_timeout_ms, &extra, &k);
+    int r = kernel_start(s->host, s->ws, &l, s->argv, s->opts.start_timeout_ms, &extra, &k);
     if (r < 0)
         return r;
     pthread_mutex_lock(&s->lock);

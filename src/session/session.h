@@ -341,8 +341,6 @@ void session_table_foreach(struct session_table *t,
 size_t session_table_count(struct session_table *t);
 /* Interrupts every running cell (shutdown). */
 void session_table_interrupt_all(struct session_table *t);
-/* Number of sessions running a cell now. */
-size_t session_table_busy_count(struct session_table *t);
 /* Stops the reaper, closes every session, frees the table; NULL is a no-op. */
 void session_table_free(struct session_table *t);
 

@@ -236,16 +236,6 @@ size_t session_table_count(struct session_table *t)
     return n;
 }
 
-size_t session_table_busy_count(struct session_table *t)
-{
-    size_t n = 0;
-    pthread_mutex_lock(&t->lock);
-    for (struct entry *e = t->head; e; e = e->next)
-        n += session_busy(e->s);
-    pthread_mutex_unlock(&t->lock);
-    return n;
-}
-
 void session_table_interrupt_all(struct session_table *t)
 {
     pthread_mutex_lock(&t->lock);
@@ -294,10 +284,7 @@ static void *reaper_main(void *arg)
     pthread_mutex_lock(&t->lock);
     while (!t->stopping) {
         struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        uint64_t ns = (uint64_t)ts.tv_nsec + t->reap_interval_ms * 1000000;
-        ts.tv_sec += (time_t)(ns / 1000000000);
-        ts.tv_nsec = (long)(ns % 1000000000);
+        realtime_after_ms(&ts, t->reap_interval_ms);
         pthread_cond_timedwait(&t->wake, &t->lock, &ts);
         if (t->stopping)
             break;
