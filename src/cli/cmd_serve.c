@@ -159,7 +159,8 @@ static int serve_opt(struct server_config *cfg, struct common_opts *co, struct s
         return opt_seconds_max("serve", "--max-idle-timeout", val, MAX_IDLE_OPT_SECONDS,
                                &cfg->limits.max_idle_timeout_ms);
     case OPT_IDLE_TIMEOUT:
-        return opt_seconds("serve", "--idle-timeout", val, &cfg->defaults.idle_timeout_ms);
+        return opt_seconds_max("serve", "--idle-timeout", val, MAX_IDLE_OPT_SECONDS,
+                               &cfg->defaults.idle_timeout_ms);
     case OPT_GRACE:
         return opt_seconds("serve", "--shutdown-grace", val, &cfg->shutdown_grace_ms);
     case OPT_NO_TEMPLATE:

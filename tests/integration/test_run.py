@@ -490,7 +490,8 @@ class SecondsOptions(RuncellTestCase):
         return one_line(self, p.stderr)
 
     def test_idle_timeouts_go_up_to_seven_days(self):
-        for cmd, opt in (("serve", "--max-idle-timeout"), ("mcp", "--idle-timeout")):
+        for cmd, opt in (("serve", "--max-idle-timeout"), ("serve", "--idle-timeout"),
+                         ("mcp", "--idle-timeout")):
             # Accepted: parsing goes on to the stray argument, which is what is refused.
             line = self.usage_line([cmd, opt, "604800", "stray"])
             self.assertEqual(line, "runcell %s: unexpected argument 'stray'" % cmd)
