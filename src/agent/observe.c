@@ -161,8 +161,7 @@ char **save_images(struct workspace *ws, const struct exec_record *rec, unsigned
             continue;
         size_t n;
         unsigned char *data = base64_decode(b64, strlen(b64), &n);
-        _cleanup_free_ char *name =
-            xasprintf("figure-%u-%zu.%s", step, ++k, strcmp(mime, "image/png") ? "jpg" : "png");
+        _cleanup_free_ char *name = exec_figure_name(step, ++k, mime);
         if (data && ws && write_image(ws, name, data, n) == 0)
             names = strv_push(names, name);
         free(data);

@@ -215,13 +215,13 @@ struct repl {
     int images;
 };
 
-static void save_image(struct repl *r, const char *b64, const char *ext)
+static void save_image(struct repl *r, const char *b64, const char *mime)
 {
     size_t n;
     unsigned char *data = base64_decode(b64, strlen(b64), &n);
     if (!data)
         return;
-    _cleanup_free_ char *name = xasprintf("figure-%ld-%d.%s", r->cell, ++r->images, ext);
+    _cleanup_free_ char *name = exec_figure_name(r->cell, (size_t)++r->images, mime);
     if (r->o->out_dir) {
         _cleanup_free_ char *path = xasprintf("%s/%s", r->o->out_dir, name);
         if (mkdir_p(r->o->out_dir, 0755) == 0 && write_file(path, (char *)data, n, 0644) == 0)
@@ -250,7 +250,7 @@ static void on_event(void *ctx, const struct exec_event *ev)
         const char *png = json_string_value(json_object_get(ev->json, "image/png"));
         const char *jpg = json_string_value(json_object_get(ev->json, "image/jpeg"));
         if (png || jpg)
-            save_image(r, png ? png : jpg, png ? "png" : "jpg");
+            save_image(r, png ? png : jpg, png ? "image/png" : "image/jpeg");
         const char *text = json_string_value(json_object_get(ev->json, "text/plain"));
         if (text && *text && !(png || jpg))
             printf("%s\n", text);

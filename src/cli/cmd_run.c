@@ -41,7 +41,8 @@ static const char run_help[] =
     "  --disk MB            size of the workspace and of /tmp, each (default 1024)\n"
     "  --cpus N             CPU cores (default 1; fractions allowed)\n"
     "  --file LOCAL[:DEST]  copy LOCAL into the workspace (repeatable)\n"
-    "  --out DIR            copy files the code created or changed into DIR\n"
+    "  --out DIR            copy files the code created or changed into DIR; a cell's\n"
+    "                       figures are saved there as figure-CELL-N.png\n"
     "  --json               print the result record as JSON instead of the streams\n"
     "  --keep-going         with several -c, run the cells after a failed one too\n"
     "  --net none|allow:HOST[:PORT],...\n"
@@ -288,7 +289,8 @@ static int execute_script(struct run_opts *o, const char *code)
 struct cell_printer {
     const struct run_opts *o;
     long cell;
-    int n_results;
+    size_t n_images; /* of this cell */
+    char **saved;    /* names of the images written to --out, counted with the files */
 };
 
 static void save_image(struct cell_printer *p, const char *mime, const char *b64)
@@ -297,10 +299,14 @@ static void save_image(struct cell_printer *p, const char *mime, const char *b64
     unsigned char *png = base64_decode(b64, strlen(b64), &n);
     if (!png)
         return;
-    _cleanup_free_ char *path = xasprintf("%s/cell%ld-%d.%s", p->o->c.out_dir, p->cell,
-                                          p->n_results, strstr(mime, "png") ? "png" : "jpg");
-    if (mkdir_p(p->o->c.out_dir, 0755) == 0 && write_file(path, (char *)png, n, 0644) == 0)
+    _cleanup_free_ char *name = exec_figure_name(p->cell, ++p->n_images, mime);
+    _cleanup_free_ char *path = xasprintf("%s/%s", p->o->c.out_dir, name);
+    if (mkdir_p(p->o->c.out_dir, 0755) == 0 && write_file(path, (char *)png, n, 0644) == 0) {
         fprintf(stderr, "runcell: saved %s\n", path);
+        p->saved = strv_push(p->saved, name);
+    } else {
+        fprintf(stderr, "runcell: cannot save %s: %s\n", path, strerror(errno));
+    }
     free(png);
 }
 
@@ -316,7 +322,6 @@ static void print_cell_event(void *ctx, const struct exec_event *ev)
         forward_output(NULL, ev->type == EV_STDOUT ? 1 : 2, ev->data, ev->len);
         break;
     case EV_RESULT: {
-        p->n_results++;
         const char *images[] = {"image/png", "image/jpeg"};
         for (size_t i = 0; i < ARRAY_SIZE(images); i++) {
             const char *b64 = json_string_value(json_object_get(ev->json, images[i]));
@@ -340,7 +345,10 @@ static void print_cell_event(void *ctx, const struct exec_event *ev)
     }
 }
 
-static void copy_outputs(struct workspace *ws, const struct ws_listing *before, const char *dir)
+/* Copies what the cells created or changed to DIR and says what DIR got: those files and
+ * the images already saved there (SAVED). */
+static void copy_outputs(struct workspace *ws, const struct ws_listing *before, const char *dir,
+                         char *const *saved)
 {
     struct ws_listing after;
     char **created, **modified, **deleted;
@@ -350,6 +358,8 @@ static void copy_outputs(struct workspace *ws, const struct ws_listing *before, 
     struct buf names;
     size_t n = 0;
     buf_init(&names, 0);
+    for (char *const *f = saved; f && *f; f++, n++)
+        buf_printf(&names, " %s", *f);
     for (int pass = 0; pass < 2; pass++)
         for (char **f = pass ? modified : created; *f; f++)
             if (workspace_copy_out(ws, *f, dir) == 0) {
@@ -367,20 +377,19 @@ static void copy_outputs(struct workspace *ws, const struct ws_listing *before, 
     ws_listing_release(&after);
 }
 
-static int run_cells(struct run_opts *o, struct session *s)
+static int run_cells(struct run_opts *o, struct session *s, struct cell_printer *p)
 {
-    struct cell_printer p = {.o = o};
-    struct exec_sink sink = {.fn = print_cell_event, .ctx = &p};
+    struct exec_sink sink = {.fn = print_cell_event, .ctx = p};
     int status = 0;
     for (char **code = o->codes; *code && !cancel_signal; code++) {
         struct exec_record rec;
         struct exec_request req = {.code = *code, .lang = o->lang, .timeout_ms = o->c.timeout_ms,
                                    .cancel_fd = cancel_pipe[0]};
         exec_record_init(&rec, DEFAULT_OUTPUT_CAP);
-        if (p.cell == 0 && session_packages(s))
+        if (p->cell == 0 && session_packages(s))
             rec.packages = json_incref(session_packages(s)); /* said once, with cell 1 */
-        p.cell++;
-        p.n_results = 0;
+        p->cell++;
+        p->n_images = 0;
         if (session_execute(s, &req, &sink, &rec) < 0) {
             fprintf(stderr, "runcell run: %s\n", err_msg());
             exec_record_release(&rec);
@@ -391,7 +400,7 @@ static int run_cells(struct run_opts *o, struct session *s)
         } else {
             print_network_refusals(rec.network);
             if (rec.message && rec.status != EXEC_OK)
-                fprintf(stderr, "runcell: cell %ld: %s\n", p.cell, rec.message);
+                fprintf(stderr, "runcell: cell %ld: %s\n", p->cell, rec.message);
         }
         bool failed = rec.status != EXEC_OK;
         bool exited = rec.error && !strcmp(json_string_value(json_object_get(rec.error, "name"))
@@ -411,6 +420,7 @@ static int execute_cells(struct run_opts *o)
     struct sandbox_host host;
     struct session *s = NULL;
     struct ws_listing before = {0};
+    struct cell_printer printer = {.o = o};
     if (host_setup(&host, o->json) < 0)
         return 125;
     /* Sessions made by the template (what `serve` does) rather than from scratch; the
@@ -428,10 +438,11 @@ static int execute_cells(struct run_opts *o)
         if (!o->json)
             print_packages_report(session_packages(s));
         workspace_scan(session_workspace(s), &before);
-        status = run_cells(o, s);
+        status = run_cells(o, s, &printer);
         if (o->c.out_dir)
-            copy_outputs(session_workspace(s), &before, o->c.out_dir);
+            copy_outputs(session_workspace(s), &before, o->c.out_dir, printer.saved);
     }
+    strv_free(printer.saved);
     ws_listing_release(&before);
     session_free(s);
     sandbox_host_release(&host);

@@ -68,6 +68,11 @@ json_t *exec_record_json(const struct exec_record *r);
 /* The `runcell run` exit status for this record: the program's own, 124 timeout, 128+N
  * signal (137 OOM), 125 sandbox setup failure. */
 int exec_record_exit_status(const struct exec_record *r);
+/* The file name for the Nth image (from 1) that cell (or agent step) CELL displayed, of
+ * MIME type image/png or image/jpeg: "figure-CELL-N.png". One name everywhere images are
+ * saved (run --out, the REPL, the agent), so a person can tell which cell made which. The
+ * caller frees it. */
+char *exec_figure_name(long cell, size_t n, const char *mime);
 
 /* A file copied into the workspace before the run. */
 struct input_file {

@@ -602,16 +602,23 @@ class FilesTest(CellsTestCase):
                               "None")
             self.assertEqual(p.returncode, 0, p.stderr)
             self.assertEqual(sorted(os.listdir(out)),
-                             ["cell2-2.png", "cell3-1.png", "report.txt", "sub"])
+                             ["figure-2-1.png", "figure-3-1.png", "report.txt", "sub"])
             with open(os.path.join(out, "report.txt")) as f:
                 self.assertEqual(f.read(), "the report")
             with open(os.path.join(out, "sub", "data.csv")) as f:
                 self.assertEqual(f.read(), "1,2")
-            with open(os.path.join(out, "cell2-2.png"), "rb") as f:
+            with open(os.path.join(out, "figure-2-1.png"), "rb") as f:
                 self.assertEqual(png_size(f.read()), (400, 300))
-            with open(os.path.join(out, "cell3-1.png"), "rb") as f:
+            with open(os.path.join(out, "figure-3-1.png"), "rb") as f:
                 self.assertEqual(png_size(f.read()), (200, 100))
-            self.assertIn("saved %s" % os.path.join(out, "cell2-2.png"), p.stderr)
+            self.assertIn("saved %s" % os.path.join(out, "figure-2-1.png"), p.stderr)
+            # The images are files written to DIR too, and the summary counts them.
+            summary = [l for l in p.stderr.splitlines() if "written to" in l]
+            self.assertEqual(len(summary), 1, p.stderr)
+            self.assertTrue(summary[0].startswith("runcell: 4 files written to %s:" % out),
+                            p.stderr)
+            self.assertEqual(sorted(summary[0].split(":", 2)[2].split()),
+                             ["figure-2-1.png", "figure-3-1.png", "report.txt", "sub/data.csv"])
             self.assertIn("cell 2\n'a value'\n", p.stdout)
 
     @needs("matplotlib")
@@ -623,8 +630,8 @@ class FilesTest(CellsTestCase):
                               "open('x.txt', 'w').write('x')\nNone",
                               opts=["--out", out])
             self.assertEqual(len(recs[0]["results"]), 1)
-            self.assertEqual(sorted(os.listdir(out)), ["cell1-1.png", "x.txt"])
-            with open(os.path.join(out, "cell1-1.png"), "rb") as f:
+            self.assertEqual(sorted(os.listdir(out)), ["figure-1-1.png", "x.txt"])
+            with open(os.path.join(out, "figure-1-1.png"), "rb") as f:
                 data = f.read()
             self.assertEqual(png_size(data), (300, 200))
             self.assertEqual(base64.b64decode(recs[0]["results"][0]["image/png"]), data)
