@@ -30,7 +30,8 @@ static const char run_help[] =
     "\n"
     "Runs code in a fresh, locked-down sandbox and exits with its status\n"
     "(FILE and - run as a script; each -c runs as a cell of one Python session,\n"
-    "and the value of a cell's last expression is printed)\n"
+    "and the value of a cell's last expression is printed; sys.argv is as python3\n"
+    "gives it: [FILE's name | '-' | '-c', ARGS...])\n"
     "(124 timeout, 128+N signal, 137 out of memory, 125 sandbox failure, 2 usage).\n"
     "\n"
     "  --lang python|bash   language (default python: Debian's /usr/bin/python3)\n"
@@ -256,7 +257,8 @@ static int execute_script(struct run_opts *o, const char *code)
         return 125;
     sandbox_limits_fill_defaults(&o->c.limits);
     struct run_request req = {
-        .lang = o->lang, .code = code, .script_path = o->file, .args = o->args,
+        .lang = o->lang, .code = code, .code_on_stdin = o->from_stdin,
+        .script_path = o->file, .args = o->args,
         .files = o->c.files, .n_files = o->c.n_files, .limits = o->c.limits,
         .timeout_ms = o->c.timeout_ms, .output_cap = DEFAULT_OUTPUT_CAP,
         .out_dir = o->c.out_dir,

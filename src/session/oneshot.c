@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 /* Longest code accepted on a command line (the kernel's per-argument limit is 128 KiB). */
@@ -25,6 +26,8 @@ static char **program_argv(const struct run_request *req, const char *script_nam
     argv = strv_push(argv, py ? "/usr/bin/python3" : "/bin/bash");
     if (script_name) {
         argv = strv_push(argv, script_name);
+    } else if (py && req->code_on_stdin) {
+        argv = strv_push(argv, "-"); /* the code comes on stdin, as with python3 - */
     } else {
         argv = strv_push(argv, "-c");
         argv = strv_push(argv, req->code);
@@ -215,18 +218,36 @@ static void sandbox_failed(struct exec_record *rec, const char *what)
     rec->message = xstrdup(what);
 }
 
+/* A sealed memory file holding text, read from its start: a program's stdin that needs no
+ * writer beside it, whatever its size. Returns the fd or -1 with errno. */
+static int stdin_memfd(const char *text)
+{
+    int fd = memfd_create("runcell-stdin", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0)
+        return -1;
+    if (write_all(fd, text, strlen(text)) < 0 || lseek(fd, 0, SEEK_SET) < 0 ||
+        fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL) < 0) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    return fd;
+}
+
 void run_sandbox(struct sandbox_host *host, struct workspace *ws, struct sandbox_spec *spec,
                  const struct run_io *io, struct exec_record *rec)
 {
     struct sandbox *sb = NULL;
     int out_pipe[2] = {-1, -1}, err_pipe[2] = {-1, -1};
-    _cleanup_close_ int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    _cleanup_close_ int in_fd = io->stdin_text ? stdin_memfd(io->stdin_text)
+                                               : open("/dev/null", O_RDONLY | O_CLOEXEC);
     double t0 = now_ms_f();
-    if (pipe2(out_pipe, O_CLOEXEC) < 0 || pipe2(err_pipe, O_CLOEXEC) < 0) {
+    if (in_fd < 0 || pipe2(out_pipe, O_CLOEXEC) < 0 || pipe2(err_pipe, O_CLOEXEC) < 0) {
         sandbox_failed(rec, strerror(errno));
         goto out;
     }
-    spec->stdin_fd = devnull;
+    spec->stdin_fd = in_fd;
     spec->stdout_fd = out_pipe[1];
     spec->stderr_fd = err_pipe[1];
     if (sandbox_start(host, ws, spec, &sb) < 0) {
@@ -279,7 +300,8 @@ int run_oneshot(struct sandbox_host *host, const struct run_request *req, struct
 
     if (!lang_supported(req->lang))
         return err_set(EINVAL, "unknown language '%s': use python or bash", req->lang);
-    if (req->code && strlen(req->code) > MAX_ARG_CODE)
+    bool stdin_code = req->code_on_stdin && !strcmp(req->lang, "python");
+    if (req->code && !stdin_code && strlen(req->code) > MAX_ARG_CODE)
         return err_set(E2BIG, "code is longer than %d KiB; put it in a file and run the file",
                        MAX_ARG_CODE / 1024);
     if ((r = net_opts_check(&req->net)) < 0)
@@ -304,7 +326,8 @@ int run_oneshot(struct sandbox_host *host, const struct run_request *req, struct
     env = sandbox_net_apply(&net, &spec, binds, ARRAY_SIZE(binds), NULL);
     spec.limits.cpu_time_s = req->timeout_ms / 1000 + 5;
     struct run_io io = {.timeout_ms = req->timeout_ms, .cancel_fd = req->cancel_fd,
-                        .on_output = req->on_output, .ctx = req->ctx};
+                        .on_output = req->on_output, .ctx = req->ctx,
+                        .stdin_text = stdin_code ? req->code : NULL};
     run_sandbox(host, ws, &spec, &io, rec);
     collect_files(rec, ws, &before, req->out_dir);
 out:

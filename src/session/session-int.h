@@ -48,8 +48,10 @@ struct run_io {
     int cancel_fd;       /* -1 for none */
     output_fn on_output; /* may be NULL */
     void *ctx;
+    const char *stdin_text; /* the program's whole stdin, or NULL for /dev/null */
 };
-/* Starts spec (its stdio fds are replaced by pipes and /dev/null) on ws, pumps its output
+/* Starts spec (its stdio fds are replaced by pipes and /dev/null, or stdin_text) on ws, pumps
+ * its output
  * into rec, enforces the timeout and fills rec's status, usage and message. Always returns
  * with rec describing the outcome. */
 void run_sandbox(struct sandbox_host *host, struct workspace *ws, struct sandbox_spec *spec,

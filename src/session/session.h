@@ -101,6 +101,7 @@ int net_opts_check(const struct net_opts *n);
 struct run_request {
     const char *lang;        /* "python" or "bash" */
     const char *code;        /* source text (from -c or stdin), or NULL */
+    bool code_on_stdin;      /* python: code is given on the program's stdin, sys.argv[0] "-" */
     const char *script_path; /* host script, copied into the workspace and run, or NULL */
     char *const *args;       /* further arguments for the program */
     const struct input_file *files;

@@ -55,14 +55,28 @@ class Languages(RuncellTestCase):
         self.assertEqual(p.stdout, "['prog.py', 'a', 'b c', '--json']\n")
 
     def test_python_stdin_with_arguments(self):
-        p = runcell("run", "-", "x", "y z", input="import sys\nprint(sys.argv[1:])\n")
+        # As `python3 - x 'y z'`: argv[0] is "-", the code is the <stdin> script, and the
+        # program's stdin is at its end once the code is read.
+        p = runcell("run", "-", "x", "y z",
+                    input="import sys\nprint(sys.argv, __file__)\nprint(repr(sys.stdin.read()))\n")
         self.assertEqual(p.returncode, 0, p.stderr)
-        self.assertEqual(p.stdout, "['x', 'y z']\n")
+        self.assertEqual(p.stdout, "['-', 'x', 'y z'] <stdin>\n''\n")
+
+    def test_python_stdin_code_larger_than_an_argument(self):
+        # Code on stdin is not a command-line argument, so the kernel's 128 KiB limit on one
+        # does not apply to it.
+        code = "x = 1\n" + "# padding line of a long generated script\n" * 6000 + "print(x + 1)\n"
+        self.assertGreater(len(code), 200 * 1024)
+        p = runcell("run", "-", input=code)
+        self.assertEqual((p.returncode, p.stdout), (0, "2\n"), p.stderr)
 
     def test_python_code_with_arguments(self):
-        p = runcell("run", "-c", "import sys; print(sys.argv[1:])", "1", "--two")
+        # As `python3 -c CODE 1 --two`: argv[0] is "-c".
+        p = runcell("run", "-c", "import sys; print(sys.argv)", "1", "--two")
         self.assertEqual(p.returncode, 0, p.stderr)
-        self.assertEqual(p.stdout, "['1', '--two']\n")
+        self.assertEqual(p.stdout, "['-c', '1', '--two']\n")
+        p = runcell("run", "-c", "import sys; print(sys.argv)", "-c", "print(sys.argv)", "z")
+        self.assertEqual(p.stdout, "['-c', 'z']\n['-c', 'z']\n", p.stderr)
 
     def test_bash_code_file_and_stdin(self):
         p = runcell("run", "--lang", "bash", "-c", 'echo "$1|$2"; exit 4', "p", "q r")
