@@ -43,17 +43,6 @@ char *db_text(sqlite3_stmt *st, int col)
     return t ? xstrdup((const char *)t) : NULL;
 }
 
-/* The file is made 0600 before SQLite opens it: SQLite gives its journal files the same
- * mode, and nobody else needs to read transcripts. */
-static int create_private(const char *path)
-{
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (fd < 0)
-        return err_set(errno, "cannot create %s: %s", path, strerror(errno));
-    close(fd);
-    return 0;
-}
-
 int agent_db_open(const char *data_dir, sqlite3 **ret)
 {
     if (!data_dir)
@@ -61,7 +50,8 @@ int agent_db_open(const char *data_dir, sqlite3 **ret)
     if (mkdir_p(data_dir, 0700) < 0)
         return err_set(errno, "cannot create the data directory %s: %s", data_dir, strerror(errno));
     _cleanup_free_ char *path = xasprintf("%s/%s", data_dir, AGENT_DB_NAME);
-    int r = create_private(path);
+    /* Nobody else needs to read transcripts. */
+    int r = db_file_make_private(path);
     if (r < 0)
         return r;
     sqlite3 *db = NULL;

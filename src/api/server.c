@@ -449,9 +449,11 @@ static int prepare(struct server *srv, struct sockaddr_storage *addr)
     int r = parse_listen(srv->cfg->listen, addr, &alen);
     if (r < 0)
         return r;
-    if (mkdir_p(srv->cfg->data_dir, 0700) < 0)
-        return err_set(errno, "cannot create the data directory %s: %s", srv->cfg->data_dir,
-                       strerror(errno));
+    /* DATA holds the token, transcripts and users' files: the server's user's alone, also
+     * when it was made by hand or by an older runcell. */
+    if (mkdir_p(srv->cfg->data_dir, 0700) < 0 || chmod(srv->cfg->data_dir, 0700) < 0)
+        return err_set(errno, "cannot create the data directory %s with mode 0700: %s",
+                       srv->cfg->data_dir, strerror(errno));
     _cleanup_free_ char *token_path = xasprintf("%s/token", srv->cfg->data_dir);
     bool token_given = srv->cfg->token || (getenv("RUNCELL_TOKEN") && *getenv("RUNCELL_TOKEN")) ||
                        access(token_path, F_OK) == 0;

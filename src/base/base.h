@@ -134,6 +134,11 @@ int write_file(const char *path, const char *data, size_t n, mode_t mode);
 bool path_is_safe_relative(const char *p);
 /* mkdir -p with the given mode for every created component; 0 or -errno. */
 int mkdir_p(const char *path, mode_t mode);
+/* Makes an SQLite database file private before SQLite opens it: creates PATH 0600 when it
+ * is missing and sets 0600 on it and on its -wal, -shm and -journal files when they exist
+ * (SQLite gives the files it creates beside a database the database's mode). Returns 0 or
+ * -errno with err_msg(). */
+int db_file_make_private(const char *path);
 /* rm -rf below dirfd-relative path without following symlinks and without crossing
  * mount points; 0 or -errno (first error). */
 int rm_rf_at(int dirfd, const char *name);

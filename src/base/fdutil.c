@@ -245,3 +245,24 @@ char *random_hex(size_t n)
     free(raw);
     return hex;
 }
+
+int db_file_make_private(const char *path)
+{
+    static const char *const siblings[] = {"-wal", "-shm", "-journal"};
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    /* An older runcell made it with the default mode: tighten it. */
+    if (fd < 0 || fchmod(fd, 0600) < 0) {
+        int e = errno;
+        if (fd >= 0)
+            close(fd);
+        return err_set(e, "cannot create %s with mode 0600: %s", path, strerror(e));
+    }
+    close(fd);
+    for (size_t i = 0; i < ARRAY_SIZE(siblings); i++) {
+        _cleanup_free_ char *p = xasprintf("%s%s", path, siblings[i]);
+        _cleanup_close_ int sfd = open(p, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        if (sfd >= 0 && fchmod(sfd, 0600) < 0)
+            return err_set(errno, "cannot set mode 0600 on %s: %s", p, strerror(errno));
+    }
+    return 0;
+}

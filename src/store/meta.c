@@ -60,6 +60,12 @@ int meta_open(const char *path, struct meta_db **ret)
     char *errmsg = NULL;
     m->path = xstrdup(path);
     pthread_mutex_init(&m->lock, NULL);
+    /* The records name owners and hold variables' checkpoints: for the server's user only. */
+    int r0 = db_file_make_private(path);
+    if (r0 < 0) {
+        meta_close(m);
+        return r0;
+    }
     int rc = sqlite3_open_v2(
         path, &m->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, NULL);
     if (rc != SQLITE_OK) {

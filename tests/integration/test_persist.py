@@ -7,6 +7,7 @@ import glob
 import hashlib
 import json
 import os
+import stat
 import subprocess
 import threading
 import time
@@ -15,6 +16,7 @@ import unittest
 from rctest import RestartableServer as Server
 from rctest import RuncellTestCase, S3Server, TempDir, runcell, s3_server_missing
 from rctest import free_port as rctest_free_port
+from scripted_model import ScriptedModel
 
 MAKE_STATE = r'''
 import os, math
@@ -406,6 +408,59 @@ class TestLocalStore(PersistCase):
         self.assertIn("no way back", failed["f"])
         self.assertIn("ok", r["restored"]["variables"])
         self.assertIn("Fragile", r["restored"]["variables"])
+
+
+
+class TestDataModes(PersistCase):
+    """DATA holds the token, session records, stored files and agent transcripts: every file
+    in it is 0600 and every directory 0700, SQLite's -wal/-shm/-journal files included."""
+
+    def modes(self):
+        """{path relative to DATA: mode} of everything below DATA, DATA itself as '.'."""
+        found = {".": os.stat(self.data).st_mode}
+        for root, dirs, files in os.walk(self.data):
+            for name in dirs + files:
+                path = os.path.join(root, name)
+                found[os.path.relpath(path, self.data)] = os.lstat(path).st_mode
+        return found
+
+    def check_modes(self, when):
+        found = self.modes()
+        wrong = {p: oct(m) for p, m in found.items()
+                 if (stat.S_ISDIR(m) and stat.S_IMODE(m) != 0o700)
+                 or (not stat.S_ISDIR(m) and (not stat.S_ISREG(m) or stat.S_IMODE(m) != 0o600))}
+        self.assertEqual(wrong, {}, "%s: %s" % (when, sorted(found)))
+        return found
+
+    def test_every_file_is_0600_and_every_directory_0700(self):
+        os.makedirs(self.data, mode=0o755)  # made by hand beforehand: tightened at start
+        os.chmod(self.data, 0o755)
+        old = os.umask(0o022)
+        self.addCleanup(os.umask, old)
+        script = [{"tool": "run_python", "code": "open('report.txt', 'w').write('r')"},
+                  {"answer": "done"},
+                  {"tool": "run_python", "code": "1/0"}, {"tool": "run_python", "code": "[][1]"},
+                  {"tool": "run_python", "code": "{}[1]"}]
+        with ScriptedModel(script) as m:
+            srv = self.start_server("--model", "scripted", "--base-url", m.base_url,
+                                    env={"OPENAI_API_KEY": "sk-test"})
+            a = self.create(srv)
+            self.execute(srv, a["id"], "v = 1\nos = __import__('os')\n"
+                                       "os.makedirs('d/e')\nopen('d/e/f.txt', 'w').write('f')")
+            self.close_checkpoint(srv, a["id"])
+            b = self.create(srv, resume_from=a["id"])
+            self.execute(srv, b["id"], "print(v)")
+            st, out = srv.request("POST", "/v1/agent/runs", {"task": "write a report"})
+            self.assertEqual((st, out["answer"]), (200, "done"), out)
+            st, out = srv.request("POST", "/v1/agent/runs", {"task": "fail thrice"})
+            self.assertEqual((st, out["reason"]), (200, "retries_exhausted"), out)
+            found = self.check_modes("while the server runs")
+            for name in ("sessions.db", "agent.db"):
+                self.assertIn(name, found)
+            self.assertTrue(any(p.startswith("sessions.db-") for p in found), sorted(found))
+            self.assertTrue(any(p.startswith("store/") for p in found), sorted(found))
+            srv.stop()
+        self.check_modes("after the server stopped")
 
 
 @unittest.skipIf(s3_server_missing(), s3_server_missing())
