@@ -17,7 +17,6 @@
 
 #include "session/session.h"
 
-#define AGENT_DEFAULT_BASE_URL           "https://api.openai.com/v1"
 #define AGENT_DEFAULT_MAX_STEPS          20
 #define AGENT_DEFAULT_MAX_RETRIES        3
 #define AGENT_DEFAULT_REQUEST_TIMEOUT_MS (300u * 1000)
@@ -38,7 +37,8 @@ bool agent_cancelled(const struct agent_cancel *c);
 /* ---- the model client ---- */
 
 struct llm_config {
-    const char *base_url;        /* ".../v1" (NULL: OPENAI_BASE_URL, else AGENT_DEFAULT_BASE_URL) */
+    const char *base_url;        /* ".../v1" (NULL: OPENAI_BASE_URL); required, no default:
+                                  * tasks go to no endpoint nobody chose */
     const char *api_key;         /* NULL: OPENAI_API_KEY; may be empty for local servers */
     const char *model;           /* NULL: RUNCELL_MODEL; required one way or the other */
     bool stream;                 /* ask for server-sent events */
@@ -50,7 +50,8 @@ struct llm_config {
 struct llm_client;
 
 /* Copies cfg (filling defaults from the environment); the key is kept only in the client
- * and wiped by llm_client_free. 0, or -EINVAL with err_msg() (no model, bad URL). */
+ * and wiped by llm_client_free. 0, -EINVAL with err_msg() (no model, bad URL), or
+ * -EDESTADDRREQ when no endpoint was named (neither base_url nor OPENAI_BASE_URL). */
 int llm_client_new(const struct llm_config *cfg, struct llm_client **ret);
 void llm_client_free(struct llm_client *c);
 const char *llm_client_model(const struct llm_client *c);

@@ -48,9 +48,16 @@ static const char *env_or(const char *given, const char *name, const char *fallb
 
 int llm_client_new(const struct llm_config *cfg, struct llm_client **ret)
 {
-    const char *base = env_or(cfg->base_url, "OPENAI_BASE_URL", AGENT_DEFAULT_BASE_URL);
+    const char *base = env_or(cfg->base_url, "OPENAI_BASE_URL", NULL);
     const char *key = env_or(cfg->api_key, "OPENAI_API_KEY", "");
     const char *model = env_or(cfg->model, "RUNCELL_MODEL", NULL);
+    /* No public API by default: naming only a model must not send tasks to the internet. */
+    if (!base || !*base)
+        return err_set(EDESTADDRREQ,
+                       "no model endpoint: pass --base-url URL or set OPENAI_BASE_URL, e.g. "
+                       "http://127.0.0.1:11434/v1 for a local server (Ollama; llama.cpp's "
+                       "llama-server: http://127.0.0.1:8080/v1), or https://api.openai.com/v1 "
+                       "to send tasks to OpenAI");
     if (!model || !*model)
         return err_set(EINVAL, "no model named: pass --model or set RUNCELL_MODEL (e.g. "
                                "gpt-4o-mini, or the name your local server serves)");

@@ -91,6 +91,7 @@ enum api_err {
     AE_INTERNAL,      /* 500 internal */
     AE_SANDBOX,       /* 503 sandbox_error */
     AE_SHUTTING_DOWN, /* 503 shutting_down */
+    AE_NOT_CONFIGURED, /* 503 agent_not_configured */
 };
 enum MHD_Result api_error(struct request *rq, enum api_err e, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

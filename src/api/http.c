@@ -16,6 +16,7 @@ static const struct {
     [AE_BUSY] = {409, "busy"},                [AE_TOO_LARGE] = {413, "too_large"},
     [AE_LIMIT] = {429, "limit_exceeded"},     [AE_INTERNAL] = {500, "internal"},
     [AE_SANDBOX] = {503, "sandbox_error"},    [AE_SHUTTING_DOWN] = {503, "shutting_down"},
+    [AE_NOT_CONFIGURED] = {503, "agent_not_configured"},
 };
 
 enum MHD_Result reply_response(struct request *rq, unsigned status, struct MHD_Response *r)

@@ -142,7 +142,16 @@ static bool make_client(struct request *rq, json_t *opts, struct agent_job *j)
         c.model = model;
     if (json_is_boolean(stream))
         c.stream = json_is_true(stream);
-    if (llm_client_new(&c, &j->llm) < 0) {
+    int r = llm_client_new(&c, &j->llm);
+    if (r == -EDESTADDRREQ) {
+        /* Only the operator can set it: a request cannot name an endpoint. */
+        api_error(rq, AE_NOT_CONFIGURED,
+                  "the agent is not configured: this server has no model endpoint; start "
+                  "it with runcell serve --base-url URL or OPENAI_BASE_URL set (e.g. "
+                  "http://127.0.0.1:11434/v1 for a local server)");
+        return false;
+    }
+    if (r < 0) {
         api_error(rq, AE_BAD_REQUEST,
                   "%s (on the server: runcell serve --model, or "
                   "options.model in the request)",

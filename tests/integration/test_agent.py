@@ -317,7 +317,8 @@ class TestModelClient(AgentCase):
 
     def test_usage_errors(self):
         env = {"RUNCELL_MODEL": "", "OPENAI_BASE_URL": ""}
-        p = runcell("agent", "--data", self.data, "task", env=env)
+        p = runcell("agent", "--data", self.data, "--base-url", "http://127.0.0.1:9/v1", "task",
+                    env=env)
         self.assertEqual(p.returncode, 2)
         self.assertIn("no model named", p.stderr)
         p = runcell("agent", "--model", "m", "--fallbacks", "weak,nope", "task", env=env)
@@ -329,6 +330,24 @@ class TestModelClient(AgentCase):
         p = runcell("agent", "--model", "m", env=env)
         self.assertEqual(p.returncode, 2)
         self.assertIn("no task", p.stderr)
+
+    def test_no_endpoint_is_refused_before_anything_runs(self):
+        # A model name alone must not send the task anywhere: there is no default endpoint.
+        env = {"RUNCELL_MODEL": "gpt-4o-mini", "OPENAI_BASE_URL": ""}
+        p = runcell("agent", "--data", self.data, "--json", "plot something", env=env)
+        self.assertEqual((p.returncode, p.stdout), (2, ""), p.stderr)
+        self.assertIn("runcell agent: no model endpoint", p.stderr)
+        for words in ("--base-url", "OPENAI_BASE_URL", "http://127.0.0.1:11434/v1"):
+            self.assertIn(words, p.stderr)
+        self.assertEqual(os.listdir(self.data), [])  # no run, no incident, no database
+        # The variable names the endpoint as well as the option does.
+        with ScriptedModel([{"answer": "from the variable"}]) as m:
+            p = runcell("agent", "--data", self.data, "--json", "--model", "scripted", "task",
+                        env={"OPENAI_BASE_URL": m.base_url})
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertEqual(json.loads(p.stdout.splitlines()[-1])["answer"], "from the variable")
+        self.assertIn("--base-url URL        the endpoint, required",
+                      runcell("agent", "--help").stdout)
 
     def test_network_and_package_options_are_refused(self):
         # The session, the prompt and the failure memory assume network none: these options
@@ -609,9 +628,11 @@ class TestServer(AgentCase):
     def start(self, model):
         self.port = free_port()
         env = dict(os.environ, OPENAI_API_KEY=KEY)
+        env.pop("OPENAI_BASE_URL", None)
+        endpoint = ["--base-url", model.base_url] if model else []
         self.srv = subprocess.Popen(
             [RUNCELL, "serve", "--listen", "127.0.0.1:%d" % self.port, "--data", self.data,
-             "--token", self.TOKEN, "--model", "scripted", "--base-url", model.base_url],
+             "--token", self.TOKEN, "--model", "scripted", *endpoint],
             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         self.addCleanup(self.stop)
         end = time.monotonic() + HANG
@@ -682,6 +703,27 @@ class TestServer(AgentCase):
             self.assertEqual(status, 200, outcome)
             self.assertEqual(outcome["answer"], "42")
             self.assertIn("42", m.tool_messages(3)[0]["content"])
+
+    def test_without_an_endpoint_the_server_serves_but_agent_runs_are_refused(self):
+        self.start(None)  # --model only: the server starts; agent runs say what is missing
+        for ndjson in (False, True):
+            status, err = self.call("POST", "/v1/agent/runs", {"task": "plot something"},
+                                    ndjson=ndjson)
+            self.assertEqual((status, err["error"]["code"]), (503, "agent_not_configured"))
+            for words in ("--base-url", "OPENAI_BASE_URL", "http://127.0.0.1:11434/v1"):
+                self.assertIn(words, err["error"]["message"])
+        status, err = self.call("POST", "/v1/agent/runs",
+                                {"task": "x", "options": {"model": "other"}})
+        self.assertEqual((status, err["error"]["code"]), (503, "agent_not_configured"))
+        status, listing = self.call("GET", "/v1/sessions")
+        self.assertEqual((status, listing["sessions"]), (200, []))
+        status, reviews = self.call("GET", "/v1/reviews")
+        self.assertEqual(reviews["reviews"], [])
+        # The rest of the server works.
+        status, s = self.call("POST", "/v1/sessions", {})
+        self.assertEqual(status, 201, s)
+        status, rec = self.call("POST", "/v1/sessions/%s/execute" % s["id"], {"code": "6*7"})
+        self.assertEqual((status, rec["results"][0]["text/plain"]), (200, "42"), rec)
 
     def test_a_session_not_kept_is_closed_and_reviews_are_served(self):
         script = [{"tool": "run_python", "code": "1/0"}, {"tool": "run_python", "code": "[][1]"},
