@@ -80,8 +80,10 @@ void llm_reply_release(struct llm_reply *r);
 /* One chat completion with tools. messages and tools are borrowed. Retries 429, 5xx and
  * connection errors with backoff; retries without tool_choice (or stream_options) when the
  * server rejects it. Returns 0 and fills *ret, or -errno with err_msg() (the API key never
- * appears in it): -ETIMEDOUT, -ECONNREFUSED, -EPROTO (not a Chat Completions reply), -E2BIG
- * (larger than AGENT_MAX_RESPONSE), -ECANCELED, -EIO (an HTTP error status). */
+ * appears in it): -ETIMEDOUT, -ECONNREFUSED (the endpoint cannot be reached: connect, DNS,
+ * TLS), -ECONNRESET (the connection failed later), -EPROTO (not a Chat Completions reply),
+ * -E2BIG (larger than AGENT_MAX_RESPONSE), -ECANCELED, -EACCES (HTTP 401/403: the key),
+ * -ENOENT (HTTP 404: the model or the path), -EIO (another HTTP error status). */
 int llm_chat(struct llm_client *c, json_t *messages, json_t *tools,
              const struct agent_cancel *cancel, struct llm_reply *ret);
 

@@ -195,7 +195,10 @@ void run_fallbacks(struct run *r)
                 run_fallback(r, FALLBACK_WEAK, false,
                              r->stop == STOP_DOOMED
                                  ? "not needed: the task failed before, not the sandbox"
-                                 : "not needed: the sandbox was serving; the code failed");
+                             : r->stop == STOP_MODEL_ERROR
+                                 ? "not needed: the sandbox was serving; the model failed"
+                             : !r->last_code ? "not needed: the sandbox was serving; no code ran"
+                                             : "not needed: the sandbox was serving; the code failed");
             break;
         case FALLBACK_HANDBACK:
             free(r->answer);

@@ -136,6 +136,7 @@ struct http {
     long status;
     long retry_after_s; /* -1 when absent */
     bool too_big;
+    long os_errno; /* of a failed connection, 0 when none */
     const struct agent_cancel *cancel;
 };
 
@@ -213,6 +214,7 @@ static CURLcode http_post(struct llm_client *c, const char *body, struct http *h
     curl_easy_setopt(curl, CURLOPT_USERAGENT, "runcell-agent");
     CURLcode cc = curl_easy_perform(curl);
     curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &h->status);
+    curl_easy_getinfo(curl, CURLINFO_OS_ERRNO, &h->os_errno);
     curl_easy_cleanup(curl);
     wipe_headers(headers);
     return cc;
@@ -589,6 +591,14 @@ static char *server_says(struct llm_client *c, const struct http *h)
     return text;
 }
 
+/* Failures before a byte of the request reached a server: the endpoint is wrong or down. */
+static bool unreachable_curl(CURLcode cc)
+{
+    return cc == CURLE_COULDNT_CONNECT || cc == CURLE_COULDNT_RESOLVE_HOST ||
+           cc == CURLE_COULDNT_RESOLVE_PROXY || cc == CURLE_SSL_CONNECT_ERROR ||
+           cc == CURLE_PEER_FAILED_VERIFICATION || cc == CURLE_UNSUPPORTED_PROTOCOL;
+}
+
 /* The error for a final failure; the message names the URL, never the key. */
 static int fail_http(struct llm_client *c, CURLcode cc, const char *errbuf, struct http *h,
                      unsigned attempts)
@@ -605,17 +615,29 @@ static int fail_http(struct llm_client *c, CURLcode cc, const char *errbuf, stru
                        "the model endpoint %s did not answer within %.3g s (%u "
                        "attempt%s); raise --request-timeout or check the server",
                        c->url, (double)c->timeout_ms / 1000.0, attempts, attempts == 1 ? "" : "s");
-    if (cc != CURLE_OK)
+    _cleanup_free_ char *os_error =
+        h->os_errno ? xasprintf(" (errno %ld: %s)", h->os_errno, strerror((int)h->os_errno))
+                    : xstrdup("");
+    if (cc != CURLE_OK && unreachable_curl(cc))
         return err_set(ECONNREFUSED,
-                       "cannot reach the model endpoint %s: %s (%u attempt%s); "
-                       "check --base-url / OPENAI_BASE_URL",
-                       c->url, *errbuf ? errbuf : curl_easy_strerror(cc), attempts,
+                       "cannot reach the model endpoint %s: %s%s (%u attempt%s); check that "
+                       "the model server is running and that --base-url / OPENAI_BASE_URL "
+                       "names it",
+                       c->url, *errbuf ? errbuf : curl_easy_strerror(cc), os_error, attempts,
+                       attempts == 1 ? "" : "s");
+    if (cc != CURLE_OK)
+        return err_set(ECONNRESET,
+                       "the connection to the model endpoint %s failed: %s%s (%u attempt%s); "
+                       "check the model server",
+                       c->url, *errbuf ? errbuf : curl_easy_strerror(cc), os_error, attempts,
                        attempts == 1 ? "" : "s");
     _cleanup_free_ char *says = server_says(c, h);
     const char *hint = h->status == 401 || h->status == 403 ? "; check --api-key / OPENAI_API_KEY"
                        : h->status == 404 ? "; check --base-url (it ends in /v1) and --model"
                                           : "";
-    return err_set(EIO, "the model endpoint %s answered HTTP %ld (%u attempt%s): %s%s", c->url,
+    /* A refused key or an unknown model or path will not change by asking again. */
+    int e = h->status == 401 || h->status == 403 ? EACCES : h->status == 404 ? ENOENT : EIO;
+    return err_set(e, "the model endpoint %s answered HTTP %ld (%u attempt%s): %s%s", c->url,
                    h->status, attempts, attempts == 1 ? "" : "s", says, hint);
 }
 

@@ -23,6 +23,8 @@ static const char *const stop_names[] = {
     [STOP_MAX_TIME] = "max_time",
     [STOP_MAX_TOKENS] = "max_tokens",
     [STOP_MODEL_ERROR] = "model_error",
+    [STOP_MODEL_UNREACHABLE] = "model_unreachable",
+    [STOP_MODEL_MISCONFIGURED] = "model_misconfigured",
     [STOP_SANDBOX] = "sandbox_failed",
     [STOP_DOOMED] = "doomed",
     [STOP_CANCELLED] = "cancelled",
@@ -471,6 +473,10 @@ static void step(struct run *r)
         llm_client_redact(r->llm, msg);
         if (rc == -ECANCELED)
             run_stop(r, STOP_CANCELLED, "the run was cancelled");
+        else if (rc == -ECONNREFUSED)
+            run_stop(r, STOP_MODEL_UNREACHABLE, "%s", msg);
+        else if (rc == -EACCES || rc == -ENOENT)
+            run_stop(r, STOP_MODEL_MISCONFIGURED, "%s", msg);
         else
             run_stop(r, STOP_MODEL_ERROR, "%s", msg);
         return;
@@ -577,6 +583,23 @@ static void check_history(struct run *r)
     task_history_release(&h);
 }
 
+/* The model endpoint is wrong, down or refuses the key or model: a problem of the set-up,
+ * not of the task. No fallback can help (each needs the model, or hands back code that never
+ * ran), a person reviewing the task would find nothing to review, and the failure memory
+ * learns nothing about the task. */
+static bool model_config_error(enum stop_reason s)
+{
+    return s == STOP_MODEL_UNREACHABLE || s == STOP_MODEL_MISCONFIGURED;
+}
+
+static void say_config_error(struct run *r)
+{
+    free(r->answer);
+    r->answer = xasprintf("runcell could not complete the task: %s. Nothing was filed for "
+                          "review: the model's set-up needs fixing, not the task.",
+                          r->stop_detail ? r->stop_detail : stop_reason_name(r->stop));
+}
+
 /* The task ran out of retries: the next run of it goes straight to the fallbacks. A sandbox
  * that could not serve (STOP_SANDBOX) says nothing about the task, so it does not count. */
 static bool exhausted(enum stop_reason s)
@@ -586,7 +609,8 @@ static bool exhausted(enum stop_reason s)
 
 static void remember_task(struct run *r)
 {
-    if (!r->o.data_dir || r->o.no_memory || r->doomed || r->stop == STOP_CANCELLED)
+    if (!r->o.data_dir || r->o.no_memory || r->doomed || r->stop == STOP_CANCELLED ||
+        model_config_error(r->stop))
         return;
     if (task_history_put(r->o.data_dir, r->env.key, r->fingerprint, stop_reason_name(r->stop),
                          exhausted(r->stop), r->last_code, r->last_error) < 0)
@@ -670,7 +694,9 @@ int agent_run(struct sandbox_host *host, struct llm_client *llm, struct session 
     start_messages(&r, why);
     while (r.stop == STOP_RUNNING && budget_left(&r))
         step(&r);
-    if (r.stop != STOP_ANSWERED && r.stop != STOP_CANCELLED)
+    if (model_config_error(r.stop))
+        say_config_error(&r);
+    else if (r.stop != STOP_ANSWERED && r.stop != STOP_CANCELLED)
         run_fallbacks(&r);
     remember_task(&r);
     json_t *files = produced_files(&r);

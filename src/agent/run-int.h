@@ -15,6 +15,8 @@ enum stop_reason {
     STOP_MAX_TIME,
     STOP_MAX_TOKENS,
     STOP_MODEL_ERROR,
+    STOP_MODEL_UNREACHABLE,   /* configuration: the endpoint cannot be reached */
+    STOP_MODEL_MISCONFIGURED, /* configuration: the endpoint refused the key, model or path */
     STOP_SANDBOX, /* the sandbox cannot serve and weak mode is not allowed (or failed) */
     STOP_DOOMED,  /* the task exhausted its retries before: straight to the fallbacks */
     STOP_CANCELLED,

@@ -6,6 +6,7 @@ memory, the review queue, and the API key kept out of everything.
 
 No test depends on how fast this machine is: every timeout below only stops a hang.
 """
+import errno
 import glob
 import json
 import os
@@ -289,6 +290,24 @@ class TestModelClient(AgentCase):
         self.assertIn("HTTP 503 (3 attempts): overloaded", out["reason_text"])
         self.assertEqual(p.returncode, 1)
 
+    def assertConfigError(self, out, p, reason, *words):
+        """A model set-up error: said as it is, no fallback, nothing filed or remembered."""
+        self.assertEqual((out["outcome"], out["reason"]), ("failed", reason), p.stderr)
+        self.assertEqual(p.returncode, 1)
+        for w in words:
+            self.assertIn(w, out["reason_text"])
+            self.assertIn(w, out["answer"])
+        self.assertIn("Nothing was filed for review", out["answer"])
+        self.assertEqual((out["fallbacks"], out["review_id"], out["attempts"]), ([], None, []))
+        self.assertEqual(self.review("list").stdout.count("rv_"), 0)
+        db = sqlite3.connect(os.path.join(self.data, "agent.db"))
+        try:
+            tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+            for t in tables:
+                self.assertEqual(db.execute("SELECT count(*) FROM %s" % t).fetchone()[0], 0, t)
+        finally:
+            db.close()
+
     def test_a_client_error_is_not_retried(self):
         with ScriptedModel([{"status": 404, "error": "model not found"}],
                            repeat_last=True) as m:
@@ -296,6 +315,18 @@ class TestModelClient(AgentCase):
         self.assertEqual(len(m.requests), 1)
         self.assertIn("HTTP 404", out["reason_text"])
         self.assertIn("--model", out["reason_text"])
+
+    def test_unknown_model_or_bad_key_is_a_configuration_error(self):
+        for status, hint in ((404, "--model"), (401, "--api-key"), (403, "--api-key")):
+            with ScriptedModel([{"status": status, "error": "no such model or key"}],
+                               repeat_last=True) as m:
+                out, p = self.agent(m, "a task %d" % status, json_out=True)
+                plain = self.agent(m, "a task %d" % status, json_out=False)[1]
+            self.assertConfigError(out, p, "model_misconfigured", "HTTP %d" % status,
+                                   "no such model or key", hint, m.base_url)
+            self.assertIn("runcell: the model endpoint %s/chat/completions answered HTTP %d"
+                          % (m.base_url, status), plain.stderr)
+            self.assertNotIn("fallback", plain.stderr)
 
     def test_request_timeout(self):
         with ScriptedModel([{"sleep": 6, "answer": "late"}], repeat_last=True) as m:
@@ -312,8 +343,20 @@ class TestModelClient(AgentCase):
                     "m", "--data", self.data, "--http-retries", "1", "--retry-backoff", "0.05",
                     "anything", timeout=HANG)
         out = json.loads(p.stdout.splitlines()[-1])
-        self.assertEqual(out["reason"], "model_error")
-        self.assertIn("cannot reach the model endpoint", out["reason_text"])
+        url = "http://127.0.0.1:%d/v1/chat/completions" % port
+        # What happened, where, the system's reason, and what to check; no code ran, so no
+        # fallback pretends otherwise and nothing is filed.
+        self.assertConfigError(out, p, "model_unreachable",
+                               "cannot reach the model endpoint " + url,
+                               "errno %d: Connection refused" % errno.ECONNREFUSED,
+                               "(2 attempts)", "check that the model server is running",
+                               "--base-url / OPENAI_BASE_URL")
+        p = runcell("agent", "--base-url", "http://127.0.0.1:%d/v1" % port, "--model", "m",
+                    "--data", self.data, "--http-retries", "0", "anything", timeout=HANG)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("runcell: cannot reach the model endpoint " + url, p.stderr)
+        self.assertNotIn("fallback", p.stderr)
+        self.assertNotIn("the code failed", p.stderr + p.stdout)
 
     def test_usage_errors(self):
         env = {"RUNCELL_MODEL": "", "OPENAI_BASE_URL": ""}
@@ -610,7 +653,15 @@ class TestSecrets(AgentCase):
         self.assertIn("HTTP 401", out["reason_text"])
         self.assertIn("--api-key", out["reason_text"])
         self.assertNotIn("SECRET", json.dumps(out) + p.stderr)
+        # A server error is filed for review: the incident has the server's words, redacted.
+        with ScriptedModel([{"status": 500, "error": "failed for key " + KEY}],
+                           repeat_last=True) as m:
+            out, p = self.agent(m, "server error", "--http-retries", "0")
+        self.assertEqual(out["reason"], "model_error")
+        self.assertIn("HTTP 500", out["reason_text"])
+        self.assertNotIn("SECRET", json.dumps(out) + p.stderr)
         rec = self.review("show", out["review_id"]).stdout
+        self.assertIn("failed for key", rec)
         self.assertNotIn("SECRET", rec)
 
 
@@ -629,12 +680,13 @@ class TestServer(AgentCase):
         self.port = free_port()
         env = dict(os.environ, OPENAI_API_KEY=KEY)
         env.pop("OPENAI_BASE_URL", None)
-        endpoint = ["--base-url", model.base_url] if model else []
+        url = model if isinstance(model, str) else model.base_url if model else None
+        endpoint = ["--base-url", url] if url else []
         self.srv = subprocess.Popen(
             [RUNCELL, "serve", "--listen", "127.0.0.1:%d" % self.port, "--data", self.data,
              "--token", self.TOKEN, "--model", "scripted", *endpoint],
             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        self.addCleanup(self.stop)
+        self.addCleanup(self.stop, self.srv)
         end = time.monotonic() + HANG
         while time.monotonic() < end:
             try:
@@ -644,13 +696,16 @@ class TestServer(AgentCase):
                 time.sleep(0.1)
         self.fail("the server did not start")
 
-    def stop(self):
-        self.srv.terminate()
+    def stop(self, srv=None):
+        srv = srv or self.srv
+        if srv.returncode is not None:
+            return  # stopped already
+        srv.terminate()
         try:
-            _, err = self.srv.communicate(timeout=HANG)
+            _, err = srv.communicate(timeout=HANG)
         except subprocess.TimeoutExpired:
-            self.srv.kill()
-            _, err = self.srv.communicate()
+            srv.kill()
+            _, err = srv.communicate()
         self.assertNotIn("SECRET", err.decode())
 
     def call(self, method, path, body=None, ndjson=False):
@@ -724,6 +779,35 @@ class TestServer(AgentCase):
         self.assertEqual(status, 201, s)
         status, rec = self.call("POST", "/v1/sessions/%s/execute" % s["id"], {"code": "6*7"})
         self.assertEqual((status, rec["results"][0]["text/plain"]), (200, "42"), rec)
+
+    def test_model_set_up_errors_are_said_and_nothing_is_filed(self):
+        with ScriptedModel([{"status": 404, "error": "model 'scripted' not found"}],
+                           repeat_last=True) as m:
+            self.start(m)
+            for ndjson in (False, True):
+                status, got = self.call("POST", "/v1/agent/runs", {"task": "t"}, ndjson=ndjson)
+                out = got[-1] if ndjson else got
+                self.assertEqual(status, 200)
+                self.assertEqual((out["type"], out["reason"]), ("outcome", "model_misconfigured"))
+                self.assertIn("HTTP 404", out["reason_text"])
+                self.assertIn("model 'scripted' not found", out["reason_text"])
+                self.assertEqual((out["fallbacks"], out["review_id"]), ([], None))
+                if ndjson:
+                    self.assertNotIn("fallback", [e["type"] for e in got])
+            status, reviews = self.call("GET", "/v1/reviews")
+            self.assertEqual(reviews["reviews"], [])
+        self.stop()
+        # An endpoint nobody listens on: unreachable, with the URL and the reason.
+        port = free_port()
+        self.start("http://127.0.0.1:%d/v1" % port)
+        status, out = self.call("POST", "/v1/agent/runs", {"task": "t"})
+        self.assertEqual((status, out["reason"]), (200, "model_unreachable"), out)
+        self.assertIn("cannot reach the model endpoint http://127.0.0.1:%d/v1/chat/completions"
+                      % port, out["reason_text"])
+        self.assertIn("Connection refused", out["reason_text"])
+        self.assertEqual((out["fallbacks"], out["review_id"]), ([], None))
+        status, reviews = self.call("GET", "/v1/reviews")
+        self.assertEqual(reviews["reviews"], [])
 
     def test_a_session_not_kept_is_closed_and_reviews_are_served(self):
         script = [{"tool": "run_python", "code": "1/0"}, {"tool": "run_python", "code": "[][1]"},
