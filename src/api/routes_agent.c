@@ -7,11 +7,16 @@
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "agent/agent.h"
 
 #define MAX_AGENT_FILES 1000
+/* Produced files come back in the outcome (base64): each up to this, all together up to the
+ * total; bigger ones are named in files_omitted (keep_session lets a client fetch them). */
+#define INLINE_FILE_MAX  (8u << 20)
+#define INLINE_TOTAL_MAX (16u << 20)
 
 static const struct field run_fields[] = {
     {"task", F_STRING}, {"files", F_OBJECT}, {"options", F_OBJECT}};
@@ -21,7 +26,7 @@ static const struct field option_fields[] = {
     {"max_tokens", F_INT}, {"model", F_STRING},      {"stream", F_BOOL},
     {"vision", F_BOOL},    {"fallbacks", F_ARRAY},   {"retry_doomed", F_BOOL},
     {"no_memory", F_BOOL}, {"keep_session", F_BOOL}, {"session_id", F_STRING},
-    {"session", F_OBJECT},
+    {"session", F_OBJECT}, {"inline_files", F_BOOL},
 };
 
 static const struct field session_fields[] = {
@@ -42,7 +47,8 @@ struct agent_job {
     bool keep;
     struct session_opts so;
     char *session_error;
-    int out_fd; /* streaming: the write end of the events pipe */
+    bool inline_files; /* return produced files in the outcome (default) */
+    int out_fd;        /* streaming: the write end of the events pipe */
 };
 
 static void job_free(struct agent_job *j)
@@ -123,6 +129,7 @@ static bool parse_options(struct request *rq, json_t *opts, struct agent_job *j)
     ao->retry_doomed = json_is_true(json_object_get(opts, "retry_doomed"));
     ao->no_memory = json_is_true(json_object_get(opts, "no_memory"));
     j->keep = json_is_true(json_object_get(opts, "keep_session"));
+    j->inline_files = !json_is_false(json_object_get(opts, "inline_files"));
     json_t *sess = json_object_get(opts, "session");
     if (sess && !json_is_null(sess) &&
         (!check_fields(rq, sess, session_fields, ARRAY_SIZE(session_fields)) ||
@@ -259,6 +266,76 @@ static void add_session(struct agent_job *j, json_t *outcome)
                                                          : json_null());
 }
 
+static void omit_file(json_t *omitted, const char *name, uint64_t size, const char *why)
+{
+    json_array_append_new(omitted, json_pack("{s:s,s:I,s:s}", "name", name, "size",
+                                             (json_int_t)size, "reason", why));
+}
+
+/* Reads one produced file from the session's workspace (which the sandbox may still be
+ * changing: the read is capped whatever fstat said). */
+static int read_produced(struct workspace *ws, const char *name, size_t cap, struct buf *ret,
+                         uint64_t *ret_size)
+{
+    _cleanup_close_ int fd = workspace_openat(ws, name, O_RDONLY | O_NONBLOCK, 0);
+    struct stat st;
+    if (fd < 0)
+        return fd;
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
+        return -EINVAL;
+    *ret_size = (uint64_t)st.st_size;
+    if ((uint64_t)st.st_size > cap)
+        return -E2BIG;
+    fd_set_nonblock(fd, false);
+    buf_init(ret, cap ? cap : 1); /* 0 would mean no cap */
+    int r = read_all(fd, ret);
+    if (r < 0)
+        buf_release(ret);
+    return r;
+}
+
+/* The produced files as {"name": base64} (file_data) in the outcome, within the caps; what
+ * does not fit or cannot be read is in files_omitted with the reason. Without this a run
+ * whose session is not kept would list files nobody can fetch. */
+static void add_file_data(struct agent_job *j, json_t *outcome)
+{
+    json_t *files = json_object_get(outcome, "files");
+    if (!j->inline_files || !j->s || !json_array_size(files))
+        return;
+    struct workspace *ws = session_workspace(j->s);
+    json_t *data = json_object(), *omitted = json_array();
+    size_t i, total = 0;
+    json_t *f;
+    json_array_foreach(files, i, f)
+    {
+        const char *name = json_string_value(f);
+        struct buf b;
+        uint64_t size = 0;
+        size_t room = INLINE_TOTAL_MAX - total;
+        int r = read_produced(ws, name, MIN(INLINE_FILE_MAX, room), &b, &size);
+        if (r == -E2BIG) {
+            omit_file(omitted, name, size,
+                      size > INLINE_FILE_MAX ? "larger than the 8 MiB a file may have inline"
+                                             : "over the 16 MiB all files of a run may have "
+                                               "inline");
+            continue;
+        }
+        if (r < 0) {
+            omit_file(omitted, name, size,
+                      r == -ELOOP    ? "a symbolic link: only regular files are returned"
+                      : r == -EINVAL ? "not a regular file"
+                                     : strerror(-r));
+            continue;
+        }
+        total += b.len;
+        _cleanup_free_ char *b64 = base64_encode(b.data ? b.data : "", b.len, NULL);
+        json_object_set_new(data, name, json_string(b64));
+        buf_release(&b);
+    }
+    json_object_set_new(outcome, "file_data", data);
+    json_object_set_new(outcome, "files_omitted", omitted);
+}
+
 static void write_event(void *ctx, json_t *ev)
 {
     struct agent_job *j = ctx;
@@ -282,8 +359,10 @@ static json_t *run_job(struct agent_job *j, const struct agent_events *ev)
     if (agent_run(&j->srv->host, j->llm, j->s, &j->ao, ev, &outcome) < 0)
         outcome = json_pack("{s:s,s:{s:s,s:s}}", "type", "error", "error", "code", "bad_request",
                             "message", err_msg());
-    else
+    else {
         add_session(j, outcome);
+        add_file_data(j, outcome);
+    }
     return outcome;
 }
 

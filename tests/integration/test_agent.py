@@ -780,6 +780,68 @@ class TestServer(AgentCase):
         status, rec = self.call("POST", "/v1/sessions/%s/execute" % s["id"], {"code": "6*7"})
         self.assertEqual((status, rec["results"][0]["text/plain"]), (200, "42"), rec)
 
+    def test_produced_files_come_back_inline_when_the_session_is_not_kept(self):
+        import base64
+        make = ("import os\n"
+                "os.makedirs('out', exist_ok=True)\n"
+                "open('out/report.csv', 'w').write('a,b\\n1,2\\n')\n"
+                "open('bytes.bin', 'wb').write(bytes(range(256)) * 4)\n"
+                "open('in.txt', 'a').write(' and changed')\n"
+                "open('big.bin', 'wb').write(b'x' * (9 << 20))\n"
+                "os.symlink('/etc/passwd', 'link')")
+        script = [{"tool": "run_python", "code": make}, {"answer": "made them"}]
+        with ScriptedModel(script * 3) as m:
+            self.start(m)
+            files = {"in.txt": base64.b64encode(b"uploaded").decode()}
+            for ndjson in (False, True):
+                status, got = self.call("POST", "/v1/agent/runs",
+                                        {"task": "make files %s" % ndjson, "files": files},
+                                        ndjson=ndjson)
+                out = got[-1] if ndjson else got
+                self.assertEqual((status, out["answer"], out["session_id"]),
+                                 (200, "made them", None), out)
+                self.assertEqual(sorted(out["files"]),
+                                 ["big.bin", "bytes.bin", "in.txt", "link", "out/report.csv"])
+                data = {k: base64.b64decode(v) for k, v in out["file_data"].items()}
+                self.assertEqual(data, {"out/report.csv": b"a,b\n1,2\n",
+                                        "bytes.bin": bytes(range(256)) * 4,
+                                        "in.txt": b"uploaded and changed"})
+                omitted = {o["name"]: o for o in out["files_omitted"]}
+                self.assertEqual(omitted["big.bin"],
+                                 {"name": "big.bin", "size": 9 << 20,
+                                  "reason": "larger than the 8 MiB a file may have inline"})
+                self.assertEqual(omitted["link"]["reason"],
+                                 "a symbolic link: only regular files are returned")
+                self.assertEqual(sorted(omitted), ["big.bin", "link"])
+            # A client that fetches files from a kept session can do without them.
+            status, out = self.call("POST", "/v1/agent/runs",
+                                    {"task": "no inline", "files": files,
+                                     "options": {"inline_files": False, "keep_session": True}})
+            self.assertEqual(status, 200, out)
+            self.assertNotIn("file_data", out)
+            self.assertIn("out/report.csv", out["files"])
+            req = urllib.request.Request("http://127.0.0.1:%d/v1/sessions/%s/files/out/report.csv"
+                                         % (self.port, out["session_id"]))
+            req.add_header("Authorization", "Bearer " + self.TOKEN)
+            with urllib.request.urlopen(req, timeout=HANG) as r:
+                self.assertEqual(r.read(), b"a,b\n1,2\n")
+
+    def test_inline_files_stop_at_the_total_cap(self):
+        import base64
+        make = "for n in 'abc':\n    open(n + '.bin', 'wb').write(n.encode() * (7 << 20))"
+        with ScriptedModel([{"tool": "run_python", "code": make}, {"answer": "ok"}]) as m:
+            self.start(m)
+            status, out = self.call("POST", "/v1/agent/runs", {"task": "three big files"})
+        self.assertEqual(status, 200, out)
+        self.assertEqual(sorted(out["files"]), ["a.bin", "b.bin", "c.bin"])
+        self.assertEqual(len(out["file_data"]), 2)  # 14 MiB of the 16 MiB
+        for name, b64 in out["file_data"].items():
+            self.assertEqual(base64.b64decode(b64), name[0].encode() * (7 << 20))
+        self.assertEqual(out["files_omitted"],
+                         [{"name": (set(out["files"]) - set(out["file_data"])).pop(),
+                           "size": 7 << 20,
+                           "reason": "over the 16 MiB all files of a run may have inline"}])
+
     def test_model_set_up_errors_are_said_and_nothing_is_filed(self):
         with ScriptedModel([{"status": 404, "error": "model 'scripted' not found"}],
                            repeat_last=True) as m:
