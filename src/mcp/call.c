@@ -12,8 +12,12 @@
 #define PROGRESS_TICK_MS 250
 #define PROGRESS_MESSAGE_MAX 200
 
+/* The lane of calls without session_id; no session id looks like it. */
+#define DEFAULT_LANE "(default)"
+
 static void call_free(struct call *k)
 {
+    free(k->lane);
     json_decref(k->id);
     json_decref(k->progress_token);
     json_decref(k->args);
@@ -103,6 +107,29 @@ void call_output(struct call *k, const char *data, size_t len)
 
 /* ---- the call's thread ---- */
 
+/* True when a call that came before k on k's session has not finished. */
+static bool earlier_in_lane(const struct mcp_conn *c, const struct call *k)
+{
+    for (const struct call *o = c->calls; o; o = o->next)
+        if (o != k && o->lane && o->seq < k->seq && !strcmp(o->lane, k->lane))
+            return true;
+    return false;
+}
+
+/* Waits until the calls that came before on the same session have ended, so that a session
+ * runs its calls in the order the client sent them, one at a time (a pipelining client
+ * means them in that order, and a record lists only its own cell's files). False when the
+ * call was cancelled while it waited. */
+static bool wait_turn(struct call *k)
+{
+    struct mcp_conn *c = k->c;
+    pthread_mutex_lock(&c->lock);
+    while (k->lane && !atomic_load(&k->cancelled) && earlier_in_lane(c, k))
+        pthread_cond_wait(&c->idle, &c->lock); /* broadcast when a call ends or is cancelled */
+    pthread_mutex_unlock(&c->lock);
+    return !atomic_load(&k->cancelled);
+}
+
 static void finish(struct call *k)
 {
     struct mcp_conn *c = k->c;
@@ -126,7 +153,7 @@ static void *call_main(void *arg)
     struct call *k = arg;
     pthread_t ticker;
     bool ticking = k->progress_token && !pthread_create(&ticker, NULL, progress_main, k);
-    json_t *result = k->tool->run(k);
+    json_t *result = wait_turn(k) ? k->tool->run(k) : NULL;
     if (ticking) {
         pthread_mutex_lock(&k->plock);
         k->finished = true;
@@ -160,8 +187,15 @@ int call_start(struct mcp_conn *c, const struct tool *tool, json_t *id, json_t *
         call_free(k);
         return err_set(errno, "cannot create a pipe for the call: %s", strerror(errno));
     }
+    const char *sid = json_string_value(json_object_get(args, "session_id"));
     pthread_mutex_lock(&c->lock);
     k->features = c->version ? c->version->features : 0;
+    /* The default session named by its id shares the default's lane. */
+    if (!tool->no_session)
+        k->lane = xstrdup(!sid || (c->default_known && !strcmp(sid, c->default_known))
+                              ? DEFAULT_LANE
+                              : sid);
+    k->seq = c->next_seq++;
     int r = 0;
     if (c->closing)
         r = err_set(ESHUTDOWN, "the connection is closing");
@@ -200,6 +234,7 @@ static void cancel_locked(struct call *k)
 {
     if (!atomic_exchange(&k->cancelled, true))
         (void)!write(k->cancel[1], "x", 1);
+    pthread_cond_broadcast(&k->c->idle); /* a call waiting for its turn stops waiting */
 }
 
 bool call_cancel(struct mcp_conn *c, json_t *id)
@@ -258,6 +293,14 @@ static void forget_owned(struct mcp_conn *c, const char *id)
     }
 }
 
+static void set_default_known(struct mcp_conn *c, const char *id)
+{
+    pthread_mutex_lock(&c->lock);
+    free(c->default_known);
+    c->default_known = id ? xstrdup(id) : NULL;
+    pthread_mutex_unlock(&c->lock);
+}
+
 int conn_close_session(struct mcp_conn *c, const char *id)
 {
     int r = session_table_remove(c->cfg->table, id);
@@ -265,6 +308,7 @@ int conn_close_session(struct mcp_conn *c, const char *id)
     if (c->default_id && !strcmp(c->default_id, id)) {
         free(c->default_id); /* the next call without session_id makes a new one */
         c->default_id = NULL;
+        set_default_known(c, NULL);
     }
     pthread_mutex_unlock(&c->default_lock);
     pthread_mutex_lock(&c->lock);
@@ -306,6 +350,7 @@ static struct session *default_session(struct call *k, char **ret_id, char **ret
         } else {
             free(c->default_id);
             c->default_id = id;
+            set_default_known(c, id);
             s = session_table_acquire(c->cfg->table, id, &err);
             if (!s)
                 *ret_err = xasprintf("the new session %s was closed as it was created", id);

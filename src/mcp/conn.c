@@ -110,6 +110,7 @@ void mcp_conn_free(struct mcp_conn *c)
         session_table_remove(c->cfg->table, *id);
     strv_free(c->owned);
     free(c->default_id);
+    free(c->default_known);
     pthread_cond_destroy(&c->idle);
     pthread_mutex_destroy(&c->default_lock);
     pthread_mutex_destroy(&c->lock);

@@ -58,6 +58,9 @@ struct mcp_conn {
     char **owned;     /* ids of the sessions this connection created (strv) */
     char *default_id; /* its default session, or NULL before the first use */
     pthread_mutex_t default_lock; /* held while the default session is looked up or made */
+    char *default_known; /* a copy of default_id under lock, for call_start (which must not
+                          * wait for default_lock while a session is being made) */
+    uint64_t next_seq;   /* of the next call, in arrival order */
 };
 
 /* ---- tool calls (call.c) ---- */
@@ -70,6 +73,10 @@ struct call {
     json_t *progress_token; /* NULL when the client asked for no progress */
     const struct tool *tool;
     json_t *args;
+    /* Calls on one session run one at a time in arrival order: lane names the session
+     * (DEFAULT_LANE for the default one, NULL for calls on none) and seq the arrival. */
+    char *lane;
+    uint64_t seq;
     unsigned features; /* of the negotiated version */
     int cancel[2];     /* a byte in cancel[1] interrupts the running cell */
     atomic_bool cancelled;
@@ -123,6 +130,7 @@ struct tool {
     const char *output_schema; /* JSON text */
     /* Runs the call; returns a CallToolResult object. */
     json_t *(*run)(struct call *k);
+    bool no_session; /* works on no existing session (create_session): no lane */
 };
 
 const struct tool *tool_find(const char *name);

@@ -122,7 +122,7 @@ static const struct tool tools[] = {
     {"create_session", "Create a session",
      "Start a new, separate sandboxed session (its own interpreter and /workspace) and return "
      "its session_id, for the session_id argument of the other tools.",
-     ARGS(create_session_args), false, false, false, session_schema, t_create_session},
+     ARGS(create_session_args), false, false, false, session_schema, t_create_session, true},
     {"close_session", "Close a session",
      "Close a session: its interpreter stops and its files are deleted.",
      ARGS(close_session_args), false, true, true, closed_schema, t_close_session},

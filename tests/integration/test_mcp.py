@@ -307,6 +307,50 @@ class StdioTest(McpCases, RuncellTestCase):
     def close_client(self, c):
         self.assertEqual(c.close(), 0, c.stderr)
 
+    def test_pipelined_calls_on_a_session_run_in_arrival_order(self):
+        # Written at once, as a client that pipelines sends them: each waits for the one
+        # before on its session, and a record lists only the files its own cell changed
+        # (not the write_file that came next).
+        c = self.new_client()
+        c.initialize("2025-11-25")
+        sid = c.tool_result("create_session")["structuredContent"]["session_id"]
+        for args in ({}, {"session_id": sid}):
+            first = ("import time\nlog = []\ntime.sleep(0.5)\n"
+                     "open('mine.txt', 'w').write('1')\nlog.append(1)")
+            calls = [("run_code", dict(args, code=first)),
+                     ("write_file", dict(args, path="theirs.txt", content="from write_file")),
+                     ("run_code", dict(args, code="log.append(2)\nopen('theirs.txt').read()")),
+                     ("run_shell", dict(args, command="echo 3 > shell.txt")),
+                     ("list_files", dict(args)),
+                     ("run_code", dict(args, code="log.append(4)\nlog"))]
+            resp, order = c.pipeline(calls)
+            self.assertEqual(order, list(range(len(calls))))
+            for r in resp:
+                self.assertFalse(r["result"].get("isError"), r)
+            rec = [r["result"].get("structuredContent") for r in resp]
+            self.assertEqual(rec[0]["files"], {"created": ["mine.txt"], "modified": [],
+                                               "deleted": []})
+            self.assertEqual(rec[2]["results"][0]["text/plain"], "'from write_file'")
+            self.assertEqual(rec[2]["files"]["created"], [])
+            self.assertEqual(rec[3]["files"]["created"], ["shell.txt"])
+            self.assertIn("shell.txt", [f["path"] for f in rec[4]["files"]])
+            self.assertEqual(rec[5]["results"][0]["text/plain"], "[1, 2, 4]")
+            for name in ("mine.txt", "theirs.txt", "shell.txt"):
+                c.tool_result("run_shell", dict(args, command="rm " + name))
+        # Calls on two sessions do not wait for each other: the default's quick call is
+        # answered while the other session's cell still sleeps (it is cancelled after).
+        slow, quick = c.new_id(), c.new_id()
+        c.send_raw("".join(json.dumps({"jsonrpc": "2.0", "id": rid, "method": "tools/call",
+                                       "params": {"name": "run_code", "arguments": args}}) + "\n"
+                           for rid, args in ((slow, {"session_id": sid, "code":
+                                                     "import time; time.sleep(600)"}),
+                                             (quick, {"code": "'quick'"}))))
+        seen = []
+        c.wait_for(lambda m: seen.append(m.get("id")) or m.get("id") == quick)
+        self.assertNotIn(slow, seen)
+        c.notify("notifications/cancelled", {"requestId": slow})
+        self.close_client(c)
+
     def start_cancellable(self, rid, token, code):
         self.c.notifications.clear()
         self.c.send({"jsonrpc": "2.0", "id": rid, "method": "tools/call",

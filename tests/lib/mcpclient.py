@@ -139,6 +139,25 @@ class StdioClient(_Base):
         self.send(msg)
         return self.response_to(rid, timeout)
 
+    def pipeline(self, calls, timeout=TIMEOUT):
+        """Writes tools/call requests for calls [(name, args), ...] to stdin at once, in one
+        write, then reads until every one has its response. Returns the responses in the
+        order of calls and the ids in the order their responses came."""
+        ids = [self.new_id() for _ in calls]
+        data = "".join(json.dumps({"jsonrpc": "2.0", "id": rid, "method": "tools/call",
+                                   "params": {"name": name, "arguments": args}}) + "\n"
+                       for rid, (name, args) in zip(ids, calls))
+        self.send_raw(data)
+        got, order = {}, []
+
+        def done(m):
+            if isinstance(m, dict) and m.get("id") in ids and "method" not in m:
+                got[m["id"]] = m
+                order.append(m["id"])
+            return len(got) == len(ids)
+        self.wait_for(done, timeout)
+        return [got[rid] for rid in ids], [ids.index(rid) for rid in order]
+
     def close(self, timeout=TIMEOUT):
         """Closes stdin and waits for the exit; returns the exit status."""
         try:
