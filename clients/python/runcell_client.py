@@ -1,16 +1,17 @@
-"""runcell_client - a client for runcell's HTTP API (docs/API.md), standard library only.
+r"""runcell_client - a client for runcell's HTTP API (docs/API.md), standard library only.
 
-Drop this one file into a project; it needs Python 3.8 or later and nothing else.
+Drop this one file into a project; it needs Python 3.8 or later and nothing else. With
+RUNCELL_URL and RUNCELL_TOKEN set (see README.md beside this file), this runs as it is:
 
     from runcell_client import Session
 
-    with Session("http://127.0.0.1:8080", token="...") as s:     # or RUNCELL_TOKEN
-        rec = s.run("x = 6 * 7\\nx")
-        print(rec["status"], rec["results"][0]["text/plain"])    # ok 42
+    with Session() as s:                # or Session("http://HOST:8080", token="...")
+        rec = s.run("x = 6 * 7\nx")
+        print(rec["status"], rec["results"][0]["text/plain"])            # ok 42
         s.run("for i in range(3): print(i)", on_stdout=lambda text: print(text, end=""))
-        s.upload("data/in.csv", b"a,b\\n1,2\\n")
-        s.run("import pandas as pd; df = pd.read_csv('data/in.csv'); df.to_csv('out.csv')")
-        print(s.files(), s.download("out.csv"))
+        s.upload("data/in.csv", b"a,b\n1,2\n")
+        s.run("import pandas as pd\npd.read_csv('data/in.csv').to_csv('out.csv', index=False)")
+        print(s.download("out.csv"))                                     # b'a,b\n1,2\n'
 
 Every call returns the server's JSON as plain dicts and lists (the result record is
 described in docs/API.md). Errors from the server raise RuncellError, which carries the

@@ -6,12 +6,15 @@ needs nothing but the standard library.
 import ast
 import io
 import os
+import shutil
+import subprocess
 import sys
 import tempfile
+import textwrap
 import threading
 import unittest
 
-from rctest import HANG, ROOT, RuncellTestCase, Server, wait_until
+from rctest import HANG, PY, ROOT, RuncellTestCase, Server, wait_until
 
 sys.path.insert(0, os.path.join(ROOT, "clients", "python"))
 import runcell_client  # noqa: E402
@@ -322,6 +325,70 @@ class OneShot(ClientCase):
     def test_health_and_metrics(self):
         self.assertEqual(self.client.health()["status"], "ok")
         self.assertIn("runcell_sessions_live", self.client.metrics())
+
+
+CLIENT_DIR = os.path.join(ROOT, "clients", "python")
+
+
+def readme_examples(path):
+    """The ```python blocks of a Markdown file, each with the ```text block right under it
+    (what it prints), or None when there is none."""
+    with open(path) as f:
+        lines = f.read().split("\n")
+    blocks, i = [], 0
+    while i < len(lines):
+        fence = lines[i].strip()
+        if not fence.startswith("```") or fence == "```":
+            i += 1
+            continue
+        end = lines.index("```", i + 1)
+        blocks.append((fence[3:], "\n".join(lines[i + 1:end]) + "\n"))
+        i = end + 1
+        while i < len(lines) and not lines[i].strip():
+            i += 1
+        if i < len(lines) and lines[i].strip() != "```text":
+            blocks.append(("prose", ""))
+    examples = []
+    for n, (lang, text) in enumerate(blocks):
+        if lang == "python":
+            follows = blocks[n + 1] if n + 1 < len(blocks) else ("", "")
+            examples.append((text, follows[1] if follows[0] == "text" else None))
+    return examples
+
+
+class Documentation(ClientCase):
+    """What a newcomer copies runs: README.md's examples and the module's docstring, each
+    as a file beside a copy of runcell_client.py (and nothing else of the tree), with only
+    RUNCELL_URL and RUNCELL_TOKEN to find the server."""
+
+    def run_example(self, code):
+        with tempfile.TemporaryDirectory() as d:
+            shutil.copy(os.path.join(CLIENT_DIR, "runcell_client.py"), d)
+            with open(os.path.join(d, "example.py"), "w") as f:
+                f.write(code)
+            env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+            env.update(RUNCELL_URL=self.srv.base_url, RUNCELL_TOKEN=self.srv.token)
+            p = subprocess.run([PY, "example.py"], cwd=d, env=env, capture_output=True,
+                               text=True, timeout=HANG)
+        self.assertEqual(p.returncode, 0, "%s\n--- stderr:\n%s" % (code, p.stderr))
+        return p.stdout
+
+    def test_readme_examples_run_and_print_what_it_shows(self):
+        examples = readme_examples(os.path.join(CLIENT_DIR, "README.md"))
+        self.assertGreaterEqual(len(examples), 4)
+        for code, shown in examples:
+            with self.subTest(code=code.split("\n")[2]):
+                self.assertIsNotNone(shown, "no output shown under:\n" + code)
+                self.assertEqual(self.run_example(code), shown)
+        self.assertEqual(self.live_ids(), [])  # each closed what it opened
+
+    def test_the_docstring_example_runs(self):
+        doc = runcell_client.__doc__
+        start = doc.index("    from runcell_client")
+        code = textwrap.dedent(doc[start:doc.index("\n\n", doc.index("with Session", start))])
+        self.assertEqual(self.run_example(code), "ok 42\n0\n1\n2\nb'a,b\\n1,2\\n'\n")
+        with open(runcell_client.__file__) as f:
+            self.assertIn(code.split("\n")[3].strip(), f.read())  # the source says the same
 
 
 class StandardLibraryOnly(unittest.TestCase):
