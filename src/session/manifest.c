@@ -438,7 +438,8 @@ int manifest_save(const struct persist_config *c, const char *id, struct manifes
         else
             save_file(&sv, e, old);
     }
-    qsort(sv.next.v, sv.next.n, sizeof(*sv.next.v), path_cmp);
+    if (sv.next.n) /* an empty workspace has no array at all: qsort must not get NULL */
+        qsort(sv.next.v, sv.next.n, sizeof(*sv.next.v), path_cmp);
     /* Files gone since the last save are changes too. A scan that stopped early saw only
      * part of the workspace: nothing is taken for deleted. */
     size_t n_seen = sv.next.n; /* the sorted part: what keep_old appends below is not */
