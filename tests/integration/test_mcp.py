@@ -351,6 +351,28 @@ class StdioTest(McpCases, RuncellTestCase):
         c.notify("notifications/cancelled", {"requestId": slow})
         self.close_client(c)
 
+    def test_a_queued_call_that_is_cancelled_never_runs(self):
+        c = self.new_client()
+        c.initialize("2025-11-25")
+        c.tool_result("run_code", {"code": "ran = []"})
+        busy, queued, after = c.new_id(), c.new_id(), c.new_id()
+        c.send_raw("".join(json.dumps({"jsonrpc": "2.0", "id": rid, "method": "tools/call",
+                                       "params": {"name": "run_code", "arguments": {"code": code}}})
+                           + "\n" for rid, code in (
+                               (busy, "import time\nprint('busy', flush=True)\ntime.sleep(600)"),
+                               (queued, "ran.append('queued')"))))
+        # The queued call waits behind the sleeping one; cancel it, then the sleeper.
+        c.notify("notifications/cancelled", {"requestId": queued})
+        c.notify("notifications/cancelled", {"requestId": busy})
+        c.send({"jsonrpc": "2.0", "id": after, "method": "tools/call",
+                "params": {"name": "run_code", "arguments": {"code": "ran"}}})
+        seen = []
+        r = c.wait_for(lambda m: seen.append(m.get("id")) or m.get("id") == after)
+        self.assertEqual(r["result"]["structuredContent"]["results"][0]["text/plain"], "[]")
+        self.assertNotIn(queued, seen)
+        self.assertNotIn(busy, seen)
+        self.close_client(c)
+
     def start_cancellable(self, rid, token, code):
         self.c.notifications.clear()
         self.c.send({"jsonrpc": "2.0", "id": rid, "method": "tools/call",
