@@ -14,7 +14,7 @@ import unittest
 import uuid
 
 from seclib import PRELUDE, PY, RUN_DIR, RUNCELL, LiveRun, host_pids_with, probe, runcell
-from rctest import TempDir, RuncellTestCase, is_root
+from rctest import Server, TempDir, RuncellTestCase, is_root
 
 SECBITS_LOCKED = 0xEF  # NOROOT, NO_SETUID_FIXUP, KEEP_CAPS_LOCKED, NO_CAP_AMBIENT_RAISE + locks
 
@@ -349,3 +349,36 @@ report({"orphans": len(orphan), "ppid": int(st["PPid"]),
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class DaemonLog(RuncellTestCase):
+    def test_a_message_type_chosen_by_the_code_cannot_forge_daemon_log_lines(self):
+        """Code that writes its own frame on the kernel channel, with a message type made of
+        newlines, a forged log line and a terminal escape, costs it its kernel; the daemon's
+        log says so on one line, with every control character escaped."""
+        forged = "x\n2026-01-01T00:00:00.000Z level=error msg=\"forged\"\r\x1b[2J\x7fend"
+        code = """
+import json, os, socket, stat, struct, time
+def is_socket(fd):
+    try:
+        return stat.S_ISSOCK(os.fstat(fd).st_mode)
+    except OSError:
+        return False
+fd = [fd for fd in range(3, 1024) if is_socket(fd)][0]
+body = json.dumps({"type": TYPE}).encode()
+os.write(fd, struct.pack(">IB", len(body), ord("M")) + body)
+time.sleep(60)
+""".replace("TYPE", repr(forged))
+        with Server(env={"RUNCELL_LOG": "info"}) as srv:
+            sid = srv.create_session()
+            rec = srv.execute(sid, code)
+            self.assertEqual(rec["status"], "crashed", rec)
+            self.assertIn("unexpected message", rec["message"])
+            log = srv.log()
+        lines = [l for l in log.splitlines() if "forged" in l]
+        self.assertEqual(len(lines), 1, log)
+        self.assertIn("kernel protocol violation", lines[0])
+        self.assertIn("'x\\n2026-01-01T00:00:00.000Z level=error", lines[0])
+        self.assertIn("\\r\\x1b[2J\\x7fend'", lines[0])
+        self.assertNotIn("\x1b", log)
+        self.assertFalse(any(l.startswith("2026-01-01T00:00:00.000Z") for l in log.splitlines()))
