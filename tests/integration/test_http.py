@@ -449,6 +449,11 @@ class Validation(ServerCase):
         self.bad("POST", "/v1/sessions", {"timeout_s": -1}, "'timeout_s'")
         self.bad("POST", "/v1/sessions", {"memory_mb": 0}, "'memory_mb'", "positive")
         self.bad("POST", "/v1/sessions", {"cpus": 0}, "'cpus'")
+        # Below a thousandth of a core the share would round to nothing (once: a whole core).
+        for tiny in (0.0004, 0.0009, 1e-300):
+            self.bad("POST", "/v1/sessions", {"cpus": tiny}, "'cpus'", "0.001 of a core")
+            self.bad("POST", "/v1/execute", {"code": "1", "cpus": tiny}, "'cpus'",
+                     "0.001 of a core")
         self.bad("POST", "/v1/sessions", {"network": {"mode": "sometimes"}}, "'network.mode'")
         self.bad("POST", "/v1/sessions", {"network": {"mode": "allowlist", "allow": [1]}},
                  "'network.allow'")
