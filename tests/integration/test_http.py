@@ -684,7 +684,9 @@ class PathAttacks(ServerCase):
             "os.symlink('real.txt', 'inner')\n"
             "os.symlink('..', 'sub/up')\n"
             "os.symlink('/proc/self/root', 'root')\n"
-            "os.mkfifo('fifo')\n") % (o, o + "/secret"))
+            "os.mkfifo('fifo')\n"
+            "import socket\n"
+            "socket.socket(socket.AF_UNIX).bind('sub/sock')\n") % (o, o + "/secret"))
         self.assertStatus(rec, "ok")
 
     def files(self, method, rest, body=None):
@@ -747,7 +749,11 @@ class PathAttacks(ServerCase):
 
     def test_special_files_are_refused(self):
         # Opening a FIFO for reading would block: the server must refuse it, not hang.
-        self.assertError(self.files("GET", "fifo"), 400, "bad_path", "regular file")
+        self.assertError(self.files("GET", "fifo"), 400, "bad_path", "regular file",
+                         "'fifo' is a named pipe (FIFO)")
+        # A socket cannot be opened at all (ENXIO): a 400 that says what it is, not a 500.
+        self.assertError(self.files("GET", "sub/sock"), 400, "bad_path",
+                         "'sub/sock' is a socket, not a regular file")
 
 
 class BigFiles(RuncellTestCase):
