@@ -197,6 +197,50 @@ report({"pids": pids, "comms": comms, "me": os.getpid(), "child": child.pid,
             self.assertEqual(res["host_pid"], "ENOENT")
 
 
+    def test_host_wide_proc_entries_are_empty(self):
+        """The kernel command line, the host's boot id, pressure stall information and the
+        host's memory, disk, interrupt and device statistics read as empty; the entries
+        runtimes use (cpu count, memory, load) still answer. The covers cannot be taken
+        off or written through."""
+        hidden = ["cmdline", "sys/kernel/random/boot_id", "vmstat", "diskstats", "partitions",
+                  "swaps", "interrupts", "softirqs", "zoneinfo", "buddyinfo", "schedstat",
+                  "modules", "devices", "misc", "key-users", "locks", "consoles", "cgroups",
+                  "crypto"]
+        dirs = ["pressure", "irq", "bus", "fs", "tty", "driver"]
+        res, _ = probe(self, """
+HIDDEN, DIRS = %r, %r
+def read(p):
+    try:
+        with open("/proc/" + p, "rb") as f:
+            return len(f.read())
+    except OSError as e:
+        return errno.errorcode[e.errno]
+def listdir(p):
+    try:
+        return os.listdir("/proc/" + p)
+    except OSError as e:
+        return errno.errorcode[e.errno]
+report({"files": {p: read(p) for p in HIDDEN if os.path.exists("/proc/" + p)},
+        "dirs": {p: listdir(p) for p in DIRS if os.path.exists("/proc/" + p)},
+        "psi": read("pressure/memory"),
+        "kept": {p: read(p) > 0 for p in ("cpuinfo", "meminfo", "stat", "loadavg", "uptime",
+                                           "version", "self/status", "self/cmdline")},
+        "cpus": os.cpu_count(),
+        "umount": sc(166, b"/proc/cmdline", 0),
+        "umount_detach": sc(166, b"/proc/pressure", 2),
+        "write": oserr(lambda: open("/proc/cmdline", "w").write("x"))})
+""" % (hidden, dirs))
+        host = {p for p in hidden if os.path.exists("/proc/" + p)}
+        self.assertEqual(set(res["files"]), host)   # every entry the host has was looked at
+        self.assertEqual(res["files"], {p: 0 for p in host}, res["files"])
+        self.assertEqual(res["dirs"], {p: [] for p in dirs if os.path.exists("/proc/" + p)})
+        self.assertEqual(res["psi"], "ENOENT")
+        self.assertEqual(res["kept"], {k: True for k in res["kept"]})
+        self.assertGreaterEqual(res["cpus"], 1)
+        self.assertEqual((res["umount"], res["umount_detach"]), ("EPERM", "EPERM"))
+        self.assertIn(res["write"], ("EACCES", "EROFS", "EPERM"))
+
+
 class Terminal(RuncellTestCase):
     STAT = """
 f = open("/proc/self/stat").read().rsplit(")", 1)[1].split()
