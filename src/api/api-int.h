@@ -208,6 +208,7 @@ struct metrics_gauges {
     size_t live_sessions, running_executions;
     size_t pool_ready;        /* sessions made ahead and waiting to be handed out */
     double template_ready_ms; /* how long the running template took to start; 0: none */
+    uint64_t connections_evicted; /* unauthenticated connections closed to make room */
 };
 char *metrics_render(struct metrics *m, const struct metrics_gauges *g);
 

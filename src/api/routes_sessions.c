@@ -325,6 +325,7 @@ enum MHD_Result h_metrics(struct request *rq)
         .running_executions = atomic_load(&srv->executions),
         .pool_ready = session_pool_ready(srv->pool),
         .template_ready_ms = sandbox_host_template_ready_ms(&srv->host),
+        .connections_evicted = conn_guard_evicted(srv->conns),
     };
     char *text = metrics_render(srv->metrics, &g);
     struct MHD_Response *r = MHD_create_response_from_buffer(strlen(text), text,

@@ -1313,6 +1313,8 @@ class ConnectionCaps(RuncellTestCase):
                         poll.register(s, select.POLLIN)
                     poll.poll(1000)
                 self.assertEqual(srv.request("GET", "/healthz").status, 200)
+                m, _ = metrics(srv)
+                self.assertGreater(m["runcell_http_connections_evicted_total"], 0)
             finally:
                 for s in flood:
                     s.close()
