@@ -50,22 +50,29 @@ struct failure {
 bool failure_from_record(const struct exec_record *rec, struct failure *ret);
 void failure_release(struct failure *f);
 
-/* What the memory knew about a signature before this occurrence. */
+/* What the memory knew about a signature, within one scope, before this occurrence. Only
+ * facts: counts and which tool fixed it. No text from an earlier run is kept for the
+ * model (an earlier run's code or output is not to be read as instructions by a later one);
+ * the note is made now, from this run's own failure. */
 struct failmem_known {
-    long seen;      /* earlier occurrences in this environment */
-    bool unfixable; /* known (or now classified) as unfixable here */
-    char *note;     /* what is known and what works instead, or NULL */
-    long fixed;     /* times a later execution succeeded after it */
-    char *fix;      /* code that worked after it last time, or NULL */
+    long seen;            /* earlier occurrences in this environment and scope */
+    bool unfixable;       /* this failure is classified as unfixable here */
+    char *note;           /* why it cannot work and what does instead, or NULL */
+    long fixed;           /* times a later execution succeeded right after it */
+    const char *fixed_by; /* "run_python" or "run_shell" (static), or NULL */
 };
 void failmem_known_release(struct failmem_known *k);
 /* Classifies f (unfixable here: a module that is not installed and cannot be, a network call
- * under policy none), records one more occurrence and fills *ret with what was known.
- * data_dir NULL: classification only. 0 or -errno. */
-int failmem_note(const char *data_dir, const char *env, const struct failure *f,
-                 const char *stderr_text, const char *packages, struct failmem_known *ret);
-/* Records that code succeeded right after a failure with signature sig. */
-int failmem_fixed(const char *data_dir, const char *env, const char *sig, const char *code);
+ * under policy none), records one more occurrence under (env, scope) and fills *ret with
+ * what was known there. scope is the task's fingerprint: what one task learns is seen by
+ * runs of that task only. data_dir NULL: classification only. 0 or -errno. */
+int failmem_note(const char *data_dir, const char *env, const char *scope,
+                 const struct failure *f, const char *stderr_text, const char *packages,
+                 struct failmem_known *ret);
+/* Records that a tool call ("run_python" or "run_shell") succeeded right after a failure
+ * with signature sig; nothing of its code is kept. */
+int failmem_fixed(const char *data_dir, const char *env, const char *scope, const char *sig,
+                  const char *tool);
 
 /* A task's history: how often it ran and how often it exhausted its retries here. */
 struct task_history {

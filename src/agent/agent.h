@@ -148,8 +148,8 @@ int review_resolve(const char *data_dir, const char *id, const char *note, json_
 
 /* ---- the failure memory ---- */
 
-/* The most frequent failure signatures: [{signature, type, message, line, count, env,
- * unfixable, note, fixed, fix, first_seen, last_seen}]. */
+/* The most frequent failure signatures: [{signature, type, message, line, example, count,
+ * env, scope, unfixable, fixed, fixed_by, first_seen, last_seen}]. */
 int failmem_top(const char *data_dir, size_t limit, json_t **ret);
 /* The normalised form of an error message or a source line: numbers, paths and quoted names
  * abstracted (<n>, <path>, '<name>'), white space folded. Caller frees. */

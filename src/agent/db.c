@@ -11,12 +11,15 @@
 #define BUSY_TIMEOUT_MS 10000
 
 static const char schema[] =
-    "CREATE TABLE IF NOT EXISTS failures ("
-    " sig TEXT NOT NULL, env TEXT NOT NULL, type TEXT NOT NULL, message TEXT NOT NULL,"
-    " line TEXT NOT NULL, example TEXT, count INTEGER NOT NULL DEFAULT 0,"
-    " unfixable INTEGER NOT NULL DEFAULT 0, note TEXT, fixed INTEGER NOT NULL DEFAULT 0,"
-    " fix TEXT, first_seen TEXT NOT NULL, last_seen TEXT NOT NULL,"
-    " PRIMARY KEY (sig, env));"
+    /* The memory of earlier versions kept fixes as code and was shared by every task; it
+     * goes, with what it held. */
+    "DROP TABLE IF EXISTS failures;"
+    "CREATE TABLE IF NOT EXISTS failure_facts ("
+    " sig TEXT NOT NULL, env TEXT NOT NULL, scope TEXT NOT NULL, type TEXT NOT NULL,"
+    " message TEXT NOT NULL, line TEXT NOT NULL, example TEXT,"
+    " count INTEGER NOT NULL DEFAULT 0, unfixable INTEGER NOT NULL DEFAULT 0,"
+    " fixed INTEGER NOT NULL DEFAULT 0, fixed_by TEXT, first_seen TEXT NOT NULL,"
+    " last_seen TEXT NOT NULL, PRIMARY KEY (sig, env, scope));"
     "CREATE TABLE IF NOT EXISTS tasks ("
     " fp TEXT NOT NULL, env TEXT NOT NULL, runs INTEGER NOT NULL DEFAULT 0,"
     " exhausted INTEGER NOT NULL DEFAULT 0, last_reason TEXT, last_exhausted INTEGER NOT NULL"

@@ -1,5 +1,6 @@
 /* failmem.c - failure memory: signatures of failed executions (type, normalised message and
- * failing line) with counts, what fixed them, which cannot be fixed here, and task history. */
+ * failing line) with counts per task, which tool fixed them, which cannot be fixed here, and
+ * task history. Facts only: no earlier run's text goes back to a model. */
 #include "agent/agent-int.h"
 
 #include <ctype.h>
@@ -10,7 +11,6 @@
 #include <unistd.h>
 
 #define MAX_QUOTED   200 /* longer "quoted" spans are left alone: they are prose, not names */
-#define MAX_FIX_TEXT 4000
 #define MAX_EXAMPLE  500
 
 uint64_t fnv1a(const void *data, size_t n, uint64_t h)
@@ -159,7 +159,6 @@ void failure_release(struct failure *f)
 void failmem_known_release(struct failmem_known *k)
 {
     free(k->note);
-    free(k->fix);
     memset(k, 0, sizeof(*k));
 }
 
@@ -260,29 +259,39 @@ static char *unfixable_note(const struct failure *f, const char *stderr_text, co
 
 /* ---- the database side ---- */
 
-static int lookup(sqlite3 *db, const char *env, const struct failure *f, struct failmem_known *k)
+/* The tools a fix is told by: a name from this table, never the model's own text. */
+static const char *const fix_tools[] = {"run_python", "run_shell"};
+
+static const char *fix_tool(const char *name)
+{
+    for (size_t i = 0; name && i < ARRAY_SIZE(fix_tools); i++)
+        if (!strcmp(name, fix_tools[i]))
+            return fix_tools[i];
+    return NULL;
+}
+
+static int lookup(sqlite3 *db, const char *env, const char *scope, const struct failure *f,
+                  struct failmem_known *k)
 {
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(db,
-                           "SELECT count, unfixable, note, fixed, fix FROM failures "
-                           "WHERE sig = ? AND env = ?",
+                           "SELECT count, fixed, fixed_by FROM failure_facts "
+                           "WHERE sig = ? AND env = ? AND scope = ?",
                            -1, &st, NULL) != SQLITE_OK)
         return db_fail(db, "cannot read the failure memory");
     sqlite3_bind_text(st, 1, f->sig, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, env, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 3, scope, -1, SQLITE_STATIC);
     if (sqlite3_step(st) == SQLITE_ROW) {
         k->seen = sqlite3_column_int64(st, 0);
-        k->unfixable = sqlite3_column_int(st, 1) != 0;
-        if (!k->note)
-            k->note = db_text(st, 2);
-        k->fixed = sqlite3_column_int64(st, 3);
-        k->fix = db_text(st, 4);
+        k->fixed = sqlite3_column_int64(st, 1);
+        k->fixed_by = fix_tool((const char *)sqlite3_column_text(st, 2));
     }
     sqlite3_finalize(st);
     return 0;
 }
 
-static int upsert(sqlite3 *db, const char *env, const struct failure *f,
+static int upsert(sqlite3 *db, const char *env, const char *scope, const struct failure *f,
                   const struct failmem_known *k)
 {
     char now[32];
@@ -290,31 +299,35 @@ static int upsert(sqlite3 *db, const char *env, const struct failure *f,
     db_now(now);
     if (sqlite3_prepare_v2(
             db,
-            "INSERT INTO failures (sig, env, type, message, line, example, count, unfixable, "
-            "note, first_seen, last_seen) VALUES (?1, ?2, ?3, ?4, ?5, ?6, 1, ?7, ?8, ?9, ?9) "
-            "ON CONFLICT (sig, env) DO UPDATE SET count = count + 1, last_seen = ?9, "
-            "unfixable = MAX(unfixable, ?7), note = COALESCE(note, ?8)",
+            "INSERT INTO failure_facts (sig, env, scope, type, message, line, example, count, "
+            "unfixable, first_seen, last_seen) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 1, ?8, ?9, "
+            "?9) ON CONFLICT (sig, env, scope) DO UPDATE SET count = count + 1, "
+            "last_seen = ?9, unfixable = MAX(unfixable, ?8)",
             -1, &st, NULL) != SQLITE_OK)
         return db_fail(db, "cannot write the failure memory");
+    /* The example is for the operator's `runcell review failures`, never for a model. */
     _cleanup_free_ char *example = xstrndup(f->raw, MAX_EXAMPLE);
     sqlite3_bind_text(st, 1, f->sig, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, env, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 3, f->type, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 4, f->message, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 5, f->line, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 6, example, -1, SQLITE_STATIC);
-    sqlite3_bind_int(st, 7, k->unfixable);
-    sqlite3_bind_text(st, 8, k->note, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 3, scope, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 4, f->type, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 5, f->message, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 6, f->line, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 7, example, -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, 8, k->unfixable);
     sqlite3_bind_text(st, 9, now, -1, SQLITE_STATIC);
     int rc = sqlite3_step(st) == SQLITE_DONE ? 0 : db_fail(db, "cannot write the failure memory");
     sqlite3_finalize(st);
     return rc;
 }
 
-int failmem_note(const char *data_dir, const char *env, const struct failure *f,
-                 const char *stderr_text, const char *packages, struct failmem_known *ret)
+int failmem_note(const char *data_dir, const char *env, const char *scope,
+                 const struct failure *f, const char *stderr_text, const char *packages,
+                 struct failmem_known *ret)
 {
     struct failmem_known k = {0};
+    /* Whether it can be fixed is decided from this failure alone: an earlier run's verdict
+     * (which its own output could sway) does not skip this run's retries. */
     k.note = unfixable_note(f, stderr_text, packages);
     k.unfixable = k.note != NULL;
     int rc = 0;
@@ -322,11 +335,9 @@ int failmem_note(const char *data_dir, const char *env, const struct failure *f,
         sqlite3 *db;
         rc = agent_db_open(data_dir, &db);
         if (rc == 0) {
-            bool classified = k.unfixable;
-            rc = lookup(db, env, f, &k);
-            k.unfixable = k.unfixable || classified;
+            rc = lookup(db, env, scope, f, &k);
             if (rc == 0)
-                rc = upsert(db, env, f, &k);
+                rc = upsert(db, env, scope, f, &k);
             agent_db_close(db);
         }
     }
@@ -334,19 +345,19 @@ int failmem_note(const char *data_dir, const char *env, const struct failure *f,
     return rc;
 }
 
-int failmem_fixed(const char *data_dir, const char *env, const char *sig, const char *code)
+int failmem_fixed(const char *data_dir, const char *env, const char *scope, const char *sig,
+                  const char *tool)
 {
     static const char what[] = "cannot write the failure memory";
     sqlite3 *db;
     sqlite3_stmt *st;
     int rc = db_prepare(data_dir,
-                        "UPDATE failures SET fixed = fixed + 1, fix = ? WHERE sig = ? "
-                        "AND env = ?",
+                        "UPDATE failure_facts SET fixed = fixed + 1, fixed_by = ? "
+                        "WHERE sig = ? AND env = ? AND scope = ?",
                         what, &db, &st);
     if (rc < 0)
         return rc;
-    _cleanup_free_ char *fix = xstrndup(code, MAX_FIX_TEXT);
-    db_bind_texts(st, 3, fix, sig, env);
+    db_bind_texts(st, 4, fix_tool(tool), sig, env, scope);
     return db_write(db, st, what);
 }
 
@@ -355,28 +366,26 @@ int failmem_top(const char *data_dir, size_t limit, json_t **ret)
     sqlite3 *db;
     sqlite3_stmt *st;
     int rc = db_prepare(data_dir,
-                        "SELECT sig, type, message, line, example, count, env, "
-                        "unfixable, note, fixed, fix, first_seen, last_seen FROM failures "
+                        "SELECT sig, type, message, line, example, env, scope, count, "
+                        "unfixable, fixed, fixed_by, first_seen, last_seen FROM failure_facts "
                         "ORDER BY count DESC, last_seen DESC LIMIT ?",
                         "cannot read the failure memory", &db, &st);
     if (rc < 0)
         return rc;
     sqlite3_bind_int64(st, 1, (sqlite3_int64)(limit ? limit : 20));
     json_t *arr = json_array();
-    static const char *const cols[] = {"signature", "type", "message", "line", "example"};
+    static const char *const cols[] = {"signature", "type", "message", "line",
+                                       "example",   "env",  "scope"};
     while (sqlite3_step(st) == SQLITE_ROW) {
         json_t *o = json_object();
-        for (int i = 0; i < 5; i++)
+        for (int i = 0; i < (int)ARRAY_SIZE(cols); i++)
             json_object_set_new(o, cols[i],
                                 json_string((const char *)sqlite3_column_text(st, i) ?: ""));
-        json_object_set_new(o, "count", json_integer(sqlite3_column_int64(st, 5)));
-        json_object_set_new(o, "env", json_string((const char *)sqlite3_column_text(st, 6)));
-        json_object_set_new(o, "unfixable", json_boolean(sqlite3_column_int(st, 7)));
-        const char *n = (const char *)sqlite3_column_text(st, 8);
-        json_object_set_new(o, "note", n ? json_string(n) : json_null());
+        json_object_set_new(o, "count", json_integer(sqlite3_column_int64(st, 7)));
+        json_object_set_new(o, "unfixable", json_boolean(sqlite3_column_int(st, 8)));
         json_object_set_new(o, "fixed", json_integer(sqlite3_column_int64(st, 9)));
-        const char *fix = (const char *)sqlite3_column_text(st, 10);
-        json_object_set_new(o, "fix", fix ? json_string(fix) : json_null());
+        const char *by = fix_tool((const char *)sqlite3_column_text(st, 10));
+        json_object_set_new(o, "fixed_by", by ? json_string(by) : json_null());
         json_object_set_new(o, "first_seen",
                             json_string((const char *)sqlite3_column_text(st, 11)));
         json_object_set_new(o, "last_seen", json_string((const char *)sqlite3_column_text(st, 12)));

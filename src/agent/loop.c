@@ -10,7 +10,6 @@
 #include <string.h>
 
 #define CRASHES_FOR_WEAK    2 /* interpreter crashes in a row that mean the sandbox cannot serve */
-#define FIX_SHOWN           800
 #define ATTEMPT_OBSERVATION 4000
 
 static const char *const stop_names[] = {
@@ -197,14 +196,16 @@ static char *call_code(struct run *r, const struct llm_tool_call *tc, const char
     return code;
 }
 
-/* What the failure memory says about f, as a note for the model; updates the run's state. */
+/* What the failure memory says about f, as a note for the model; updates the run's state.
+ * The note is runcell's own words and numbers: the unfixable verdict and its explanation
+ * come from this failure, the counts from earlier runs of this same task. */
 static char *remember_failure(struct run *r, const struct exec_record *rec, const struct failure *f)
 {
     struct failmem_known k;
     size_t n;
     _cleanup_free_ char *err_text = outcap_render(&rec->err, &n);
     const char *dir = r->o.no_memory ? NULL : r->o.data_dir;
-    if (failmem_note(dir, r->env.key, f, err_text, r->env.packages, &k) < 0)
+    if (failmem_note(dir, r->env.key, r->fingerprint, f, err_text, r->env.packages, &k) < 0)
         log_warn("msg=\"failure memory unavailable\" error=\"%s\"", err_msg());
     char *note = NULL;
     if (k.unfixable) {
@@ -216,16 +217,19 @@ static char *remember_failure(struct run *r, const struct exec_record *rec, cons
         r->retries_skipped = true;
         /* No retries for it: the next failure ends the run. */
         r->failures_in_row = MAX(r->failures_in_row, r->o.max_retries - 1);
-    } else if (k.fixed && k.fix) {
-        _cleanup_free_ char *fix = clip_text(k.fix, FIX_SHOWN, FIX_SHOWN / 4);
-        note = xasprintf("runcell has seen this error %ld time%s before; code that worked right "
-                         "after it:\n%s",
-                         k.seen, k.seen == 1 ? "" : "s", fix);
+    } else if (k.fixed && k.fixed_by) {
+        note = xasprintf("runcell has seen this error %ld time%s before in earlier runs of this "
+                         "task; a changed %s call right after it worked %ld time%s. Find the "
+                         "cause in the error above and change the code that hit it.",
+                         k.seen, k.seen == 1 ? "" : "s", k.fixed_by, k.fixed,
+                         k.fixed == 1 ? "" : "s");
     }
     if (k.seen || k.unfixable)
-        json_array_append_new(r->known, json_pack("{s:s,s:s,s:I,s:b,s:s?}", "signature", f->sig,
-                                                  "type", f->type, "seen", (json_int_t)k.seen,
-                                                  "unfixable", k.unfixable, "note", k.note));
+        json_array_append_new(r->known, json_pack("{s:s,s:s,s:I,s:b,s:I,s:s?,s:s?}", "signature",
+                                                  f->sig, "type", f->type, "seen",
+                                                  (json_int_t)k.seen, "unfixable", k.unfixable,
+                                                  "fixed", (json_int_t)k.fixed, "fixed_by",
+                                                  k.fixed_by, "note", k.note));
     failmem_known_release(&k);
     return note;
 }
@@ -290,13 +294,13 @@ static char *after_failure(struct run *r, const struct exec_record *rec, const c
     return note;
 }
 
-static void after_success(struct run *r, const char *code)
+static void after_success(struct run *r, const char *tool)
 {
     r->failures_in_row = 0;
     r->crashes_in_row = 0;
     r->last_sig[0] = '\0';
     if (r->fix_sig[0] && r->o.data_dir && !r->o.no_memory &&
-        failmem_fixed(r->o.data_dir, r->env.key, r->fix_sig, code) < 0)
+        failmem_fixed(r->o.data_dir, r->env.key, r->fingerprint, r->fix_sig, tool) < 0)
         log_warn("msg=\"failure memory unavailable\" error=\"%s\"", err_msg());
     r->fix_sig[0] = '\0';
 }
@@ -380,7 +384,7 @@ static void run_call(struct run *r, const struct llm_tool_call *tc, json_t *imag
     log_sandbox(r, &rec);
     _cleanup_free_ char *note = NULL;
     if (rec.status == EXEC_OK)
-        after_success(r, code);
+        after_success(r, tc->name);
     else
         note = after_failure(r, &rec, code, tc->name);
     _cleanup_free_ char *text = observation_text(&rec, saved, note);

@@ -23,6 +23,7 @@ struct server {
     struct metrics *metrics;
     struct mcp_http *mcp; /* MCP sessions of /mcp */
     struct MHD_Daemon *mhd;
+    struct conn_guard *conns;
     char *token;
     atomic_size_t executions; /* running now */
     atomic_bool shutting_down;
@@ -61,6 +62,8 @@ struct request {
     char **packages;        /* ... and its packages */
 };
 #define DRAIN_MAX (16u << 20)
+/* How long an authenticated connection may sit idle between requests. */
+#define CONNECTION_IDLE_TIMEOUT_S 300u
 
 enum route_flags {
     ROUTE_NO_AUTH = 1 << 0,
@@ -142,6 +145,22 @@ enum MHD_Result h_file_get(struct request *rq);
 enum MHD_Result h_file_put(struct request *rq);
 int h_file_put_chunk(struct request *rq, const char *data, size_t n);
 enum MHD_Result h_file_delete(struct request *rq);
+/* conns.c: connections that have not authenticated are capped at max_unauth (0: no cap);
+ * a new one past the cap closes the oldest of them. Pass conn_guard_notify with the guard
+ * as MHD_OPTION_NOTIFY_CONNECTION. */
+struct conn_guard;
+struct conn_guard *conn_guard_new(size_t max_unauth);
+/* NULL is a no-op; only after the daemon has stopped. */
+void conn_guard_free(struct conn_guard *g);
+void conn_guard_notify(void *cls, struct MHD_Connection *conn, void **ctx,
+                       enum MHD_ConnectionNotificationCode toe);
+/* conn sent a request with the right token: off the unauthenticated list for good, with
+ * idle_timeout_s instead of the header timeout. */
+void conn_guard_authenticated(struct conn_guard *g, struct MHD_Connection *conn,
+                              unsigned idle_timeout_s);
+/* Connections closed so far to make room. */
+uint64_t conn_guard_evicted(struct conn_guard *g);
+
 enum MHD_Result h_healthz(struct request *rq);
 enum MHD_Result h_metrics(struct request *rq);
 enum MHD_Result h_agent_run(struct request *rq);
@@ -190,6 +209,7 @@ struct metrics_gauges {
     size_t live_sessions, running_executions;
     size_t pool_ready;        /* sessions made ahead and waiting to be handed out */
     double template_ready_ms; /* how long the running template took to start; 0: none */
+    uint64_t connections_evicted; /* unauthenticated connections closed to make room */
 };
 char *metrics_render(struct metrics *m, const struct metrics_gauges *g);
 

@@ -14,6 +14,9 @@ struct server_limits {
     size_t max_sessions;
     size_t max_executions;   /* running at once, across sessions and one-shot runs */
     size_t max_connections;
+    size_t max_connections_per_peer; /* from one client address; 0: no cap */
+    size_t max_unauthenticated;      /* open without having shown the token; 0: no cap */
+    uint64_t header_timeout_ms;      /* idle time allowed before the token is shown */
     uint64_t max_body_bytes;   /* JSON request bodies */
     uint64_t max_upload_bytes; /* one file upload */
     uint64_t max_memory_mb;

@@ -143,6 +143,11 @@ char *metrics_render(struct metrics *m, const struct metrics_gauges *g)
     render_hist(&b, "runcell_session_create_duration_seconds",
                 "Time to create a session, ready to run.", &m->create, create_buckets,
                 N_CREATE_B);
+    buf_printf(&b, "# HELP runcell_http_connections_evicted_total Connections without the "
+                   "token closed to make room for new ones (--max-unauthenticated).\n"
+                   "# TYPE runcell_http_connections_evicted_total counter\n"
+                   "runcell_http_connections_evicted_total %llu\n",
+               (unsigned long long)g->connections_evicted);
     buf_printf(&b, "# HELP runcell_sandbox_failures_total Sandboxes that could not be set up "
                    "or served.\n# TYPE runcell_sandbox_failures_total counter\n"
                    "runcell_sandbox_failures_total %llu\n",

@@ -37,6 +37,21 @@ static bool check_path(struct request *rq, const char *path)
     return false;
 }
 
+/* What a file that is not a regular file is, for messages. */
+static const char *file_kind(mode_t mode)
+{
+    static const struct {
+        mode_t type;
+        const char *what;
+    } kinds[] = {{S_IFSOCK, "a socket"}, {S_IFIFO, "a named pipe (FIFO)"},
+                 {S_IFCHR, "a character device"}, {S_IFBLK, "a block device"},
+                 {S_IFLNK, "a symbolic link"}, {S_IFDIR, "a directory"}};
+    for (size_t i = 0; i < ARRAY_SIZE(kinds); i++)
+        if ((mode & S_IFMT) == kinds[i].type)
+            return kinds[i].what;
+    return "a special file";
+}
+
 /* Replies for an -errno from opening a workspace path. */
 static enum MHD_Result path_error(struct request *rq, const char *path, int err)
 {
@@ -117,14 +132,25 @@ enum MHD_Result h_file_get(struct request *rq)
     struct session *s = acquire_session(rq);
     if (!s)
         return MHD_YES;
-    int fd = workspace_openat(session_workspace(s), path, O_RDONLY | O_NONBLOCK, 0);
-    session_table_release(rq->srv->table, s);
+    /* Looked at before it is opened for reading: opening a socket fails (ENXIO), a device
+     * may, a FIFO may block; none of them is something to download. */
     struct stat st;
+    int fd = workspace_openat(session_workspace(s), path, O_PATH, 0);
+    if (fd >= 0 && fstat(fd, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {
+        session_table_release(rq->srv->table, s);
+        close(fd);
+        return api_error(rq, AE_BAD_PATH, "'%s' is %s, not a regular file; only regular "
+                         "files can be read", path, file_kind(st.st_mode));
+    }
+    if (fd >= 0)
+        close(fd);
+    fd = workspace_openat(session_workspace(s), path, O_RDONLY | O_NONBLOCK, 0);
+    session_table_release(rq->srv->table, s);
     if (fd < 0)
         return path_error(rq, path, fd);
     if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
         close(fd);
-        return path_error(rq, path, S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL); /* FIFO, socket */
+        return path_error(rq, path, S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL); /* swapped since */
     }
     fd_set_nonblock(fd, false);
     /* Streamed from the fd: the file is never held in memory. */

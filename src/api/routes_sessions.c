@@ -129,6 +129,13 @@ bool session_opts_from_json(struct request *rq, json_t *body, struct session_opt
                       (double)max->max_cpus_milli / 1000.0);
             return false;
         }
+        /* Shares are set in thousandths of a core: less would round to 0, which means
+         * "the default" (a whole core) further down. */
+        if (c < 0.001) {
+            api_error(rq, AE_BAD_REQUEST, "field 'cpus' is %g; the smallest CPU share is "
+                      "0.001 of a core", c);
+            return false;
+        }
         o->limits.cpus_milli = (uint64_t)(c * 1000 + 0.5);
     }
     json_t *net = json_object_get(body, "network");
@@ -318,6 +325,7 @@ enum MHD_Result h_metrics(struct request *rq)
         .running_executions = atomic_load(&srv->executions),
         .pool_ready = session_pool_ready(srv->pool),
         .template_ready_ms = sandbox_host_template_ready_ms(&srv->host),
+        .connections_evicted = conn_guard_evicted(srv->conns),
     };
     char *text = metrics_render(srv->metrics, &g);
     struct MHD_Response *r = MHD_create_response_from_buffer(strlen(text), text,

@@ -46,6 +46,12 @@ void server_limits_fill_defaults(struct server_limits *l)
         l->max_executions = 64;
     if (!l->max_connections)
         l->max_connections = 1024;
+    if (!l->max_connections_per_peer)
+        l->max_connections_per_peer = l->max_connections / 2;
+    if (!l->max_unauthenticated)
+        l->max_unauthenticated = l->max_connections / 8 ? l->max_connections / 8 : 1;
+    if (!l->header_timeout_ms)
+        l->header_timeout_ms = 10000;
     if (!l->max_body_bytes)
         l->max_body_bytes = 64u << 20;
     if (!l->max_upload_bytes)
@@ -175,6 +181,7 @@ static enum MHD_Result route_request(struct request *rq, const char *url, const 
                              "(the token is in the server's data directory, file 'token')",
                              h ? "wrong token" : "no token");
         }
+        conn_guard_authenticated(srv->conns, rq->conn, CONNECTION_IDLE_TIMEOUT_S);
     }
     if (!rq->route) {
         enum MHD_Result r;
@@ -341,13 +348,21 @@ static int start_http(struct server *srv, const struct sockaddr_storage *addr)
                      MHD_USE_POLL | MHD_USE_ERROR_LOG | MHD_USE_ITC;
     if (addr->ss_family == AF_INET6)
         flags |= MHD_USE_IPv6;
+    /* Connections start with the header timeout and the unauthenticated cap; a request
+     * with the token lifts both for its connection (conns.c). libmicrohttpd's timeout is
+     * in whole seconds. */
+    const struct server_limits *l = &srv->cfg->limits;
+    unsigned header_timeout_s = (unsigned)((l->header_timeout_ms + 999) / 1000);
+    srv->conns = conn_guard_new(l->max_unauthenticated);
     /* The logger comes first: libmicrohttpd logs the options that follow it through it. */
     srv->mhd =
         MHD_start_daemon(flags, 0, NULL, NULL, on_request, srv, MHD_OPTION_EXTERNAL_LOGGER, mhd_log,
                          srv, MHD_OPTION_URI_LOG_CALLBACK, on_uri, srv, MHD_OPTION_SOCK_ADDR, addr,
-                         MHD_OPTION_CONNECTION_LIMIT, (unsigned)srv->cfg->limits.max_connections,
-                         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)300, MHD_OPTION_NOTIFY_COMPLETED,
-                         on_completed, srv, MHD_OPTION_END);
+                         MHD_OPTION_CONNECTION_LIMIT, (unsigned)l->max_connections,
+                         MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)l->max_connections_per_peer,
+                         MHD_OPTION_CONNECTION_TIMEOUT, header_timeout_s,
+                         MHD_OPTION_NOTIFY_CONNECTION, conn_guard_notify, srv->conns,
+                         MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv, MHD_OPTION_END);
     if (!srv->mhd)
         return err_set(EADDRINUSE, "cannot listen on %s: the address is in use or not local",
                        srv->cfg->listen);
@@ -514,6 +529,7 @@ out:
     mcp_http_free(srv.mcp);
     if (srv.mhd)
         MHD_stop_daemon(srv.mhd);
+    conn_guard_free(srv.conns); /* the daemon, which used it, is stopped */
     session_table_free(srv.table);
     session_pool_free(srv.pool);
     store_free(srv.store);

@@ -22,6 +22,14 @@ static const char serve_help[] =
     "  --max-timeout SEC      the longest per-execution timeout allowed (default 3600)\n"
     "  --max-upload MB        the largest file upload (default 1024)\n"
     "  --max-body MB          the largest JSON request body (default 64)\n"
+    "  --max-connections N    HTTP connections open at once (default 1024)\n"
+    "  --max-connections-per-peer N   from one client address (default half of\n"
+    "                         --max-connections)\n"
+    "  --max-unauthenticated N   connections open that have not sent the token yet\n"
+    "                         (default an eighth of --max-connections); a new one past\n"
+    "                         this closes the oldest of them\n"
+    "  --header-timeout SEC   a connection that has not sent the token is closed after\n"
+    "                         this long idle (default 10); with it, after 300\n"
     "  --max-pids N, --max-disk MB, --max-idle-timeout SEC\n"
     "                         the most a session may ask for (defaults 4096, 8192, 604800)\n"
     "  --timeout SEC          default per-execution timeout (default 60)\n"
@@ -54,7 +62,8 @@ enum { OPT_LISTEN = OPT_COMMON_END, OPT_DATA, OPT_TOKEN, OPT_MAX_SESSIONS, OPT_M
        OPT_MAX_MEMORY, OPT_MAX_TIMEOUT, OPT_MAX_UPLOAD, OPT_IDLE_TIMEOUT, OPT_GRACE,
        OPT_NO_TEMPLATE, OPT_POOL, OPT_NET_ALLOW_MAX, OPT_NET_MAX_CONNECTIONS, OPT_NET_MAX_MB,
        OPT_ALLOW_ORIGIN, OPT_MODEL, OPT_BASE_URL, OPT_WEBHOOK, OPT_MAX_BODY, OPT_MAX_PIDS,
-       OPT_MAX_DISK, OPT_MAX_IDLE_TIMEOUT };
+       OPT_MAX_DISK, OPT_MAX_IDLE_TIMEOUT, OPT_MAX_CONNECTIONS, OPT_MAX_PER_PEER,
+       OPT_MAX_UNAUTH, OPT_HEADER_TIMEOUT };
 
 static const struct option long_opts[] = {
     COMMON_LONG_OPTS,
@@ -80,6 +89,10 @@ static const struct option long_opts[] = {
     {"review-webhook", required_argument, NULL, OPT_WEBHOOK},
     {"max-body", required_argument, NULL, OPT_MAX_BODY},
     {"max-pids", required_argument, NULL, OPT_MAX_PIDS},
+    {"max-connections", required_argument, NULL, OPT_MAX_CONNECTIONS},
+    {"max-connections-per-peer", required_argument, NULL, OPT_MAX_PER_PEER},
+    {"max-unauthenticated", required_argument, NULL, OPT_MAX_UNAUTH},
+    {"header-timeout", required_argument, NULL, OPT_HEADER_TIMEOUT},
     {"max-disk", required_argument, NULL, OPT_MAX_DISK},
     {"max-idle-timeout", required_argument, NULL, OPT_MAX_IDLE_TIMEOUT},
     {"help", no_argument, NULL, 'h'},
@@ -120,6 +133,9 @@ static int opt_mb_as_bytes(const char *opt, const char *val, uint64_t *ret_bytes
     return r;
 }
 
+/* Longer would keep a stranger's connection past what an authenticated one gets. */
+#define CONNECTION_IDLE_OPT_SECONDS 300
+
 static int serve_opt(struct server_config *cfg, struct common_opts *co, struct store_opts *so,
                      int c, char *val, char ***origins)
 {
@@ -153,6 +169,21 @@ static int serve_opt(struct server_config *cfg, struct common_opts *co, struct s
         return opt_mb_as_bytes("--max-upload", val, &cfg->limits.max_upload_bytes);
     case OPT_MAX_BODY:
         return opt_mb_as_bytes("--max-body", val, &cfg->limits.max_body_bytes);
+    case OPT_MAX_CONNECTIONS:
+        r = opt_count("serve", "--max-connections", val, &v);
+        cfg->limits.max_connections = v;
+        return r;
+    case OPT_MAX_PER_PEER:
+        r = opt_count("serve", "--max-connections-per-peer", val, &v);
+        cfg->limits.max_connections_per_peer = v;
+        return r;
+    case OPT_MAX_UNAUTH:
+        r = opt_count("serve", "--max-unauthenticated", val, &v);
+        cfg->limits.max_unauthenticated = v;
+        return r;
+    case OPT_HEADER_TIMEOUT:
+        return opt_seconds_max("serve", "--header-timeout", val, CONNECTION_IDLE_OPT_SECONDS,
+                               &cfg->limits.header_timeout_ms);
     case OPT_MAX_PIDS:
         return opt_count("serve", "--max-pids", val, &cfg->limits.max_pids);
     case OPT_MAX_DISK:
@@ -218,11 +249,22 @@ static bool over_max(const char *opt, uint64_t val, const char *max_opt, uint64_
     return true;
 }
 
-/* A default a session gets without asking must be one it could ask for. */
+/* A default a session gets without asking must be one it could ask for; the connection
+ * caps must fit in the connection limit. */
 static int check_defaults(const struct server_config *cfg)
 {
     const struct server_limits *m = &cfg->limits;
     const struct session_opts *d = &cfg->defaults;
+    const struct {
+        const char *opt;
+        size_t val;
+    } caps[] = {{"--max-connections-per-peer", m->max_connections_per_peer},
+                {"--max-unauthenticated", m->max_unauthenticated}};
+    for (size_t i = 0; i < ARRAY_SIZE(caps); i++)
+        if (caps[i].val > m->max_connections)
+            return usage_error("serve", "%s (%zu) is more than --max-connections (%zu); lower "
+                               "one or raise the other", caps[i].opt, caps[i].val,
+                               m->max_connections);
     if (over_max("--memory", d->limits.memory_mb, "--max-memory", m->max_memory_mb, 1) ||
         over_max("--pids", d->limits.pids, "--max-pids", m->max_pids, 1) ||
         over_max("--disk", d->limits.disk_mb, "--max-disk", m->max_disk_mb, 1) ||

@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -39,6 +40,10 @@ static int parse_cpus(const char *cmd, const char *val, uint64_t *ret_milli)
     uint64_t ms;
     if (parse_seconds(val, &ms) < 0 || ms > 1024 * 1000)
         return usage_error(cmd, "--cpus: '%s' is not a number of cores (e.g. 1 or 0.5)", val);
+    /* Shares are thousandths of a core; the parser would round a smaller value up. */
+    if (strtod(val, NULL) < 0.001)
+        return usage_error(cmd, "--cpus: '%s' is less than the smallest CPU share, 0.001 of "
+                           "a core", val);
     *ret_milli = ms; /* the "seconds" parser yields thousandths */
     return 0;
 }

@@ -6,6 +6,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -262,65 +263,112 @@ bool net_policy_lists_host(const struct net_policy *p, const char *host)
 
 /* ---- addresses ---- */
 
-struct v4_range {
-    uint32_t net;
+/* One class of address that is not the public internet. The prefix is written as text so
+ * the table reads like the registries it copies; it is parsed once. */
+struct addr_class {
+    int family;
+    const char *prefix;
     int bits;
     const char *what;
+    bool embeds_v4; /* the last 32 bits are an IPv4 address, judged as such */
 };
 
-/* Everything that is not the public internet (RFC 6890 and friends). */
-static const struct v4_range v4_special[] = {
-    {0x00000000, 8, "an unspecified ('this network') address"},
-    {0x0a000000, 8, "a private address"},
-    {0x64400000, 10, "a shared (carrier-grade NAT) address"},
-    {0x7f000000, 8, "a loopback address"},
-    {0xa9fe0000, 16, "a link-local address (cloud metadata services live here)"},
-    {0xac100000, 12, "a private address"},
-    {0xc0000000, 24, "an IETF protocol address"},
-    {0xc0000200, 24, "a documentation address"},
-    {0xc0a80000, 16, "a private address"},
-    {0xc6120000, 15, "a benchmarking address"},
-    {0xc6336400, 24, "a documentation address"},
-    {0xcb007100, 24, "a documentation address"},
-    {0xe0000000, 4, "a multicast address"},
-    {0xf0000000, 4, "a reserved or broadcast address"},
+/* The IANA IPv4 and IPv6 Special-Purpose Address Registries (RFC 6890 and the RFCs
+ * registered since), with multicast, IPv4 class E and IPv6 site-local besides. Every entry
+ * is refused unless named exactly, even those the registry marks globally reachable
+ * (anycast relays, AS112): code in a sandbox has no business with them. First match wins,
+ * so a narrower entry comes before the wider one that holds it. */
+static const struct addr_class classes[] = {
+    {AF_INET, "0.0.0.0", 8, "an unspecified ('this network') address"},
+    {AF_INET, "10.0.0.0", 8, "a private address"},
+    {AF_INET, "100.64.0.0", 10, "a shared (carrier-grade NAT) address"},
+    {AF_INET, "127.0.0.0", 8, "a loopback address"},
+    {AF_INET, "169.254.0.0", 16, "a link-local address (cloud metadata services live here)"},
+    {AF_INET, "172.16.0.0", 12, "a private address"},
+    {AF_INET, "192.0.0.0", 29, "an IPv4 service continuity (DS-Lite) address"},
+    {AF_INET, "192.0.0.170", 31, "a NAT64 discovery address"},
+    {AF_INET, "192.0.0.0", 24, "an IETF protocol address"},
+    {AF_INET, "192.0.2.0", 24, "a documentation address"},
+    {AF_INET, "192.31.196.0", 24, "an AS112 (DNS sink) address"},
+    {AF_INET, "192.52.193.0", 24, "an AMT relay address"},
+    {AF_INET, "192.88.99.0", 24, "a 6to4 relay anycast address"},
+    {AF_INET, "192.168.0.0", 16, "a private address"},
+    {AF_INET, "192.175.48.0", 24, "an AS112 (DNS sink) address"},
+    {AF_INET, "198.18.0.0", 15, "a benchmarking address"},
+    {AF_INET, "198.51.100.0", 24, "a documentation address"},
+    {AF_INET, "203.0.113.0", 24, "a documentation address"},
+    {AF_INET, "224.0.0.0", 4, "a multicast address"},
+    {AF_INET, "255.255.255.255", 32, "a broadcast address"},
+    {AF_INET, "240.0.0.0", 4, "a reserved address"},
+
+    {AF_INET6, "::", 128, "an unspecified address"},
+    {AF_INET6, "::1", 128, "a loopback address"},
+    {AF_INET6, "::ffff:0:0", 96, NULL, true},    /* IPv4-mapped */
+    {AF_INET6, "64:ff9b::", 96, NULL, true},     /* well-known NAT64 prefix */
+    {AF_INET6, "64:ff9b:1::", 48, "a local-use NAT64 address (any IPv4 address behind it)"},
+    {AF_INET6, "::", 8, "a reserved address (IPv4-compatible and other forms)"},
+    {AF_INET6, "100::", 64, "a discard-only address"},
+    {AF_INET6, "100:0:0:1::", 64, "a dummy prefix address"},
+    {AF_INET6, "2001::", 32, "a Teredo address (an IPv4 address behind a tunnel)"},
+    {AF_INET6, "2001:2::", 48, "a benchmarking address"},
+    {AF_INET6, "2001:db8::", 32, "a documentation address"},
+    {AF_INET6, "2001::", 23, "an IETF protocol address (ORCHID, AMT, AS112, anycast)"},
+    {AF_INET6, "2002::", 16, "a 6to4 address (an IPv4 address behind a tunnel)"},
+    {AF_INET6, "2620:4f:8000::", 48, "an AS112 (DNS sink) address"},
+    {AF_INET6, "3fff::", 20, "a documentation address"},
+    {AF_INET6, "5f00::", 16, "a segment routing (SRv6) address"},
+    {AF_INET6, "fc00::", 7, "a private (unique local) address"},
+    {AF_INET6, "fe80::", 10, "a link-local address"},
+    {AF_INET6, "fec0::", 10, "a site-local address"},
+    {AF_INET6, "ff00::", 8, "a multicast address"},
+    /* The rest outside 2000::/3 (global unicast) is unassigned: nothing public lives there. */
+    {AF_INET6, "::", 3, "a reserved address"},
+    {AF_INET6, "4000::", 2, "a reserved address"},
+    {AF_INET6, "8000::", 1, "a reserved address"},
 };
 
-static const char *v4_class(const unsigned char *a)
+static unsigned char class_addr[ARRAY_SIZE(classes)][16];
+static pthread_once_t classes_once = PTHREAD_ONCE_INIT;
+
+static void classes_parse(void)
 {
-    uint32_t ip = ((uint32_t)a[0] << 24) | ((uint32_t)a[1] << 16) | ((uint32_t)a[2] << 8) | a[3];
-    for (size_t i = 0; i < ARRAY_SIZE(v4_special); i++) {
-        uint32_t mask = 0xffffffffu << (32 - v4_special[i].bits);
-        if ((ip & mask) == v4_special[i].net)
-            return v4_special[i].what;
+    for (size_t i = 0; i < ARRAY_SIZE(classes); i++)
+        if (inet_pton(classes[i].family, classes[i].prefix, class_addr[i]) != 1)
+            memset(class_addr[i], 0xff, sizeof(class_addr[i])); /* a typo: the unit tests see it */
+}
+
+static bool prefix_match(const unsigned char *a, const unsigned char *net, int bits)
+{
+    int bytes = bits / 8, rest = bits % 8;
+    if (memcmp(a, net, (size_t)bytes))
+        return false;
+    if (!rest)
+        return true;
+    unsigned char mask = (unsigned char)(0xff << (8 - rest));
+    return (a[bytes] & mask) == (net[bytes] & mask);
+}
+
+/* What kind of special address a (4 or 16 bytes of family) is, or NULL when public. */
+static const char *addr_class(int family, const unsigned char *a)
+{
+    pthread_once(&classes_once, classes_parse);
+    for (size_t i = 0; i < ARRAY_SIZE(classes); i++) {
+        const struct addr_class *c = &classes[i];
+        if (c->family != family || !prefix_match(a, class_addr[i], c->bits))
+            continue;
+        return c->embeds_v4 ? addr_class(AF_INET, a + 12) : c->what;
     }
     return NULL;
 }
 
+static const char *v4_class(const unsigned char *a)
+{
+    return addr_class(AF_INET, a);
+}
+
 static const char *v6_class(const unsigned char *a)
 {
-    static const unsigned char mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-    static const unsigned char nat64[12] = {0, 0x64, 0xff, 0x9b};
-    static const unsigned char zero[16] = {0};
-    if (!memcmp(a, mapped, 12) || !memcmp(a, nat64, 12))
-        return v4_class(a + 12); /* an IPv4 address in IPv6 clothes */
-    if (!memcmp(a, zero, 15))
-        return a[15] == 1 ? "a loopback address" : "an unspecified address";
-    if ((a[0] & 0xfe) == 0xfc)
-        return "a private (unique local) address";
-    if (a[0] == 0xfe && (a[1] & 0xc0) == 0x80)
-        return "a link-local address";
-    if (a[0] == 0xfe && (a[1] & 0xc0) == 0xc0)
-        return "a site-local address";
-    if (a[0] == 0xff)
-        return "a multicast address";
-    if (a[0] == 0x20 && a[1] == 0x01 && a[2] == 0x0d && a[3] == 0xb8)
-        return "a documentation address";
-    if (a[0] == 0x20 && a[1] == 0x02)
-        return "a 6to4 address";
-    if (!memcmp(a, zero, 8) || (a[0] == 0x01 && !memcmp(a + 1, zero, 7)))
-        return "a reserved address";
-    return NULL;
+    return addr_class(AF_INET6, a);
 }
 
 /* Whether an IP entry names exactly this address (an IPv4-mapped IPv6 address counts as

@@ -42,6 +42,13 @@ static int parse_authority(const char *s, size_t n, int default_port, struct pro
         if (!host_char(host[i]))
             return err_set(EINVAL, "the host name in '%.*s' has characters a host name "
                            "cannot have", (int)MIN(n, 200), s);
+    /* "example.com." is "example.com": one name for the policy, the pinned hosts file and
+     * the resolver alike, so a trailing dot cannot step around a pin. */
+    if (host_len > 1 && host[host_len - 1] == '.')
+        host_len--;
+    if (host[0] == '.' || host[host_len - 1] == '.' || memmem(host, host_len, "..", 2))
+        return err_set(EINVAL, "the host name in '%.*s' has an empty label", (int)MIN(n, 200),
+                       s);
     memcpy(rq->host, host, host_len);
     rq->host[host_len] = '\0';
     if (!port) {

@@ -32,6 +32,16 @@ static bool add_addr(const char *text, uint16_t port, struct sockaddr_storage *r
     return true;
 }
 
+/* Names compared case-insensitively, a trailing dot in the file's name ignored (host
+ * never has one: the request parser drops it). */
+static bool same_name(const char *name, const char *host)
+{
+    size_t n = strlen(name);
+    if (n > 1 && name[n - 1] == '.')
+        n--;
+    return n == strlen(host) && !strncasecmp(name, host, n);
+}
+
 /* Looks host up in a hosts(5) file: "ADDRESS NAME [ALIAS...]", '#' comments. */
 static void hosts_file_lookup(const char *path, const char *host, uint16_t port,
                               struct sockaddr_storage *ret, size_t *n)
@@ -47,7 +57,7 @@ static void hosts_file_lookup(const char *path, const char *host, uint16_t port,
         line[strcspn(line, "#")] = '\0';
         char *fsave = NULL, *addr = strtok_r(line, " \t\r", &fsave), *name;
         while (addr && (name = strtok_r(NULL, " \t\r", &fsave)))
-            if (!strcasecmp(name, host))
+            if (same_name(name, host))
                 add_addr(addr, port, ret, n);
     }
     free(data);

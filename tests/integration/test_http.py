@@ -13,11 +13,13 @@ import hashlib
 import json
 import os
 import re
+import select
 import signal
 import socket
 import subprocess
 import tempfile
 import threading
+import time
 import unittest
 import uuid
 
@@ -449,6 +451,11 @@ class Validation(ServerCase):
         self.bad("POST", "/v1/sessions", {"timeout_s": -1}, "'timeout_s'")
         self.bad("POST", "/v1/sessions", {"memory_mb": 0}, "'memory_mb'", "positive")
         self.bad("POST", "/v1/sessions", {"cpus": 0}, "'cpus'")
+        # Below a thousandth of a core the share would round to nothing (once: a whole core).
+        for tiny in (0.0004, 0.0009, 1e-300):
+            self.bad("POST", "/v1/sessions", {"cpus": tiny}, "'cpus'", "0.001 of a core")
+            self.bad("POST", "/v1/execute", {"code": "1", "cpus": tiny}, "'cpus'",
+                     "0.001 of a core")
         self.bad("POST", "/v1/sessions", {"network": {"mode": "sometimes"}}, "'network.mode'")
         self.bad("POST", "/v1/sessions", {"network": {"mode": "allowlist", "allow": [1]}},
                  "'network.allow'")
@@ -679,7 +686,9 @@ class PathAttacks(ServerCase):
             "os.symlink('real.txt', 'inner')\n"
             "os.symlink('..', 'sub/up')\n"
             "os.symlink('/proc/self/root', 'root')\n"
-            "os.mkfifo('fifo')\n") % (o, o + "/secret"))
+            "os.mkfifo('fifo')\n"
+            "import socket\n"
+            "socket.socket(socket.AF_UNIX).bind('sub/sock')\n") % (o, o + "/secret"))
         self.assertStatus(rec, "ok")
 
     def files(self, method, rest, body=None):
@@ -742,7 +751,11 @@ class PathAttacks(ServerCase):
 
     def test_special_files_are_refused(self):
         # Opening a FIFO for reading would block: the server must refuse it, not hang.
-        self.assertError(self.files("GET", "fifo"), 400, "bad_path", "regular file")
+        self.assertError(self.files("GET", "fifo"), 400, "bad_path", "regular file",
+                         "'fifo' is a named pipe (FIFO)")
+        # A socket cannot be opened at all (ENXIO): a 400 that says what it is, not a 500.
+        self.assertError(self.files("GET", "sub/sock"), 400, "bad_path",
+                         "'sub/sock' is a socket, not a regular file")
 
 
 class BigFiles(RuncellTestCase):
@@ -1229,3 +1242,139 @@ class Shutdown(RuncellTestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+def half_open(port, n, source="127.0.0.1"):
+    """n connections that start a request head and never finish it, as a client without
+    the token would to hold the server's connections."""
+    socks = []
+    for _ in range(n):
+        s = socket.socket()
+        s.bind((source, 0))
+        s.connect(("127.0.0.1", port))
+        s.sendall(b"GET /v1/sessions HTTP/1.1\r\nHost: x\r\n")
+        socks.append(s)
+    return socks
+
+
+def is_closed(s):
+    """Whether the server has closed s (without waiting)."""
+    try:
+        return s.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+
+
+def keep_alive_request(s, path, token=TOKEN):
+    """One request on s, which stays open; returns the status. Reads exactly the answer."""
+    s.sendall(("GET %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n\r\n"
+               % (path, token)).encode())
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = s.recv(4096)
+        if not chunk:
+            raise ConnectionError("closed before an answer: %r" % data)
+        data += chunk
+    head, body = data.split(b"\r\n\r\n", 1)
+    length = int(re.search(rb"(?im)^content-length: *(\d+)", head).group(1))
+    while len(body) < length:
+        body += s.recv(4096)
+    return int(head.split()[1])
+
+
+class ConnectionCaps(RuncellTestCase):
+    """Connections that never show the token cannot hold the server: a short header
+    timeout, a cap on unauthenticated connections that closes the oldest to make room, and
+    a cap per client address."""
+
+    def setUp(self):
+        import resource
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft < 4096 <= hard:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (4096, hard))
+        elif soft < 4096:
+            self.skipTest("the test needs 4096 open files; the hard limit is %d" % hard)
+
+    def test_half_open_connections_do_not_lock_out_authenticated_clients(self):
+        with Server() as srv:
+            flood = half_open(srv.port, 1100)  # more than the server's 1024 connections
+            try:
+                # A client with the token, from the same address, is answered at once...
+                r = srv.request("GET", "/v1/sessions", timeout=HANG)
+                self.assertEqual(r.status, 200)
+                # ...because the flood holds at most 128 connections (an eighth of 1024).
+                deadline = time.monotonic() + HANG
+                while sum(not is_closed(s) for s in flood) > 128:
+                    self.assertLess(time.monotonic(), deadline, "the flood is still open")
+                    poll = select.poll()
+                    for s in flood:
+                        poll.register(s, select.POLLIN)
+                    poll.poll(1000)
+                self.assertEqual(srv.request("GET", "/healthz").status, 200)
+                m, _ = metrics(srv)
+                self.assertGreater(m["runcell_http_connections_evicted_total"], 0)
+            finally:
+                for s in flood:
+                    s.close()
+
+    def test_a_head_that_never_ends_is_closed_after_the_header_timeout(self):
+        with Server("--header-timeout", "1") as srv:
+            [stranger] = half_open(srv.port, 1)
+            wrong = socket.create_connection(("127.0.0.1", srv.port))
+            known = socket.create_connection(("127.0.0.1", srv.port))
+            try:
+                self.assertEqual(keep_alive_request(wrong, "/v1/sessions", token="wrong"), 401)
+                self.assertEqual(keep_alive_request(known, "/v1/sessions"), 200)
+                for s in (stranger, wrong):  # a 401 does not lift the header timeout
+                    s.settimeout(HANG)
+                    try:
+                        self.assertEqual(s.recv(4096), b"")
+                    except ConnectionResetError:
+                        pass
+                # The connection that showed the token has the idle timeout of before.
+                time.sleep(3)
+                self.assertFalse(is_closed(known))
+                self.assertEqual(keep_alive_request(known, "/v1/sessions"), 200)
+            finally:
+                for s in (stranger, wrong, known):
+                    s.close()
+
+    def test_one_address_cannot_take_every_connection(self):
+        with Server("--max-connections", "16", "--max-connections-per-peer", "4") as srv:
+            held = []
+            try:
+                for _ in range(4):  # one by one: strangers past two close the oldest
+                    held.append(socket.create_connection(("127.0.0.1", srv.port)))
+                    self.assertEqual(keep_alive_request(held[-1], "/v1/sessions"), 200)
+                # A fifth from 127.0.0.1 is closed unanswered...
+                [fifth] = half_open(srv.port, 1)
+                fifth.settimeout(HANG)
+                try:
+                    self.assertEqual(fifth.recv(4096), b"")
+                except ConnectionResetError:
+                    pass
+                fifth.close()
+                # ...while another address is served.
+                other = socket.socket()
+                other.bind(("127.0.0.2", 0))
+                other.settimeout(HANG)
+                other.connect(("127.0.0.1", srv.port))
+                self.assertEqual(keep_alive_request(other, "/v1/sessions"), 200)
+                other.close()
+            finally:
+                for s in held:
+                    s.close()
+
+    def test_caps_that_do_not_fit_are_usage_errors(self):
+        for args, needle in ((["--max-connections", "8", "--max-unauthenticated", "9"],
+                              "--max-unauthenticated (9) is more than --max-connections (8)"),
+                             (["--max-connections-per-peer", "2000"],
+                              "--max-connections-per-peer (2000) is more than"),
+                             (["--header-timeout", "301"], "at most 300"),
+                             (["--max-connections", "0"], "positive whole number")):
+            p = subprocess.run([RUNCELL, "serve", "--data", "/nonexistent/x"] + args,
+                               capture_output=True, text=True, timeout=HANG)
+            self.assertEqual(p.returncode, 2, p.stderr)
+            self.assertIn(needle, p.stderr)

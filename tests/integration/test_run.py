@@ -455,6 +455,7 @@ class BadInput(RuncellTestCase):
         self.check(["--timeout", "nan", "-c", "pass"], "--timeout", "'nan'")
         self.check(["--pids", "many", "-c", "pass"], "--pids", "'many'")
         self.check(["--cpus", "-2", "-c", "pass"], "--cpus", "'-2'")
+        self.check(["--cpus", "0.0004", "-c", "pass"], "--cpus", "'0.0004'", "0.001 of a core")
 
     def test_binary_file(self):
         with TempDir() as d:

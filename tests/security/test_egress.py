@@ -100,6 +100,45 @@ report({"direct": fetch("http://169.254.169.254/latest/meta-data/"),
         self.assertEqual([(e["allowed"], e["address"], e["status"]) for e in by_name],
                          [(False, "169.254.169.254", 403)])
 
+    def test_tunnel_and_translation_prefixes_are_refused(self):
+        """Addresses that lead to an IPv4 address behind a relay or a translator (local-use
+        NAT64, Teredo, 6to4 and its relay) and the other special-purpose classes are refused
+        like private ones, before any connection."""
+        addrs = {"nat64": "64:ff9b:1::a00:1", "teredo": "2001:0:4136:e378:8000:63bf:3fff:fdd2",
+                 "sixtofour": "2002:a00:1::1", "relay": "192.88.99.1", "as112": "192.31.196.1",
+                 "orchid": "2001:20::1", "srv6": "5f00::1", "doc": "3fff::1"}
+        env = self.hosts_file(["%s %s.example.test" % (a, n) for n, a in addrs.items()])
+        res, rec = self.probe("report({n: tunnel('%s.example.test:443' % n) for n in NAMES})"
+                              .replace("NAMES", repr(sorted(addrs))),
+                              ",".join("%s.example.test" % n for n in addrs), env)
+        for n in addrs:
+            self.assertTrue(res[n].startswith("HTTP/1.1 403 "), (n, res[n]))
+        why = {e["host"]: e for e in rec["network"]}
+        for n, a in addrs.items():
+            ev = why["%s.example.test" % n]
+            self.assertEqual((ev["allowed"], ev["status"]), (False, 403), ev)
+            self.assertIn("only an entry naming that address exactly", ev["reason"])
+        self.assertIn("local-use NAT64", why["nat64.example.test"]["reason"])
+        self.assertIn("Teredo", why["teredo.example.test"]["reason"])
+        self.assertIn("6to4 address", why["sixtofour.example.test"]["reason"])
+        self.assertIn("6to4 relay", why["relay.example.test"]["reason"])
+
+    def test_a_trailing_dot_reaches_the_pinned_address_under_the_same_rule(self):
+        """"name." is the same name as "name" for the allowlist and for the operator's
+        pinned hosts file: it cannot go past the pin to the system resolver."""
+        env = self.hosts_file(["127.0.0.1 pinned.example.test"])
+        res, rec = self.probe("""
+report({"dot": fetch("http://pinned.example.test.:%(p)d/ok.txt"),
+        "tunnel": tunnel("PINNED.example.test.:%(p)d"),
+        "two_dots": tunnel("pinned.example.test..:%(p)d")})
+""" % {"p": self.port}, "pinned.example.test:%d,127.0.0.1:%d" % (self.port, self.port), env)
+        self.assertEqual(res["dot"], "200 reached")
+        self.assertEqual(res["tunnel"], "HTTP/1.1 200 Connection established")
+        self.assertTrue(res["two_dots"].startswith("HTTP/1.1 400 "), res["two_dots"])
+        allowed = [e for e in rec["network"] if e["allowed"]]
+        self.assertEqual(sorted((e["host"].lower(), e["address"]) for e in allowed),
+                         [("pinned.example.test", "127.0.0.1")] * 2)
+
     def test_direct_connections_ignore_nothing(self):
         """The code can skip the proxy variables, but not the proxy: its own network
         namespace has only loopback, and no resolver."""

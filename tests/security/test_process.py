@@ -14,7 +14,7 @@ import unittest
 import uuid
 
 from seclib import PRELUDE, PY, RUN_DIR, RUNCELL, LiveRun, host_pids_with, probe, runcell
-from rctest import TempDir, RuncellTestCase, is_root
+from rctest import Server, TempDir, RuncellTestCase, is_root
 
 SECBITS_LOCKED = 0xEF  # NOROOT, NO_SETUID_FIXUP, KEEP_CAPS_LOCKED, NO_CAP_AMBIENT_RAISE + locks
 
@@ -197,6 +197,50 @@ report({"pids": pids, "comms": comms, "me": os.getpid(), "child": child.pid,
             self.assertEqual(res["host_pid"], "ENOENT")
 
 
+    def test_host_wide_proc_entries_are_empty(self):
+        """The kernel command line, the host's boot id, pressure stall information and the
+        host's memory, disk, interrupt and device statistics read as empty; the entries
+        runtimes use (cpu count, memory, load) still answer. The covers cannot be taken
+        off or written through."""
+        hidden = ["cmdline", "sys/kernel/random/boot_id", "vmstat", "diskstats", "partitions",
+                  "swaps", "interrupts", "softirqs", "zoneinfo", "buddyinfo", "schedstat",
+                  "modules", "devices", "misc", "key-users", "locks", "consoles", "cgroups",
+                  "crypto"]
+        dirs = ["pressure", "irq", "bus", "fs", "tty", "driver"]
+        res, _ = probe(self, """
+HIDDEN, DIRS = %r, %r
+def read(p):
+    try:
+        with open("/proc/" + p, "rb") as f:
+            return len(f.read())
+    except OSError as e:
+        return errno.errorcode[e.errno]
+def listdir(p):
+    try:
+        return os.listdir("/proc/" + p)
+    except OSError as e:
+        return errno.errorcode[e.errno]
+report({"files": {p: read(p) for p in HIDDEN if os.path.exists("/proc/" + p)},
+        "dirs": {p: listdir(p) for p in DIRS if os.path.exists("/proc/" + p)},
+        "psi": read("pressure/memory"),
+        "kept": {p: read(p) > 0 for p in ("cpuinfo", "meminfo", "stat", "loadavg", "uptime",
+                                           "version", "self/status", "self/cmdline")},
+        "cpus": os.cpu_count(),
+        "umount": sc(166, b"/proc/cmdline", 0),
+        "umount_detach": sc(166, b"/proc/pressure", 2),
+        "write": oserr(lambda: open("/proc/cmdline", "w").write("x"))})
+""" % (hidden, dirs))
+        host = {p for p in hidden if os.path.exists("/proc/" + p)}
+        self.assertEqual(set(res["files"]), host)   # every entry the host has was looked at
+        self.assertEqual(res["files"], {p: 0 for p in host}, res["files"])
+        self.assertEqual(res["dirs"], {p: [] for p in dirs if os.path.exists("/proc/" + p)})
+        self.assertEqual(res["psi"], "ENOENT")
+        self.assertEqual(res["kept"], {k: True for k in res["kept"]})
+        self.assertGreaterEqual(res["cpus"], 1)
+        self.assertEqual((res["umount"], res["umount_detach"]), ("EPERM", "EPERM"))
+        self.assertIn(res["write"], ("EACCES", "EROFS", "EPERM"))
+
+
 class Terminal(RuncellTestCase):
     STAT = """
 f = open("/proc/self/stat").read().rsplit(")", 1)[1].split()
@@ -349,3 +393,36 @@ report({"orphans": len(orphan), "ppid": int(st["PPid"]),
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class DaemonLog(RuncellTestCase):
+    def test_a_message_type_chosen_by_the_code_cannot_forge_daemon_log_lines(self):
+        """Code that writes its own frame on the kernel channel, with a message type made of
+        newlines, a forged log line and a terminal escape, costs it its kernel; the daemon's
+        log says so on one line, with every control character escaped."""
+        forged = "x\n2026-01-01T00:00:00.000Z level=error msg=\"forged\"\r\x1b[2J\x7fend"
+        code = """
+import json, os, socket, stat, struct, time
+def is_socket(fd):
+    try:
+        return stat.S_ISSOCK(os.fstat(fd).st_mode)
+    except OSError:
+        return False
+fd = [fd for fd in range(3, 1024) if is_socket(fd)][0]
+body = json.dumps({"type": TYPE}).encode()
+os.write(fd, struct.pack(">IB", len(body), ord("M")) + body)
+time.sleep(60)
+""".replace("TYPE", repr(forged))
+        with Server(env={"RUNCELL_LOG": "info"}) as srv:
+            sid = srv.create_session()
+            rec = srv.execute(sid, code)
+            self.assertEqual(rec["status"], "crashed", rec)
+            self.assertIn("unexpected message", rec["message"])
+            log = srv.log()
+        lines = [l for l in log.splitlines() if "forged" in l]
+        self.assertEqual(len(lines), 1, log)
+        self.assertIn("kernel protocol violation", lines[0])
+        self.assertIn("'x\\n2026-01-01T00:00:00.000Z level=error", lines[0])
+        self.assertIn("\\r\\x1b[2J\\x7fend'", lines[0])
+        self.assertNotIn("\x1b", log)
+        self.assertFalse(any(l.startswith("2026-01-01T00:00:00.000Z") for l in log.splitlines()))

@@ -284,6 +284,30 @@ report({"refused": r, "allowed": ok})
         self.assertEqual(res["allowed"], {"unix": True, "inet": True, "inet6": True})
 
 
+    def test_internet_sockets_are_only_tcp_and_udp(self):
+        """Raw, packet-like and other protocols of the internet families are refused whatever
+        the flags or the high bits of the arguments; TCP and UDP, with or without
+        SOCK_NONBLOCK and SOCK_CLOEXEC, and AF_UNIX of every type are made."""
+        res, _ = probe(self, """
+import socket
+NB, CX = socket.SOCK_NONBLOCK, socket.SOCK_CLOEXEC
+bad = {"raw_icmp": (2, 3, 1), "raw_any": (2, 3, 255), "raw6": (10, 3, 58),
+       "raw_tcp": (2, 3, 6), "raw_flags": (2, 3 | NB | CX, 1), "ping": (2, 2, 1),
+       "ping6": (10, 2, 58), "sctp_stream": (2, 1, 132), "sctp_seq": (2, 5, 132),
+       "seqpacket": (10, 5, 0), "rdm": (2, 4, 0), "packet_type": (2, 10, 0),
+       "mptcp": (2, 1, 262), "udplite": (2, 2, 136), "dccp": (2, 6, 33),
+       "tcp_on_dgram_high": (2, 2, (1 << 32) | 132), "type_high_bits": (2, (1 << 32) | 3, 0),
+       "unknown_flag": (2, 1 | 0x100, 0), "family_high_bits": ((1 << 32) | 2, 3, 1)}
+good = {"tcp": (2, 1, 0), "tcp6": (10, 1, 6), "udp": (2, 2, 17), "udp6": (10, 2, 0),
+        "tcp_flags": (2, 1 | NB | CX, 6), "udp_flags": (10, 2 | CX, 17),
+        "unix_stream": (1, 1, 0), "unix_dgram": (1, 2, 0), "unix_seq": (1, 5 | CX, 0)}
+report({"refused": {n: sc(41, *a) for n, a in bad.items()},
+        "made": {n: sc(41, *a).startswith("ok:") for n, a in good.items()}})
+""")
+        self.assertEqual(res["refused"], {k: "EPROTONOSUPPORT" for k in res["refused"]},
+                         res["refused"])
+        self.assertEqual(res["made"], {k: True for k in res["made"]})
+
 class ForeignAbis(RuncellTestCase):
     def attack(self, mode):
         return run_json("chmod +x attack && exec ./attack " + mode, "--file",

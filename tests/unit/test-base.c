@@ -1,10 +1,53 @@
 /* test-base.c - unit tests for src/base. */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <time.h>
 
 #include "base/base.h"
 #include "runner.h"
+
+/* What log_msg writes for type="arg", read back from a file put in place of stderr. */
+static char *logged(const char *arg)
+{
+    static char out[16384];
+    char path[] = "/tmp/runcell-test-log-XXXXXX";
+    int fd = mkstemp(path), saved = dup(2);
+    CHECK(fd >= 0 && saved >= 0);
+    unlink(path);
+    CHECK(dup2(fd, 2) == 2);
+    log_msg(LOG_WARN, "type=\"%s\"", arg);
+    CHECK(dup2(saved, 2) == 2);
+    close(saved);
+    ssize_t n = pread(fd, out, sizeof(out) - 1, 0);
+    CHECK(n > 0);
+    out[n] = '\0';
+    close(fd);
+    return out;
+}
+
+TEST(log_lines_escape_control_characters_from_any_argument)
+{
+    const char *line = logged("x\n2026-01-01T00:00:00.000Z level=error msg=\"forged\"\r\t\x1b[2J"
+                              "\x7f\xff\xc2\x9b caf\xc3\xa9 \xe2\x82\xac");
+    CHECK(strchr(line, '\n') == line + strlen(line) - 1); /* one line, its own newline */
+    CHECK(strstr(line, "level=warn type=\"x\\n2026") != NULL);
+    CHECK(strstr(line, "\\r\\t\\x1b[2J\\x7f\\xff\\xc2\\x9b caf\xc3\xa9 \xe2\x82\xac\"\n") != NULL);
+    for (const char *p = line; *p != '\n'; p++)
+        CHECK((unsigned char)*p >= 0x20 && *p != 0x7f);
+    /* Overlong forms and surrogates are not text either. */
+    line = logged("\xc0\xaf \xed\xa0\x80 \xf4\x90\x80\x80");
+    CHECK(strstr(line, "\\xc0\\xaf \\xed\\xa0\\x80 \\xf4\\x90\\x80\\x80\"\n") != NULL);
+    /* A line too long for the buffer says it was cut, escaped or not. */
+    static char big[6000];
+    memset(big, '\n', sizeof(big) - 1);
+    line = logged(big);
+    CHECK(strstr(line, "\\n\\n...[truncated]\n") != NULL);
+    memset(big, 'a', sizeof(big) - 1);
+    line = logged(big);
+    CHECK(strstr(line, "aaa...[truncated]\n") != NULL);
+}
 
 TEST(buf_cap_refuses_past_max)
 {

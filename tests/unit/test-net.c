@@ -2,7 +2,10 @@
  * server cap, and parsing what clients send the proxy. */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "net/net-int.h"
 #include "runner.h"
@@ -120,6 +123,22 @@ static bool allowed(const struct net_policy *p, const char *ip, uint16_t port)
     return net_addr_allowed(p, (struct sockaddr *)&ss, port, &why);
 }
 
+static const char *why_refused(const struct net_policy *p, const char *ip, uint16_t port)
+{
+    struct sockaddr_storage ss = {0};
+    const char *why = NULL;
+    if (strchr(ip, ':')) {
+        struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&ss;
+        s6->sin6_family = AF_INET6;
+        CHECK(inet_pton(AF_INET6, ip, &s6->sin6_addr) == 1);
+    } else {
+        struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
+        s4->sin_family = AF_INET;
+        CHECK(inet_pton(AF_INET, ip, &s4->sin_addr) == 1);
+    }
+    return net_addr_allowed(p, (struct sockaddr *)&ss, port, &why) ? NULL : why;
+}
+
 TEST(special_addresses_are_refused_unless_named_exactly)
 {
     struct net_policy *p = policy("a.test,127.0.0.1:8000");
@@ -135,6 +154,135 @@ TEST(special_addresses_are_refused_unless_named_exactly)
     CHECK(!allowed(p, "127.0.0.1", 8001));
     CHECK(allowed(p, "::ffff:127.0.0.1", 8000));
     CHECK(net_policy_names_loopback(p));
+    net_policy_free(p);
+}
+
+/* Every class of the special-purpose registries: its first and last address, and the
+ * reason the proxy gives. A class is refused whatever the port, unless named exactly. */
+TEST(every_special_purpose_class_is_refused)
+{
+    static const struct {
+        const char *first, *last, *why;
+    } classes[] = {
+        {"0.0.0.0", "0.255.255.255", "unspecified"},
+        {"10.0.0.0", "10.255.255.255", "private"},
+        {"100.64.0.0", "100.127.255.255", "shared"},
+        {"127.0.0.0", "127.255.255.255", "loopback"},
+        {"169.254.0.0", "169.254.255.255", "link-local"},
+        {"172.16.0.0", "172.31.255.255", "private"},
+        {"192.0.0.0", "192.0.0.7", "DS-Lite"},
+        {"192.0.0.170", "192.0.0.171", "NAT64 discovery"},
+        {"192.0.0.8", "192.0.0.255", "IETF protocol"},
+        {"192.0.2.0", "192.0.2.255", "documentation"},
+        {"192.31.196.0", "192.31.196.255", "AS112"},
+        {"192.52.193.0", "192.52.193.255", "AMT"},
+        {"192.88.99.0", "192.88.99.255", "6to4 relay"},
+        {"192.168.0.0", "192.168.255.255", "private"},
+        {"192.175.48.0", "192.175.48.255", "AS112"},
+        {"198.18.0.0", "198.19.255.255", "benchmarking"},
+        {"198.51.100.0", "198.51.100.255", "documentation"},
+        {"203.0.113.0", "203.0.113.255", "documentation"},
+        {"224.0.0.0", "239.255.255.255", "multicast"},
+        {"240.0.0.0", "255.255.255.254", "reserved"},
+        {"255.255.255.255", "255.255.255.255", "broadcast"},
+        {"::", "::", "unspecified"},
+        {"::1", "::1", "loopback"},
+        {"::ffff:10.0.0.0", "::ffff:10.255.255.255", "private"},
+        {"64:ff9b::a9fe:0", "64:ff9b::a9fe:ffff", "link-local"},
+        {"64:ff9b:1::", "64:ff9b:1:ffff:ffff:ffff:ffff:ffff", "local-use NAT64"},
+        {"::2", "ff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", "reserved"},
+        {"100::", "100::ffff:ffff:ffff:ffff", "discard-only"},
+        {"100:0:0:1::", "100::1:ffff:ffff:ffff:ffff", "dummy"},
+        {"2001::", "2001:0:ffff:ffff:ffff:ffff:ffff:ffff", "Teredo"},
+        {"2001:2::", "2001:2:0:ffff:ffff:ffff:ffff:ffff", "benchmarking"},
+        {"2001:db8::", "2001:db8:ffff:ffff:ffff:ffff:ffff:ffff", "documentation"},
+        {"2001:1::1", "2001:1ff:ffff:ffff:ffff:ffff:ffff:ffff", "IETF protocol"},
+        {"2002::", "2002:ffff:ffff:ffff:ffff:ffff:ffff:ffff", "6to4"},
+        {"2620:4f:8000::", "2620:4f:8000:ffff:ffff:ffff:ffff:ffff", "AS112"},
+        {"3fff::", "3fff:fff:ffff:ffff:ffff:ffff:ffff:ffff", "documentation"},
+        {"5f00::", "5f00:ffff:ffff:ffff:ffff:ffff:ffff:ffff", "segment routing"},
+        {"fc00::", "fdff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", "unique local"},
+        {"fe80::", "febf:ffff:ffff:ffff:ffff:ffff:ffff:ffff", "link-local"},
+        {"fec0::", "feff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", "site-local"},
+        {"ff00::", "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", "multicast"},
+        {"100:0:0:2::", "1fff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", "reserved"},
+        {"4000::", "7fff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", "reserved"},
+        {"8000::", "fbff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", "reserved"},
+    };
+    struct net_policy *p = policy("a.test,192.88.99.1,[2001::1]:8443,64:ff9b:1::7");
+    for (size_t i = 0; i < ARRAY_SIZE(classes); i++) {
+        const char *ends[] = {classes[i].first, classes[i].last};
+        for (size_t j = 0; j < 2; j++) {
+            const char *why = why_refused(p, ends[j], 443);
+            if (!why || !strstr(why, classes[i].why))
+                fprintf(stderr, "%s: %s\n", ends[j], why ? why : "allowed");
+            CHECK(why && strstr(why, classes[i].why));
+        }
+    }
+    /* The neighbours just outside are public. */
+    const char *public[] = {"11.0.0.0", "100.63.255.255", "100.128.0.0", "172.32.0.0",
+                            "192.0.1.0", "192.88.98.255", "192.88.100.0", "198.20.0.0",
+                            "223.255.255.255", "2001:200::1",
+                            "2003::1", "2001:db9::1", "3ffe::1", "2620:4f:8001::1",
+                            "2606:4700::1111", "64:ff9b::808:808", "::ffff:8.8.8.8"};
+    for (size_t i = 0; i < ARRAY_SIZE(public); i++) {
+        if (why_refused(p, public[i], 443))
+            fprintf(stderr, "%s: %s\n", public[i], why_refused(p, public[i], 443));
+        CHECK(!why_refused(p, public[i], 443));
+    }
+    /* Named exactly, with the port the entry allows: allowed; any other address of the
+     * class or another port: not. */
+    CHECK(allowed(p, "192.88.99.1", 443));
+    CHECK(!allowed(p, "192.88.99.2", 443));
+    CHECK(allowed(p, "2001::1", 8443));
+    CHECK(!allowed(p, "2001::1", 443));
+    CHECK(allowed(p, "64:ff9b:1::7", 80));
+    CHECK(!allowed(p, "64:ff9b:1::8", 80));
+    net_policy_free(p);
+}
+
+TEST(a_trailing_dot_is_dropped_before_policy_and_lookup)
+{
+    struct proxy_request rq;
+    memset(&rq, 0, sizeof(rq));
+    buf_init(&rq.forward, 2 * NET_MAX_HEAD);
+    const char *head = "CONNECT Pinned.Example.:443 HTTP/1.1\r\n\r\n";
+    CHECK(proxy_parse_request(head, strlen(head), &rq) == 0);
+    CHECK_STREQ(rq.host, "Pinned.Example");
+    buf_release(&rq.forward);
+    const char *bad[] = {"CONNECT a..test:443 HTTP/1.1\r\n\r\n",
+                         "CONNECT .a.test:443 HTTP/1.1\r\n\r\n",
+                         "CONNECT a.test..:443 HTTP/1.1\r\n\r\n",
+                         "GET http://a.test../ HTTP/1.1\r\n\r\n"};
+    for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
+        memset(&rq, 0, sizeof(rq));
+        buf_init(&rq.forward, 2 * NET_MAX_HEAD);
+        CHECK(proxy_parse_request(bad[i], strlen(bad[i]), &rq) == -EINVAL);
+        CHECK(strstr(err_msg(), "empty label") != NULL);
+        buf_release(&rq.forward);
+    }
+    /* The pinned hosts file answers for the name without its dot, whichever side has it. */
+    char path[] = "/tmp/runcell-test-hosts-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    const char *hosts = "192.0.2.7 pinned.example.\n198.51.100.9 other.example\n";
+    CHECK(write(fd, hosts, strlen(hosts)) == (ssize_t)strlen(hosts));
+    close(fd);
+    setenv("RUNCELL_NET_HOSTS", path, 1);
+    struct sockaddr_storage addrs[NET_MAX_ADDRS];
+    size_t n = 0;
+    char text[INET6_ADDRSTRLEN];
+    CHECK(net_resolve("Pinned.Example", 443, addrs, &n) == 0 && n == 1);
+    inet_ntop(AF_INET, &((struct sockaddr_in *)&addrs[0])->sin_addr, text, sizeof(text));
+    CHECK_STREQ(text, "192.0.2.7");
+    CHECK(net_resolve("other.example", 443, addrs, &n) == 0 && n == 1);
+    inet_ntop(AF_INET, &((struct sockaddr_in *)&addrs[0])->sin_addr, text, sizeof(text));
+    CHECK_STREQ(text, "198.51.100.9");
+    unlink(path);
+    /* And the policy matches the name either way. */
+    struct net_policy *p = policy("pinned.example");
+    CHECK(net_policy_match(p, "Pinned.Example", 443) != NULL);
+    CHECK(net_policy_match(p, "pinned.example.", 443) != NULL);
     net_policy_free(p);
 }
 

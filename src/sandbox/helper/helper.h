@@ -62,6 +62,9 @@ int become_sandbox_root(struct helper_config *cfg);
 int mount_tmpfs(const char *dst, unsigned long flags, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 int rootfs_setup(struct helper_config *cfg);
+/* Covers the host-wide entries of the procfs mounted at proc that the sandbox has no use
+ * for with empty read-only ones (0, or -1 after reporting). */
+int proc_hide(const char *proc);
 int net_loopback_up(void);
 
 /* lockdown.c: in the payload, every step from setsid to seccomp (0, or -1 after reporting);

@@ -121,7 +121,7 @@ static int session_mounts(const struct helper_config *cfg, int ws_fd, const int 
     /* PID 1 of the new PID namespace mounts the /proc that shows only the session. */
     if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
         return fail_errno("cannot mount /proc in the session");
-    return 0;
+    return proc_hide("/proc");
 }
 
 /* Runs in the clone: becomes the session's init. Returns only in the kernel (0), after its

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <linux/mount.h>
 #include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -235,6 +236,67 @@ int become_sandbox_root(struct helper_config *cfg)
     return 0;
 }
 
+/* Host-wide /proc entries the interpreters have no use for and that say things about the
+ * host or its other tenants: the kernel command line, the boot id (one per host boot, the
+ * same in every sandbox), pressure stall and memory, disk, interrupt and scheduler
+ * statistics, devices, modules, locks and keys. Each is covered by an empty read-only file
+ * or directory; the few runtimes read (cpuinfo, meminfo, stat, loadavg, uptime, version)
+ * stay, as SECURITY.md says. Entries this kernel lacks are skipped. */
+static const char *const proc_hidden_files[] = {
+    "cmdline", "sys/kernel/random/boot_id", "vmstat", "diskstats", "partitions", "swaps",
+    "interrupts", "softirqs", "zoneinfo", "buddyinfo", "pagetypeinfo", "schedstat",
+    "sched_debug", "timer_list", "modules", "devices", "misc", "keys", "key-users", "locks",
+    "latency_stats", "kallsyms", "slabinfo", "vmallocinfo", "iomem", "ioports", "dma",
+    "mdstat", "consoles", "cgroups", "crypto", "execdomains", "mtrr", "fb", "kcore",
+    "sysrq-trigger", "kpagecount", "kpageflags", "kpagecgroup", "config.gz", "bootconfig",
+};
+static const char *const proc_hidden_dirs[] = {
+    "pressure", "irq", "bus", "fs", "acpi", "scsi", "asound", "driver", "tty", "dynamic_debug",
+};
+
+/* A copy of the entry name of the detached mount mnt_fd, read-only, moved over dst. */
+static int cover_with(int mnt_fd, const char *name, const char *dst)
+{
+    _cleanup_close_ int t = (int)syscall(SYS_open_tree, mnt_fd, name,
+                                         OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+    struct mount_attr attr = {.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID |
+                                          MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC};
+    if (t < 0 || syscall(SYS_mount_setattr, t, "", AT_EMPTY_PATH, &attr, sizeof(attr)) < 0 ||
+        syscall(SYS_move_mount, t, "", AT_FDCWD, dst, MOVE_MOUNT_F_EMPTY_PATH) < 0)
+        return fail_errno("cannot hide %s in the sandbox", dst);
+    return 0;
+}
+
+int proc_hide(const char *proc)
+{
+    /* The empty file and directory live on a tmpfs that is never attached anywhere: no
+     * path in the sandbox leads to it but the covers themselves. */
+    _cleanup_close_ int fs = (int)syscall(SYS_fsopen, "tmpfs", FSOPEN_CLOEXEC);
+    if (fs < 0 || syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "size", "4k", 0) < 0 ||
+        syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "nr_inodes", "8", 0) < 0 ||
+        syscall(SYS_fsconfig, fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0)
+        return fail_errno("cannot make the empty file system that hides host /proc entries");
+    _cleanup_close_ int mnt = (int)syscall(SYS_fsmount, fs, FSMOUNT_CLOEXEC, 0);
+    if (mnt < 0)
+        return fail_errno("cannot mount the empty file system that hides host /proc entries");
+    _cleanup_close_ int f = openat(mnt, "empty", O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0444);
+    if (f < 0 || mkdirat(mnt, "emptydir", 0555) < 0)
+        return fail_errno("cannot create the empty file that hides host /proc entries");
+    char dst[256];
+    for (size_t i = 0; i < ARRAY_SIZE(proc_hidden_files) + ARRAY_SIZE(proc_hidden_dirs); i++) {
+        bool dir = i >= ARRAY_SIZE(proc_hidden_files);
+        const char *name = dir ? proc_hidden_dirs[i - ARRAY_SIZE(proc_hidden_files)]
+                               : proc_hidden_files[i];
+        struct stat st;
+        snprintf(dst, sizeof(dst), "%s/%s", proc, name);
+        if (lstat(dst, &st) < 0 || !!S_ISDIR(st.st_mode) != dir)
+            continue; /* not in this kernel */
+        if (cover_with(mnt, dir ? "emptydir" : "empty", dst) < 0)
+            return -1;
+    }
+    return 0;
+}
+
 int rootfs_setup(struct helper_config *cfg)
 {
     if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
@@ -256,6 +318,10 @@ int rootfs_setup(struct helper_config *cfg)
     if (mkdir("proc", 0555) < 0 ||
         mount("proc", "proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
         return fail_errno("cannot mount /proc in the sandbox");
+    /* Not in the template: its sessions mount a /proc of their own (and hide its entries
+     * there), which the kernel allows only while this one has no covers over files. */
+    if (!cfg->template_profile && proc_hide("proc") < 0)
+        return -1;
     for (size_t i = 0; i < cfg->n_binds; i++)
         if (bind_path(cfg->binds[i].src, cfg->binds[i].dst + 1, cfg->binds[i].rw) < 0)
             return -1;
