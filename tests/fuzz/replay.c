@@ -31,9 +31,10 @@ static int run_file(const char *path)
     uint8_t *exact = xmalloc(n ? n : 1);
     memcpy(exact, data, n);
     free(data);
+    printf("%s ... ", path); /* before: a crash names its input */
     LLVMFuzzerTestOneInput(exact, n);
     free(exact);
-    printf("ok   %s\n", path);
+    printf("ok\n");
     return 0;
 }
 
@@ -67,6 +68,7 @@ static int run_path(const char *path)
 int main(int argc, char **argv)
 {
     int failed = 0;
+    setvbuf(stdout, NULL, _IONBF, 0);
     if (LLVMFuzzerInitialize)
         LLVMFuzzerInitialize(&argc, &argv);
     if (argc < 2) {
