@@ -172,8 +172,7 @@ static int on_seek(void *ctx, curl_off_t offset, int origin)
     return CURL_SEEKFUNC_OK;
 }
 
-/* The text between <tag> and </tag> after *pos, entities decoded; NULL when absent. */
-static char *xml_field(const char *xml, const char *tag, const char **pos)
+char *s3_xml_field(const char *xml, const char *tag, const char **pos)
 {
     _cleanup_free_ char *open = xasprintf("<%s>", tag);
     _cleanup_free_ char *close = xasprintf("</%s>", tag);
@@ -214,9 +213,9 @@ static char *xml_field(const char *xml, const char *tag, const char **pos)
 static int http_error(struct s3 *s, struct s3_req *rq)
 {
     _cleanup_free_ char *what = describe_key(s, rq->key);
-    _cleanup_free_ char *code = xml_field(rq->err_body.data ? rq->err_body.data : "", "Code", NULL);
-    _cleanup_free_ char *msg =
-        xml_field(rq->err_body.data ? rq->err_body.data : "", "Message", NULL);
+    const char *body = rq->err_body.data ? rq->err_body.data : "";
+    _cleanup_free_ char *code = s3_xml_field(body, "Code", NULL);
+    _cleanup_free_ char *msg = s3_xml_field(body, "Message", NULL);
     int e = rq->status == 404 ? ENOENT : rq->status == 403 ? EACCES : EIO;
     if (rq->status == 404 && code && !strcmp(code, "NoSuchBucket"))
         e = EIO; /* the whole store is missing, not one object */
@@ -429,19 +428,18 @@ static int s3_del(struct store *st, const char *key)
     return r == -ENOENT ? 0 : r;
 }
 
-/* Adds the keys of one ListObjectsV2 page; *ret_token is the next page's token or NULL. */
-static int parse_list_page(struct s3 *s, const char *xml, struct store_listing *l, size_t *alloc,
-                           char **ret_token)
+int s3_parse_list_page(const char *prefix, const char *xml, struct store_listing *l,
+                       size_t *alloc, char **ret_token)
 {
-    size_t skip = *s->prefix ? strlen(s->prefix) + 1 : 0;
+    size_t skip = *prefix ? strlen(prefix) + 1 : 0;
     const char *pos = xml;
-    _cleanup_free_ char *truncated = xml_field(xml, "IsTruncated", NULL);
+    _cleanup_free_ char *truncated = s3_xml_field(xml, "IsTruncated", NULL);
     for (;;) {
-        _cleanup_free_ char *contents = xml_field(xml, "Contents", &pos);
+        _cleanup_free_ char *contents = s3_xml_field(xml, "Contents", &pos);
         if (!contents)
             break;
-        _cleanup_free_ char *key = xml_field(contents, "Key", NULL);
-        _cleanup_free_ char *size = xml_field(contents, "Size", NULL);
+        _cleanup_free_ char *key = s3_xml_field(contents, "Key", NULL);
+        _cleanup_free_ char *size = s3_xml_field(contents, "Size", NULL);
         if (!key || strlen(key) < skip)
             continue;
         int r = store_listing_add(l, alloc, key + skip, size ? strtoull(size, NULL, 10) : 0);
@@ -449,7 +447,7 @@ static int parse_list_page(struct s3 *s, const char *xml, struct store_listing *
             return r;
     }
     *ret_token = truncated && !strcmp(truncated, "true")
-                     ? xml_field(xml, "NextContinuationToken", NULL)
+                     ? s3_xml_field(xml, "NextContinuationToken", NULL)
                      : NULL;
     return 0;
 }
@@ -477,7 +475,7 @@ static int s3_list(struct store *st, const char *prefix, struct store_listing *r
         token = NULL;
         r = perform(s, &rq);
         if (!r)
-            r = parse_list_page(s, body.data ? body.data : "", ret, &alloc, &token);
+            r = s3_parse_list_page(s->prefix, body.data ? body.data : "", ret, &alloc, &token);
         buf_release(&body);
     } while (!r && token);
     free(token);
