@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #define ERROR_BODY_CAP     (64u << 10)
+#define CHAR_REF_MAX       16 /* bytes of an XML character reference, leading zeros and all */
 #define LIST_PAGE_CAP      (16u << 20)
 #define DEFAULT_TIMEOUT_MS 15000
 #define ATTEMPTS           3
@@ -190,7 +191,7 @@ char *s3_xml_field(const char *xml, const char *tag, const char **pos)
     struct buf out;
     buf_init(&out, 0);
     buf_append(&out, "", 0);
-    for (const char *p = a; p < b;) {
+    for (const char *p = a, *semi; p < b;) {
         size_t i;
         for (i = 0; i < ARRAY_SIZE(ents); i++)
             if (!strncmp(p, ents[i][0], strlen(ents[i][0])))
@@ -198,11 +199,14 @@ char *s3_xml_field(const char *xml, const char *tag, const char **pos)
         if (i < ARRAY_SIZE(ents)) {
             buf_append(&out, ents[i][1], 1);
             p += strlen(ents[i][0]);
-        } else if (!strncmp(p, "&#", 2) && strchr(p, ';') && strchr(p, ';') < b) {
+        } else if (!strncmp(p, "&#", 2) &&
+                   (semi = memchr(p, ';', (size_t)MIN(CHAR_REF_MAX, b - p)))) {
+            /* The ';' is looked for where a reference can end ("&#x10FFFF;"): searching the
+             * rest of the body from each "&#" made a page of them cost its length squared. */
             unsigned long c = p[2] == 'x' ? strtoul(p + 3, NULL, 16) : strtoul(p + 2, NULL, 10);
             char ch = c > 0 && c < 128 ? (char)c : '?';
             buf_append(&out, &ch, 1);
-            p = strchr(p, ';') + 1;
+            p = semi + 1;
         } else {
             buf_append(&out, p++, 1);
         }
