@@ -482,7 +482,16 @@ static int normalise_reply(struct llm_client *c, struct llm_reply *r)
 int llm_parse_reply(struct llm_client *c, const char *body, size_t n, struct llm_reply *r)
 {
     int rc = parse_reply(c, body, n, r);
-    return rc < 0 ? rc : normalise_reply(c, r);
+    if (rc == 0)
+        rc = normalise_reply(c, r);
+    if (rc < 0) {
+        /* The messages quote the answer (jansson's error text shows the bytes near a syntax
+         * error), and an answer may echo the key it was sent. */
+        _cleanup_free_ char *msg = xstrdup(err_msg());
+        llm_client_redact(c, msg);
+        err_set(-rc, "%s", msg);
+    }
+    return rc;
 }
 
 /* ---- requests, retries ---- */
