@@ -1,7 +1,8 @@
 /* fuzz-record.c - a fuzz target for the result record built from what a kernel sends
- * (src/session/session.c's event handling, record.c's JSON, and the API's NDJSON events of
- * routes_exec.c): MIME bundles, the done message with its error object and exit code,
- * output streams through the output cap. Code in the sandbox writes all of it.
+ * (src/session/session.c's event handling, record.c's JSON, the API's NDJSON events of
+ * routes_exec.c, and the text an agent's model is shown of it, agent/observe.c): MIME
+ * bundles, the done message with its error object and exit code, output streams through
+ * the output cap. Code in the sandbox writes all of it.
  *
  * The first byte picks the output cap (64 bytes to 1 MiB, so that truncation is reached);
  * the rest is the kernel's channel (see fuzz-kernel.c), read cell after cell until EOF or a
@@ -12,6 +13,7 @@
  * it with tests/fuzz/replay.c, which replays the corpora as a unit test. */
 #include <string.h>
 
+#include "agent/agent-int.h"
 #include "api/api-int.h"
 #include "fuzz.h"
 #include "kernel/kernel.h"
@@ -50,6 +52,7 @@ static void check_record(const struct exec_record *rec)
         abort();
     free(text);
     json_decref(j);
+    free(observation_text(rec, NULL, NULL));
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
