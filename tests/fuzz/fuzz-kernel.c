@@ -22,29 +22,21 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     return 0;
 }
 
+/* What kernel.h promises of every event: output is bytes, never parsed; a message is a
+ * JSON object with a string type; a display carries its data object. */
 static void check_event(void *ctx, const struct kernel_event *ev)
 {
     (*(size_t *)ctx)++;
-    switch (ev->type) {
-    case KEV_STDOUT:
-    case KEV_STDERR:
-        if (ev->len && !ev->data)
-            abort();
-        if (ev->msg)
-            abort(); /* output is bytes, never parsed */
-        return;
-    case KEV_DISPLAY:
-        if (!json_is_object(json_object_get(ev->msg, "data")))
-            abort();
-        /* fall through */
-    case KEV_DONE:
-    case KEV_HELLO:
-    case KEV_REPLY:
-        if (!json_is_object(ev->msg) || !json_string_value(json_object_get(ev->msg, "type")))
-            abort();
-        return;
-    }
-    abort(); /* an event type outside the enum */
+    if (ev->len && !ev->data)
+        abort();
+    if ((ev->type == KEV_STDOUT || ev->type == KEV_STDERR) && ev->msg)
+        abort();
+    if (ev->type == KEV_DISPLAY && !json_is_object(json_object_get(ev->msg, "data")))
+        abort();
+    if ((ev->type == KEV_DISPLAY || ev->type == KEV_DONE || ev->type == KEV_HELLO ||
+         ev->type == KEV_REPLY) &&
+        !json_string_value(json_object_get(ev->msg, "type")))
+        abort();
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
