@@ -432,8 +432,8 @@ static int s3_del(struct store *st, const char *key)
     return r == -ENOENT ? 0 : r;
 }
 
-int s3_parse_list_page(const char *prefix, const char *xml, struct store_listing *l,
-                       size_t *alloc, char **ret_token)
+int s3_parse_list_page(const char *prefix, const char *xml, const char *sent_token,
+                       struct store_listing *l, size_t *alloc, char **ret_token)
 {
     size_t skip = *prefix ? strlen(prefix) + 1 : 0;
     const char *pos = xml;
@@ -450,9 +450,19 @@ int s3_parse_list_page(const char *prefix, const char *xml, struct store_listing
         if (r < 0)
             return r;
     }
-    *ret_token = truncated && !strcmp(truncated, "true")
-                     ? s3_xml_field(xml, "NextContinuationToken", NULL)
-                     : NULL;
+    *ret_token = NULL;
+    if (!truncated || strcmp(truncated, "true"))
+        return 0;
+    /* Asked again with the same token, a server would answer the same page forever; without
+     * one, the listing would end short without a word. */
+    char *next = s3_xml_field(xml, "NextContinuationToken", NULL);
+    bool none = !next || !*next;
+    if (none || (sent_token && !strcmp(next, sent_token))) {
+        free(next);
+        return err_set(EIO, "the S3 server's listing does not advance: a truncated page %s",
+                       none ? "named no continuation token" : "named the token it was asked with");
+    }
+    *ret_token = next;
     return 0;
 }
 
@@ -475,11 +485,11 @@ static int s3_list(struct store *st, const char *prefix, struct store_listing *r
         struct s3_req rq = req_init("GET", NULL);
         rq.query = query;
         rq.body = &body;
-        free(token);
-        token = NULL;
+        _cleanup_free_ char *sent = TAKE_PTR(token);
         r = perform(s, &rq);
         if (!r)
-            r = s3_parse_list_page(s->prefix, body.data ? body.data : "", ret, &alloc, &token);
+            r = s3_parse_list_page(s->prefix, body.data ? body.data : "", sent, ret, &alloc,
+                                   &token);
         buf_release(&body);
     } while (!r && token);
     free(token);

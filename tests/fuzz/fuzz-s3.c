@@ -2,9 +2,10 @@
  * (src/store/store_s3.c): a ListObjectsV2 page, and the Code and Message of an error body.
  * The server is on the network; a broken or hostile one must not crash the daemon.
  *
- * The first byte picks the store's prefix ("", "runcell" or "a/b"); the rest is the body,
- * NUL-terminated as the store's buffer is. Each listed key must be the part of a key after
- * the prefix, and the listing must stay within STORE_LIST_MAX.
+ * The first byte picks the store's prefix ("", "runcell" or "a/b") and whether the page was
+ * asked for with a token ("tok", top bit set); the rest is the body, NUL-terminated as the
+ * store's buffer is. Each listed key must be the part of a key after the prefix, the
+ * listing must stay within STORE_LIST_MAX, and a next token must be a new one.
  *
  * Built with libFuzzer by `make fuzz` and run by tests/fuzz/run; the ordinary build links
  * it with tests/fuzz/replay.c, which replays the corpora as a unit test. */
@@ -30,7 +31,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct store_listing l = {0};
     size_t alloc = 0;
     char *token = NULL;
-    if (s3_parse_list_page(prefix, xml, &l, &alloc, &token) == 0 && l.n > STORE_LIST_MAX)
+    int r = s3_parse_list_page(prefix, xml, data[0] & 0x80 ? "tok" : NULL, &l, &alloc, &token);
+    if ((r == 0 && l.n > STORE_LIST_MAX) || (token && (!*token || (r < 0))))
         abort();
     for (size_t i = 0; i < l.n; i++)
         if (!l.v[i].key || strlen(l.v[i].key) >= size)

@@ -174,13 +174,40 @@ TEST(s3_list_pages_parse)
     struct store_listing l = {0};
     size_t alloc = 0;
     char *token = NULL;
-    CHECK(s3_parse_list_page("p", page, &l, &alloc, &token) == 0);
+    CHECK(s3_parse_list_page("p", page, NULL, &l, &alloc, &token) == 0);
     CHECK(l.n == 2);
     CHECK_STREQ(l.v[0].key, "a<AB&#12");
     CHECK(l.v[0].size == 7);
     CHECK_STREQ(l.v[1].key, "b");
     CHECK_STREQ(token, "t&1");
     free(token);
+    store_listing_release(&l);
+}
+
+/* A truncated page that names no new token would make the listing loop on it forever, or
+ * end it short without a word. */
+TEST(s3_list_pages_that_do_not_advance_are_errors)
+{
+    struct store_listing l = {0};
+    size_t alloc = 0;
+    char *token = NULL;
+    const char *same = "<IsTruncated>true</IsTruncated><NextContinuationToken>t1"
+                       "</NextContinuationToken>";
+    CHECK(s3_parse_list_page("", same, "t1", &l, &alloc, &token) == -EIO);
+    CHECK(strstr(err_msg(), "asked with") != NULL);
+    CHECK(token == NULL);
+    CHECK(s3_parse_list_page("", same, "t0", &l, &alloc, &token) == 0);
+    CHECK_STREQ(token, "t1");
+    free(token);
+    token = NULL;
+    CHECK(s3_parse_list_page("", "<IsTruncated>true</IsTruncated>", NULL, &l, &alloc, &token) ==
+          -EIO);
+    CHECK(strstr(err_msg(), "no continuation token") != NULL);
+    CHECK(s3_parse_list_page("", "<IsTruncated>true</IsTruncated><NextContinuationToken>"
+                                 "</NextContinuationToken>", "t0", &l, &alloc, &token) == -EIO);
+    CHECK(s3_parse_list_page("", "<IsTruncated>false</IsTruncated>", "t0", &l, &alloc, &token) ==
+          0);
+    CHECK(token == NULL && l.n == 0);
     store_listing_release(&l);
 }
 
