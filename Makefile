@@ -3,14 +3,19 @@
 
 BUILD      ?= build
 BUILD_ASAN ?= build-asan
+BUILD_FUZZ ?= build-fuzz
 PY         := /usr/bin/python3
 
-.PHONY: all deps build asan test test-unit test-asan test-integration demo bench format clean
+.PHONY: all deps test-deps build asan fuzz test test-unit test-asan test-integration demo bench format clean
 
 all: build
 
 deps:
 	@scripts/install-deps
+
+# What only testing needs (clang and libFuzzer for `make fuzz`); `make demo` never asks for it.
+test-deps:
+	@scripts/install-test-deps
 
 $(BUILD)/build.ninja:
 	meson setup $(BUILD) --buildtype=debugoptimized
@@ -24,6 +29,16 @@ $(BUILD_ASAN)/build.ninja:
 # ASan+UBSan build of everything, one command away.
 asan: deps $(BUILD_ASAN)/build.ninja
 	ninja -C $(BUILD_ASAN)
+
+$(BUILD_FUZZ)/build.ninja:
+	CC=clang meson setup $(BUILD_FUZZ) --buildtype=debug -Dfuzz=true \
+	    -Db_sanitize=address,undefined -Db_lundef=false
+
+# The fuzz targets (tests/fuzz) with libFuzzer: replays every corpus, then fuzzes each target
+# for FUZZ_TIME seconds (default 30); a crash, leak, hang or blow-up fails it.
+fuzz: deps test-deps $(BUILD_FUZZ)/build.ninja
+	ninja -C $(BUILD_FUZZ) fuzz
+	tests/fuzz/run all $(BUILD_FUZZ)
 
 test-unit: build
 	meson test -C $(BUILD) --print-errorlogs
@@ -50,4 +65,4 @@ format:
 	clang-format -i $$(git ls-files '*.c' '*.h')
 
 clean:
-	rm -rf $(BUILD) $(BUILD_ASAN)
+	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_FUZZ)

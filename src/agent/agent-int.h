@@ -12,6 +12,10 @@
 
 /* libcurl's global set-up, once per process (llm.c). */
 void agent_curl_init(void);
+/* Reads the body of a 200 answer (n bytes, NUL-terminated), plain JSON or server-sent
+ * events, into r and fills the gaps servers leave, as llm_chat does (llm.c). 0, or -EPROTO
+ * with err_msg() (the API key never appears in it). r is the caller's to release. */
+int llm_parse_reply(struct llm_client *c, const char *body, size_t n, struct llm_reply *r);
 
 /* ---- the SQLite file (db.c) ---- */
 

@@ -450,14 +450,13 @@ static int parse_sse(struct llm_client *c, const char *body, size_t n, struct ll
     return 0;
 }
 
-static int parse_reply(struct llm_client *c, const struct buf *b, struct llm_reply *r)
+static int parse_reply(struct llm_client *c, const char *s, size_t n, struct llm_reply *r)
 {
-    const char *s = b->data ? b->data : "";
     size_t skip = strspn(s, " \t\r\n");
     /* A server may answer a streaming request with plain JSON, and the other way round. */
     if (s[skip] == '{')
-        return parse_plain(c, s, b->len, r);
-    return parse_sse(c, s, b->len, r);
+        return parse_plain(c, s, n, r);
+    return parse_sse(c, s, n, r);
 }
 
 /* Fills the gaps servers leave: tool calls without an id or a name, "tool" for
@@ -487,6 +486,21 @@ static int normalise_reply(struct llm_client *c, struct llm_reply *r)
                        "anything",
                        c->model);
     return 0;
+}
+
+int llm_parse_reply(struct llm_client *c, const char *body, size_t n, struct llm_reply *r)
+{
+    int rc = parse_reply(c, body, n, r);
+    if (rc == 0)
+        rc = normalise_reply(c, r);
+    if (rc < 0) {
+        /* The messages quote the answer (jansson's error text shows the bytes near a syntax
+         * error), and an answer may echo the key it was sent. */
+        _cleanup_free_ char *msg = xstrdup(err_msg());
+        llm_client_redact(c, msg);
+        err_set(-rc, "%s", msg);
+    }
+    return rc;
 }
 
 /* ---- requests, retries ---- */
@@ -655,10 +669,8 @@ int llm_chat(struct llm_client *c, json_t *messages, json_t *tools,
         CURLcode cc = http_post(c, body, &h, errbuf);
         r.attempts++;
         if (cc == CURLE_OK && h.status == 200) {
-            rc = parse_reply(c, &h.body, &r);
+            rc = llm_parse_reply(c, h.body.data ? h.body.data : "", h.body.len, &r);
             buf_release(&h.body);
-            if (rc == 0)
-                rc = normalise_reply(c, &r);
             break;
         }
         if (cc == CURLE_OK && drop_rejected_field(c, &h, &r)) {

@@ -79,6 +79,11 @@ struct route {
     int (*upload)(struct request *rq, const char *data, size_t n);
 };
 
+/* The route for method on url (server.c), its {id} and {path} in params (caller frees); or
+ * NULL, and allow lists the methods the path takes (empty for a path no route has). */
+const struct route *route_match(const char *url, const char *method, char *params[2],
+                                struct buf *allow);
+
 /* ---- replies (http.c): every error goes through api_error, the one place that maps
  * internal errors to an HTTP status and a JSON error code. ---- */
 enum api_err {

@@ -146,29 +146,33 @@ static bool hold_early_replies(struct request *rq)
     return te != NULL;
 }
 
+const struct route *route_match(const char *url, const char *method, char *params[2],
+                                struct buf *allow)
+{
+    for (size_t i = 0; i < ARRAY_SIZE(routes); i++) {
+        char *p[2] = {NULL, NULL};
+        if (!match(routes[i].pattern, url, p))
+            continue;
+        if (!strcmp(routes[i].method, method)) {
+            params[0] = p[0];
+            params[1] = p[1];
+            return &routes[i];
+        }
+        buf_printf(allow, "%s%s", allow->len ? ", " : "", routes[i].method);
+        free(p[0]);
+        free(p[1]);
+    }
+    return NULL;
+}
+
 /* Routes a new request: 401, 404, 405, 503 and 413 are decided here, before the body. */
 static enum MHD_Result route_request(struct request *rq, const char *url, const char *method)
 {
     struct server *srv = rq->srv;
-    char *params[2] = {NULL, NULL};
     struct buf allow;
-    bool path_known = false;
     buf_init(&allow, 0);
-    for (size_t i = 0; i < ARRAY_SIZE(routes) && !rq->route; i++) {
-        if (!match(routes[i].pattern, url, params))
-            continue;
-        path_known = true;
-        if (!strcmp(routes[i].method, method)) {
-            rq->route = &routes[i];
-            rq->params[0] = params[0];
-            rq->params[1] = params[1];
-        } else {
-            buf_printf(&allow, "%s%s", allow.len ? ", " : "", routes[i].method);
-            free(params[0]);
-            free(params[1]);
-        }
-        params[0] = params[1] = NULL;
-    }
+    rq->route = route_match(url, method, rq->params, &allow);
+    bool path_known = rq->route || allow.len;
     if (rq->route && rq->params[0])
         rq->session_id = xstrdup(rq->params[0]);
     rq->hold_reply = hold_early_replies(rq);

@@ -136,9 +136,28 @@ static int parse_plain(struct proxy_request *rq, const char *target, size_t tlen
     return 0;
 }
 
+/* Bytes HTTP does not allow in a head (RFC 9112 section 2.2). A NUL would cut the forwarded
+ * copy short: a header line that starts with one becomes the empty line that ends the
+ * head, and the origin reads the rest as a body or a second request. A bare CR ends a
+ * line for some servers and not for others. */
+static int check_head_bytes(const char *head, size_t len)
+{
+    for (size_t i = 0; i < len; i++) {
+        if (head[i] == '\0')
+            return err_set(EINVAL, "the request head holds a NUL byte, which HTTP does not allow");
+        if (head[i] == '\r' && (i + 1 == len || head[i + 1] != '\n'))
+            return err_set(EINVAL, "the request head holds a CR that does not end a line, which "
+                           "HTTP does not allow");
+    }
+    return 0;
+}
+
 int proxy_parse_request(const char *head, size_t len, struct proxy_request *rq)
 {
     const char *end = head + len;
+    int r = check_head_bytes(head, len);
+    if (r < 0)
+        return r;
     const char *nl = memchr(head, '\n', len);
     if (!nl)
         return err_set(EINVAL, "no request line");

@@ -142,4 +142,13 @@ int session_run_exclusive(struct session *s, uint64_t wait_ms,
 int session_kernel_request(struct session *s, const char *type, const char *path,
                            json_t **ret_reply);
 
+/* session.c: one execution's record from its kernel's channel alone, without a session or
+ * a sandbox around it, for tests/fuzz/fuzz-record.c. Reads k's channel until a done
+ * message, EOF or a protocol violation, through the event handling of run_cell (live
+ * events to sink, which may be NULL), and fills rec (initialised by the caller) from the
+ * done message as run_cell does. Returns 0 after a done message, 1 at EOF, -EPROTO. */
+struct kernel;
+int session_record_from_channel(struct kernel *k, const struct exec_sink *sink,
+                                struct exec_record *rec);
+
 #endif

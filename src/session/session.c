@@ -509,6 +509,22 @@ static void run_cell(struct session *s, const struct exec_request *req,
         json_decref(net);
 }
 
+int session_record_from_channel(struct kernel *k, const struct exec_sink *sink,
+                                struct exec_record *rec)
+{
+    struct exec_ctx x = {.rec = rec, .sink = sink};
+    int r = 0;
+    while (!x.done && (r = kernel_pump_channel(k, on_kernel_event, &x)) == 0)
+        ;
+    if (x.done && r >= 0)
+        record_done(rec, x.done, STOP_NONE);
+    emit_rest(&x);
+    if (rec->error)
+        emit(&x, EV_ERROR, NULL, 0, rec->error);
+    json_decref(x.done);
+    return r;
+}
+
 int session_execute(struct session *s, const struct exec_request *req,
                     const struct exec_sink *sink, struct exec_record *rec)
 {

@@ -26,6 +26,18 @@ int store_s3_open(const struct store_config *cfg, const char *bucket, const char
 /* Appends an object to a listing (keys copied); -E2BIG past STORE_LIST_MAX. */
 int store_listing_add(struct store_listing *l, size_t *alloc, const char *key, uint64_t size);
 
+/* ---- what an S3 server answers (store_s3.c); the server is not trusted to be sane ---- */
+
+/* The text between <tag> and </tag> in xml (NUL-terminated), from *pos when pos is not NULL
+ * (then moved past </tag>), entities decoded; NULL when absent. Caller frees. */
+char *s3_xml_field(const char *xml, const char *tag, const char **pos);
+/* Adds the keys of one ListObjectsV2 page (xml, NUL-terminated), asked for with sent_token
+ * (NULL for the first page), less "prefix/" (prefix "" for none), to l; *ret_token is the
+ * next page's token or NULL. 0, -E2BIG (see store_listing_add), or -EIO with err_msg() for
+ * a truncated page without a new token. */
+int s3_parse_list_page(const char *prefix, const char *xml, const char *sent_token,
+                       struct store_listing *l, size_t *alloc, char **ret_token);
+
 /* ---- AWS Signature Version 4 (s3sign.c) ---- */
 
 struct sigv4_request {

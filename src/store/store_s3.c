@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #define ERROR_BODY_CAP     (64u << 10)
+#define CHAR_REF_MAX       16 /* bytes of an XML character reference, leading zeros and all */
 #define LIST_PAGE_CAP      (16u << 20)
 #define DEFAULT_TIMEOUT_MS 15000
 #define ATTEMPTS           3
@@ -172,8 +173,7 @@ static int on_seek(void *ctx, curl_off_t offset, int origin)
     return CURL_SEEKFUNC_OK;
 }
 
-/* The text between <tag> and </tag> after *pos, entities decoded; NULL when absent. */
-static char *xml_field(const char *xml, const char *tag, const char **pos)
+char *s3_xml_field(const char *xml, const char *tag, const char **pos)
 {
     _cleanup_free_ char *open = xasprintf("<%s>", tag);
     _cleanup_free_ char *close = xasprintf("</%s>", tag);
@@ -191,7 +191,7 @@ static char *xml_field(const char *xml, const char *tag, const char **pos)
     struct buf out;
     buf_init(&out, 0);
     buf_append(&out, "", 0);
-    for (const char *p = a; p < b;) {
+    for (const char *p = a, *semi; p < b;) {
         size_t i;
         for (i = 0; i < ARRAY_SIZE(ents); i++)
             if (!strncmp(p, ents[i][0], strlen(ents[i][0])))
@@ -199,11 +199,14 @@ static char *xml_field(const char *xml, const char *tag, const char **pos)
         if (i < ARRAY_SIZE(ents)) {
             buf_append(&out, ents[i][1], 1);
             p += strlen(ents[i][0]);
-        } else if (!strncmp(p, "&#", 2) && strchr(p, ';') && strchr(p, ';') < b) {
+        } else if (!strncmp(p, "&#", 2) &&
+                   (semi = memchr(p, ';', (size_t)MIN(CHAR_REF_MAX, b - p)))) {
+            /* The ';' is looked for where a reference can end ("&#x10FFFF;"): searching the
+             * rest of the body from each "&#" made a page of them cost its length squared. */
             unsigned long c = p[2] == 'x' ? strtoul(p + 3, NULL, 16) : strtoul(p + 2, NULL, 10);
             char ch = c > 0 && c < 128 ? (char)c : '?';
             buf_append(&out, &ch, 1);
-            p = strchr(p, ';') + 1;
+            p = semi + 1;
         } else {
             buf_append(&out, p++, 1);
         }
@@ -214,9 +217,9 @@ static char *xml_field(const char *xml, const char *tag, const char **pos)
 static int http_error(struct s3 *s, struct s3_req *rq)
 {
     _cleanup_free_ char *what = describe_key(s, rq->key);
-    _cleanup_free_ char *code = xml_field(rq->err_body.data ? rq->err_body.data : "", "Code", NULL);
-    _cleanup_free_ char *msg =
-        xml_field(rq->err_body.data ? rq->err_body.data : "", "Message", NULL);
+    const char *body = rq->err_body.data ? rq->err_body.data : "";
+    _cleanup_free_ char *code = s3_xml_field(body, "Code", NULL);
+    _cleanup_free_ char *msg = s3_xml_field(body, "Message", NULL);
     int e = rq->status == 404 ? ENOENT : rq->status == 403 ? EACCES : EIO;
     if (rq->status == 404 && code && !strcmp(code, "NoSuchBucket"))
         e = EIO; /* the whole store is missing, not one object */
@@ -429,28 +432,37 @@ static int s3_del(struct store *st, const char *key)
     return r == -ENOENT ? 0 : r;
 }
 
-/* Adds the keys of one ListObjectsV2 page; *ret_token is the next page's token or NULL. */
-static int parse_list_page(struct s3 *s, const char *xml, struct store_listing *l, size_t *alloc,
-                           char **ret_token)
+int s3_parse_list_page(const char *prefix, const char *xml, const char *sent_token,
+                       struct store_listing *l, size_t *alloc, char **ret_token)
 {
-    size_t skip = *s->prefix ? strlen(s->prefix) + 1 : 0;
+    size_t skip = *prefix ? strlen(prefix) + 1 : 0;
     const char *pos = xml;
-    _cleanup_free_ char *truncated = xml_field(xml, "IsTruncated", NULL);
+    _cleanup_free_ char *truncated = s3_xml_field(xml, "IsTruncated", NULL);
     for (;;) {
-        _cleanup_free_ char *contents = xml_field(xml, "Contents", &pos);
+        _cleanup_free_ char *contents = s3_xml_field(xml, "Contents", &pos);
         if (!contents)
             break;
-        _cleanup_free_ char *key = xml_field(contents, "Key", NULL);
-        _cleanup_free_ char *size = xml_field(contents, "Size", NULL);
+        _cleanup_free_ char *key = s3_xml_field(contents, "Key", NULL);
+        _cleanup_free_ char *size = s3_xml_field(contents, "Size", NULL);
         if (!key || strlen(key) < skip)
             continue;
         int r = store_listing_add(l, alloc, key + skip, size ? strtoull(size, NULL, 10) : 0);
         if (r < 0)
             return r;
     }
-    *ret_token = truncated && !strcmp(truncated, "true")
-                     ? xml_field(xml, "NextContinuationToken", NULL)
-                     : NULL;
+    *ret_token = NULL;
+    if (!truncated || strcmp(truncated, "true"))
+        return 0;
+    /* Asked again with the same token, a server would answer the same page forever; without
+     * one, the listing would end short without a word. */
+    char *next = s3_xml_field(xml, "NextContinuationToken", NULL);
+    bool none = !next || !*next;
+    if (none || (sent_token && !strcmp(next, sent_token))) {
+        free(next);
+        return err_set(EIO, "the S3 server's listing does not advance: a truncated page %s",
+                       none ? "named no continuation token" : "named the token it was asked with");
+    }
+    *ret_token = next;
     return 0;
 }
 
@@ -473,11 +485,11 @@ static int s3_list(struct store *st, const char *prefix, struct store_listing *r
         struct s3_req rq = req_init("GET", NULL);
         rq.query = query;
         rq.body = &body;
-        free(token);
-        token = NULL;
+        _cleanup_free_ char *sent = TAKE_PTR(token);
         r = perform(s, &rq);
         if (!r)
-            r = parse_list_page(s, body.data ? body.data : "", ret, &alloc, &token);
+            r = s3_parse_list_page(s->prefix, body.data ? body.data : "", sent, ret, &alloc,
+                                   &token);
         buf_release(&body);
     } while (!r && token);
     free(token);

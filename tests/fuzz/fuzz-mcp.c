@@ -5,23 +5,13 @@
  * and, for a tools/call, mcp_tool_check_args. The connection has no session table, so tool
  * calls that pass the checks answer with an error instead of running code.
  *
- * With libFuzzer, from the top of the tree:
- *   clang -g -O1 -fsanitize=fuzzer,address,undefined -DRUNCELL_LIBFUZZER -D_GNU_SOURCE \
- *     -Isrc -DRUNCELL_LIBEXECDIR='"/x"' tests/fuzz/fuzz-mcp.c src/mcp/\*.c src/session/\*.c \
- *     src/kernel/kernel.c src/sandbox/{host,cgroup,workspace,wsfiles,spawn}.c src/base/\*.c \
- *     $(pkg-config --cflags --libs jansson) -lpthread -o fuzz-mcp
- *   ./fuzz-mcp -max_len=4096 CORPUS_DIR tests/fuzz/corpus/mcp
- * Without it (the build's default) the program replays files and directories of inputs,
- * which is how the corpus in tests/fuzz/corpus/mcp runs as a test. */
-#include <dirent.h>
+ * Built with libFuzzer by `make fuzz` and run by tests/fuzz/run; the ordinary build links
+ * it with tests/fuzz/replay.c, which replays the corpora as a unit test. */
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
 
+#include "fuzz.h"
 #include "mcp/mcp.h"
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-int LLVMFuzzerInitialize(int *argc, char ***argv);
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
@@ -85,48 +75,3 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         abort(); /* every input closes its sink exactly once */
     return 0;
 }
-
-#ifndef RUNCELL_LIBFUZZER
-static int run_file(const char *path)
-{
-    char *data;
-    size_t n;
-    if (read_file(path, 1 << 20, &data, &n) < 0) {
-        fprintf(stderr, "fuzz-mcp: cannot read %s\n", path);
-        return 1;
-    }
-    LLVMFuzzerTestOneInput((const uint8_t *)data, n);
-    free(data);
-    printf("ok   %s\n", path);
-    return 0;
-}
-
-static int run_path(const char *path)
-{
-    struct stat st;
-    if (stat(path, &st) < 0 || !S_ISDIR(st.st_mode))
-        return run_file(path);
-    DIR *d = opendir(path);
-    struct dirent *e;
-    int failed = 0;
-    while (d && (e = readdir(d))) {
-        if (e->d_name[0] == '.')
-            continue;
-        char *sub = xasprintf("%s/%s", path, e->d_name);
-        failed |= run_file(sub);
-        free(sub);
-    }
-    if (d)
-        closedir(d);
-    return failed;
-}
-
-int main(int argc, char **argv)
-{
-    int failed = 0;
-    LLVMFuzzerInitialize(&argc, &argv);
-    for (int i = 1; i < argc; i++)
-        failed |= run_path(argv[i]);
-    return failed;
-}
-#endif

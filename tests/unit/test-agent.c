@@ -260,6 +260,34 @@ TEST(clip_text_keeps_head_and_tail)
     CHECK_STREQ(small, "short");
 }
 
+/* Found by tests/fuzz/fuzz-sse.c: jansson's message for bad JSON quotes the bytes near the
+ * error, so an answer that echoed the key put it into the error. */
+TEST(reply_errors_never_carry_the_api_key)
+{
+    struct llm_config cfg = {.base_url = "http://127.0.0.1:9/v1", .api_key = "sk-test-SECRET",
+                             .model = "m"};
+    struct llm_client *c;
+    CHECK(llm_client_new(&cfg, &c) == 0);
+    static const char *const bodies[] = {
+        "{\"error\": \"sk-test-SECRET i\x07\x07s wrong\"}",
+        "{\"error\": {\"message\": \"key sk-test-SECRET\"}}",
+        "data: {\"error\": \"sk-test-SECRET\"}\n\n",
+        "{\"choices\": [], \"sk-test-SECRET\": 1}",
+    };
+    for (size_t i = 0; i < ARRAY_SIZE(bodies); i++) {
+        struct llm_reply r = {0};
+        CHECK(llm_parse_reply(c, bodies[i], strlen(bodies[i]), &r) == -EPROTO);
+        CHECK(strstr(err_msg(), "SECRET") == NULL);
+        llm_reply_release(&r);
+    }
+    struct llm_reply r = {0};
+    const char *ok = "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\n";
+    CHECK(llm_parse_reply(c, ok, strlen(ok), &r) == 0);
+    CHECK_STREQ(r.content, "hi");
+    llm_reply_release(&r);
+    llm_client_free(c);
+}
+
 TEST(review_queue_create_list_show_resolve)
 {
     _cleanup_free_ char *dir = tmp_data_dir();

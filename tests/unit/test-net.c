@@ -368,6 +368,27 @@ TEST(plain_requests_are_rewritten_for_the_origin)
     buf_release(&rq.forward);
 }
 
+/* Found by tests/fuzz/fuzz-request.c: a header line starting with a NUL was forwarded as
+ * an empty line, ending the head early, so the origin read the client's further lines as a
+ * second request the proxy never parsed. */
+TEST(heads_with_nul_or_bare_cr_are_refused)
+{
+    static const char nul[] = "GET http://b.test/ HTTP/1.1\r\n\0X: 1\r\n"
+                              "GET http://b.test/smuggled HTTP/1.1\r\n\r\n";
+    struct proxy_request rq;
+    memset(&rq, 0, sizeof(rq));
+    buf_init(&rq.forward, 2 * NET_MAX_HEAD);
+    CHECK(proxy_parse_request(nul, sizeof(nul) - 1, &rq) == -EINVAL);
+    CHECK(strstr(err_msg(), "NUL") != NULL);
+    CHECK(rq.forward.len == 0);
+    buf_release(&rq.forward);
+    CHECK(parse("GET http://b.test/ HTTP/1.1\r\nX: 1\rHost: c.test\r\n\r\n", &rq) == -EINVAL);
+    CHECK(strstr(err_msg(), "CR") != NULL);
+    buf_release(&rq.forward);
+    CHECK(parse("CONNECT b.test:443\r HTTP/1.1\r\n\r\n", &rq) == -EINVAL);
+    buf_release(&rq.forward);
+}
+
 int main(int argc, char **argv)
 {
     return run_tests(argc, argv);

@@ -164,6 +164,70 @@ TEST(sha256_known_values)
 }
 
 /* The examples of AWS's "Signature Calculations for the Authorization Header" for S3. */
+TEST(s3_list_pages_parse)
+{
+    const char *page =
+        "<ListBucketResult><IsTruncated>true</IsTruncated><NextContinuationToken>t&amp;1"
+        "</NextContinuationToken><Contents><Key>p/a&lt;&#x41;&#66;&#12</Key><Size>7</Size>"
+        "</Contents><Contents><Key>q</Key></Contents><Contents><Key>p/b</Key></Contents>"
+        "</ListBucketResult>";
+    struct store_listing l = {0};
+    size_t alloc = 0;
+    char *token = NULL;
+    CHECK(s3_parse_list_page("p", page, NULL, &l, &alloc, &token) == 0);
+    CHECK(l.n == 2);
+    CHECK_STREQ(l.v[0].key, "a<AB&#12");
+    CHECK(l.v[0].size == 7);
+    CHECK_STREQ(l.v[1].key, "b");
+    CHECK_STREQ(token, "t&1");
+    free(token);
+    store_listing_release(&l);
+}
+
+/* A truncated page that names no new token would make the listing loop on it forever, or
+ * end it short without a word. */
+TEST(s3_list_pages_that_do_not_advance_are_errors)
+{
+    struct store_listing l = {0};
+    size_t alloc = 0;
+    char *token = NULL;
+    const char *same = "<IsTruncated>true</IsTruncated><NextContinuationToken>t1"
+                       "</NextContinuationToken>";
+    CHECK(s3_parse_list_page("", same, "t1", &l, &alloc, &token) == -EIO);
+    CHECK(strstr(err_msg(), "asked with") != NULL);
+    CHECK(token == NULL);
+    CHECK(s3_parse_list_page("", same, "t0", &l, &alloc, &token) == 0);
+    CHECK_STREQ(token, "t1");
+    free(token);
+    token = NULL;
+    CHECK(s3_parse_list_page("", "<IsTruncated>true</IsTruncated>", NULL, &l, &alloc, &token) ==
+          -EIO);
+    CHECK(strstr(err_msg(), "no continuation token") != NULL);
+    CHECK(s3_parse_list_page("", "<IsTruncated>true</IsTruncated><NextContinuationToken>"
+                                 "</NextContinuationToken>", "t0", &l, &alloc, &token) == -EIO);
+    CHECK(s3_parse_list_page("", "<IsTruncated>false</IsTruncated>", "t0", &l, &alloc, &token) ==
+          0);
+    CHECK(token == NULL && l.n == 0);
+    store_listing_release(&l);
+}
+
+/* Found by tests/fuzz/fuzz-s3.c: each "&#" without its ';' searched the rest of the body,
+ * so a list page of them (up to 16 MiB) kept a thread busy for hours. */
+TEST(s3_character_references_cost_linear_time)
+{
+    size_t n = 16u << 20;
+    char *body = xmalloc(n + 1);
+    memcpy(body, "<Code>", 6);
+    for (size_t i = 6; i + 7 < n; i += 2)
+        memcpy(body + i, "&#", 2);
+    memcpy(body + n - 7, "</Code>", 8);
+    char *code = s3_xml_field(body, "Code", NULL);
+    CHECK(code != NULL);
+    CHECK(strlen(code) == n - 13);
+    free(code);
+    free(body);
+}
+
 static const char AK[] = "AKIAIOSFODNN7EXAMPLE";
 static const char SK[] = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY";
 static const char EMPTY[] = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
