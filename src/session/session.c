@@ -3,12 +3,14 @@
 #include "session/session-int.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "kernel/kernel.h"
@@ -496,6 +498,32 @@ static int collect_files(struct session *s, struct exec_record *rec,
     return 0;
 }
 
+/* A session's own work in the daemon (reading its kernel's frames, scanning and saving its
+ * workspace) runs at a lower priority than the rest of the daemon (nice is per thread on
+ * Linux), so that on a busy machine the sessions that cost it most cannot starve
+ * /healthz, the other sessions' requests or the reaper of the CPU. Returns the priority to
+ * give back; restoring it needs CAP_SYS_NICE, so without it the thread stays lower. */
+#define SESSION_WORK_NICE 5
+
+static int work_priority_lower(void)
+{
+    pid_t tid = gettid();
+    errno = 0;
+    int old = getpriority(PRIO_PROCESS, (id_t)tid);
+    if (errno)
+        return INT_MIN;
+    if (setpriority(PRIO_PROCESS, (id_t)tid, old + SESSION_WORK_NICE > 19 ? 19 :
+                    old + SESSION_WORK_NICE) < 0)
+        return INT_MIN;
+    return old;
+}
+
+static void work_priority_restore(int old)
+{
+    if (old != INT_MIN)
+        setpriority(PRIO_PROCESS, (id_t)gettid(), old);
+}
+
 static int begin(struct session *s)
 {
     pthread_mutex_lock(&s->lock);
@@ -593,6 +621,7 @@ int session_execute(struct session *s, const struct exec_request *req,
     }
     struct ws_listing after = {0};
     int scan_err = 0;
+    int prio = work_priority_lower();
     run_cell(s, req, sink, rec, &after, &scan_err);
     if (rec->state == STATE_LOST) {
         stop_kernel(s);
@@ -604,6 +633,7 @@ int session_execute(struct session *s, const struct exec_request *req,
     else if (s->persist)
         persist_after_execute(s->persist, s->ws, &after, rec);
     ws_listing_release(&after);
+    work_priority_restore(prio);
     end(s);
     return 0;
 }
@@ -725,7 +755,9 @@ int session_run_exclusive(struct session *s, uint64_t wait_ms,
         usleep(20000);
     if (r < 0)
         return r;
+    int prio = work_priority_lower();
     r = fn(s, ctx);
+    work_priority_restore(prio);
     end(s);
     return r;
 }
