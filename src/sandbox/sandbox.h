@@ -152,7 +152,8 @@ void ws_listing_diff(const struct ws_listing *before, const struct ws_listing *a
 /* Copies a host file into the workspace at rel (parents created), owned by the sandbox
  * user; refuses to write through links. */
 int workspace_copy_in(const struct workspace *ws, const char *host_path, const char *rel);
-/* Copies workspace file rel to out_dir/rel (parents created). Only regular files. */
+/* Copies workspace file rel to out_dir/rel (parents created). Only regular files, and no
+ * sparse ones (-EFBIG: apparent size past the allocated blocks by more than 1 MiB). */
 int workspace_copy_out(const struct workspace *ws, const char *rel, const char *out_dir);
 /* Writes n bytes to rel (parents created, owned by the sandbox user) through a temporary file
  * renamed into place: a reader never sees half a file, and a link planted at rel is replaced,

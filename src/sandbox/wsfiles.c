@@ -137,6 +137,12 @@ int workspace_copy_out(const struct workspace *ws, const char *rel, const char *
         return err_set(-in, "cannot open %s in the workspace: %s", rel, strerror(-in));
     if (fstat(in, &st) < 0 || !S_ISREG(st.st_mode))
         return err_set(EINVAL, "%s is not a regular file", rel);
+    /* The sandbox paid nothing for a sparse file's holes; written out, they would be real
+     * bytes on the host's disk (2^62 of them, if it likes). */
+    if ((uint64_t)st.st_size > (uint64_t)st.st_blocks * 512 + (1u << 20))
+        return err_set(EFBIG, "%s is a sparse file (%.1f MB apparent, %.1f MB allocated): not "
+                       "copied out", rel, (double)st.st_size / 1048576.0,
+                       (double)st.st_blocks * 512 / 1048576.0);
     _cleanup_free_ char *dst = xasprintf("%s/%s", out_dir, rel);
     char *slash = strrchr(dst, '/');
     *slash = '\0';

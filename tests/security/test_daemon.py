@@ -10,11 +10,11 @@ attack (writing 5 to /proc/PID/clear_refs), so the growth an attack causes is it
 minus the resident size before it."""
 import json
 import os
-import threading
+import tempfile
 import time
 import unittest
 
-from rctest import HANG, RuncellTestCase, Server
+from rctest import HANG, RuncellTestCase, Server, runcell
 
 MiB = 1 << 20
 
@@ -246,6 +246,22 @@ class SparseFiles(DaemonCase):
         rec = self.srv.execute(sid, "open('dense', 'w').write('x' * 1000)")
         self.assertNotIn("dense", rec.get("persist_error", ""))
         self.srv.ok("DELETE", "/v1/sessions/" + sid)
+
+
+class SparseOutput(RuncellTestCase):
+    """Finding 4, one-shot: `runcell run --out` does not write a sparse file's holes to the
+    host's disk."""
+
+    def test_a_sparse_file_is_not_copied_out(self):
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "out")
+            p = runcell("run", "--json", "--out", out, "-c",
+                        "with open('huge', 'wb') as f:\n    f.truncate(1 << 62)\n"
+                        "open('small', 'w').write('x')")
+            rec = json.loads(p.stdout)
+            self.assertStatus(rec, "ok")
+            self.assertEqual(sorted(os.listdir(out)), ["small"])
+            self.assertIn("sparse", p.stderr)
 
 
 class ManyFiles(DaemonCase):
