@@ -44,6 +44,7 @@ struct server_config {
                                              * NULL: anything */
     char *const *mcp_origins;     /* Origins allowed on /mcp besides loopback ones (NULL-ended) */
     struct store_config store;    /* url NULL: DATA/store */
+    uint64_t store_max_files;     /* per session; 0 = DEFAULT_STORE_MAX_FILES */
     uint64_t store_quota_bytes;   /* per session; 0 = no limit */
     struct llm_config agent;      /* the model endpoint of POST /v1/agent/runs */
     const char *review_webhook;   /* review incidents are also POSTed here, or NULL */

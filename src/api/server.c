@@ -454,6 +454,7 @@ static int open_persistence(struct server *srv)
                        err_msg());
     srv->persist = (struct persist_config){.store = srv->store, .meta = srv->meta,
                                            .quota_bytes = cfg->store_quota_bytes,
+                                           .max_files = cfg->store_max_files,
                                            .owner = srv->host.owner_id};
     log_info("msg=\"sessions are kept\" store=\"%s\" records=%s quota_mb=%.1f",
              store_describe(srv->store), db, (double)cfg->store_quota_bytes / 1048576.0);

@@ -105,6 +105,24 @@ char *outcap_render(const struct outcap *c, size_t *ret_len);
  * empty string when nothing was dropped. Caller frees. */
 char *outcap_render_rest(const struct outcap *c, size_t *ret_len);
 
+/* ---- JSON text measured before it is parsed (jsonscan.c) ----
+ * Parsed JSON costs far more memory than its text (a 3-byte "[]," is a 64-byte value), so
+ * text from an untrusted source is measured first, in one pass without allocating. */
+struct json_bounds {
+    size_t max_depth;  /* nesting of arrays and objects; 0 = no cap */
+    size_t max_values; /* values, object keys counted; 0 = no cap */
+    size_t max_string; /* raw bytes of the longest string (escapes counted as written) */
+};
+struct json_shape {
+    size_t depth;
+    size_t values;
+    size_t longest_string;
+};
+/* Measures the n bytes at p. 0, or -E2BIG as soon as a bound of b (may be NULL) is passed
+ * (*ret then holds the counts so far). Text that is not JSON is measured as far as it goes;
+ * the parser refuses it later. Cost linear in n. */
+int json_measure(const char *p, size_t n, const struct json_bounds *b, struct json_shape *ret);
+
 /* ---- text ---- */
 /* Copy of s with invalid UTF-8 sequences and NUL bytes replaced by U+FFFD; caller frees. */
 char *utf8_sanitize(const char *s, size_t len, size_t *ret_len);

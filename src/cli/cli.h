@@ -91,6 +91,7 @@ enum {
     OPT_S3_SECRET_KEY,
     OPT_S3_VIRTUAL_HOSTED,
     OPT_STORE_QUOTA,
+    OPT_STORE_MAX_FILES,
 };
 #define STORE_LONG_OPTS                                                                            \
     {"store", required_argument, NULL, OPT_STORE},                                                 \
@@ -99,7 +100,8 @@ enum {
         {"s3-access-key", required_argument, NULL, OPT_S3_ACCESS_KEY},                             \
         {"s3-secret-key", required_argument, NULL, OPT_S3_SECRET_KEY},                             \
         {"s3-virtual-hosted", no_argument, NULL, OPT_S3_VIRTUAL_HOSTED},                           \
-        {"store-quota", required_argument, NULL, OPT_STORE_QUOTA}
+        {"store-quota", required_argument, NULL, OPT_STORE_QUOTA},                                 \
+        {"store-max-files", required_argument, NULL, OPT_STORE_MAX_FILES}
 #define STORE_OPTS_HELP                                                                            \
     "  --store DIR|s3://BUCKET[/PREFIX]  where sessions are kept (default DATA/store)\n"            \
     "  --s3-endpoint URL      S3-compatible endpoint, http[s]://HOST[:PORT] (default AWS)\n"       \
@@ -107,12 +109,14 @@ enum {
     "  --s3-access-key KEY, --s3-secret-key KEY   (default AWS_ACCESS_KEY_ID and\n"              \
     "                         AWS_SECRET_ACCESS_KEY, which keep the secret off command lines)\n"  \
     "  --s3-virtual-hosted    BUCKET.HOST addressing instead of HOST/BUCKET\n"                    \
-    "  --store-quota MB       bytes stored per session at most (default 1024; 0: no limit)\n"
+    "  --store-quota MB       bytes stored per session at most (default 1024; 0: no limit)\n"    \
+    "  --store-max-files N    files and links stored per session at most (default 10000)\n"
 #define DEFAULT_STORE_QUOTA_MB 1024
 
 struct store_opts {
     struct store_config cfg; /* url NULL: DATA/store */
     uint64_t quota_bytes;
+    uint64_t max_files; /* 0: DEFAULT_STORE_MAX_FILES */
 };
 /* Handles one store option: 0, EXIT_USAGE after printing the error, or -1 when c is not a
  * store option. */

@@ -323,6 +323,7 @@ int cmd_serve(int argc, char **argv)
     cfg.mcp_origins = origins;
     cfg.store = so.cfg;
     cfg.store_quota_bytes = so.quota_bytes;
+    cfg.store_max_files = so.max_files;
     cfg.agent.http_retries = AGENT_DEFAULT_HTTP_RETRIES;
     if ((r = check_defaults(&cfg))) {
         common_opts_release(&co);

@@ -196,6 +196,13 @@ int store_opt(const char *cmd, struct store_opts *o, int c, char *val)
         o->cfg.s3_virtual_hosted = true;
         return 0;
     }
+    if (c == OPT_STORE_MAX_FILES) {
+        if (parse_u64(val, &mb) < 0 || mb < 1 || mb > STORE_MAX_FILES_LIMIT)
+            return usage_error(cmd, "--store-max-files: '%s' is not a number of files (1 to %u)",
+                               val, STORE_MAX_FILES_LIMIT);
+        o->max_files = mb;
+        return 0;
+    }
     if (c != OPT_STORE_QUOTA)
         return -1;
     if (parse_u64(val, &mb) < 0 || mb > (1u << 30))

@@ -25,7 +25,8 @@ int repl_keep_open(struct repl_keep *k, const char *data_dir, const struct store
         (r = store_open(&sc, &k->store)) < 0)
         return r;
     k->pc = (struct persist_config){
-        .store = k->store, .meta = k->meta, .quota_bytes = so->quota_bytes, .owner = owner};
+        .store = k->store, .meta = k->meta, .quota_bytes = so->quota_bytes,
+        .max_files = so->max_files, .owner = owner};
     return 0;
 }
 

@@ -38,39 +38,116 @@ int kernel_send_execute(struct kernel *k, const char *code, const char *lang, lo
     return 0;
 }
 
-static int handle_frame(struct kernel *k, char kind, const char *p, size_t n, kernel_event_fn cb,
-                        void *ctx)
+static const struct json_bounds msg_bounds = {
+    .max_depth = KERNEL_MSG_MAX_DEPTH,
+    .max_values = KERNEL_MSG_MAX_VALUES,
+    .max_string = KERNEL_MSG_MAX_STRING,
+};
+
+int kernel_message_parse(const char *p, size_t n, json_t **ret, size_t *ret_values)
+{
+    struct json_shape shape;
+    if (json_measure(p, n, &msg_bounds, &shape) < 0) {
+        if (shape.depth > KERNEL_MSG_MAX_DEPTH)
+            return err_set(E2BIG, "a message of %zu bytes nests deeper than %d levels", n,
+                           KERNEL_MSG_MAX_DEPTH);
+        if (shape.values > KERNEL_MSG_MAX_VALUES)
+            return err_set(E2BIG, "a message of %zu bytes holds more than %d JSON values", n,
+                           KERNEL_MSG_MAX_VALUES);
+        return err_set(E2BIG, "a message holds a string longer than %u MiB",
+                       KERNEL_MSG_MAX_STRING >> 20);
+    }
+    json_error_t jerr;
+    json_t *msg = json_loadb(p, n, 0, &jerr);
+    if (!msg || !json_is_object(msg)) {
+        json_decref(msg);
+        return err_set(EPROTO, "kernel sent a malformed message: %s",
+                       msg ? "not an object" : jerr.text);
+    }
+    *ret = msg;
+    *ret_values = shape.values;
+    return 0;
+}
+
+/* A message type to its event; display needs its data object too. */
+static const struct {
+    const char *type;
+    enum kernel_event_type ev;
+} msg_types[] = {
+    {"display", KEV_DISPLAY},        {"done", KEV_DONE},
+    {"hello", KEV_HELLO},            {"checkpoint_done", KEV_REPLY},
+    {"restore_done", KEV_REPLY},
+};
+
+static int handle_message(const char *p, size_t n, kernel_event_fn cb, void *ctx)
 {
     struct kernel_event ev = {.data = p, .len = n};
+    json_t *msg;
+    int r = kernel_message_parse(p, n, &msg, &ev.values);
+    if (r == -E2BIG) {
+        const char *why = err_msg();
+        struct kernel_event lim = {.type = KEV_LIMIT, .data = why, .len = strlen(why)};
+        cb(ctx, &lim);
+        return 0;
+    }
+    if (r < 0)
+        return r;
+    const char *type = json_string_value(json_object_get(msg, "type"));
+    size_t i = 0;
+    while (type && i < ARRAY_SIZE(msg_types) && strcmp(type, msg_types[i].type))
+        i++;
+    if (!type)
+        r = err_set(EPROTO, "kernel sent a malformed message: no type");
+    else if (i == ARRAY_SIZE(msg_types) ||
+             (msg_types[i].ev == KEV_DISPLAY && !json_is_object(json_object_get(msg, "data"))))
+        r = err_set(EPROTO, "kernel sent an unexpected message '%.40s'", type);
+    if (!r) {
+        ev.type = msg_types[i].ev;
+        ev.msg = msg;
+        cb(ctx, &ev);
+    }
+    json_decref(msg);
+    return r;
+}
+
+static int handle_frame(char kind, const char *p, size_t n, kernel_event_fn cb, void *ctx)
+{
     if (kind == 'O' || kind == 'E') {
-        ev.type = kind == 'O' ? KEV_STDOUT : KEV_STDERR;
+        struct kernel_event ev = {.type = kind == 'O' ? KEV_STDOUT : KEV_STDERR, .data = p,
+                                  .len = n};
         cb(ctx, &ev);
         return 0;
     }
     if (kind != 'M')
         return err_set(EPROTO, "kernel sent an unknown frame kind 0x%02x", (unsigned char)kind);
-    json_error_t jerr;
-    json_t *msg = json_loadb(p, n, 0, &jerr);
-    const char *type = json_string_value(json_object_get(msg, "type"));
+    return handle_message(p, n, cb, ctx);
+}
+
+int kernel_frames_parse(struct buf *in, kernel_event_fn cb, void *ctx)
+{
+    size_t off = 0;
     int r = 0;
-    if (!msg || !json_is_object(msg) || !type) {
-        r = err_set(EPROTO, "kernel sent a malformed message: %s", msg ? "no type" : jerr.text);
-    } else if (!strcmp(type, "display") && json_is_object(json_object_get(msg, "data"))) {
-        ev.type = KEV_DISPLAY;
-    } else if (!strcmp(type, "done")) {
-        ev.type = KEV_DONE;
-    } else if (!strcmp(type, "hello")) {
-        ev.type = KEV_HELLO;
-    } else if (!strcmp(type, "checkpoint_done") || !strcmp(type, "restore_done")) {
-        ev.type = KEV_REPLY;
-    } else {
-        r = err_set(EPROTO, "kernel sent an unexpected message '%s'", type);
+    while (in->len - off >= FRAME_HEADER) {
+        uint32_t len;
+        memcpy(&len, in->data + off, 4);
+        len = ntohl(len);
+        if (len > KERNEL_MAX_FRAME) {
+            r = err_set(EPROTO, "kernel frame of %u bytes exceeds the %u MiB limit", len,
+                        KERNEL_MAX_FRAME >> 20);
+            break;
+        }
+        if (in->len - off - FRAME_HEADER < len)
+            break;
+        r = handle_frame(in->data[off + 4], in->data + off + FRAME_HEADER, len, cb, ctx);
+        if (r < 0)
+            break;
+        off += FRAME_HEADER + len;
     }
-    if (!r) {
-        ev.msg = msg;
-        cb(ctx, &ev);
-    }
-    json_decref(msg);
+    memmove(in->data, in->data + off, in->len - off);
+    in->len -= off;
+    /* One large frame must not keep its buffer for the kernel's whole life. */
+    if (!in->len && in->alloc > (1u << 20))
+        buf_release(in);
     return r;
 }
 
@@ -84,25 +161,7 @@ int kernel_pump_channel(struct kernel *k, kernel_event_fn cb, void *ctx)
         return 1;
     if (buf_append(&k->in, chunk, (size_t)n) < 0)
         return err_set(EPROTO, "kernel frame larger than %u MiB", KERNEL_MAX_FRAME >> 20);
-    size_t off = 0;
-    while (k->in.len - off >= FRAME_HEADER) {
-        uint32_t len;
-        memcpy(&len, k->in.data + off, 4);
-        len = ntohl(len);
-        if (len > KERNEL_MAX_FRAME)
-            return err_set(EPROTO, "kernel frame of %u bytes exceeds the %u MiB limit", len,
-                           KERNEL_MAX_FRAME >> 20);
-        if (k->in.len - off - FRAME_HEADER < len)
-            break;
-        int r = handle_frame(k, k->in.data[off + 4], k->in.data + off + FRAME_HEADER, len, cb,
-                             ctx);
-        if (r < 0)
-            return r;
-        off += FRAME_HEADER + len;
-    }
-    memmove(k->in.data, k->in.data + off, k->in.len - off);
-    k->in.len -= off;
-    return 0;
+    return kernel_frames_parse(&k->in, cb, ctx);
 }
 
 int kernel_pump_pipe(struct kernel *k, int stream, kernel_event_fn cb, void *ctx)
@@ -244,11 +303,14 @@ fail:
 struct reply_wait {
     const char *want; /* "checkpoint_done" */
     json_t *reply;
+    char *limit; /* a message over the caps came instead: why */
 };
 
 static void on_reply(void *ctx, const struct kernel_event *ev)
 {
     struct reply_wait *w = ctx;
+    if (ev->type == KEV_LIMIT && !w->limit)
+        w->limit = xstrndup(ev->data, ev->len);
     const char *type = ev->msg ? json_string_value(json_object_get(ev->msg, "type")) : NULL;
     if (ev->type == KEV_REPLY && type && !strcmp(type, w->want) && !w->reply)
         w->reply = json_incref(ev->msg);
@@ -289,6 +351,15 @@ int kernel_request(struct kernel *k, const char *type, const char *path, uint64_
                 open_pipe[i] = kernel_pump_pipe(k, i, on_reply, &w) == 0;
         if (pfd[0].revents) {
             r = kernel_pump_channel(k, on_reply, &w);
+            if (w.limit) {
+                /* The reply is the kernel's word, which is the sandbox's: too large to read
+                 * is a broken protocol, and the caller replaces the kernel. */
+                r = err_set(EPROTO, "the kernel's answer to the %s broke a limit: %s", type,
+                            w.limit);
+                free(w.limit);
+                json_decref(w.reply);
+                return r;
+            }
             if (r < 0)
                 return r;
             if (r == 1 && !w.reply)

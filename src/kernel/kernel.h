@@ -15,6 +15,15 @@
 #include "sandbox/sandbox.h"
 
 #define KERNEL_MAX_FRAME (48u << 20)
+/* Caps on one JSON message, checked on its raw bytes before it is parsed (json_measure):
+ * parsed JSON costs up to ~50 times its text in small values. The kernel itself nests at
+ * most ~105 deep (_wire_safe); 200,000 values parse to ~16 MiB at most. */
+#define KERNEL_MSG_MAX_DEPTH  128
+#define KERNEL_MSG_MAX_VALUES 200000
+#define KERNEL_MSG_MAX_STRING KERNEL_MAX_FRAME
+/* What one parsed value is charged in budgets counted in bytes (a jansson value and its
+ * allocation), on top of the text. */
+#define KERNEL_VALUE_COST 64
 
 enum kernel_event_type {
     KEV_STDOUT,  /* data/len: bytes */
@@ -23,13 +32,16 @@ enum kernel_event_type {
     KEV_DONE,    /* msg: {"type":"done","status","error","execution_count",["exit_code"]} */
     KEV_HELLO,   /* msg: {"type":"hello","python","pid","cwd"} */
     KEV_REPLY,   /* msg: {"type":"checkpoint_done"|"restore_done","ok",...} */
+    KEV_LIMIT,   /* data/len: why a message broke a cap (KERNEL_MSG_*); it was dropped
+                  * unparsed, and the frames after it are read as usual */
 };
 
 struct kernel_event {
     enum kernel_event_type type;
     const char *data;
     size_t len;
-    json_t *msg; /* borrowed for the duration of the callback */
+    json_t *msg;   /* borrowed for the duration of the callback */
+    size_t values; /* M frames: JSON values in msg (as json_measure counts them) */
 };
 
 typedef void (*kernel_event_fn)(void *ctx, const struct kernel_event *ev);
@@ -64,6 +76,15 @@ int kernel_start(struct sandbox_host *host, struct workspace *ws,
 /* Reads what is available on the control channel and calls cb for each complete frame.
  * Returns 0, 1 at EOF, or -EPROTO (err_msg says why) when the kernel broke the protocol. */
 int kernel_pump_channel(struct kernel *k, kernel_event_fn cb, void *ctx);
+/* The frame parser on a buffer (for kernel_pump_channel and fuzzing): calls cb for each
+ * complete frame at the start of in and removes them, leaving a partial frame. 0, or
+ * -EPROTO with err_msg() (a frame over KERNEL_MAX_FRAME, an unknown kind, a message that
+ * is not JSON or has no known type). A message over the KERNEL_MSG_* caps is a KEV_LIMIT
+ * event, not an error. */
+int kernel_frames_parse(struct buf *in, kernel_event_fn cb, void *ctx);
+/* Parses one M payload under the KERNEL_MSG_* caps. 0 with *ret (caller decrefs) and
+ * *ret_values; -E2BIG with err_msg() naming the cap; -EPROTO when it is not a JSON object. */
+int kernel_message_parse(const char *p, size_t n, json_t **ret, size_t *ret_values);
 /* Reads what is available on the stdout (stream 1) or stderr (2) pipe; 0, or 1 at EOF. */
 int kernel_pump_pipe(struct kernel *k, int stream, kernel_event_fn cb, void *ctx);
 /* Variables: asks the kernel to pickle its globals into path ("checkpoint") or to load them

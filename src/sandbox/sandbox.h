@@ -127,23 +127,33 @@ struct ws_entry {
 struct ws_listing {
     struct ws_entry *v;
     size_t n;
-    bool truncated; /* more than WS_SCAN_MAX entries */
+    size_t bytes;   /* of the paths kept */
+    bool truncated; /* the scan stopped at one of the WS_SCAN_* budgets */
 };
-#define WS_SCAN_MAX 20000
-/* Lists every regular file, symlink and directory below the workspace (directories are
- * recursed into, not listed), sorted by path. Tool state directories at the top (.local,
- * .cache, .config) are skipped, and so is runcell's own (.runcell: variables' checkpoints
- * on their way to and from the store). */
+/* A scan's budgets: what the sandbox left in the workspace decides how much the daemon
+ * holds and how long it walks, so both are capped. Entries count files, links and the
+ * directories walked; paths are kept up to WS_SCAN_MAX_BYTES in all, none longer than
+ * PATH_MAX (the daemon could not open them); WS_SCAN_MAX_MS bounds the walk's time. */
+#define WS_SCAN_MAX       20000
+#define WS_SCAN_MAX_BYTES (8u << 20)
+#define WS_SCAN_MAX_DEPTH 64
+#define WS_SCAN_MAX_MS    10000
+/* Lists every regular file and symlink below the workspace (directories are recursed
+ * into, not listed), sorted by path, within the budgets above (truncated says one was hit).
+ * Tool state directories at the top (.local, .cache, .config) are skipped, and so is
+ * runcell's own (.runcell: variables' checkpoints on their way to and from the store). */
 int workspace_scan(const struct workspace *ws, struct ws_listing *ret);
 void ws_listing_release(struct ws_listing *l);
 /* Paths created, modified (size, mtime or inode changed) and deleted between two scans;
- * each a fresh NULL-terminated vector. */
+ * each a fresh NULL-terminated vector. Nothing is taken for deleted when after was cut
+ * short. Cost linear in the listings. */
 void ws_listing_diff(const struct ws_listing *before, const struct ws_listing *after,
                      char ***ret_created, char ***ret_modified, char ***ret_deleted);
 /* Copies a host file into the workspace at rel (parents created), owned by the sandbox
  * user; refuses to write through links. */
 int workspace_copy_in(const struct workspace *ws, const char *host_path, const char *rel);
-/* Copies workspace file rel to out_dir/rel (parents created). Only regular files. */
+/* Copies workspace file rel to out_dir/rel (parents created). Only regular files, and no
+ * sparse ones (-EFBIG: apparent size past the allocated blocks by more than 1 MiB). */
 int workspace_copy_out(const struct workspace *ws, const char *rel, const char *out_dir);
 /* Writes n bytes to rel (parents created, owned by the sandbox user) through a temporary file
  * renamed into place: a reader never sees half a file, and a link planted at rel is replaced,

@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <linux/openat2.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -136,6 +137,12 @@ int workspace_copy_out(const struct workspace *ws, const char *rel, const char *
         return err_set(-in, "cannot open %s in the workspace: %s", rel, strerror(-in));
     if (fstat(in, &st) < 0 || !S_ISREG(st.st_mode))
         return err_set(EINVAL, "%s is not a regular file", rel);
+    /* The sandbox paid nothing for a sparse file's holes; written out, they would be real
+     * bytes on the host's disk (2^62 of them, if it likes). */
+    if ((uint64_t)st.st_size > (uint64_t)st.st_blocks * 512 + (1u << 20))
+        return err_set(EFBIG, "%s is a sparse file (%.1f MB apparent, %.1f MB allocated): not "
+                       "copied out", rel, (double)st.st_size / 1048576.0,
+                       (double)st.st_blocks * 512 / 1048576.0);
     _cleanup_free_ char *dst = xasprintf("%s/%s", out_dir, rel);
     char *slash = strrchr(dst, '/');
     *slash = '\0';
@@ -181,26 +188,48 @@ int workspace_write(const struct workspace *ws, const char *rel, const void *dat
 struct scan {
     struct ws_listing *l;
     size_t alloc;
+    size_t entries; /* files, links and directories seen */
     int depth;
+    double deadline_ms;
 };
 
-static void scan_add(struct scan *s, const char *path, const struct stat *st)
+/* Whether the scan may go on with one more entry of path_len bytes; past a budget it
+ * stops, and the listing says so. */
+static bool scan_budget(struct scan *s, size_t path_len)
 {
-    if (s->l->n >= WS_SCAN_MAX) {
+    if (s->l->truncated)
+        return false;
+    if (++s->entries > WS_SCAN_MAX || path_len >= PATH_MAX ||
+        s->l->bytes + path_len + 1 > WS_SCAN_MAX_BYTES ||
+        ((s->entries & 255) == 0 && now_ms_f() > s->deadline_ms)) {
         s->l->truncated = true;
-        return;
+        return false;
     }
+    return true;
+}
+
+static void scan_add(struct scan *s, char *path, size_t path_len, const struct stat *st)
+{
     if (s->l->n == s->alloc) {
         s->alloc = s->alloc ? 2 * s->alloc : 64;
         s->l->v = xrealloc(s->l->v, s->alloc * sizeof(*s->l->v));
     }
+    s->l->bytes += path_len + 1;
     s->l->v[s->l->n++] = (struct ws_entry){
-        .path = xstrdup(path),
+        .path = path,
         .size = (uint64_t)st->st_size,
         .mtime_ns = (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec,
         .ino = st->st_ino,
         .mode = st->st_mode,
     };
+}
+
+static bool skipped_at_top(const char *name)
+{
+    for (size_t i = 0; i < ARRAY_SIZE(skipped_top); i++)
+        if (!strcmp(name, skipped_top[i]))
+            return true;
+    return false;
 }
 
 static void scan_dir(struct scan *s, int dfd, const char *prefix, dev_t dev)
@@ -211,34 +240,35 @@ static void scan_dir(struct scan *s, int dfd, const char *prefix, dev_t dev)
         close(dfd);
         return;
     }
+    size_t plen = strlen(prefix);
     while ((e = readdir(d)) && !s->l->truncated) {
         struct stat st;
         if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
             continue;
-        if (!*prefix) {
-            bool skip = false;
-            for (size_t i = 0; i < ARRAY_SIZE(skipped_top); i++)
-                skip |= !strcmp(e->d_name, skipped_top[i]);
-            if (skip)
-                continue;
-        }
+        if (!*prefix && skipped_at_top(e->d_name))
+            continue;
         if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || st.st_dev != dev)
             continue;
-        _cleanup_free_ char *path =
-            *prefix ? xasprintf("%s/%s", prefix, e->d_name) : xstrdup(e->d_name);
-        if (S_ISDIR(st.st_mode)) {
-            if (s->depth >= 64)
-                continue;
-            int sub = openat(dirfd(d), e->d_name,
-                             O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-            if (sub < 0)
-                continue;
+        if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode))
+            continue;
+        size_t len = (plen ? plen + 1 : 0) + strlen(e->d_name);
+        if (!scan_budget(s, len))
+            break;
+        char *path = plen ? xasprintf("%s/%s", prefix, e->d_name) : xstrdup(e->d_name);
+        if (!S_ISDIR(st.st_mode)) {
+            scan_add(s, path, len, &st);
+            continue;
+        }
+        int sub = s->depth >= WS_SCAN_MAX_DEPTH
+                      ? -1
+                      : openat(dirfd(d), e->d_name,
+                               O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (sub >= 0) {
             s->depth++;
             scan_dir(s, sub, path, dev);
             s->depth--;
-        } else if (S_ISREG(st.st_mode) || S_ISLNK(st.st_mode)) {
-            scan_add(s, path, &st);
         }
+        free(path);
     }
     closedir(d);
 }
@@ -259,7 +289,7 @@ int workspace_scan(const struct workspace *ws, struct ws_listing *ret)
             close(dfd);
         return err_set(e, "cannot read workspace %s: %s", ws->dir, strerror(e));
     }
-    struct scan s = {.l = ret};
+    struct scan s = {.l = ret, .deadline_ms = now_ms_f() + WS_SCAN_MAX_MS};
     scan_dir(&s, dfd, "", st.st_dev);
     if (ret->n)
         qsort(ret->v, ret->n, sizeof(*ret->v), entry_cmp);
@@ -274,12 +304,31 @@ void ws_listing_release(struct ws_listing *l)
     memset(l, 0, sizeof(*l));
 }
 
+/* A vector that grows by doubling (strv_push counts its length on every call). */
+struct pathv {
+    char **v;
+    size_t n, alloc;
+};
+
+static void pathv_push(struct pathv *p, const char *s)
+{
+    if (p->n + 1 >= p->alloc) {
+        p->alloc = p->alloc ? 2 * p->alloc : 16;
+        p->v = xrealloc(p->v, p->alloc * sizeof(char *));
+    }
+    p->v[p->n++] = xstrdup(s);
+    p->v[p->n] = NULL;
+}
+
+static char **pathv_take(struct pathv *p)
+{
+    return p->v ? p->v : xcalloc(1, sizeof(char *));
+}
+
 void ws_listing_diff(const struct ws_listing *before, const struct ws_listing *after,
                      char ***ret_created, char ***ret_modified, char ***ret_deleted)
 {
-    char **created = xcalloc(1, sizeof(char *));
-    char **modified = xcalloc(1, sizeof(char *));
-    char **deleted = xcalloc(1, sizeof(char *));
+    struct pathv created = {0}, modified = {0}, deleted = {0};
     size_t i = 0, j = 0;
     /* Both listings are sorted by path: one merge pass. */
     while (i < before->n || j < after->n) {
@@ -287,17 +336,20 @@ void ws_listing_diff(const struct ws_listing *before, const struct ws_listing *a
                 : j >= after->n ? -1
                                 : strcmp(before->v[i].path, after->v[j].path);
         if (c < 0) {
-            deleted = strv_push(deleted, before->v[i++].path);
+            /* A scan cut short saw only part of the workspace: what it missed is not gone. */
+            if (!after->truncated)
+                pathv_push(&deleted, before->v[i].path);
+            i++;
         } else if (c > 0) {
-            created = strv_push(created, after->v[j++].path);
+            pathv_push(&created, after->v[j++].path);
         } else {
             const struct ws_entry *a = &before->v[i++], *b = &after->v[j++];
             if (a->size != b->size || a->mtime_ns != b->mtime_ns || a->ino != b->ino ||
                 a->mode != b->mode)
-                modified = strv_push(modified, b->path);
+                pathv_push(&modified, b->path);
         }
     }
-    *ret_created = created;
-    *ret_modified = modified;
-    *ret_deleted = deleted;
+    *ret_created = pathv_take(&created);
+    *ret_modified = pathv_take(&modified);
+    *ret_deleted = pathv_take(&deleted);
 }

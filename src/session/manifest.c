@@ -225,6 +225,25 @@ int manifest_load(struct store *st, const char *id, struct manifest *ret)
 
 /* ---- saving ---- */
 
+/* A file whose apparent size passes its allocated blocks by more than this is sparse: the
+ * sandbox paid nothing for its holes, and the store would pay for every byte. */
+#define SPARSE_SLACK (1u << 20)
+
+int blob_admissible(const struct stat *st, uint64_t quota)
+{
+    uint64_t size = (uint64_t)st->st_size, allocated = (uint64_t)st->st_blocks * 512;
+    if (size > allocated + SPARSE_SLACK)
+        return err_set(EFBIG,
+                       "a sparse file (%.1f MB apparent, %.1f MB allocated) is not saved: the "
+                       "store would hold every byte of its holes; write it out in full or keep "
+                       "it out of /workspace",
+                       (double)size / 1048576.0, (double)allocated / 1048576.0);
+    if (quota && size > quota)
+        return err_set(EDQUOT, "%.1f MB is more than the session's store quota of %.1f MB",
+                       (double)size / 1048576.0, (double)quota / 1048576.0);
+    return 0;
+}
+
 struct save {
     const struct persist_config *c;
     const char *id;
@@ -239,6 +258,9 @@ struct save {
     size_t n_errors, n_unsaved;
     size_t n_changed; /* entries of next that differ from old: unsaved if the list is not */
     bool store_down; /* the store failed as a whole: no more tries this time */
+    uint64_t max_files;
+    uint64_t read_bytes, read_budget; /* hashed so far; 0 budget = none */
+    double deadline_ms;
 };
 
 static void add_blob(struct save *sv, const char *sha, uint64_t size)
@@ -267,6 +289,27 @@ static void note(struct save *sv, const char *path, const char *fmt, ...)
     buf_printf(&sv->errors, "%s%s: %s", sv->n_errors++ ? "; " : "", clean, what ? what : "?");
 }
 
+/* Whether one more entry (of size bytes to read) may go into this save; notes why not. */
+static bool admit(struct save *sv, const char *path, uint64_t size)
+{
+    if (sv->next.n >= sv->max_files) {
+        note(sv, path, "not saved: a session stores at most %llu files (serve "
+             "--store-max-files)", (unsigned long long)sv->max_files);
+        return false;
+    }
+    if (now_ms_f() > sv->deadline_ms) {
+        note(sv, path, "not saved: this save ran out of its %d s", PERSIST_SAVE_MAX_MS / 1000);
+        return false;
+    }
+    if (sv->read_budget && sv->read_bytes + size > sv->read_budget) {
+        note(sv, path, "not saved: this save read %.1f MB already, twice the store quota",
+             (double)sv->read_bytes / 1048576.0);
+        return false;
+    }
+    sv->read_bytes += size;
+    return true;
+}
+
 /* The stored copy stays what it was (if there was one). */
 static void keep_old(struct save *sv, const struct mentry *old)
 {
@@ -287,6 +330,10 @@ static void save_link(struct save *sv, const struct ws_entry *e, const struct me
 {
     const char *leaf;
     char target[PATH_MAX];
+    if (!admit(sv, e->path, 0)) {
+        keep_old(sv, old);
+        return;
+    }
     _cleanup_close_ int dfd = workspace_open_parent(sv->ws, e->path, false, &leaf);
     ssize_t n = dfd < 0 ? -1 : readlinkat(dfd, leaf, target, sizeof(target) - 1);
     if (n < 0) {
@@ -309,7 +356,18 @@ static void save_file(struct save *sv, const struct ws_entry *e, const struct me
         keep_old(sv, old);
         return;
     }
-    int r = sha256_fd(fd, (uint64_t)st.st_size, m.sha);
+    /* Sizes, blocks and counts first: nothing is read of a file that cannot be kept. */
+    int r = blob_admissible(&st, sv->c->quota_bytes);
+    if (r < 0) {
+        note(sv, e->path, "%s", err_msg());
+        keep_old(sv, old);
+        return;
+    }
+    if (!admit(sv, e->path, (uint64_t)st.st_size)) {
+        keep_old(sv, old);
+        return;
+    }
+    r = sha256_fd(fd, (uint64_t)st.st_size, m.sha);
     if (r < 0) {
         note(sv, e->path, "%s", r == -EAGAIN ? "it changed while being saved" : strerror(-r));
         keep_old(sv, old);
@@ -412,7 +470,9 @@ int manifest_save(const struct persist_config *c, const char *id, struct manifes
                   char **ret_error)
 {
     struct save sv = {
-        .c = c, .id = id, .ws = ws, .old = m, .blobs = json_object(), .old_blobs = json_object()};
+        .c = c, .id = id, .ws = ws, .old = m, .blobs = json_object(), .old_blobs = json_object(),
+        .max_files = c->max_files ? c->max_files : DEFAULT_STORE_MAX_FILES,
+        .read_budget = 2 * c->quota_bytes, .deadline_ms = now_ms_f() + PERSIST_SAVE_MAX_MS};
     buf_init(&sv.errors, 0);
     for (size_t i = 0; i < m->n; i++)
         if (!m->v[i].target)
@@ -533,7 +593,10 @@ int blob_from_workspace(struct store *st, const char *id, struct workspace *ws, 
     _cleanup_close_ int fd = workspace_openat(ws, rel, O_RDONLY | O_NONBLOCK, 0);
     if (fd < 0 || fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode))
         return err_set(fd < 0 ? -fd : EINVAL, "cannot read %s in the workspace", rel);
-    int r = sha256_fd(fd, (uint64_t)sb.st_size, ret_sha);
+    int r = blob_admissible(&sb, 0);
+    if (r < 0)
+        return r;
+    r = sha256_fd(fd, (uint64_t)sb.st_size, ret_sha);
     if (r < 0)
         return err_set(-r, "cannot read %s in the workspace: %s", rel, strerror(-r));
     _cleanup_free_ char *key = blob_key(id, ret_sha);

@@ -13,6 +13,12 @@
 
 #define RETIRE_WAIT_EXTRA_MS 5000
 
+/* What is kept of a kernel's checkpoint or restore reply (names of saved variables,
+ * modules, skipped ones with their reasons): it is stored in the manifest and the session
+ * record, and read again on every GET, so it is capped whatever the kernel sends. */
+#define REPLY_MAX_ITEMS  500
+#define REPLY_MAX_STRING 256
+
 struct persist {
     const struct persist_config *c;
     char *id;
@@ -184,14 +190,95 @@ static uint64_t ws_file_size(struct workspace *ws, const char *rel)
     return fd >= 0 && fstat(fd, &sb) == 0 ? (uint64_t)sb.st_size : 0;
 }
 
+/* A string of a reply as kept: cut to REPLY_MAX_STRING bytes (on a UTF-8 boundary, as
+ * jansson checked it whole), anything else as null. */
+static json_t *capped_string(json_t *v)
+{
+    const char *s = json_string_value(v);
+    if (!s)
+        return json_null();
+    size_t n = json_string_length(v);
+    if (n <= REPLY_MAX_STRING)
+        return json_incref(v);
+    n = REPLY_MAX_STRING;
+    while (n && ((unsigned char)s[n] & 0xc0) == 0x80)
+        n--;
+    return json_stringn(s, n);
+}
+
+/* An array (of strings, or of objects of strings) or an object (of strings) of a reply, at
+ * most REPLY_MAX_ITEMS long; *ret_cut is set when items were left out. */
+static json_t *capped_item(json_t *v)
+{
+    if (!json_is_object(v))
+        return capped_string(v);
+    json_t *o = json_object(), *x;
+    const char *k;
+    size_t n = 0;
+    json_object_foreach(v, k, x)
+    {
+        if (n++ == 4 || strlen(k) > 64)
+            break;
+        json_object_set_new(o, k, capped_string(x));
+    }
+    return o;
+}
+
+static json_t *capped_list(json_t *v, bool *ret_cut)
+{
+    size_t i = 0, n = 0;
+    json_t *x;
+    const char *k;
+    if (json_is_object(v)) {
+        json_t *o = json_object();
+        json_object_foreach(v, k, x)
+        {
+            if (n++ == REPLY_MAX_ITEMS || strlen(k) > REPLY_MAX_STRING) {
+                *ret_cut = true;
+                break;
+            }
+            json_object_set_new(o, k, capped_string(x));
+        }
+        return o;
+    }
+    json_t *a = json_array();
+    json_array_foreach(v, i, x)
+    {
+        if (i == REPLY_MAX_ITEMS) {
+            *ret_cut = true;
+            break;
+        }
+        json_array_append_new(a, capped_item(x));
+    }
+    return a;
+}
+
+json_t *persist_capped_reply(json_t *reply, const char *const *keys)
+{
+    json_t *out = json_object();
+    bool cut = false;
+    for (; *keys; keys++) {
+        json_t *v = json_object_get(reply, *keys);
+        if (json_is_array(v) || json_is_object(v))
+            json_object_set_new(out, *keys, capped_list(v, &cut));
+    }
+    if (cut)
+        json_object_set_new(out, "lists_cut_at", json_integer(REPLY_MAX_ITEMS));
+    return out;
+}
+
 /* Stores the checkpoint file rel; returns the manifest's variables entry, or NULL with
  * err_msg(). Takes p->lock. */
 static json_t *store_checkpoint(struct persist *p, struct workspace *ws, const char *rel,
                                 json_t *reply)
 {
     char sha[SHA256_HEX_SIZE], at[32];
+    static const char *const keys[] = {"saved", "modules", "skipped", NULL};
     uint64_t size = ws_file_size(ws, rel), quota = p->c->quota_bytes;
-    json_t *vars = NULL;
+    json_t *vars = NULL, *kept = persist_capped_reply(reply, keys);
+    /* What is kept of the reply is stored too (the manifest, the record): it counts. */
+    _cleanup_free_ char *kept_text = json_dumps(kept, JSON_COMPACT);
+    size += kept_text ? strlen(kept_text) : 0;
     pthread_mutex_lock(&p->lock);
     struct manifest files_only = p->m;
     files_only.variables = NULL;
@@ -203,12 +290,11 @@ static json_t *store_checkpoint(struct persist *p, struct workspace *ws, const c
                 (double)size / 1048576.0, (double)used / 1048576.0, (double)quota / 1048576.0);
     } else if (blob_from_workspace(p->c->store, p->id, ws, rel, sha, &size) == 0) {
         format_time_iso(now_realtime_ms(), at);
-        vars =
-            json_pack("{s:s,s:I,s:O,s:O,s:O,s:s}", "sha256", sha, "size", (json_int_t)size, "saved",
-                      json_object_get(reply, "saved"), "modules", json_object_get(reply, "modules"),
-                      "skipped", json_object_get(reply, "skipped"), "at", at);
+        vars = json_pack("{s:s,s:I,s:s}", "sha256", sha, "size", (json_int_t)size, "at", at);
+        json_object_update_missing(vars, kept);
     }
     pthread_mutex_unlock(&p->lock);
+    json_decref(kept);
     return vars;
 }
 
@@ -237,8 +323,12 @@ static json_t *checkpoint_variables(struct session *s, struct persist *p, json_t
                                       "modules", json_object_get(vars, "modules"), "skipped",
                                       json_object_get(vars, "skipped"), "bytes",
                                       json_object_get(vars, "size")));
-    else if (json_is_array(json_object_get(reply, "skipped")))
-        json_object_set(report, "skipped", json_object_get(reply, "skipped"));
+    else if (json_is_array(json_object_get(reply, "skipped"))) {
+        static const char *const keys[] = {"skipped", NULL};
+        json_t *kept = persist_capped_reply(reply, keys);
+        json_object_update(report, kept);
+        json_decref(kept);
+    }
     remove_ws_file(ws, rel);
     json_decref(reply);
     return vars;
@@ -344,14 +434,19 @@ struct restore_ctx {
 
 static void report_restored_variables(json_t *report, json_t *reply)
 {
+    static const char *const keys[] = {"restored", "modules", "failed", NULL};
+    json_t *kept = persist_capped_reply(reply, keys);
     json_t *failed = json_array(), *f;
     size_t i;
-    json_array_foreach(json_object_get(reply, "failed"), i, f)
-        json_array_append_new(failed, json_pack("{s:O,s:O}", "name", json_object_get(f, "name"),
+    json_array_foreach(json_object_get(kept, "failed"), i, f)
+        json_array_append_new(failed, json_pack("{s:O*,s:O*}", "name", json_object_get(f, "name"),
                                                 "error", json_object_get(f, "reason")));
-    json_object_set(report, "variables", json_object_get(reply, "restored"));
-    json_object_set(report, "modules", json_object_get(reply, "modules"));
+    json_object_set(report, "variables", json_object_get(kept, "restored"));
+    json_object_set(report, "modules", json_object_get(kept, "modules"));
     json_object_set_new(report, "variables_failed", failed);
+    if (json_object_get(kept, "lists_cut_at"))
+        json_object_set(report, "lists_cut_at", json_object_get(kept, "lists_cut_at"));
+    json_decref(kept);
 }
 
 static void restore_variables(struct session *s, struct restore_ctx *x, const struct manifest *m)

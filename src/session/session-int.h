@@ -3,6 +3,7 @@
 #define RUNCELL_SESSION_INT_H
 
 #include <pthread.h>
+#include <sys/stat.h>
 
 #include "session/session.h"
 #include "store/store.h"
@@ -114,7 +115,12 @@ void manifest_restore_files(struct store *st, const char *from_id, const struct 
  * and checks it; 0 or -errno with err_msg(). */
 int blob_to_workspace(struct store *st, const char *from_id, const char *sha, uint64_t size,
                       struct workspace *ws, const char *rel);
-/* Stores workspace file rel as a blob of id; *ret_sha and *ret_size say what was stored. */
+/* Whether a workspace file of this stat may be read into the store: -EFBIG for a sparse
+ * file (apparent size well past its allocated blocks), -EDQUOT past quota (0 = none), with
+ * err_msg(); checked before a byte is read. */
+int blob_admissible(const struct stat *st, uint64_t quota);
+/* Stores workspace file rel as a blob of id (refused as blob_admissible says); *ret_sha and
+ * *ret_size say what was stored. */
 int blob_from_workspace(struct store *st, const char *id, struct workspace *ws, const char *rel,
                         char ret_sha[SHA256_HEX_SIZE], uint64_t *ret_size);
 /* Removes everything stored for id, the manifest first. 0 or -errno with err_msg(). */
@@ -128,6 +134,10 @@ void store_collect_garbage(struct store *st, const char *id, const struct manife
 void persist_after_execute(struct persist *p, struct workspace *ws, const struct ws_listing *after,
                            struct exec_record *rec);
 void persist_free(struct persist *p);
+/* The lists named by keys (NULL-terminated) of a kernel's reply as they may be kept: at
+ * most REPLY_MAX_ITEMS items of short strings (or small objects of them), and
+ * "lists_cut_at" when items were left out. Caller owns it. */
+json_t *persist_capped_reply(json_t *reply, const char *const *keys);
 
 /* session.c, for persist.c. */
 struct persist *session_get_persist(struct session *s);

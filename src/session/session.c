@@ -3,11 +3,14 @@
 #include "session/session-int.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "kernel/kernel.h"
@@ -173,16 +176,41 @@ int session_new(struct sandbox_host *host, const struct session_opts *opts, stru
 
 /* Why a cell was stopped: its time ran out, the caller cancelled it, or the kernel broke
  * the protocol (it cannot be trusted to finish the cell, so it goes at once). */
-enum stop { STOP_NONE, STOP_TIMEOUT, STOP_CANCEL, STOP_PROTOCOL };
+enum stop { STOP_NONE, STOP_TIMEOUT, STOP_CANCEL, STOP_PROTOCOL, STOP_LIMIT };
+
+/* What one execution may make the daemon hold of what the kernel sent (results are also
+ * capped at RESULTS_CAP bytes, each result charged its text and KERNEL_VALUE_COST per
+ * JSON value): a cell that passes one ends with output_limit. */
+#define RESULTS_MAX_COUNT 10000
+#define DONE_MAX_COST     (8u << 20) /* the done message: the error and its traceback */
 
 struct exec_ctx {
     struct exec_record *rec;
     const struct exec_sink *sink;
     json_t *done;
-    size_t results_bytes;
-    bool results_dropped;
+    size_t results_bytes; /* charged as above */
+    size_t n_results;
+    char *limit;     /* the first cap the kernel's output broke (STOP_LIMIT), or NULL */
     char *violation; /* what the kernel did wrong (STOP_PROTOCOL) */
 };
+
+static void over_limit(struct exec_ctx *x, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void over_limit(struct exec_ctx *x, const char *fmt, ...)
+{
+    if (x->limit)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    if (vasprintf(&x->limit, fmt, ap) < 0)
+        x->limit = xstrdup("a limit on the cell's output");
+    va_end(ap);
+}
+
+static size_t message_cost(const struct kernel_event *ev)
+{
+    return ev->len + ev->values * KERNEL_VALUE_COST;
+}
 
 static void emit(struct exec_ctx *x, enum exec_event_type type, const char *data, size_t len,
                  json_t *json)
@@ -222,22 +250,21 @@ static void on_kernel_event(void *ctx, const struct kernel_event *ev)
         break;
     }
     case KEV_DISPLAY: {
-        json_t *bundle = clean_bundle(json_object_get(ev->msg, "data"));
-        char *text = json_dumps(bundle, JSON_COMPACT);
-        size_t n = text ? strlen(text) : 0;
-        free(text);
-        if (x->results_bytes + n > RESULTS_CAP) {
-            json_decref(bundle);
-            if (!x->results_dropped)
-                json_array_append_new(
-                    x->rec->results,
-                    json_pack("{s:s}", "text/plain",
-                              "[runcell: further results dropped: they exceed the per-execution "
-                              "limit of 32 MiB]"));
-            x->results_dropped = true;
+        /* Charged by what the message costs to hold, not by its length alone: the frame's
+         * text bounds what the bundle keeps of it. */
+        size_t cost = message_cost(ev);
+        if (x->results_bytes + cost > RESULTS_CAP) {
+            over_limit(x, "its results passed the per-execution limit of %u MiB",
+                       RESULTS_CAP >> 20);
             break;
         }
-        x->results_bytes += n;
+        if (x->n_results >= RESULTS_MAX_COUNT) {
+            over_limit(x, "it displayed more than %d results", RESULTS_MAX_COUNT);
+            break;
+        }
+        json_t *bundle = clean_bundle(json_object_get(ev->msg, "data"));
+        x->results_bytes += cost;
+        x->n_results++;
         json_array_append(x->rec->results, bundle);
         emit(x, EV_RESULT, NULL, 0, bundle);
         json_decref(bundle);
@@ -246,6 +273,14 @@ static void on_kernel_event(void *ctx, const struct kernel_event *ev)
     case KEV_DONE:
         json_decref(x->done);
         x->done = json_incref(ev->msg);
+        if (message_cost(ev) > DONE_MAX_COST) {
+            /* The error is the kernel's word too: a traceback of megabytes is not kept. */
+            over_limit(x, "its error and traceback passed %u MiB", DONE_MAX_COST >> 20);
+            json_object_del(x->done, "error");
+        }
+        break;
+    case KEV_LIMIT:
+        over_limit(x, "%.*s", (int)ev->len, ev->data);
         break;
     case KEV_HELLO:
     case KEV_REPLY:
@@ -324,6 +359,13 @@ static bool pump_until_done(struct session *s, struct kernel *k, struct exec_ctx
             }
             if (r != 0)
                 break;
+            if (x->limit && !stop) {
+                /* Past a cap, nothing more of this cell is worth reading: it stops as
+                 * after a timeout (interrupt first, then the kill). */
+                stop = STOP_LIMIT;
+                kernel_interrupt(k);
+                kill_at = now_ms_f() + (double)s->opts.interrupt_grace_ms;
+            }
         }
         if (pfd[3].revents && sandbox_poll_status(k->sb) == 1)
             break;
@@ -341,7 +383,8 @@ static bool pump_until_done(struct session *s, struct kernel *k, struct exec_ctx
     return x->done != NULL;
 }
 
-static void record_done(struct exec_record *rec, json_t *done, enum stop stop)
+static void record_done(struct exec_record *rec, json_t *done, enum stop stop,
+                        const char *limit)
 {
     const char *status = json_string_value(json_object_get(done, "status"));
     json_t *error = json_object_get(done, "error");
@@ -365,6 +408,14 @@ static void record_done(struct exec_record *rec, json_t *done, enum stop stop)
     } else if (stop == STOP_CANCEL && rec->status == EXEC_ERROR) {
         rec->message = xstrdup("interrupted");
     }
+    if (limit) {
+        /* Also when the cell ended on its own before the interrupt landed. */
+        rec->status = EXEC_OUTPUT_LIMIT;
+        free(rec->message);
+        rec->message = xasprintf("output limit: the cell was stopped because %s; what "
+                                 "came before is kept, and so are the variables",
+                                 limit);
+    }
 }
 
 static bool crash_signal(int sig)
@@ -375,11 +426,26 @@ static bool crash_signal(int sig)
 
 /* The kernel is gone or must go: say why, then bring a fresh one up on the same files. */
 static void record_lost(struct session *s, struct kernel *k, struct exec_record *rec,
-                        enum stop stop, const char *violation, const struct sandbox_usage *u)
+                        enum stop stop, const struct exec_ctx *x, const struct sandbox_usage *u)
 {
     struct sandbox *sb = k->sb;
+    const char *violation = x->violation;
     rec->state = STATE_LOST;
-    if (stop == STOP_TIMEOUT) {
+    if (x->limit) {
+        /* The cap came first; what the kernel did after it (no stop within the grace, a
+         * frame cut by the interrupt) is the consequence. */
+        _cleanup_free_ char *then =
+            stop == STOP_PROTOCOL
+                ? xasprintf("then broke runcell's protocol (%s)", violation ? violation : "?")
+                : xasprintf("did not stop within %.3g s of the interrupt",
+                            (double)s->opts.interrupt_grace_ms / 1000.0);
+        rec->status = EXEC_OUTPUT_LIMIT;
+        rec->signal = SIGKILL;
+        rec->message = xasprintf("output limit: the cell was stopped because %s, and it %s; "
+                                 "the interpreter was restarted and its variables are lost "
+                                 "(files are kept)",
+                                 x->limit, then);
+    } else if (stop == STOP_TIMEOUT) {
         rec->status = EXEC_TIMEOUT;
         rec->message = xasprintf("timed out, and the code did not stop within %.3g s of the "
                                  "interrupt; the interpreter was restarted and its variables "
@@ -432,6 +498,32 @@ static int collect_files(struct session *s, struct exec_record *rec,
     return 0;
 }
 
+/* A session's own work in the daemon (reading its kernel's frames, scanning and saving its
+ * workspace) runs at a lower priority than the rest of the daemon (nice is per thread on
+ * Linux), so that on a busy machine the sessions that cost it most cannot starve
+ * /healthz, the other sessions' requests or the reaper of the CPU. Returns the priority to
+ * give back; restoring it needs CAP_SYS_NICE, so without it the thread stays lower. */
+#define SESSION_WORK_NICE 5
+
+static int work_priority_lower(void)
+{
+    pid_t tid = gettid();
+    errno = 0;
+    int old = getpriority(PRIO_PROCESS, (id_t)tid);
+    if (errno)
+        return INT_MIN;
+    if (setpriority(PRIO_PROCESS, (id_t)tid, old + SESSION_WORK_NICE > 19 ? 19 :
+                    old + SESSION_WORK_NICE) < 0)
+        return INT_MIN;
+    return old;
+}
+
+static void work_priority_restore(int old)
+{
+    if (old != INT_MIN)
+        setpriority(PRIO_PROCESS, (id_t)gettid(), old);
+}
+
 static int begin(struct session *s)
 {
     pthread_mutex_lock(&s->lock);
@@ -475,7 +567,7 @@ static void run_cell(struct session *s, const struct exec_request *req,
         rec->status = EXEC_CRASHED;
         rec->message = xstrdup(err_msg());
     } else if (pump_until_done(s, k, &x, req, &stop)) {
-        record_done(rec, x.done, stop);
+        record_done(rec, x.done, stop, x.limit);
     } else {
         /* A kernel that died by itself leaves init to report how; one that must go is
          * killed at once. */
@@ -484,7 +576,7 @@ static void run_cell(struct session *s, const struct exec_request *req,
             sandbox_wait(k->sb);
         }
         sandbox_usage(k->sb, &u1);
-        record_lost(s, k, rec, stop, x.violation, &u1);
+        record_lost(s, k, rec, stop, &x, &u1);
     }
     if (rec->state != STATE_LOST)
         sandbox_usage(k->sb, &u1);
@@ -497,6 +589,7 @@ static void run_cell(struct session *s, const struct exec_request *req,
         emit(&x, EV_ERROR, NULL, 0, rec->error);
     json_decref(x.done);
     free(x.violation);
+    free(x.limit);
     *ret_scan_err = collect_files(s, rec, &before, after);
     ws_listing_release(&before);
     if (!rec->execution_count)
@@ -544,6 +637,7 @@ int session_execute(struct session *s, const struct exec_request *req,
     }
     struct ws_listing after = {0};
     int scan_err = 0;
+    int prio = work_priority_lower();
     run_cell(s, req, sink, rec, &after, &scan_err);
     if (rec->state == STATE_LOST) {
         stop_kernel(s);
@@ -555,6 +649,7 @@ int session_execute(struct session *s, const struct exec_request *req,
     else if (s->persist)
         persist_after_execute(s->persist, s->ws, &after, rec);
     ws_listing_release(&after);
+    work_priority_restore(prio);
     end(s);
     return 0;
 }
@@ -676,7 +771,9 @@ int session_run_exclusive(struct session *s, uint64_t wait_ms,
         usleep(20000);
     if (r < 0)
         return r;
+    int prio = work_priority_lower();
     r = fn(s, ctx);
+    work_priority_restore(prio);
     end(s);
     return r;
 }

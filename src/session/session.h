@@ -254,10 +254,19 @@ int session_adopt(struct session *s, const struct session_opts *opts);
 struct store;
 struct meta_db;
 
+/* Each stored file is a host file (a blob) and an entry in the manifest: their number is
+ * capped as well as their bytes. */
+#define DEFAULT_STORE_MAX_FILES 10000
+#define STORE_MAX_FILES_LIMIT   1000000
+/* A save of a session's files stops reading after this long (what is left is saved by the
+ * next one), so that no workspace holds a thread, the reaper or a shutdown for longer. */
+#define PERSIST_SAVE_MAX_MS 60000
+
 struct persist_config {
     struct store *store;  /* where files and variables go (borrowed) */
     struct meta_db *meta; /* session records (borrowed); NULL for none */
     uint64_t quota_bytes; /* bytes stored per session at most; 0 = no limit */
+    uint64_t max_files;   /* files and links stored per session at most; 0 = the default */
     const char *owner;    /* this process's owner id, recorded with its live sessions */
 };
 

@@ -227,6 +227,37 @@ TEST(realtime_after_ms_carries_nanoseconds)
     CHECK(delta >= 1.999 && delta < 60); /* 60: a generous bound for a descheduled test */
 }
 
+TEST(json_measure_counts_depth_values_and_strings)
+{
+    struct json_shape sh;
+    const char *t = "{\"a\": [1, -2.5e3, true, null, \"x\\\"y\"], \"b\": {}}";
+    CHECK(json_measure(t, strlen(t), NULL, &sh) == 0);
+    CHECK(sh.depth == 2);
+    /* object, key a, array, 1, -2.5e3, true, null, string, key b, {} */
+    CHECK(sh.values == 10);
+    CHECK(sh.longest_string == 4); /* x\"y as written */
+    /* Brackets and quotes inside strings are text. */
+    const char *u = "[\"[[[{{{\"]";
+    CHECK(json_measure(u, strlen(u), NULL, &sh) == 0);
+    CHECK(sh.depth == 1 && sh.values == 2);
+}
+
+TEST(json_measure_stops_at_each_bound)
+{
+    struct json_shape sh;
+    struct json_bounds depth = {.max_depth = 3}, values = {.max_values = 4},
+                       str = {.max_string = 3};
+    CHECK(json_measure("[[[]]]", 6, &depth, &sh) == 0);
+    CHECK(json_measure("[[[[]]]]", 8, &depth, &sh) == -E2BIG);
+    CHECK(sh.depth == 4);
+    CHECK(json_measure("[1,2,3]", 7, &values, &sh) == 0);
+    CHECK(json_measure("[[],[],[],[]]", 13, &values, &sh) == -E2BIG);
+    CHECK(json_measure("[\"abc\"]", 7, &str, &sh) == 0);
+    CHECK(json_measure("[\"abcd\"]", 8, &str, &sh) == -E2BIG);
+    /* An unterminated string still counts. */
+    CHECK(json_measure("[\"abcd", 6, &str, &sh) == -E2BIG);
+}
+
 int main(int argc, char **argv)
 {
     return run_tests(argc, argv);
