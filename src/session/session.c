@@ -610,11 +610,13 @@ int session_record_from_channel(struct kernel *k, const struct exec_sink *sink,
     while (!x.done && (r = kernel_pump_channel(k, on_kernel_event, &x)) == 0)
         ;
     if (x.done && r >= 0)
-        record_done(rec, x.done, STOP_NONE);
+        record_done(rec, x.done, STOP_NONE, x.limit);
     emit_rest(&x);
     if (rec->error)
         emit(&x, EV_ERROR, NULL, 0, rec->error);
     json_decref(x.done);
+    free(x.violation);
+    free(x.limit);
     return r;
 }
 
