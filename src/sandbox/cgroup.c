@@ -56,35 +56,63 @@ static int read_keyed(const char *dir, const char *file, const char *key, uint64
     return -ENOENT;
 }
 
+/* Whether a comma-separated /proc/PID/cgroup controller list names ctrl. */
+static bool list_has(const char *list, size_t len, const char *ctrl)
+{
+    size_t n = strlen(ctrl);
+    for (const char *p = list, *end = list + len; p < end;) {
+        const char *comma = memchr(p, ',', (size_t)(end - p));
+        size_t tok = comma ? (size_t)(comma - p) : (size_t)(end - p);
+        if (tok == n && !memcmp(p, ctrl, n))
+            return true;
+        p += tok + 1;
+    }
+    return false;
+}
+
+int cgroup_parse_own(const char *text, const char *controller, char **ret_path)
+{
+    static const char deleted[] = " (deleted)";
+    const size_t dlen = sizeof(deleted) - 1;
+    for (const char *line = text; line && *line;) {
+        const char *nl = strchr(line, '\n');
+        size_t len = nl ? (size_t)(nl - line) : strlen(line);
+        const char *next = nl ? nl + 1 : NULL;
+        /* "ID:CONTROLLERS:PATH"; only the first two colons separate: a path may hold more. */
+        const char *c1 = memchr(line, ':', len);
+        const char *c2 = c1 ? memchr(c1 + 1, ':', len - (size_t)(c1 + 1 - line)) : NULL;
+        if (!c2 || c1 == line || strspn(line, "0123456789") != (size_t)(c1 - line)) {
+            line = next;
+            continue;
+        }
+        const char *ctrls = c1 + 1, *path = c2 + 1;
+        size_t clen = (size_t)(c2 - ctrls), plen = len - (size_t)(path - line);
+        bool match = *controller ? list_has(ctrls, clen, controller)
+                                 : clen == 0 && c1 - line == 1 && line[0] == '0';
+        if (!match || plen == 0 || path[0] != '/') {
+            line = next;
+            continue;
+        }
+        /* The kernel marks a cgroup removed while we are still in it; nothing can be
+         * created below it. */
+        if (plen >= dlen && !memcmp(path + plen - dlen, deleted, dlen))
+            return -ENOENT;
+        *ret_path = xstrndup(path, plen);
+        return 0;
+    }
+    return -ENOENT;
+}
+
 /* Our own cgroup path in the hierarchy that lists `controller` ("" for the v2 line). */
 static char *own_cgroup_path(const char *controller)
 {
-    FILE *f = fopen("/proc/self/cgroup", "re");
-    char line[1024];
-    char *found = NULL;
-    if (!f)
+    _cleanup_free_ char *text = NULL;
+    char *path = NULL;
+    size_t len;
+    if (read_file("/proc/self/cgroup", 65536, &text, &len) < 0 ||
+        cgroup_parse_own(text, controller, &path) < 0)
         return NULL;
-    while (!found && fgets(line, sizeof(line), f)) {
-        line[strcspn(line, "\n")] = '\0';
-        char *c1 = strchr(line, ':');
-        char *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
-        if (!c2)
-            continue;
-        *c2 = '\0';
-        const char *ctrls = c1 + 1, *path = c2 + 1;
-        if (!*controller) {
-            if (!*ctrls && !strcmp(line, "0"))
-                found = xstrdup(path);
-            continue;
-        }
-        _cleanup_free_ char *copy = xstrdup(ctrls);
-        char *save = NULL;
-        for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
-            if (!strcmp(tok, controller))
-                found = xstrdup(path);
-    }
-    fclose(f);
-    return found;
+    return path;
 }
 
 /* Mount point of the cgroup file system carrying `controller` (v1), or of cgroup2 when

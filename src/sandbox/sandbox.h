@@ -64,6 +64,15 @@ void sandbox_host_release(struct sandbox_host *host);
 /* Whether the process an owner id names ("<pid>-<starttime>", as host->owner_id) still runs. */
 bool owner_alive(const char *owner_id);
 
+/* ---- host detection ---- */
+
+/* The path of a process's cgroup in the hierarchy carrying controller ("memory", "pids",
+ * ...: a v1 line naming it), or in the unified hierarchy when controller is "" (the
+ * "0::PATH" line), parsed from the text of /proc/PID/cgroup. Only the first two colons
+ * separate the fields (a path may hold colons). -ENOENT when no line matches, or when the
+ * kernel marks the cgroup " (deleted)"; *ret_path (caller frees) is the path only. */
+int cgroup_parse_own(const char *text, const char *controller, char **ret_path);
+
 /* The template: one sandbox running a Python that has imported numpy, pandas, matplotlib and
  * openpyxl and frozen its heap. Afterwards, sandbox_start() with spec->from_template makes
  * the sandbox by asking the template to clone itself into the new namespaces (same

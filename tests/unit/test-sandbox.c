@@ -167,6 +167,68 @@ TEST(listing_diff_sees_replacement_and_mode_change)
     strv_free(deleted);
 }
 
+/* Parses text for controller; returns the path or "(none)", freed at exit by the runner. */
+static char *own(const char *text, const char *controller)
+{
+    char *path = NULL;
+    return cgroup_parse_own(text, controller, &path) == 0 ? path : xstrdup("(none)");
+}
+
+TEST(cgroup_parse_pure_v2)
+{
+    CHECK_STREQ(own("0::/system.slice/runcell.service\n", ""), "/system.slice/runcell.service");
+    CHECK_STREQ(own("0::/\n", ""), "/");
+    /* no newline at the end */
+    CHECK_STREQ(own("0::/user.slice/user-1000.slice/session-3.scope", ""),
+                "/user.slice/user-1000.slice/session-3.scope");
+    CHECK_STREQ(own("0::/a\n", "memory"), "(none)");
+}
+
+TEST(cgroup_parse_v1)
+{
+    const char *t = "12:pids:/user.slice/user-0.slice\n"
+                    "11:cpu,cpuacct:/user.slice\n"
+                    "6:memory:/user.slice/user-0.slice/session-1.scope\n"
+                    "1:name=systemd:/user.slice/user-0.slice/session-1.scope\n";
+    CHECK_STREQ(own(t, "memory"), "/user.slice/user-0.slice/session-1.scope");
+    CHECK_STREQ(own(t, "pids"), "/user.slice/user-0.slice");
+    CHECK_STREQ(own(t, "cpu"), "/user.slice");
+    CHECK_STREQ(own(t, "cpuacct"), "/user.slice");
+    CHECK_STREQ(own(t, "cpuset"), "(none)"); /* "cpu" must not match a prefix */
+    CHECK_STREQ(own(t, "systemd"), "(none)");
+    CHECK_STREQ(own(t, ""), "(none)");
+}
+
+TEST(cgroup_parse_hybrid)
+{
+    const char *t = "13:misc:/\n"
+                    "5:memory:/docker/abc\n"
+                    "1:name=systemd:/docker/abc\n"
+                    "0::/docker/abc/unified\n";
+    CHECK_STREQ(own(t, "memory"), "/docker/abc");
+    CHECK_STREQ(own(t, ""), "/docker/abc/unified");
+}
+
+TEST(cgroup_parse_odd_lines)
+{
+    /* colons in the path belong to it */
+    CHECK_STREQ(own("0::/machine.slice/libpod-a:b:c.scope\n", ""), "/machine.slice/libpod-a:b:c.scope");
+    CHECK_STREQ(own("4:memory:/x:y\n", "memory"), "/x:y");
+    /* a removed cgroup we still sit in cannot hold new ones */
+    CHECK_STREQ(own("0::/gone.scope (deleted)\n", ""), "(none)");
+    /* garbage, empty and partial lines are skipped, the good line still found */
+    CHECK_STREQ(own("\n:::\nx::/bad\n0:/nocolon\n0::\n0::relative\n00::/id00\n0::/good\n", ""),
+                "/good");
+    CHECK_STREQ(own("", ""), "(none)");
+    CHECK_STREQ(own("0:memory:/v1-style-zero\n", ""), "(none)");
+    /* a very long line is not cut */
+    char *longp = xcalloc(1, 6000);
+    strcpy(longp, "0::/");
+    memset(longp + 4, 'a', 5000);
+    char *got = own(longp, "");
+    CHECK(strlen(got) == 5001);
+}
+
 int main(int argc, char **argv)
 {
     return run_tests(argc, argv);
