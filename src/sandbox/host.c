@@ -233,8 +233,10 @@ void sandbox_host_release(struct sandbox_host *host)
     free(host->libexec_dir);
     free(host->run_dir);
     free(host->owner_id);
+    cgroup_host_release(host);
     free(host->degraded_reason);
-    for (int i = 0; i < CG_N; i++)
-        free(host->cgroup_base[i]);
+    free(host->cgroup_v2_mount);
+    free(host->cgroup_own);
+    free(host->cgroup_own_dir);
     memset(host, 0, sizeof(*host));
 }

@@ -39,6 +39,19 @@ void sandbox_limits_fill_defaults(struct sandbox_limits *l);
 
 enum cgroup_mode { CGROUP_NONE, CGROUP_V1, CGROUP_V2 };
 
+/* Where runcell put itself to give sandboxes cgroups (docs/OPERATING.md has the table). */
+enum cgroup_placement {
+    CGROUP_PLACEMENT_NONE,        /* no usable cgroup hierarchy: degraded */
+    CGROUP_PLACEMENT_DISABLED,    /* RUNCELL_NO_CGROUPS */
+    CGROUP_PLACEMENT_V1,          /* the cgroup v1 controllers (hybrid or v1 host) */
+    CGROUP_PLACEMENT_V2_ROOT,     /* v2, runcell in the root cgroup */
+    CGROUP_PLACEMENT_V2_DELEGATED, /* v2, a cgroup of its own: runcell moved into a leaf */
+    CGROUP_PLACEMENT_V2_SHARED,   /* v2, its cgroup holds other processes: degraded */
+    CGROUP_PLACEMENT_V2_UNDELEGATED, /* v2, its cgroup is not writable or lacks controllers */
+};
+/* "none", "disabled", "v1", "v2-root", "v2-delegated", "v2-shared", "v2-undelegated". */
+const char *cgroup_placement_name(enum cgroup_placement p);
+
 /* Everything about this machine a sandbox needs; one per process. */
 struct sandbox_host {
     char *helper_path;  /* the runcell-sandbox program */
@@ -49,6 +62,14 @@ struct sandbox_host {
     enum cgroup_mode cgroup_mode;
     char *cgroup_base[4]; /* v1: memory, pids, cpu, cpuacct bases; v2: [0] only */
     char *degraded_reason; /* non-NULL when limits fall back to rlimits only */
+    enum cgroup_placement cgroup_placement;
+    char *cgroup_v2_mount;  /* the unified hierarchy's mount on a pure v2 host, else NULL */
+    char *cgroup_own;       /* v2: our cgroup's path when we started ("/system.slice/x") */
+    char *cgroup_own_dir;   /* v2: its directory */
+    char *cgroup_leaf_dir;  /* v2 delegated: the leaf we moved into, removed at release */
+    char cgroup_enabled[64]; /* v2: controllers we enabled in cgroup_own_dir ("memory pids") */
+    bool cgroup_base_made;  /* we created cgroup_base[0] */
+    bool cgroup_cpu;        /* v2: the cpu controller is there (cpu.max is enforced) */
     uid_t uid_base;        /* first host uid handed to workspaces when privileged */
     uint64_t seq;          /* counter for sandbox names; atomic */
     struct template *template; /* see sandbox_host_start_template; NULL when off */
@@ -72,6 +93,15 @@ bool owner_alive(const char *owner_id);
  * separate the fields (a path may hold colons). -ENOENT when no line matches, or when the
  * kernel marks the cgroup " (deleted)"; *ret_path (caller frees) is the path only. */
 int cgroup_parse_own(const char *text, const char *controller, char **ret_path);
+
+/* On a cgroup v2 host under systemd, when runcell's cgroup is not its own (a login
+ * session's scope, a CI job: other processes share it; or, for a user, it is not delegated),
+ * re-executes argv inside `systemd-run [--user] --scope -p Delegate=yes`, which keeps the
+ * pid, stdio and environment (plus RUNCELL_SCOPED=1, so it happens once), and logs that it
+ * did. Checks first that systemd grants such a scope. Returns 0 when nothing was done (not
+ * needed, not possible, RUNCELL_NO_CGROUPS set), -errno when the exec failed; never returns
+ * after a successful exec. Call before starting threads. */
+int sandbox_scope_reexec(int argc, char **argv);
 
 /* The template: one sandbox running a Python that has imported numpy, pandas, matplotlib and
  * openpyxl and frozen its heap. Afterwards, sandbox_start() with spec->from_template makes
@@ -232,6 +262,9 @@ void sandbox_kill(struct sandbox *sb);
 struct sandbox_usage {
     double cpu_ms;
     uint64_t memory_peak_kb;
+    /* "cell": since the last sandbox_reset_peak; "session": since the sandbox started (v2
+     * before Linux 6.12, where memory.peak cannot be reset; without cgroups, init's rusage) */
+    const char *memory_peak_scope;
     bool oom_killed;
 };
 int sandbox_usage(struct sandbox *sb, struct sandbox_usage *ret);
@@ -239,7 +272,7 @@ int sandbox_usage(struct sandbox *sb, struct sandbox_usage *ret);
  * -ENODATA without a cgroup. */
 int sandbox_set_limits(struct sandbox *sb, const struct sandbox_limits *limits);
 /* Starts a new peak-memory measurement (cgroup v1 max_usage, v2 memory.peak where the
- * kernel lets it be reset); best effort. */
+ * kernel lets it be reset: Linux 6.12+); best effort. sandbox_usage says which it got. */
 void sandbox_reset_peak(struct sandbox *sb);
 
 /* Kills what is left, reaps, removes the cgroup and the root directory; NULL is a no-op. */
