@@ -14,6 +14,7 @@ static const struct command commands[] = {
     {"mcp", cmd_mcp, "the MCP server on stdin/stdout"},
     {"agent", cmd_agent, "a language model solves a task by running code in a sandbox"},
     {"review", cmd_review, "the human review queue of failed agent runs"},
+    {"doctor", cmd_doctor, "what this host gives runcell (cgroups, Landlock, ...) and what to change"},
 };
 
 static void print_usage(FILE *f)

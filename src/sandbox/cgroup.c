@@ -150,6 +150,11 @@ static char *cgroup_mount(const char *controller)
     return found;
 }
 
+char *cgroup_mount_point(const char *controller)
+{
+    return cgroup_mount(controller);
+}
+
 static char *join_base(const char *mnt, const char *own)
 {
     if (!own || !strcmp(own, "/"))

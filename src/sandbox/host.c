@@ -206,6 +206,8 @@ int sandbox_host_init(struct sandbox_host *host)
     if (r < 0)
         return r;
     host->run_dir = TAKE_PTR(top);
+    sandbox_kernel_probe(&host->kernel);
+    sandbox_kernel_log(&host->kernel);
     cgroup_host_detect(host);
     if (!host->privileged && !host->degraded_reason)
         host->degraded_reason = xstrdup("not running as root: workspace and /tmp sizes are "

@@ -52,6 +52,42 @@ enum cgroup_placement {
 /* "none", "disabled", "v1", "v2-root", "v2-delegated", "v2-shared", "v2-undelegated". */
 const char *cgroup_placement_name(enum cgroup_placement p);
 
+/* What the running kernel gives the sandbox, detected once (see sandbox_kernel_probe). */
+struct sandbox_kernel {
+    char release[65];          /* uname -r */
+    int landlock_abi;          /* 0: no Landlock */
+    int landlock_errno;        /* why not: ENOSYS (not built), EOPNOTSUPP (not in lsm=) */
+    bool seccomp;              /* prctl(PR_GET_SECCOMP) works */
+    bool seccomp_filter;       /* and the filter mode's actions are listed */
+    bool clone3;               /* Linux 5.3 */
+    bool clone_into_cgroup;    /* clone3's CLONE_INTO_CGROUP, Linux 5.7 */
+    bool openat2;              /* Linux 5.6: the daemon's workspace file access */
+    bool pidfd_open, pidfd_send_signal; /* 5.3, 5.1: signals that cannot hit a reused pid */
+    bool open_tree;            /* 5.2: template-made sandboxes get their workspace by it */
+    long max_user_namespaces;  /* user.max_user_namespaces; -1 when absent */
+    long unprivileged_userns_clone; /* Debian's kernel.unprivileged_userns_clone; -1 absent */
+    long apparmor_restrict_userns; /* Ubuntu's kernel.apparmor_restrict_unprivileged_userns */
+    int userns_errno;          /* 0 when this process could make a user namespace */
+    const char *userns_reason; /* which sysctl stops it, and the fix; NULL when none does */
+    bool tmpfs, overlayfs, cgroup2; /* in /proc/filesystems (runcell mounts tmpfs only) */
+};
+
+/* Probes this kernel: system calls by calling them with arguments they reject, Landlock by
+ * its version query, user namespaces by making one in a child, sysctls by reading them. */
+void sandbox_kernel_probe(struct sandbox_kernel *ret);
+/* Logs, once, what the kernel lacks: Landlock rights it cannot enforce (info), no Landlock,
+ * no user namespaces, missing system calls (warnings). */
+void sandbox_kernel_log(const struct sandbox_kernel *k);
+/* The Landlock rights runcell asks for that ABI abi enforces, and those it lacks, each a
+ * "; "-separated list naming the ABI and kernel that brought them. Returns how many steps
+ * abi has. */
+int sandbox_landlock_features(int abi, char *enforced, size_t esize, char *missing,
+                              size_t msize);
+/* Why the user-namespace sysctls stop a sandbox (a static message with the fix), or NULL.
+ * -1 for a sysctl the kernel does not have. */
+const char *sandbox_userns_verdict(long max_user_namespaces, long unprivileged_userns_clone,
+                                   long apparmor_restrict, bool root);
+
 /* Everything about this machine a sandbox needs; one per process. */
 struct sandbox_host {
     char *helper_path;  /* the runcell-sandbox program */
@@ -73,6 +109,7 @@ struct sandbox_host {
     uid_t uid_base;        /* first host uid handed to workspaces when privileged */
     uint64_t seq;          /* counter for sandbox names; atomic */
     struct template *template; /* see sandbox_host_start_template; NULL when off */
+    struct sandbox_kernel kernel;
 };
 
 /* Finds the helper next to argv0's executable, picks the runtime directory (RUNCELL_RUNDIR,
@@ -93,6 +130,9 @@ bool owner_alive(const char *owner_id);
  * separate the fields (a path may hold colons). -ENOENT when no line matches, or when the
  * kernel marks the cgroup " (deleted)"; *ret_path (caller frees) is the path only. */
 int cgroup_parse_own(const char *text, const char *controller, char **ret_path);
+/* Mount point of the cgroup v1 hierarchy carrying controller, or of cgroup2 when controller
+ * is NULL (from /proc/self/mountinfo); NULL when none. Caller frees. */
+char *cgroup_mount_point(const char *controller);
 
 /* On a cgroup v2 host under systemd, when runcell's cgroup is not its own (a login
  * session's scope, a CI job: other processes share it; or, for a user, it is not delegated),
