@@ -197,8 +197,7 @@ static void report_python(struct doctor *d)
     int p[2];
     pid_t pid;
     char *argv[] = {(char *)"/usr/bin/python3", (char *)"-c", (char *)py_check, NULL};
-    char *envp[] = {(char *)"PATH=/usr/bin:/bin", (char *)"MPLBACKEND=Agg",
-                    (char *)"MPLCONFIGDIR=/tmp/.runcell-doctor-mpl", NULL};
+    char *envp[] = {(char *)"PATH=/usr/bin:/bin", (char *)"MPLBACKEND=Agg", NULL};
     struct buf b;
     buf_init(&b, PY_OUTPUT_CAP);
     posix_spawn_file_actions_t fa;
@@ -209,6 +208,9 @@ static void report_python(struct doctor *d)
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, p[1], 1);
     posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    /* Its warnings (matplotlib's cache) are not the report's; import errors come in the
+     * JSON. */
+    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
     int r = posix_spawn(&pid, argv[0], &fa, NULL, argv, envp);
     posix_spawn_file_actions_destroy(&fa);
     close(p[1]);

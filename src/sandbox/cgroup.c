@@ -301,6 +301,10 @@ static int v2_enable(struct sandbox_host *host, const char *dir, char *ret_enabl
     size_t n = host->cgroup_cpu ? ARRAY_SIZE(v2_wanted) : ARRAY_SIZE(v2_wanted) - 1;
     for (size_t i = 0; i < n; i++) {
         char op[32];
+        /* Already on (the root cgroup under systemd): nothing to write, which an
+         * unprivileged user could not. */
+        if (has_controller(before, v2_wanted[i]))
+            continue;
         snprintf(op, sizeof(op), "+%s", v2_wanted[i]);
         int r = write_str(dir, "cgroup.subtree_control", op);
         if (r < 0)
@@ -308,7 +312,7 @@ static int v2_enable(struct sandbox_host *host, const char *dir, char *ret_enabl
                            v2_wanted[i], dir, strerror(-r),
                            r == -EBUSY ? " (the cgroup holds processes: cgroup v2 enables "
                                          "controllers only in a cgroup without any)" : "");
-        if (ret_enabled && !has_controller(before, v2_wanted[i]))
+        if (ret_enabled)
             snprintf(ret_enabled + strlen(ret_enabled), size - strlen(ret_enabled), "%s%s",
                      *ret_enabled ? " " : "", v2_wanted[i]);
     }
@@ -384,7 +388,10 @@ static void v2_place(struct sandbox_host *host, const char *mnt, const char *own
     host->cgroup_own_dir = xstrdup(own_dir);
     if (v2_controllers(host, mnt, own_dir) < 0)
         return;
-    _cleanup_free_ char *bad = root_cg ? NULL : unwritable_file(own_dir);
+    /* In the root cgroup only the directory itself must be writable (for the base). */
+    _cleanup_free_ char *bad = root_cg ? (faccessat(AT_FDCWD, own_dir, W_OK | X_OK, AT_EACCESS) < 0
+                                              ? xstrdup(own_dir) : NULL)
+                                       : unwritable_file(own_dir);
     if (bad) {
         v2_degrade(host, CGROUP_PLACEMENT_V2_UNDELEGATED,
                    xasprintf("cgroup %s is not delegated to runcell: %s is not writable by uid %u "

@@ -10,7 +10,7 @@ import signal
 import subprocess
 import unittest
 
-from rctest import (RUNCELL, RuncellTestCase, TempDir, make_wheel, png_size, run_cells,
+from rctest import (RUNCELL, RuncellTestCase, cgroups_expected, TempDir, make_wheel, png_size, run_cells,
                     runcell)
 
 _sandbox_modules = None
@@ -518,8 +518,10 @@ class LimitsTest(CellsTestCase):
     def skip_unless_memory_limited(self):
         recs, p = run_cells("1", opts=["--memory", "200"])
         if recs and recs[0]["limits_degraded"]:
-            self.skipTest("memory limits are degraded here (no usable cgroup): %s"
-                          % p.stderr.strip())
+            expected, why = cgroups_expected()
+            self.assertFalse(expected, "memory limits degraded where the host gives cgroups "
+                             "(%s): %s" % (why, p.stderr.strip()))
+            self.skipTest("memory limits are degraded here (%s): %s" % (why, p.stderr.strip()))
 
     def test_segfault(self):
         recs = self.cells("y = 2\nopen('s.txt', 'w').write('s')",

@@ -1,5 +1,9 @@
 /* test-sandbox.c - unit tests for src/sandbox that need no privileges. */
 #include <errno.h>
+#include <sched.h>
+#include <sys/syscall.h>
+#include <sys/utsname.h>
+#include <sys/wait.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
@@ -227,6 +231,73 @@ TEST(cgroup_parse_odd_lines)
     memset(longp + 4, 'a', 5000);
     char *got = own(longp, "");
     CHECK(strlen(got) == 5001);
+}
+
+/* 0 when a child of ours can make a user namespace, else its errno. */
+static int unshare_userns_in_child(void)
+{
+    pid_t pid = fork();
+    if (pid == 0)
+        _exit(unshare(CLONE_NEWUSER) < 0 ? errno : 0);
+    int st;
+    CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st));
+    return WEXITSTATUS(st);
+}
+
+TEST(landlock_features_by_abi)
+{
+    char on[1024], off[1024];
+    CHECK(sandbox_landlock_features(0, on, sizeof(on), off, sizeof(off)) == 0);
+    CHECK_STREQ(on, "");
+    CHECK(strstr(off, "file system access") && strstr(off, "scoped signals"));
+    /* Debian 12's 6.1 has ABI 2: refer is enforced, truncate and later are not. */
+    CHECK(sandbox_landlock_features(2, on, sizeof(on), off, sizeof(off)) == 2);
+    CHECK(strstr(on, "refer") && !strstr(on, "truncate"));
+    CHECK(strstr(off, "truncate (ABI 3, Linux 6.2)") && strstr(off, "ioctl on devices") &&
+          strstr(off, "scoped signals") && !strstr(off, "refer"));
+    /* ABI 4 (network rules) adds nothing runcell uses: the sandbox has no network. */
+    CHECK(sandbox_landlock_features(4, on, sizeof(on), off, sizeof(off)) == 3);
+    CHECK(sandbox_landlock_features(7, on, sizeof(on), off, sizeof(off)) == 5);
+    CHECK_STREQ(off, "");
+    /* a small buffer is cut, never overrun */
+    char tiny[8];
+    sandbox_landlock_features(7, tiny, sizeof(tiny), off, sizeof(off));
+    CHECK(strlen(tiny) == 7);
+}
+
+TEST(userns_verdict_names_the_sysctl)
+{
+    CHECK(sandbox_userns_verdict(15000, -1, -1, false) == NULL);
+    CHECK(sandbox_userns_verdict(15000, 1, 0, false) == NULL);
+    CHECK(strstr(sandbox_userns_verdict(0, 1, -1, true), "user.max_user_namespaces"));
+    CHECK(strstr(sandbox_userns_verdict(15000, 0, -1, false), "kernel.unprivileged_userns_clone"));
+    CHECK(strstr(sandbox_userns_verdict(15000, 1, 1, false),
+                 "kernel.apparmor_restrict_unprivileged_userns"));
+    /* both restrict unprivileged processes only: root is not told to run as root */
+    CHECK(sandbox_userns_verdict(15000, 0, 1, true) == NULL);
+}
+
+TEST(kernel_probe_agrees_with_the_kernel)
+{
+    struct sandbox_kernel k;
+    sandbox_kernel_probe(&k);
+    struct utsname u;
+    CHECK(uname(&u) == 0);
+    CHECK_STREQ(k.release, u.release);
+    long abi = syscall(SYS_landlock_create_ruleset, NULL, 0, 1 /* VERSION */);
+    CHECK(k.landlock_abi == (abi > 0 ? (int)abi : 0));
+    /* what runcell itself needs to have got this far (Linux 5.7+) */
+    CHECK(k.clone3 && k.openat2 && k.pidfd_open && k.pidfd_send_signal && k.open_tree);
+    CHECK(k.clone_into_cgroup);
+    CHECK(k.tmpfs && k.seccomp);
+    long max = -1;
+    FILE *f = fopen("/proc/sys/user/max_user_namespaces", "re");
+    if (f) {
+        CHECK(fscanf(f, "%ld", &max) == 1);
+        fclose(f);
+    }
+    CHECK(k.max_user_namespaces == max);
+    CHECK((k.userns_errno == 0) == (unshare_userns_in_child() == 0));
 }
 
 int main(int argc, char **argv)
