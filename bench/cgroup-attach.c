@@ -4,7 +4,11 @@
  * child in it that exits at once, reaps it and removes the cgroup; the times are of the
  * start only (fork + attach, or clone3), medians and 90th percentiles over the rounds.
  *
- * usage: cgroup-attach DIR [ROUNDS]
+ * Writing cgroup.procs takes the cgroup threadgroup lock for writing, which waits for an RCU
+ * grace period unless another write came shortly before: back-to-back rounds hide that
+ * cost, so rounds are GAP_MS apart (default 50), as sandbox starts are.
+ *
+ * usage: cgroup-attach DIR [ROUNDS [GAP_MS]]
  *   DIR  a cgroup directory this process may create children in, on v2 for the clone3 half
  *        (as root on a pure v2 host: /sys/fs/cgroup; on v1: /sys/fs/cgroup/memory). */
 
@@ -89,6 +93,8 @@ static double round_clone3(const char *cg)
     return t;
 }
 
+static int gap_ms = 50;
+
 static int run(const char *name, const char *base, int rounds, double (*fn)(const char *))
 {
     double *v = calloc((size_t)rounds, sizeof(double));
@@ -100,6 +106,7 @@ static int run(const char *name, const char *base, int rounds, double (*fn)(cons
             free(v);
             return -1;
         }
+        usleep((useconds_t)gap_ms * 1000);
         v[i] = fn(cg);
         while (rmdir(cg) < 0 && errno == EBUSY)
             usleep(1000);
@@ -119,12 +126,14 @@ static int run(const char *name, const char *base, int rounds, double (*fn)(cons
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: cgroup-attach DIR [ROUNDS]\n");
+        fprintf(stderr, "usage: cgroup-attach DIR [ROUNDS [GAP_MS]]\n");
         return 2;
     }
     int rounds = argc > 2 ? atoi(argv[2]) : 200;
     if (rounds < 1)
         rounds = 1;
+    if (argc > 3)
+        gap_ms = atoi(argv[3]);
     int r = run("fork + attach (cgroup.procs)", argv[1], rounds, round_attach);
     if (r == 0 && run("clone3(CLONE_INTO_CGROUP)", argv[1], rounds, round_clone3) < 0)
         printf("clone3(CLONE_INTO_CGROUP) not available here (a cgroup v1 directory, or a "
