@@ -413,10 +413,11 @@ static void v2_place(struct sandbox_host *host, const char *mnt, const char *own
                                    own, others, others == 1 ? "" : "es", scope_command())
                        : xasprintf("runcell shares cgroup %s with %d other process%s, and cgroup "
                                    "v2 delegates controllers only from a cgroup without processes; "
-                                   "start it in a cgroup of its own (as root: mkdir %s/runcell.scope "
-                                   "&& echo $$ > %s/runcell.scope/cgroup.procs, then start runcell "
-                                   "from that shell)",
-                                   own, others, others == 1 ? "" : "es", mnt, mnt));
+                                   "start it in a cgroup of its own: without systemd, as root, "
+                                   "mkdir %s/runcell.scope && echo $$ > %s/runcell.scope/cgroup.procs "
+                                   "and start runcell from that shell; under systemd, %s",
+                                   own, others, others == 1 ? "" : "es", mnt, mnt,
+                                   scope_command()));
         return;
     }
     int r = root_cg ? v2_enable(host, own_dir, NULL, 0) : v2_place_delegated(host, own_dir);
