@@ -210,6 +210,12 @@ static const char *scope_command(void)
                           : "systemd-run --user --scope -p Delegate=yes runcell ...";
 }
 
+/* "as root: " before a command only root can run, for a reader who is not root. */
+static const char *as_root(void)
+{
+    return geteuid() == 0 ? "" : "as root: ";
+}
+
 static char *parent_dir(const char *dir)
 {
     char *p = xstrdup(dir), *slash = strrchr(p, '/');
@@ -276,10 +282,10 @@ static int v2_controllers(struct sandbox_host *host, const char *mnt, const char
         v2_degrade(host, CGROUP_PLACEMENT_V2_UNDELEGATED,
                    strcmp(dir, mnt)
                        ? xasprintf("the %s controller is not in %s/cgroup.controllers: enable it "
-                                   "in %s/cgroup.subtree_control (as root: echo +%s > "
+                                   "in %s/cgroup.subtree_control (%secho +%s > "
                                    "%s/cgroup.subtree_control), or start runcell as a systemd "
                                    "unit with Delegate=yes (%s)",
-                                   v2_wanted[i], dir, parent, v2_wanted[i], parent,
+                                   v2_wanted[i], dir, parent, as_root(), v2_wanted[i], parent,
                                    scope_command())
                        : xasprintf("the %s controller is not in %s/cgroup.controllers: the "
                                    "kernel has it off or bound to a cgroup v1 hierarchy; boot "
@@ -413,10 +419,10 @@ static void v2_place(struct sandbox_host *host, const char *mnt, const char *own
                                    own, others, others == 1 ? "" : "es", scope_command())
                        : xasprintf("runcell shares cgroup %s with %d other process%s, and cgroup "
                                    "v2 delegates controllers only from a cgroup without processes; "
-                                   "start it in a cgroup of its own: without systemd, as root, "
-                                   "mkdir %s/runcell.scope && echo $$ > %s/runcell.scope/cgroup.procs "
+                                   "start it in a cgroup of its own: without systemd, %smkdir "
+                                   "%s/runcell.scope && echo $$ > %s/runcell.scope/cgroup.procs "
                                    "and start runcell from that shell; under systemd, %s",
-                                   own, others, others == 1 ? "" : "es", mnt, mnt,
+                                   own, others, others == 1 ? "" : "es", as_root(), mnt, mnt,
                                    scope_command()));
         return;
     }
