@@ -518,6 +518,25 @@ static bool v2_needs_scope(char **ret_own)
     return false;
 }
 
+/* "systemd-run [--user] --scope --quiet --collect -p Delegate=yes -- PROG ARGV[1..]";
+ * the strings are borrowed, the vector is the caller's to free. */
+static char **scope_argv(bool user, const char *prog, int argc, char **argv)
+{
+    static const char *const head[] = {"--scope", "--quiet", "--collect", "-p", "Delegate=yes",
+                                       "--"};
+    char **v = xcalloc((size_t)argc + ARRAY_SIZE(head) + 3, sizeof(char *));
+    int k = 0;
+    v[k++] = (char *)"systemd-run";
+    if (user)
+        v[k++] = (char *)"--user";
+    for (size_t i = 0; i < ARRAY_SIZE(head); i++)
+        v[k++] = (char *)head[i];
+    v[k++] = (char *)prog;
+    for (int i = 1; i < argc; i++)
+        v[k++] = argv[i];
+    return v;
+}
+
 int sandbox_scope_reexec(int argc, char **argv)
 {
     if (getenv("RUNCELL_NO_CGROUPS") || getenv("RUNCELL_SCOPED") || !systemd_running())
@@ -527,15 +546,15 @@ int sandbox_scope_reexec(int argc, char **argv)
     if (!systemd_run || !v2_needs_scope(&own))
         return 0;
     bool user = geteuid() != 0;
-    char *probe[] = {(char *)"systemd-run", user ? (char *)"--user" : (char *)"--quiet",
-                     (char *)"--scope", (char *)"--quiet", (char *)"--collect",
-                     (char *)"-p", (char *)"Delegate=yes", (char *)"--", (char *)"/bin/true",
-                     NULL};
+    /* Asked first with a program that does nothing: once exec'd, a systemd-run that fails
+     * would take the command with it. */
+    _cleanup_free_ char **probe = scope_argv(user, "/bin/true", 0, NULL);
     int r = run_quiet(systemd_run, probe);
     if (r != 0) {
         log_warn("msg=\"runcell's cgroup %s is not its own, and systemd gives it no delegated "
-                 "scope (%s --scope -p Delegate=yes failed: %s); sandboxes run without cgroup "
-                 "limits\"", own, systemd_run, r < 0 ? strerror(-r) : "exit status");
+                 "scope (%s%s --scope -p Delegate=yes failed: %s); sandboxes run without cgroup "
+                 "limits\"", own, systemd_run, user ? " --user" : "",
+                 r < 0 ? strerror(-r) : "non-zero exit");
         return 0;
     }
     char exe[PATH_MAX];
@@ -543,20 +562,7 @@ int sandbox_scope_reexec(int argc, char **argv)
     if (n <= 0)
         return -errno;
     exe[n] = '\0';
-    char **args = xcalloc((size_t)argc + 10, sizeof(char *));
-    int k = 0;
-    args[k++] = (char *)"systemd-run";
-    if (user)
-        args[k++] = (char *)"--user";
-    args[k++] = (char *)"--scope";
-    args[k++] = (char *)"--quiet";
-    args[k++] = (char *)"--collect";
-    args[k++] = (char *)"-p";
-    args[k++] = (char *)"Delegate=yes";
-    args[k++] = (char *)"--";
-    args[k++] = exe;
-    for (int i = 1; i < argc; i++)
-        args[k++] = argv[i];
+    _cleanup_free_ char **args = scope_argv(user, exe, argc, argv);
     /* Marks the re-run, so that it never loops. */
     setenv("RUNCELL_SCOPED", "1", 1);
     log_warn("msg=\"runcell shares cgroup %s with other processes (or it is not delegated); "
@@ -567,7 +573,6 @@ int sandbox_scope_reexec(int argc, char **argv)
     r = -errno;
     log_warn("msg=\"cannot run %s\" error=\"%s\"", systemd_run, strerror(errno));
     unsetenv("RUNCELL_SCOPED");
-    free(args);
     return r;
 }
 
