@@ -537,13 +537,27 @@ static char **scope_argv(bool user, const char *prog, int argc, char **argv)
     return v;
 }
 
-int sandbox_scope_reexec(int argc, char **argv)
+/* The systemd-run to re-run in, when runcell should and may (see sandbox_scope_reexec);
+ * NULL otherwise. */
+static const char *scope_wanted(char **ret_own)
 {
     if (getenv("RUNCELL_NO_CGROUPS") || getenv("RUNCELL_SCOPED") || !systemd_running())
-        return 0;
-    _cleanup_free_ char *own = NULL;
+        return NULL;
     const char *systemd_run = find_systemd_run();
-    if (!systemd_run || !v2_needs_scope(&own))
+    return systemd_run && v2_needs_scope(ret_own) ? systemd_run : NULL;
+}
+
+bool sandbox_scope_wanted(void)
+{
+    _cleanup_free_ char *own = NULL;
+    return scope_wanted(&own) != NULL;
+}
+
+int sandbox_scope_reexec(int argc, char **argv)
+{
+    _cleanup_free_ char *own = NULL;
+    const char *systemd_run = scope_wanted(&own);
+    if (!systemd_run)
         return 0;
     bool user = geteuid() != 0;
     /* Asked first with a program that does nothing: once exec'd, a systemd-run that fails
