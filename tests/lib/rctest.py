@@ -349,6 +349,39 @@ def cgroup_bases():
     return [b for b in bases if os.path.isdir(b)]
 
 
+def cgroups_expected():
+    """(True, why) when this host should give runcell cgroups (then a degraded run is a bug
+    a test must fail on, never skip): as root, a pure cgroup v2 hierarchy whose root lists
+    the memory and pids controllers, or writable v1 memory and pids hierarchies; as another
+    user, a v2 cgroup of ours that is delegated to us (writable cgroup.procs and
+    cgroup.subtree_control). (False, why) otherwise, for the skip message."""
+    v2 = _cgroup_mount(None)
+    ctrls = ""
+    if v2:
+        try:
+            with open(os.path.join(v2, "cgroup.controllers")) as f:
+                ctrls = f.read().split()
+        except OSError:
+            pass
+    if v2 and "memory" in ctrls and "pids" in ctrls:
+        if os.geteuid() == 0:
+            return True, "root on a cgroup v2 host with memory and pids at %s" % v2
+        own = _own_cgroup("")
+        d = v2 + (own if own and own != "/" else "")
+        if all(os.access(os.path.join(d, f), os.W_OK)
+               for f in ("cgroup.procs", "cgroup.subtree_control")):
+            return True, "cgroup %s is delegated to uid %d" % (own, os.geteuid())
+        return False, ("not root, and cgroup %s is not delegated to uid %d (nothing to "
+                       "create sandbox cgroups in)" % (own, os.geteuid()))
+    if os.geteuid() != 0:
+        return False, "not root on a host whose controllers are on cgroup v1 (not delegable)"
+    for ctrl in ("memory", "pids"):
+        mnt = _cgroup_mount(ctrl)
+        if not mnt or not os.access(mnt, os.W_OK):
+            return False, "root, but the cgroup v1 %s hierarchy is missing or read-only" % ctrl
+    return True, "root with writable cgroup v1 memory and pids hierarchies"
+
+
 def cgroups_of(pid):
     """Sandbox cgroups named after the runcell process pid ("<pid>-<start>-<seq>")."""
     found = []
