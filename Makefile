@@ -6,7 +6,7 @@ BUILD_ASAN ?= build-asan
 BUILD_FUZZ ?= build-fuzz
 PY         := /usr/bin/python3
 
-.PHONY: all deps test-deps build asan fuzz test test-unit test-asan test-integration demo bench format clean
+.PHONY: all deps test-deps build asan fuzz test test-unit test-asan test-integration test-vm demo bench format clean
 
 all: build
 
@@ -50,6 +50,12 @@ test-asan: asan
 
 test-integration: build
 	RUNCELL_BIN=$(CURDIR)/$(BUILD)/src/runcell $(PY) tests/run.py
+
+# The VM stage (tests/vm/run): Debian 12's own kernel in QEMU, pure cgroup v2, as root;
+# about 25 minutes under TCG (docs/OPERATING.md, "The VM test stage").
+test-vm: build
+	scripts/install-vm-deps >/dev/null
+	$(PY) tests/vm/run --build $(BUILD)
 
 # The whole suite: unit, integration and security tests, then the sanitizer build.
 test: test-unit test-integration test-asan

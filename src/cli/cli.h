@@ -24,6 +24,7 @@ int cmd_serve(int argc, char **argv);
 int cmd_mcp(int argc, char **argv);
 int cmd_agent(int argc, char **argv);
 int cmd_review(int argc, char **argv);
+int cmd_doctor(int argc, char **argv);
 
 /* Options every code-running subcommand takes. */
 enum {

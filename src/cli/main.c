@@ -14,6 +14,7 @@ static const struct command commands[] = {
     {"mcp", cmd_mcp, "the MCP server on stdin/stdout"},
     {"agent", cmd_agent, "a language model solves a task by running code in a sandbox"},
     {"review", cmd_review, "the human review queue of failed agent runs"},
+    {"doctor", cmd_doctor, "what this host gives runcell (cgroups, Landlock, ...) and what to change"},
 };
 
 static void print_usage(FILE *f)
@@ -67,6 +68,20 @@ int opt_seconds(const char *cmd, const char *opt, const char *val, uint64_t *ret
     return opt_seconds_max(cmd, opt, val, MAX_OPT_SECONDS, ret_ms);
 }
 
+/* Whether the command line runs sandboxes (not --help): then runcell needs a cgroup of its
+ * own on v2, and may ask systemd for one before anything else starts. */
+static bool makes_sandboxes(int argc, char **argv)
+{
+    static const char *const cmds[] = {"run", "repl", "serve", "mcp", "agent"};
+    bool found = false;
+    for (size_t i = 0; i < ARRAY_SIZE(cmds); i++)
+        found |= !strcmp(argv[1], cmds[i]);
+    for (int i = 2; found && i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h"))
+            return false;
+    return found;
+}
+
 int main(int argc, char **argv)
 {
     const char *level = getenv("RUNCELL_LOG");
@@ -87,6 +102,8 @@ int main(int argc, char **argv)
         printf("runcell %s\n", RUNCELL_VERSION);
         return 0;
     }
+    if (makes_sandboxes(argc, argv))
+        (void)sandbox_scope_reexec(argc, argv);
     for (size_t i = 0; i < ARRAY_SIZE(commands); i++)
         if (!strcmp(argv[1], commands[i].name))
             return commands[i].fn(argc - 1, argv + 1);

@@ -9,11 +9,16 @@ enum { CG_MEMORY, CG_PIDS, CG_CPU, CG_CPUACCT, CG_N };
 struct cgroup {
     enum cgroup_mode mode;
     char *dirs[CG_N]; /* v1: one per controller (NULL when absent); v2: dirs[0] */
+    int peak_fd;      /* v2: memory.peak, open for the cgroup's life (-1: none) */
+    bool peak_resettable; /* v2: writing peak_fd resets what it reads (Linux 6.12+) */
 };
 
 /* Sets host->cgroup_mode and host->cgroup_base[], creating the "runcell" base cgroups.
  * Leaves CGROUP_NONE and host->degraded_reason set when nothing can be written. */
 void cgroup_host_detect(struct sandbox_host *host);
+/* Undoes what cgroup_host_detect made: the base (when empty), and on v2 the daemon's leaf
+ * (moving us back into our cgroup and disabling the controllers we enabled there). */
+void cgroup_host_release(struct sandbox_host *host);
 /* Creates the cgroup named name with limits applied; caller frees with cgroup_free. */
 int cgroup_create(const struct sandbox_host *host, const char *name,
                   const struct sandbox_limits *limits, struct cgroup **ret);
@@ -24,7 +29,13 @@ char **cgroup_procs_files(const struct cgroup *cg);
 int cgroup_read_usage(const struct cgroup *cg, double *ret_cpu_ms, uint64_t *ret_peak_kb,
                       uint64_t *ret_oom_kills);
 void cgroup_kill_all(const struct cgroup *cg);
+/* Starts a new peak measurement: v1 resets memory.max_usage_in_bytes; v2 writes memory.peak
+ * through the cgroup's own descriptor, where the kernel lets it (the reset counts only for
+ * reads through that descriptor). */
 void cgroup_reset_peak(const struct cgroup *cg);
+/* Whether the peak cgroup_read_usage reports is since the last reset ("cell") or since the
+ * cgroup was made ("session": v2 before Linux 6.12). */
+bool cgroup_peak_per_cell(const struct cgroup *cg);
 /* Kills what is left, removes the directories; NULL is a no-op. */
 void cgroup_free(struct cgroup *cg);
 /* Removes cgroups whose owning runcell process is gone. */

@@ -206,6 +206,8 @@ int sandbox_host_init(struct sandbox_host *host)
     if (r < 0)
         return r;
     host->run_dir = TAKE_PTR(top);
+    sandbox_kernel_probe(&host->kernel);
+    sandbox_kernel_log(&host->kernel);
     cgroup_host_detect(host);
     if (!host->privileged && !host->degraded_reason)
         host->degraded_reason = xstrdup("not running as root: workspace and /tmp sizes are "
@@ -233,8 +235,10 @@ void sandbox_host_release(struct sandbox_host *host)
     free(host->libexec_dir);
     free(host->run_dir);
     free(host->owner_id);
+    cgroup_host_release(host);
     free(host->degraded_reason);
-    for (int i = 0; i < CG_N; i++)
-        free(host->cgroup_base[i]);
+    free(host->cgroup_v2_mount);
+    free(host->cgroup_own);
+    free(host->cgroup_own_dir);
     memset(host, 0, sizeof(*host));
 }

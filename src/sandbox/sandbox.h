@@ -39,6 +39,55 @@ void sandbox_limits_fill_defaults(struct sandbox_limits *l);
 
 enum cgroup_mode { CGROUP_NONE, CGROUP_V1, CGROUP_V2 };
 
+/* Where runcell put itself to give sandboxes cgroups (docs/OPERATING.md has the table). */
+enum cgroup_placement {
+    CGROUP_PLACEMENT_NONE,        /* no usable cgroup hierarchy: degraded */
+    CGROUP_PLACEMENT_DISABLED,    /* RUNCELL_NO_CGROUPS */
+    CGROUP_PLACEMENT_V1,          /* the cgroup v1 controllers (hybrid or v1 host) */
+    CGROUP_PLACEMENT_V2_ROOT,     /* v2, runcell in the root cgroup */
+    CGROUP_PLACEMENT_V2_DELEGATED, /* v2, a cgroup of its own: runcell moved into a leaf */
+    CGROUP_PLACEMENT_V2_SHARED,   /* v2, its cgroup holds other processes: degraded */
+    CGROUP_PLACEMENT_V2_UNDELEGATED, /* v2, its cgroup is not writable or lacks controllers */
+};
+/* "none", "disabled", "v1", "v2-root", "v2-delegated", "v2-shared", "v2-undelegated". */
+const char *cgroup_placement_name(enum cgroup_placement p);
+
+/* What the running kernel gives the sandbox, detected once (see sandbox_kernel_probe). */
+struct sandbox_kernel {
+    char release[65];          /* uname -r */
+    int landlock_abi;          /* 0: no Landlock */
+    int landlock_errno;        /* why not: ENOSYS (not built), EOPNOTSUPP (not in lsm=) */
+    bool seccomp;              /* prctl(PR_GET_SECCOMP) works */
+    bool seccomp_filter;       /* and the filter mode's actions are listed */
+    bool clone3;               /* Linux 5.3 */
+    bool clone_into_cgroup;    /* clone3's CLONE_INTO_CGROUP, Linux 5.7 */
+    bool openat2;              /* Linux 5.6: the daemon's workspace file access */
+    bool pidfd_open, pidfd_send_signal; /* 5.3, 5.1: signals that cannot hit a reused pid */
+    bool open_tree;            /* 5.2: template-made sandboxes get their workspace by it */
+    long max_user_namespaces;  /* user.max_user_namespaces; -1 when absent */
+    long unprivileged_userns_clone; /* Debian's kernel.unprivileged_userns_clone; -1 absent */
+    long apparmor_restrict_userns; /* Ubuntu's kernel.apparmor_restrict_unprivileged_userns */
+    int userns_errno;          /* 0 when this process could make a user namespace */
+    const char *userns_reason; /* which sysctl stops it, and the fix; NULL when none does */
+    bool tmpfs, overlayfs, cgroup2; /* in /proc/filesystems (runcell mounts tmpfs only) */
+};
+
+/* Probes this kernel: system calls by calling them with arguments they reject, Landlock by
+ * its version query, user namespaces by making one in a child, sysctls by reading them. */
+void sandbox_kernel_probe(struct sandbox_kernel *ret);
+/* Logs, once, what the kernel lacks: Landlock rights it cannot enforce (info), no Landlock,
+ * no user namespaces, missing system calls (warnings). */
+void sandbox_kernel_log(const struct sandbox_kernel *k);
+/* The Landlock rights runcell asks for that ABI abi enforces, and those it lacks, each a
+ * "; "-separated list naming the ABI and kernel that brought them. Returns how many steps
+ * abi has. */
+int sandbox_landlock_features(int abi, char *enforced, size_t esize, char *missing,
+                              size_t msize);
+/* Why the user-namespace sysctls stop a sandbox (a static message with the fix), or NULL.
+ * -1 for a sysctl the kernel does not have. */
+const char *sandbox_userns_verdict(long max_user_namespaces, long unprivileged_userns_clone,
+                                   long apparmor_restrict, bool root);
+
 /* Everything about this machine a sandbox needs; one per process. */
 struct sandbox_host {
     char *helper_path;  /* the runcell-sandbox program */
@@ -49,9 +98,18 @@ struct sandbox_host {
     enum cgroup_mode cgroup_mode;
     char *cgroup_base[4]; /* v1: memory, pids, cpu, cpuacct bases; v2: [0] only */
     char *degraded_reason; /* non-NULL when limits fall back to rlimits only */
+    enum cgroup_placement cgroup_placement;
+    char *cgroup_v2_mount;  /* the unified hierarchy's mount on a pure v2 host, else NULL */
+    char *cgroup_own;       /* v2: our cgroup's path when we started ("/system.slice/x") */
+    char *cgroup_own_dir;   /* v2: its directory */
+    char *cgroup_leaf_dir;  /* v2 delegated: the leaf we moved into, removed at release */
+    char cgroup_enabled[64]; /* v2: controllers we enabled in cgroup_own_dir ("memory pids") */
+    bool cgroup_base_made;  /* we created cgroup_base[0] */
+    bool cgroup_cpu;        /* v2: the cpu controller is there (cpu.max is enforced) */
     uid_t uid_base;        /* first host uid handed to workspaces when privileged */
     uint64_t seq;          /* counter for sandbox names; atomic */
     struct template *template; /* see sandbox_host_start_template; NULL when off */
+    struct sandbox_kernel kernel;
 };
 
 /* Finds the helper next to argv0's executable, picks the runtime directory (RUNCELL_RUNDIR,
@@ -63,6 +121,30 @@ int sandbox_host_init(struct sandbox_host *host);
 void sandbox_host_release(struct sandbox_host *host);
 /* Whether the process an owner id names ("<pid>-<starttime>", as host->owner_id) still runs. */
 bool owner_alive(const char *owner_id);
+
+/* ---- host detection ---- */
+
+/* The path of a process's cgroup in the hierarchy carrying controller ("memory", "pids",
+ * ...: a v1 line naming it), or in the unified hierarchy when controller is "" (the
+ * "0::PATH" line), parsed from the text of /proc/PID/cgroup. Only the first two colons
+ * separate the fields (a path may hold colons). -ENOENT when no line matches, or when the
+ * kernel marks the cgroup " (deleted)"; *ret_path (caller frees) is the path only. */
+int cgroup_parse_own(const char *text, const char *controller, char **ret_path);
+/* Mount point of the cgroup v1 hierarchy carrying controller, or of cgroup2 when controller
+ * is NULL (from /proc/self/mountinfo); NULL when none. Caller frees. */
+char *cgroup_mount_point(const char *controller);
+
+/* On a cgroup v2 host under systemd, when runcell's cgroup is not its own (a login
+ * session's scope, a CI job: other processes share it; or, for a user, it is not delegated),
+ * re-executes argv inside `systemd-run [--user] --scope -p Delegate=yes`, which keeps the
+ * pid, stdio and environment (plus RUNCELL_SCOPED=1, so it happens once), and logs that it
+ * did. Checks first that systemd grants such a scope. Returns 0 when nothing was done (not
+ * needed, not possible, RUNCELL_NO_CGROUPS set), -errno when the exec failed; never returns
+ * after a successful exec. Call before starting threads. */
+int sandbox_scope_reexec(int argc, char **argv);
+/* Whether sandbox_scope_reexec would try (systemd runs, the cgroup is not runcell's own,
+ * not disabled): for reports. */
+bool sandbox_scope_wanted(void);
 
 /* The template: one sandbox running a Python that has imported numpy, pandas, matplotlib and
  * openpyxl and frozen its heap. Afterwards, sandbox_start() with spec->from_template makes
@@ -233,6 +315,9 @@ void sandbox_kill(struct sandbox *sb);
 struct sandbox_usage {
     double cpu_ms;
     uint64_t memory_peak_kb;
+    /* "cell": since the last sandbox_reset_peak; "session": since the sandbox started (v2
+     * before Linux 6.12, where memory.peak cannot be reset; without cgroups, init's rusage) */
+    const char *memory_peak_scope;
     bool oom_killed;
 };
 int sandbox_usage(struct sandbox *sb, struct sandbox_usage *ret);
@@ -240,7 +325,7 @@ int sandbox_usage(struct sandbox *sb, struct sandbox_usage *ret);
  * -ENODATA without a cgroup. */
 int sandbox_set_limits(struct sandbox *sb, const struct sandbox_limits *limits);
 /* Starts a new peak-memory measurement (cgroup v1 max_usage, v2 memory.peak where the
- * kernel lets it be reset); best effort. */
+ * kernel lets it be reset: Linux 6.12+); best effort. sandbox_usage says which it got. */
 void sandbox_reset_peak(struct sandbox *sb);
 
 /* Kills what is left, reaps, removes the cgroup and the root directory; NULL is a no-op. */

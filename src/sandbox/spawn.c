@@ -63,6 +63,10 @@ json_t *sandbox_config(const struct sandbox *sb, const struct workspace *ws,
     char **procs = sb->cgroup ? cgroup_procs_files(sb->cgroup) : NULL;
     json_object_set_new(o, "cgroup_procs", strv_json(procs));
     strv_free(procs);
+    /* v2: the helper clones init straight into it (RUNCELL_NO_CLONE_INTO_CGROUP forces the
+     * attach, to test and measure the fallback). */
+    if (sb->cgroup && sb->cgroup->mode == CGROUP_V2 && !getenv("RUNCELL_NO_CLONE_INTO_CGROUP"))
+        json_object_set_new(o, "cgroup_dir", json_string(sb->cgroup->dirs[0]));
     json_object_set_new(o, "argv", strv_json(spec->argv));
     json_object_set_new(o, "env", strv_json(spec->env));
     json_object_set_new(o, "tmp_mb", json_integer((json_int_t)l->disk_mb));
@@ -383,11 +387,13 @@ int sandbox_usage(struct sandbox *sb, struct sandbox_usage *ret)
          * of the sandbox, since init waited for them all. */
         ret->cpu_ms = sb->ru_cpu_ms;
         ret->memory_peak_kb = sb->ru_maxrss_kb;
+        ret->memory_peak_scope = "session";
         return sb->state == SANDBOX_EXITED ? 0 : -ENODATA;
     }
     uint64_t ooms = 0;
     cgroup_read_usage(sb->cgroup, &ret->cpu_ms, &ret->memory_peak_kb, &ooms);
     ret->oom_killed = ooms > sb->oom_kills_at_start;
+    ret->memory_peak_scope = cgroup_peak_per_cell(sb->cgroup) ? "cell" : "session";
     return 0;
 }
 

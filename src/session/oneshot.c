@@ -266,6 +266,7 @@ void run_sandbox(struct sandbox_host *host, struct workspace *ws, struct sandbox
     sandbox_usage(sb, &u);
     rec->cpu_ms = u.cpu_ms;
     rec->memory_peak_kb = u.memory_peak_kb;
+    rec->memory_peak_scope = "cell"; /* a fresh sandbox for the one run */
     classify(rec, sb, stop, &u, io->timeout_ms);
     flush_rest(&p);
 out:

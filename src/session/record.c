@@ -90,8 +90,10 @@ json_t *exec_record_json(const struct exec_record *r)
     if (r->execution_count)
         json_object_set_new(o, "execution_count", json_integer(r->execution_count));
     json_object_set_new(o, "usage",
-                        json_pack("{s:f,s:f,s:I}", "wall_ms", r->wall_ms, "cpu_ms", r->cpu_ms,
-                                  "memory_peak_kb", (json_int_t)r->memory_peak_kb));
+                        json_pack("{s:f,s:f,s:I,s:s}", "wall_ms", r->wall_ms, "cpu_ms", r->cpu_ms,
+                                  "memory_peak_kb", (json_int_t)r->memory_peak_kb,
+                                  "memory_peak_scope",
+                                  r->memory_peak_scope ? r->memory_peak_scope : "cell"));
     json_object_set_new(o, "limits_degraded", json_boolean(r->limits_degraded));
     if (r->message)
         json_object_set_new(o, "message", json_string(r->message));

@@ -583,6 +583,7 @@ static void run_cell(struct session *s, const struct exec_request *req,
     rec->wall_ms = now_ms_f() - t0;
     rec->cpu_ms = u1.cpu_ms - u0.cpu_ms;
     rec->memory_peak_kb = u1.memory_peak_kb;
+    rec->memory_peak_scope = u1.memory_peak_scope;
     rec->limits_degraded = k->sb->limits_degraded;
     emit_rest(&x);
     if (rec->error)

@@ -51,6 +51,7 @@ struct exec_record {
     double wall_ms;
     double cpu_ms;
     uint64_t memory_peak_kb;
+    const char *memory_peak_scope; /* "cell" or "session" (static string; NULL: "cell") */
     bool limits_degraded;
     char *message; /* what runcell itself says about the run (timeouts, setup errors) */
     json_t *network; /* egress attempts during the run (events as in the session's log), or

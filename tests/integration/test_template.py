@@ -112,7 +112,7 @@ def template_unavailable():
     if not is_root():
         return "the template needs root"
     with Server("--pool", "0") as srv:
-        if not wait_until(lambda: templates_of(srv), timeout=HANG):
+        if not wait_until(lambda: templates_of(srv)):
             return "runcell serve started no template here:\n" + srv.log()[-2000:]
     return None
 

@@ -21,7 +21,25 @@ import zipfile
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RUNCELL = os.environ.get("RUNCELL_BIN", os.path.join(ROOT, "build", "src", "runcell"))
 PY = "/usr/bin/python3"
-HANG = 120  # seconds before something that should end counts as hung
+# RUNCELL_TEST_SLOW: how many times slower than a normal host this one is (the VM stage
+# sets 20 under QEMU's TCG). It multiplies every timeout the helpers apply, which only ever
+# catch hangs; it never turns an event wait into a sleep.
+SLOW = max(1.0, float(os.environ.get("RUNCELL_TEST_SLOW", "1") or 1))
+HANG = 120 * SLOW  # seconds before something that should end counts as hung
+
+
+def slow(seconds):
+    """A hang timeout of `seconds` on a normal host, scaled by RUNCELL_TEST_SLOW."""
+    return seconds * SLOW
+
+
+def slow_args(args):
+    """runcell's arguments with, on a slow host, the default cell timeout of `runcell run`
+    (60 s, there to stop runaway code) scaled too; a test that sets --timeout keeps it."""
+    args = list(args)
+    if SLOW > 1 and args[:1] == ["run"] and "--timeout" not in args:
+        args[1:1] = ["--timeout", str(int(60 * SLOW))]
+    return args
 
 
 def runcell(*args, input=None, timeout=180, env=None, cwd=None):
@@ -29,8 +47,8 @@ def runcell(*args, input=None, timeout=180, env=None, cwd=None):
     e = dict(os.environ)
     if env:
         e.update(env)
-    return subprocess.run([RUNCELL, *args], input=input, capture_output=True, text=True,
-                          timeout=timeout, env=e, cwd=cwd)
+    return subprocess.run([RUNCELL, *slow_args(args)], input=input, capture_output=True, text=True,
+                          timeout=slow(timeout), env=e, cwd=cwd)
 
 
 def run_json(code, *opts, lang="python", timeout=180, **kw):
@@ -46,13 +64,13 @@ def run_cells(*codes, opts=(), timeout=180, env=None):
     """Runs the codes as the cells of one session (`runcell run --json OPTS -c C1 -c C2 ...`).
     Returns (records, completed process): one record per cell that ran, parsed from stdout,
     which must be valid UTF-8. The process's stdout and stderr are kept as str."""
-    args = [RUNCELL, "run", "--json", *opts]
+    args = [RUNCELL, *slow_args(["run", "--json", *opts])]
     for code in codes:
         args += ["-c", code]
     e = dict(os.environ)
     if env:
         e.update(env)
-    p = subprocess.run(args, capture_output=True, timeout=timeout, env=e)
+    p = subprocess.run(args, capture_output=True, timeout=slow(timeout), env=e)
     out = p.stdout.decode("utf-8")  # strict: the records must be valid UTF-8
     p.stdout, p.stderr = out, p.stderr.decode("utf-8", "replace")
     records = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
@@ -204,7 +222,7 @@ class ApiServer:
             [RUNCELL, "serve", "--listen", "127.0.0.1:%d" % self.port, "--data", self.data,
              "--token", self.TOKEN, *args], stdout=self.log, stderr=subprocess.STDOUT, env=e)
         import time
-        deadline = time.time() + 30
+        deadline = time.time() + slow(30)
         while time.time() < deadline:
             try:
                 if self.call("GET", "/healthz")[0] == 200:
@@ -224,7 +242,7 @@ class ApiServer:
         # The test's own requests never go through a proxy a developer may have set.
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
         try:
-            with opener.open(req, timeout=timeout) as r:
+            with opener.open(req, timeout=slow(timeout)) as r:
                 status, text = r.status, r.read().decode()
         except urllib.error.HTTPError as e:
             status, text = e.code, e.read().decode()
@@ -241,7 +259,7 @@ class ApiServer:
         if self.proc.poll() is None:
             self.proc.terminate()
             try:
-                self.proc.wait(timeout=30)
+                self.proc.wait(timeout=slow(30))
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
@@ -331,6 +349,39 @@ def cgroup_bases():
     return [b for b in bases if os.path.isdir(b)]
 
 
+def cgroups_expected():
+    """(True, why) when this host should give runcell cgroups (then a degraded run is a bug
+    a test must fail on, never skip): as root, a pure cgroup v2 hierarchy whose root lists
+    the memory and pids controllers, or writable v1 memory and pids hierarchies; as another
+    user, a v2 cgroup of ours that is delegated to us (writable cgroup.procs and
+    cgroup.subtree_control). (False, why) otherwise, for the skip message."""
+    v2 = _cgroup_mount(None)
+    ctrls = ""
+    if v2:
+        try:
+            with open(os.path.join(v2, "cgroup.controllers")) as f:
+                ctrls = f.read().split()
+        except OSError:
+            pass
+    if v2 and "memory" in ctrls and "pids" in ctrls:
+        if os.geteuid() == 0:
+            return True, "root on a cgroup v2 host with memory and pids at %s" % v2
+        own = _own_cgroup("")
+        d = v2 + (own if own and own != "/" else "")
+        if all(os.access(os.path.join(d, f), os.W_OK)
+               for f in ("cgroup.procs", "cgroup.subtree_control")):
+            return True, "cgroup %s is delegated to uid %d" % (own, os.geteuid())
+        return False, ("not root, and cgroup %s is not delegated to uid %d (nothing to "
+                       "create sandbox cgroups in)" % (own, os.geteuid()))
+    if os.geteuid() != 0:
+        return False, "not root on a host whose controllers are on cgroup v1 (not delegable)"
+    for ctrl in ("memory", "pids"):
+        mnt = _cgroup_mount(ctrl)
+        if not mnt or not os.access(mnt, os.W_OK):
+            return False, "root, but the cgroup v1 %s hierarchy is missing or read-only" % ctrl
+    return True, "root with writable cgroup v1 memory and pids hierarchies"
+
+
 def cgroups_of(pid):
     """Sandbox cgroups named after the runcell process pid ("<pid>-<start>-<seq>")."""
     found = []
@@ -364,10 +415,11 @@ def procs_with(token, but=()):
     return pids
 
 
-def read_line(pipe, timeout=HANG):
+def read_line(pipe, timeout=120):
     """The first line from a Popen pipe, read from its fd so that a hang ends in a failure
     rather than a stuck test. Returns (line, bytes read past it)."""
     fd, got = pipe.fileno(), b""
+    timeout = slow(timeout)
     end = time.monotonic() + timeout
     while b"\n" not in got:
         left = end - time.monotonic()
@@ -381,8 +433,8 @@ def read_line(pipe, timeout=HANG):
     return line + nl, rest
 
 
-def wait_until(cond, timeout=HANG):
-    end = time.monotonic() + timeout
+def wait_until(cond, timeout=120):
+    end = time.monotonic() + slow(timeout)
     while time.monotonic() < end:
         if cond():
             return True
@@ -415,7 +467,7 @@ class ServeProcess:
     def __init__(self, *args, token="runcell-test-token-0123456789", timeout=60):
         self.args = args
         self.token = token
-        self.timeout = timeout
+        self.timeout = slow(timeout)
         self.port = free_port()
 
     def __enter__(self):
@@ -475,6 +527,7 @@ class RestartableServer:
         self.log_path = data_dir.rstrip("/") + ".serve.log"
 
     def start(self, timeout=60):
+        timeout = slow(timeout)
         self.port = self.port or free_port()
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
@@ -507,7 +560,7 @@ class RestartableServer:
         rq = urllib.request.Request("http://127.0.0.1:%d%s" % (self.port, path), data=data,
                                     method=method, headers=h)
         try:
-            with urllib.request.urlopen(rq, timeout=timeout) as resp:
+            with urllib.request.urlopen(rq, timeout=slow(timeout)) as resp:
                 status, text = resp.status, resp.read()
         except urllib.error.HTTPError as e:
             status, text = e.code, e.read()
@@ -520,7 +573,7 @@ class RestartableServer:
         if self.proc and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
-                self.proc.wait(timeout)
+                self.proc.wait(slow(timeout))
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()

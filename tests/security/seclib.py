@@ -17,7 +17,7 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "lib"))
 # PY and runcell are re-exported for the test modules.
-from rctest import PY, RUNCELL, run_json, runcell  # noqa: E402,F401
+from rctest import PY, RUNCELL, run_json, runcell, slow  # noqa: E402,F401
 
 BUILD_DIR = os.path.dirname(os.path.dirname(RUNCELL))
 # runcell's runtime directory when it runs as root (the suite's normal setting).
@@ -135,7 +135,7 @@ def run_record(*args, timeout=180, **kw):
     p = subprocess.Popen([RUNCELL, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True, **kw)
     try:
-        out, err = p.communicate(timeout=timeout)
+        out, err = p.communicate(timeout=slow(timeout))
     except subprocess.TimeoutExpired:
         p.kill()
         p.communicate()
@@ -155,6 +155,7 @@ class LiveRun:
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
     def first_line(self, timeout=60):
+        timeout = slow(timeout)
         buf = b""
         while not buf.endswith(b"\n"):
             ready, _, _ = select.select([self.p.stdout], [], [], timeout)
@@ -169,5 +170,5 @@ class LiveRun:
     def cancel(self):
         if self.p.poll() is None:
             self.p.send_signal(signal.SIGTERM)
-        self.p.communicate(timeout=60)
+        self.p.communicate(timeout=slow(60))
         return self.p.returncode

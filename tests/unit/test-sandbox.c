@@ -1,5 +1,9 @@
 /* test-sandbox.c - unit tests for src/sandbox that need no privileges. */
 #include <errno.h>
+#include <sched.h>
+#include <sys/syscall.h>
+#include <sys/utsname.h>
+#include <sys/wait.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
@@ -165,6 +169,135 @@ TEST(listing_diff_sees_replacement_and_mode_change)
     strv_free(created);
     strv_free(modified);
     strv_free(deleted);
+}
+
+/* Parses text for controller; returns the path or "(none)", freed at exit by the runner. */
+static char *own(const char *text, const char *controller)
+{
+    char *path = NULL;
+    return cgroup_parse_own(text, controller, &path) == 0 ? path : xstrdup("(none)");
+}
+
+TEST(cgroup_parse_pure_v2)
+{
+    CHECK_STREQ(own("0::/system.slice/runcell.service\n", ""), "/system.slice/runcell.service");
+    CHECK_STREQ(own("0::/\n", ""), "/");
+    /* no newline at the end */
+    CHECK_STREQ(own("0::/user.slice/user-1000.slice/session-3.scope", ""),
+                "/user.slice/user-1000.slice/session-3.scope");
+    CHECK_STREQ(own("0::/a\n", "memory"), "(none)");
+}
+
+TEST(cgroup_parse_v1)
+{
+    const char *t = "12:pids:/user.slice/user-0.slice\n"
+                    "11:cpu,cpuacct:/user.slice\n"
+                    "6:memory:/user.slice/user-0.slice/session-1.scope\n"
+                    "1:name=systemd:/user.slice/user-0.slice/session-1.scope\n";
+    CHECK_STREQ(own(t, "memory"), "/user.slice/user-0.slice/session-1.scope");
+    CHECK_STREQ(own(t, "pids"), "/user.slice/user-0.slice");
+    CHECK_STREQ(own(t, "cpu"), "/user.slice");
+    CHECK_STREQ(own(t, "cpuacct"), "/user.slice");
+    CHECK_STREQ(own(t, "cpuset"), "(none)"); /* "cpu" must not match a prefix */
+    CHECK_STREQ(own(t, "systemd"), "(none)");
+    CHECK_STREQ(own(t, ""), "(none)");
+}
+
+TEST(cgroup_parse_hybrid)
+{
+    const char *t = "13:misc:/\n"
+                    "5:memory:/docker/abc\n"
+                    "1:name=systemd:/docker/abc\n"
+                    "0::/docker/abc/unified\n";
+    CHECK_STREQ(own(t, "memory"), "/docker/abc");
+    CHECK_STREQ(own(t, ""), "/docker/abc/unified");
+}
+
+TEST(cgroup_parse_odd_lines)
+{
+    /* colons in the path belong to it */
+    CHECK_STREQ(own("0::/machine.slice/libpod-a:b:c.scope\n", ""), "/machine.slice/libpod-a:b:c.scope");
+    CHECK_STREQ(own("4:memory:/x:y\n", "memory"), "/x:y");
+    /* a removed cgroup we still sit in cannot hold new ones */
+    CHECK_STREQ(own("0::/gone.scope (deleted)\n", ""), "(none)");
+    /* garbage, empty and partial lines are skipped, the good line still found */
+    CHECK_STREQ(own("\n:::\nx::/bad\n0:/nocolon\n0::\n0::relative\n00::/id00\n0::/good\n", ""),
+                "/good");
+    CHECK_STREQ(own("", ""), "(none)");
+    CHECK_STREQ(own("0:memory:/v1-style-zero\n", ""), "(none)");
+    /* a very long line is not cut */
+    char *longp = xcalloc(1, 6000);
+    strcpy(longp, "0::/");
+    memset(longp + 4, 'a', 5000);
+    char *got = own(longp, "");
+    CHECK(strlen(got) == 5001);
+}
+
+/* 0 when a child of ours can make a user namespace, else its errno. */
+static int unshare_userns_in_child(void)
+{
+    pid_t pid = fork();
+    if (pid == 0)
+        _exit(unshare(CLONE_NEWUSER) < 0 ? errno : 0);
+    int st;
+    CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st));
+    return WEXITSTATUS(st);
+}
+
+TEST(landlock_features_by_abi)
+{
+    char on[1024], off[1024];
+    CHECK(sandbox_landlock_features(0, on, sizeof(on), off, sizeof(off)) == 0);
+    CHECK_STREQ(on, "");
+    CHECK(strstr(off, "file system access") && strstr(off, "scoped signals"));
+    /* Debian 12's 6.1 has ABI 2: refer is enforced, truncate and later are not. */
+    CHECK(sandbox_landlock_features(2, on, sizeof(on), off, sizeof(off)) == 2);
+    CHECK(strstr(on, "refer") && !strstr(on, "truncate"));
+    CHECK(strstr(off, "truncate (ABI 3, Linux 6.2)") && strstr(off, "ioctl on devices") &&
+          strstr(off, "scoped signals") && !strstr(off, "refer"));
+    /* ABI 4 (network rules) adds nothing runcell uses: the sandbox has no network. */
+    CHECK(sandbox_landlock_features(4, on, sizeof(on), off, sizeof(off)) == 3);
+    CHECK(sandbox_landlock_features(7, on, sizeof(on), off, sizeof(off)) == 5);
+    CHECK_STREQ(off, "");
+    /* a small buffer is cut, never overrun */
+    char tiny[8];
+    sandbox_landlock_features(7, tiny, sizeof(tiny), off, sizeof(off));
+    CHECK(strlen(tiny) == 7);
+}
+
+TEST(userns_verdict_names_the_sysctl)
+{
+    CHECK(sandbox_userns_verdict(15000, -1, -1, false) == NULL);
+    CHECK(sandbox_userns_verdict(15000, 1, 0, false) == NULL);
+    CHECK(strstr(sandbox_userns_verdict(0, 1, -1, true), "user.max_user_namespaces"));
+    CHECK(strstr(sandbox_userns_verdict(15000, 0, -1, false), "kernel.unprivileged_userns_clone"));
+    CHECK(strstr(sandbox_userns_verdict(15000, 1, 1, false),
+                 "kernel.apparmor_restrict_unprivileged_userns"));
+    /* both restrict unprivileged processes only: root is not told to run as root */
+    CHECK(sandbox_userns_verdict(15000, 0, 1, true) == NULL);
+}
+
+TEST(kernel_probe_agrees_with_the_kernel)
+{
+    struct sandbox_kernel k;
+    sandbox_kernel_probe(&k);
+    struct utsname u;
+    CHECK(uname(&u) == 0);
+    CHECK_STREQ(k.release, u.release);
+    long abi = syscall(SYS_landlock_create_ruleset, NULL, 0, 1 /* VERSION */);
+    CHECK(k.landlock_abi == (abi > 0 ? (int)abi : 0));
+    /* what runcell itself needs to have got this far (Linux 5.7+) */
+    CHECK(k.clone3 && k.openat2 && k.pidfd_open && k.pidfd_send_signal && k.open_tree);
+    CHECK(k.clone_into_cgroup);
+    CHECK(k.tmpfs && k.seccomp);
+    long max = -1;
+    FILE *f = fopen("/proc/sys/user/max_user_namespaces", "re");
+    if (f) {
+        CHECK(fscanf(f, "%ld", &max) == 1);
+        fclose(f);
+    }
+    CHECK(k.max_user_namespaces == max);
+    CHECK((k.userns_errno == 0) == (unshare_userns_in_child() == 0));
 }
 
 int main(int argc, char **argv)

@@ -42,6 +42,7 @@ void config_release(struct helper_config *cfg)
     free(cfg->relay_socket);
     strv_free(cfg->template_binds);
     strv_free(cfg->cgroup_procs);
+    free(cfg->cgroup_dir);
     strv_free(cfg->argv);
     strv_free(cfg->env);
     for (size_t i = 0; i < cfg->n_binds; i++) {
@@ -70,6 +71,7 @@ int config_parse(const char *text, struct helper_config *cfg)
     cfg->host_root_uid = (uid_t)u64_or(o, "root_uid", cfg->host_uid);
     cfg->privileged = json_is_true(json_object_get(o, "privileged"));
     cfg->cgroup_procs = strv_from_json(json_object_get(o, "cgroup_procs"));
+    cfg->cgroup_dir = str_or(o, "cgroup_dir", NULL);
     cfg->argv = strv_from_json(json_object_get(o, "argv"));
     cfg->env = strv_from_json(json_object_get(o, "env"));
     cfg->tmp_mb = u64_or(o, "tmp_mb", 512);

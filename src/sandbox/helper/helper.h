@@ -24,6 +24,8 @@ struct helper_config {
     uid_t host_root_uid; /* host uid and gid the sandbox's root maps to (privileged only) */
     bool privileged; /* the daemon is root: full id maps, setgroups allowed */
     char **cgroup_procs; /* cgroup.procs files to join before cloning */
+    char *cgroup_dir;    /* v2: the sandbox's cgroup, to clone straight into (clone3) */
+    bool cgroup_ns_late; /* init was cloned into its cgroup: it makes its cgroup namespace */
     char **argv;
     char **env;
     char *cwd;

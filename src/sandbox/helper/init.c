@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/signalfd.h>
@@ -112,6 +113,12 @@ void init_main(struct helper_config *cfg, int sync_fd)
     if (read(sync_fd, &go, 1) != 1)
         _exit(1); /* the outer helper failed and has reported why */
     close(sync_fd);
+    /* clone3 makes the cgroup namespace before it places the child in its cgroup, so the
+     * namespace would be rooted at the daemon's: make it now, from inside the sandbox's. */
+    if (cfg->cgroup_ns_late && unshare(CLONE_NEWCGROUP) < 0) {
+        fail_errno("cannot create the cgroup namespace");
+        _exit(1);
+    }
     /* Until supervise() watches the status pipe, the parent-death signal covers a daemon
      * that dies during setup. */
     prctl(PR_SET_PDEATHSIG, SIGKILL);

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <stdint.h>
 #include <unistd.h>
 
 #include "base/base.h"
@@ -84,25 +85,74 @@ static int read_config(struct helper_config *cfg)
     return r;
 }
 
+/* Headers older than Linux 5.7 lack CLONE_INTO_CGROUP and clone_args.cgroup. */
+#define RC_CLONE_INTO_CGROUP 0x200000000ULL
+struct rc_clone_args {
+    uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls,
+        set_tid, set_tid_size, cgroup;
+};
+
+/* CLONE_PARENT makes the sandbox init a child of the daemon, so this helper can exit as soon
+ * as the id maps are written and the daemon reaps init directly. */
+#define SANDBOX_CLONE_FLAGS                                                                        \
+    (CLONE_PARENT | CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC |     \
+     CLONE_NEWUTS)
+
+/* On v2, clone3(CLONE_INTO_CGROUP) starts init inside its cgroup: no migration of a running
+ * process (which costs a cgroup attach, and a moment where it runs under the daemon's
+ * limits). -ENOSYS/-EINVAL/-E2BIG mean a kernel without it (before 5.7): the caller falls
+ * back. */
+static pid_t clone_into_cgroup(struct helper_config *cfg)
+{
+    _cleanup_close_ int dir = open(cfg->cgroup_dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (dir < 0)
+        return -errno;
+    struct rc_clone_args args = {.flags = SANDBOX_CLONE_FLAGS | RC_CLONE_INTO_CGROUP,
+                                 .exit_signal = SIGCHLD, .cgroup = (uint64_t)dir};
+    cfg->cgroup_ns_late = true; /* the child's copy of cfg says so */
+    long r = syscall(SYS_clone3, &args, sizeof(args));
+    if (r < 0) {
+        cfg->cgroup_ns_late = false;
+        return -errno;
+    }
+    return (pid_t)r;
+}
+
+#define REPORTED (-4096) /* a failure already reported on the status fd */
+
+/* The fallback: join the cgroup (a migration), then clone. The child's pid, -errno, or
+ * REPORTED. */
+static pid_t clone_then_attach(struct helper_config *cfg)
+{
+    if (join_cgroups(cfg->cgroup_procs) < 0)
+        return REPORTED;
+    pid_t child = (pid_t)syscall(SYS_clone, SANDBOX_CLONE_FLAGS | CLONE_NEWCGROUP | SIGCHLD,
+                                 NULL, NULL, NULL, 0);
+    return child < 0 ? -errno : child;
+}
+
 /* Clones the sandbox init into its namespaces, maps its ids and lets it go. Returns the
  * helper's exit status. */
 static int start_sandbox(struct helper_config *cfg)
 {
     int sync_pipe[2];
-    if (join_cgroups(cfg->cgroup_procs) < 0)
-        return 1;
     if (pipe2(sync_pipe, O_CLOEXEC) < 0)
         return fail_errno("pipe"), 1;
-
-    /* CLONE_PARENT makes the sandbox init a child of the daemon, so this helper can exit
-     * as soon as the id maps are written and the daemon reaps init directly. */
-    unsigned long flags = CLONE_PARENT | CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID |
-                          CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP | SIGCHLD;
-    pid_t child = (pid_t)syscall(SYS_clone, flags, NULL, NULL, NULL, 0);
+    pid_t child = cfg->cgroup_dir ? clone_into_cgroup(cfg) : -ENOSYS;
+    if (child == -ENOSYS || child == -EINVAL || child == -E2BIG) {
+        if ((child = clone_then_attach(cfg)) == REPORTED)
+            return 1;
+    } else if (child < 0 && child != -EPERM && child != -ENOSPC && child != -EUSERS) {
+        errno = -child;
+        fail_errno("cannot start the sandbox init in cgroup %s (clone3 with CLONE_INTO_CGROUP)",
+                   cfg->cgroup_dir);
+        return 1;
+    }
     if (child < 0) {
+        errno = -child;
         fail_errno("cannot create the sandbox namespaces (clone); user namespaces may be "
                    "disabled: check sysctl user.max_user_namespaces and "
-                   "kernel.unprivileged_userns_clone");
+                   "kernel.unprivileged_userns_clone (runcell doctor says which)");
         return 1;
     }
     if (child == 0) {
