@@ -909,6 +909,7 @@ def template_main():
 def _drop_request(ctl):
     """Discards a request no clone took (spawn failed before one could): its fds are closed
     by the socket, and only its first byte is read here."""
+    import socket
     try:
         ctl.recv(1, socket.MSG_DONTWAIT)
     except BlockingIOError:

@@ -12,13 +12,16 @@ these tests skip. Timeouts below only stop hangs.
 import json
 import os
 import re
+import select
+import socket
+import subprocess
 import shutil
 import signal
 import tempfile
 import time
 import unittest
 
-from rctest import HANG, RUNCELL, RuncellTestCase, Server, is_root, wait_until
+from rctest import HANG, PY, RUNCELL, RuncellTestCase, Server, is_root, wait_until
 
 SECRET_KEY = "sk-rctest-%s" % os.urandom(12).hex()
 SECRET_TOKEN = "rctest-secret-token-%s" % os.urandom(12).hex()
@@ -400,6 +403,71 @@ class TemplateTest(RuncellTestCase):
                                  "    blocks.append(bytearray(1 << 20))\n")
             self.assertStatus(rec, "oom")
 
+
+
+@unittest.skipIf(not is_root(), "the template clones into new user namespaces as root here")
+class TemplateRequestsTest(RuncellTestCase):
+    """The template's own loop, driven directly over its channel: requests its clone cannot
+    take are answered with an error, and the template serves on."""
+
+    def setUp(self):
+        kernel = os.path.join(os.path.dirname(os.path.realpath(RUNCELL)), "kernel", "kernel.py")
+        self.ctl, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.addCleanup(self.ctl.close)
+        env = {"PATH": "/usr/bin:/bin", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
+               "MPLBACKEND": "Agg"}
+        with tempfile.TemporaryDirectory() as d:
+            self.proc = subprocess.Popen(
+                ["sh", "-c", 'exec 3<&%d %d<&-; exec "$0" "$@"' % (theirs.fileno(), theirs.fileno()), PY, kernel,
+                 "--template"], pass_fds=[theirs.fileno()], env=dict(env, HOME=d),
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        theirs.close()
+        self.addCleanup(self.stop)
+        self.assertEqual(self.reply()["type"], "ready")
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.communicate(timeout=HANG)
+
+    def reply(self):
+        ready, _, _ = select.select([self.ctl], [], [], HANG)
+        self.assertTrue(ready, "the template did not answer")
+        msg = self.ctl.recv(4096)
+        if not msg:
+            self.proc.kill()
+            self.fail("the template closed its channel: %s" % self.proc.communicate()[1])
+        return json.loads(msg)
+
+    def ask(self, text, n_fds):
+        r, w = os.pipe()
+        fds = [w] + [os.open("/dev/null", os.O_RDWR) for _ in range(n_fds - 1)]
+        socket.send_fds(self.ctl, [text], fds if n_fds else [])
+        for fd in fds:
+            os.close(fd)
+        got = self.reply()
+        # The clone's copy of the write end is gone with it.
+        with os.fdopen(r) as status:
+            self.assertTrue(select.select([status], [], [], HANG)[0], "the clone lives on")
+            return got, status.read()
+
+    def test_requests_the_clone_cannot_take_get_an_error(self):
+        fds_before = len(os.listdir("/proc/%d/fd" % self.proc.pid))
+        got, status = self.ask(b"not json", 5)
+        self.assertEqual(got, {"error": "ValueError: bad session configuration"})
+        self.assertIn("bad sandbox configuration", status)
+        got, _ = self.ask(b"{}", 2)
+        self.assertEqual(got, {"error": "ValueError: spawn needs 5 to 32 fds, got 2"})
+        got, _ = self.ask(b"{}", 0)
+        self.assertEqual(got, {"error": "ValueError: spawn needs 5 to 32 fds, got 0"})
+        cfg = {"root_dir": "/", "workspace": "/", "argv": ["python3"], "extra_fds": 2}
+        got, _ = self.ask(json.dumps(cfg).encode(), 5)
+        self.assertEqual(got, {"error": "ValueError: 5 fds do not fit the configuration"})
+        # The template holds none of the fds that came with them, made no session, and
+        # stops when the channel closes.
+        self.assertEqual(len(os.listdir("/proc/%d/fd" % self.proc.pid)), fds_before)
+        self.ctl.shutdown(socket.SHUT_RDWR)
+        self.assertEqual(self.proc.wait(HANG), 0)
 
 
 class FreshSessionsTest(RuncellTestCase):
