@@ -10,7 +10,11 @@ Measured in one run, on this machine:
                            beside a fresh python3 that imported the data stack
   idle sessions held       1000 sessions at once; /healthz latency while they live
 
-usage: bench/sessions.py RUNCELL [--quick] [--summary FILE]
+With --template-tradeoff it measures only create -> first result of the data stack import
+and 1+1, with and without the template (serve --no-template: every session a fresh
+interpreter, with its own hash secret, address layout and stack canary; docs/SECURITY.md).
+
+usage: bench/sessions.py RUNCELL [--quick] [--summary FILE] [--template-tradeoff]
 (standard library + Debian's jupyter_client)
 Prints a table; returns rows for bench/run to merge.
 """
@@ -113,6 +117,36 @@ def runcell_create(runcell, n):
         return times
     finally:
         srv.stop()
+
+
+def create_first_stack_result(runcell, n, *args):
+    """create -> first result of the data stack import and 1+1, n times, against
+    `runcell serve ARGS`; the pool (if any) refills between creations."""
+    srv = Server(runcell, *args)
+    try:
+        time.sleep(1.0)  # let a pool fill
+        times = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            s = srv.call("POST", "/v1/sessions", {})
+            rec = srv.call("POST", "/v1/sessions/%s/execute" % s["id"],
+                           {"code": STACK + "\n1+1"})
+            times.append((time.perf_counter() - t0) * 1000)
+            assert rec["results"][0]["text/plain"] == "2", rec
+            srv.call("DELETE", "/v1/sessions/" + s["id"])
+            time.sleep(1.0 if "--no-template" in args else 0.15)
+        return times
+    finally:
+        srv.stop()
+
+
+def template_tradeoff(runcell, n):
+    print("create -> first result of the data stack import and 1+1 (ms, %d each)" % n)
+    print("%-36s %8s %8s %8s" % ("serve options", "p50", "p90", "max"))
+    for args in (("--pool", "0"), ("--pool", "4"), ("--pool", "0", "--no-template"),
+                 ("--pool", "4", "--no-template")):
+        t = create_first_stack_result(runcell, n, *args)
+        print("%-36s %8.1f %8.1f %8.1f" % (" ".join(args), pct(t, 50), pct(t, 90), max(t)))
 
 
 def jupyter_kernel_spec_dir():
@@ -277,6 +311,8 @@ def main(argv):
         else "build/src/runcell"
     quick = "--quick" in argv
     summary = argv[argv.index("--summary") + 1] if "--summary" in argv else None
+    if "--template-tradeoff" in argv:
+        return template_tradeoff(runcell, 5 if quick else 15)
     rows = []
     spec_dir = jupyter_kernel_spec_dir()
     print("create -> first result of 1+1, data stack imported")

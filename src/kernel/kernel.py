@@ -855,8 +855,9 @@ def _template_reap(signum, frame):
 
 def template_main():
     """Serves spawn requests from the daemon on fd 3 (a SOCK_SEQPACKET socket): each is a
-    session sandbox configuration (JSON) with its fds; the reply names the clone's pid and
-    carries its pidfd. The clone's child returns here as the session's kernel."""
+    session sandbox configuration (JSON) with its fds, which the clone made for it reads; the
+    reply names the clone's pid and carries its pidfd. The clone's child returns here as the
+    session's kernel."""
     import gc
     import socket
     t0 = time.monotonic()
@@ -878,15 +879,14 @@ def template_main():
                          "import_ms": round((time.monotonic() - t0) * 1000, 1),
                          "failed": failed}).encode())
     while True:
-        msg, fds, _flags, _addr = socket.recv_fds(ctl, 1 << 20, 32)
-        if not msg:
-            return  # the daemon closed the channel
+        # A request waits (or the daemon closed the channel): the clone reads it, never this
+        # process, whose memory every later session inherits. Peeking one byte takes no fds.
+        if not ctl.recv(1, socket.MSG_PEEK):
+            return
         try:
-            request = json.loads(msg)
-            pid, pidfd = _runcell_template.spawn(msg, fds)
+            pid, pidfd, request = _runcell_template.spawn(CHANNEL_FD)
         except Exception as e:
-            for fd in fds:
-                os.close(fd)
+            _drop_request(ctl)
             ctl.send(json.dumps({"error": "%s: %s" % (type(e).__name__, e)}).encode())
             continue
         if pid == 0:
@@ -894,16 +894,49 @@ def template_main():
             # without closing a reused fd), the rest is an ordinary kernel.
             ctl.detach()
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            env, argv = request
             os.environ.clear()
-            os.environ.update(e.split("=", 1) for e in request.get("env", []) if "=" in e)
-            sys.argv = ["-c"] + list(request.get("argv", []))[2:]
+            os.environ.update(e.split("=", 1) for e in env if "=" in e)
+            sys.argv = ["-c"] + argv[2:]
             os.chdir("/workspace")
+            _reseed_after_clone()
             main(template_argv=True)
             os._exit(0)
-        for fd in fds:
-            os.close(fd)
         socket.send_fds(ctl, [json.dumps({"pid": pid}).encode()], [pidfd])
         os.close(pidfd)
+
+
+def _drop_request(ctl):
+    """Discards a request no clone took (spawn failed before one could): its fds are closed
+    by the socket, and only its first byte is read here."""
+    import socket
+    try:
+        ctl.recv(1, socket.MSG_DONTWAIT)
+    except BlockingIOError:
+        pass  # the clone had taken it
+
+
+def _reseed_after_clone():
+    """A clone starts with the template's generators, so without this every session would
+    draw the same numbers: each one a user can reach gets a seed from the kernel's entropy.
+    (default_rng(), uuid4, secrets and SystemRandom read os.urandom at each call already.)"""
+    import random
+    random.seed()  # also done by the fork hook random registers; said here for clarity
+    np = sys.modules.get("numpy")
+    if np is not None:
+        np.random.seed()  # the legacy global RandomState (np.random.rand, pandas' sample)
+    tempfile = sys.modules.get("tempfile")
+    if tempfile is not None:
+        # Its name generator is renewed when the pid changes; a session's kernel may have
+        # the template's pid (each is 2 in its own PID namespace).
+        tempfile._name_sequence = None
+    if "_ssl" in sys.modules:
+        # OpenSSL also notices forks by the pid.
+        import ssl
+        ssl.RAND_add(os.urandom(32), 32.0)
+    mp = sys.modules.get("multiprocessing.process")
+    if mp is not None:
+        mp.current_process().authkey = os.urandom(32)
 
 
 if __name__ == "__main__":

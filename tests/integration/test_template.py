@@ -1,21 +1,27 @@
 """test_template - the template and the pool of ready sessions behind `runcell serve`
 (docs/ARCHITECTURE.md "The template"): the template holds none of the server's secrets,
-nothing one session did is seen by the next one cloned from the same template, a killed
+no byte of one session's request (an index URL's password) reaches the template or a later
+session's memory, each session's random generators are its own, nothing one session did is
+seen by the next one cloned from the same template, a killed
 template is replaced and its sessions live on, a changed kernel or helper retires the
 template for a new one, and the pool refills after it hands a session out.
 
 The template is used only as root (it maps every sandbox's ids) with cgroups; elsewhere
 these tests skip. Timeouts below only stop hangs.
 """
+import json
 import os
 import re
+import select
+import socket
+import subprocess
 import shutil
 import signal
 import tempfile
 import time
 import unittest
 
-from rctest import HANG, RUNCELL, RuncellTestCase, Server, is_root, wait_until
+from rctest import HANG, PY, RUNCELL, RuncellTestCase, Server, is_root, wait_until
 
 SECRET_KEY = "sk-rctest-%s" % os.urandom(12).hex()
 SECRET_TOKEN = "rctest-secret-token-%s" % os.urandom(12).hex()
@@ -100,6 +106,95 @@ def memory_holds(pid, needles):
     return found
 
 
+# Run inside a session: the regions of its own memory where HEAD is directly followed by TAIL.
+# The two halves of the needle are kept apart, so the whole needle is in this process's memory
+# only where something else put it. Reads in capped pieces (the session has a memory limit).
+SCAN = r"""
+import ctypes, mmap
+def scan_own_memory(head, tail):
+    # Into one buffer mapped apart from the heap (a buffer taken from the heap would
+    # overwrite the freed blocks it is looking for), which is itself not scanned.
+    step, keep = 8 << 20, len(head) + len(tail)
+    buf, hits, regions, scanned = mmap.mmap(-1, step + keep), [], [], 0
+    own = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            f = line.split()
+            if f[1].startswith("r") and (len(f) < 6 or f[5] not in ("[vvar]", "[vsyscall]")):
+                lo, hi = (int(x, 16) for x in f[0].split("-"))
+                if not lo <= own < hi:
+                    regions.append((lo, hi, f[5] if len(f) > 5 else ""))
+    with open("/proc/self/mem", "rb", 0) as mem:
+        for lo, hi, name in regions:
+            at = lo
+            while at < hi:
+                try:
+                    mem.seek(at)
+                    n = mem.readinto(memoryview(buf)[:min(step + keep, hi - at)])
+                except OSError:
+                    break
+                scanned += n
+                i = buf.find(head, 0, n)
+                while i >= 0:
+                    if buf[i + len(head):i + keep] == tail:
+                        hits.append("%x %s" % (at + i, name))
+                    i = buf.find(head, i + 1, n)
+                at += step
+    return {"hits": hits, "scanned_mb": scanned >> 20}
+"""
+
+
+def scan_code(head, tail):
+    return SCAN + "\nimport json\nprint(json.dumps(scan_own_memory(%r, %r)))" % (
+        head.encode(), tail.encode())
+
+
+# Run inside a session: what each generator a user can reach gives first. Two sessions must
+# differ in every one (collisions are below 1 in 10^12 for each).
+DRAWS = r"""
+import json, os, random, secrets, ssl, tempfile, uuid
+import numpy, pandas
+with tempfile.NamedTemporaryFile() as f:
+    name = os.path.basename(f.name)
+print(json.dumps({
+    "random": random.random(),
+    "numpy.random.rand": numpy.random.rand(),
+    "numpy.random.randint": int(numpy.random.randint(1 << 62)),
+    "default_rng": numpy.random.default_rng().random(),
+    "DataFrame.sample": pandas.DataFrame({"x": range(1000)}).sample(6).x.tolist(),
+    "Series.sample": pandas.Series(range(1000)).sample(frac=0.01).tolist(),
+    "uuid4": str(uuid.uuid4()),
+    "tempfile": name,
+    "mkdtemp": os.path.basename(tempfile.mkdtemp()),
+    "secrets": secrets.token_hex(16),
+    "ssl.RAND_bytes": ssl.RAND_bytes(16).hex(),
+}))
+"""
+
+# Run inside a session: what a fork server cannot change without an exec: the str hash
+# secret, where libc is mapped, and the stack canary (read from the thread block, %fs:0x28).
+LAYOUT = r"""
+import ctypes, json
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+fs = ctypes.c_ulong()
+ARCH_GET_FS = 0x1003
+assert libc.syscall(158, ARCH_GET_FS, ctypes.byref(fs)) == 0, ctypes.get_errno()
+print(json.dumps({
+    "hash": hash("x"),
+    "libc": ctypes.cast(libc.printf, ctypes.c_void_p).value,
+    "canary": ctypes.c_ulong.from_address(fs.value + 0x28).value,
+}))
+"""
+
+
+def draws(srv, sid, code):
+    rec = srv.execute(sid, code)
+    if rec["status"] != "ok":
+        raise AssertionError("record: %s" % json.dumps(rec)[:3000])
+    return json.loads(rec["stdout"])
+
+
 def metric(srv, name):
     text = srv.request("GET", "/metrics").body.decode()
     m = re.search(r"^%s (\S+)$" % re.escape(name), text, re.M)
@@ -150,6 +245,64 @@ class TemplateTest(RuncellTestCase):
             rec = srv.execute(sid, "import os\nsorted(k for k in os.environ if 'KEY' in k "
                                    "or 'TOKEN' in k)")
             self.assertEqual(self.value(rec), "[]")
+
+    def scan(self, srv, sid, head, tail):
+        rec = srv.execute(sid, scan_code(head, tail))
+        self.assertStatus(rec, "ok")
+        return json.loads(rec["stdout"])
+
+    def test_a_session_request_never_reaches_the_template_or_a_later_session(self):
+        # Session A's request carries a password (in its index URL, which becomes A's
+        # PIP_INDEX_URL). The template took the request in; a later session B is a clone of
+        # the template and may read every byte of its own memory.
+        head, tail = "rcpw%s" % os.urandom(6).hex(), "%sx" % os.urandom(6).hex()
+        secret = head + tail
+        with Server("--pool", "0") as srv:
+            a = srv.ok("POST", "/v1/sessions", {
+                "network": {"mode": "allowlist", "allow": ["127.0.0.1:9"]},
+                "index_url": "http://rcuser:%s@127.0.0.1:9/simple" % secret}, status=201)["id"]
+            rec = srv.execute(a, "import os\n'%s' in os.environ['PIP_INDEX_URL']" % head)
+            self.assertEqual(self.value(rec), "True")
+            # A's processes: its init (the template's only child yet), the kernel, the relay.
+            [tpl] = templates_of(srv)
+            [a_init] = children_of()[tpl]
+            a_procs = {a_init, *descendants(a_init)}
+            [a_kernel] = [p for p in a_procs if comm(p) == "python3"]
+            # The scan sees what is there: A finds its own password.
+            self.assertTrue(self.scan(srv, a, head, tail)["hits"])
+            b = srv.create_session()
+            mine = self.scan(srv, b, head, tail)
+            self.assertEqual(mine["hits"], [], "session B holds session A's password")
+            self.assertGreater(mine["scanned_mb"], 20, "the scan read B's whole memory")
+            # From the host: the template, its init, B and the server's other processes hold
+            # no byte of it; A's own init and kernel do (the host's scan sees it there).
+            self.assertEqual(memory_holds(tpl, {secret.encode()}), set(), "the template")
+            for pid in descendants(srv.pid):
+                if pid not in a_procs:
+                    self.assertEqual(memory_holds(pid, {secret.encode()}), set(),
+                                     "process %d (%s)" % (pid, cmdline(pid)))
+            self.assertEqual(memory_holds(a_kernel, {secret.encode()}), {secret.encode()})
+            # Still true after B's own request and a third session.
+            c = srv.create_session()
+            self.assertEqual(self.scan(srv, c, head, tail)["hits"], [])
+            self.assertEqual(memory_holds(tpl, {secret.encode()}), set(), "the template")
+
+    def test_each_session_draws_its_own_random_numbers(self):
+        with Server("--pool", "1") as srv:
+            firsts = [draws(srv, srv.create_session(), DRAWS) for _ in range(3)]
+            shared = {name: [f[name] for f in firsts] for name in firsts[0]
+                      if len({json.dumps(f[name]) for f in firsts}) < 3}
+            self.assertEqual(shared, {}, "generators whose draws sessions share")
+            # Both were cloned: this is the template's state being reseeded, not a cold start.
+            self.assertEqual(self.value(srv.execute(srv.create_session(), PRELOADED)),
+                             "['matplotlib', 'numpy', 'pandas']")
+
+    def test_clones_share_the_hash_secret_layout_and_canary(self):
+        # The stated trade-off (docs/SECURITY.md "Sandboxes made from the template"): what
+        # an exec would renew stays the template's. --no-template avoids it (below).
+        with Server("--pool", "0") as srv:
+            a, b = (draws(srv, srv.create_session(), LAYOUT) for _ in range(2))
+            self.assertEqual(a, b)
 
     def test_nothing_one_session_does_is_seen_by_the_next(self):
         with Server("--pool", "0") as srv:
@@ -249,6 +402,86 @@ class TemplateTest(RuncellTestCase):
             rec = srv.execute(s, "blocks = []\nfor i in range(400):\n"
                                  "    blocks.append(bytearray(1 << 20))\n")
             self.assertStatus(rec, "oom")
+
+
+
+@unittest.skipIf(not is_root(), "the template clones into new user namespaces as root here")
+class TemplateRequestsTest(RuncellTestCase):
+    """The template's own loop, driven directly over its channel: requests its clone cannot
+    take are answered with an error, and the template serves on."""
+
+    def setUp(self):
+        kernel = os.path.join(os.path.dirname(os.path.realpath(RUNCELL)), "kernel", "kernel.py")
+        self.ctl, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.addCleanup(self.ctl.close)
+        env = {"PATH": "/usr/bin:/bin", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
+               "MPLBACKEND": "Agg"}
+        with tempfile.TemporaryDirectory() as d:
+            self.proc = subprocess.Popen(
+                ["sh", "-c", 'exec 3<&%d %d<&-; exec "$0" "$@"' % (theirs.fileno(), theirs.fileno()), PY, kernel,
+                 "--template"], pass_fds=[theirs.fileno()], env=dict(env, HOME=d),
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        theirs.close()
+        self.addCleanup(self.stop)
+        self.assertEqual(self.reply()["type"], "ready")
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.communicate(timeout=HANG)
+
+    def reply(self):
+        ready, _, _ = select.select([self.ctl], [], [], HANG)
+        self.assertTrue(ready, "the template did not answer")
+        msg = self.ctl.recv(4096)
+        if not msg:
+            self.proc.kill()
+            self.fail("the template closed its channel: %s" % self.proc.communicate()[1])
+        return json.loads(msg)
+
+    def ask(self, text, n_fds):
+        r, w = os.pipe()
+        fds = [w] + [os.open("/dev/null", os.O_RDWR) for _ in range(n_fds - 1)]
+        socket.send_fds(self.ctl, [text], fds if n_fds else [])
+        for fd in fds:
+            os.close(fd)
+        got = self.reply()
+        # The clone's copy of the write end is gone with it.
+        with os.fdopen(r) as status:
+            self.assertTrue(select.select([status], [], [], HANG)[0], "the clone lives on")
+            return got, status.read()
+
+    def test_requests_the_clone_cannot_take_get_an_error(self):
+        fds_before = len(os.listdir("/proc/%d/fd" % self.proc.pid))
+        got, status = self.ask(b"not json", 5)
+        self.assertEqual(got, {"error": "ValueError: bad session configuration"})
+        self.assertIn("bad sandbox configuration", status)
+        got, _ = self.ask(b"{}", 2)
+        self.assertEqual(got, {"error": "ValueError: spawn needs 5 to 32 fds, got 2"})
+        got, _ = self.ask(b"{}", 0)
+        self.assertEqual(got, {"error": "ValueError: spawn needs 5 to 32 fds, got 0"})
+        cfg = {"root_dir": "/", "workspace": "/", "argv": ["python3"], "extra_fds": 2}
+        got, _ = self.ask(json.dumps(cfg).encode(), 5)
+        self.assertEqual(got, {"error": "ValueError: 5 fds do not fit the configuration"})
+        # The template holds none of the fds that came with them, made no session, and
+        # stops when the channel closes.
+        self.assertEqual(len(os.listdir("/proc/%d/fd" % self.proc.pid)), fds_before)
+        self.ctl.shutdown(socket.SHUT_RDWR)
+        self.assertEqual(self.proc.wait(HANG), 0)
+
+
+class FreshSessionsTest(RuncellTestCase):
+    """serve --no-template: each session starts its own interpreter, with its own hash secret,
+    address layout and stack canary."""
+
+    def test_no_template_sessions_differ_in_hash_secret_layout_and_canary(self):
+        with Server("--pool", "0", "--no-template") as srv:
+            a, b = (draws(srv, srv.create_session(), LAYOUT) for _ in range(2))
+            for name in a:
+                self.assertNotEqual(a[name], b[name], name)
+            first = draws(srv, srv.create_session(), DRAWS)
+            self.assertNotEqual(first, draws(srv, srv.create_session(), DRAWS))
+            self.assertNotIn("template ready", srv.log())
 
 
 if __name__ == "__main__":

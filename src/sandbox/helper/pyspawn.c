@@ -1,13 +1,17 @@
 /* pyspawn.c - the _runcell_template Python module: how the template (a Python with the data
  * stack imported) makes a session sandbox by cloning itself.
  *
- * spawn(config, fds) clones the template into new user, mount, PID, network, IPC and UTS
- * namespaces. The clone becomes PID 1 of the session (the same init code as runcell-sandbox's):
+ * spawn(ctl_fd) clones the template into new user, mount, PID, network, IPC and UTS namespaces
+ * when a request waits on the daemon's channel; the clone, not the template, reads it (the
+ * session's configuration and fds), so no byte of any session's request enters the memory the
+ * template passes on to later clones. The clone becomes PID 1 of the session (the same init
+ * code as runcell-sandbox's):
  * it joins its cgroup through fds the daemon opened, takes a fresh /tmp, /dev/shm and /proc,
  * attaches the workspace (a detached mount the daemon made), and forks the kernel, which
  * drops every privilege, applies Landlock and seccomp, and returns into Python. The template
- * itself writes the clone's id maps (it holds CAP_SETUID in its own namespace) and gets the
- * clone's pid back. */
+ * itself writes the clone's id maps (it holds CAP_SETUID in its own namespace; the clone tells
+ * it which ids, the only thing of a request the template learns) and gets the clone's pid
+ * back. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
@@ -21,6 +25,7 @@
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -31,6 +36,17 @@
 enum { FD_STATUS, FD_STDIN, FD_STDOUT, FD_STDERR, FD_WORKSPACE, FD_FIXED };
 #define MAX_FDS 32
 #define HIGH_FD 300
+/* The largest request; the daemon's are a few kB (a configuration with its environment). */
+#define MAX_REQUEST (1 << 20)
+
+/* What the clone tells the template about the request it took: the ids to map, or why it
+ * could not take it (a message of ours, never a part of the request). One write, atomic on
+ * a pipe. */
+struct clone_report {
+    int32_t err; /* 0, or an errno */
+    uint32_t ns_root_uid, ns_uid;
+    char msg[200];
+};
 
 static int write_map(pid_t pid, const char *file, unsigned ns_root, unsigned ns_user)
 {
@@ -174,84 +190,187 @@ static int session_init(struct helper_config *cfg, const int *fds, int n, int sy
     return 0;
 }
 
-/* Clones the template into the session's namespaces. Returns (pid, pidfd) in the template,
- * (0, -1) in the new kernel. The pidfd is opened before the clone may go on (it waits for
- * its id maps), so it cannot be reaped first by the template's SIGCHLD handler. */
-static PyObject *spawn_with(struct helper_config *cfg, int *fds, int n)
+/* Reads the waiting request off the channel into cfg and fds (in the clone). 0, or -errno
+ * with what went wrong in rep->msg. The text is wiped once parsed: nothing of it outlives
+ * the parse, even in the session's own memory. */
+static int take_request(int ctl, struct helper_config *cfg, int *fds, int *ret_n,
+                        struct clone_report *rep)
 {
-    if (strv_len(cfg->cgroup_procs) + strv_len(cfg->template_binds) > 16)
-        return PyErr_Format(PyExc_ValueError, "spawn: too many cgroups and binds");
-    if (n != FD_FIXED + cfg->extra_fds + (int)strv_len(cfg->cgroup_procs) +
-                 (int)strv_len(cfg->template_binds))
-        return PyErr_Format(PyExc_ValueError, "spawn: %d fds do not fit the configuration", n);
-    int sync[2];
+    char cbuf[CMSG_SPACE(sizeof(int) * MAX_FDS)];
+    char *text = malloc(MAX_REQUEST);
+    if (!text) {
+        snprintf(rep->msg, sizeof(rep->msg), "no memory for the request");
+        return -ENOMEM;
+    }
+    struct iovec iov = {.iov_base = text, .iov_len = MAX_REQUEST - 1};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+                        .msg_controllen = sizeof(cbuf)};
+    ssize_t len = recvmsg(ctl, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    int n = 0, r = 0;
+    for (struct cmsghdr *c = len > 0 ? CMSG_FIRSTHDR(&mh) : NULL; c; c = CMSG_NXTHDR(&mh, c))
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+            n = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+            memcpy(fds, CMSG_DATA(c), sizeof(int) * (size_t)n);
+        }
+    if (len <= 0) {
+        r = len < 0 ? -errno : -ENOMSG;
+        snprintf(rep->msg, sizeof(rep->msg), "no request to take: %s",
+                 len < 0 ? strerror(errno) : "the channel is closed");
+    } else if (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
+        r = -EMSGSIZE;
+        snprintf(rep->msg, sizeof(rep->msg), "the request is larger than %d bytes or %d fds",
+                 MAX_REQUEST - 1, MAX_FDS);
+    } else if (n < FD_FIXED) {
+        r = -EINVAL;
+        snprintf(rep->msg, sizeof(rep->msg), "spawn needs %d to %d fds, got %d", FD_FIXED,
+                 MAX_FDS, n);
+    } else {
+        text[len] = '\0';
+        /* Errors from here on also go to the request's status pipe, like the helper's. */
+        status_fd = fds[FD_STATUS];
+        if (config_parse(text, cfg) < 0) {
+            r = -EINVAL;
+            snprintf(rep->msg, sizeof(rep->msg), "bad session configuration");
+        }
+    }
+    explicit_bzero(text, len > 0 ? (size_t)len : 0);
+    free(text);
+    if (r == 0 && strv_len(cfg->cgroup_procs) + strv_len(cfg->template_binds) > 16) {
+        r = -EINVAL;
+        snprintf(rep->msg, sizeof(rep->msg), "too many cgroups and binds");
+    } else if (r == 0 && n != FD_FIXED + cfg->extra_fds + (int)strv_len(cfg->cgroup_procs) +
+                                  (int)strv_len(cfg->template_binds)) {
+        r = -EINVAL;
+        snprintf(rep->msg, sizeof(rep->msg), "%d fds do not fit the configuration", n);
+    }
+    rep->err = -r;
+    rep->ns_root_uid = cfg->ns_root_uid;
+    rep->ns_uid = cfg->ns_uid;
+    *ret_n = n;
+    return r;
+}
+
+static PyObject *strv_to_list(char **v)
+{
+    PyObject *l = PyList_New(0);
+    for (char **p = v; l && p && *p; p++) {
+        PyObject *s = PyUnicode_DecodeFSDefault(*p);
+        if (!s || PyList_Append(l, s) < 0) {
+            Py_XDECREF(s);
+            Py_DECREF(l);
+            return NULL;
+        }
+        Py_DECREF(s);
+    }
+    return l;
+}
+
+/* Runs in the clone: takes the request, tells the template which ids to map, and becomes the
+ * session's init. Returns only in the kernel, with (0, -1, (env, argv)); exits otherwise. */
+static PyObject *clone_main(int ctl, int sync_fd, int report_fd)
+{
+    struct helper_config cfg = {0};
+    struct clone_report rep = {0};
+    int fds[MAX_FDS], n = 0;
+    int r = take_request(ctl, &cfg, fds, &n, &rep);
+    bool told = write(report_fd, &rep, sizeof(rep)) == (ssize_t)sizeof(rep);
+    close(report_fd);
+    if (r < 0 || !told || session_init(&cfg, fds, n, sync_fd) != 0)
+        _exit(1);
+    PyObject *env = strv_to_list(cfg.env), *argv = strv_to_list(cfg.argv);
+    config_release(&cfg);
+    if (!env || !argv) {
+        Py_XDECREF(env);
+        Py_XDECREF(argv);
+        return NULL;
+    }
+    return Py_BuildValue("(ii(NN))", 0, -1, env, argv);
+}
+
+/* The clone's report; -1 with errno set (and a Python error) when it gave none or refused. */
+static int read_report(int fd, struct clone_report *rep)
+{
+    ssize_t got;
+    do
+        got = read(fd, rep, sizeof(*rep));
+    while (got < 0 && errno == EINTR);
+    if (got != (ssize_t)sizeof(*rep)) {
+        PyErr_Format(PyExc_OSError, "the clone ended before it took the request");
+        return -1;
+    }
+    if (rep->err) {
+        rep->msg[sizeof(rep->msg) - 1] = '\0';
+        PyErr_Format(PyExc_ValueError, "%s", rep->msg);
+        return -1;
+    }
+    return 0;
+}
+
+/* spawn(ctl_fd): clones the template into a session's namespaces for the request waiting on
+ * ctl_fd, which the clone reads. Returns (pid, pidfd, None) in the template, (0, -1,
+ * (env, argv)) in the new kernel. The pidfd is opened before the clone may go on (it waits
+ * for its id maps), so it cannot be reaped first by the template's SIGCHLD handler. A
+ * request still on the channel after an error is the caller's to drop. */
+static PyObject *spawn(PyObject *self, PyObject *args)
+{
+    int ctl, sync[2], report[2];
+    (void)self;
+    if (!PyArg_ParseTuple(args, "i", &ctl))
+        return NULL;
     if (pipe2(sync, O_CLOEXEC) < 0)
         return PyErr_SetFromErrno(PyExc_OSError);
+    if (pipe2(report, O_CLOEXEC) < 0) {
+        close(sync[0]);
+        close(sync[1]);
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
     PyOS_BeforeFork();
     unsigned long flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET |
                           CLONE_NEWIPC | CLONE_NEWUTS | SIGCHLD;
     pid_t pid = (pid_t)syscall(SYS_clone, flags, NULL, NULL, NULL, 0);
     if (pid == 0) {
         close(sync[1]);
-        if (session_init(cfg, fds, n, sync[0]) == 0)
-            return Py_BuildValue("(ii)", 0, -1);
-        _exit(1);
+        close(report[0]);
+        return clone_main(ctl, sync[0], report[1]);
     }
     int err = errno;
     PyOS_AfterFork_Parent();
     close(sync[0]);
+    close(report[1]);
     if (pid < 0) {
         close(sync[1]);
+        close(report[0]);
         errno = err;
         return PyErr_SetFromErrno(PyExc_OSError);
     }
+    int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+    err = errno;
+    struct clone_report rep;
+    int r = read_report(report[0], &rep);
+    close(report[0]);
     /* We hold CAP_SETUID in the template's namespace: map the session's root and user to its
      * pair of ids there (and so to its pair of host ids). */
-    int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
-    if (pidfd < 0 || write_map(pid, "uid_map", cfg->ns_root_uid, cfg->ns_uid) < 0 ||
-        write_map(pid, "gid_map", cfg->ns_root_uid, cfg->ns_uid) < 0 ||
-        write(sync[1], "g", 1) != 1) {
-        err = errno;
+    if (r == 0 && (pidfd < 0 || write_map(pid, "uid_map", rep.ns_root_uid, rep.ns_uid) < 0 ||
+                   write_map(pid, "gid_map", rep.ns_root_uid, rep.ns_uid) < 0 ||
+                   write(sync[1], "g", 1) != 1)) {
+        errno = pidfd < 0 ? err : errno;
+        PyErr_SetFromErrno(PyExc_OSError);
+        r = -1;
+    }
+    close(sync[1]);
+    if (r < 0) {
         kill(pid, SIGKILL);
         if (pidfd >= 0)
             close(pidfd);
-        close(sync[1]);
-        errno = err;
-        return PyErr_SetFromErrno(PyExc_OSError);
-    }
-    close(sync[1]);
-    return Py_BuildValue("(ii)", pid, pidfd);
-}
-
-static PyObject *spawn(PyObject *self, PyObject *args)
-{
-    const char *json;
-    Py_ssize_t json_len;
-    PyObject *fd_list;
-    int fds[MAX_FDS];
-    struct helper_config cfg;
-    (void)self;
-    if (!PyArg_ParseTuple(args, "y#O!", &json, &json_len, &PyList_Type, &fd_list))
         return NULL;
-    Py_ssize_t n = PyList_Size(fd_list);
-    if (n < FD_FIXED || n > MAX_FDS)
-        return PyErr_Format(PyExc_ValueError, "spawn needs %d to %d fds, got %zd", FD_FIXED,
-                            MAX_FDS, n);
-    for (Py_ssize_t i = 0; i < n; i++)
-        fds[i] = (int)PyLong_AsLong(PyList_GetItem(fd_list, i));
-    /* Errors before the clone go to the request's status pipe, like the helper's. */
-    status_fd = fds[FD_STATUS];
-    if (config_parse(json, &cfg) < 0)
-        return PyErr_Format(PyExc_ValueError, "bad session configuration");
-    PyObject *r = spawn_with(&cfg, fds, (int)n);
-    config_release(&cfg); /* the template lives long: nothing of a request stays behind */
-    return r;
+    }
+    return Py_BuildValue("(iiO)", pid, pidfd, Py_None);
 }
 
 static PyMethodDef methods[] = {
     {"spawn", spawn, METH_VARARGS,
-     "spawn(config: bytes, fds: list) -> (pid, pidfd) in the template, (0, -1) in the new "
-     "kernel"},
+     "spawn(ctl_fd: int) -> (pid, pidfd, None) in the template, (0, -1, (env, argv)) in the "
+     "new kernel"},
     {NULL, NULL, 0, NULL},
 };
 
