@@ -1,17 +1,26 @@
 # Makefile - the two front doors: `make demo` and `make test` (see README.md).
-# Both install missing Debian packages first (scripts/install-deps) and build with meson.
+# Both install missing Debian packages first (scripts/install-deps: `--demo` only what the
+# demo builds and runs with, else everything the tests need too) and build with meson.
+# As root, or as a user with `sudo make ...`.
 
 BUILD      ?= build
 BUILD_ASAN ?= build-asan
 BUILD_FUZZ ?= build-fuzz
 PY         := /usr/bin/python3
+# What the demo needs built: runcell, its helper and the template's module (named by Python).
+EXT_SUFFIX := $(shell $(PY) -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
+PROGRAMS   := src/runcell src/runcell-sandbox src/kernel/_runcell_template$(EXT_SUFFIX)
 
-.PHONY: all deps test-deps build asan fuzz test test-unit test-asan test-integration test-vm demo bench format clean
+.PHONY: all deps deps-demo test-deps build programs asan fuzz test test-unit test-asan \
+        test-integration test-vm test-loaded demo bench format clean
 
 all: build
 
 deps:
 	@scripts/install-deps
+
+deps-demo:
+	@scripts/install-deps --demo
 
 # What only testing needs (clang and libFuzzer for `make fuzz`); `make demo` never asks for it.
 test-deps:
@@ -20,8 +29,13 @@ test-deps:
 $(BUILD)/build.ninja:
 	meson setup $(BUILD) --buildtype=debugoptimized
 
+# Everything, the test programs included.
 build: deps $(BUILD)/build.ninja
 	ninja -C $(BUILD)
+
+# Only the programs (no unit tests, fuzz or attack binaries).
+programs: deps-demo $(BUILD)/build.ninja
+	ninja -C $(BUILD) $(PROGRAMS)
 
 $(BUILD_ASAN)/build.ninja:
 	meson setup $(BUILD_ASAN) --buildtype=debug -Db_sanitize=address,undefined -Db_lundef=false
@@ -57,10 +71,17 @@ test-vm: build
 	scripts/install-vm-deps >/dev/null
 	$(PY) tests/vm/run --build $(BUILD)
 
-# The whole suite: unit, integration and security tests, then the sanitizer build.
-test: test-unit test-integration test-asan
+# The whole suite: the stages listed in tests/stages (unit, integration and security, the
+# sanitizer build), each run whatever the others did; a summary of all of them at the end,
+# and a failure if any failed.
+test: build
+	@MAKE='$(MAKE)' scripts/test-stages tests/stages
 
-demo: build
+# The same with two busy loops beside it: the suite must pass on a busy machine.
+test-loaded: build
+	@scripts/with-load 2 $(MAKE) --no-print-directory test
+
+demo: programs
 	@examples/sales/run.sh $(BUILD)/src/runcell
 
 bench: build

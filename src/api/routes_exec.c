@@ -121,6 +121,9 @@ static void *stream_main(void *arg)
     struct exec_sink sink = {.fn = stream_event, .ctx = st};
     exec_record_init(&rec, session_options(st->s)->output_cap);
     int r = session_execute(st->s, &st->req, &sink, &rec);
+    /* Not running any more, from now: not when the response is freed, which comes after the
+     * session is idle again (and, for a client that hung up, whenever the server notices). */
+    atomic_fetch_sub(&st->srv->executions, 1);
     json_t *done;
     if (r < 0) {
         done = json_pack("{s:s,s:{s:s,s:s}}", "type", "done", "error", "code",
@@ -186,7 +189,6 @@ static void stream_free(void *cls)
         (void)!write(st->cancel[1], "x", 1);
     pthread_join(st->thread, NULL);
     session_table_release(st->srv->table, st->s);
-    atomic_fetch_sub(&st->srv->executions, 1);
     for (int i = 0; i < 2; i++) {
         close(st->notify[i]);
         close(st->cancel[i]);

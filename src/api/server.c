@@ -486,6 +486,8 @@ static int prepare(struct server *srv, struct sockaddr_storage *addr)
     if (generated)
         fprintf(stderr, "runcell: generated an API token, saved to %s (mode 0600):\n%s\n",
                 token_path, srv->token);
+    else if (!srv->cfg->token && !(getenv("RUNCELL_TOKEN") && *getenv("RUNCELL_TOKEN")))
+        fprintf(stderr, "runcell: the API token is in %s\n", token_path); /* said each start */
     if ((r = sandbox_host_init(&srv->host)) < 0)
         return r;
     if (srv->host.degraded_reason)

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -145,10 +146,50 @@ static void scan_line(struct scan_state *st, const char *line)
     st->ends_backslash = last == '\\';
 }
 
+/* libedit's reader of terminal input. Its own only notices Ctrl-C that interrupts its
+ * read(): one that lands just before (while it echoes the last key) leaves the prompt
+ * waiting for a key. The handlers write to sigint_pipe, so waiting on the terminal and the
+ * pipe together misses none; EOF makes readline() return NULL, and got_sigint says why.
+ * A UTF-8 sequence is decoded here: libedit takes what this returns as one wide char. */
+static int repl_getc(FILE *f)
+{
+    int fd = fileno(f);
+    struct pollfd p[2] = {{.fd = fd, .events = POLLIN}, {.fd = sigint_pipe[0], .events = POLLIN}};
+    for (;;) {
+        if (got_sigint || got_term)
+            return EOF;
+        if (poll(p, 2, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            return EOF;
+        }
+        if (p[1].revents)
+            return EOF;
+        unsigned char c;
+        ssize_t n = read(fd, &c, 1);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n != 1)
+            return EOF;
+        int more = c >= 0xf0 && c < 0xf8 ? 3 : c >= 0xe0 ? 2 : c >= 0xc0 ? 1 : 0;
+        if (c < 0x80 || !more || c >= 0xf8)
+            return c;
+        int cp = c & (0x3f >> more);
+        while (more--) {
+            if (read(fd, &c, 1) != 1 || (c & 0xc0) != 0x80)
+                return 0xfffd;
+            cp = cp << 6 | (c & 0x3f);
+        }
+        return cp;
+    }
+}
+
 static char *read_line(const char *prompt, bool tty)
 {
-    if (tty)
+    if (tty) {
+        rl_getc_function = repl_getc;
         return readline(prompt);
+    }
     char *line = NULL;
     size_t cap = 0;
     ssize_t n = getline(&line, &cap, stdin);

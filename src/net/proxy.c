@@ -130,7 +130,7 @@ static const char *status_title(int status)
     }
 }
 
-/* Answers status with the message and reports the refusal. */
+/* Reports the refusal, then answers status with the message. */
 static void refuse(struct conn *c, const struct proxy_request *rq, int status, const char *address,
                    const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 
@@ -145,12 +145,14 @@ static void refuse(struct conn *c, const struct proxy_request *rq, int status, c
     /* The message may quote what the client sent (a request target it could not parse):
      * made safe once, for the answer, the log line and the event alike. */
     printable(msg);
-    answer(c->client, status, status_title(status), msg);
     struct egress_event ev = {.method = rq && rq->method[0] ? rq->method : NULL,
                               .host = rq && rq->host[0] ? rq->host : NULL,
                               .port = rq ? rq->port : 0, .address = address, .reason = msg,
                               .status = status};
+    /* Recorded before the client hears of it: a cell that ends as soon as it has its answer
+     * must find the refusal in its record (and the daemon's log) already. */
     report(c->e, &ev);
+    answer(c->client, status, status_title(status), msg);
 }
 
 /* ---- connecting ---- */

@@ -106,7 +106,9 @@ static char *find_libexec_dir(void)
     if (slash) {
         *slash = '\0'; /* the build directory, or the install's libexec when linked there */
         _cleanup_free_ char *probe = xasprintf("%s/runcell-sandbox", exe);
-        if (access(probe, X_OK) == 0)
+        /* EACCES: it is there but out of this user's reach (a 0700 directory on the way);
+         * that, not a missing install, is what sandbox_host_init must report. */
+        if (access(probe, X_OK) == 0 || errno == EACCES)
             return xstrdup(exe);
     }
     return xstrdup(RUNCELL_LIBEXECDIR);
@@ -192,6 +194,11 @@ int sandbox_host_init(struct sandbox_host *host)
     memset(host, 0, sizeof(*host));
     host->libexec_dir = find_libexec_dir();
     host->helper_path = xasprintf("%s/runcell-sandbox", host->libexec_dir);
+    if (access(host->helper_path, X_OK) < 0 && errno == EACCES)
+        return err_set(EACCES, "cannot run the sandbox helper %s as uid %u: permission denied "
+                       "(a directory on its path, such as a 0700 one from mktemp, is not "
+                       "searchable by this user); chmod o+x that directory or build elsewhere",
+                       host->helper_path, (unsigned)geteuid());
     if (access(host->helper_path, X_OK) < 0)
         return err_set(ENOENT, "cannot find the sandbox helper %s; build runcell (make) or set "
                        "RUNCELL_LIBEXEC", host->helper_path);

@@ -199,8 +199,10 @@ class Streaming(ClientCase):
 
         def boom(text):
             raise KeyError("from the callback")
+        # The print is inside the try: the interrupt can come as soon as 'up' is out, before
+        # the next line of the cell has run.
         with self.assertRaises(KeyError):
-            s.run("import time\nprint('up', flush=True)\ntry:\n    time.sleep(300)\n"
+            s.run("import time\ntry:\n    print('up', flush=True)\n    time.sleep(300)\n"
                   "except KeyboardInterrupt:\n    open('stopped', 'w').close()\n",
                   on_stdout=boom)
         # The stream was dropped, which interrupts the cell on the server.

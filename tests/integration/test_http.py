@@ -1056,10 +1056,17 @@ class Isolation(ServerCase):
     def test_two_sessions_see_nothing_of_each_other(self):
         a, b = self.session(), self.session()
         token = uuid.uuid4().hex
-        rec = self.srv.execute(a, "import subprocess\nsecret = 'a-only'\n"
+        # Popen returns when the exec begins, before the new program's command line is in
+        # place (bash's, then sleep's): the cell waits until /proc shows the token, the state
+        # the probes below look for.
+        rec = self.srv.execute(a, "import subprocess, time\nsecret = 'a-only'\n"
                                "open('a-secret.txt', 'w').write('a')\n"
                                "p = subprocess.Popen(['bash', '-c', 'exec -a %s sleep 300'])\n"
-                               "print(p.pid)" % token)
+                               "end = time.monotonic() + 60\n"
+                               "while not open('/proc/%%d/cmdline' %% p.pid, 'rb').read()"
+                               ".startswith(%r.encode()) and time.monotonic() < end:\n"
+                               "    time.sleep(0.01)\n"
+                               "print(p.pid)" % (token, token))
         self.assertStatus(rec, "ok")
         a_pid = int(rec["stdout"])
         self.srv.ok("PUT", path_of(a, "/files/uploaded-to-a"), b"a", status=201)

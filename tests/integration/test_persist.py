@@ -14,7 +14,7 @@ import time
 import unittest
 
 from rctest import RestartableServer as Server
-from rctest import RuncellTestCase, S3Server, TempDir, runcell, s3_server_missing
+from rctest import RuncellTestCase, S3Server, TempDir, runcell, s3_server_missing, wait_until
 from rctest import free_port as rctest_free_port
 from scripted_model import ScriptedModel
 
@@ -95,6 +95,14 @@ class PersistCase(RuncellTestCase):
         if ok:
             self.assertStatus(rec, "ok")
         return rec
+
+    def wait_for_file(self, srv, sid, path):
+        """Waits until the running cell of sid has written path (the event a test needs
+        before it acts on a running execution)."""
+        def there():
+            st, body = srv.request("GET", "/v1/sessions/%s/files" % sid)
+            return st == 200 and path in [f["path"] for f in body["files"]]
+        self.assertTrue(wait_until(there), "the cell did not write %s" % path)
 
     def close_checkpoint(self, srv, sid):
         """Closes sid with a checkpoint; returns the response."""
@@ -179,7 +187,7 @@ class TestLocalStore(PersistCase):
                 pass  # the server died under it, as meant
         running = threading.Thread(target=run_until_killed, daemon=True)
         running.start()
-        time.sleep(1.0)
+        self.wait_for_file(srv, sid, "partial.txt")  # the kill lands on a running execution
         srv.kill9()
         running.join(30)
 
@@ -246,9 +254,11 @@ class TestLocalStore(PersistCase):
         self.execute(srv, s["id"], "n = 0")
         running = threading.Thread(target=lambda: srv.request(
             "POST", "/v1/sessions/%s/execute" % s["id"],
-            {"code": "import time\nwhile True:\n    n += 1\n    time.sleep(0.01)"}), daemon=True)
+            {"code": "import time\nwhile True:\n    n += 1\n"
+                     "    if n == 1: open('counting', 'w').close()\n    time.sleep(0.01)"}),
+            daemon=True)
         running.start()
-        time.sleep(1.0)
+        self.wait_for_file(srv, s["id"], "counting")  # not a guessed pause: n > 0 now
         closed = self.close_checkpoint(srv, s["id"])
         self.assertIn("n", closed["checkpoint"]["variables"]["saved"])
         running.join(30)

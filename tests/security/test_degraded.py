@@ -14,16 +14,30 @@ from rctest import RuncellTestCase, is_root
 NOBODY = 65534
 
 
-def as_nobody(*args, env=None, timeout=180):
-    """Runs `runcell ARGS...` as uid/gid nobody with a clean environment and no cgroups;
-    returns (record or None, completed process)."""
+def as_nobody(*args, env=None, timeout=180, exe=False):
+    """Runs `runcell ARGS...` (with exe, ARGS[0] is the binary) as uid/gid nobody with a
+    clean environment and no cgroups; returns (record or None, completed process)."""
     e = {"PATH": "/usr/bin:/bin", "RUNCELL_NO_CGROUPS": "1"}
     e.update(env or {})
+    argv = list(args) if exe else [RUNCELL, *args]
     p = subprocess.run(["setpriv", "--reuid=%d" % NOBODY, "--regid=%d" % NOBODY,
-                        "--clear-groups", RUNCELL, *args], env=e, cwd="/",
+                        "--clear-groups", *argv], env=e, cwd="/",
                        capture_output=True, text=True, timeout=timeout)
     lines = [l for l in p.stdout.splitlines() if l.startswith("{")]
     return (json.loads(lines[-1]) if lines else None), p
+
+
+def closed_dir(path):
+    """The first directory above path that users other than its owner cannot search (the
+    binary and its helper are then out of nobody's reach), or None."""
+    d = os.path.dirname(os.path.realpath(path))
+    parts = d.split("/")
+    for i in range(2, len(parts) + 1):
+        p = "/".join(parts[:i])
+        st = os.stat(p)
+        if st.st_uid != NOBODY and not st.st_mode & 0o001:
+            return p, st.st_mode & 0o7777
+    return None
 
 
 def report_of(test, rec):
@@ -40,11 +54,14 @@ class Unprivileged(RuncellTestCase):
             cls.why_not = "needs root to switch to the unprivileged user nobody"
         elif not shutil.which("setpriv"):
             cls.why_not = "setpriv (util-linux) is not installed"
+        elif closed_dir(RUNCELL):
+            cls.why_not = ("the user nobody cannot reach runcell: %s is mode %o (a mktemp "
+                           "directory?), not searchable by others; build where others can "
+                           "search (chmod o+x it)" % closed_dir(RUNCELL))
         else:
             rec, p = as_nobody("run", "--json", "-c", "pass")
             if not rec or rec["status"] != "ok":
-                cls.why_not = ("runcell cannot build a sandbox as nobody here (unprivileged "
-                               "user namespaces off, or the build directory unreadable?): "
+                cls.why_not = ("runcell cannot build a sandbox as nobody here: "
                                "%s %s" % (p.stderr.strip()[:300], rec and rec.get("message")))
 
     def setUp(self):
@@ -145,6 +162,25 @@ os.symlink(VICTIM + "/precious", "/workspace/file_link")
 report({})
 """.replace("VICTIM", repr(victim)))
         self.assertTrue(os.path.isfile(os.path.join(victim, "precious")))
+
+
+class HelperOutOfReach(RuncellTestCase):
+    def test_a_closed_build_directory_is_named_as_the_cause(self):
+        """runcell and its helper in a 0700 directory, run as nobody: the error says the
+        helper there is out of reach, not that none is installed elsewhere."""
+        if not is_root() or not shutil.which("setpriv"):
+            self.skipTest("needs root and setpriv to run runcell as nobody")
+        top = tempfile.mkdtemp(prefix="rc-closed-")  # 0700, as mktemp makes it
+        self.addCleanup(shutil.rmtree, top, ignore_errors=True)
+        src = os.path.dirname(os.path.realpath(RUNCELL))
+        for name in ("runcell", "runcell-sandbox"):
+            shutil.copy2(os.path.join(src, name), top)
+        rec, p = as_nobody(os.path.join(top, "runcell"), "run", "--json", "-c", "pass",
+                           exe=True)
+        self.assertEqual(p.returncode, 125, p.stderr)
+        self.assertIn("cannot run the sandbox helper %s/runcell-sandbox as uid %d: permission "
+                      "denied" % (top, NOBODY), rec["message"])
+        self.assertNotIn("libexec", rec["message"])
 
 
 class RootWithoutCgroups(RuncellTestCase):

@@ -364,19 +364,34 @@ class Daemons(RuncellTestCase):
         res, rec = probe(self, """
 import signal, time
 r, w = os.pipe()
-if os.fork() == 0:
+middle = os.fork()
+if middle == 0:
     os.close(r)
     os.setsid()
     if os.fork() == 0:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
-        os.set_inheritable(w, False)     # closes on exec: EOF tells the parent it is running
+        os.set_inheritable(w, False)     # closes on exec: EOF tells the parent it began
         os.execv("/bin/sleep", [MARKER, "600"])
     os._exit(0)
 os.close(w)
+os.waitpid(middle, 0)   # it has exited: its child is the sandbox init's now
 os.read(r, 1)
-orphan = [p for p in os.listdir("/proc") if p.isdigit() and
-          open("/proc/%s/cmdline" % p, "rb").read().split(bytes(1))[0] == MARKER.encode()]
+# EOF comes when the exec begins, before the new program's command line is in place: wait
+# for /proc to show the marker, the state looked for, not for the exec.
+def named():
+    found = []
+    for p in os.listdir("/proc"):
+        try:
+            if p.isdigit() and open("/proc/%s/cmdline" % p, "rb").read().split(bytes(1))[0] \
+                    == MARKER.encode():
+                found.append(p)
+        except OSError:
+            pass
+    return found
+end = time.monotonic() + 60
+while not (orphan := named()) and time.monotonic() < end:
+    time.sleep(0.01)
 st = dict(l.split(":", 1) for l in open("/proc/%s/status" % orphan[0]).read().splitlines())
 report({"orphans": len(orphan), "ppid": int(st["PPid"]),
         "ignores_term": bool(int(st["SigIgn"], 16) & (1 << (signal.SIGTERM - 1))),
