@@ -137,6 +137,12 @@ static void report_cgroups(struct doctor *d)
         json_object_set_new(cg, "v2_mount", str_or_null(v2));
     }
     json_object_set_new(cg, "degraded_reason", str_or_null(h->degraded_reason));
+    /* doctor itself never re-runs; run, repl, serve, mcp and agent would. */
+    bool scope = sandbox_scope_wanted();
+    json_object_set_new(cg, "scope_reexec", json_boolean(scope));
+    if (scope)
+        fix(d, "runcell run, repl, serve, mcp and agent re-run themselves in a systemd scope "
+               "with Delegate=yes here (if systemd grants one), and get limits there");
     if (h->cgroup_mode == CGROUP_NONE && h->degraded_reason)
         fix(d, "%s", h->degraded_reason);
     json_object_set_new(d->out, "cgroup", cg);

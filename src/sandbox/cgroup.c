@@ -210,6 +210,12 @@ static const char *scope_command(void)
                           : "systemd-run --user --scope -p Delegate=yes runcell ...";
 }
 
+/* "as root: " before a command only root can run, for a reader who is not root. */
+static const char *as_root(void)
+{
+    return geteuid() == 0 ? "" : "as root: ";
+}
+
 static char *parent_dir(const char *dir)
 {
     char *p = xstrdup(dir), *slash = strrchr(p, '/');
@@ -276,10 +282,10 @@ static int v2_controllers(struct sandbox_host *host, const char *mnt, const char
         v2_degrade(host, CGROUP_PLACEMENT_V2_UNDELEGATED,
                    strcmp(dir, mnt)
                        ? xasprintf("the %s controller is not in %s/cgroup.controllers: enable it "
-                                   "in %s/cgroup.subtree_control (as root: echo +%s > "
+                                   "in %s/cgroup.subtree_control (%secho +%s > "
                                    "%s/cgroup.subtree_control), or start runcell as a systemd "
                                    "unit with Delegate=yes (%s)",
-                                   v2_wanted[i], dir, parent, v2_wanted[i], parent,
+                                   v2_wanted[i], dir, parent, as_root(), v2_wanted[i], parent,
                                    scope_command())
                        : xasprintf("the %s controller is not in %s/cgroup.controllers: the "
                                    "kernel has it off or bound to a cgroup v1 hierarchy; boot "
@@ -413,10 +419,10 @@ static void v2_place(struct sandbox_host *host, const char *mnt, const char *own
                                    own, others, others == 1 ? "" : "es", scope_command())
                        : xasprintf("runcell shares cgroup %s with %d other process%s, and cgroup "
                                    "v2 delegates controllers only from a cgroup without processes; "
-                                   "start it in a cgroup of its own: without systemd, as root, "
-                                   "mkdir %s/runcell.scope && echo $$ > %s/runcell.scope/cgroup.procs "
+                                   "start it in a cgroup of its own: without systemd, %smkdir "
+                                   "%s/runcell.scope && echo $$ > %s/runcell.scope/cgroup.procs "
                                    "and start runcell from that shell; under systemd, %s",
-                                   own, others, others == 1 ? "" : "es", mnt, mnt,
+                                   own, others, others == 1 ? "" : "es", as_root(), mnt, mnt,
                                    scope_command()));
         return;
     }
@@ -512,24 +518,57 @@ static bool v2_needs_scope(char **ret_own)
     return false;
 }
 
-int sandbox_scope_reexec(int argc, char **argv)
+/* "systemd-run [--user] --scope --quiet --collect -p Delegate=yes -- PROG ARGV[1..]";
+ * the strings are borrowed, the vector is the caller's to free. */
+static char **scope_argv(bool user, const char *prog, int argc, char **argv)
+{
+    static const char *const head[] = {"--scope", "--quiet", "--collect", "-p", "Delegate=yes",
+                                       "--"};
+    char **v = xcalloc((size_t)argc + ARRAY_SIZE(head) + 3, sizeof(char *));
+    int k = 0;
+    v[k++] = (char *)"systemd-run";
+    if (user)
+        v[k++] = (char *)"--user";
+    for (size_t i = 0; i < ARRAY_SIZE(head); i++)
+        v[k++] = (char *)head[i];
+    v[k++] = (char *)prog;
+    for (int i = 1; i < argc; i++)
+        v[k++] = argv[i];
+    return v;
+}
+
+/* The systemd-run to re-run in, when runcell should and may (see sandbox_scope_reexec);
+ * NULL otherwise. */
+static const char *scope_wanted(char **ret_own)
 {
     if (getenv("RUNCELL_NO_CGROUPS") || getenv("RUNCELL_SCOPED") || !systemd_running())
-        return 0;
-    _cleanup_free_ char *own = NULL;
+        return NULL;
     const char *systemd_run = find_systemd_run();
-    if (!systemd_run || !v2_needs_scope(&own))
+    return systemd_run && v2_needs_scope(ret_own) ? systemd_run : NULL;
+}
+
+bool sandbox_scope_wanted(void)
+{
+    _cleanup_free_ char *own = NULL;
+    return scope_wanted(&own) != NULL;
+}
+
+int sandbox_scope_reexec(int argc, char **argv)
+{
+    _cleanup_free_ char *own = NULL;
+    const char *systemd_run = scope_wanted(&own);
+    if (!systemd_run)
         return 0;
     bool user = geteuid() != 0;
-    char *probe[] = {(char *)"systemd-run", user ? (char *)"--user" : (char *)"--quiet",
-                     (char *)"--scope", (char *)"--quiet", (char *)"--collect",
-                     (char *)"-p", (char *)"Delegate=yes", (char *)"--", (char *)"/bin/true",
-                     NULL};
+    /* Asked first with a program that does nothing: once exec'd, a systemd-run that fails
+     * would take the command with it. */
+    _cleanup_free_ char **probe = scope_argv(user, "/bin/true", 0, NULL);
     int r = run_quiet(systemd_run, probe);
     if (r != 0) {
         log_warn("msg=\"runcell's cgroup %s is not its own, and systemd gives it no delegated "
-                 "scope (%s --scope -p Delegate=yes failed: %s); sandboxes run without cgroup "
-                 "limits\"", own, systemd_run, r < 0 ? strerror(-r) : "exit status");
+                 "scope (%s%s --scope -p Delegate=yes failed: %s); sandboxes run without cgroup "
+                 "limits\"", own, systemd_run, user ? " --user" : "",
+                 r < 0 ? strerror(-r) : "non-zero exit");
         return 0;
     }
     char exe[PATH_MAX];
@@ -537,20 +576,7 @@ int sandbox_scope_reexec(int argc, char **argv)
     if (n <= 0)
         return -errno;
     exe[n] = '\0';
-    char **args = xcalloc((size_t)argc + 10, sizeof(char *));
-    int k = 0;
-    args[k++] = (char *)"systemd-run";
-    if (user)
-        args[k++] = (char *)"--user";
-    args[k++] = (char *)"--scope";
-    args[k++] = (char *)"--quiet";
-    args[k++] = (char *)"--collect";
-    args[k++] = (char *)"-p";
-    args[k++] = (char *)"Delegate=yes";
-    args[k++] = (char *)"--";
-    args[k++] = exe;
-    for (int i = 1; i < argc; i++)
-        args[k++] = argv[i];
+    _cleanup_free_ char **args = scope_argv(user, exe, argc, argv);
     /* Marks the re-run, so that it never loops. */
     setenv("RUNCELL_SCOPED", "1", 1);
     log_warn("msg=\"runcell shares cgroup %s with other processes (or it is not delegated); "
@@ -561,7 +587,6 @@ int sandbox_scope_reexec(int argc, char **argv)
     r = -errno;
     log_warn("msg=\"cannot run %s\" error=\"%s\"", systemd_run, strerror(errno));
     unsetenv("RUNCELL_SCOPED");
-    free(args);
     return r;
 }
 

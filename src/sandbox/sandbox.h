@@ -142,6 +142,9 @@ char *cgroup_mount_point(const char *controller);
  * needed, not possible, RUNCELL_NO_CGROUPS set), -errno when the exec failed; never returns
  * after a successful exec. Call before starting threads. */
 int sandbox_scope_reexec(int argc, char **argv);
+/* Whether sandbox_scope_reexec would try (systemd runs, the cgroup is not runcell's own,
+ * not disabled): for reports. */
+bool sandbox_scope_wanted(void);
 
 /* The template: one sandbox running a Python that has imported numpy, pandas, matplotlib and
  * openpyxl and frozen its heap. Afterwards, sandbox_start() with spec->from_template makes
