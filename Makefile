@@ -68,7 +68,6 @@ test-integration: build
 # The VM stage (tests/vm/run): Debian 12's own kernel in QEMU, pure cgroup v2, as root;
 # about 25 minutes under TCG (docs/OPERATING.md, "The VM test stage").
 test-vm: build
-	scripts/install-vm-deps >/dev/null
 	$(PY) tests/vm/run --build $(BUILD)
 
 # The whole suite: the stages listed in tests/stages (unit, integration and security, the
