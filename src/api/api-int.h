@@ -26,6 +26,9 @@ struct server {
     struct conn_guard *conns;
     char *token;
     atomic_size_t executions; /* running now */
+    /* Requests that took an execution slot and whose response is not sent yet: a shutdown
+     * waits for these too, or it would hang up on a reply its cell has made. */
+    atomic_size_t replies_owed;
     atomic_bool shutting_down;
     /* One-shot runs in flight: no session of the table, but a shutdown interrupts them
      * too. */
@@ -58,6 +61,7 @@ struct request {
     double t0_ms;
     char *session_id;  /* for the log */
     bool responded;
+    bool owes_reply;   /* counted in srv->replies_owed until completed */
     struct net_policy *net; /* the network policy a create body asked for */
     char **packages;        /* ... and its packages */
 };
@@ -197,7 +201,9 @@ json_t *exec_event_json(const struct exec_event *ev);
 bool wants_ndjson(struct request *rq);
 /* Interrupts the running one-shot executions (shutdown). */
 void oneshots_interrupt(struct server *srv);
-/* Takes one of the server's execution slots; false after replying 429. */
+/* Takes one of the server's execution slots; false after replying 429. The slot is given
+ * back as soon as the cell is over, before its last byte is sent, so a client that has read
+ * its reply may run the next cell at once; the request owes its reply until completed. */
 bool execution_slot_take(struct request *rq);
 void execution_slot_give(struct request *rq);
 

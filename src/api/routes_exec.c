@@ -18,8 +18,11 @@ bool execution_slot_take(struct request *rq)
 {
     size_t max = rq->srv->cfg->limits.max_executions;
     size_t n = atomic_fetch_add(&rq->srv->executions, 1);
-    if (n < max)
+    if (n < max) {
+        rq->owes_reply = true;
+        atomic_fetch_add(&rq->srv->replies_owed, 1);
         return true;
+    }
     atomic_fetch_sub(&rq->srv->executions, 1);
     api_error(rq, AE_LIMIT, "the server is running its maximum of %zu executions; retry "
               "shortly", max);
@@ -219,7 +222,11 @@ static enum MHD_Result execute_streaming(struct request *rq, struct session *s, 
             close(st->notify[i]);
             close(st->cancel[i]);
         }
+        pthread_mutex_destroy(&st->lock);
         free(st);
+        execution_slot_give(rq);
+        session_table_release(rq->srv->table, s);
+        json_decref(body);
         return MHD_NO;
     }
     struct MHD_Response *r =

@@ -67,6 +67,8 @@ bool resume_options(struct request *rq, json_t **body)
                   id);
         return false;
     }
+    /* A session being reaped is resumed from its finished checkpoint. */
+    session_table_wait_retired(rq->srv->table, id);
     /* Unknown to the records, the store may still hold it (a store shared between servers):
      * the restore tells. */
     if (session_stored_info(&rq->srv->persist, id, &info) < 0)

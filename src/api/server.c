@@ -297,6 +297,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
                             : (const void *)&((const struct sockaddr_in *)sa)->sin_addr;
         inet_ntop(sa->sa_family, a, addr, sizeof(addr));
     }
+    if (rq->owes_reply)
+        atomic_fetch_sub(&srv->replies_owed, 1);
     metrics_request(srv->metrics, (unsigned)rq->status);
     log_info("method=%s route=%s status=%d duration_ms=%.1f session=%s client=%s%s",
              rq->method[0] ? rq->method : "-", rq->route ? rq->route->pattern : "-", rq->status,
@@ -387,10 +389,12 @@ char *default_data_dir(void)
     return xasprintf("%s/.local/share/runcell", home && *home ? home : "/tmp");
 }
 
-/* Waits until nothing runs, or until deadline_ms; true when nothing runs. */
+/* Waits until nothing runs and every execution's reply is sent, or until deadline_ms;
+ * true when so. A cell gives its slot back before its reply goes out (and a one-shot run
+ * before its sandbox is torn down): stopping the daemon then would hang up on that reply. */
 static bool wait_idle(struct server *srv, double deadline_ms)
 {
-    while (atomic_load(&srv->executions) > 0) {
+    while (atomic_load(&srv->executions) > 0 || atomic_load(&srv->replies_owed) > 0) {
         if (now_ms_f() >= deadline_ms)
             return false;
         usleep(20000);

@@ -1,5 +1,6 @@
 /* table.c - a server's sessions by id: references so a close never frees a session under
- * a running request, an idle reaper, and tombstones so an expired id says "expired". */
+ * a running request, an idle reaper, tombstones so an expired id says "expired", and a wait
+ * so that whoever asks for a session being retired hears its final record. */
 #include "session/session.h"
 
 #include <errno.h>
@@ -14,6 +15,7 @@ struct entry {
     struct session *s;
     int refs;
     bool removed;
+    bool retiring; /* removed, its checkpoint and final record not yet written */
     struct entry *next;
 };
 
@@ -24,6 +26,7 @@ struct session_table {
     size_t max_sessions;
     pthread_mutex_t lock;
     pthread_cond_t wake;
+    pthread_cond_t retired; /* an entry stopped retiring */
     struct entry *head;
     size_t count;
     char *tombstones[TOMBSTONES]; /* ids expired for idleness, most recent last (a ring) */
@@ -43,6 +46,7 @@ struct session_table *session_table_new(struct sandbox_host *host, size_t max_se
     t->max_sessions = max_sessions;
     pthread_mutex_init(&t->lock, NULL);
     pthread_cond_init(&t->wake, NULL);
+    pthread_cond_init(&t->retired, NULL);
     return t;
 }
 
@@ -52,6 +56,28 @@ static struct entry *find(struct session_table *t, const char *id)
         if (!e->removed && !strcmp(e->id, id))
             return e;
     return NULL;
+}
+
+/* While a session is retired its record says it ended but not yet what was kept (the
+ * checkpoint takes a while): who asks for it meanwhile waits for the final record, or they
+ * would be told that no variables are stored, or resume from a store still being written. */
+static void wait_retired_locked(struct session_table *t, const char *id)
+{
+    for (;;) {
+        struct entry *e = t->head;
+        while (e && !(e->retiring && !strcmp(e->id, id)))
+            e = e->next;
+        if (!e)
+            return;
+        pthread_cond_wait(&t->retired, &t->lock);
+    }
+}
+
+void session_table_wait_retired(struct session_table *t, const char *id)
+{
+    pthread_mutex_lock(&t->lock);
+    wait_retired_locked(t, id);
+    pthread_mutex_unlock(&t->lock);
 }
 
 static struct entry *find_session(struct session_table *t, struct session *s)
@@ -162,6 +188,7 @@ static bool is_tombstone(struct session_table *t, const char *id)
 struct session *session_table_acquire(struct session_table *t, const char *id, int *ret_err)
 {
     pthread_mutex_lock(&t->lock);
+    wait_retired_locked(t, id);
     struct entry *e = find(t, id);
     struct session *s = NULL;
     if (e) {
@@ -192,6 +219,24 @@ static struct session *remove_locked(struct session_table *t, struct entry *e)
     return e->refs == 0 ? unlink_entry(t, e) : NULL;
 }
 
+/* Takes e (held by the lock) out of the table and marks it retiring; retire_end ends that. */
+static void retire_begin_locked(struct session_table *t, struct entry *e)
+{
+    e->refs++; /* the entry stays, for those who wait on it */
+    e->retiring = true;
+    remove_locked(t, e);
+}
+
+/* s is retired: wakes those who wait for its record, and drops retire_begin's reference. */
+static void retire_end(struct session_table *t, struct session *s)
+{
+    pthread_mutex_lock(&t->lock);
+    find_session(t, s)->retiring = false;
+    pthread_cond_broadcast(&t->retired);
+    pthread_mutex_unlock(&t->lock);
+    session_table_release(t, s);
+}
+
 int session_table_remove(struct session_table *t, const char *id)
 {
     return session_table_close(t, id, false, NULL);
@@ -201,20 +246,20 @@ int session_table_close(struct session_table *t, const char *id, bool checkpoint
                         json_t **ret_report)
 {
     pthread_mutex_lock(&t->lock);
+    wait_retired_locked(t, id); /* one being reaped: what is stored is final, then */
     struct entry *e = find(t, id);
     struct session *s = e ? e->s : NULL;
     if (e) {
         /* A running cell stops now; we hold a reference while the session is retired, and
          * whoever drops the last one frees it. */
         session_interrupt(e->s);
-        e->refs++;
-        remove_locked(t, e);
+        retire_begin_locked(t, e);
     }
     pthread_mutex_unlock(&t->lock);
     if (!s)
         return -ENOENT;
     session_retire(s, checkpoint ? SESSION_END_CHECKPOINT : SESSION_END_CLOSE, ret_report);
-    session_table_release(t, s);
+    retire_end(t, s);
     return 0;
 }
 
@@ -247,16 +292,20 @@ void session_table_interrupt_all(struct session_table *t)
 /* Removes the sessions idle past their idle timeout; returns how many. */
 static int reap_idle(struct session_table *t)
 {
-    uint64_t now = now_ms();
     int n = 0;
     for (;;) {
         struct session *victim = NULL;
         struct entry *found = NULL;
         pthread_mutex_lock(&t->lock);
+        /* The clock is read for each pass, as retiring the last victim took a while; and a
+         * session used since it was read is not idle (the unsigned difference would wrap
+         * and expire a session just created or just used). */
+        uint64_t now = now_ms();
         for (struct entry *e = t->head; e && !found; e = e->next) {
             if (e->removed || e->refs || session_busy(e->s))
                 continue;
-            uint64_t idle = now - session_last_used_ms(e->s);
+            uint64_t last = session_last_used_ms(e->s);
+            uint64_t idle = now > last ? now - last : 0;
             if (idle >= session_options(e->s)->idle_timeout_ms)
                 found = e;
         }
@@ -266,14 +315,15 @@ static int reap_idle(struct session_table *t)
             t->tomb_next = (t->tomb_next + 1) % TOMBSTONES;
             log_info("msg=\"session expired\" session=%s idle_timeout_ms=%llu", found->id,
                      (unsigned long long)session_options(found->s)->idle_timeout_ms);
-            victim = remove_locked(t, found);
+            victim = found->s;
+            retire_begin_locked(t, found);
         }
         pthread_mutex_unlock(&t->lock);
         if (!victim)
             return n;
         /* Nobody else can reach it now: its variables are checkpointed before it goes. */
         session_retire(victim, SESSION_END_IDLE, NULL);
-        session_free(victim);
+        retire_end(t, victim);
         n++;
     }
 }
@@ -333,6 +383,7 @@ void session_table_free(struct session_table *t)
     for (size_t i = 0; i < TOMBSTONES; i++)
         free(t->tombstones[i]);
     pthread_cond_destroy(&t->wake);
+    pthread_cond_destroy(&t->retired);
     pthread_mutex_destroy(&t->lock);
     free(t);
 }
