@@ -100,7 +100,7 @@ static int handle_message(const char *p, size_t n, kernel_event_fn cb, void *ctx
         r = err_set(EPROTO, "kernel sent a malformed message: no type");
     else if (i == ARRAY_SIZE(msg_types) ||
              (msg_types[i].ev == KEV_DISPLAY && !json_is_object(json_object_get(msg, "data"))))
-        r = err_set(EPROTO, "kernel sent an unexpected message '%.40s'", type);
+        r = err_set(EPROTO, "kernel sent an unexpected message '%.80s'", type);
     if (!r) {
         ev.type = msg_types[i].ev;
         ev.msg = msg;
