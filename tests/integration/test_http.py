@@ -91,6 +91,21 @@ def file_names(srv, sid):
     return [f["path"] for f in srv.ok("GET", path_of(sid, "/files"))["files"]]
 
 
+def process_holds_file(name):
+    """Whether some process on the host has a file open whose path ends with name (what a
+    sandboxed cell opened shows in its /proc/PID/fd links)."""
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            for fd in os.listdir("/proc/%s/fd" % pid):
+                if os.readlink("/proc/%s/fd/%s" % (pid, fd)).endswith("/" + name):
+                    return True
+        except OSError:
+            continue
+    return False
+
+
 def metrics(srv):
     r = srv.request("GET", "/metrics")
     assert r.status == 200, r
@@ -1201,12 +1216,15 @@ class Shutdown(RuncellTestCase):
                         "while True: time.sleep(0.05)")
             self.assertEqual(st.next()["data"], "up\n")
             result = {}
+            marker = "oneshot-running-" + uuid.uuid4().hex
             oneshot = threading.Thread(target=lambda: result.update(r=srv.request(
-                "POST", "/v1/execute", {"code": "open('x', 'w').close()\n"
-                                                "import time\ntime.sleep(300)"})))
+                "POST", "/v1/execute", {"code": "f = open(%r, 'w')\n"
+                                                "import time\ntime.sleep(300)" % marker})))
             oneshot.start()
-            self.assertTrue(wait_until(
-                lambda: metrics(srv)[0]["runcell_executions_running"] == 2))
+            # The one-shot holds its slot while its sandbox starts; what is interrupted is a
+            # cell, so wait until its code runs: a host process holds the file it opened.
+            self.assertTrue(wait_until(lambda: process_holds_file(marker)))
+            self.assertEqual(metrics(srv)[0]["runcell_executions_running"], 2)
             self.assertEqual(srv.stop(signal.SIGTERM), 0)
             rec = st.rest()[-1]["record"]
             self.assertEqual(rec["error"]["name"], "KeyboardInterrupt")
