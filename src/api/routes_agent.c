@@ -272,28 +272,6 @@ static void omit_file(json_t *omitted, const char *name, uint64_t size, const ch
                                              (json_int_t)size, "reason", why));
 }
 
-/* Reads one produced file from the session's workspace (which the sandbox may still be
- * changing: the read is capped whatever fstat said). */
-static int read_produced(struct workspace *ws, const char *name, size_t cap, struct buf *ret,
-                         uint64_t *ret_size)
-{
-    _cleanup_close_ int fd = workspace_openat(ws, name, O_RDONLY | O_NONBLOCK, 0);
-    struct stat st;
-    if (fd < 0)
-        return fd;
-    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
-        return -EINVAL;
-    *ret_size = (uint64_t)st.st_size;
-    if ((uint64_t)st.st_size > cap)
-        return -E2BIG;
-    fd_set_nonblock(fd, false);
-    buf_init(ret, cap ? cap : 1); /* 0 would mean no cap */
-    int r = read_all(fd, ret);
-    if (r < 0)
-        buf_release(ret);
-    return r;
-}
-
 /* The produced files as {"name": base64} (file_data) in the outcome, within the caps; what
  * does not fit or cannot be read is in files_omitted with the reason. Without this a run
  * whose session is not kept would list files nobody can fetch. */
@@ -312,7 +290,7 @@ static void add_file_data(struct agent_job *j, json_t *outcome)
         struct buf b;
         uint64_t size = 0;
         size_t room = INLINE_TOTAL_MAX - total;
-        int r = read_produced(ws, name, MIN(INLINE_FILE_MAX, room), &b, &size);
+        int r = workspace_read(ws, name, MIN(INLINE_FILE_MAX, room), &b, &size);
         if (r == -E2BIG) {
             omit_file(omitted, name, size,
                       size > INLINE_FILE_MAX ? "larger than the 8 MiB a file may have inline"

@@ -322,22 +322,6 @@ static int write_input(struct workspace *ws, const char *name, json_t *value)
     return r < 0 ? err_set(-r, "files: cannot write '%s': %s", name, strerror(-r)) : 0;
 }
 
-/* Reads a regular workspace file of at most cap bytes into b; 0 or -errno. */
-static int read_output(struct workspace *ws, const char *rel, size_t cap, struct buf *b)
-{
-    _cleanup_close_ int fd = workspace_openat(ws, rel, O_RDONLY | O_NONBLOCK, 0);
-    struct stat st;
-    if (fd < 0)
-        return fd;
-    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
-        return -EINVAL;
-    if ((uint64_t)st.st_size > cap)
-        return -E2BIG;
-    fd_set_nonblock(fd, false);
-    buf_init(b, cap);
-    return read_all(fd, b);
-}
-
 /* Created and modified files, base64, within a total cap; the rest are named as omitted. */
 static void attach_outputs(json_t *rec_json, struct workspace *ws, const struct exec_record *rec)
 {
@@ -346,7 +330,7 @@ static void attach_outputs(json_t *rec_json, struct workspace *ws, const struct 
     for (int pass = 0; pass < 2; pass++) {
         for (char **f = pass ? rec->modified : rec->created; f && *f; f++) {
             struct buf b = {0};
-            if (read_output(ws, *f, ONESHOT_OUTPUTS_CAP - total, &b) < 0) {
+            if (workspace_read(ws, *f, ONESHOT_OUTPUTS_CAP - total, &b, NULL) < 0) {
                 json_array_append_new(omitted, json_string(*f));
             } else {
                 size_t n;

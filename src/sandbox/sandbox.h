@@ -237,6 +237,13 @@ int workspace_copy_in(const struct workspace *ws, const char *host_path, const c
 /* Copies workspace file rel to out_dir/rel (parents created). Only regular files, and no
  * sparse ones (-EFBIG: apparent size past the allocated blocks by more than 1 MiB). */
 int workspace_copy_out(const struct workspace *ws, const char *rel, const char *out_dir);
+/* Reads regular workspace file rel, at most cap bytes, into ret (which the caller releases
+ * with buf_release; it is left released on failure). The sandbox may still be changing the
+ * file: the read is capped whatever fstat said. *ret_size (may be NULL) gets the size fstat
+ * saw, also on -E2BIG. 0, or -errno: -E2BIG past cap, -EINVAL not a regular file, -ELOOP a
+ * symbolic link, as workspace_openat. */
+int workspace_read(const struct workspace *ws, const char *rel, size_t cap, struct buf *ret,
+                   uint64_t *ret_size);
 /* Writes n bytes to rel (parents created, owned by the sandbox user) through a temporary file
  * renamed into place: a reader never sees half a file, and a link planted at rel is replaced,
  * never written through. 0 or -errno with err_msg(). */
