@@ -16,6 +16,15 @@ from rctest import (HANG, RUNCELL, RuncellTestCase, TempDir, _cgroup_mount, _own
 SYS_landlock_create_ruleset = 444
 
 
+def sanitizer_build():
+    """Why a sandbox or template check cannot hold for this binary, or None: in an
+    ASan build the template's Python module is instrumented too and cannot load into
+    Debian's uninstrumented python3, and the instrumented helper cannot start under the
+    address-space rlimit that stands in for cgroups."""
+    out = subprocess.run(["ldd", RUNCELL], capture_output=True, text=True).stdout
+    return "an ASan build of runcell (%s)" % RUNCELL if "libasan" in out else None
+
+
 def doctor(*args, env=None):
     """Runs `runcell doctor ARGS`; the completed process, with its pid as .pid."""
     q = subprocess.Popen([RUNCELL, "doctor", *args], stdout=subprocess.PIPE,
@@ -124,13 +133,16 @@ class Report(RuncellTestCase):
     def test_sandbox_and_template_start_and_the_exit_status_says_full(self):
         self.assertTrue(self.rep["sandbox"]["ok"], self.rep["sandbox"])
         expected, why = cgroups_expected()
-        if is_root() and expected:
+        if is_root() and expected and not sanitizer_build():
             self.assertTrue(self.rep["template"]["ok"], self.rep["template"])
             self.assertFalse(self.rep["sandbox"]["limits_degraded"])
             self.assertTrue(self.rep["full_limits"], self.rep["fixes"])
             self.assertEqual(self.rep["fixes"], [])
         self.assertEqual(self.p.returncode, 0 if self.rep["full_limits"] else 1, self.p.stderr)
-        self.assertEqual(self.rep["full_limits"], self.rep["fixes"] == [], self.rep["fixes"])
+        # A template that cannot start costs speed, not limits: its fix stands beside full
+        # limits (in an ASan build it cannot start, see sanitizer_build).
+        limit_fixes = [f for f in self.rep["fixes"] if not f.startswith("the template ")]
+        self.assertEqual(self.rep["full_limits"], limit_fixes == [], self.rep["fixes"])
 
     def test_leaves_nothing_behind(self):
         self.assertEqual(run_dir_entries(self.dir), [])
@@ -158,7 +170,8 @@ class Degraded(RuncellTestCase):
             self.assertEqual(rep["cgroup"]["placement"], "disabled")
             self.assertFalse(rep["cgroup"]["limits"])
             self.assertTrue(any("RUNCELL_NO_CGROUPS" in f for f in rep["fixes"]), rep["fixes"])
-            self.assertTrue(rep["sandbox"]["ok"], rep["sandbox"])
+            if not sanitizer_build():
+                self.assertTrue(rep["sandbox"]["ok"], rep["sandbox"])
             self.assertTrue(rep["sandbox"]["limits_degraded"])
             if is_root():
                 # root is never told to become root
