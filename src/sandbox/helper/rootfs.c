@@ -254,7 +254,8 @@ static const char *const proc_hidden_dirs[] = {
     "pressure", "irq", "bus", "fs", "acpi", "scsi", "asound", "driver", "tty", "dynamic_debug",
 };
 
-/* A copy of the entry name of the detached mount mnt_fd, read-only, moved over dst. */
+/* A copy of the entry name of the detached mount mnt_fd, read-only, moved over dst; 0, or
+ * -1 with errno set (nothing reported yet). */
 static int cover_with(int mnt_fd, const char *name, const char *dst)
 {
     _cleanup_close_ int t = (int)syscall(SYS_open_tree, mnt_fd, name,
@@ -263,8 +264,28 @@ static int cover_with(int mnt_fd, const char *name, const char *dst)
                                           MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC};
     if (t < 0 || syscall(SYS_mount_setattr, t, "", AT_EMPTY_PATH, &attr, sizeof(attr)) < 0 ||
         syscall(SYS_move_mount, t, "", AT_FDCWD, dst, MOVE_MOUNT_F_EMPTY_PATH) < 0)
-        return fail_errno("cannot hide %s in the sandbox", dst);
+        return -1; /* errno says why; the caller may still cover it the older way */
     return 0;
+}
+
+/* dst covered by the sandbox's /dev/null (a file) or an empty read-only tmpfs (a
+ * directory); proc is the sandbox's /proc, whose sibling dev/ holds null. */
+static int cover_legacy(const char *proc, const char *dst, bool dir)
+{
+    int r;
+    if (dir) {
+        r = mount("tmpfs", dst, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                  "size=4k,nr_inodes=1,mode=0555");
+    } else {
+        char null_path[256];
+        size_t n = strlen(proc);
+        snprintf(null_path, sizeof(null_path), "%.*sdev/null", (int)(n >= 4 ? n - 4 : 0), proc);
+        r = mount(null_path, dst, NULL, MS_BIND, NULL);
+        if (r == 0)
+            r = mount(NULL, dst, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NOEXEC,
+                      NULL); /* not nodev: that would make /dev/null unopenable there */
+    }
+    return r; /* -1 with errno set */
 }
 
 int proc_hide(const char *proc)
@@ -283,6 +304,7 @@ int proc_hide(const char *proc)
     if (f < 0 || mkdirat(mnt, "emptydir", 0555) < 0)
         return fail_errno("cannot create the empty file that hides host /proc entries");
     char dst[256];
+    bool legacy = false;
     for (size_t i = 0; i < ARRAY_SIZE(proc_hidden_files) + ARRAY_SIZE(proc_hidden_dirs); i++) {
         bool dir = i >= ARRAY_SIZE(proc_hidden_files);
         const char *name = dir ? proc_hidden_dirs[i - ARRAY_SIZE(proc_hidden_files)]
@@ -291,8 +313,17 @@ int proc_hide(const char *proc)
         snprintf(dst, sizeof(dst), "%s/%s", proc, name);
         if (lstat(dst, &st) < 0 || !!S_ISDIR(st.st_mode) != dir)
             continue; /* not in this kernel */
-        if (cover_with(mnt, dir ? "emptydir" : "empty", dst) < 0)
-            return -1;
+        if (!legacy && cover_with(mnt, dir ? "emptydir" : "empty", dst) == 0)
+            continue;
+        /* Older kernels (Debian 12's 6.1) refuse to clone a detached mount (EINVAL): cover
+         * the way container runtimes do, /dev/null over files, an empty read-only tmpfs
+         * over directories. */
+        if (legacy || errno == EINVAL) {
+            legacy = true;
+            if (cover_legacy(proc, dst, dir) == 0)
+                continue;
+        }
+        return fail_errno("cannot hide %s in the sandbox", dst);
     }
     return 0;
 }
