@@ -383,6 +383,18 @@ static bool pump_until_done(struct session *s, struct kernel *k, struct exec_ctx
     return x->done != NULL;
 }
 
+/* Sends what is left of an execution's events (its error last) and frees what reading the
+ * channel left in x. */
+static void finish_ctx(struct exec_ctx *x)
+{
+    emit_rest(x);
+    if (x->rec->error)
+        emit(x, EV_ERROR, NULL, 0, x->rec->error);
+    json_decref(x->done);
+    free(x->violation);
+    free(x->limit);
+}
+
 static void record_done(struct exec_record *rec, json_t *done, enum stop stop,
                         const char *limit)
 {
@@ -585,12 +597,7 @@ static void run_cell(struct session *s, const struct exec_request *req,
     rec->memory_peak_kb = u1.memory_peak_kb;
     rec->memory_peak_scope = u1.memory_peak_scope;
     rec->limits_degraded = k->sb->limits_degraded;
-    emit_rest(&x);
-    if (rec->error)
-        emit(&x, EV_ERROR, NULL, 0, rec->error);
-    json_decref(x.done);
-    free(x.violation);
-    free(x.limit);
+    finish_ctx(&x);
     *ret_scan_err = collect_files(s, rec, &before, after);
     ws_listing_release(&before);
     if (!rec->execution_count)
@@ -612,12 +619,7 @@ int session_record_from_channel(struct kernel *k, const struct exec_sink *sink,
         ;
     if (x.done && r >= 0)
         record_done(rec, x.done, STOP_NONE, x.limit);
-    emit_rest(&x);
-    if (rec->error)
-        emit(&x, EV_ERROR, NULL, 0, rec->error);
-    json_decref(x.done);
-    free(x.violation);
-    free(x.limit);
+    finish_ctx(&x);
     return r;
 }
 
