@@ -141,6 +141,9 @@ int fd_set_nonblock(int fd, bool on);
 int fd_set_cloexec(int fd, bool on);
 /* Writes all n bytes, retrying on EINTR/short writes; 0 or -errno. */
 int write_all(int fd, const void *data, size_t n);
+/* write_all for a non-blocking fd whose reader may be slow or hostile: waits for room until
+ * deadline_ms (now_ms_f() time), then -ETIMEDOUT. */
+int write_all_by(int fd, const void *data, size_t n, double deadline_ms);
 /* Reads until EOF into a capped buffer; -E2BIG past the cap. */
 int read_all(int fd, struct buf *out);
 int read_file(const char *path, size_t max, char **ret_data, size_t *ret_len);

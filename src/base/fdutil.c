@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +44,30 @@ int write_all(int fd, const void *data, size_t n)
         }
         p += w;
         n -= (size_t)w;
+    }
+    return 0;
+}
+
+int write_all_by(int fd, const void *data, size_t n, double deadline_ms)
+{
+    const char *p = data;
+    while (n) {
+        ssize_t w = write(fd, p, n);
+        if (w >= 0) {
+            p += w;
+            n -= (size_t)w;
+            continue;
+        }
+        if (errno == EINTR)
+            continue;
+        if (errno != EAGAIN)
+            return -errno;
+        double left = deadline_ms - now_ms_f();
+        if (left <= 0)
+            return -ETIMEDOUT;
+        struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+        if (poll(&pfd, 1, (int)left + 1) < 0 && errno != EINTR)
+            return -errno;
     }
     return 0;
 }

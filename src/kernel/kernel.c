@@ -13,17 +13,44 @@
 
 #define FRAME_HEADER 5
 
-static int send_frame(int fd, char kind, const char *payload, size_t n)
+static void frame_header(unsigned char hdr[FRAME_HEADER], char kind, size_t n)
 {
-    unsigned char hdr[FRAME_HEADER];
     uint32_t len = htonl((uint32_t)n);
     memcpy(hdr, &len, 4);
     hdr[4] = (unsigned char)kind;
-    int r = write_all(fd, hdr, sizeof(hdr));
-    return r < 0 ? r : write_all(fd, payload, n);
 }
 
-int kernel_send_execute(struct kernel *k, const char *code, const char *lang, long execution_count)
+/* The interrupt frame (I, no payload), written without waiting: five bytes on a stream
+ * socket go whole or not at all. Called with write_lock held. */
+static void send_interrupt_frame(struct kernel *k)
+{
+    unsigned char hdr[FRAME_HEADER];
+    frame_header(hdr, 'I', 0);
+    (void)!write(k->chan_fd, hdr, sizeof(hdr));
+}
+
+/* One request frame, waiting for room until deadline_ms: a large cell is more than the
+ * socket holds, and the kernel reads it as it comes. */
+static int send_frame(struct kernel *k, char kind, const char *payload, size_t n,
+                      double deadline_ms)
+{
+    unsigned char hdr[FRAME_HEADER];
+    frame_header(hdr, kind, n);
+    pthread_mutex_lock(&k->write_lock);
+    int r = write_all_by(k->chan_fd, hdr, sizeof(hdr), deadline_ms);
+    if (r == 0)
+        r = write_all_by(k->chan_fd, payload, n, deadline_ms);
+    bool owed = atomic_exchange(&k->interrupt_owed, false);
+    if (owed && r == 0)
+        send_interrupt_frame(k);
+    pthread_mutex_unlock(&k->write_lock);
+    if (owed && r == 0)
+        sandbox_signal(k->sb, SIGINT); /* the one sent meanwhile found SIGINT ignored */
+    return r;
+}
+
+int kernel_send_execute(struct kernel *k, const char *code, const char *lang, long execution_count,
+                        uint64_t timeout_ms)
 {
     json_t *req = json_pack("{s:s,s:s,s:s,s:I}", "type", "execute", "code", code, "lang", lang,
                             "execution_count", (json_int_t)execution_count);
@@ -31,8 +58,12 @@ int kernel_send_execute(struct kernel *k, const char *code, const char *lang, lo
         return err_set(EINVAL, "the code is not valid UTF-8 text");
     char *text = json_dumps(req, JSON_COMPACT);
     json_decref(req);
-    int r = send_frame(k->chan_fd, 'M', text, strlen(text));
+    size_t n = strlen(text);
+    int r = send_frame(k, 'M', text, n, now_ms_f() + (double)timeout_ms);
     free(text);
+    if (r == -ETIMEDOUT)
+        return err_set(ETIMEDOUT, "the kernel took no more of the cell (%zu bytes) for %llu ms",
+                       n, (unsigned long long)timeout_ms);
     if (r < 0)
         return err_set(-r, "cannot send the cell to the kernel: %s", strerror(-r));
     return 0;
@@ -250,6 +281,7 @@ int kernel_start(struct sandbox_host *host, struct workspace *ws,
     int r;
 
     k->chan_fd = k->out_fd = k->err_fd = -1;
+    pthread_mutex_init(&k->write_lock, NULL);
     buf_init(&k->in, KERNEL_MAX_FRAME + 4096);
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) < 0 ||
         pipe2(out, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC) < 0) {
@@ -324,11 +356,11 @@ int kernel_request(struct kernel *k, const char *type, const char *path, uint64_
     json_t *req = json_pack("{s:s,s:s}", "type", type, "path", path);
     char *text = json_dumps(req, JSON_COMPACT);
     json_decref(req);
-    int r = send_frame(k->chan_fd, 'M', text, strlen(text));
+    double deadline = now_ms_f() + (double)timeout_ms;
+    int r = send_frame(k, 'M', text, strlen(text), deadline);
     free(text);
     if (r < 0)
         return err_set(EPIPE, "cannot send the %s request to the kernel: %s", type, strerror(-r));
-    double deadline = now_ms_f() + (double)timeout_ms;
     bool interrupted = false, open_pipe[3] = {true, true, true};
     while (!w.reply) {
         double now = now_ms_f();
@@ -372,8 +404,15 @@ int kernel_request(struct kernel *k, const char *type, const char *path, uint64_
 
 void kernel_interrupt(struct kernel *k)
 {
-    if (k && k->sb)
-        sandbox_signal(k->sb, SIGINT);
+    if (!k || !k->sb)
+        return;
+    if (pthread_mutex_trylock(&k->write_lock) == 0) {
+        send_interrupt_frame(k);
+        pthread_mutex_unlock(&k->write_lock);
+    } else {
+        atomic_store(&k->interrupt_owed, true); /* a request is being written */
+    }
+    sandbox_signal(k->sb, SIGINT);
 }
 
 void kernel_free(struct kernel *k)
@@ -389,5 +428,6 @@ void kernel_free(struct kernel *k)
         close(k->err_fd);
     buf_release(&k->in);
     free(k->python_version);
+    pthread_mutex_destroy(&k->write_lock);
     free(k);
 }

@@ -8,6 +8,8 @@
 #define RUNCELL_KERNEL_H
 
 #include <jansson.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -53,13 +55,18 @@ struct kernel {
     int err_fd;
     struct buf in;
     char *python_version;
+    /* Writes to chan_fd: a request and an interrupt frame never interleave. An interrupt
+     * that comes while a request is being written is owed, and sent right after it. */
+    pthread_mutex_t write_lock;
+    atomic_bool interrupt_owed;
 };
 
 /* Sends one execute request; the cell is numbered execution_count (in its filename, "<cell
- * N>", and its done message), so numbering goes on across kernels of one session. 0 or
- * -errno. */
+ * N>", and its done message), so numbering goes on across kernels of one session. A kernel
+ * that takes no more of a large cell for timeout_ms fails it (-ETIMEDOUT). 0 or -errno
+ * with err_msg(). */
 int kernel_send_execute(struct kernel *k, const char *code, const char *lang,
-                        long execution_count);
+                        long execution_count, uint64_t timeout_ms);
 /* What a kernel's sandbox gets besides the defaults (a session's network). */
 struct kernel_env {
     char *const *env;            /* the full environment; NULL: sandbox_default_env() */
@@ -95,7 +102,10 @@ int kernel_pump_pipe(struct kernel *k, int stream, kernel_event_fn cb, void *ctx
  * -EPIPE (the kernel died), -EPROTO (it broke the protocol; kill it). */
 int kernel_request(struct kernel *k, const char *type, const char *path, uint64_t timeout_ms,
                    uint64_t grace_ms, json_t **ret_reply);
-/* Asks the kernel to stop the running cell (KeyboardInterrupt). Safe from any thread. */
+/* Asks the kernel to stop the running cell (KeyboardInterrupt): an interrupt frame on the
+ * channel, then SIGINT. The frame reaches a cell whose code has not started yet (the
+ * kernel ignores SIGINT between cells and looks for the frame as the code starts); the
+ * signal reaches code that runs. Never blocks; safe from any thread. */
 void kernel_interrupt(struct kernel *k);
 /* Kills the kernel's sandbox, reaps it, frees everything; NULL is a no-op. */
 void kernel_free(struct kernel *k);

@@ -55,23 +55,33 @@ def _read_exact(fd, n):
     return b"".join(chunks)
 
 
-class _HoldInterrupts:
-    """Holds off KeyboardInterrupt in the main thread while a frame is being written, and
-    raises it once the frame is out: a frame cut short (a header without its payload)
-    would desynchronise the channel. Re-entrant; other threads never get KeyboardInterrupt,
-    so for them it does nothing."""
+class _Interrupts:
+    """SIGINT in the kernel. It raises KeyboardInterrupt in the main thread while a cell's
+    code runs (live), and only then: a SIGINT that comes as a cell ends, or between cells,
+    is dropped by the handler, so the kernel never dies of one while it waits. The handler
+    decides when it runs, not when the signal came, which leaves no window in which a
+    switch of handlers (signal.signal) could be caught half done.
+
+    Used as a context manager, it holds KeyboardInterrupt off while a frame is written and
+    raises it once the frame is out: a frame cut short (a header without its payload) would
+    desynchronise the channel. Re-entrant; other threads never get KeyboardInterrupt, so for
+    them it does nothing."""
 
     def __init__(self):
-        self.depth, self.hit, self.old = 0, False, None
+        self.live, self.depth, self.hit = False, 0, False
 
-    def _note(self, signum, frame):
-        self.hit = True
+    def handler(self, signum, frame):
+        if not self.live:
+            return
+        if self.depth:
+            self.hit = True
+            return
+        raise KeyboardInterrupt
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
             if not self.depth:
                 self.hit = False
-                self.old = signal.signal(signal.SIGINT, self._note)
             self.depth += 1
         return self
 
@@ -79,14 +89,23 @@ class _HoldInterrupts:
         if threading.current_thread() is not threading.main_thread():
             return
         self.depth -= 1
-        if self.depth:
-            return
-        signal.signal(signal.SIGINT, self.old)
-        if self.hit and exc_type is None and self.old is signal.default_int_handler:
+        if not self.depth and self.hit and exc_type is None and self.live:
+            self.hit = False
             raise KeyboardInterrupt
 
 
-_hold_interrupts = _HoldInterrupts()
+_interrupts = _Interrupts()
+_sigint_handler = _interrupts.handler  # one bound method, so that `is` can recognise it
+
+
+def _own_sigint():
+    """The kernel's SIGINT handler back, where a cell's code installed its own (a library
+    that sets the default handler would otherwise leave the waiting kernel killable)."""
+    while signal.getsignal(signal.SIGINT) is not _sigint_handler:
+        try:
+            signal.signal(signal.SIGINT, _sigint_handler)
+        except KeyboardInterrupt:
+            pass  # a pending SIGINT, run by the cell's handler as it was replaced
 
 
 class Channel:
@@ -98,10 +117,11 @@ class Channel:
         self.fd = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 100)
         os.close(fd)
         self.lock = threading.Lock()
+        self.held = None  # a frame read while looking for an interrupt, for recv
 
     def send(self, kind, payload):
         frame = struct.pack(">IB", len(payload), kind) + payload
-        with _hold_interrupts, self.lock:
+        with _interrupts, self.lock:
             _write_all(self.fd, frame)
 
     def send_json(self, obj):
@@ -109,6 +129,29 @@ class Channel:
         self.send(ord("M"), text.encode("utf-8"))
 
     def recv(self):
+        """The next request, past interrupt frames: one that comes before a request was
+        meant for the cell before it, which had ended."""
+        while True:
+            kind, payload = self._recv_frame()
+            if kind != ord("I"):
+                return kind, payload
+
+    def interrupted(self):
+        """True when the daemon sent an interrupt frame after the request being run. The
+        daemon writes the frame, then signals: called once SIGINT is live, this sees every
+        interrupt whose signal came too early to raise KeyboardInterrupt."""
+        import select
+        while self.held is None and select.select([self.fd], [], [], 0)[0]:
+            kind, payload = self._recv_frame()
+            if kind == ord("I"):
+                return True
+            self.held = (kind, payload)
+        return False
+
+    def _recv_frame(self):
+        if self.held is not None:
+            frame, self.held = self.held, None
+            return frame
         header = _read_exact(self.fd, 5)
         if header is None:
             return None, None
@@ -196,7 +239,7 @@ class FrameStream(io.TextIOBase):
     def flush(self):
         # Held across taking the text and sending it, so that an interrupt neither loses
         # the text nor cuts its frame.
-        with _hold_interrupts, self._lock:
+        with _interrupts, self._lock:
             if not self._pending:
                 return
             data = b"".join(self._pending)
@@ -642,24 +685,29 @@ class Kernel:
                 self.definitions[name] = (source, is_class)
 
     def _eval(self, code):
-        signal.signal(signal.SIGINT, signal.default_int_handler)
         try:
+            _interrupts.live = True  # inside the try: no KeyboardInterrupt outside it
+            if self.channel.interrupted():
+                raise KeyboardInterrupt
             result = eval(code, self.ns)
             if code.co_flags & 0x80:  # CO_COROUTINE: the cell used top-level await
                 import asyncio
                 result = asyncio.run(result)
             return result
         finally:
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            _interrupts.live = False
+            _own_sigint()
 
     def run_bash(self, code):
-        signal.signal(signal.SIGINT, signal.default_int_handler)
         try:
+            _interrupts.live = True  # inside the try, as in _eval
+            if self.channel.interrupted():
+                raise KeyboardInterrupt
             status = subprocess.run(["/bin/bash", "-c", code], stdin=subprocess.DEVNULL).returncode
         except KeyboardInterrupt as e:
             return self.error_record(KeyboardInterrupt, e, None, ""), None
         finally:
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            _interrupts.live = False
         if status == 0:
             return None, None
         what = "exit status %d" % status if status > 0 else "killed by signal %d" % -status
@@ -699,8 +747,8 @@ class Kernel:
         one that takes too long."""
         kind = req.get("type")
         reply = {"type": kind + "_done", "ok": True}
-        signal.signal(signal.SIGINT, signal.default_int_handler)
         try:
+            _interrupts.live = True  # inside the try, as in _eval
             path = req.get("path", "")
             if kind == "checkpoint":
                 reply.update(checkpoint_variables(self.ns, self.definitions, path))
@@ -713,7 +761,7 @@ class Kernel:
             reply = {"type": kind + "_done", "ok": False,
                      "error": "%s: %s" % (type(e).__name__, _reason(e))}
         finally:
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            _interrupts.live = False
         try:
             self.flush_streams()
         except Exception:
@@ -803,7 +851,7 @@ class _PyplotHook:
 def main(template_argv=False):
     channel = Channel(CHANNEL_FD)
     kernel = Kernel(channel)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, _sigint_handler)
     sys.stdout, sys.stderr = kernel.stdout, kernel.stderr
     # sys.stdin stays on fd 0, which the sandbox points at /dev/null.
     builtins.input = _no_input

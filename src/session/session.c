@@ -575,7 +575,8 @@ static void run_cell(struct session *s, const struct exec_request *req,
     sandbox_usage(k->sb, &u0);
     sandbox_reset_peak(k->sb);
     if (kernel_send_execute(k, req->code, req->lang ? req->lang : s->lang,
-                            s->execution_count + 1) < 0) {
+                            s->execution_count + 1,
+                            req->timeout_ms ? req->timeout_ms : s->opts.timeout_ms) < 0) {
         rec->status = EXEC_CRASHED;
         rec->message = xstrdup(err_msg());
     } else if (pump_until_done(s, k, &x, req, &stop)) {

@@ -344,6 +344,31 @@ class Sessions(ServerCase):
         self.assertEqual(rec["state"], "kept")
         self.assertEqual(self.srv.execute(sid, "kept")["results"], [{"text/plain": "1"}])
 
+    def test_an_interrupt_before_the_code_starts_keeps_state(self):
+        # A cell that takes a moment to compile before its code runs. An interrupt in that
+        # time once found SIGINT ignored, and the kill after the grace cost the session its
+        # variables.
+        sid = self.session()
+        self.srv.execute(sid, "kept = 1")
+        code = "y = 0\n" * 25000 + "import time\ntime.sleep(300)"
+        out = {}
+        t = threading.Thread(target=lambda: out.update(rec=self.srv.execute(sid, code)))
+        t.start()
+        self.assertTrue(wait_until(lambda: self.srv.ok("POST", path_of(sid, "/interrupt"))
+                                   ["interrupted"]), "the cell never ran")
+        t.join(HANG)
+        rec = out["rec"]
+        self.assertStatus(rec, "error")
+        self.assertEqual(rec["error"]["name"], "KeyboardInterrupt")
+        self.assertEqual(rec["state"], "kept")
+        self.assertEqual(self.srv.execute(sid, "kept")["results"], [{"text/plain": "1"}])
+
+    def test_a_cell_larger_than_the_channel_runs(self):
+        sid = self.session()
+        rec = self.srv.execute(sid, "s = 0\n" + "s += 1\n" * 60000 + "s")
+        self.assertStatus(rec, "ok")
+        self.assertEqual(rec["results"], [{"text/plain": "60000"}])
+
     def test_restart_keeps_files_not_variables(self):
         sid = self.session()
         self.srv.execute(sid, "v = 5\nopen('f.txt', 'w').write('still here')")
