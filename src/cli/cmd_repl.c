@@ -3,6 +3,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <langinfo.h>
+#include <locale.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -182,6 +184,18 @@ static int repl_getc(FILE *f)
         }
         return cp;
     }
+}
+
+/* libedit turns what it read back into bytes in LC_CTYPE's encoding; in the C locale that
+ * a program starts in (and on a fresh host without LANG) every non-ASCII character is
+ * dropped. Cells are UTF-8 whatever the terminal's locale says it is. */
+static void use_utf8_ctype(void)
+{
+    const char *set = setlocale(LC_CTYPE, "");
+    if (set && !strcmp(nl_langinfo(CODESET), "UTF-8"))
+        return;
+    if (!setlocale(LC_CTYPE, "C.UTF-8"))
+        setlocale(LC_CTYPE, "C"); /* no UTF-8 locale at all: ASCII only, as before */
 }
 
 static char *read_line(const char *prompt, bool tty)
@@ -413,6 +427,8 @@ int cmd_repl(int argc, char **argv)
         common_opts_release(&ro.common);
         return r;
     }
+    if (isatty(STDIN_FILENO))
+        use_utf8_ctype();
     struct sandbox_host host;
     struct session *s = NULL;
     if (sandbox_host_init(&host) < 0) {

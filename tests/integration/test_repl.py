@@ -242,6 +242,16 @@ class PtyReplTest(RuncellTestCase):
         self.term.send("\x04")
         self.assertEqual(self.term.wait(), 0)
 
+    def test_non_ascii_typed_at_the_prompt(self):
+        # In the C locale (a fresh host without LANG, as here) libedit once dropped every
+        # non-ASCII character of the line.
+        for term in (self.term, Terminal(env={"LANG": "", "LC_ALL": "", "LC_CTYPE": ""})):
+            if term is not self.term:
+                self.addCleanup(term.close)
+            term.prompt()
+            term.send("print(len('h\u00e9llo \u2603'), 'h\u00e9llo \u2603')\r")
+            self.assertIn("7 h\u00e9llo \u2603\r\n", term.prompt())
+
     def test_continuation_prompt(self):
         self.term.prompt()
         self.term.send("for i in range(2):\r")

@@ -192,33 +192,71 @@ class ExitStatus(RuncellTestCase):
         self.assertTrue(wait_until(lambda: not procs_with(token)), "sandbox processes survived")
 
 
+# The cell blocks SIGUSR1, says it is up, and waits for SIGUSR1, which the test sends once
+# it has read the first line: the run cannot be over before that line was read.
+WAIT_FOR_USR1 = ("import signal\n"
+                 "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})\n")
+AWAIT_USR1 = "signal.sigwait({signal.SIGUSR1})\n"
+
+
+def release_waiting_cells(root_pid):
+    """Sends SIGUSR1 to the processes under root_pid that block it (the waiting cell's
+    interpreter); returns how many. Anything else under it would die of SIGUSR1."""
+    parent = {}
+    for name in os.listdir("/proc"):
+        try:
+            with open("/proc/%s/stat" % name) as f:
+                stat = f.read()
+            parent[int(name)] = int(stat[stat.rindex(")") + 2:].split()[1])
+        except (ValueError, OSError):
+            continue
+    under, todo = set(), [root_pid]
+    while todo:
+        p = todo.pop()
+        kids = [c for c, pp in parent.items() if pp == p and c not in under]
+        under.update(kids)
+        todo.extend(kids)
+    sent = 0
+    for pid in under:
+        try:
+            with open("/proc/%d/status" % pid) as f:
+                blocked = next(int(line.split()[1], 16) for line in f
+                               if line.startswith("SigBlk:"))
+            if blocked & (1 << (signal.SIGUSR1 - 1)):
+                os.kill(pid, signal.SIGUSR1)
+                sent += 1
+        except (OSError, StopIteration):
+            continue
+    return sent
+
+
 class LiveOutput(RuncellTestCase):
     def test_output_streams_before_the_end(self):
-        code = 'import time\nprint("first", flush=True)\ntime.sleep(3)\nprint("second")'
+        code = WAIT_FOR_USR1 + 'print("first", flush=True)\n' + AWAIT_USR1 + 'print("second")'
         p = subprocess.Popen([RUNCELL, "run", "-c", code], stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE)
         try:
             first, early = read_line(p.stdout)
-            still_running = p.poll() is None
+            self.assertEqual(release_waiting_cells(p.pid), 1, "the cell was not waiting")
             rest, err = p.communicate(timeout=HANG)
         finally:
             p.kill()
         self.assertEqual(first, b"first\n")
-        self.assertTrue(still_running, "'first' only arrived when the run was over")
         self.assertEqual((early + rest, p.returncode), (b"second\n", 0), err)
 
     def test_stderr_streams_too(self):
-        code = 'import sys, time\nprint("err-first", file=sys.stderr)\ntime.sleep(3)'
+        code = (WAIT_FOR_USR1 + 'import sys\nprint("err-first", file=sys.stderr)\n' +
+                AWAIT_USR1)
         p = subprocess.Popen([RUNCELL, "run", "-c", code], stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE)
         try:
             first, _ = read_line(p.stderr)
-            still_running = p.poll() is None
+            self.assertEqual(release_waiting_cells(p.pid), 1, "the cell was not waiting")
             p.communicate(timeout=HANG)
         finally:
             p.kill()
         self.assertEqual(first, b"err-first\n")
-        self.assertTrue(still_running)
+        self.assertEqual(p.returncode, 0)
 
 
 class Record(RuncellTestCase):
