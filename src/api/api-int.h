@@ -34,6 +34,7 @@ struct server {
      * too. */
     pthread_mutex_t oneshots_lock;
     struct oneshot_run *oneshots;
+    bool oneshots_interrupted; /* the grace is over: a one-shot registered after is too */
 };
 
 /* Where a request is: libmicrohttpd calls the handler once for the headers, once per body

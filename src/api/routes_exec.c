@@ -356,6 +356,8 @@ static void oneshot_register(struct server *srv, struct oneshot_run *run)
     pthread_mutex_lock(&srv->oneshots_lock);
     run->next = srv->oneshots;
     srv->oneshots = run;
+    if (srv->oneshots_interrupted)
+        session_interrupt_first_cell(run->s);
     pthread_mutex_unlock(&srv->oneshots_lock);
 }
 
@@ -374,8 +376,9 @@ static void oneshot_unregister(struct server *srv, struct oneshot_run *run)
 void oneshots_interrupt(struct server *srv)
 {
     pthread_mutex_lock(&srv->oneshots_lock);
+    srv->oneshots_interrupted = true;
     for (struct oneshot_run *run = srv->oneshots; run; run = run->next)
-        session_interrupt(run->s);
+        session_interrupt_first_cell(run->s); /* it may still be starting its sandbox */
     pthread_mutex_unlock(&srv->oneshots_lock);
 }
 

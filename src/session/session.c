@@ -19,10 +19,13 @@ struct session {
     struct sandbox_host *host;
     struct session_opts opts;
     struct workspace *ws;
-    pthread_mutex_t lock; /* guards k (pointer swaps), busy, closed */
+    pthread_mutex_t lock; /* guards k (pointer swaps), busy, closed, interrupt_owed */
     struct kernel *k;     /* NULL after a failed restart; the next execute retries */
     bool busy;
     bool closed;
+    /* An interrupt that came before the cell reached the kernel (while it started, or
+     * before the request was written): sent once the request is out. */
+    bool interrupt_owed;
     long execution_count;
     uint64_t last_used_ms;
     uint64_t created_ms; /* wall clock */
@@ -555,7 +558,16 @@ static void end(struct session *s)
 {
     pthread_mutex_lock(&s->lock);
     s->busy = false;
+    s->interrupt_owed = false;
     s->last_used_ms = now_ms();
+    pthread_mutex_unlock(&s->lock);
+}
+
+static void send_owed_interrupt(struct session *s)
+{
+    pthread_mutex_lock(&s->lock);
+    if (s->interrupt_owed)
+        kernel_interrupt(s->k);
     pthread_mutex_unlock(&s->lock);
 }
 
@@ -574,9 +586,12 @@ static void run_cell(struct session *s, const struct exec_request *req,
     workspace_scan(s->ws, &before);
     sandbox_usage(k->sb, &u0);
     sandbox_reset_peak(k->sb);
-    if (kernel_send_execute(k, req->code, req->lang ? req->lang : s->lang,
-                            s->execution_count + 1,
-                            req->timeout_ms ? req->timeout_ms : s->opts.timeout_ms) < 0) {
+    int sent = kernel_send_execute(k, req->code, req->lang ? req->lang : s->lang,
+                                   s->execution_count + 1,
+                                   req->timeout_ms ? req->timeout_ms : s->opts.timeout_ms);
+    if (sent == 0)
+        send_owed_interrupt(s);
+    if (sent < 0) {
         rec->status = EXEC_CRASHED;
         rec->message = xstrdup(err_msg());
     } else if (pump_until_done(s, k, &x, req, &stop)) {
@@ -663,10 +678,22 @@ int session_execute(struct session *s, const struct exec_request *req,
 int session_interrupt(struct session *s)
 {
     pthread_mutex_lock(&s->lock);
-    if (s->k && s->busy)
-        kernel_interrupt(s->k);
+    if (s->busy) {
+        s->interrupt_owed = true;
+        if (s->k)
+            kernel_interrupt(s->k);
+    }
     pthread_mutex_unlock(&s->lock);
     return 0;
+}
+
+void session_interrupt_first_cell(struct session *s)
+{
+    pthread_mutex_lock(&s->lock);
+    s->interrupt_owed = true;
+    if (s->busy && s->k)
+        kernel_interrupt(s->k);
+    pthread_mutex_unlock(&s->lock);
 }
 
 int session_restart(struct session *s)

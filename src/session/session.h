@@ -189,8 +189,12 @@ int session_new(struct sandbox_host *host, const struct session_opts *opts, stru
  * record says state "lost". */
 int session_execute(struct session *s, const struct exec_request *req,
                     const struct exec_sink *sink, struct exec_record *rec);
-/* Interrupts the running cell, if any (KeyboardInterrupt). Safe from any thread. */
+/* Interrupts the running cell, if any (KeyboardInterrupt), also one whose interpreter is
+ * still starting. Safe from any thread. */
 int session_interrupt(struct session *s);
+/* For a session made for one cell (a one-shot run): interrupts that cell, running or yet
+ * to run. Safe from any thread. */
+void session_interrupt_first_cell(struct session *s);
 /* A fresh interpreter on the same files. -EBUSY while a cell runs. */
 int session_restart(struct session *s);
 /* The workspace (files) of the session; valid while the session lives. */

@@ -1259,6 +1259,24 @@ class Shutdown(RuncellTestCase):
             self.assertIn("grace period over", srv.log())
             self.assertNothingLeft(srv)
 
+    def test_a_one_shot_not_yet_running_is_interrupted_too(self):
+        # The grace ends while the one-shot starts its sandbox or compiles its cell: the
+        # interrupt waits for the cell instead of being lost (the final wait once cut the
+        # run off, and the client got no reply).
+        with Server("--shutdown-grace", "0.001") as srv:
+            result = {}
+            code = "y = 0\n" * 20000 + "import time\ntime.sleep(300)"
+            oneshot = threading.Thread(target=lambda: result.update(r=srv.request(
+                "POST", "/v1/execute", {"code": code})))
+            oneshot.start()
+            self.assertTrue(wait_until(
+                lambda: metrics(srv)[0]["runcell_executions_running"] == 1))
+            self.assertEqual(srv.stop(signal.SIGTERM), 0)
+            oneshot.join(HANG)
+            self.assertEqual(result["r"].status, 200, result)
+            self.assertEqual(result["r"].json()["error"]["name"], "KeyboardInterrupt")
+            self.assertNothingLeft(srv)
+
     def test_sigint_too(self):
         with Server() as srv:
             sid = srv.create_session()
