@@ -47,6 +47,7 @@ struct request {
     const struct route *route;
     char method[16];   /* for the log */
     bool url_has_nul;  /* "%00" in the raw URL: the decoded URL was cut short */
+    bool http10;       /* an HTTP/1.0 request (no Host needed) */
     char *params[2];   /* {id}, {path} as matched */
     struct buf body;   /* JSON request body, capped */
     struct upload *upload; /* PUT of a file: streamed to disk */
