@@ -448,8 +448,7 @@ static bool origin_allowed(struct request *rq, const char *origin)
 
 static bool accepts(struct request *rq, const char *type)
 {
-    const char *a = header(rq, "Accept");
-    return a && (strstr(a, type) || strstr(a, "*/*"));
+    return header(rq, "Accept") && accept_q(rq, type) > 0;
 }
 
 /* The checks shared by POST, GET and DELETE; false after replying. */

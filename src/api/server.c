@@ -26,7 +26,8 @@ static const struct route routes[] = {
     {"GET", "/v1/sessions/{id}/events", h_session_events, 0, NULL},
     {"GET", "/v1/sessions/{id}/files", h_files_list, 0, NULL},
     {"GET", "/v1/sessions/{id}/files/{path}", h_file_get, 0, NULL},
-    {"PUT", "/v1/sessions/{id}/files/{path}", h_file_put, ROUTE_STREAM_BODY, h_file_put_chunk},
+    {"PUT", "/v1/sessions/{id}/files/{path}", h_file_put, ROUTE_STREAM_BODY, h_file_put_chunk,
+     h_file_put_admit},
     {"DELETE", "/v1/sessions/{id}/files/{path}", h_file_delete, 0, NULL},
     {"POST", "/v1/execute", h_oneshot, 0, NULL},
     {"POST", "/mcp", h_mcp_post, 0, NULL},
@@ -133,6 +134,13 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
     return rq;
 }
 
+uint64_t drain_max(const struct request *rq)
+{
+    if (rq->route && (rq->route->flags & ROUTE_STREAM_BODY))
+        return MAX((uint64_t)DRAIN_MAX, rq->srv->cfg->limits.max_upload_bytes);
+    return DRAIN_MAX;
+}
+
 /* Whether an early reply should wait for the body (see struct request). */
 static bool hold_early_replies(struct request *rq)
 {
@@ -145,7 +153,7 @@ static bool hold_early_replies(struct request *rq)
     /* A request without a body is held too: its end comes at once, and a reply queued
      * only then keeps the connection open (libmicrohttpd closes after an early one). */
     if (cl && parse_u64(cl, &len) == 0)
-        return len <= DRAIN_MAX;
+        return len <= drain_max(rq);
     return te != NULL || !cl;
 }
 
@@ -286,6 +294,9 @@ static enum MHD_Result route_request(struct request *rq, const char *url, const 
         return api_error(rq, AE_TOO_LARGE, "request body of %llu bytes is larger than the "
                          "server's limit of %llu bytes", (unsigned long long)len,
                          (unsigned long long)max);
+    if (rq->route->admit && !rq->route->admit(rq, cl && parse_u64(cl, &len) == 0 ? len
+                                                                            : UINT64_MAX))
+        return MHD_YES;
     buf_init(&rq->body, max);
     return MHD_YES;
 }
@@ -296,8 +307,8 @@ static enum MHD_Result on_body(struct request *rq, const char *data, size_t n)
 {
     if (rq->responded) {
         rq->dropped += n;
-        /* Past DRAIN_MAX the client is not worth reading further: hang up, unanswered. */
-        return rq->dropped > DRAIN_MAX ? MHD_NO : MHD_YES;
+        /* Past drain_max the client is not worth reading further: hang up, unanswered. */
+        return rq->dropped > drain_max(rq) ? MHD_NO : MHD_YES;
     }
     if (rq->route->flags & ROUTE_STREAM_BODY) {
         int r = rq->route->upload(rq, data, n);
