@@ -423,9 +423,9 @@ bool h_file_put_admit(struct request *rq, uint64_t declared)
                   "size limit); delete files or create the session with a larger disk_mb",
                   (unsigned long long)total);
     else
-        api_error(rq, AE_TOO_LARGE, "an upload of %llu bytes does not fit: the workspace has "
-                  "%llu bytes left of its %llu-byte size limit; delete files or create the "
-                  "session with a larger disk_mb", (unsigned long long)declared,
+        api_error(rq, AE_TOO_LARGE, "the workspace is too full for an upload of %llu bytes: "
+                  "it has %llu bytes left of its %llu-byte size limit; delete files or create "
+                  "the session with a larger disk_mb", (unsigned long long)declared,
                   (unsigned long long)left, (unsigned long long)total);
     return false;
 }
