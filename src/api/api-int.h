@@ -48,6 +48,7 @@ struct request {
     char method[16];   /* for the log */
     bool url_has_nul;  /* "%00" in the raw URL: the decoded URL was cut short */
     bool http10;       /* an HTTP/1.0 request (no Host needed) */
+    bool authenticated; /* it carried the token */
     char *params[2];   /* {id}, {path} as matched */
     struct buf body;   /* JSON request body, capped */
     struct upload *upload; /* PUT of a file: streamed to disk */
@@ -68,8 +69,8 @@ struct request {
 };
 #define DRAIN_MAX (16u << 20)
 /* What is read and dropped after an early reply to rq (see hold_reply): DRAIN_MAX, or for
- * an upload as much as the server takes in one, so that a client that ran a workspace full
- * hears 413 instead of a reset. */
+ * an authenticated upload as much as the server takes in one, so that a client that ran a
+ * workspace full hears 413 instead of a reset. */
 uint64_t drain_max(const struct request *rq);
 /* How long an authenticated connection may sit idle between requests. */
 #define CONNECTION_IDLE_TIMEOUT_S 300u

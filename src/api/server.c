@@ -136,7 +136,8 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
 
 uint64_t drain_max(const struct request *rq)
 {
-    if (rq->route && (rq->route->flags & ROUTE_STREAM_BODY))
+    /* Only for a client with the token: no one else gets a gigabyte read on their behalf. */
+    if (rq->authenticated && rq->route && (rq->route->flags & ROUTE_STREAM_BODY))
         return MAX((uint64_t)DRAIN_MAX, rq->srv->cfg->limits.max_upload_bytes);
     return DRAIN_MAX;
 }
@@ -254,6 +255,8 @@ static enum MHD_Result route_request(struct request *rq, const char *url, const 
                                                        "of the Bearer scheme");
         }
         conn_guard_authenticated(srv->conns, rq->conn, CONNECTION_IDLE_TIMEOUT_S);
+        rq->authenticated = true;
+        rq->hold_reply = hold_early_replies(rq); /* an upload's drain is longer now */
     }
     if (!rq->route) {
         enum MHD_Result r;

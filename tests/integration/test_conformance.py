@@ -319,6 +319,28 @@ class RawSocket(RuncellTestCase):
             self.assertEqual(got, status, head)
             self.assertNotEqual(h.get("connection", "").lower(), "close", head)
 
+    def test_upload_refused_for_space_is_drained_and_keeps_the_connection(self):
+        # No Expect: the client sends its whole body before reading, and hears 413 after it.
+        sid = self.srv.create_session(disk_mb=1)
+        c = self.conn()
+        body = b"u" * (3 << 20)
+        c.send("PUT %s HTTP/1.1\r\nHost: x\r\n%sContent-Length: %d\r\n\r\n"
+               % (path_of(sid, "/files/u.bin"), self.auth(), len(body)), body)
+        status, _, reply = c.response()
+        self.assertEqual((status, json.loads(reply)["error"]["code"]), (413, "too_large"))
+        c.send("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        self.assertEqual(c.response()[0], 200)
+
+    def test_unauthenticated_large_upload_is_not_read(self):
+        # The long drain of uploads is for clients with the token: without it, a declared
+        # 100 MB body gets its 401 at once and the connection closes unread.
+        c = self.conn()
+        c.send("PUT %s HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
+               % (path_of("0" * 24, "/files/x"), 100 << 20))
+        status, _, _ = c.response()
+        self.assertEqual(status, 401)
+        self.assertTrue(c.closed_by_server())
+
     def test_head_answers_no_body(self):
         c = self.conn()
         # The HEAD's head, then at once the next response: nothing of a body between them.
