@@ -48,6 +48,8 @@ struct request {
     const struct route *route;
     char method[16];   /* for the log */
     bool url_has_nul;  /* "%00" in the raw URL: the decoded URL was cut short */
+    bool http10;       /* an HTTP/1.0 request (no Host needed) */
+    bool authenticated; /* it carried the token */
     char *params[2];   /* {id}, {path} as matched */
     struct buf body;   /* JSON request body, capped */
     struct upload *upload; /* PUT of a file: streamed to disk */
@@ -67,6 +69,10 @@ struct request {
     char **packages;        /* ... and its packages */
 };
 #define DRAIN_MAX (16u << 20)
+/* What is read and dropped after an early reply to rq (see hold_reply): DRAIN_MAX, or for
+ * an authenticated upload as much as the server takes in one, so that a client that ran a
+ * workspace full hears 413 instead of a reset. */
+uint64_t drain_max(const struct request *rq);
 /* How long an authenticated connection may sit idle between requests. */
 #define CONNECTION_IDLE_TIMEOUT_S 300u
 
@@ -82,6 +88,10 @@ struct route {
     unsigned flags;
     /* ROUTE_STREAM_BODY only: called for each chunk, then handle() at the end. */
     int (*upload)(struct request *rq, const char *data, size_t n);
+    /* ROUTE_STREAM_BODY, optional: looks at the request before its body is asked for (so
+     * before "100 Continue"); declared is its Content-Length, UINT64_MAX when it has none.
+     * False after replying. */
+    bool (*admit)(struct request *rq, uint64_t declared);
 };
 
 /* The route for method on url (server.c), its {id} and {path} in params (caller frees); or
@@ -119,7 +129,16 @@ enum api_err api_err_of(int err);
 const char *api_err_code(enum api_err e);
 /* Sends j (reference stolen) with status. */
 enum MHD_Result reply_json(struct request *rq, unsigned status, json_t *j);
+/* As reply_json, with one more header (name NULL: none), as Location of a 201. */
+enum MHD_Result reply_json_header(struct request *rq, unsigned status, json_t *j,
+                                  const char *name, const char *value);
 enum MHD_Result reply_response(struct request *rq, unsigned status, struct MHD_Response *r);
+/* Content negotiation (RFC 9110 12.5.1): the q-value the request's Accept header gives to
+ * the media type (the most specific range that matches decides; media types compared
+ * case-insensitively; 1 without an Accept header, 0 when nothing matches). */
+double accept_q(struct request *rq, const char *type);
+/* Whether Accept names type itself (not through a wildcard), whatever its q-value. */
+bool accept_lists(struct request *rq, const char *type);
 /* The parsed JSON body, or NULL after replying 400 (bad JSON, not an object). An empty
  * body is an empty object. */
 json_t *body_json(struct request *rq);
@@ -154,6 +173,7 @@ enum MHD_Result h_files_list(struct request *rq);
 enum MHD_Result h_file_get(struct request *rq);
 enum MHD_Result h_file_put(struct request *rq);
 int h_file_put_chunk(struct request *rq, const char *data, size_t n);
+bool h_file_put_admit(struct request *rq, uint64_t declared);
 enum MHD_Result h_file_delete(struct request *rq);
 /* conns.c: connections that have not authenticated are capped at max_unauth (0: no cap);
  * a new one past the cap closes the oldest of them. Pass conn_guard_notify with the guard

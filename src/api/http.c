@@ -4,7 +4,9 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 static const struct {
     unsigned status;
@@ -36,6 +38,12 @@ enum MHD_Result reply_response(struct request *rq, unsigned status, struct MHD_R
 
 enum MHD_Result reply_json(struct request *rq, unsigned status, json_t *j)
 {
+    return reply_json_header(rq, status, j, NULL, NULL);
+}
+
+enum MHD_Result reply_json_header(struct request *rq, unsigned status, json_t *j,
+                                  const char *name, const char *value)
+{
     char *text = json_dumps(j, JSON_COMPACT);
     json_decref(j);
     if (!text)
@@ -45,6 +53,8 @@ enum MHD_Result reply_json(struct request *rq, unsigned status, json_t *j)
     text[n++] = '\n';
     struct MHD_Response *r = MHD_create_response_from_buffer(n, text, MHD_RESPMEM_MUST_FREE);
     MHD_add_response_header(r, "Content-Type", "application/json");
+    if (name)
+        MHD_add_response_header(r, name, value);
     return reply_response(rq, status, r);
 }
 
@@ -118,6 +128,64 @@ enum api_err api_err_of(int err)
 const char *api_err_code(enum api_err e)
 {
     return api_errs[e].code;
+}
+
+/* How well one media range of an Accept header ("type/sub", "type/ *" or "* / *", with
+ * parameters) matches type: 3, 2, 1 as it is more specific, 0 when it does not. */
+static int range_match(const char *range, size_t n, const char *type)
+{
+    const char *slash = memchr(range, '/', n);
+    size_t tn = strlen(type);
+    if (!slash)
+        return 0;
+    if (n == 3 && !strncmp(range, "*/*", 3))
+        return 1;
+    size_t major = (size_t)(slash - range);
+    if (n == major + 2 && slash[1] == '*')
+        return major < tn && type[major] == '/' && !strncasecmp(range, type, major) ? 2 : 0;
+    return n == tn && !strncasecmp(range, type, n) ? 3 : 0;
+}
+
+double accept_q(struct request *rq, const char *type)
+{
+    const char *a = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, "Accept");
+    if (!a)
+        return 1.0;
+    int best = 0;
+    double q_best = 0.0;
+    for (const char *p = a; *p;) {
+        p += strspn(p, " \t,");
+        size_t len = strcspn(p, ",");
+        size_t tlen = strcspn(p, ";, \t");
+        int m = range_match(p, MIN(tlen, len), type);
+        double q = 1.0;
+        /* the q parameter, among the range's parameters */
+        for (const char *par = memchr(p, ';', len); par && par < p + len;
+             par = memchr(par + 1, ';', (size_t)(p + len - par - 1))) {
+            const char *v = par + 1 + strspn(par + 1, " \t");
+            if ((v[0] == 'q' || v[0] == 'Q') && v[1] == '=')
+                q = strtod(v + 2, NULL);
+        }
+        if (m > best) {
+            best = m;
+            q_best = q < 0 ? 0 : q > 1 ? 1 : q;
+        }
+        p += len;
+    }
+    return q_best;
+}
+
+bool accept_lists(struct request *rq, const char *type)
+{
+    const char *a = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, "Accept");
+    for (const char *p = a; p && *p;) {
+        p += strspn(p, " \t,");
+        size_t len = strcspn(p, ",");
+        if (range_match(p, MIN(strcspn(p, ";, \t"), len), type) == 3)
+            return true;
+        p += len;
+    }
+    return false;
 }
 
 enum MHD_Result api_errno(struct request *rq, int err)

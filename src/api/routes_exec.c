@@ -239,8 +239,11 @@ static enum MHD_Result execute_streaming(struct request *rq, struct session *s, 
 
 bool wants_ndjson(struct request *rq)
 {
-    const char *accept = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, "Accept");
-    return accept && strstr(accept, "application/x-ndjson");
+    /* Named, not reached by a wildcard: JSON is the default; and preferred at least as
+     * much as JSON ("application/json, application/x-ndjson;q=0.5" gets JSON). */
+    double q = accept_q(rq, "application/x-ndjson");
+    return accept_lists(rq, "application/x-ndjson") && q > 0 &&
+           q >= accept_q(rq, "application/json");
 }
 
 enum MHD_Result h_execute(struct request *rq)

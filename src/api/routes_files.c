@@ -6,7 +6,10 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <time.h>
 #include <unistd.h>
 
 struct upload {
@@ -124,6 +127,176 @@ static const char *content_type(const char *path)
     return "application/octet-stream";
 }
 
+/* ---- validators and ranges of downloads (RFC 9110 8.8, 13, 14) ---- */
+
+/* The ETag is strong and made of the file's inode, size and modification time (ns): an
+ * upload renames a new inode into place, and a write by the sandbox changes the time. Two
+ * writes of the same size within one tick of the kernel's coarse clock (a few ms) would keep
+ * it; hashing the content instead would read a gigabyte to answer a HEAD. */
+static void file_etag(const struct stat *st, char out[80])
+{
+    uint64_t mtime_ns = (uint64_t)st->st_mtim.tv_sec * 1000000000u + (uint64_t)st->st_mtim.tv_nsec;
+    snprintf(out, 80, "\"%llx-%llx-%llx\"", (unsigned long long)st->st_ino,
+             (unsigned long long)st->st_size, (unsigned long long)mtime_ns);
+}
+
+static void http_date(time_t t, char out[40])
+{
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(out, 40, "%a, %d %b %Y %H:%M:%S GMT", &tm);
+}
+
+/* An IMF-fixdate (the only form senders may use); -1 when it is not one. */
+static time_t parse_http_date(const char *s)
+{
+    struct tm tm = {0};
+    const char *end = strptime(s, "%a, %d %b %Y %H:%M:%S GMT", &tm);
+    return end && !*end ? timegm(&tm) : (time_t)-1;
+}
+
+/* Whether a list of entity tags ("*", or "a", W/"b", ...) holds etag; weak comparison
+ * (the W/ prefix ignored) as If-None-Match uses. */
+static bool etag_listed(const char *list, const char *etag)
+{
+    size_t n = strlen(etag);
+    for (const char *p = list; *p;) {
+        p += strspn(p, " \t,");
+        if (*p == '*')
+            return true;
+        if (!strncmp(p, "W/", 2))
+            p += 2;
+        if (!strncmp(p, etag, n) && (!p[n] || strchr(" \t,", p[n])))
+            return true;
+        p += strcspn(p, ",");
+    }
+    return false;
+}
+
+/* Not modified since the client's copy (If-None-Match, else If-Modified-Since)? */
+static bool not_modified(struct request *rq, const struct stat *st, const char *etag)
+{
+    const char *inm = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, "If-None-Match");
+    if (inm)
+        return etag_listed(inm, etag);
+    const char *ims = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND,
+                                                  "If-Modified-Since");
+    time_t t = ims ? parse_http_date(ims) : (time_t)-1;
+    return t != (time_t)-1 && st->st_mtime <= t;
+}
+
+/* Whether a Range header applies: If-Range, when sent, must name the file as it is now
+ * (its strong ETag, or exactly its Last-Modified). */
+static bool range_applies(struct request *rq, const char *etag, const char *modified)
+{
+    const char *ir = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, "If-Range");
+    return !ir || !strcmp(ir, etag) || !strcmp(ir, modified);
+}
+
+enum range_verdict { RANGE_NONE, RANGE_OK, RANGE_UNSATISFIABLE };
+
+/* One byte range "bytes=A-B", "bytes=A-" or "bytes=-N" of a file of size bytes, as
+ * [*off, *off + *len). Several ranges, or a unit other than bytes, are ignored (RFC 9110
+ * 14.2 lets a server send the whole file); so is a range that does not parse. */
+static enum range_verdict parse_range(const char *h, uint64_t size, uint64_t *off,
+                                      uint64_t *len)
+{
+    if (strncasecmp(h, "bytes=", 6) || strchr(h, ','))
+        return RANGE_NONE;
+    const char *p = h + 6;
+    char *end;
+    uint64_t a = 0, b = UINT64_MAX;
+    bool suffix = *p == '-';
+    if (!suffix) {
+        if (*p < '0' || *p > '9')
+            return RANGE_NONE;
+        a = strtoull(p, &end, 10);
+        if (*end != '-')
+            return RANGE_NONE;
+        p = end;
+    }
+    p++;
+    if (*p) {
+        if (*p < '0' || *p > '9')
+            return RANGE_NONE;
+        b = strtoull(p, &end, 10);
+        if (*end || (!suffix && b < a))
+            return RANGE_NONE;
+    } else if (suffix) {
+        return RANGE_NONE;
+    }
+    if (suffix) { /* the last b bytes */
+        if (b == 0 || size == 0)
+            return RANGE_UNSATISFIABLE;
+        *off = b >= size ? 0 : size - b;
+        *len = size - *off;
+        return RANGE_OK;
+    }
+    if (a >= size)
+        return RANGE_UNSATISFIABLE;
+    *off = a;
+    *len = MIN(b, size - 1) - a + 1;
+    return RANGE_OK;
+}
+
+static void validators(struct MHD_Response *r, const char *etag, const char *modified)
+{
+    MHD_add_response_header(r, "ETag", etag);
+    MHD_add_response_header(r, "Last-Modified", modified);
+    MHD_add_response_header(r, "Accept-Ranges", "bytes");
+}
+
+/* 416 with the JSON error and Content-Range: bytes *\/SIZE (RFC 9110 15.5.17). */
+static enum MHD_Result reply_unsatisfiable(struct request *rq, const char *range, uint64_t size)
+{
+    _cleanup_free_ char *msg = xasprintf("Range '%s' is outside the file, which has %llu "
+                                         "bytes", range, (unsigned long long)size);
+    json_t *j = json_pack("{s:{s:s,s:s}}", "error", "code", "range_not_satisfiable",
+                          "message", msg);
+    _cleanup_free_ char *cr = xasprintf("bytes */%llu", (unsigned long long)size);
+    return reply_json_header(rq, 416, j, "Content-Range", cr);
+}
+
+/* Sends the open regular file fd (taken): 304, 206 or 416 as the request's conditions and
+ * Range say, else 200. Streamed from the fd: the file is never held in memory. */
+static enum MHD_Result reply_file(struct request *rq, const char *path, int fd,
+                                  const struct stat *st)
+{
+    char etag[80], modified[40];
+    file_etag(st, etag);
+    http_date(st->st_mtime, modified);
+    uint64_t size = (uint64_t)st->st_size, off = 0, len = size;
+    struct MHD_Response *r;
+    if (not_modified(rq, st, etag)) {
+        close(fd);
+        r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+        validators(r, etag, modified);
+        return reply_response(rq, 304, r);
+    }
+    const char *range = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, "Range");
+    enum range_verdict v = range && range_applies(rq, etag, modified)
+                               ? parse_range(range, size, &off, &len)
+                               : RANGE_NONE;
+    if (v == RANGE_UNSATISFIABLE) {
+        close(fd);
+        return reply_unsatisfiable(rq, range, size);
+    }
+    r = MHD_create_response_from_fd_at_offset64(len, fd, off);
+    if (!r) {
+        close(fd);
+        return api_error(rq, AE_INTERNAL, "cannot send '%s'", path);
+    }
+    MHD_add_response_header(r, "Content-Type", content_type(path));
+    validators(r, etag, modified);
+    if (v == RANGE_OK) {
+        _cleanup_free_ char *cr = xasprintf("bytes %llu-%llu/%llu", (unsigned long long)off,
+                                            (unsigned long long)(off + len - 1),
+                                            (unsigned long long)size);
+        MHD_add_response_header(r, "Content-Range", cr);
+    }
+    return reply_response(rq, v == RANGE_OK ? 206 : 200, r);
+}
+
 enum MHD_Result h_file_get(struct request *rq)
 {
     const char *path = rq->params[1];
@@ -153,10 +326,7 @@ enum MHD_Result h_file_get(struct request *rq)
         return path_error(rq, path, S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL); /* swapped since */
     }
     fd_set_nonblock(fd, false);
-    /* Streamed from the fd: the file is never held in memory. */
-    struct MHD_Response *r = MHD_create_response_from_fd((uint64_t)st.st_size, fd);
-    MHD_add_response_header(r, "Content-Type", content_type(path));
-    return reply_response(rq, 200, r);
+    return reply_file(rq, path, fd, &st);
 }
 
 void upload_abort(struct request *rq)
@@ -223,6 +393,43 @@ static enum MHD_Result put_error(struct request *rq, int err)
     return r;
 }
 
+/* Before the body: the session must be live and the declared length must fit in what its
+ * workspace has left (its tmpfs's size cap, less what is used), so that a client waiting
+ * with "Expect: 100-continue" hears 404 or 413 instead of sending the body for nothing. A
+ * body of unknown length is refused only when no byte is left. The temporary file is written
+ * beside the one it replaces, so the old file's space does not count as free. */
+bool h_file_put_admit(struct request *rq, uint64_t declared)
+{
+    if (!check_path(rq, rq->params[1]))
+        return false;
+    int err;
+    struct session *s = session_table_acquire(rq->srv->table, rq->params[0], &err);
+    if (!s) {
+        reply_not_live(rq, err);
+        return false;
+    }
+    struct statvfs sv;
+    _cleanup_close_ int dfd = workspace_open(session_workspace(s));
+    int r = dfd < 0 ? dfd : fstatvfs(dfd, &sv) < 0 ? -errno : 0;
+    session_table_release(rq->srv->table, s);
+    if (r < 0)
+        return true; /* the upload itself will say what is wrong */
+    uint64_t left = (uint64_t)sv.f_bavail * sv.f_frsize;
+    uint64_t total = (uint64_t)sv.f_blocks * sv.f_frsize;
+    if (declared == UINT64_MAX ? left > 0 : declared <= left)
+        return true;
+    if (declared == UINT64_MAX)
+        api_error(rq, AE_TOO_LARGE, "the workspace is full (0 bytes left of its %llu-byte "
+                  "size limit); delete files or create the session with a larger disk_mb",
+                  (unsigned long long)total);
+    else
+        api_error(rq, AE_TOO_LARGE, "the workspace is too full for an upload of %llu bytes: "
+                  "it has %llu bytes left of its %llu-byte size limit; delete files or create "
+                  "the session with a larger disk_mb", (unsigned long long)declared,
+                  (unsigned long long)left, (unsigned long long)total);
+    return false;
+}
+
 int h_file_put_chunk(struct request *rq, const char *data, size_t n)
 {
     if (!rq->upload)
@@ -254,8 +461,8 @@ enum MHD_Result h_file_put(struct request *rq)
      * upload never seems to write through one. (rename would only replace the link itself,
      * so the race between this check and the rename is harmless.) */
     struct stat st;
-    if (fstatat(u->dirfd, u->leaf, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
-        (S_ISLNK(st.st_mode) || S_ISDIR(st.st_mode)))
+    bool replaced = fstatat(u->dirfd, u->leaf, &st, AT_SYMLINK_NOFOLLOW) == 0;
+    if (replaced && (S_ISLNK(st.st_mode) || S_ISDIR(st.st_mode)))
         return path_error(rq, path, S_ISLNK(st.st_mode) ? -ELOOP : -EISDIR);
     if (renameat(u->dirfd, u->tmp_name, u->dirfd, u->leaf) < 0)
         return path_error(rq, path, -errno);
@@ -263,7 +470,8 @@ enum MHD_Result h_file_put(struct request *rq)
     u->tmp_name = NULL;
     json_t *j = json_pack("{s:s,s:I}", "path", path, "size", (json_int_t)u->size);
     save_files(u->s, j);
-    return reply_json(rq, 201, j);
+    /* 201 for a new file, 200 for one replaced (RFC 9110 9.3.4). */
+    return reply_json(rq, replaced ? 200 : 201, j);
 }
 
 enum MHD_Result h_file_delete(struct request *rq)

@@ -249,9 +249,9 @@ static void msession_free(struct mcp_http *m, struct msession *ms)
     pthread_mutex_unlock(&m->lock);
 }
 
-/* Takes ms out of the list; the caller holds the lock. Returns it when nobody uses it, to be
- * freed outside the lock. */
-static struct msession *end_locked(struct mcp_http *m, struct msession *ms)
+/* Takes ms out of the list; the caller holds the lock. Its running calls answer with an
+ * error giving reason. Returns it when nobody uses it, to be freed outside the lock. */
+static struct msession *end_locked(struct mcp_http *m, struct msession *ms, const char *reason)
 {
     for (struct msession **p = &m->head; *p; p = &(*p)->next) {
         if (*p == ms) {
@@ -265,7 +265,7 @@ static struct msession *end_locked(struct mcp_http *m, struct msession *ms)
         mstream_close(ms->get_stream);
         ms->get_stream = NULL;
     }
-    mcp_conn_cancel_all(ms->conn);
+    mcp_conn_end(ms->conn, reason);
     return ms->refs ? NULL : ms;
 }
 
@@ -287,7 +287,7 @@ static void sweep(struct mcp_http *m)
         pthread_mutex_lock(&m->lock);
         for (struct msession *ms = m->head; ms && !victim; ms = ms->next)
             if (idle_expired(m, ms, now))
-                victim = end_locked(m, ms);
+                victim = end_locked(m, ms, "the MCP session expired");
         pthread_mutex_unlock(&m->lock);
         if (!victim)
             return;
@@ -305,7 +305,7 @@ static struct msession *msession_acquire(struct mcp_http *m, const char *id)
         if (!strcmp(ms->id, id))
             found = ms;
     if (found && idle_expired(m, found, now)) {
-        expired = end_locked(m, found);
+        expired = end_locked(m, found, "the MCP session expired");
         found = NULL;
     } else if (found) {
         found->refs++;
@@ -356,7 +356,8 @@ void mcp_http_free(struct mcp_http *m)
         return;
     for (;;) {
         pthread_mutex_lock(&m->lock);
-        struct msession *victim = m->head ? end_locked(m, m->head) : NULL;
+        struct msession *victim = m->head ? end_locked(m, m->head, "the server is shutting down")
+                                           : NULL;
         bool more = m->head != NULL;
         pthread_mutex_unlock(&m->lock);
         if (victim)
@@ -448,8 +449,7 @@ static bool origin_allowed(struct request *rq, const char *origin)
 
 static bool accepts(struct request *rq, const char *type)
 {
-    const char *a = header(rq, "Accept");
-    return a && (strstr(a, type) || strstr(a, "*/*"));
+    return header(rq, "Accept") && accept_q(rq, type) > 0;
 }
 
 /* The checks shared by POST, GET and DELETE; false after replying. */
@@ -481,9 +481,22 @@ static struct msession *find_session(struct request *rq)
         return NULL;
     }
     struct msession *ms = msession_acquire(rq->srv->mcp, id);
-    if (!ms)
+    if (!ms) {
         mcp_http_error(rq, 404, MCP_INVALID_REQUEST, "Not Found: no MCP session %s (it ended "
                        "or expired); send initialize to start a new one", id);
+        return NULL;
+    }
+    /* After initialize every request names the version it negotiated; one without the
+     * header is taken as that version (the specification's rule for older clients). */
+    const char *version = header(rq, "MCP-Protocol-Version");
+    const char *negotiated = mcp_conn_version(ms->conn);
+    if (version && negotiated && strcmp(version, negotiated)) {
+        mcp_http_error(rq, 400, MCP_INVALID_REQUEST, "Bad Request: MCP-Protocol-Version is "
+                       "'%s' but this session negotiated '%s' in its initialize; send "
+                       "MCP-Protocol-Version: %s", version, negotiated, negotiated);
+        msession_release(rq->srv->mcp, ms);
+        return NULL;
+    }
     return ms;
 }
 
@@ -638,6 +651,15 @@ enum MHD_Result h_mcp_get(struct request *rq)
     if (!accepts(rq, "text/event-stream"))
         return mcp_http_error(rq, 406, MCP_INVALID_REQUEST, "Not Acceptable: GET /mcp opens "
                               "an event stream; send Accept: text/event-stream");
+    /* A GET for an event stream before any session is how a client of the HTTP+SSE
+     * transport (2024-11-05) starts; that transport is not offered. */
+    if (!header(rq, "Mcp-Session-Id"))
+        return mcp_http_error(rq, 400, MCP_INVALID_REQUEST, "Bad Request: no Mcp-Session-Id "
+                              "header. This server speaks the Streamable HTTP transport (MCP "
+                              "2025-03-26 and later): POST initialize to /mcp, then GET /mcp "
+                              "with the Mcp-Session-Id it returns; the HTTP+SSE transport of "
+                              "2024-11-05 (GET an endpoint event, POST to /messages) is not "
+                              "offered");
     struct msession *ms = find_session(rq);
     if (!ms)
         return MHD_YES;
@@ -674,7 +696,8 @@ enum MHD_Result h_mcp_delete(struct request *rq)
     struct mcp_http *m = rq->srv->mcp;
     pthread_mutex_lock(&m->lock);
     if (!ms->ended)
-        end_locked(m, ms); /* we hold a reference: the release below frees it */
+        /* we hold a reference: the release below frees it */
+        end_locked(m, ms, "the MCP session was ended by its client (DELETE /mcp)");
     pthread_mutex_unlock(&m->lock);
     log_info("msg=\"mcp session ended\" mcp_session=%s", ms->id);
     msession_release(m, ms);

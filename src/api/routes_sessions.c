@@ -226,7 +226,9 @@ enum MHD_Result h_session_create(struct request *rq)
     json_t *info = session_info(id, s);
     if (restored)
         json_object_set_new(info, "restored", restored);
-    ret = reply_json(rq, 201, info);
+    char *location = xasprintf("/v1/sessions/%s", id);
+    ret = reply_json_header(rq, 201, info, "Location", location);
+    free(location);
     session_table_release(rq->srv->table, s);
 out:
     free(id);

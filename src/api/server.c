@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -25,7 +26,8 @@ static const struct route routes[] = {
     {"GET", "/v1/sessions/{id}/events", h_session_events, 0, NULL},
     {"GET", "/v1/sessions/{id}/files", h_files_list, 0, NULL},
     {"GET", "/v1/sessions/{id}/files/{path}", h_file_get, 0, NULL},
-    {"PUT", "/v1/sessions/{id}/files/{path}", h_file_put, ROUTE_STREAM_BODY, h_file_put_chunk},
+    {"PUT", "/v1/sessions/{id}/files/{path}", h_file_put, ROUTE_STREAM_BODY, h_file_put_chunk,
+     h_file_put_admit},
     {"DELETE", "/v1/sessions/{id}/files/{path}", h_file_delete, 0, NULL},
     {"POST", "/v1/execute", h_oneshot, 0, NULL},
     {"POST", "/mcp", h_mcp_post, 0, NULL},
@@ -132,6 +134,14 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
     return rq;
 }
 
+uint64_t drain_max(const struct request *rq)
+{
+    /* Only for a client with the token: no one else gets a gigabyte read on their behalf. */
+    if (rq->authenticated && rq->route && (rq->route->flags & ROUTE_STREAM_BODY))
+        return MAX((uint64_t)DRAIN_MAX, rq->srv->cfg->limits.max_upload_bytes);
+    return DRAIN_MAX;
+}
+
 /* Whether an early reply should wait for the body (see struct request). */
 static bool hold_early_replies(struct request *rq)
 {
@@ -141,9 +151,11 @@ static bool hold_early_replies(struct request *rq)
     uint64_t len = 0;
     if (expect && !strcasecmp(expect, "100-continue"))
         return false; /* the client waits for our word before it sends the body */
+    /* A request without a body is held too: its end comes at once, and a reply queued
+     * only then keeps the connection open (libmicrohttpd closes after an early one). */
     if (cl && parse_u64(cl, &len) == 0)
-        return len > 0 && len <= DRAIN_MAX;
-    return te != NULL;
+        return len <= drain_max(rq);
+    return te != NULL || !cl;
 }
 
 const struct route *route_match(const char *url, const char *method, char *params[2],
@@ -153,16 +165,60 @@ const struct route *route_match(const char *url, const char *method, char *param
         char *p[2] = {NULL, NULL};
         if (!match(routes[i].pattern, url, p))
             continue;
-        if (!strcmp(routes[i].method, method)) {
+        /* HEAD is GET without the body (RFC 9110 9.3.2): libmicrohttpd leaves the body out. */
+        if (!strcmp(routes[i].method, method) ||
+            (!strcmp(method, "HEAD") && !strcmp(routes[i].method, "GET"))) {
             params[0] = p[0];
             params[1] = p[1];
             return &routes[i];
         }
         buf_printf(allow, "%s%s", allow->len ? ", " : "", routes[i].method);
+        if (!strcmp(routes[i].method, "GET"))
+            buf_printf(allow, ", HEAD");
         free(p[0]);
         free(p[1]);
     }
     return NULL;
+}
+
+/* The token of an "Authorization: Bearer TOKEN" header, or NULL. The scheme's name is
+ * case-insensitive and may be followed by more than one space (RFC 9110 11.1, 11.4). */
+static const char *bearer_token(const char *h)
+{
+    if (!h || strncasecmp(h, "Bearer", 6) || (h[6] != ' ' && h[6] != '\t'))
+        return NULL;
+    h += 6;
+    while (*h == ' ' || *h == '\t')
+        h++;
+    return h;
+}
+
+/* HTTP/1.1 requires Host (RFC 9112 3.2: a server answers 400 without it); 1.0 has none. */
+static bool host_ok(struct request *rq)
+{
+    return rq->http10 ||
+           MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, "Host") != NULL;
+}
+
+/* OPTIONS: the methods a path takes, without a token (they are the same for everyone and
+ * documented). No CORS headers: a page of another origin gets no permission from here
+ * (docs/API.md, "Browsers"). "*" asks about the server as a whole. */
+static enum MHD_Result reply_options(struct request *rq, const char *url, const char *allow)
+{
+    if (strcmp(url, "*") && !allow)
+        return api_error(rq, AE_NOT_FOUND, "no such route: OPTIONS %s", url);
+    struct MHD_Response *r = MHD_create_response_from_buffer(0, (void *)"",
+                                                             MHD_RESPMEM_PERSISTENT);
+    _cleanup_free_ char *methods = xasprintf("%s, OPTIONS",
+                                             allow ? allow : "GET, HEAD, POST, PUT, DELETE");
+    MHD_add_response_header(r, "Allow", methods);
+    return reply_response(rq, 204, r);
+}
+
+/* Paths of the HTTP+SSE transport of MCP 2024-11-05, which clients of it try. */
+static bool legacy_mcp_path(const char *url)
+{
+    return !strcmp(url, "/sse") || !strcmp(url, "/messages"); /* the query is not in url */
 }
 
 /* Routes a new request: 401, 404, 405, 503 and 413 are decided here, before the body. */
@@ -176,16 +232,31 @@ static enum MHD_Result route_request(struct request *rq, const char *url, const 
     if (rq->route && rq->params[0])
         rq->session_id = xstrdup(rq->params[0]);
     rq->hold_reply = hold_early_replies(rq);
+    if (!host_ok(rq)) {
+        buf_release(&allow);
+        return api_error(rq, AE_BAD_REQUEST, "an HTTP/1.1 request must carry a Host header "
+                         "(RFC 9112 3.2); send Host: %s", srv->cfg->listen);
+    }
+    if (!strcmp(method, "OPTIONS")) {
+        enum MHD_Result r = reply_options(rq, url, path_known ? allow.data : NULL);
+        buf_release(&allow);
+        return r;
+    }
     bool needs_auth = !rq->route || !(rq->route->flags & ROUTE_NO_AUTH);
     if (needs_auth) {
         const char *h = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, "Authorization");
-        if (!h || strncmp(h, "Bearer ", 7) || !token_equal(h + 7, srv->token)) {
+        const char *given = bearer_token(h);
+        if (!given || !token_equal(given, srv->token)) {
             buf_release(&allow);
             return api_error(rq, AE_UNAUTHORIZED, "%s; send 'Authorization: Bearer TOKEN' "
                              "(the token is in the server's data directory, file 'token')",
-                             h ? "wrong token" : "no token");
+                             !h ? "no token" : given ? "wrong token"
+                                                     : "the Authorization header is not "
+                                                       "of the Bearer scheme");
         }
         conn_guard_authenticated(srv->conns, rq->conn, CONNECTION_IDLE_TIMEOUT_S);
+        rq->authenticated = true;
+        rq->hold_reply = hold_early_replies(rq); /* an upload's drain is longer now */
     }
     if (!rq->route) {
         enum MHD_Result r;
@@ -202,7 +273,12 @@ static enum MHD_Result route_request(struct request *rq, const char *url, const 
             MHD_add_response_header(resp, "Allow", allow.data);
             r = reply_response(rq, 405, resp);
         } else {
-            r = api_error(rq, AE_NOT_FOUND, "no such route: %s %s", method, url);
+            r = legacy_mcp_path(url)
+                    ? api_error(rq, AE_NOT_FOUND, "no such route: %s %s; this server offers "
+                                "MCP over Streamable HTTP only, at /mcp (POST initialize "
+                                "there), not the HTTP+SSE transport of MCP 2024-11-05",
+                                method, url)
+                    : api_error(rq, AE_NOT_FOUND, "no such route: %s %s", method, url);
         }
         buf_release(&allow);
         return r;
@@ -221,6 +297,9 @@ static enum MHD_Result route_request(struct request *rq, const char *url, const 
         return api_error(rq, AE_TOO_LARGE, "request body of %llu bytes is larger than the "
                          "server's limit of %llu bytes", (unsigned long long)len,
                          (unsigned long long)max);
+    if (rq->route->admit && !rq->route->admit(rq, cl && parse_u64(cl, &len) == 0 ? len
+                                                                            : UINT64_MAX))
+        return MHD_YES;
     buf_init(&rq->body, max);
     return MHD_YES;
 }
@@ -231,8 +310,8 @@ static enum MHD_Result on_body(struct request *rq, const char *data, size_t n)
 {
     if (rq->responded) {
         rq->dropped += n;
-        /* Past DRAIN_MAX the client is not worth reading further: hang up, unanswered. */
-        return rq->dropped > DRAIN_MAX ? MHD_NO : MHD_YES;
+        /* Past drain_max the client is not worth reading further: hang up, unanswered. */
+        return rq->dropped > drain_max(rq) ? MHD_NO : MHD_YES;
     }
     if (rq->route->flags & ROUTE_STREAM_BODY) {
         int r = rq->route->upload(rq, data, n);
@@ -255,9 +334,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 {
     struct request *rq = *req_cls;
     (void)cls;
-    (void)version;
     if (rq->phase == PHASE_HEADERS && !rq->method[0]) {
         snprintf(rq->method, sizeof(rq->method), "%s", method);
+        rq->http10 = !strcmp(version, MHD_HTTP_VERSION_1_0);
         enum MHD_Result r = route_request(rq, url, method);
         rq->phase = PHASE_BODY;
         return r;

@@ -161,11 +161,20 @@ static void *call_main(void *arg)
         pthread_mutex_unlock(&k->plock);
         pthread_join(ticker, NULL); /* no progress may follow the response */
     }
-    if (atomic_load(&k->cancelled)) {
+    pthread_mutex_lock(&k->c->lock);
+    char *ended = k->c->end_reason ? xstrdup(k->c->end_reason) : NULL;
+    pthread_mutex_unlock(&k->c->lock);
+    if (atomic_load(&k->cancelled) && ended) {
+        json_decref(result); /* the session ended under the call: say so, or the client waits */
+        _cleanup_free_ char *msg = xasprintf("%s: %s; the call was interrupted, start a new "
+                                             "session to go on", k->tool->name, ended);
+        reply_respond(k->reply, rpc_error(k->id, MCP_SESSION_ENDED, msg));
+    } else if (atomic_load(&k->cancelled)) {
         json_decref(result); /* a cancelled request gets no response */
     } else {
         reply_respond(k->reply, rpc_result(k->id, result));
     }
+    free(ended);
     finish(k);
     return NULL;
 }
@@ -249,6 +258,16 @@ bool call_cancel(struct mcp_conn *c, json_t *id)
     }
     pthread_mutex_unlock(&c->lock);
     return found;
+}
+
+void mcp_conn_end(struct mcp_conn *c, const char *reason)
+{
+    pthread_mutex_lock(&c->lock);
+    if (!c->end_reason)
+        c->end_reason = xstrdup(reason);
+    c->closing = true;
+    pthread_mutex_unlock(&c->lock);
+    mcp_conn_cancel_all(c);
 }
 
 void mcp_conn_cancel_all(struct mcp_conn *c)

@@ -109,6 +109,7 @@ void mcp_conn_free(struct mcp_conn *c)
     for (char **id = c->owned; c->cfg->table && *id; id++)
         session_table_remove(c->cfg->table, *id);
     strv_free(c->owned);
+    free(c->end_reason);
     free(c->default_id);
     free(c->default_known);
     pthread_cond_destroy(&c->idle);

@@ -55,6 +55,7 @@ struct mcp_conn {
     size_t n_calls;
     uint64_t last_active_ms; /* when the last call ended (now_ms) */
     bool closing;
+    char *end_reason; /* set by mcp_conn_end: cancelled calls answer with it */
     char **owned;     /* ids of the sessions this connection created (strv) */
     char *default_id; /* its default session, or NULL before the first use */
     pthread_mutex_t default_lock; /* held while the default session is looked up or made */

@@ -47,6 +47,8 @@ enum {
     MCP_INVALID_PARAMS = -32602,
     MCP_INTERNAL_ERROR = -32603,
     MCP_SERVER_BUSY = -32000, /* too many calls in flight on the connection */
+    /* The session ended while the request ran (the TypeScript SDK's ConnectionClosed). */
+    MCP_SESSION_ENDED = -32000,
 };
 
 struct mcp_config {
@@ -102,6 +104,11 @@ bool mcp_conn_busy(struct mcp_conn *c);
 uint64_t mcp_conn_last_active_ms(struct mcp_conn *c);
 /* Interrupts every running tool call; their responses are not sent. */
 void mcp_conn_cancel_all(struct mcp_conn *c);
+/* The client's session ended under its calls (DELETE, a shutdown): interrupts every running
+ * tool call, and each answers its request with an MCP_SESSION_ENDED error saying why
+ * (reason, copied), so that no client waits for its own timeout. Calls started later are
+ * refused. */
+void mcp_conn_end(struct mcp_conn *c, const char *reason);
 /* Waits up to timeout_ms for the running calls to finish; true when none runs. */
 bool mcp_conn_wait_idle(struct mcp_conn *c, int timeout_ms);
 /* Cancels what runs, waits for it, closes the sessions the connection created, frees it;

@@ -160,12 +160,19 @@ static json_t *input_schema(const struct tool *t)
     json_t *props = json_object(), *required = json_array();
     for (size_t i = 0; i < t->n_args; i++) {
         const struct arg *a = &t->args[i];
-        json_t *p = json_pack("{s:s,s:s}", "type", a->type == ARG_STRING ? "string" : "number",
-                              "description", a->description);
+        const char *type = a->type == ARG_STRING ? "string" : "number";
+        /* An optional argument may be null, which stands for its default (clients that fill
+         * every property send null for those they leave out). */
+        json_t *p = a->required ? json_pack("{s:s,s:s}", "type", type, "description",
+                                            a->description)
+                                : json_pack("{s:[s,s],s:s}", "type", type, "null",
+                                            "description", a->description);
         if (a->choices) {
             json_t *e = json_array();
             for (const char *const *c = a->choices; *c; c++)
                 json_array_append_new(e, json_string(*c));
+            if (!a->required)
+                json_array_append_new(e, json_null());
             json_object_set_new(p, "enum", e);
         }
         if (a->type == ARG_NUMBER)

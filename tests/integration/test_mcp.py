@@ -64,7 +64,10 @@ class McpCases:
         self.assertEqual(schema["required"], ["code"])
         self.assertEqual(set(schema["properties"]),
                          {"code", "language", "session_id", "timeout_s"})
-        self.assertEqual(schema["properties"]["language"]["enum"], ["python", "bash"])
+        # Optional arguments may be null (their default); the required one may not.
+        self.assertEqual(schema["properties"]["language"]["enum"], ["python", "bash", None])
+        self.assertEqual(schema["properties"]["language"]["type"], ["string", "null"])
+        self.assertEqual(schema["properties"]["code"]["type"], "string")
         self.assertFalse(schema["additionalProperties"])
         self.assertTrue(tools["read_file"]["annotations"]["readOnlyHint"])
         self.assertEqual(tools["run_code"]["outputSchema"]["required"],

@@ -767,6 +767,28 @@ def s3_server_missing():
     return None
 
 
+MCP_CLIENTS_DIR = os.path.join(ROOT, "tests", "mcp-clients")
+MCP_CLIENT_PACKAGES = ("@modelcontextprotocol/sdk", "@modelcontextprotocol/inspector-cli")
+
+
+def mcp_clients_missing():
+    """Why the MCP clients from npm (tests/mcp-clients) cannot be driven here, or None.
+    A reason to skip only when they are absent and scripts/install-test-servers never tried
+    to install them; after it tried (or with RUNCELL_REQUIRE_TEST_SERVERS set, as in CI),
+    None: their tests run, and fail if the packages are missing."""
+    tried = os.path.exists(os.path.join(MCP_CLIENTS_DIR, ".install-tried"))
+    if os.environ.get("RUNCELL_REQUIRE_TEST_SERVERS") or tried:
+        return None
+    if not shutil_which("node"):
+        return "node is not installed (scripts/install-deps installs it)"
+    for pkg in MCP_CLIENT_PACKAGES:
+        if not os.path.isfile(os.path.join(MCP_CLIENTS_DIR, "node_modules", pkg,
+                                           "package.json")):
+            return ("%s is not installed in tests/mcp-clients (run scripts/install-test-servers,"
+                    " which make test runs)" % pkg)
+    return None
+
+
 def shutil_which(name):
     import shutil
     return shutil.which(name)
