@@ -2,6 +2,7 @@
  * record, and its images saved as workspace files. */
 #include "agent/agent-int.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
@@ -142,7 +143,7 @@ static int write_image(struct workspace *ws, const char *name, const unsigned ch
         return fd;
     int r = write_all(fd, data, n);
     if (!r && fchown(fd, ws->uid, ws->gid) < 0 && ws->uid != geteuid())
-        r = -1;
+        r = -errno;
     close(fd);
     return r;
 }

@@ -321,7 +321,12 @@ enum MHD_Result h_file_get(struct request *rq)
     session_table_release(rq->srv->table, s);
     if (fd < 0)
         return path_error(rq, path, fd);
-    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+    if (fstat(fd, &st) < 0) {
+        int e = -errno;
+        close(fd);
+        return path_error(rq, path, e);
+    }
+    if (!S_ISREG(st.st_mode)) {
         close(fd);
         return path_error(rq, path, S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL); /* swapped since */
     }

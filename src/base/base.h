@@ -55,12 +55,10 @@ void strv_freep(char ***v);
 int err_set(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* The last message set on this thread, or a generic one; valid until the next err_set. */
 const char *err_msg(void);
-void err_clear(void);
 
 /* ---- logging to stderr; one line per call. ---- */
 enum log_level { LOG_DEBUG, LOG_INFO, LOG_WARN, LOG_ERROR };
 void log_set_level(enum log_level level);
-bool log_enabled(enum log_level level);
 void log_msg(enum log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 #define log_debug(...) log_msg(LOG_DEBUG, __VA_ARGS__)
 #define log_info(...) log_msg(LOG_INFO, __VA_ARGS__)

@@ -28,19 +28,9 @@ const char *err_msg(void)
     return err_buf[0] ? err_buf : "unknown error";
 }
 
-void err_clear(void)
-{
-    err_buf[0] = '\0';
-}
-
 void log_set_level(enum log_level level)
 {
     min_level = level;
-}
-
-bool log_enabled(enum log_level level)
-{
-    return level >= min_level;
 }
 
 /* Length of the UTF-8 sequence at s (at most n bytes) that is printable text: 0 for a

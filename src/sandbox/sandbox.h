@@ -12,6 +12,7 @@
 #ifndef RUNCELL_SANDBOX_H
 #define RUNCELL_SANDBOX_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -107,7 +108,7 @@ struct sandbox_host {
     bool cgroup_base_made;  /* we created cgroup_base[0] */
     bool cgroup_cpu;        /* v2: the cpu controller is there (cpu.max is enforced) */
     uid_t uid_base;        /* first host uid handed to workspaces when privileged */
-    uint64_t seq;          /* counter for sandbox names; atomic */
+    _Atomic uint64_t seq;  /* counter for sandbox names */
     struct template *template; /* see sandbox_host_start_template; NULL when off */
     struct sandbox_kernel kernel;
 };

@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdatomic.h>
@@ -215,7 +216,7 @@ static int wait_for_pid(struct sandbox *sb, pid_t helper)
 int sandbox_prepare(struct sandbox_host *host, const struct sandbox_spec *spec,
                     struct sandbox **ret)
 {
-    uint64_t seq = atomic_fetch_add((_Atomic uint64_t *)&host->seq, 1);
+    uint64_t seq = atomic_fetch_add(&host->seq, 1);
     struct sandbox *sb = xcalloc(1, sizeof(*sb));
     int r;
     sb->host = host;
@@ -240,6 +241,24 @@ int sandbox_prepare(struct sandbox_host *host, const struct sandbox_spec *spec,
 }
 
 /* From scratch: the runcell-sandbox helper builds the namespaces and the root. */
+/* A helper that died early closes the pipe: EPIPE here, the reason on the status fd. The
+ * SIGPIPE that comes with it is held off on this thread and taken, so that no process-wide
+ * disposition is changed from library code. */
+static int write_config(int fd, const char *config)
+{
+    sigset_t pipe_set, old;
+    sigemptyset(&pipe_set);
+    sigaddset(&pipe_set, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
+    int r = write_all(fd, config, strlen(config));
+    if (r == -EPIPE && !sigismember(&old, SIGPIPE)) {
+        struct timespec now = {0};
+        sigtimedwait(&pipe_set, NULL, &now);
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return r;
+}
+
 static int start_with_helper(struct sandbox *sb, struct workspace *ws,
                              const struct sandbox_spec *spec)
 {
@@ -266,9 +285,7 @@ static int start_with_helper(struct sandbox *sb, struct workspace *ws,
     json_t *cfg = sandbox_config(sb, ws, spec);
     config = json_dumps(cfg, JSON_COMPACT);
     json_decref(cfg);
-    /* A helper that died early closes the pipe: EPIPE here, the reason on the status fd. */
-    signal(SIGPIPE, SIG_IGN);
-    (void)write_all(cfg_pipe[1], config, strlen(config));
+    (void)write_config(cfg_pipe[1], config);
     close(TAKE_FD(cfg_pipe[1]));
     r = wait_for_pid(sb, helper);
 out:

@@ -43,7 +43,7 @@ static int uid_slot_take(struct sandbox_host *host, unsigned *ret_slot, int *ret
 
 int workspace_new(struct sandbox_host *host, uint64_t disk_mb, struct workspace **ret)
 {
-    uint64_t seq = atomic_fetch_add((_Atomic uint64_t *)&host->seq, 1);
+    uint64_t seq = atomic_fetch_add(&host->seq, 1);
     struct workspace *ws = xcalloc(1, sizeof(*ws));
     int r;
     ws->uid_lock_fd = -1;

@@ -1,5 +1,5 @@
 /* attack.c - system calls Python's ctypes cannot make: the foreign x86 ABIs (x32 numbers,
- * i386 through int 0x80). Copied into a sandbox by tests/security/test_seccomp_abi.py.
+ * i386 through int 0x80). Copied into a sandbox by tests/security/test_syscalls.py.
  *
  * usage: attack native|x32|int80
  * Prints what the call returned; a sandbox must kill the process (SIGSYS) for x32 and int80

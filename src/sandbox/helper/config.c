@@ -53,15 +53,9 @@ void config_release(struct helper_config *cfg)
     memset(cfg, 0, sizeof(*cfg));
 }
 
-int config_parse(const char *text, struct helper_config *cfg)
+/* Fills cfg from the JSON object o; -1 (reported) when it lacks what a sandbox needs. */
+static int config_fill(json_t *o, struct helper_config *cfg)
 {
-    json_error_t jerr;
-    json_t *o = json_loads(text, 0, &jerr);
-    if (!o || !json_is_object(o)) {
-        json_decref(o);
-        return fail("bad sandbox configuration: %s", jerr.text);
-    }
-    memset(cfg, 0, sizeof(*cfg));
     cfg->root_dir = str_or(o, "root_dir", NULL);
     cfg->workspace = str_or(o, "workspace", NULL);
     cfg->cwd = str_or(o, "cwd", "/workspace");
@@ -107,7 +101,6 @@ int config_parse(const char *text, struct helper_config *cfg)
             .src = xstrdup(src), .dst = xstrdup(dst),
             .rw = json_is_true(json_object_get(it, "rw"))};
     }
-    json_decref(o);
     if (!cfg->root_dir || !cfg->workspace || !cfg->argv[0])
         return fail("bad sandbox configuration: root_dir, workspace and argv are required");
     if (cfg->relay_socket && (cfg->relay_socket[0] != '/' || !cfg->relay_port))
@@ -115,5 +108,25 @@ int config_parse(const char *text, struct helper_config *cfg)
                     "relay_port");
     if (cfg->extra_fds < 0 || cfg->extra_fds > 16)
         return fail("bad sandbox configuration: extra_fds out of range");
+    return 0;
+}
+
+/* ret is written only on success: a caller's config is never left half filled. */
+int config_parse(const char *text, struct helper_config *ret)
+{
+    json_error_t jerr;
+    json_t *o = json_loads(text, 0, &jerr);
+    if (!o || !json_is_object(o)) {
+        json_decref(o);
+        return fail("bad sandbox configuration: %s", jerr.text);
+    }
+    struct helper_config cfg = {0};
+    int r = config_fill(o, &cfg);
+    json_decref(o);
+    if (r < 0) {
+        config_release(&cfg);
+        return r;
+    }
+    *ret = cfg;
     return 0;
 }
