@@ -59,6 +59,11 @@ int kernel_send_execute(struct kernel *k, const char *code, const char *lang, lo
     char *text = json_dumps(req, JSON_COMPACT);
     json_decref(req);
     size_t n = strlen(text);
+    if (n > KERNEL_MAX_FRAME) {
+        free(text);
+        return err_set(E2BIG, "the cell is %zu bytes as a request; the kernel takes at most "
+                       "%u MiB", n, KERNEL_MAX_FRAME >> 20);
+    }
     int r = send_frame(k, 'M', text, n, now_ms_f() + (double)timeout_ms);
     free(text);
     if (r == -ETIMEDOUT)

@@ -32,7 +32,7 @@ import traceback
 import types
 
 CHANNEL_FD = 3
-MAX_REQUEST = 64 << 20
+MAX_REQUEST = 48 << 20  # KERNEL_MAX_FRAME in kernel.h: one cap for both directions
 STREAM_CHUNK = 32 << 10
 KERNEL_FILE = os.path.abspath(__file__)
 

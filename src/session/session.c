@@ -20,6 +20,7 @@ struct session {
     struct session_opts opts;
     struct workspace *ws;
     pthread_mutex_t lock; /* guards k (pointer swaps), busy, closed, interrupt_owed */
+    pthread_cond_t idle;  /* signalled when busy goes false */
     struct kernel *k;     /* NULL after a failed restart; the next execute retries */
     bool busy;
     bool closed;
@@ -161,6 +162,7 @@ int session_new(struct sandbox_host *host, const struct session_opts *opts, stru
     struct session *s = xcalloc(1, sizeof(*s));
     s->host = host;
     pthread_mutex_init(&s->lock, NULL);
+    pthread_cond_init(&s->idle, NULL);
     set_opts(s, opts);
     own_net_opts(s, &opts->net);
     event_log_init(&s->events);
@@ -539,9 +541,15 @@ static void work_priority_restore(int old)
         setpriority(PRIO_PROCESS, (id_t)gettid(), old);
 }
 
-static int begin(struct session *s)
+/* Marks s busy, waiting up to wait_ms for a running execution to end (0: not at all). */
+static int begin_within(struct session *s, uint64_t wait_ms)
 {
+    struct timespec until;
+    realtime_after_ms(&until, wait_ms);
     pthread_mutex_lock(&s->lock);
+    while (wait_ms && s->busy && !s->closed &&
+           pthread_cond_timedwait(&s->idle, &s->lock, &until) == 0)
+        ;
     int r = s->closed ? -ESHUTDOWN : s->busy ? -EBUSY : 0;
     if (!r)
         s->busy = true;
@@ -554,12 +562,18 @@ static int begin(struct session *s)
     return r;
 }
 
+static int begin(struct session *s)
+{
+    return begin_within(s, 0);
+}
+
 static void end(struct session *s)
 {
     pthread_mutex_lock(&s->lock);
     s->busy = false;
     s->interrupt_owed = false;
     s->last_used_ms = now_ms();
+    pthread_cond_broadcast(&s->idle);
     pthread_mutex_unlock(&s->lock);
 }
 
@@ -798,10 +812,7 @@ void session_set_persist(struct session *s, struct persist *p)
 int session_run_exclusive(struct session *s, uint64_t wait_ms,
                           int (*fn)(struct session *s, void *ctx), void *ctx)
 {
-    double deadline = now_ms_f() + (double)wait_ms;
-    int r;
-    while ((r = begin(s)) == -EBUSY && now_ms_f() < deadline)
-        usleep(20000);
+    int r = begin_within(s, wait_ms);
     if (r < 0)
         return r;
     int prio = work_priority_lower();
@@ -836,6 +847,7 @@ void session_free(struct session *s)
         return;
     pthread_mutex_lock(&s->lock);
     s->closed = true;
+    pthread_cond_broadcast(&s->idle);
     pthread_mutex_unlock(&s->lock);
     persist_free(s->persist);
     stop_kernel(s);
@@ -843,6 +855,7 @@ void session_free(struct session *s)
     sandbox_net_stop(&s->net);
     workspace_free(s->ws);
     pthread_mutex_destroy(&s->lock);
+    pthread_cond_destroy(&s->idle);
     event_log_release(&s->events);
     json_decref(s->packages_report);
     net_policy_free(s->policy);
