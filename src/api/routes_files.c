@@ -112,19 +112,17 @@ enum MHD_Result h_files_list(struct request *rq)
     return reply_json(rq, 200, j);
 }
 
-static const char *content_type(const char *path)
+/* Text goes out as UTF-8, which is what the sandbox writes (and what a browser should
+ * assume rather than guess). */
+static const char *content_type(const char *path, char *buf, size_t n)
 {
-    static const char *const types[][2] = {
-        {".png", "image/png"},   {".jpg", "image/jpeg"},       {".jpeg", "image/jpeg"},
-        {".svg", "image/svg+xml"}, {".json", "application/json"}, {".csv", "text/csv"},
-        {".txt", "text/plain; charset=utf-8"}, {".html", "text/html; charset=utf-8"},
-        {".pdf", "application/pdf"},
-    };
-    const char *dot = strrchr(path, '.');
-    for (size_t i = 0; dot && i < ARRAY_SIZE(types); i++)
-        if (!strcasecmp(dot, types[i][0]))
-            return types[i][1];
-    return "application/octet-stream";
+    const char *type = mime_type_of(path);
+    if (!type)
+        return "application/octet-stream";
+    if (!str_has_prefix(type, "text/"))
+        return type;
+    snprintf(buf, n, "%s; charset=utf-8", type);
+    return buf;
 }
 
 /* ---- validators and ranges of downloads (RFC 9110 8.8, 13, 14) ---- */
@@ -286,7 +284,8 @@ static enum MHD_Result reply_file(struct request *rq, const char *path, int fd,
         close(fd);
         return api_error(rq, AE_INTERNAL, "cannot send '%s'", path);
     }
-    MHD_add_response_header(r, "Content-Type", content_type(path));
+    char type[96];
+    MHD_add_response_header(r, "Content-Type", content_type(path, type, sizeof(type)));
     validators(r, etag, modified);
     if (v == RANGE_OK) {
         _cleanup_free_ char *cr = xasprintf("bytes %llu-%llu/%llu", (unsigned long long)off,

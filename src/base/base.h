@@ -133,6 +133,9 @@ bool str_has_prefix(const char *s, const char *prefix);
  * (whitespace is skipped). */
 char *base64_encode(const void *data, size_t n, size_t *ret_len);
 unsigned char *base64_decode(const char *s, size_t n, size_t *ret_len);
+/* The media type of a file named path, from its extension (case-insensitive): the one
+ * table every interface uses. NULL when the extension is not known. */
+const char *mime_type_of(const char *path);
 
 /* ---- fds ---- */
 int fd_set_nonblock(int fd, bool on);

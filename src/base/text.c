@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 /* Length of the valid UTF-8 sequence at s (1..4), or 0 when invalid or truncated. */
 static size_t utf8_seq_len(const unsigned char *s, size_t avail)
@@ -170,4 +171,42 @@ unsigned char *base64_decode(const char *s, size_t n, size_t *ret_len)
     }
     *ret_len = len;
     return out;
+}
+
+const char *mime_type_of(const char *path)
+{
+    static const char *const types[][2] = {
+        {".png", "image/png"},
+        {".jpg", "image/jpeg"},
+        {".jpeg", "image/jpeg"},
+        {".gif", "image/gif"},
+        {".webp", "image/webp"},
+        {".svg", "image/svg+xml"},
+        {".pdf", "application/pdf"},
+        {".json", "application/json"},
+        {".csv", "text/csv"},
+        {".tsv", "text/tab-separated-values"},
+        {".txt", "text/plain"},
+        {".log", "text/plain"},
+        {".md", "text/markdown"},
+        {".py", "text/x-python"},
+        {".sh", "text/x-shellscript"},
+        {".js", "text/javascript"},
+        {".mjs", "text/javascript"},
+        {".html", "text/html"},
+        {".htm", "text/html"},
+        {".xml", "application/xml"},
+        {".yaml", "application/yaml"},
+        {".yml", "application/yaml"},
+        {".parquet", "application/vnd.apache.parquet"},
+        {".zip", "application/zip"},
+        {".gz", "application/gzip"},
+        {".xlsx", "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"},
+    };
+    const char *slash = strrchr(path, '/');
+    const char *dot = strrchr(slash ? slash + 1 : path, '.');
+    for (size_t i = 0; dot && i < ARRAY_SIZE(types); i++)
+        if (!strcasecmp(dot, types[i][0]))
+            return types[i][1];
+    return NULL;
 }

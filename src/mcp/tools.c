@@ -677,21 +677,6 @@ static json_t *t_list_files(struct call *k)
     return with_note(result, note);
 }
 
-static const char *file_mime(const char *path)
-{
-    static const char *const types[][2] = {
-        {".png", "image/png"},  {".jpg", "image/jpeg"},  {".jpeg", "image/jpeg"},
-        {".gif", "image/gif"},  {".webp", "image/webp"}, {".csv", "text/csv"},
-        {".json", "application/json"}, {".html", "text/html"}, {".pdf", "application/pdf"},
-        {".xlsx", "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"},
-    };
-    const char *dot = strrchr(path, '.');
-    for (size_t i = 0; dot && i < ARRAY_SIZE(types); i++)
-        if (!strcasecmp(dot, types[i][0]))
-            return types[i][1];
-    return NULL;
-}
-
 /* Reads a regular workspace file of at most MCP_MAX_FILE bytes; -errno with *ret_err. */
 static int read_workspace_file(struct workspace *ws, const char *rel, struct buf *b,
                                char **ret_err)
@@ -775,7 +760,7 @@ static json_t *t_read_file(struct call *k)
         buf_release(&b);
         return with_note(tool_error("read_file: %s", err), note);
     }
-    const char *mime = file_mime(rel);
+    const char *mime = mime_type_of(rel);
     json_t *item = file_content(rel, &b, mime);
     const char *type = json_string_value(json_object_get(item, "type"));
     if (!mime)

@@ -659,7 +659,11 @@ class Files(ServerCase):
         self.assertRegex(by_path["data/raw.bin"]["mtime"],
                          r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
         r = self.srv.request("GET", path_of(sid, "/files/out/deep/r.csv"))
-        self.assertEqual((r.body, r.headers["Content-Type"]), (b"a,b\n1,2\n", "text/csv"))
+        self.assertEqual((r.body, r.headers["Content-Type"]),
+                         (b"a,b\n1,2\n", "text/csv; charset=utf-8"))
+        self.srv.ok("PUT", path_of(sid, "/files/s.py"), b"x = 1\n", status=201)
+        self.assertEqual(self.srv.request("GET", path_of(sid, "/files/s.py"))
+                         .headers["Content-Type"], "text/x-python; charset=utf-8")
         # Replacing is allowed; empty files too.
         self.srv.ok("PUT", path_of(sid, "/files/data/raw.bin"), b"", status=200)  # replaced
         self.assertEqual(self.srv.request("GET", path_of(sid, "/files/data/raw.bin")).body, b"")

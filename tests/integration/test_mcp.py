@@ -227,6 +227,11 @@ class McpCases:
         self.assertEqual(res["resource"]["uri"], "file:///workspace/b.bin")
         r = self.c.tool_result("read_file", {"path": "./notes/in.txt"})
         self.assertEqual(r["content"], [{"type": "text", "text": "héllo\n"}])
+        # The media types are the HTTP API's (one table): .py and .md are text, not blobs.
+        for name, mime in (("s.py", "text/x-python"), ("r.md", "text/markdown")):
+            self.c.tool_result("write_file", {"path": name, "content": "x = 1\n"})
+            r = self.c.tool_result("read_file", {"path": name})
+            self.assertEqual(r["structuredContent"]["mime_type"], mime, r)
         r = self.c.tool_result("list_files", {"path": "notes"})
         paths = [f["path"] for f in r["structuredContent"]["files"]]
         self.assertEqual(paths, ["notes/in.txt"])
