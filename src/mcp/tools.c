@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -147,10 +148,22 @@ const struct tool *tool_find(const char *name)
     return NULL;
 }
 
+/* Made from tools[] once, so that the list in error messages cannot drift from it. */
+static char tool_list[256];
+static pthread_once_t tool_list_once = PTHREAD_ONCE_INIT;
+
+static void tool_list_make(void)
+{
+    size_t used = 0;
+    for (size_t i = 0; i < ARRAY_SIZE(tools) && used < sizeof(tool_list); i++)
+        used += (size_t)snprintf(tool_list + used, sizeof(tool_list) - used, "%s%s",
+                                 i ? ", " : "", tools[i].name);
+}
+
 const char *tool_names(void)
 {
-    return "run_code, run_shell, create_session, close_session, list_files, read_file, "
-           "write_file";
+    pthread_once(&tool_list_once, tool_list_make);
+    return tool_list;
 }
 
 /* ---- schemas and argument checks ---- */
@@ -517,18 +530,31 @@ static int execute_when_free(struct call *k, struct session *s, const struct exe
     }
 }
 
+/* The call's timeout_s argument in ms (0 when absent); false with *ret_error (a tool error)
+ * when it is more than the server allows. */
+static bool arg_timeout(struct call *k, uint64_t *ret_ms, json_t **ret_error)
+{
+    json_t *timeout = json_object_get(k->args, "timeout_s");
+    *ret_ms = 0;
+    if (!json_is_number(timeout))
+        return true;
+    double sec = json_number_value(timeout), max_ms = (double)k->c->cfg->max_timeout_ms;
+    if (sec * 1000.0 > max_ms) {
+        *ret_error = tool_error("%s: timeout_s %g is more than this server allows (%g s)",
+                                k->tool->name, sec, max_ms / 1000.0);
+        return false;
+    }
+    *ret_ms = MAX((uint64_t)(sec * 1000.0 + 0.5), 1);
+    return true;
+}
+
 static json_t *run_exec(struct call *k, const char *code, const char *lang)
 {
     struct mcp_conn *c = k->c;
-    json_t *timeout = json_object_get(k->args, "timeout_s");
-    uint64_t timeout_ms = 0;
-    if (json_is_number(timeout)) {
-        double sec = json_number_value(timeout);
-        if (sec * 1000.0 > (double)c->cfg->max_timeout_ms)
-            return tool_error("%s: timeout_s %g is more than this server allows (%g s)",
-                              k->tool->name, sec, (double)c->cfg->max_timeout_ms / 1000.0);
-        timeout_ms = MAX((uint64_t)(sec * 1000.0 + 0.5), 1);
-    }
+    uint64_t timeout_ms;
+    json_t *refused;
+    if (!arg_timeout(k, &timeout_ms, &refused))
+        return refused;
     _cleanup_free_ char *sid = NULL, *note = NULL, *err = NULL;
     struct session *s = call_session(k, &sid, &note, &err);
     if (!s)
@@ -575,15 +601,10 @@ static json_t *t_run_shell(struct call *k)
 
 static json_t *t_create_session(struct call *k)
 {
-    json_t *timeout = json_object_get(k->args, "timeout_s");
-    uint64_t timeout_ms = 0;
-    if (json_is_number(timeout)) {
-        double sec = json_number_value(timeout);
-        if (sec * 1000.0 > (double)k->c->cfg->max_timeout_ms)
-            return tool_error("create_session: timeout_s %g is more than this server allows "
-                              "(%g s)", sec, (double)k->c->cfg->max_timeout_ms / 1000.0);
-        timeout_ms = MAX((uint64_t)(sec * 1000.0 + 0.5), 1);
-    }
+    uint64_t timeout_ms;
+    json_t *refused;
+    if (!arg_timeout(k, &timeout_ms, &refused))
+        return refused;
     _cleanup_free_ char *id = NULL;
     if (conn_create_session(k->c, arg_string(k, "language"), timeout_ms, &id) < 0)
         return tool_error("create_session: cannot create a session: %s", err_msg());

@@ -133,9 +133,11 @@ class McpCases:
         self.assertIn("timed out", texts(r))
         r = self.c.tool_result("run_code", {"code": "before_timeout"})
         self.assertEqual(texts(r), "'kept'")
-        r = self.c.tool_result("run_code", {"code": "1", "timeout_s": 10 ** 7})
-        self.assertTrue(r["isError"])
-        self.assertIn("more than this server allows", texts(r))
+        for tool, args in (("run_code", {"code": "1"}), ("create_session", {})):
+            r = self.c.tool_result(tool, dict(args, timeout_s=10 ** 7))
+            self.assertTrue(r["isError"])
+            self.assertIn(tool + ": timeout_s 1e+07 is more than this server allows",
+                          texts(r))
 
     def test_output_is_capped(self):
         r = self.c.tool_result("run_code", {"code": "print('y' * 300000)"})
@@ -193,7 +195,9 @@ class McpCases:
         resp = self.c.call_tool("delete_everything", {})
         self.assertEqual(resp["error"]["code"], -32602)
         self.assertIn("delete_everything", resp["error"]["message"])
-        self.assertIn("run_code", resp["error"]["message"])
+        # The list in the message is the tools/list one.
+        listed = [t["name"] for t in self.c.request("tools/list", {})["result"]["tools"]]
+        self.assertIn("the tools are: " + ", ".join(listed), resp["error"]["message"])
 
     def test_bad_arguments_by_version(self):
         old = self.fresh("2025-06-18")
