@@ -118,6 +118,10 @@ enum api_err {
 };
 enum MHD_Result api_error(struct request *rq, enum api_err e, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* api_error with one more response header (405's Allow). */
+enum MHD_Result api_error_header(struct request *rq, enum api_err e, const char *name,
+                                 const char *value, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
 /* As api_error, with extra's fields (reference stolen; may be NULL) beside "error". */
 enum MHD_Result api_error_with(struct request *rq, enum api_err e, json_t *extra,
                                const char *fmt, ...) __attribute__((format(printf, 4, 5)));

@@ -58,8 +58,11 @@ enum MHD_Result reply_json_header(struct request *rq, unsigned status, json_t *j
     return reply_response(rq, status, r);
 }
 
+/* The one error reply: {"error":{"code","message"}} plus extra's fields, with a header
+ * when name is set. */
 static enum MHD_Result api_verror(struct request *rq, enum api_err e, json_t *extra,
-                                  const char *fmt, va_list ap)
+                                  const char *name, const char *value, const char *fmt,
+                                  va_list ap)
 {
     char msg[2048];
     vsnprintf(msg, sizeof(msg), fmt, ap);
@@ -70,14 +73,24 @@ static enum MHD_Result api_verror(struct request *rq, enum api_err e, json_t *ex
     if (extra)
         json_object_update_missing(j, extra);
     json_decref(extra);
-    return reply_json(rq, api_errs[e].status, j);
+    return reply_json_header(rq, api_errs[e].status, j, name, value);
 }
 
 enum MHD_Result api_error(struct request *rq, enum api_err e, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    enum MHD_Result r = api_verror(rq, e, NULL, fmt, ap);
+    enum MHD_Result r = api_verror(rq, e, NULL, NULL, NULL, fmt, ap);
+    va_end(ap);
+    return r;
+}
+
+enum MHD_Result api_error_header(struct request *rq, enum api_err e, const char *name,
+                                 const char *value, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    enum MHD_Result r = api_verror(rq, e, NULL, name, value, fmt, ap);
     va_end(ap);
     return r;
 }
@@ -87,7 +100,7 @@ enum MHD_Result api_error_with(struct request *rq, enum api_err e, json_t *extra
 {
     va_list ap;
     va_start(ap, fmt);
-    enum MHD_Result r = api_verror(rq, e, extra, fmt, ap);
+    enum MHD_Result r = api_verror(rq, e, extra, NULL, NULL, fmt, ap);
     va_end(ap);
     return r;
 }

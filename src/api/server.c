@@ -261,17 +261,8 @@ static enum MHD_Result route_request(struct request *rq, const char *url, const 
     if (!rq->route) {
         enum MHD_Result r;
         if (path_known) {
-            _cleanup_free_ char *msg = xasprintf("%s does not take %s; it takes %s", url, method,
-                                                 allow.data);
-            json_t *j = json_pack("{s:{s:s,s:s}}", "error", "code", "method_not_allowed",
-                                  "message", msg);
-            char *text = json_dumps(j, JSON_COMPACT);
-            json_decref(j);
-            struct MHD_Response *resp = MHD_create_response_from_buffer(
-                strlen(text), text, MHD_RESPMEM_MUST_FREE);
-            MHD_add_response_header(resp, "Content-Type", "application/json");
-            MHD_add_response_header(resp, "Allow", allow.data);
-            r = reply_response(rq, 405, resp);
+            r = api_error_header(rq, AE_METHOD, "Allow", allow.data,
+                                 "%s does not take %s; it takes %s", url, method, allow.data);
         } else {
             r = legacy_mcp_path(url)
                     ? api_error(rq, AE_NOT_FOUND, "no such route: %s %s; this server offers "
