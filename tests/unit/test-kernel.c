@@ -1,0 +1,185 @@
+/* test-kernel.c - unit tests for the daemon's side of the kernel channel (src/kernel): the
+ * frame codec on a buffer, and requests sent to a kernel that reads slowly or not at all
+ * (the interrupt frame needs a sandbox to signal: tests/integration). The kernel itself (kernel.py) is covered by tests/integration. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <pthread.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "kernel/kernel.h"
+#include "runner.h"
+
+struct seen {
+    int types[16];
+    int n;
+    char text[64];
+};
+
+static void on_event(void *ctx, const struct kernel_event *ev)
+{
+    struct seen *s = ctx;
+    if (s->n < 16)
+        s->types[s->n++] = ev->type;
+    if (ev->type == KEV_STDOUT)
+        snprintf(s->text, sizeof(s->text), "%.*s", (int)ev->len, ev->data);
+}
+
+static void frame(struct buf *b, char kind, const char *payload)
+{
+    uint32_t len = htonl((uint32_t)strlen(payload));
+    CHECK(buf_append(b, &len, 4) == 0);
+    CHECK(buf_append(b, &kind, 1) == 0);
+    CHECK(buf_append(b, payload, strlen(payload)) == 0);
+}
+
+TEST(frames_are_parsed_and_a_partial_one_is_kept)
+{
+    struct buf b;
+    buf_init(&b, 1 << 20);
+    frame(&b, 'O', "hello");
+    frame(&b, 'M', "{\"type\":\"done\",\"status\":\"ok\",\"execution_count\":1}");
+    frame(&b, 'E', "partial");
+    b.len -= 3; /* the last frame is not all there yet */
+    struct seen s = {0};
+    CHECK(kernel_frames_parse(&b, on_event, &s) == 0);
+    CHECK(s.n == 2 && s.types[0] == KEV_STDOUT && s.types[1] == KEV_DONE);
+    CHECK_STREQ(s.text, "hello");
+    CHECK(b.len == 5 + 4); /* the header and "part" wait for the rest */
+    buf_release(&b);
+}
+
+TEST(a_frame_over_the_cap_breaks_the_protocol)
+{
+    struct buf b;
+    buf_init(&b, 1 << 20);
+    uint32_t len = htonl(KERNEL_MAX_FRAME + 1);
+    CHECK(buf_append(&b, &len, 4) == 0);
+    CHECK(buf_append(&b, "M", 1) == 0);
+    struct seen s = {0};
+    CHECK(kernel_frames_parse(&b, on_event, &s) == -EPROTO);
+    CHECK(strstr(err_msg(), "frame") != NULL);
+    CHECK(s.n == 0);
+    buf_release(&b);
+}
+
+TEST(an_unknown_kind_and_a_message_that_is_not_json_break_it)
+{
+    const char *bad[][2] = {{"Z", "x"}, {"M", "not json"}, {"M", "[1,2]"}};
+    for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
+        struct buf b;
+        buf_init(&b, 1 << 20);
+        frame(&b, bad[i][0][0], bad[i][1]);
+        struct seen s = {0};
+        CHECK(kernel_frames_parse(&b, on_event, &s) == -EPROTO);
+        CHECK(*err_msg());
+        buf_release(&b);
+    }
+}
+
+TEST(a_message_over_the_value_cap_is_a_limit_event_and_reading_goes_on)
+{
+    struct buf b, msg;
+    buf_init(&b, KERNEL_MAX_FRAME + 4096);
+    buf_init(&msg, 0);
+    CHECK(buf_append(&msg, "{\"type\":\"display\",\"data\":[", 26) == 0);
+    for (int i = 0; i < KERNEL_MSG_MAX_VALUES + 10; i++)
+        CHECK(buf_append(&msg, i ? ",0" : "0", i ? 2 : 1) == 0);
+    CHECK(buf_append(&msg, "]}", 3) == 0); /* with its NUL, for frame() */
+    frame(&b, 'M', msg.data);
+    frame(&b, 'O', "after");
+    struct seen s = {0};
+    CHECK(kernel_frames_parse(&b, on_event, &s) == 0);
+    CHECK(s.n == 2 && s.types[0] == KEV_LIMIT && s.types[1] == KEV_STDOUT);
+    CHECK_STREQ(s.text, "after");
+    buf_release(&msg);
+    buf_release(&b);
+}
+
+/* A kernel struct on one end of a socket pair, as kernel_start makes it (no sandbox). */
+static struct kernel *channel_kernel(int *ret_peer)
+{
+    int sp[2];
+    CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) == 0);
+    struct kernel *k = xcalloc(1, sizeof(*k));
+    pthread_mutex_init(&k->write_lock, NULL);
+    k->chan_fd = sp[0];
+    k->out_fd = k->err_fd = -1;
+    buf_init(&k->in, KERNEL_MAX_FRAME + 4096);
+    CHECK(fd_set_nonblock(k->chan_fd, true) == 0);
+    *ret_peer = sp[1];
+    return k;
+}
+
+struct reader {
+    int fd;
+    size_t got;
+};
+
+static void *read_all_of(void *arg)
+{
+    struct reader *r = arg;
+    char chunk[65536];
+    ssize_t n;
+    while ((n = read(r->fd, chunk, sizeof(chunk))) > 0)
+        r->got += (size_t)n;
+    return NULL;
+}
+
+TEST(a_cell_larger_than_the_socket_goes_in_pieces)
+{
+    int peer;
+    struct kernel *k = channel_kernel(&peer);
+    size_t size = 8u << 20; /* far more than a socket buffer holds */
+    char *code = xmalloc(size + 1);
+    memset(code, 'x', size);
+    code[size] = '\0';
+    struct reader r = {.fd = peer};
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, read_all_of, &r) == 0);
+    CHECK(kernel_send_execute(k, code, "python", 1, 60000) == 0);
+    shutdown(k->chan_fd, SHUT_WR);
+    pthread_join(t, NULL);
+    CHECK(r.got > size && r.got < size + 200); /* the header and the JSON around the code */
+    free(code);
+    close(peer);
+    kernel_free(k);
+}
+
+TEST(a_kernel_that_reads_nothing_fails_the_send_at_the_timeout)
+{
+    int peer;
+    struct kernel *k = channel_kernel(&peer);
+    size_t size = 8u << 20;
+    char *code = xmalloc(size + 1);
+    memset(code, 'x', size);
+    code[size] = '\0';
+    CHECK(kernel_send_execute(k, code, "python", 1, 200) == -ETIMEDOUT);
+    CHECK(strstr(err_msg(), "took no more of the cell") != NULL);
+    free(code);
+    close(peer);
+    kernel_free(k);
+}
+
+TEST(a_cell_over_the_frame_cap_is_refused_before_anything_is_sent)
+{
+    int peer;
+    struct kernel *k = channel_kernel(&peer);
+    size_t size = KERNEL_MAX_FRAME + 1;
+    char *code = xmalloc(size + 1);
+    memset(code, 'x', size);
+    code[size] = '\0';
+    CHECK(kernel_send_execute(k, code, "python", 1, 1000) == -E2BIG);
+    CHECK(strstr(err_msg(), "48 MiB") != NULL);
+    char c;
+    CHECK(recv(peer, &c, 1, MSG_DONTWAIT) < 0 && errno == EAGAIN);
+    free(code);
+    close(peer);
+    kernel_free(k);
+}
+
+int main(int argc, char **argv)
+{
+    return run_tests(argc, argv);
+}
