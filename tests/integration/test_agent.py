@@ -13,7 +13,6 @@ import os
 import socket
 import sqlite3
 import subprocess
-import sys
 import time
 import unittest
 import urllib.error
@@ -419,7 +418,7 @@ class TestFallbacks(AgentCase):
                   {"tool": "run_python", "code": "import numpy"},
                   {"tool": "run_python", "code": "x = 1 / 0"},
                   {"answer": "never asked"}]
-        with TempDir() as hook, ScriptedModel(script) as m:
+        with ScriptedModel(script) as m:
             out, p = self.agent(m, "crash the sandbox", "--review-webhook", m.webhook_url)
         self.assertEqual(self.statuses(out), ["crashed", "crashed", "error", "error"])
         self.assertEqual([(f["name"], f["ran"]) for f in out["fallbacks"]],

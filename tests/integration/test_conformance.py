@@ -11,10 +11,8 @@ Every server listens on 127.0.0.1 with its own data and run directories. No timi
 generous limits that catch hangs.
 """
 import hashlib
-import http.client
 import json
 import os
-import re
 import socket
 import subprocess
 import tempfile

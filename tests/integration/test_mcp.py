@@ -4,7 +4,6 @@ transport has its own cases too."""
 import base64
 import http.client
 import json
-import os
 import signal
 import threading
 import time
@@ -12,7 +11,7 @@ import unittest
 import urllib.error
 import urllib.request
 
-from mcpclient import HttpClient, McpError, StdioClient, texts
+from mcpclient import HttpClient, StdioClient, texts
 from rctest import RUNCELL, RuncellTestCase, ServeProcess
 
 VERSIONS = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"]

@@ -544,7 +544,7 @@ class TestS3Store(PersistCase):
         self.s3.start()  # same directory, same port
         rec = self.execute(srv, s["id"], "pass")
         self.assertNotIn("persist_error", rec)
-        closed = self.close_checkpoint(srv, s["id"])
+        self.close_checkpoint(srv, s["id"])
         r = self.create(srv, resume_from=s["id"])
         self.assertEqual(sorted(r["restored"]["files"]), ["a.txt", "b.txt"])
         self.assertIn("v", r["restored"]["variables"])

@@ -18,7 +18,6 @@ import subprocess
 import shutil
 import signal
 import tempfile
-import time
 import unittest
 
 from rctest import HANG, PY, RUNCELL, RuncellTestCase, Server, is_root, wait_until
@@ -233,7 +232,6 @@ class TemplateTest(RuncellTestCase):
             # wait for it rather than assume it is there already.
             self.assertTrue(wait_until(lambda: len(kernels_of(srv)) >= 2),
                             "a session and a pooled one: %s" % kernels_of(srv))
-            kernels = kernels_of(srv)
             needles = {SECRET_TOKEN.encode(), SECRET_KEY.encode()}
             # The check can see: the server itself holds both.
             self.assertEqual(memory_holds(srv.pid, needles), needles)

@@ -16,6 +16,8 @@ import sys
 import tempfile
 import time
 import unittest
+import urllib.error
+import urllib.request
 import zipfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -210,7 +212,6 @@ class ApiServer:
     TOKEN = "rctest-token-0123456789abcdef"
 
     def __init__(self, *args, env=None):
-        import socket
         s = socket.socket()
         s.bind(("127.0.0.1", 0))
         self.port = s.getsockname()[1]
@@ -298,11 +299,6 @@ def serve_files(test, files):
 
 # ---- servers the tests start on 127.0.0.1: runcell serve, and an S3-compatible store ----
 
-import signal
-import socket
-import time
-import urllib.error
-import urllib.request
 
 S3_DIR = os.path.join(ROOT, "tests", "s3")
 
@@ -454,7 +450,6 @@ TOKEN = "rctest-token-0123456789abcdef0123"
 
 def free_port():
     """A TCP port free on 127.0.0.1 right now."""
-    import socket
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

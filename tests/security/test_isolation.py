@@ -2,14 +2,11 @@
 /dev/shm, SysV IPC objects, files, processes or host uid, and nothing of a run (processes,
 cgroups, mounts, runtime directory) may remain once runcell has exited."""
 import json
-import os
-import select
 import signal
-import subprocess
 import unittest
 import uuid
 
-from seclib import (LiveRun, PRELUDE, RUN_DIR, RUNCELL, host_pids_with, own_cgroup_dirs, probe,
+from seclib import (LiveRun, PRELUDE, RUN_DIR, host_pids_with, own_cgroup_dirs, probe,
                     run_record, runcell_leftovers)
 from rctest import RuncellTestCase, is_root
 
