@@ -29,8 +29,8 @@
 #define CLONE_INTO_CGROUP_FLAG 0x200000000ULL
 
 struct clone_args_v2 {
-    uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls,
-        set_tid, set_tid_size, cgroup;
+    uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid,
+        set_tid_size, cgroup;
 };
 
 static double now_us(void)
@@ -79,8 +79,8 @@ static double round_clone3(const char *cg)
     int dir = open(cg, O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (dir < 0)
         return -1;
-    struct clone_args_v2 a = {.flags = CLONE_INTO_CGROUP_FLAG, .exit_signal = SIGCHLD,
-                              .cgroup = (uint64_t)dir};
+    struct clone_args_v2 a = {
+        .flags = CLONE_INTO_CGROUP_FLAG, .exit_signal = SIGCHLD, .cgroup = (uint64_t)dir};
     double t0 = now_us();
     long c = syscall(SYS_clone3, &a, sizeof(a));
     if (c == 0)

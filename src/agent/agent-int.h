@@ -70,9 +70,8 @@ void failmem_known_release(struct failmem_known *k);
  * under policy none), records one more occurrence under (env, scope) and fills *ret with
  * what was known there. scope is the task's fingerprint: what one task learns is seen by
  * runs of that task only. data_dir NULL: classification only. 0 or -errno. */
-int failmem_note(const char *data_dir, const char *env, const char *scope,
-                 const struct failure *f, const char *stderr_text, const char *packages,
-                 struct failmem_known *ret);
+int failmem_note(const char *data_dir, const char *env, const char *scope, const struct failure *f,
+                 const char *stderr_text, const char *packages, struct failmem_known *ret);
 /* Records that a tool call ("run_python" or "run_shell") succeeded right after a failure
  * with signature sig; nothing of its code is kept. */
 int failmem_fixed(const char *data_dir, const char *env, const char *scope, const char *sig,

@@ -10,8 +10,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#define MAX_QUOTED   200 /* longer "quoted" spans are left alone: they are prose, not names */
-#define MAX_EXAMPLE  500
+#define MAX_QUOTED  200 /* longer "quoted" spans are left alone: they are prose, not names */
+#define MAX_EXAMPLE 500
 
 uint64_t fnv1a(const void *data, size_t n, uint64_t h)
 {
@@ -321,9 +321,8 @@ static int upsert(sqlite3 *db, const char *env, const char *scope, const struct 
     return rc;
 }
 
-int failmem_note(const char *data_dir, const char *env, const char *scope,
-                 const struct failure *f, const char *stderr_text, const char *packages,
-                 struct failmem_known *ret)
+int failmem_note(const char *data_dir, const char *env, const char *scope, const struct failure *f,
+                 const char *stderr_text, const char *packages, struct failmem_known *ret)
 {
     struct failmem_known k = {0};
     /* Whether it can be fixed is decided from this failure alone: an earlier run's verdict

@@ -192,13 +192,13 @@ void run_fallbacks(struct run *r)
         switch (r->o.fallbacks[i]) {
         case FALLBACK_WEAK:
             if (!r->weak)
-                run_fallback(r, FALLBACK_WEAK, false,
-                             r->stop == STOP_DOOMED
-                                 ? "not needed: the task failed before, not the sandbox"
-                             : r->stop == STOP_MODEL_ERROR
-                                 ? "not needed: the sandbox was serving; the model failed"
-                             : !r->last_code ? "not needed: the sandbox was serving; no code ran"
-                                             : "not needed: the sandbox was serving; the code failed");
+                run_fallback(
+                    r, FALLBACK_WEAK, false,
+                    r->stop == STOP_DOOMED ? "not needed: the task failed before, not the sandbox"
+                    : r->stop == STOP_MODEL_ERROR
+                        ? "not needed: the sandbox was serving; the model failed"
+                    : !r->last_code ? "not needed: the sandbox was serving; no code ran"
+                                    : "not needed: the sandbox was serving; the code failed");
             break;
         case FALLBACK_HANDBACK:
             free(r->answer);

@@ -218,18 +218,18 @@ static char *remember_failure(struct run *r, const struct exec_record *rec, cons
         /* No retries for it: the next failure ends the run. */
         r->failures_in_row = MAX(r->failures_in_row, r->o.max_retries - 1);
     } else if (k.fixed && k.fixed_by) {
-        note = xasprintf("runcell has seen this error %ld time%s before in earlier runs of this "
-                         "task; a changed %s call right after it worked %ld time%s. Find the "
-                         "cause in the error above and change the code that hit it.",
-                         k.seen, k.seen == 1 ? "" : "s", k.fixed_by, k.fixed,
-                         k.fixed == 1 ? "" : "s");
+        note =
+            xasprintf("runcell has seen this error %ld time%s before in earlier runs of this "
+                      "task; a changed %s call right after it worked %ld time%s. Find the "
+                      "cause in the error above and change the code that hit it.",
+                      k.seen, k.seen == 1 ? "" : "s", k.fixed_by, k.fixed, k.fixed == 1 ? "" : "s");
     }
     if (k.seen || k.unfixable)
-        json_array_append_new(r->known, json_pack("{s:s,s:s,s:I,s:b,s:I,s:s?,s:s?}", "signature",
-                                                  f->sig, "type", f->type, "seen",
-                                                  (json_int_t)k.seen, "unfixable", k.unfixable,
-                                                  "fixed", (json_int_t)k.fixed, "fixed_by",
-                                                  k.fixed_by, "note", k.note));
+        json_array_append_new(r->known,
+                              json_pack("{s:s,s:s,s:I,s:b,s:I,s:s?,s:s?}", "signature", f->sig,
+                                        "type", f->type, "seen", (json_int_t)k.seen, "unfixable",
+                                        k.unfixable, "fixed", (json_int_t)k.fixed, "fixed_by",
+                                        k.fixed_by, "note", k.note));
     failmem_known_release(&k);
     return note;
 }

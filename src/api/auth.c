@@ -9,14 +9,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define TOKEN_BYTES 24
+#define TOKEN_BYTES   24
 #define MIN_TOKEN_LEN 16
 
 static int check_token(const char *t, const char *where)
 {
     if (strlen(t) < MIN_TOKEN_LEN)
-        return err_set(EINVAL, "the token from %s is shorter than %d characters; use a long "
-                       "random one (e.g. openssl rand -hex 24)", where, MIN_TOKEN_LEN);
+        return err_set(EINVAL,
+                       "the token from %s is shorter than %d characters; use a long "
+                       "random one (e.g. openssl rand -hex 24)",
+                       where, MIN_TOKEN_LEN);
     for (const char *p = t; *p; p++)
         if (*p <= ' ' || *p > '~')
             return err_set(EINVAL, "the token from %s holds a space or a non-ASCII character",

@@ -12,12 +12,18 @@ static const struct {
     unsigned status;
     const char *code;
 } api_errs[] = {
-    [AE_BAD_REQUEST] = {400, "bad_request"},  [AE_BAD_PATH] = {400, "bad_path"},
-    [AE_UNAUTHORIZED] = {401, "unauthorized"}, [AE_NOT_FOUND] = {404, "not_found"},
-    [AE_EXPIRED] = {404, "expired"},          [AE_METHOD] = {405, "method_not_allowed"},
-    [AE_BUSY] = {409, "busy"},                [AE_TOO_LARGE] = {413, "too_large"},
-    [AE_LIMIT] = {429, "limit_exceeded"},     [AE_INTERNAL] = {500, "internal"},
-    [AE_SANDBOX] = {503, "sandbox_error"},    [AE_SHUTTING_DOWN] = {503, "shutting_down"},
+    [AE_BAD_REQUEST] = {400, "bad_request"},
+    [AE_BAD_PATH] = {400, "bad_path"},
+    [AE_UNAUTHORIZED] = {401, "unauthorized"},
+    [AE_NOT_FOUND] = {404, "not_found"},
+    [AE_EXPIRED] = {404, "expired"},
+    [AE_METHOD] = {405, "method_not_allowed"},
+    [AE_BUSY] = {409, "busy"},
+    [AE_TOO_LARGE] = {413, "too_large"},
+    [AE_LIMIT] = {429, "limit_exceeded"},
+    [AE_INTERNAL] = {500, "internal"},
+    [AE_SANDBOX] = {503, "sandbox_error"},
+    [AE_SHUTTING_DOWN] = {503, "shutting_down"},
     [AE_NOT_CONFIGURED] = {503, "agent_not_configured"},
 };
 
@@ -41,8 +47,8 @@ enum MHD_Result reply_json(struct request *rq, unsigned status, json_t *j)
     return reply_json_header(rq, status, j, NULL, NULL);
 }
 
-enum MHD_Result reply_json_header(struct request *rq, unsigned status, json_t *j,
-                                  const char *name, const char *value)
+enum MHD_Result reply_json_header(struct request *rq, unsigned status, json_t *j, const char *name,
+                                  const char *value)
 {
     char *text = json_dumps(j, JSON_COMPACT);
     json_decref(j);
@@ -61,8 +67,7 @@ enum MHD_Result reply_json_header(struct request *rq, unsigned status, json_t *j
 /* The one error reply: {"error":{"code","message"}} plus extra's fields, with a header
  * when name is set. */
 static enum MHD_Result api_verror(struct request *rq, enum api_err e, json_t *extra,
-                                  const char *name, const char *value, const char *fmt,
-                                  va_list ap)
+                                  const char *name, const char *value, const char *fmt, va_list ap)
 {
     char msg[2048];
     vsnprintf(msg, sizeof(msg), fmt, ap);
@@ -95,8 +100,8 @@ enum MHD_Result api_error_header(struct request *rq, enum api_err e, const char 
     return r;
 }
 
-enum MHD_Result api_error_with(struct request *rq, enum api_err e, json_t *extra,
-                               const char *fmt, ...)
+enum MHD_Result api_error_with(struct request *rq, enum api_err e, json_t *extra, const char *fmt,
+                               ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -266,7 +271,7 @@ static bool type_ok(json_t *v, enum field_type t)
 }
 
 static const char *const type_words[] = {
-    [F_STRING] = "a string", [F_NUMBER] = "a number", [F_INT] = "an integer",
+    [F_STRING] = "a string", [F_NUMBER] = "a number",  [F_INT] = "an integer",
     [F_BOOL] = "a boolean",  [F_OBJECT] = "an object", [F_ARRAY] = "an array",
 };
 
@@ -293,8 +298,8 @@ bool check_fields(struct request *rq, json_t *obj, const struct field *fields, s
         if (json_is_null(v))
             continue; /* null means "the default" */
         if (!type_ok(v, f->type)) {
-            api_error(rq, AE_BAD_REQUEST, "field '%s' must be %s, not %s", key,
-                      type_words[f->type], type_name(v));
+            api_error(rq, AE_BAD_REQUEST, "field '%s' must be %s, not %s", key, type_words[f->type],
+                      type_name(v));
             return false;
         }
     }

@@ -4,11 +4,12 @@
 #include <pthread.h>
 #include <string.h>
 
-static const double exec_buckets[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300};
+static const double exec_buckets[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+                                      1,     2.5,  5,     10,   30,  60,   300};
 static const double create_buckets[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
-#define N_EXEC_B ARRAY_SIZE(exec_buckets)
+#define N_EXEC_B   ARRAY_SIZE(exec_buckets)
 #define N_CREATE_B ARRAY_SIZE(create_buckets)
-#define N_STATUS (EXEC_SANDBOX_ERROR + 1)
+#define N_STATUS   (EXEC_SANDBOX_ERROR + 1)
 
 struct histogram {
     uint64_t counts[16];
@@ -98,19 +99,22 @@ static void render_egress(struct buf *b)
 {
     struct net_stats st;
     net_stats_get(&st);
-    buf_printf(b, "# HELP runcell_egress_attempts_total Connections asked of the egress proxy, "
-                  "by outcome.\n# TYPE runcell_egress_attempts_total counter\n"
-                  "runcell_egress_attempts_total{result=\"allowed\"} %llu\n"
-                  "runcell_egress_attempts_total{result=\"refused\"} %llu\n",
+    buf_printf(b,
+               "# HELP runcell_egress_attempts_total Connections asked of the egress proxy, "
+               "by outcome.\n# TYPE runcell_egress_attempts_total counter\n"
+               "runcell_egress_attempts_total{result=\"allowed\"} %llu\n"
+               "runcell_egress_attempts_total{result=\"refused\"} %llu\n",
                (unsigned long long)st.allowed, (unsigned long long)st.refused);
-    buf_printf(b, "# HELP runcell_egress_bytes_total Bytes through the egress proxy.\n"
-                  "# TYPE runcell_egress_bytes_total counter\n"
-                  "runcell_egress_bytes_total{direction=\"out\"} %llu\n"
-                  "runcell_egress_bytes_total{direction=\"in\"} %llu\n",
+    buf_printf(b,
+               "# HELP runcell_egress_bytes_total Bytes through the egress proxy.\n"
+               "# TYPE runcell_egress_bytes_total counter\n"
+               "runcell_egress_bytes_total{direction=\"out\"} %llu\n"
+               "runcell_egress_bytes_total{direction=\"in\"} %llu\n",
                (unsigned long long)st.bytes_out, (unsigned long long)st.bytes_in);
-    buf_printf(b, "# HELP runcell_egress_connections_open Connections open through the egress "
-                  "proxy now.\n# TYPE runcell_egress_connections_open gauge\n"
-                  "runcell_egress_connections_open %llu\n",
+    buf_printf(b,
+               "# HELP runcell_egress_connections_open Connections open through the egress "
+               "proxy now.\n# TYPE runcell_egress_connections_open gauge\n"
+               "runcell_egress_connections_open %llu\n",
                (unsigned long long)st.active);
 }
 
@@ -119,19 +123,23 @@ char *metrics_render(struct metrics *m, const struct metrics_gauges *g)
     struct buf b;
     buf_init(&b, 0);
     pthread_mutex_lock(&m->lock);
-    buf_printf(&b, "# HELP runcell_sessions_live Sessions currently open.\n"
-                   "# TYPE runcell_sessions_live gauge\nruncell_sessions_live %zu\n",
+    buf_printf(&b,
+               "# HELP runcell_sessions_live Sessions currently open.\n"
+               "# TYPE runcell_sessions_live gauge\nruncell_sessions_live %zu\n",
                g->live_sessions);
-    buf_printf(&b, "# HELP runcell_executions_running Executions running now.\n"
-                   "# TYPE runcell_executions_running gauge\nruncell_executions_running %zu\n",
+    buf_printf(&b,
+               "# HELP runcell_executions_running Executions running now.\n"
+               "# TYPE runcell_executions_running gauge\nruncell_executions_running %zu\n",
                g->running_executions);
-    buf_printf(&b, "# HELP runcell_pool_ready Sessions made ahead, waiting to be handed out.\n"
-                   "# TYPE runcell_pool_ready gauge\nruncell_pool_ready %zu\n",
+    buf_printf(&b,
+               "# HELP runcell_pool_ready Sessions made ahead, waiting to be handed out.\n"
+               "# TYPE runcell_pool_ready gauge\nruncell_pool_ready %zu\n",
                g->pool_ready);
-    buf_printf(&b, "# HELP runcell_template_ready_seconds How long the running template took "
-                   "to become ready; 0 when there is none.\n"
-                   "# TYPE runcell_template_ready_seconds gauge\n"
-                   "runcell_template_ready_seconds %.3f\n",
+    buf_printf(&b,
+               "# HELP runcell_template_ready_seconds How long the running template took "
+               "to become ready; 0 when there is none.\n"
+               "# TYPE runcell_template_ready_seconds gauge\n"
+               "runcell_template_ready_seconds %.3f\n",
                g->template_ready_ms / 1000.0);
     buf_printf(&b, "# HELP runcell_executions_total Executions finished, by status.\n"
                    "# TYPE runcell_executions_total counter\n");
@@ -141,16 +149,17 @@ char *metrics_render(struct metrics *m, const struct metrics_gauges *g)
     render_hist(&b, "runcell_execution_duration_seconds", "Wall time of executions.", &m->exec,
                 exec_buckets, N_EXEC_B);
     render_hist(&b, "runcell_session_create_duration_seconds",
-                "Time to create a session, ready to run.", &m->create, create_buckets,
-                N_CREATE_B);
-    buf_printf(&b, "# HELP runcell_http_connections_evicted_total Connections without the "
-                   "token closed to make room for new ones (--max-unauthenticated).\n"
-                   "# TYPE runcell_http_connections_evicted_total counter\n"
-                   "runcell_http_connections_evicted_total %llu\n",
+                "Time to create a session, ready to run.", &m->create, create_buckets, N_CREATE_B);
+    buf_printf(&b,
+               "# HELP runcell_http_connections_evicted_total Connections without the "
+               "token closed to make room for new ones (--max-unauthenticated).\n"
+               "# TYPE runcell_http_connections_evicted_total counter\n"
+               "runcell_http_connections_evicted_total %llu\n",
                (unsigned long long)g->connections_evicted);
-    buf_printf(&b, "# HELP runcell_sandbox_failures_total Sandboxes that could not be set up "
-                   "or served.\n# TYPE runcell_sandbox_failures_total counter\n"
-                   "runcell_sandbox_failures_total %llu\n",
+    buf_printf(&b,
+               "# HELP runcell_sandbox_failures_total Sandboxes that could not be set up "
+               "or served.\n# TYPE runcell_sandbox_failures_total counter\n"
+               "runcell_sandbox_failures_total %llu\n",
                (unsigned long long)m->sandbox_failures);
     buf_printf(&b, "# HELP runcell_http_requests_total HTTP requests, by status class.\n"
                    "# TYPE runcell_http_requests_total counter\n");

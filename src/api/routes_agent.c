@@ -268,8 +268,8 @@ static void add_session(struct agent_job *j, json_t *outcome)
 
 static void omit_file(json_t *omitted, const char *name, uint64_t size, const char *why)
 {
-    json_array_append_new(omitted, json_pack("{s:s,s:I,s:s}", "name", name, "size",
-                                             (json_int_t)size, "reason", why));
+    json_array_append_new(
+        omitted, json_pack("{s:s,s:I,s:s}", "name", name, "size", (json_int_t)size, "reason", why));
 }
 
 /* The produced files as {"name": base64} (file_data) in the outcome, within the caps; what

@@ -35,8 +35,10 @@ static bool check_path(struct request *rq, const char *path)
 {
     if (path_is_safe_relative(path))
         return true;
-    api_error(rq, AE_BAD_PATH, "bad path '%s': use a relative path inside the workspace, with "
-              "no '..', '.' or empty parts", path);
+    api_error(rq, AE_BAD_PATH,
+              "bad path '%s': use a relative path inside the workspace, with "
+              "no '..', '.' or empty parts",
+              path);
     return false;
 }
 
@@ -46,9 +48,9 @@ static const char *file_kind(mode_t mode)
     static const struct {
         mode_t type;
         const char *what;
-    } kinds[] = {{S_IFSOCK, "a socket"}, {S_IFIFO, "a named pipe (FIFO)"},
+    } kinds[] = {{S_IFSOCK, "a socket"},          {S_IFIFO, "a named pipe (FIFO)"},
                  {S_IFCHR, "a character device"}, {S_IFBLK, "a block device"},
-                 {S_IFLNK, "a symbolic link"}, {S_IFDIR, "a directory"}};
+                 {S_IFLNK, "a symbolic link"},    {S_IFDIR, "a directory"}};
     for (size_t i = 0; i < ARRAY_SIZE(kinds); i++)
         if ((mode & S_IFMT) == kinds[i].type)
             return kinds[i].what;
@@ -62,8 +64,10 @@ static enum MHD_Result path_error(struct request *rq, const char *path, int err)
     case ENOENT:
         return api_error(rq, AE_NOT_FOUND, "no file '%s' in the workspace", path);
     case ELOOP:
-        return api_error(rq, AE_BAD_PATH, "'%s' is or goes through a symbolic link; links in "
-                         "the workspace are not followed", path);
+        return api_error(rq, AE_BAD_PATH,
+                         "'%s' is or goes through a symbolic link; links in "
+                         "the workspace are not followed",
+                         path);
     case EXDEV:
         return api_error(rq, AE_BAD_PATH, "'%s' leads out of the workspace", path);
     case ENOTDIR:
@@ -79,8 +83,10 @@ static enum MHD_Result path_error(struct request *rq, const char *path, int err)
     case ENOSPC:
     case EDQUOT:
     case EFBIG:
-        return api_error(rq, AE_TOO_LARGE, "the workspace is full (its size limit was reached) "
-                         "while writing '%s'", path);
+        return api_error(rq, AE_TOO_LARGE,
+                         "the workspace is full (its size limit was reached) "
+                         "while writing '%s'",
+                         path);
     default:
         return api_error(rq, AE_INTERNAL, "'%s': %s", path, strerror(-err));
     }
@@ -177,8 +183,7 @@ static bool not_modified(struct request *rq, const struct stat *st, const char *
     const char *inm = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, "If-None-Match");
     if (inm)
         return etag_listed(inm, etag);
-    const char *ims = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND,
-                                                  "If-Modified-Since");
+    const char *ims = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, "If-Modified-Since");
     time_t t = ims ? parse_http_date(ims) : (time_t)-1;
     return t != (time_t)-1 && st->st_mtime <= t;
 }
@@ -196,8 +201,7 @@ enum range_verdict { RANGE_NONE, RANGE_OK, RANGE_UNSATISFIABLE };
 /* One byte range "bytes=A-B", "bytes=A-" or "bytes=-N" of a file of size bytes, as
  * [*off, *off + *len). Several ranges, or a unit other than bytes, are ignored (RFC 9110
  * 14.2 lets a server send the whole file); so is a range that does not parse. */
-static enum range_verdict parse_range(const char *h, uint64_t size, uint64_t *off,
-                                      uint64_t *len)
+static enum range_verdict parse_range(const char *h, uint64_t size, uint64_t *off, uint64_t *len)
 {
     if (strncasecmp(h, "bytes=", 6) || strchr(h, ','))
         return RANGE_NONE;
@@ -248,9 +252,10 @@ static void validators(struct MHD_Response *r, const char *etag, const char *mod
 static enum MHD_Result reply_unsatisfiable(struct request *rq, const char *range, uint64_t size)
 {
     _cleanup_free_ char *msg = xasprintf("Range '%s' is outside the file, which has %llu "
-                                         "bytes", range, (unsigned long long)size);
-    json_t *j = json_pack("{s:{s:s,s:s}}", "error", "code", "range_not_satisfiable",
-                          "message", msg);
+                                         "bytes",
+                                         range, (unsigned long long)size);
+    json_t *j =
+        json_pack("{s:{s:s,s:s}}", "error", "code", "range_not_satisfiable", "message", msg);
     _cleanup_free_ char *cr = xasprintf("bytes */%llu", (unsigned long long)size);
     return reply_json_header(rq, 416, j, "Content-Range", cr);
 }
@@ -288,9 +293,9 @@ static enum MHD_Result reply_file(struct request *rq, const char *path, int fd,
     MHD_add_response_header(r, "Content-Type", content_type(path, type, sizeof(type)));
     validators(r, etag, modified);
     if (v == RANGE_OK) {
-        _cleanup_free_ char *cr = xasprintf("bytes %llu-%llu/%llu", (unsigned long long)off,
-                                            (unsigned long long)(off + len - 1),
-                                            (unsigned long long)size);
+        _cleanup_free_ char *cr =
+            xasprintf("bytes %llu-%llu/%llu", (unsigned long long)off,
+                      (unsigned long long)(off + len - 1), (unsigned long long)size);
         MHD_add_response_header(r, "Content-Range", cr);
     }
     return reply_response(rq, v == RANGE_OK ? 206 : 200, r);
@@ -311,8 +316,10 @@ enum MHD_Result h_file_get(struct request *rq)
     if (fd >= 0 && fstat(fd, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {
         session_table_release(rq->srv->table, s);
         close(fd);
-        return api_error(rq, AE_BAD_PATH, "'%s' is %s, not a regular file; only regular "
-                         "files can be read", path, file_kind(st.st_mode));
+        return api_error(rq, AE_BAD_PATH,
+                         "'%s' is %s, not a regular file; only regular "
+                         "files can be read",
+                         path, file_kind(st.st_mode));
     }
     if (fd >= 0)
         close(fd);
@@ -369,8 +376,8 @@ static int upload_begin(struct request *rq)
         return u->err = u->dirfd;
     _cleanup_free_ char *hex = random_hex(8);
     u->tmp_name = xasprintf(".runcell-upload-%s", hex);
-    u->fd = openat(u->dirfd, u->tmp_name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-                   0644);
+    u->fd =
+        openat(u->dirfd, u->tmp_name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (u->fd < 0) {
         free(u->tmp_name);
         u->tmp_name = NULL;
@@ -423,14 +430,17 @@ bool h_file_put_admit(struct request *rq, uint64_t declared)
     if (declared == UINT64_MAX ? left > 0 : declared <= left)
         return true;
     if (declared == UINT64_MAX)
-        api_error(rq, AE_TOO_LARGE, "the workspace is full (0 bytes left of its %llu-byte "
+        api_error(rq, AE_TOO_LARGE,
+                  "the workspace is full (0 bytes left of its %llu-byte "
                   "size limit); delete files or create the session with a larger disk_mb",
                   (unsigned long long)total);
     else
-        api_error(rq, AE_TOO_LARGE, "the workspace is too full for an upload of %llu bytes: "
+        api_error(rq, AE_TOO_LARGE,
+                  "the workspace is too full for an upload of %llu bytes: "
                   "it has %llu bytes left of its %llu-byte size limit; delete files or create "
-                  "the session with a larger disk_mb", (unsigned long long)declared,
-                  (unsigned long long)left, (unsigned long long)total);
+                  "the session with a larger disk_mb",
+                  (unsigned long long)declared, (unsigned long long)left,
+                  (unsigned long long)total);
     return false;
 }
 

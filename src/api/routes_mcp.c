@@ -26,14 +26,14 @@ struct mstream {
     pthread_mutex_t lock;
     pthread_cond_t changed;
     int refs;
-    struct buf out;  /* SSE events not yet read by the response */
+    struct buf out; /* SSE events not yet read by the response */
     size_t sent;
-    char *response;  /* the response (or batch), once sent */
-    bool closed;     /* no more messages will come */
-    bool gone;       /* the client hung up (a GET stream can then be opened again) */
-    int notify[2];   /* a byte per change: wakes the reader */
+    char *response; /* the response (or batch), once sent */
+    bool closed;    /* no more messages will come */
+    bool gone;      /* the client hung up (a GET stream can then be opened again) */
+    int notify[2];  /* a byte per change: wakes the reader */
     int client_fd;
-    bool keepalive;  /* a GET stream: comments while quiet */
+    bool keepalive; /* a GET stream: comments while quiet */
 };
 
 static struct mstream *mstream_new(int client_fd, bool keepalive)
@@ -177,9 +177,8 @@ static void mstream_release_cb(void *cls)
 /* Hands the caller's reference to an SSE response. */
 static enum MHD_Result reply_sse(struct request *rq, struct mstream *st, const char *session_id)
 {
-    struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024,
-                                                               mstream_read, st,
-                                                               mstream_release_cb);
+    struct MHD_Response *r = MHD_create_response_from_callback(
+        MHD_SIZE_UNKNOWN, 16 * 1024, mstream_read, st, mstream_release_cb);
     MHD_add_response_header(r, "Content-Type", "text/event-stream");
     MHD_add_response_header(r, "Cache-Control", "no-store");
     if (session_id)
@@ -356,8 +355,8 @@ void mcp_http_free(struct mcp_http *m)
         return;
     for (;;) {
         pthread_mutex_lock(&m->lock);
-        struct msession *victim = m->head ? end_locked(m, m->head, "the server is shutting down")
-                                           : NULL;
+        struct msession *victim =
+            m->head ? end_locked(m, m->head, "the server is shutting down") : NULL;
         bool more = m->head != NULL;
         pthread_mutex_unlock(&m->lock);
         if (victim)
@@ -397,8 +396,8 @@ static enum MHD_Result mcp_http_error(struct request *rq, unsigned status, int c
     char *text = mcp_error_json(code, n < 0 ? "error" : msg);
     if (n >= 0)
         free(msg);
-    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(text), text,
-                                                             MHD_RESPMEM_MUST_FREE);
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
     MHD_add_response_header(r, "Content-Type", "application/json");
     return reply_response(rq, status, r);
 }
@@ -457,15 +456,19 @@ static bool check_request(struct request *rq)
 {
     const char *origin = header(rq, "Origin");
     if (!origin_allowed(rq, origin)) {
-        mcp_http_error(rq, 403, -32000, "Forbidden: requests from origin '%s' are not allowed; "
-                       "start the server with --allow-origin %s to allow them", origin, origin);
+        mcp_http_error(rq, 403, -32000,
+                       "Forbidden: requests from origin '%s' are not allowed; "
+                       "start the server with --allow-origin %s to allow them",
+                       origin, origin);
         return false;
     }
     const char *version = header(rq, "MCP-Protocol-Version");
     if (version && !mcp_version_supported(version)) {
-        mcp_http_error(rq, 400, MCP_INVALID_REQUEST, "Bad Request: unsupported "
+        mcp_http_error(rq, 400, MCP_INVALID_REQUEST,
+                       "Bad Request: unsupported "
                        "MCP-Protocol-Version '%s'; this server speaks 2025-11-25, 2025-06-18, "
-                       "2025-03-26 and 2024-11-05", version);
+                       "2025-03-26 and 2024-11-05",
+                       version);
         return false;
     }
     return true;
@@ -476,14 +479,17 @@ static struct msession *find_session(struct request *rq)
 {
     const char *id = header(rq, "Mcp-Session-Id");
     if (!id) {
-        mcp_http_error(rq, 400, MCP_INVALID_REQUEST, "Bad Request: no Mcp-Session-Id header; "
+        mcp_http_error(rq, 400, MCP_INVALID_REQUEST,
+                       "Bad Request: no Mcp-Session-Id header; "
                        "send initialize first and use the session id it returns");
         return NULL;
     }
     struct msession *ms = msession_acquire(rq->srv->mcp, id);
     if (!ms) {
-        mcp_http_error(rq, 404, MCP_INVALID_REQUEST, "Not Found: no MCP session %s (it ended "
-                       "or expired); send initialize to start a new one", id);
+        mcp_http_error(rq, 404, MCP_INVALID_REQUEST,
+                       "Not Found: no MCP session %s (it ended "
+                       "or expired); send initialize to start a new one",
+                       id);
         return NULL;
     }
     /* After initialize every request names the version it negotiated; one without the
@@ -491,9 +497,11 @@ static struct msession *find_session(struct request *rq)
     const char *version = header(rq, "MCP-Protocol-Version");
     const char *negotiated = mcp_conn_version(ms->conn);
     if (version && negotiated && strcmp(version, negotiated)) {
-        mcp_http_error(rq, 400, MCP_INVALID_REQUEST, "Bad Request: MCP-Protocol-Version is "
+        mcp_http_error(rq, 400, MCP_INVALID_REQUEST,
+                       "Bad Request: MCP-Protocol-Version is "
                        "'%s' but this session negotiated '%s' in its initialize; send "
-                       "MCP-Protocol-Version: %s", version, negotiated, negotiated);
+                       "MCP-Protocol-Version: %s",
+                       version, negotiated, negotiated);
         msession_release(rq->srv->mcp, ms);
         return NULL;
     }
@@ -536,20 +544,19 @@ static enum MHD_Result answer(struct request *rq, struct mcp_conn *conn, struct 
                               const char *session_id)
 {
     struct mcp_sink sink = sink_for(st);
-    enum mcp_input in = mcp_conn_handle(conn, rq->body.data ? rq->body.data : "", rq->body.len,
-                                        &sink);
+    enum mcp_input in =
+        mcp_conn_handle(conn, rq->body.data ? rq->body.data : "", rq->body.len, &sink);
     enum MHD_Result ret;
     pthread_mutex_lock(&st->lock);
     bool done = st->closed;
     pthread_mutex_unlock(&st->lock);
     if (in == MCP_IN_NONE) {
-        struct MHD_Response *r = MHD_create_response_from_buffer(0, (void *)"",
-                                                                 MHD_RESPMEM_PERSISTENT);
+        struct MHD_Response *r =
+            MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
         ret = reply_response(rq, 202, r);
     } else if (in == MCP_IN_INVALID) {
         ret = reply_when_done(rq, st, 400, session_id);
-    } else if ((!done || !accepts(rq, "application/json")) &&
-               accepts(rq, "text/event-stream")) {
+    } else if ((!done || !accepts(rq, "application/json")) && accepts(rq, "text/event-stream")) {
         return reply_sse(rq, st, session_id); /* the response owns st now */
     } else {
         ret = reply_when_done(rq, st, 200, session_id);
@@ -562,13 +569,16 @@ static bool check_post(struct request *rq)
 {
     const char *type = header(rq, "Content-Type");
     if (type && strncasecmp(type, "application/json", 16)) {
-        mcp_http_error(rq, 415, MCP_INVALID_REQUEST, "Unsupported Media Type: send the "
-                       "message as application/json, not %s", type);
+        mcp_http_error(rq, 415, MCP_INVALID_REQUEST,
+                       "Unsupported Media Type: send the "
+                       "message as application/json, not %s",
+                       type);
         return false;
     }
     if (header(rq, "Accept") && !accepts(rq, "application/json") &&
         !accepts(rq, "text/event-stream")) {
-        mcp_http_error(rq, 406, MCP_INVALID_REQUEST, "Not Acceptable: the answer is "
+        mcp_http_error(rq, 406, MCP_INVALID_REQUEST,
+                       "Not Acceptable: the answer is "
                        "application/json or text/event-stream; list both in Accept");
         return false;
     }
@@ -600,21 +610,24 @@ static enum MHD_Result post_initialize(struct request *rq)
         }
         json_decref(j);
         if (text) {
-            struct MHD_Response *r = MHD_create_response_from_buffer(strlen(text), text,
-                                                                     MHD_RESPMEM_MUST_FREE);
+            struct MHD_Response *r =
+                MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
             MHD_add_response_header(r, "Content-Type", "application/json");
             ret = reply_response(rq, 400, r);
         } else {
-            ret = mcp_http_error(rq, 400, MCP_INVALID_REQUEST, "Bad Request: no "
+            ret = mcp_http_error(rq, 400, MCP_INVALID_REQUEST,
+                                 "Bad Request: no "
                                  "Mcp-Session-Id header; send initialize first and use the "
                                  "session id it returns");
         }
     } else {
         struct msession *ms = msession_add(m, conn);
         if (!ms) {
-            ret = mcp_http_error(rq, 429, MCP_SERVER_BUSY, "the server holds its maximum of "
+            ret = mcp_http_error(rq, 429, MCP_SERVER_BUSY,
+                                 "the server holds its maximum of "
                                  "%zu MCP sessions; end one (DELETE /mcp) or wait for idle "
-                                 "ones to expire", m->max);
+                                 "ones to expire",
+                                 m->max);
         } else {
             log_info("msg=\"mcp session started\" mcp_session=%s protocol=%s", ms->id,
                      mcp_conn_version(conn));
@@ -649,12 +662,14 @@ enum MHD_Result h_mcp_get(struct request *rq)
     if (!check_request(rq))
         return MHD_YES;
     if (!accepts(rq, "text/event-stream"))
-        return mcp_http_error(rq, 406, MCP_INVALID_REQUEST, "Not Acceptable: GET /mcp opens "
+        return mcp_http_error(rq, 406, MCP_INVALID_REQUEST,
+                              "Not Acceptable: GET /mcp opens "
                               "an event stream; send Accept: text/event-stream");
     /* A GET for an event stream before any session is how a client of the HTTP+SSE
      * transport (2024-11-05) starts; that transport is not offered. */
     if (!header(rq, "Mcp-Session-Id"))
-        return mcp_http_error(rq, 400, MCP_INVALID_REQUEST, "Bad Request: no Mcp-Session-Id "
+        return mcp_http_error(rq, 400, MCP_INVALID_REQUEST,
+                              "Bad Request: no Mcp-Session-Id "
                               "header. This server speaks the Streamable HTTP transport (MCP "
                               "2025-03-26 and later): POST initialize to /mcp, then GET /mcp "
                               "with the Mcp-Session-Id it returns; the HTTP+SSE transport of "
@@ -677,7 +692,8 @@ enum MHD_Result h_mcp_get(struct request *rq)
     pthread_mutex_unlock(&m->lock);
     msession_release(m, ms);
     if (busy)
-        return mcp_http_error(rq, 409, MCP_INVALID_REQUEST, "Conflict: this session already "
+        return mcp_http_error(rq, 409, MCP_INVALID_REQUEST,
+                              "Conflict: this session already "
                               "has an open GET stream");
     if (!st)
         return mcp_http_error(rq, 503, MCP_INTERNAL_ERROR, "%s", err_msg());
@@ -701,7 +717,6 @@ enum MHD_Result h_mcp_delete(struct request *rq)
     pthread_mutex_unlock(&m->lock);
     log_info("msg=\"mcp session ended\" mcp_session=%s", ms->id);
     msession_release(m, ms);
-    struct MHD_Response *r = MHD_create_response_from_buffer(0, (void *)"",
-                                                             MHD_RESPMEM_PERSISTENT);
+    struct MHD_Response *r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
     return reply_response(rq, 204, r);
 }

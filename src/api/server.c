@@ -196,8 +196,7 @@ static const char *bearer_token(const char *h)
 /* HTTP/1.1 requires Host (RFC 9112 3.2: a server answers 400 without it); 1.0 has none. */
 static bool host_ok(struct request *rq)
 {
-    return rq->http10 ||
-           MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, "Host") != NULL;
+    return rq->http10 || MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, "Host") != NULL;
 }
 
 /* OPTIONS: the methods a path takes, without a token (they are the same for everyone and
@@ -207,10 +206,9 @@ static enum MHD_Result reply_options(struct request *rq, const char *url, const 
 {
     if (strcmp(url, "*") && !allow)
         return api_error(rq, AE_NOT_FOUND, "no such route: OPTIONS %s", url);
-    struct MHD_Response *r = MHD_create_response_from_buffer(0, (void *)"",
-                                                             MHD_RESPMEM_PERSISTENT);
-    _cleanup_free_ char *methods = xasprintf("%s, OPTIONS",
-                                             allow ? allow : "GET, HEAD, POST, PUT, DELETE");
+    struct MHD_Response *r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    _cleanup_free_ char *methods =
+        xasprintf("%s, OPTIONS", allow ? allow : "GET, HEAD, POST, PUT, DELETE");
     MHD_add_response_header(r, "Allow", methods);
     return reply_response(rq, 204, r);
 }
@@ -234,8 +232,10 @@ static enum MHD_Result route_request(struct request *rq, const char *url, const 
     rq->hold_reply = hold_early_replies(rq);
     if (!host_ok(rq)) {
         buf_release(&allow);
-        return api_error(rq, AE_BAD_REQUEST, "an HTTP/1.1 request must carry a Host header "
-                         "(RFC 9112 3.2); send Host: %s", srv->cfg->listen);
+        return api_error(rq, AE_BAD_REQUEST,
+                         "an HTTP/1.1 request must carry a Host header "
+                         "(RFC 9112 3.2); send Host: %s",
+                         srv->cfg->listen);
     }
     if (!strcmp(method, "OPTIONS")) {
         enum MHD_Result r = reply_options(rq, url, path_known ? allow.data : NULL);
@@ -248,11 +248,13 @@ static enum MHD_Result route_request(struct request *rq, const char *url, const 
         const char *given = bearer_token(h);
         if (!given || !token_equal(given, srv->token)) {
             buf_release(&allow);
-            return api_error(rq, AE_UNAUTHORIZED, "%s; send 'Authorization: Bearer TOKEN' "
+            return api_error(rq, AE_UNAUTHORIZED,
+                             "%s; send 'Authorization: Bearer TOKEN' "
                              "(the token is in the server's data directory, file 'token')",
-                             !h ? "no token" : given ? "wrong token"
-                                                     : "the Authorization header is not "
-                                                       "of the Bearer scheme");
+                             !h      ? "no token"
+                             : given ? "wrong token"
+                                     : "the Authorization header is not "
+                                       "of the Bearer scheme");
         }
         conn_guard_authenticated(srv->conns, rq->conn, CONNECTION_IDLE_TIMEOUT_S);
         rq->authenticated = true;
@@ -265,7 +267,8 @@ static enum MHD_Result route_request(struct request *rq, const char *url, const 
                                  "%s does not take %s; it takes %s", url, method, allow.data);
         } else {
             r = legacy_mcp_path(url)
-                    ? api_error(rq, AE_NOT_FOUND, "no such route: %s %s; this server offers "
+                    ? api_error(rq, AE_NOT_FOUND,
+                                "no such route: %s %s; this server offers "
                                 "MCP over Streamable HTTP only, at /mcp (POST initialize "
                                 "there), not the HTTP+SSE transport of MCP 2024-11-05",
                                 method, url)
@@ -285,11 +288,12 @@ static enum MHD_Result route_request(struct request *rq, const char *url, const 
     uint64_t len, max = rq->route->flags & ROUTE_STREAM_BODY ? srv->cfg->limits.max_upload_bytes
                                                              : srv->cfg->limits.max_body_bytes;
     if (cl && parse_u64(cl, &len) == 0 && len > max)
-        return api_error(rq, AE_TOO_LARGE, "request body of %llu bytes is larger than the "
-                         "server's limit of %llu bytes", (unsigned long long)len,
-                         (unsigned long long)max);
-    if (rq->route->admit && !rq->route->admit(rq, cl && parse_u64(cl, &len) == 0 ? len
-                                                                            : UINT64_MAX))
+        return api_error(rq, AE_TOO_LARGE,
+                         "request body of %llu bytes is larger than the "
+                         "server's limit of %llu bytes",
+                         (unsigned long long)len, (unsigned long long)max);
+    if (rq->route->admit &&
+        !rq->route->admit(rq, cl && parse_u64(cl, &len) == 0 ? len : UINT64_MAX))
         return MHD_YES;
     buf_init(&rq->body, max);
     return MHD_YES;
@@ -319,9 +323,8 @@ static enum MHD_Result on_body(struct request *rq, const char *data, size_t n)
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
-                                  const char *method, const char *version,
-                                  const char *upload_data, size_t *upload_data_size,
-                                  void **req_cls)
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **req_cls)
 {
     struct request *rq = *req_cls;
     (void)cls;
@@ -354,8 +357,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
 {
     struct server *srv = cls;
     struct request *rq = *req_cls;
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn,
-                                                                 MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
     char addr[INET6_ADDRSTRLEN] = "?";
     (void)toe;
     if (!rq)
@@ -398,8 +401,10 @@ static int parse_listen(const char *listen, struct sockaddr_storage *ret, sockle
         host++;
         host[strlen(host) - 1] = '\0';
     }
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-                             .ai_flags = AI_NUMERICSERV}, *ai;
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_NUMERICSERV},
+                    *ai;
     int r = getaddrinfo(host, port, &hints, &ai);
     if (r)
         return err_set(EINVAL, "--listen '%s': %s", listen, gai_strerror(r));
@@ -526,7 +531,8 @@ static int open_persistence(struct server *srv)
     if ((r = store_check(srv->store)) < 0)
         return err_set(-r, "the store %s does not answer: %s", store_describe(srv->store),
                        err_msg());
-    srv->persist = (struct persist_config){.store = srv->store, .meta = srv->meta,
+    srv->persist = (struct persist_config){.store = srv->store,
+                                           .meta = srv->meta,
                                            .quota_bytes = cfg->store_quota_bytes,
                                            .max_files = cfg->store_max_files,
                                            .owner = srv->host.owner_id};
@@ -552,9 +558,11 @@ static int prepare(struct server *srv, struct sockaddr_storage *addr)
     bool token_given = srv->cfg->token || (getenv("RUNCELL_TOKEN") && *getenv("RUNCELL_TOKEN")) ||
                        access(token_path, F_OK) == 0;
     if (!is_loopback(addr) && !token_given)
-        return err_set(EPERM, "refusing to listen on %s, which is not a loopback address, "
+        return err_set(EPERM,
+                       "refusing to listen on %s, which is not a loopback address, "
                        "without a token chosen for it: pass --token, set RUNCELL_TOKEN, or "
-                       "write one to %s", srv->cfg->listen, token_path);
+                       "write one to %s",
+                       srv->cfg->listen, token_path);
     if ((r = token_load(srv->cfg->data_dir, srv->cfg->token, &srv->token, &generated)) < 0)
         return r;
     if (generated)
@@ -565,8 +573,7 @@ static int prepare(struct server *srv, struct sockaddr_storage *addr)
     if ((r = sandbox_host_init(&srv->host)) < 0)
         return r;
     if (srv->host.degraded_reason)
-        log_warn("msg=\"resource limits are degraded\" reason=\"%s\"",
-                 srv->host.degraded_reason);
+        log_warn("msg=\"resource limits are degraded\" reason=\"%s\"", srv->host.degraded_reason);
     if ((r = open_persistence(srv)) < 0)
         return r;
     if (!srv->cfg->no_template && srv->host.privileged && srv->host.cgroup_mode != CGROUP_NONE &&

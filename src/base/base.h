@@ -10,8 +10,8 @@
 #include <sys/types.h>
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
-#define MIN(a, b) ((a) < (b) ? (a) : (b))
-#define MAX(a, b) ((a) > (b) ? (a) : (b))
+#define MIN(a, b)     ((a) < (b) ? (a) : (b))
+#define MAX(a, b)     ((a) > (b) ? (a) : (b))
 
 /* ---- memory: the x* helpers abort on allocation failure; everything else never exits. ---- */
 void *xmalloc(size_t n);
@@ -32,9 +32,9 @@ static inline void freep(void *p)
 }
 void closep(int *fd);
 void strv_freep(char ***v);
-#define _cleanup_free_ __attribute__((cleanup(freep)))
+#define _cleanup_free_  __attribute__((cleanup(freep)))
 #define _cleanup_close_ __attribute__((cleanup(closep)))
-#define _cleanup_strv_ __attribute__((cleanup(strv_freep)))
+#define _cleanup_strv_  __attribute__((cleanup(strv_freep)))
 /* Hands a pointer out of a cleanup variable: the caller now owns it. */
 #define TAKE_PTR(p)                                                                                \
     ({                                                                                             \
@@ -61,8 +61,8 @@ enum log_level { LOG_DEBUG, LOG_INFO, LOG_WARN, LOG_ERROR };
 void log_set_level(enum log_level level);
 void log_msg(enum log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 #define log_debug(...) log_msg(LOG_DEBUG, __VA_ARGS__)
-#define log_info(...) log_msg(LOG_INFO, __VA_ARGS__)
-#define log_warn(...) log_msg(LOG_WARN, __VA_ARGS__)
+#define log_info(...)  log_msg(LOG_INFO, __VA_ARGS__)
+#define log_warn(...)  log_msg(LOG_WARN, __VA_ARGS__)
 #define log_error(...) log_msg(LOG_ERROR, __VA_ARGS__)
 
 /* ---- growable byte buffer with a hard cap (curl's dynbuf idea). ---- */

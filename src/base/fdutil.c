@@ -108,7 +108,8 @@ int read_file(const char *path, size_t max, char **ret_data, size_t *ret_len)
 
 int write_file(const char *path, const char *data, size_t n, mode_t mode)
 {
-    _cleanup_close_ int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode);
+    _cleanup_close_ int fd =
+        open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode);
     if (fd < 0)
         return -errno;
     return write_all(fd, data, n);

@@ -39,8 +39,10 @@ static size_t printable_len(const unsigned char *s, size_t n)
 {
     if (s[0] >= 0x20 && s[0] < 0x7f)
         return 1;
-    size_t len = s[0] >= 0xc2 && s[0] <= 0xdf ? 2 : s[0] >= 0xe0 && s[0] <= 0xef ? 3
-               : s[0] >= 0xf0 && s[0] <= 0xf4 ? 4 : 0;
+    size_t len = s[0] >= 0xc2 && s[0] <= 0xdf   ? 2
+                 : s[0] >= 0xe0 && s[0] <= 0xef ? 3
+                 : s[0] >= 0xf0 && s[0] <= 0xf4 ? 4
+                                                : 0;
     if (!len || len > n)
         return 0;
     for (size_t i = 1; i < len; i++)
@@ -71,8 +73,10 @@ static size_t escape_line(const char *text, bool cut, char *out, size_t cap)
         char esc[5];
         size_t elen = len;
         if (!len) {
-            const char *named = s[i] == '\n' ? "\\n" : s[i] == '\r' ? "\\r"
-                              : s[i] == '\t' ? "\\t" : NULL;
+            const char *named = s[i] == '\n'   ? "\\n"
+                                : s[i] == '\r' ? "\\r"
+                                : s[i] == '\t' ? "\\t"
+                                               : NULL;
             if (named)
                 memcpy(esc, named, elen = 2);
             else
@@ -109,9 +113,10 @@ void log_msg(enum log_level level, const char *fmt, ...)
     int want = vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
     int n = snprintf(line, sizeof(line), "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ level=%s ",
-                     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
-                     tm.tm_sec, ts.tv_nsec / 1000000, names[level]);
-    size_t len = (size_t)n + escape_line(msg, want >= (int)sizeof(msg), line + n, sizeof(line) - (size_t)n - 1);
+                     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                     ts.tv_nsec / 1000000, names[level]);
+    size_t len = (size_t)n +
+                 escape_line(msg, want >= (int)sizeof(msg), line + n, sizeof(line) - (size_t)n - 1);
     /* One write per line so concurrent threads never interleave within a line. */
     line[len++] = '\n';
     (void)write_all(2, line, len);

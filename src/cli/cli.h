@@ -44,14 +44,14 @@ enum {
 #define COMMON_LONG_OPTS                                                                           \
     {"timeout", required_argument, NULL, OPT_TIMEOUT},                                             \
         {"memory", required_argument, NULL, OPT_MEMORY},                                           \
-        {"pids", required_argument, NULL, OPT_PIDS},                                               \
-        {"disk", required_argument, NULL, OPT_DISK},                                               \
-        {"cpus", required_argument, NULL, OPT_CPUS},                                               \
-        {"file", required_argument, NULL, OPT_FILE},                                               \
-        {"out", required_argument, NULL, OPT_OUT}, {"net", required_argument, NULL, OPT_NET},   \
+        {"pids", required_argument, NULL, OPT_PIDS}, {"disk", required_argument, NULL, OPT_DISK},  \
+        {"cpus", required_argument, NULL, OPT_CPUS}, {"file", required_argument, NULL, OPT_FILE},  \
+        {"out", required_argument, NULL, OPT_OUT}, {"net", required_argument, NULL, OPT_NET},      \
         {"package", required_argument, NULL, OPT_PACKAGE},                                         \
         {"index-url", required_argument, NULL, OPT_INDEX_URL},                                     \
-        {"install-timeout", required_argument, NULL, OPT_INSTALL_TIMEOUT}
+    {                                                                                              \
+        "install-timeout", required_argument, NULL, OPT_INSTALL_TIMEOUT                            \
+    }
 
 struct common_opts {
     struct sandbox_limits limits;
@@ -102,15 +102,17 @@ enum {
         {"s3-secret-key", required_argument, NULL, OPT_S3_SECRET_KEY},                             \
         {"s3-virtual-hosted", no_argument, NULL, OPT_S3_VIRTUAL_HOSTED},                           \
         {"store-quota", required_argument, NULL, OPT_STORE_QUOTA},                                 \
-        {"store-max-files", required_argument, NULL, OPT_STORE_MAX_FILES}
+    {                                                                                              \
+        "store-max-files", required_argument, NULL, OPT_STORE_MAX_FILES                            \
+    }
 #define STORE_OPTS_HELP                                                                            \
-    "  --store DIR|s3://BUCKET[/PREFIX]  where sessions are kept (default DATA/store)\n"            \
+    "  --store DIR|s3://BUCKET[/PREFIX]  where sessions are kept (default DATA/store)\n"           \
     "  --s3-endpoint URL      S3-compatible endpoint, http[s]://HOST[:PORT] (default AWS)\n"       \
-    "  --s3-region REGION     (default AWS_REGION, AWS_DEFAULT_REGION, else us-east-1)\n"         \
-    "  --s3-access-key KEY, --s3-secret-key KEY   (default AWS_ACCESS_KEY_ID and\n"              \
-    "                         AWS_SECRET_ACCESS_KEY, which keep the secret off command lines)\n"  \
-    "  --s3-virtual-hosted    BUCKET.HOST addressing instead of HOST/BUCKET\n"                    \
-    "  --store-quota MB       bytes stored per session at most (default 1024; 0: no limit)\n"    \
+    "  --s3-region REGION     (default AWS_REGION, AWS_DEFAULT_REGION, else us-east-1)\n"          \
+    "  --s3-access-key KEY, --s3-secret-key KEY   (default AWS_ACCESS_KEY_ID and\n"                \
+    "                         AWS_SECRET_ACCESS_KEY, which keep the secret off command lines)\n"   \
+    "  --s3-virtual-hosted    BUCKET.HOST addressing instead of HOST/BUCKET\n"                     \
+    "  --store-quota MB       bytes stored per session at most (default 1024; 0: no limit)\n"      \
     "  --store-max-files N    files and links stored per session at most (default 10000)\n"
 #define DEFAULT_STORE_QUOTA_MB 1024
 

@@ -32,20 +32,19 @@ static const char doctor_help[] =
     "Exit status: 0 when everything full limits need is there, 1 when runcell would run\n"
     "degraded (or cannot start sandboxes), 2 for a usage error.\n";
 
-#define PY_CHECK_MS 120000
+#define PY_CHECK_MS   120000
 #define PY_OUTPUT_CAP 65536
 
 /* Imports the stack the template preloads, reporting each version or the error. */
-static const char py_check[] =
-    "import importlib, json\n"
-    "v = {}\n"
-    "for m in ('numpy', 'pandas', 'matplotlib'):\n"
-    "    try:\n"
-    "        v[m] = importlib.import_module(m).__version__\n"
-    "    except Exception as e:\n"
-    "        v[m] = None\n"
-    "        v[m + '_error'] = '%s: %s' % (type(e).__name__, e)\n"
-    "print(json.dumps(v))\n";
+static const char py_check[] = "import importlib, json\n"
+                               "v = {}\n"
+                               "for m in ('numpy', 'pandas', 'matplotlib'):\n"
+                               "    try:\n"
+                               "        v[m] = importlib.import_module(m).__version__\n"
+                               "    except Exception as e:\n"
+                               "        v[m] = None\n"
+                               "        v[m + '_error'] = '%s: %s' % (type(e).__name__, e)\n"
+                               "print(json.dumps(v))\n";
 
 struct doctor {
     struct sandbox_host host;
@@ -104,8 +103,10 @@ static void report_cgroups(struct doctor *d)
     json_t *cg = json_object();
     _cleanup_free_ char *v2 = cgroup_mount_point(NULL);
     _cleanup_free_ char *v1mem = cgroup_mount_point("memory");
-    const char *version = h->cgroup_v2_mount ? "v2" : v1mem && v2 ? "hybrid" : v1mem ? "v1"
-                                                                                    : "none";
+    const char *version = h->cgroup_v2_mount ? "v2"
+                          : v1mem && v2      ? "hybrid"
+                          : v1mem            ? "v1"
+                                             : "none";
     json_object_set_new(cg, "version", json_string(version));
     json_object_set_new(cg, "placement", json_string(cgroup_placement_name(h->cgroup_placement)));
     json_object_set_new(cg, "limits", json_boolean(h->cgroup_mode != CGROUP_NONE));
@@ -119,8 +120,9 @@ static void report_cgroups(struct doctor *d)
         add_dir_files(cg, "base_subtree_control", h->cgroup_base[0], "cgroup.subtree_control");
         json_object_set_new(cg, "cpu", json_boolean(h->cgroup_cpu));
         if (h->cgroup_mode == CGROUP_V2 && !h->cgroup_cpu)
-            fix(d, "the cpu controller is not delegated to %s: sandboxes get no CPU cap; add "
-                   "it to the parent's cgroup.subtree_control (or Delegate=yes)",
+            fix(d,
+                "the cpu controller is not delegated to %s: sandboxes get no CPU cap; add "
+                "it to the parent's cgroup.subtree_control (or Delegate=yes)",
                 h->cgroup_own);
     } else {
         /* v1: each controller has a hierarchy of its own. */
@@ -161,18 +163,19 @@ static void report_kernel(struct doctor *d)
     json_object_set_new(ll, "unavailable", json_string(missing));
     json_object_set_new(d->out, "landlock", ll);
     if (!k->landlock_abi)
-        fix(d, "Landlock is %s: boot with lsm=landlock,... (the sandbox's files are then "
-               "confined by Landlock as well as the mount layout)",
+        fix(d,
+            "Landlock is %s: boot with lsm=landlock,... (the sandbox's files are then "
+            "confined by Landlock as well as the mount layout)",
             k->landlock_errno == EOPNOTSUPP ? "built but not enabled" : "not in this kernel");
-    json_object_set_new(d->out, "seccomp",
-                        json_pack("{s:b,s:b}", "available", k->seccomp, "filter",
-                                  k->seccomp_filter));
+    json_object_set_new(
+        d->out, "seccomp",
+        json_pack("{s:b,s:b}", "available", k->seccomp, "filter", k->seccomp_filter));
     if (!k->seccomp_filter)
         fix(d, "seccomp filters are not available: use a kernel built with CONFIG_SECCOMP_FILTER");
     json_t *un = json_object();
     json_object_set_new(un, "available", json_boolean(k->userns_errno == 0));
-    json_object_set_new(un, "error", k->userns_errno ? json_string(strerror(k->userns_errno))
-                                                     : json_null());
+    json_object_set_new(un, "error",
+                        k->userns_errno ? json_string(strerror(k->userns_errno)) : json_null());
     json_object_set_new(un, "max_user_namespaces", sysctl_json(k->max_user_namespaces));
     json_object_set_new(un, "unprivileged_userns_clone", sysctl_json(k->unprivileged_userns_clone));
     json_object_set_new(un, "apparmor_restrict_unprivileged_userns",
@@ -180,17 +183,20 @@ static void report_kernel(struct doctor *d)
     json_object_set_new(un, "reason", str_or_null(k->userns_reason));
     json_object_set_new(d->out, "user_namespaces", un);
     if (k->userns_errno)
-        fix(d, "%s", k->userns_reason ? k->userns_reason
-                                      : "this process cannot make a user namespace (in a "
-                                        "container? run runcell on the host or allow nesting)");
+        fix(d, "%s",
+            k->userns_reason ? k->userns_reason
+                             : "this process cannot make a user namespace (in a "
+                               "container? run runcell on the host or allow nesting)");
     json_object_set_new(d->out, "syscalls",
                         json_pack("{s:b,s:b,s:b,s:b,s:b,s:b}", "clone3", k->clone3,
-                                  "clone_into_cgroup", k->clone_into_cgroup, "openat2",
-                                  k->openat2, "pidfd_open", k->pidfd_open, "pidfd_send_signal",
+                                  "clone_into_cgroup", k->clone_into_cgroup, "openat2", k->openat2,
+                                  "pidfd_open", k->pidfd_open, "pidfd_send_signal",
                                   k->pidfd_send_signal, "open_tree", k->open_tree));
     if (!k->openat2 || !k->pidfd_open || !k->open_tree)
-        fix(d, "kernel %s lacks openat2, pidfd_open or open_tree: runcell needs Linux 5.6 or "
-               "later", k->release);
+        fix(d,
+            "kernel %s lacks openat2, pidfd_open or open_tree: runcell needs Linux 5.6 or "
+            "later",
+            k->release);
     json_object_set_new(d->out, "filesystems",
                         json_pack("{s:b,s:b,s:b}", "tmpfs", k->tmpfs, "overlayfs", k->overlayfs,
                                   "cgroup2", k->cgroup2));
@@ -222,7 +228,8 @@ static void report_python(struct doctor *d)
     close(p[1]);
     if (r) {
         close(p[0]);
-        json_object_set_new(py, "error", json_sprintf("cannot run /usr/bin/python3: %s", strerror(r)));
+        json_object_set_new(py, "error",
+                            json_sprintf("cannot run /usr/bin/python3: %s", strerror(r)));
         goto out;
     }
     double deadline = now_ms_f() + PY_CHECK_MS;
@@ -267,8 +274,11 @@ out:
 static void report_sandbox(struct doctor *d)
 {
     json_t *o = json_object();
-    struct run_request req = {.lang = "python", .code = "print('ok')", .timeout_ms = 60000,
-                              .output_cap = 4096, .cancel_fd = -1};
+    struct run_request req = {.lang = "python",
+                              .code = "print('ok')",
+                              .timeout_ms = 60000,
+                              .output_cap = 4096,
+                              .cancel_fd = -1};
     sandbox_limits_fill_defaults(&req.limits);
     struct exec_record rec;
     exec_record_init(&rec, req.output_cap);
@@ -282,10 +292,11 @@ static void report_sandbox(struct doctor *d)
     json_object_set_new(o, "limits_degraded", json_boolean(rec.limits_degraded));
     if (!ok) {
         const char *msg = json_string_value(json_object_get(j, "message"));
-        json_object_set_new(o, "error", json_string(r < 0 ? err_msg() : msg ? msg
-                                                        : exec_status_name(rec.status)));
-        fix(d, "a sandbox does not start: %s",
-            json_string_value(json_object_get(o, "error")));
+        json_object_set_new(o, "error",
+                            json_string(r < 0 ? err_msg()
+                                        : msg ? msg
+                                              : exec_status_name(rec.status)));
+        fix(d, "a sandbox does not start: %s", json_string_value(json_object_get(o, "error")));
     }
     json_decref(j);
     exec_record_release(&rec);
@@ -300,14 +311,13 @@ static void report_template(struct doctor *d, bool skip)
     if (skip || !h->privileged || h->cgroup_mode == CGROUP_NONE) {
         json_object_set_new(o, "ok", json_null());
         json_object_set_new(o, "skipped",
-                            json_string(skip ? "--no-template"
+                            json_string(skip             ? "--no-template"
                                         : !h->privileged ? "the template needs root"
                                                          : "the template needs cgroups"));
     } else if (sandbox_host_start_template(&d->host) < 0) {
         json_object_set_new(o, "ok", json_false());
         json_object_set_new(o, "error", json_string(err_msg()));
-        fix(d, "the template does not start (sessions start from scratch, slower): %s",
-            err_msg());
+        fix(d, "the template does not start (sessions start from scratch, slower): %s", err_msg());
     } else {
         json_object_set_new(o, "ok", json_true());
         json_object_set_new(o, "ready_ms", json_real(sandbox_host_template_ready_ms(&d->host)));
@@ -344,10 +354,11 @@ static void print_text(json_t *o)
     json_t *ll = json_object_get(o, "landlock");
     json_int_t abi = json_integer_value(json_object_get(ll, "abi"));
     if (abi)
-        printf("%-17s ABI %lld\n  %-15s %s\n  %-15s %s\n", "Landlock", (long long)abi,
-               "enforced", json_string_value(json_object_get(ll, "enforced")), "unavailable",
+        printf("%-17s ABI %lld\n  %-15s %s\n  %-15s %s\n", "Landlock", (long long)abi, "enforced",
+               json_string_value(json_object_get(ll, "enforced")), "unavailable",
                *json_string_value(json_object_get(ll, "unavailable"))
-                   ? json_string_value(json_object_get(ll, "unavailable")) : "nothing");
+                   ? json_string_value(json_object_get(ll, "unavailable"))
+                   : "nothing");
     else
         printf("%-17s not available\n", "Landlock");
     json_t *sc = json_object_get(o, "seccomp");
@@ -401,8 +412,7 @@ static void print_text(json_t *o)
     if (json_array_size(fixes)) {
         printf("what to change:\n");
         size_t i;
-        json_array_foreach(fixes, i, val)
-            printf("  - %s\n", json_string_value(val));
+        json_array_foreach(fixes, i, val) printf("  - %s\n", json_string_value(val));
     }
 }
 

@@ -63,7 +63,7 @@ static int mcp_opt(struct mcp_opts *o, int c, char *val)
     case OPT_FILE:
     case OPT_OUT:
         return usage_error("mcp", "--file and --out do not apply to mcp; use the write_file "
-                           "and read_file tools");
+                                  "and read_file tools");
     default: {
         int r = common_opt("mcp", &o->common, c, val);
         return r < 0 ? usage_error("mcp", "unknown option; run 'runcell mcp --help'") : r;
@@ -264,8 +264,7 @@ int cmd_mcp(int argc, char **argv)
     int sigfd = block_signals();
     struct sandbox_host host;
     if (sigfd < 0 || sandbox_host_init(&host) < 0) {
-        fprintf(stderr, "runcell mcp: %s\n",
-                sigfd < 0 ? "cannot create a signalfd" : err_msg());
+        fprintf(stderr, "runcell mcp: %s\n", sigfd < 0 ? "cannot create a signalfd" : err_msg());
         if (sigfd >= 0)
             sandbox_host_release(&host);
         return 125;
@@ -273,8 +272,10 @@ int cmd_mcp(int argc, char **argv)
     if (host.degraded_reason)
         log_warn("msg=\"resource limits are degraded\" reason=\"%s\"", host.degraded_reason);
     struct mcp_config cfg = {
-        .defaults = {.limits = o.common.limits, .timeout_ms = o.common.timeout_ms,
-                     .idle_timeout_ms = o.idle_timeout_ms, .output_cap = MCP_DEFAULT_OUTPUT_CAP},
+        .defaults = {.limits = o.common.limits,
+                     .timeout_ms = o.common.timeout_ms,
+                     .idle_timeout_ms = o.idle_timeout_ms,
+                     .output_cap = MCP_DEFAULT_OUTPUT_CAP},
         .max_timeout_ms = o.max_timeout_ms ? o.max_timeout_ms : 3600u * 1000,
         .server_version = RUNCELL_VERSION,
     };

@@ -32,8 +32,7 @@ static const char repl_help[] =
     "  --resume ID          start from what is stored of session ID (a repl's or a server's)\n"
     "  --no-persist         keep nothing\n"
     "  --data DIR           data directory (default RUNCELL_DATA, /var/lib/runcell as root,\n"
-    "                       else ~/.local/share/runcell)\n"
-    STORE_OPTS_HELP;
+    "                       else ~/.local/share/runcell)\n" STORE_OPTS_HELP;
 
 enum { OPT_RESUME = OPT_COMMON_END, OPT_NO_PERSIST, OPT_DATA };
 
@@ -106,10 +105,10 @@ static void drain_sigint(void)
 /* ---- reading one input: the Python REPL's rules for when a block is complete ---- */
 
 struct scan_state {
-    int depth;         /* open (, [, { */
-    char quote;        /* inside a string: its quote char */
-    bool triple;       /* ... a triple-quoted one */
-    bool ends_colon;   /* the last code line ends with ':' */
+    int depth;       /* open (, [, { */
+    char quote;      /* inside a string: its quote char */
+    bool triple;     /* ... a triple-quoted one */
+    bool ends_colon; /* the last code line ends with ':' */
     bool ends_backslash;
 };
 
@@ -325,7 +324,9 @@ static void on_event(void *ctx, const struct exec_event *ev)
 static void run_input(struct repl *r, const char *code)
 {
     struct exec_record rec;
-    struct exec_request req = {.code = code, .lang = "python", .timeout_ms = r->o->timeout_ms,
+    struct exec_request req = {.code = code,
+                               .lang = "python",
+                               .timeout_ms = r->o->timeout_ms,
                                .cancel_fd = sigint_pipe[0]};
     struct exec_sink sink = {.fn = on_event, .ctx = r};
     exec_record_init(&rec, DEFAULT_OUTPUT_CAP);
@@ -345,7 +346,8 @@ static int repl_loop(struct session *s, const struct common_opts *o)
     struct repl r = {.s = s, .o = o};
     if (tty)
         printf("runcell repl: Python %s in a sandbox (files in /workspace). Ctrl-C interrupts, "
-               "Ctrl-D ends.\n", session_python_version(s));
+               "Ctrl-D ends.\n",
+               session_python_version(s));
     while (!got_term) {
         char *code = read_input(tty);
         if (!code)
@@ -369,8 +371,10 @@ static int repl_loop(struct session *s, const struct common_opts *o)
 static int start(struct sandbox_host *host, struct repl_opts *ro, struct repl_keep *k,
                  struct session **ret)
 {
-    struct session_opts so = {.limits = ro->common.limits, .timeout_ms = ro->common.timeout_ms,
-                              .net = common_net_opts(&ro->common), .files = ro->common.files,
+    struct session_opts so = {.limits = ro->common.limits,
+                              .timeout_ms = ro->common.timeout_ms,
+                              .net = common_net_opts(&ro->common),
+                              .files = ro->common.files,
                               .n_files = ro->common.n_files};
     bool keep = !ro->no_persist;
     if (keep && repl_keep_open(k, ro->data_dir, &ro->store, host->owner_id) < 0) {
@@ -378,8 +382,10 @@ static int start(struct sandbox_host *host, struct repl_opts *ro, struct repl_ke
             fprintf(stderr, "runcell repl: cannot resume: %s\n", err_msg());
             return 1;
         }
-        fprintf(stderr, "runcell repl: warning: this session is not kept: %s (pass --data DIR, "
-                "or --no-persist to silence this)\n", err_msg());
+        fprintf(stderr,
+                "runcell repl: warning: this session is not kept: %s (pass --data DIR, "
+                "or --no-persist to silence this)\n",
+                err_msg());
         keep = false;
     }
     if (ro->resume && !keep)

@@ -23,8 +23,10 @@ static int parse_file_opt(const char *cmd, struct common_opts *o, char *val)
     if (!*local)
         return usage_error(cmd, "--file: empty local path in '%s'", given);
     if (!path_is_safe_relative(dest))
-        return usage_error(cmd, "--file: bad destination '%s': use a relative path inside the "
-                           "workspace, without '..'", dest);
+        return usage_error(cmd,
+                           "--file: bad destination '%s': use a relative path inside the "
+                           "workspace, without '..'",
+                           dest);
     struct stat st;
     if (stat(local, &st) < 0)
         return usage_error(cmd, "--file: cannot read %s: %s", local, strerror(errno));
@@ -42,8 +44,10 @@ static int parse_cpus(const char *cmd, const char *val, uint64_t *ret_milli)
         return usage_error(cmd, "--cpus: '%s' is not a number of cores (e.g. 1 or 0.5)", val);
     /* Shares are thousandths of a core; the parser would round a smaller value up. */
     if (strtod(val, NULL) < 0.001)
-        return usage_error(cmd, "--cpus: '%s' is less than the smallest CPU share, 0.001 of "
-                           "a core", val);
+        return usage_error(cmd,
+                           "--cpus: '%s' is less than the smallest CPU share, 0.001 of "
+                           "a core",
+                           val);
     *ret_milli = ms; /* the "seconds" parser yields thousandths */
     return 0;
 }
@@ -55,8 +59,10 @@ static int parse_net(const char *cmd, struct common_opts *o, const char *val)
     if (!strcmp(val, "none"))
         return 0;
     if (strncmp(val, "allow:", 6))
-        return usage_error(cmd, "--net: unknown policy '%s': use 'none' or "
-                           "'allow:HOST[:PORT],...'", val);
+        return usage_error(cmd,
+                           "--net: unknown policy '%s': use 'none' or "
+                           "'allow:HOST[:PORT],...'",
+                           val);
     if (net_policy_parse_list(val + 6, &o->net) < 0)
         return usage_error(cmd, "--net: %s", err_msg());
     return 0;
@@ -64,7 +70,8 @@ static int parse_net(const char *cmd, struct common_opts *o, const char *val)
 
 struct net_opts common_net_opts(const struct common_opts *o)
 {
-    return (struct net_opts){.policy = o->net, .packages = o->packages,
+    return (struct net_opts){.policy = o->net,
+                             .packages = o->packages,
                              .index_url = o->index_url,
                              .install_timeout_ms = o->install_timeout_ms};
 }
@@ -167,8 +174,10 @@ int refuse_net_opts(const char *cmd, const struct common_opts *o)
                                               : NULL;
     if (!opt)
         return 0;
-    return usage_error(cmd, "%s is not supported by runcell %s: its sandboxes have no network "
-                       "(only --net none) and no packages beyond those installed", opt, cmd);
+    return usage_error(cmd,
+                       "%s is not supported by runcell %s: its sandboxes have no network "
+                       "(only --net none) and no packages beyond those installed",
+                       opt, cmd);
 }
 
 /* The store options that only name a string of the store's configuration. */

@@ -14,7 +14,8 @@ static const struct command commands[] = {
     {"mcp", cmd_mcp, "the MCP server on stdin/stdout"},
     {"agent", cmd_agent, "a language model solves a task by running code in a sandbox"},
     {"review", cmd_review, "the human review queue of failed agent runs"},
-    {"doctor", cmd_doctor, "what this host gives runcell (cgroups, Landlock, ...) and what to change"},
+    {"doctor", cmd_doctor,
+     "what this host gives runcell (cgroups, Landlock, ...) and what to change"},
 };
 
 static void print_usage(FILE *f)
@@ -58,8 +59,10 @@ int opt_seconds_max(const char *cmd, const char *opt, const char *val, uint64_t 
                     uint64_t *ret_ms)
 {
     if (parse_seconds(val, ret_ms) < 0 || *ret_ms > max_s * 1000)
-        return usage_error(cmd, "%s: '%s' is not a number of seconds (more than 0, at most "
-                           "%llu)", opt, val, (unsigned long long)max_s);
+        return usage_error(cmd,
+                           "%s: '%s' is not a number of seconds (more than 0, at most "
+                           "%llu)",
+                           opt, val, (unsigned long long)max_s);
     return 0;
 }
 
@@ -107,7 +110,6 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < ARRAY_SIZE(commands); i++)
         if (!strcmp(argv[1], commands[i].name))
             return commands[i].fn(argc - 1, argv + 1);
-    fprintf(stderr, "runcell: unknown command '%s'; run 'runcell --help' for the list\n",
-            argv[1]);
+    fprintf(stderr, "runcell: unknown command '%s'; run 'runcell --help' for the list\n", argv[1]);
     return EXIT_USAGE;
 }

@@ -24,9 +24,11 @@ int repl_keep_open(struct repl_keep *k, const char *data_dir, const struct store
     if ((r = meta_open(db, &k->meta)) < 0 || (r = meta_recover(k->meta, owner_alive)) < 0 ||
         (r = store_open(&sc, &k->store)) < 0)
         return r;
-    k->pc = (struct persist_config){
-        .store = k->store, .meta = k->meta, .quota_bytes = so->quota_bytes,
-        .max_files = so->max_files, .owner = owner};
+    k->pc = (struct persist_config){.store = k->store,
+                                    .meta = k->meta,
+                                    .quota_bytes = so->quota_bytes,
+                                    .max_files = so->max_files,
+                                    .owner = owner};
     return 0;
 }
 

@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 /* How often a running call looks at its output for a progress notification. */
-#define PROGRESS_TICK_MS 250
+#define PROGRESS_TICK_MS     250
 #define PROGRESS_MESSAGE_MAX 200
 
 /* The lane of calls without session_id; no session id looks like it. */
@@ -41,8 +41,8 @@ static void send_progress(struct call *k, const char *message)
         progress = k->last_progress + 0.001;
     k->last_progress = progress;
     k->last_sent_ms = now;
-    json_t *params = json_pack("{s:O,s:f}", "progressToken", k->progress_token, "progress",
-                               progress);
+    json_t *params =
+        json_pack("{s:O,s:f}", "progressToken", k->progress_token, "progress", progress);
     if (message && (k->features & VF_PROGRESS_MESSAGE))
         json_object_set_new(params, "message", json_string(message));
     reply_notify(k->reply, rpc_notification("notifications/progress", params));
@@ -56,8 +56,8 @@ static void progress_tick(struct call *k, uint64_t interval_ms)
         k->new_output = false;
         send_progress(k, k->last_output);
     } else if (now - k->last_sent_ms >= (double)interval_ms) {
-        _cleanup_free_ char *msg = xasprintf("%s: running for %.0f s", k->tool->name,
-                                             (now - k->t0_ms) / 1000.0);
+        _cleanup_free_ char *msg =
+            xasprintf("%s: running for %.0f s", k->tool->name, (now - k->t0_ms) / 1000.0);
         send_progress(k, msg);
     }
 }
@@ -167,7 +167,8 @@ static void *call_main(void *arg)
     if (atomic_load(&k->cancelled) && ended) {
         json_decref(result); /* the session ended under the call: say so, or the client waits */
         _cleanup_free_ char *msg = xasprintf("%s: %s; the call was interrupted, start a new "
-                                             "session to go on", k->tool->name, ended);
+                                             "session to go on",
+                                             k->tool->name, ended);
         reply_respond(k->reply, rpc_error(k->id, MCP_SESSION_ENDED, msg));
     } else if (atomic_load(&k->cancelled)) {
         json_decref(result); /* a cancelled request gets no response */
@@ -201,16 +202,17 @@ int call_start(struct mcp_conn *c, const struct tool *tool, json_t *id, json_t *
     k->features = c->version ? c->version->features : 0;
     /* The default session named by its id shares the default's lane. */
     if (!tool->no_session)
-        k->lane = xstrdup(!sid || (c->default_known && !strcmp(sid, c->default_known))
-                              ? DEFAULT_LANE
-                              : sid);
+        k->lane = xstrdup(
+            !sid || (c->default_known && !strcmp(sid, c->default_known)) ? DEFAULT_LANE : sid);
     k->seq = c->next_seq++;
     int r = 0;
     if (c->closing)
         r = err_set(ESHUTDOWN, "the connection is closing");
     else if (c->n_calls >= MCP_MAX_CALLS)
-        r = err_set(EAGAIN, "%zu tool calls are already running on this connection, the "
-                    "most it takes; wait for one to finish", c->n_calls);
+        r = err_set(EAGAIN,
+                    "%zu tool calls are already running on this connection, the "
+                    "most it takes; wait for one to finish",
+                    c->n_calls);
     if (r < 0) {
         pthread_mutex_unlock(&c->lock);
         call_free(k);
@@ -341,9 +343,11 @@ static char *missing_message(const char *id, int err)
     if (err == -ETIME)
         return xasprintf("session %s expired after being idle longer than its idle timeout; "
                          "create a new one with create_session, or leave session_id out to "
-                         "use the default session", id);
+                         "use the default session",
+                         id);
     return xasprintf("no session %s; create one with create_session, or leave session_id out "
-                     "to use the default session", id);
+                     "to use the default session",
+                     id);
 }
 
 /* The default session, created on first use or when the last one went away. */
@@ -357,9 +361,10 @@ static struct session *default_session(struct call *k, char **ret_id, char **ret
     if (c->default_id) {
         s = session_table_acquire(c->cfg->table, c->default_id, &err);
         if (!s)
-            *ret_note = xasprintf("the default session %s %s, so this call runs in a new one: "
-                                  "variables and files from before are gone", c->default_id,
-                                  err == -ETIME ? "expired for being idle" : "was closed");
+            *ret_note =
+                xasprintf("the default session %s %s, so this call runs in a new one: "
+                          "variables and files from before are gone",
+                          c->default_id, err == -ETIME ? "expired for being idle" : "was closed");
     }
     if (!s) {
         char *id;

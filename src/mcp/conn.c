@@ -140,7 +140,8 @@ static void m_initialize(struct mcp_conn *c, const struct mcp_msg *m, struct rep
     if (had) {
         _cleanup_free_ char *msg = xasprintf("initialize: this connection is already "
                                              "initialized (protocol %s); open a new one to "
-                                             "start over", had->name);
+                                             "start over",
+                                             had->name);
         reply_respond(r, rpc_error(m->id, MCP_INVALID_REQUEST, msg));
         return;
     }
@@ -151,14 +152,14 @@ static void m_initialize(struct mcp_conn *c, const struct mcp_msg *m, struct rep
     if (v->features & VF_DESCRIPTION)
         json_object_set_new(info, "description",
                             json_string("A sandboxed, stateful Python and bash interpreter"));
-    const char *client = json_string_value(
-        json_object_get(json_object_get(m->params, "clientInfo"), "name"));
+    const char *client =
+        json_string_value(json_object_get(json_object_get(m->params, "clientInfo"), "name"));
     log_info("msg=\"mcp client initialized\" client=\"%s\" protocol=%s asked=%s",
              client ? client : "?", v->name, asked);
-    reply_respond(r, rpc_result(m->id, json_pack("{s:s,s:{s:{s:b}},s:o,s:s}", "protocolVersion",
-                                                 v->name, "capabilities", "tools", "listChanged",
-                                                 0, "serverInfo", info, "instructions",
-                                                 instructions)));
+    reply_respond(r,
+                  rpc_result(m->id, json_pack("{s:s,s:{s:{s:b}},s:o,s:s}", "protocolVersion",
+                                              v->name, "capabilities", "tools", "listChanged", 0,
+                                              "serverInfo", info, "instructions", instructions)));
 }
 
 static void m_ping(struct mcp_conn *c, const struct mcp_msg *m, struct reply *r)
@@ -197,8 +198,8 @@ static void m_tools_call(struct mcp_conn *c, const struct mcp_msg *m, struct rep
     }
     const struct tool *t = tool_find(name);
     if (!t) {
-        _cleanup_free_ char *msg = xasprintf("tools/call: unknown tool '%s'; the tools are: %s",
-                                             name, tool_names());
+        _cleanup_free_ char *msg =
+            xasprintf("tools/call: unknown tool '%s'; the tools are: %s", name, tool_names());
         reply_respond(r, rpc_error(m->id, MCP_INVALID_PARAMS, msg));
         return;
     }
@@ -224,7 +225,8 @@ static void m_tools_call(struct mcp_conn *c, const struct mcp_msg *m, struct rep
     if (!c->cfg->table) {
         json_decref(empty);
         reply_respond(r, rpc_result(m->id, tool_error("%s: this server has no sandbox to run "
-                                                      "sessions in", name)));
+                                                      "sessions in",
+                                                      name)));
         return;
     }
     int e = call_start(c, t, m->id, args ? args : empty, progress_token(m->params), r);
@@ -249,8 +251,8 @@ static void m_cancelled(struct mcp_conn *c, const struct mcp_msg *m, struct repl
         return;
     bool found = call_cancel(c, id);
     char *text = json_dumps(id, JSON_ENCODE_ANY | JSON_COMPACT);
-    log_info("msg=\"mcp request cancelled\" id=%s found=%d reason=\"%s\"", text ? text : "?",
-             found, reason ? reason : "");
+    log_info("msg=\"mcp request cancelled\" id=%s found=%d reason=\"%s\"", text ? text : "?", found,
+             reason ? reason : "");
     free(text);
 }
 
@@ -281,19 +283,20 @@ static void dispatch_request(struct mcp_conn *c, const struct mcp_msg *m, struct
         if (!methods[i].notification && !strcmp(methods[i].name, m->method))
             fn = &methods[i];
     if (!fn) {
-        _cleanup_free_ char *msg = xasprintf("unknown method '%s'; this server answers %s",
-                                             m->method, request_names());
+        _cleanup_free_ char *msg =
+            xasprintf("unknown method '%s'; this server answers %s", m->method, request_names());
         reply_respond(r, rpc_error(m->id, MCP_METHOD_NOT_FOUND, msg));
         return;
     }
     if (in_batch && !strcmp(m->method, "initialize")) {
-        reply_respond(r, rpc_error(m->id, MCP_INVALID_REQUEST,
-                                   "initialize must not be part of a batch"));
+        reply_respond(
+            r, rpc_error(m->id, MCP_INVALID_REQUEST, "initialize must not be part of a batch"));
         return;
     }
     if (!fn->before_init && !mcp_conn_version(c)) {
         _cleanup_free_ char *msg = xasprintf("%s before initialize: the first request must be "
-                                             "initialize", m->method);
+                                             "initialize",
+                                             m->method);
         reply_respond(r, rpc_error(m->id, MCP_INVALID_REQUEST, msg));
         return;
     }
@@ -350,8 +353,11 @@ static enum mcp_input handle_batch(struct mcp_conn *c, json_t *arr, struct reply
     if (!(conn_features(c) & VF_BATCH)) {
         _cleanup_free_ char *msg = xasprintf(
             "JSON-RPC batches are part of protocol version 2025-03-26 only; %s%s: send one "
-            "message at a time", v ? "this connection speaks " : "the connection is not "
-            "initialized", v ? v : "");
+            "message at a time",
+            v ? "this connection speaks "
+              : "the connection is not "
+                "initialized",
+            v ? v : "");
         reply_respond(r, rpc_error(NULL, MCP_INVALID_REQUEST, msg));
         return MCP_IN_INVALID;
     }
@@ -363,8 +369,7 @@ static enum mcp_input handle_batch(struct mcp_conn *c, json_t *arr, struct reply
     return any ? MCP_IN_REQUEST : MCP_IN_NONE;
 }
 
-static enum mcp_input handle_text(struct mcp_conn *c, const char *data, size_t len,
-                                  struct reply *r)
+static enum mcp_input handle_text(struct mcp_conn *c, const char *data, size_t len, struct reply *r)
 {
     if (len > MCP_MAX_MESSAGE) {
         _cleanup_free_ char *msg = xasprintf("message of %zu bytes refused: the limit is %u "
@@ -376,8 +381,8 @@ static enum mcp_input handle_text(struct mcp_conn *c, const char *data, size_t l
     json_error_t jerr;
     json_t *v = json_loadb(data, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
     if (!v) {
-        _cleanup_free_ char *msg = xasprintf("parse error: %s (line %d, column %d)", jerr.text,
-                                             jerr.line, jerr.column);
+        _cleanup_free_ char *msg =
+            xasprintf("parse error: %s (line %d, column %d)", jerr.text, jerr.line, jerr.column);
         reply_respond(r, rpc_error(NULL, MCP_PARSE_ERROR, msg));
         return MCP_IN_INVALID;
     }

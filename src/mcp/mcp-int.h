@@ -39,7 +39,7 @@ void reply_respond(struct reply *r, json_t *msg);
 void reply_notify(struct reply *r, json_t *msg);
 
 /* ---- JSON-RPC messages (jsonrpc.c) ---- */
-json_t *rpc_result(json_t *id, json_t *result);  /* result stolen */
+json_t *rpc_result(json_t *id, json_t *result); /* result stolen */
 json_t *rpc_error(json_t *id, int code, const char *message);
 json_t *rpc_notification(const char *method, json_t *params); /* params stolen */
 
@@ -49,19 +49,19 @@ struct call;
 struct mcp_conn {
     const struct mcp_config *cfg;
     pthread_mutex_t lock;
-    pthread_cond_t idle; /* broadcast when a call ends */
+    pthread_cond_t idle;           /* broadcast when a call ends */
     const struct version *version; /* NULL until initialize */
     struct call *calls;            /* running tool calls */
     size_t n_calls;
     uint64_t last_active_ms; /* when the last call ended (now_ms) */
     bool closing;
-    char *end_reason; /* set by mcp_conn_end: cancelled calls answer with it */
-    char **owned;     /* ids of the sessions this connection created (strv) */
-    char *default_id; /* its default session, or NULL before the first use */
+    char *end_reason;             /* set by mcp_conn_end: cancelled calls answer with it */
+    char **owned;                 /* ids of the sessions this connection created (strv) */
+    char *default_id;             /* its default session, or NULL before the first use */
     pthread_mutex_t default_lock; /* held while the default session is looked up or made */
-    char *default_known; /* a copy of default_id under lock, for call_start (which must not
-                          * wait for default_lock while a session is being made) */
-    uint64_t next_seq;   /* of the next call, in arrival order */
+    char *default_known;          /* a copy of default_id under lock, for call_start (which must not
+                                   * wait for default_lock while a session is being made) */
+    uint64_t next_seq;            /* of the next call, in arrival order */
 };
 
 /* ---- tool calls (call.c) ---- */

@@ -52,9 +52,9 @@ enum {
 };
 
 struct mcp_config {
-    struct session_table *table;  /* borrowed; NULL = no sessions (tools answer with an error) */
-    struct session_opts defaults; /* of the sessions this server creates */
-    uint64_t max_timeout_ms;      /* the longest timeout_s a call may ask for */
+    struct session_table *table;   /* borrowed; NULL = no sessions (tools answer with an error) */
+    struct session_opts defaults;  /* of the sessions this server creates */
+    uint64_t max_timeout_ms;       /* the longest timeout_s a call may ask for */
     uint64_t progress_interval_ms; /* heartbeat of notifications/progress (default 1000) */
     const char *server_version;
     /* Optional: a counter of executions running in the whole process and its maximum

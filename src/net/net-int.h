@@ -6,21 +6,21 @@
 
 #include "net/net.h"
 
-#define NET_MAX_HEAD 16384            /* request line and headers of one proxy request */
-#define NET_MAX_ADDRS 16              /* addresses of one name tried */
-#define NET_HEAD_TIMEOUT_MS 30000     /* to send the request head */
+#define NET_MAX_HEAD           16384  /* request line and headers of one proxy request */
+#define NET_MAX_ADDRS          16     /* addresses of one name tried */
+#define NET_HEAD_TIMEOUT_MS    30000  /* to send the request head */
 #define NET_CONNECT_TIMEOUT_MS 10000  /* per address */
-#define NET_IDLE_TIMEOUT_MS 600000    /* nothing moving either way */
+#define NET_IDLE_TIMEOUT_MS    600000 /* nothing moving either way */
 
 /* One request to the proxy, parsed. */
 struct proxy_request {
     char method[24];
-    char host[256];  /* as the client named it: a name or an IP literal (no brackets) */
+    char host[256]; /* as the client named it: a name or an IP literal (no brackets) */
     uint16_t port;
-    bool connect;    /* CONNECT: a tunnel; otherwise plain HTTP to forward */
+    bool connect;       /* CONNECT: a tunnel; otherwise plain HTTP to forward */
     struct buf forward; /* plain HTTP: the head to send upstream (origin-form, hop-by-hop
                          * headers dropped, Connection: close) */
-    size_t rest_len; /* bytes after the head already read (the start of a body or of TLS) */
+    size_t rest_len;    /* bytes after the head already read (the start of a body or of TLS) */
 };
 
 /* Reads one request head from fd into head (capped at NET_MAX_HEAD: -E2BIG) and parses it

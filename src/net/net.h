@@ -22,13 +22,13 @@
 
 #include "base/base.h"
 
-#define NET_MAX_ENTRIES 256
-#define NET_DEFAULT_MAX_CONNECTIONS 32      /* open through the proxy at once, per session */
-#define NET_DEFAULT_MAX_BYTES (1ull << 30)  /* both directions, over a session's life */
-#define NET_RELAY_PORT 3128                 /* the relay's port on the sandbox's loopback */
-#define NET_SANDBOX_DIR SANDBOX_NET_DIR     /* where the proxy's socket directory is bound */
-#define NET_SANDBOX_SOCKET NET_SANDBOX_DIR "/egress.sock"
-#define NET_SOCKET_NAME "egress.sock"
+#define NET_MAX_ENTRIES             256
+#define NET_DEFAULT_MAX_CONNECTIONS 32           /* open through the proxy at once, per session */
+#define NET_DEFAULT_MAX_BYTES       (1ull << 30) /* both directions, over a session's life */
+#define NET_RELAY_PORT              3128         /* the relay's port on the sandbox's loopback */
+#define NET_SANDBOX_DIR             SANDBOX_NET_DIR /* where the proxy's socket directory is bound */
+#define NET_SANDBOX_SOCKET          NET_SANDBOX_DIR "/egress.sock"
+#define NET_SOCKET_NAME             "egress.sock"
 
 /* ---- policies ---- */
 
@@ -40,8 +40,8 @@ enum net_entry_kind {
 
 struct net_entry {
     enum net_entry_kind kind;
-    char *host;    /* lower-case name, the domain of a wildcard (without "*."), or the IP */
-    int family;    /* NET_ENTRY_IP: AF_INET or AF_INET6 */
+    char *host; /* lower-case name, the domain of a wildcard (without "*."), or the IP */
+    int family; /* NET_ENTRY_IP: AF_INET or AF_INET6 */
     unsigned char addr[16];
     uint16_t port; /* 0: ports 80 and 443 */
     char *text;    /* the entry in canonical form, as shown in messages */
@@ -90,8 +90,8 @@ char **net_proxy_env(const struct net_policy *p, char **env);
 
 /* One attempt through the proxy, allowed or refused. Strings are borrowed for the callback. */
 struct egress_event {
-    const char *method;  /* "CONNECT", "GET", ... */
-    const char *host;    /* as requested; NULL when the request could not be parsed */
+    const char *method; /* "CONNECT", "GET", ... */
+    const char *host;   /* as requested; NULL when the request could not be parsed */
     uint16_t port;
     bool allowed;
     const char *rule;    /* the entry that allowed the host, or NULL */
@@ -117,11 +117,11 @@ void egress_free(struct egress *e);
 
 /* Process-wide counters of every proxy, for metrics. */
 struct net_stats {
-    uint64_t allowed;  /* attempts let through */
-    uint64_t refused;  /* attempts refused (policy, address, caps, bad requests) */
+    uint64_t allowed;   /* attempts let through */
+    uint64_t refused;   /* attempts refused (policy, address, caps, bad requests) */
     uint64_t bytes_out; /* sandbox to the outside */
     uint64_t bytes_in;
-    uint64_t active;   /* connections open now */
+    uint64_t active; /* connections open now */
 };
 void net_stats_get(struct net_stats *ret);
 

@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#define MAX_NAME 253
+#define MAX_NAME  253
 #define MAX_LABEL 63
 
 static bool is_name_char(char c)
@@ -121,8 +121,10 @@ static int parse_entry(const char *given, struct net_entry *e)
     if (!*s)
         return err_set(EINVAL, "empty network allowlist entry");
     if (split_host_port(s, &host, &port) < 0)
-        return err_set(EINVAL, "network allowlist entry '%s': a bracketed IPv6 address is "
-                       "'[ADDRESS]' or '[ADDRESS]:PORT'", given);
+        return err_set(EINVAL,
+                       "network allowlist entry '%s': a bracketed IPv6 address is "
+                       "'[ADDRESS]' or '[ADDRESS]:PORT'",
+                       given);
     if (port && parse_port(port, &e->port) < 0)
         return err_set(EINVAL, "network allowlist entry '%s': '%s' is not a port (1 to 65535)",
                        given, port);
@@ -135,8 +137,10 @@ static int parse_entry(const char *given, struct net_entry *e)
     } else if (valid_name(host)) {
         e->kind = NET_ENTRY_HOST;
     } else {
-        return err_set(EINVAL, "network allowlist entry '%s': '%s' is not a host name, "
-                       "'*.domain' or an IP address", given, host);
+        return err_set(EINVAL,
+                       "network allowlist entry '%s': '%s' is not a host name, "
+                       "'*.domain' or an IP address",
+                       given, host);
     }
     e->host = xstrdup(host);
     e->text = entry_text(e);
@@ -303,8 +307,8 @@ static const struct addr_class classes[] = {
 
     {AF_INET6, "::", 128, "an unspecified address"},
     {AF_INET6, "::1", 128, "a loopback address"},
-    {AF_INET6, "::ffff:0:0", 96, NULL, true},    /* IPv4-mapped */
-    {AF_INET6, "64:ff9b::", 96, NULL, true},     /* well-known NAT64 prefix */
+    {AF_INET6, "::ffff:0:0", 96, NULL, true}, /* IPv4-mapped */
+    {AF_INET6, "64:ff9b::", 96, NULL, true},  /* well-known NAT64 prefix */
     {AF_INET6, "64:ff9b:1::", 48, "a local-use NAT64 address (any IPv4 address behind it)"},
     {AF_INET6, "::", 8, "a reserved address (IPv4-compatible and other forms)"},
     {AF_INET6, "100::", 64, "a discard-only address"},
@@ -465,8 +469,10 @@ bool net_policy_within(const struct net_policy *req, const struct net_policy *ma
             for (size_t j = 0; j < max->n; j++)
                 buf_printf(&b, "%s%s", j ? ", " : "", max->entries[j].text);
             allowed = buf_detach(&b, NULL);
-            err_set(EPERM, "network allowlist entry '%s' is outside what this server allows "
-                    "(%s)", req->entries[i].text, max->n ? allowed : "no network at all");
+            err_set(EPERM,
+                    "network allowlist entry '%s' is outside what this server allows "
+                    "(%s)",
+                    req->entries[i].text, max->n ? allowed : "no network at all");
             return false;
         }
     }
@@ -482,12 +488,10 @@ json_t *net_policy_json(const struct net_policy *p)
     json_t *allow = json_array();
     for (size_t i = 0; i < p->n; i++)
         json_array_append_new(allow, json_string(p->entries[i].text));
-    return json_pack("{s:s,s:o,s:I,s:I}", "mode", "allowlist", "allow", allow,
-                     "max_connections",
-                     (json_int_t)(p->max_connections ? p->max_connections
-                                                     : NET_DEFAULT_MAX_CONNECTIONS),
-                     "max_bytes",
-                     (json_int_t)(p->max_bytes ? p->max_bytes : NET_DEFAULT_MAX_BYTES));
+    return json_pack(
+        "{s:s,s:o,s:I,s:I}", "mode", "allowlist", "allow", allow, "max_connections",
+        (json_int_t)(p->max_connections ? p->max_connections : NET_DEFAULT_MAX_CONNECTIONS),
+        "max_bytes", (json_int_t)(p->max_bytes ? p->max_bytes : NET_DEFAULT_MAX_BYTES));
 }
 
 char **net_proxy_env(const struct net_policy *p, char **env)

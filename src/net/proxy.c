@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #define THREAD_STACK (256u << 10)
-#define CHUNK 16384
+#define CHUNK        16384
 
 struct conn {
     struct egress *e;
@@ -77,8 +77,7 @@ static void tell(struct egress *e, const struct egress_event *ev)
     log_info("msg=\"egress %s\" method=%s host=\"%s\" port=%u address=%s status=%d%s%s%s",
              ev->allowed ? "allowed" : "refused", ev->method ? ev->method : "-",
              ev->host ? ev->host : "-", ev->port, ev->address ? ev->address : "-", ev->status,
-             ev->reason ? " reason=\"" : "", ev->reason ? ev->reason : "",
-             ev->reason ? "\"" : "");
+             ev->reason ? " reason=\"" : "", ev->reason ? ev->reason : "", ev->reason ? "\"" : "");
     if (e->fn)
         e->fn(e->ctx, ev);
 }
@@ -109,10 +108,10 @@ static void answer(int fd, int status, const char *title, const char *msg)
         memcpy(phrase + sizeof(phrase) - 5, "...)", 5);
     printable(phrase);
     _cleanup_free_ char *body = xasprintf("runcell egress proxy: %s\n", msg);
-    _cleanup_free_ char *head = xasprintf(
-        "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\n"
-        "X-Runcell-Egress: refused\r\nConnection: close\r\nContent-Length: %zu\r\n\r\n",
-        status, phrase, strlen(body));
+    _cleanup_free_ char *head =
+        xasprintf("HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\n"
+                  "X-Runcell-Egress: refused\r\nConnection: close\r\nContent-Length: %zu\r\n\r\n",
+                  status, phrase, strlen(body));
     if (write_all(fd, head, strlen(head)) == 0)
         (void)write_all(fd, body, strlen(body));
 }
@@ -120,13 +119,20 @@ static void answer(int fd, int status, const char *title, const char *msg)
 static const char *status_title(int status)
 {
     switch (status) {
-    case 400: return "Bad Request";
-    case 403: return "Forbidden";
-    case 429: return "Too Many Requests";
-    case 431: return "Request Header Fields Too Large";
-    case 502: return "Bad Gateway";
-    case 504: return "Gateway Timeout";
-    default: return "Error";
+    case 400:
+        return "Bad Request";
+    case 403:
+        return "Forbidden";
+    case 429:
+        return "Too Many Requests";
+    case 431:
+        return "Request Header Fields Too Large";
+    case 502:
+        return "Bad Gateway";
+    case 504:
+        return "Gateway Timeout";
+    default:
+        return "Error";
     }
 }
 
@@ -147,7 +153,9 @@ static void refuse(struct conn *c, const struct proxy_request *rq, int status, c
     printable(msg);
     struct egress_event ev = {.method = rq && rq->method[0] ? rq->method : NULL,
                               .host = rq && rq->host[0] ? rq->host : NULL,
-                              .port = rq ? rq->port : 0, .address = address, .reason = msg,
+                              .port = rq ? rq->port : 0,
+                              .address = address,
+                              .reason = msg,
                               .status = status};
     /* Recorded before the client hears of it: a cell that ends as soon as it has its answer
      * must find the refusal in its record (and the daemon's log) already. */
@@ -209,12 +217,15 @@ static void refuse_by_policy(struct conn *c, const struct proxy_request *rq)
     if (p->n > 16)
         buf_printf(&allowed, ", and %zu more", p->n - 16);
     if (net_policy_lists_host(p, rq->host))
-        refuse(c, rq, 403, NULL, "refused %s %s:%u: port %u is not allowed for %s on this "
-               "session's network allowlist (%s)", rq->method, rq->host, rq->port, rq->port,
-               rq->host, allowed.data);
+        refuse(c, rq, 403, NULL,
+               "refused %s %s:%u: port %u is not allowed for %s on this "
+               "session's network allowlist (%s)",
+               rq->method, rq->host, rq->port, rq->port, rq->host, allowed.data);
     else
-        refuse(c, rq, 403, NULL, "refused %s %s:%u: %s is not on this session's network "
-               "allowlist (%s)", rq->method, rq->host, rq->port, rq->host, allowed.data);
+        refuse(c, rq, 403, NULL,
+               "refused %s %s:%u: %s is not on this session's network "
+               "allowlist (%s)",
+               rq->method, rq->host, rq->port, rq->host, allowed.data);
     buf_release(&allowed);
 }
 
@@ -260,9 +271,10 @@ static int open_upstream(struct conn *c, const struct proxy_request *rq, const c
                "cannot connect to %s (%s) port %u: %s", rq->host, ret_addr, rq->port,
                strerror(last_err));
     else
-        refuse(c, rq, 403, why_addr, "refused %s %s:%u: %s is %s; only an entry naming that "
-               "address exactly (%s%s%s:%u) allows it, and '%s' does not", rq->method, rq->host,
-               rq->port, why_addr ? why_addr : "?", why ? why : "not allowed",
+        refuse(c, rq, 403, why_addr,
+               "refused %s %s:%u: %s is %s; only an entry naming that "
+               "address exactly (%s%s%s:%u) allows it, and '%s' does not",
+               rq->method, rq->host, rq->port, why_addr ? why_addr : "?", why ? why : "not allowed",
                strchr(why_addr ? why_addr : "", ':') ? "[" : "", why_addr ? why_addr : "?",
                strchr(why_addr ? why_addr : "", ':') ? "]" : "", rq->port, rule);
     return -1;
@@ -333,11 +345,12 @@ static void report_budget(struct conn *c, const struct proxy_request *rq)
     if (atomic_exchange(&c->e->budget_reported, true))
         return;
     char msg[256];
-    snprintf(msg, sizeof(msg), "the session's network byte budget (%llu bytes) is used up; "
+    snprintf(msg, sizeof(msg),
+             "the session's network byte budget (%llu bytes) is used up; "
              "the connection was cut and new ones are refused",
              (unsigned long long)max_bytes(c->e));
-    struct egress_event ev = {.method = rq->method, .host = rq->host, .port = rq->port,
-                              .reason = msg};
+    struct egress_event ev = {
+        .method = rq->method, .host = rq->host, .port = rq->port, .reason = msg};
     /* This attempt was counted as allowed when it connected: its cut is an event of its
      * own, not a second attempt for the refused counter. */
     tell(c->e, &ev);
@@ -370,9 +383,10 @@ static void serve(struct conn *c)
         if (r != -ECONNRESET)
             refuse(c, NULL, 400, NULL, "%s", err_msg());
     } else if (atomic_load(&e->bytes) >= max_bytes(e)) {
-        refuse(c, &rq, 403, NULL, "refused %s %s:%u: the session's network byte budget (%llu "
-               "bytes) is used up", rq.method, rq.host, rq.port,
-               (unsigned long long)max_bytes(e));
+        refuse(c, &rq, 403, NULL,
+               "refused %s %s:%u: the session's network byte budget (%llu "
+               "bytes) is used up",
+               rq.method, rq.host, rq.port, (unsigned long long)max_bytes(e));
     } else {
         const struct net_entry *rule = net_policy_match(e->policy, rq.host, rq.port);
         char addr[INET6_ADDRSTRLEN] = "";
@@ -381,12 +395,15 @@ static void serve(struct conn *c)
             refuse_by_policy(c, &rq);
         else if ((fd = open_upstream(c, &rq, rule->text, addr, sizeof(addr))) >= 0 &&
                  set_upstream(c, fd)) {
-            struct egress_event ev = {.method = rq.method, .host = rq.host, .port = rq.port,
-                                      .allowed = true, .rule = rule->text, .address = addr,
+            struct egress_event ev = {.method = rq.method,
+                                      .host = rq.host,
+                                      .port = rq.port,
+                                      .allowed = true,
+                                      .rule = rule->text,
+                                      .address = addr,
                                       .status = 200};
             report(e, &ev);
-            r = rq.connect ? write_all(c->client, "HTTP/1.1 200 Connection established\r\n\r\n",
-                                       39)
+            r = rq.connect ? write_all(c->client, "HTTP/1.1 200 Connection established\r\n\r\n", 39)
                            : send_up(e, fd, rq.forward.data, rq.forward.len);
             if (r == 0 && rq.rest_len)
                 r = send_up(e, fd, head.data + head.len - rq.rest_len, rq.rest_len);
@@ -453,7 +470,8 @@ static void admit(struct egress *e, int fd)
         /* Answered without reading the request: the cap must hold even against a client
          * that never sends one. */
         if (full)
-            refuse(c, NULL, 429, NULL, "the session has its maximum of %llu connections open "
+            refuse(c, NULL, 429, NULL,
+                   "the session has its maximum of %llu connections open "
                    "through the proxy; close one first",
                    (unsigned long long)max_connections(e));
         close(fd);

@@ -9,8 +9,8 @@
 #include <unistd.h>
 
 /* Headers for the proxy hop only: never passed on. */
-static const char *const hop_headers[] = {"proxy-connection", "proxy-authorization",
-                                          "connection", "keep-alive"};
+static const char *const hop_headers[] = {"proxy-connection", "proxy-authorization", "connection",
+                                          "keep-alive"};
 
 static bool host_char(char c)
 {
@@ -40,15 +40,16 @@ static int parse_authority(const char *s, size_t n, int default_port, struct pro
         return err_set(EINVAL, "no usable host name in '%.*s'", (int)MIN(n, 200), s);
     for (size_t i = 0; i < host_len; i++)
         if (!host_char(host[i]))
-            return err_set(EINVAL, "the host name in '%.*s' has characters a host name "
-                           "cannot have", (int)MIN(n, 200), s);
+            return err_set(EINVAL,
+                           "the host name in '%.*s' has characters a host name "
+                           "cannot have",
+                           (int)MIN(n, 200), s);
     /* "example.com." is "example.com": one name for the policy, the pinned hosts file and
      * the resolver alike, so a trailing dot cannot step around a pin. */
     if (host_len > 1 && host[host_len - 1] == '.')
         host_len--;
     if (host[0] == '.' || host[host_len - 1] == '.' || memmem(host, host_len, "..", 2))
-        return err_set(EINVAL, "the host name in '%.*s' has an empty label", (int)MIN(n, 200),
-                       s);
+        return err_set(EINVAL, "the host name in '%.*s' has an empty label", (int)MIN(n, 200), s);
     memcpy(rq->host, host, host_len);
     rq->host[host_len] = '\0';
     if (!port) {
@@ -110,12 +111,14 @@ static int parse_plain(struct proxy_request *rq, const char *target, size_t tlen
                        const char *version, const char *headers, const char *end)
 {
     if (tlen >= 8 && !strncasecmp(target, "https://", 8))
-        return err_set(EINVAL, "https URLs go through a CONNECT tunnel; this client sent "
-                       "'%s https://...' to the proxy instead", rq->method);
+        return err_set(EINVAL,
+                       "https URLs go through a CONNECT tunnel; this client sent "
+                       "'%s https://...' to the proxy instead",
+                       rq->method);
     if (tlen < 7 || strncasecmp(target, "http://", 7))
         return err_set(EINVAL, "this is runcell's egress proxy: send CONNECT HOST:PORT or a "
-                       "request with an absolute http:// URL (configure the proxy with "
-                       "HTTP_PROXY rather than connecting to it as a server)");
+                               "request with an absolute http:// URL (configure the proxy with "
+                               "HTTP_PROXY rather than connecting to it as a server)");
     const char *auth = target + 7, *tend = target + tlen;
     size_t alen = strcspn(auth, "/?#");
     if (auth + alen > tend)
@@ -147,7 +150,7 @@ static int check_head_bytes(const char *head, size_t len)
             return err_set(EINVAL, "the request head holds a NUL byte, which HTTP does not allow");
         if (head[i] == '\r' && (i + 1 == len || head[i + 1] != '\n'))
             return err_set(EINVAL, "the request head holds a CR that does not end a line, which "
-                           "HTTP does not allow");
+                                   "HTTP does not allow");
     }
     return 0;
 }
@@ -221,7 +224,7 @@ int proxy_read_request(int fd, struct buf *head, struct proxy_request *rq)
             if (!head->len)
                 return -ECONNRESET;
             return err_set(EINVAL, "the client closed the connection in the middle of the "
-                           "request head");
+                                   "request head");
         }
         size_t from = head->len > 2 ? head->len - 2 : 0;
         if (buf_append(head, chunk, (size_t)n) < 0)

@@ -8,8 +8,8 @@ enum { CG_MEMORY, CG_PIDS, CG_CPU, CG_CPUACCT, CG_N };
 
 struct cgroup {
     enum cgroup_mode mode;
-    char *dirs[CG_N]; /* v1: one per controller (NULL when absent); v2: dirs[0] */
-    int peak_fd;      /* v2: memory.peak, open for the cgroup's life (-1: none) */
+    char *dirs[CG_N];     /* v1: one per controller (NULL when absent); v2: dirs[0] */
+    int peak_fd;          /* v2: memory.peak, open for the cgroup's life (-1: none) */
     bool peak_resettable; /* v2: writing peak_fd resets what it reads (Linux 6.12+) */
 };
 

@@ -49,7 +49,8 @@ static int read_keyed(const char *dir, const char *file, const char *key, uint64
     if (r < 0)
         return r;
     size_t klen = strlen(key);
-    for (char *line = text; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+    for (char *line = text; line && *line;
+         line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
         if (!strncmp(line, key, klen) && line[klen] == ' ') {
             *ret = strtoull(line + klen + 1, NULL, 10);
             return 0;
@@ -317,7 +318,8 @@ static int v2_enable(struct sandbox_host *host, const char *dir, char *ret_enabl
             return err_set(-r, "cannot enable the %s controller in %s/cgroup.subtree_control: %s%s",
                            v2_wanted[i], dir, strerror(-r),
                            r == -EBUSY ? " (the cgroup holds processes: cgroup v2 enables "
-                                         "controllers only in a cgroup without any)" : "");
+                                         "controllers only in a cgroup without any)"
+                                       : "");
         if (ret_enabled)
             snprintf(ret_enabled + strlen(ret_enabled), size - strlen(ret_enabled), "%s%s",
                      *ret_enabled ? " " : "", v2_wanted[i]);
@@ -395,9 +397,10 @@ static void v2_place(struct sandbox_host *host, const char *mnt, const char *own
     if (v2_controllers(host, mnt, own_dir) < 0)
         return;
     /* In the root cgroup only the directory itself must be writable (for the base). */
-    _cleanup_free_ char *bad = root_cg ? (faccessat(AT_FDCWD, own_dir, W_OK | X_OK, AT_EACCESS) < 0
-                                              ? xstrdup(own_dir) : NULL)
-                                       : unwritable_file(own_dir);
+    _cleanup_free_ char *bad =
+        root_cg
+            ? (faccessat(AT_FDCWD, own_dir, W_OK | X_OK, AT_EACCESS) < 0 ? xstrdup(own_dir) : NULL)
+            : unwritable_file(own_dir);
     if (bad) {
         v2_degrade(host, CGROUP_PLACEMENT_V2_UNDELEGATED,
                    xasprintf("cgroup %s is not delegated to runcell: %s is not writable by uid %u "
@@ -438,7 +441,8 @@ static void v2_place(struct sandbox_host *host, const char *mnt, const char *own
     host->cgroup_mode = CGROUP_V2;
     if (!host->cgroup_cpu)
         log_warn("msg=\"the cpu controller is not in %s/cgroup.controllers: sandboxes get no "
-                 "CPU bandwidth cap\"", own_dir);
+                 "CPU bandwidth cap\"",
+                 own_dir);
 }
 
 /* True when the controllers live on the unified hierarchy (a pure v2 host), whatever the
@@ -522,8 +526,8 @@ static bool v2_needs_scope(char **ret_own)
  * the strings are borrowed, the vector is the caller's to free. */
 static char **scope_argv(bool user, const char *prog, int argc, char **argv)
 {
-    static const char *const head[] = {"--scope", "--quiet", "--collect", "-p", "Delegate=yes",
-                                       "--"};
+    static const char *const head[] = {"--scope", "--quiet",      "--collect",
+                                       "-p",      "Delegate=yes", "--"};
     char **v = xcalloc((size_t)argc + ARRAY_SIZE(head) + 3, sizeof(char *));
     int k = 0;
     v[k++] = (char *)"systemd-run";
@@ -567,8 +571,8 @@ int sandbox_scope_reexec(int argc, char **argv)
     if (r != 0) {
         log_warn("msg=\"runcell's cgroup %s is not its own, and systemd gives it no delegated "
                  "scope (%s%s --scope -p Delegate=yes failed: %s); sandboxes run without cgroup "
-                 "limits\"", own, systemd_run, user ? " --user" : "",
-                 r < 0 ? strerror(-r) : "non-zero exit");
+                 "limits\"",
+                 own, systemd_run, user ? " --user" : "", r < 0 ? strerror(-r) : "non-zero exit");
         return 0;
     }
     char exe[PATH_MAX];

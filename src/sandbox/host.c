@@ -131,11 +131,15 @@ static int check_run_dir(const char *dir)
 {
     struct stat st;
     if (mkdir_p(dir, 0711) < 0)
-        return err_set(errno, "cannot create the runtime directory %s: %s; set RUNCELL_RUNDIR "
-                       "to a writable directory", dir, strerror(errno));
+        return err_set(errno,
+                       "cannot create the runtime directory %s: %s; set RUNCELL_RUNDIR "
+                       "to a writable directory",
+                       dir, strerror(errno));
     if (lstat(dir, &st) < 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid())
-        return err_set(EPERM, "runtime directory %s is not a directory owned by uid %u; "
-                       "remove it or set RUNCELL_RUNDIR", dir, (unsigned)geteuid());
+        return err_set(EPERM,
+                       "runtime directory %s is not a directory owned by uid %u; "
+                       "remove it or set RUNCELL_RUNDIR",
+                       dir, (unsigned)geteuid());
     if ((st.st_mode & 022) && chmod(dir, 0711) < 0)
         return err_set(errno, "cannot restrict permissions of %s", dir);
     return 0;
@@ -195,13 +199,16 @@ int sandbox_host_init(struct sandbox_host *host)
     host->libexec_dir = find_libexec_dir();
     host->helper_path = xasprintf("%s/runcell-sandbox", host->libexec_dir);
     if (access(host->helper_path, X_OK) < 0 && errno == EACCES)
-        return err_set(EACCES, "cannot run the sandbox helper %s as uid %u: permission denied "
+        return err_set(EACCES,
+                       "cannot run the sandbox helper %s as uid %u: permission denied "
                        "(a directory on its path, such as a 0700 one from mktemp, is not "
                        "searchable by this user); chmod o+x that directory or build elsewhere",
                        host->helper_path, (unsigned)geteuid());
     if (access(host->helper_path, X_OK) < 0)
-        return err_set(ENOENT, "cannot find the sandbox helper %s; build runcell (make) or set "
-                       "RUNCELL_LIBEXEC", host->helper_path);
+        return err_set(ENOENT,
+                       "cannot find the sandbox helper %s; build runcell (make) or set "
+                       "RUNCELL_LIBEXEC",
+                       host->helper_path);
     host->privileged = geteuid() == 0;
     const char *base = getenv("RUNCELL_UID_BASE");
     uint64_t ub;

@@ -50,8 +50,7 @@ static const struct landlock_step {
     {6, "6.12", "scoped signals and abstract unix sockets"},
 };
 
-int sandbox_landlock_features(int abi, char *enforced, size_t esize, char *missing,
-                              size_t msize)
+int sandbox_landlock_features(int abi, char *enforced, size_t esize, char *missing, size_t msize)
 {
     if (esize)
         enforced[0] = '\0';
@@ -64,8 +63,8 @@ int sandbox_landlock_features(int abi, char *enforced, size_t esize, char *missi
         size_t size = abi >= s->abi ? esize : msize;
         size_t len = strlen(out);
         if (len < size)
-            snprintf(out + len, size - len, "%s%s (ABI %d, Linux %s)", len ? "; " : "",
-                     s->right, s->abi, s->kernel);
+            snprintf(out + len, size - len, "%s%s (ABI %d, Linux %s)", len ? "; " : "", s->right,
+                     s->abi, s->kernel);
         n += abi >= s->abi;
     }
     return n;
@@ -87,8 +86,8 @@ static bool has_syscall(long nr, long a, long b, long c)
 static bool probe_clone_into_cgroup(void)
 {
     struct {
-        uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls,
-            set_tid, set_tid_size, cgroup;
+        uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid,
+            set_tid_size, cgroup;
     } args = {.flags = 0x200000000ULL, .exit_signal = SIGCHLD, .cgroup = 0x7fffffff};
     long r = syscall(SYS_clone3, &args, sizeof(args));
     if (r == 0)
@@ -166,7 +165,8 @@ static bool has_filesystem(const char *name)
     if (read_file("/proc/filesystems", 65536, &text, &len) < 0)
         return false;
     size_t n = strlen(name);
-    for (char *line = text; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+    for (char *line = text; line && *line;
+         line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
         char *tab = strchr(line, '\t');
         if (tab && !strncmp(tab + 1, name, n) && (tab[1 + n] == '\n' || tab[1 + n] == '\0'))
             return true;
@@ -197,8 +197,7 @@ void sandbox_kernel_probe(struct sandbox_kernel *k)
     k->apparmor_restrict_userns =
         read_sysctl("/proc/sys/kernel/apparmor_restrict_unprivileged_userns");
     k->userns_errno = -try_userns();
-    k->userns_reason = sandbox_userns_verdict(k->max_user_namespaces,
-                                              k->unprivileged_userns_clone,
+    k->userns_reason = sandbox_userns_verdict(k->max_user_namespaces, k->unprivileged_userns_clone,
                                               k->apparmor_restrict_userns, geteuid() == 0);
     k->tmpfs = has_filesystem("tmpfs");
     k->overlayfs = has_filesystem("overlay");
@@ -214,17 +213,19 @@ void sandbox_kernel_log(const struct sandbox_kernel *k)
         log_warn("msg=\"Landlock is not available (%s): files are confined by the mount "
                  "layout alone\" kernel=%s",
                  k->landlock_errno == EOPNOTSUPP ? "disabled at boot: add landlock to lsm="
-                                                 : "the kernel lacks it", k->release);
+                                                 : "the kernel lacks it",
+                 k->release);
     else if (*missing)
         log_info("msg=\"Landlock ABI %d: these rights are not enforced by this kernel\" "
-                 "unavailable=\"%s\" kernel=%s", k->landlock_abi, missing, k->release);
+                 "unavailable=\"%s\" kernel=%s",
+                 k->landlock_abi, missing, k->release);
     if (k->userns_errno)
         log_warn("msg=\"cannot make user namespaces: sandboxes will not start\" error=\"%s\" "
-                 "reason=\"%s\"", strerror(k->userns_errno),
-                 k->userns_reason ? k->userns_reason : "unknown");
+                 "reason=\"%s\"",
+                 strerror(k->userns_errno), k->userns_reason ? k->userns_reason : "unknown");
     if (!k->openat2 || !k->pidfd_open || !k->open_tree)
         log_warn("msg=\"kernel %s lacks system calls runcell needs (openat2 %s, pidfd_open %s, "
-                 "open_tree %s): Linux 5.6 or later is required\"", k->release,
-                 k->openat2 ? "yes" : "no", k->pidfd_open ? "yes" : "no",
+                 "open_tree %s): Linux 5.6 or later is required\"",
+                 k->release, k->openat2 ? "yes" : "no", k->pidfd_open ? "yes" : "no",
                  k->open_tree ? "yes" : "no");
 }

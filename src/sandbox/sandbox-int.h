@@ -5,7 +5,7 @@
 /* File descriptors of the helper at exec: 0-2 are the payload's stdio. */
 #define HELPER_FD_CONFIG 3 /* JSON config, read to EOF */
 #define HELPER_FD_STATUS 4 /* status lines to the daemon */
-#define HELPER_FD_EXTRA 5  /* first of cfg.extra_fds fds handed to the payload as 3.. */
+#define HELPER_FD_EXTRA  5 /* first of cfg.extra_fds fds handed to the payload as 3.. */
 
 /* The user the sandboxed code runs as, inside the user namespace. */
 #define SANDBOX_UID 1000

@@ -22,19 +22,19 @@
 /* Resource limits of one sandbox. Zero means "the default" when passed to
  * sandbox_limits_fill_defaults(). */
 struct sandbox_limits {
-    uint64_t memory_mb; /* cgroup memory (and swap) limit */
-    uint64_t pids;      /* cgroup pids.max */
-    uint64_t disk_mb;   /* size cap of /workspace and of /tmp, each */
+    uint64_t memory_mb;  /* cgroup memory (and swap) limit */
+    uint64_t pids;       /* cgroup pids.max */
+    uint64_t disk_mb;    /* size cap of /workspace and of /tmp, each */
     uint64_t cpus_milli; /* CPU bandwidth in thousandths of a core */
     uint64_t cpu_time_s; /* RLIMIT_CPU backstop */
     uint64_t nofile;
 };
 
-#define SANDBOX_DEFAULT_MEMORY_MB 1024
-#define SANDBOX_DEFAULT_PIDS 256
-#define SANDBOX_DEFAULT_DISK_MB 1024
+#define SANDBOX_DEFAULT_MEMORY_MB  1024
+#define SANDBOX_DEFAULT_PIDS       256
+#define SANDBOX_DEFAULT_DISK_MB    1024
 #define SANDBOX_DEFAULT_CPUS_MILLI 1000
-#define SANDBOX_DEFAULT_NOFILE 1024
+#define SANDBOX_DEFAULT_NOFILE     1024
 
 void sandbox_limits_fill_defaults(struct sandbox_limits *l);
 
@@ -42,12 +42,12 @@ enum cgroup_mode { CGROUP_NONE, CGROUP_V1, CGROUP_V2 };
 
 /* Where runcell put itself to give sandboxes cgroups (docs/OPERATING.md has the table). */
 enum cgroup_placement {
-    CGROUP_PLACEMENT_NONE,        /* no usable cgroup hierarchy: degraded */
-    CGROUP_PLACEMENT_DISABLED,    /* RUNCELL_NO_CGROUPS */
-    CGROUP_PLACEMENT_V1,          /* the cgroup v1 controllers (hybrid or v1 host) */
-    CGROUP_PLACEMENT_V2_ROOT,     /* v2, runcell in the root cgroup */
-    CGROUP_PLACEMENT_V2_DELEGATED, /* v2, a cgroup of its own: runcell moved into a leaf */
-    CGROUP_PLACEMENT_V2_SHARED,   /* v2, its cgroup holds other processes: degraded */
+    CGROUP_PLACEMENT_NONE,           /* no usable cgroup hierarchy: degraded */
+    CGROUP_PLACEMENT_DISABLED,       /* RUNCELL_NO_CGROUPS */
+    CGROUP_PLACEMENT_V1,             /* the cgroup v1 controllers (hybrid or v1 host) */
+    CGROUP_PLACEMENT_V2_ROOT,        /* v2, runcell in the root cgroup */
+    CGROUP_PLACEMENT_V2_DELEGATED,   /* v2, a cgroup of its own: runcell moved into a leaf */
+    CGROUP_PLACEMENT_V2_SHARED,      /* v2, its cgroup holds other processes: degraded */
     CGROUP_PLACEMENT_V2_UNDELEGATED, /* v2, its cgroup is not writable or lacks controllers */
 };
 /* "none", "disabled", "v1", "v2-root", "v2-delegated", "v2-shared", "v2-undelegated". */
@@ -55,21 +55,21 @@ const char *cgroup_placement_name(enum cgroup_placement p);
 
 /* What the running kernel gives the sandbox, detected once (see sandbox_kernel_probe). */
 struct sandbox_kernel {
-    char release[65];          /* uname -r */
-    int landlock_abi;          /* 0: no Landlock */
-    int landlock_errno;        /* why not: ENOSYS (not built), EOPNOTSUPP (not in lsm=) */
-    bool seccomp;              /* prctl(PR_GET_SECCOMP) works */
-    bool seccomp_filter;       /* and the filter mode's actions are listed */
-    bool clone3;               /* Linux 5.3 */
-    bool clone_into_cgroup;    /* clone3's CLONE_INTO_CGROUP, Linux 5.7 */
-    bool openat2;              /* Linux 5.6: the daemon's workspace file access */
+    char release[65];                   /* uname -r */
+    int landlock_abi;                   /* 0: no Landlock */
+    int landlock_errno;                 /* why not: ENOSYS (not built), EOPNOTSUPP (not in lsm=) */
+    bool seccomp;                       /* prctl(PR_GET_SECCOMP) works */
+    bool seccomp_filter;                /* and the filter mode's actions are listed */
+    bool clone3;                        /* Linux 5.3 */
+    bool clone_into_cgroup;             /* clone3's CLONE_INTO_CGROUP, Linux 5.7 */
+    bool openat2;                       /* Linux 5.6: the daemon's workspace file access */
     bool pidfd_open, pidfd_send_signal; /* 5.3, 5.1: signals that cannot hit a reused pid */
-    bool open_tree;            /* 5.2: template-made sandboxes get their workspace by it */
-    long max_user_namespaces;  /* user.max_user_namespaces; -1 when absent */
-    long unprivileged_userns_clone; /* Debian's kernel.unprivileged_userns_clone; -1 absent */
-    long apparmor_restrict_userns; /* Ubuntu's kernel.apparmor_restrict_unprivileged_userns */
-    int userns_errno;          /* 0 when this process could make a user namespace */
-    const char *userns_reason; /* which sysctl stops it, and the fix; NULL when none does */
+    bool open_tree;                     /* 5.2: template-made sandboxes get their workspace by it */
+    long max_user_namespaces;           /* user.max_user_namespaces; -1 when absent */
+    long unprivileged_userns_clone;     /* Debian's kernel.unprivileged_userns_clone; -1 absent */
+    long apparmor_restrict_userns;      /* Ubuntu's kernel.apparmor_restrict_unprivileged_userns */
+    int userns_errno;                   /* 0 when this process could make a user namespace */
+    const char *userns_reason;      /* which sysctl stops it, and the fix; NULL when none does */
     bool tmpfs, overlayfs, cgroup2; /* in /proc/filesystems (runcell mounts tmpfs only) */
 };
 
@@ -82,8 +82,7 @@ void sandbox_kernel_log(const struct sandbox_kernel *k);
 /* The Landlock rights runcell asks for that ABI abi enforces, and those it lacks, each a
  * "; "-separated list naming the ABI and kernel that brought them. Returns how many steps
  * abi has. */
-int sandbox_landlock_features(int abi, char *enforced, size_t esize, char *missing,
-                              size_t msize);
+int sandbox_landlock_features(int abi, char *enforced, size_t esize, char *missing, size_t msize);
 /* Why the user-namespace sysctls stop a sandbox (a static message with the fix), or NULL.
  * -1 for a sysctl the kernel does not have. */
 const char *sandbox_userns_verdict(long max_user_namespaces, long unprivileged_userns_clone,
@@ -91,24 +90,24 @@ const char *sandbox_userns_verdict(long max_user_namespaces, long unprivileged_u
 
 /* Everything about this machine a sandbox needs; one per process. */
 struct sandbox_host {
-    char *helper_path;  /* the runcell-sandbox program */
-    char *libexec_dir;  /* directory of runcell's own support files (kernel, ...) */
-    char *run_dir;      /* per-process runtime directory: workspaces, roots */
-    char *owner_id;     /* "<pid>-<starttime>": names this process's cgroups and dirs */
-    bool privileged;    /* running as root: per-workspace host uids, tmpfs workspaces */
+    char *helper_path; /* the runcell-sandbox program */
+    char *libexec_dir; /* directory of runcell's own support files (kernel, ...) */
+    char *run_dir;     /* per-process runtime directory: workspaces, roots */
+    char *owner_id;    /* "<pid>-<starttime>": names this process's cgroups and dirs */
+    bool privileged;   /* running as root: per-workspace host uids, tmpfs workspaces */
     enum cgroup_mode cgroup_mode;
-    char *cgroup_base[4]; /* v1: memory, pids, cpu, cpuacct bases; v2: [0] only */
+    char *cgroup_base[4];  /* v1: memory, pids, cpu, cpuacct bases; v2: [0] only */
     char *degraded_reason; /* non-NULL when limits fall back to rlimits only */
     enum cgroup_placement cgroup_placement;
-    char *cgroup_v2_mount;  /* the unified hierarchy's mount on a pure v2 host, else NULL */
-    char *cgroup_own;       /* v2: our cgroup's path when we started ("/system.slice/x") */
-    char *cgroup_own_dir;   /* v2: its directory */
-    char *cgroup_leaf_dir;  /* v2 delegated: the leaf we moved into, removed at release */
-    char cgroup_enabled[64]; /* v2: controllers we enabled in cgroup_own_dir ("memory pids") */
-    bool cgroup_base_made;  /* we created cgroup_base[0] */
-    bool cgroup_cpu;        /* v2: the cpu controller is there (cpu.max is enforced) */
-    uid_t uid_base;        /* first host uid handed to workspaces when privileged */
-    _Atomic uint64_t seq;  /* counter for sandbox names */
+    char *cgroup_v2_mount;     /* the unified hierarchy's mount on a pure v2 host, else NULL */
+    char *cgroup_own;          /* v2: our cgroup's path when we started ("/system.slice/x") */
+    char *cgroup_own_dir;      /* v2: its directory */
+    char *cgroup_leaf_dir;     /* v2 delegated: the leaf we moved into, removed at release */
+    char cgroup_enabled[64];   /* v2: controllers we enabled in cgroup_own_dir ("memory pids") */
+    bool cgroup_base_made;     /* we created cgroup_base[0] */
+    bool cgroup_cpu;           /* v2: the cpu controller is there (cpu.max is enforced) */
+    uid_t uid_base;            /* first host uid handed to workspaces when privileged */
+    _Atomic uint64_t seq;      /* counter for sandbox names */
     struct template *template; /* see sandbox_host_start_template; NULL when off */
     struct sandbox_kernel kernel;
 };
@@ -153,9 +152,9 @@ bool sandbox_scope_wanted(void);
  * workspace, uid pair, cgroup, mounts, Landlock and seccomp as a sandbox made from
  * scratch), and the payload is that clone's Python, already past its imports. Only when
  * running as root (the template maps every sandbox's ids) with cgroups (without them the
- * memory cap is an address-space rlimit, which a clone of the template would exceed). A template that dies, or whose
- * files changed, is replaced at the next start; sessions it made live on. Thread-safe.
- * 0 or -errno with err_msg(). */
+ * memory cap is an address-space rlimit, which a clone of the template would exceed). A template
+ * that dies, or whose files changed, is replaced at the next start; sessions it made live on.
+ * Thread-safe. 0 or -errno with err_msg(). */
 int sandbox_host_start_template(struct sandbox_host *host);
 /* How long the running template took to become ready, in ms; 0 when there is none. */
 double sandbox_host_template_ready_ms(struct sandbox_host *host);
@@ -163,12 +162,12 @@ double sandbox_host_template_ready_ms(struct sandbox_host *host);
 /* A workspace is the host side of /workspace: a size-capped tmpfs owned by a host uid of
  * its own when privileged, else a plain directory. It outlives the sandboxes run on it. */
 struct workspace {
-    char *dir;      /* host path of the directory bound at /workspace */
-    char *base;     /* host directory holding dir and the sandbox roots */
-    uid_t uid;      /* host uid the sandbox user (1000) maps to */
+    char *dir;  /* host path of the directory bound at /workspace */
+    char *base; /* host directory holding dir and the sandbox roots */
+    uid_t uid;  /* host uid the sandbox user (1000) maps to */
     gid_t gid;
-    uid_t root_uid; /* host uid the sandbox's root (0, used by its init only) maps to;
-                     * equal to uid when unprivileged (then only 1000 is mapped) */
+    uid_t root_uid;  /* host uid the sandbox's root (0, used by its init only) maps to;
+                      * equal to uid when unprivileged (then only 1000 is mapped) */
     int uid_lock_fd; /* flock held on the uid slot while the workspace lives */
     bool mounted;
 };
@@ -257,21 +256,21 @@ int workspace_write(const struct workspace *ws, const char *rel, const void *dat
 
 /* What to run in a sandbox. */
 struct sandbox_spec {
-    char *const *argv;   /* absolute program path first */
-    char *const *env;    /* full environment of the payload (see sandbox_default_env) */
+    char *const *argv; /* absolute program path first */
+    char *const *env;  /* full environment of the payload (see sandbox_default_env) */
     struct sandbox_limits limits;
-    int stdin_fd;        /* payload's fd 0, 1, 2 (required) */
+    int stdin_fd; /* payload's fd 0, 1, 2 (required) */
     int stdout_fd;
     int stderr_fd;
     const int *extra_fds; /* handed to the payload as 3, 4, ... */
     int n_extra_fds;
     const char *const *ro_binds; /* pairs "host path", "/sandbox path", NULL-terminated */
-    bool template_profile; /* this sandbox runs the template itself (internal) */
-    bool from_template; /* a kernel: made by the template when there is one (argv and env
-                         * are then handed to the kernel instead of exec'd) */
-    const char *relay_socket; /* sandbox path of an egress proxy socket (bound in through
-                               * ro_binds): a relay inside listens on 127.0.0.1:relay_port
-                               * and forwards to it; NULL for none */
+    bool template_profile;       /* this sandbox runs the template itself (internal) */
+    bool from_template;          /* a kernel: made by the template when there is one (argv and env
+                                  * are then handed to the kernel instead of exec'd) */
+    const char *relay_socket;    /* sandbox path of an egress proxy socket (bound in through
+                                  * ro_binds): a relay inside listens on 127.0.0.1:relay_port
+                                  * and forwards to it; NULL for none */
     uint16_t relay_port;
 };
 
@@ -284,20 +283,20 @@ struct sandbox {
     struct sandbox_host *host;
     char *name;
     char *root_dir;
-    pid_t init_pid;      /* in our PID namespace; 0 until known */
+    pid_t init_pid; /* in our PID namespace; 0 until known */
     int pidfd;
-    int status_fd;       /* read side of the helper's status lines; -1 after EOF */
+    int status_fd; /* read side of the helper's status lines; -1 after EOF */
     struct buf status_buf;
     struct cgroup *cgroup;
     bool limits_degraded;
     enum sandbox_state state;
-    bool exited;         /* the payload's status is known */
-    int exit_code;       /* valid when exited and !signal */
-    int term_signal;     /* nonzero when the payload died of a signal */
-    char *error;         /* setup failure reported by the helper */
+    bool exited;     /* the payload's status is known */
+    int exit_code;   /* valid when exited and !signal */
+    int term_signal; /* nonzero when the payload died of a signal */
+    char *error;     /* setup failure reported by the helper */
     uint64_t oom_kills_at_start;
-    bool foreign;           /* init is the template's child, not ours: never wait4 it */
-    double ru_cpu_ms;       /* rusage of init and everything it reaped, once reaped */
+    bool foreign;     /* init is the template's child, not ours: never wait4 it */
+    double ru_cpu_ms; /* rusage of init and everything it reaped, once reaped */
     uint64_t ru_maxrss_kb;
     double started_ms;
 };

@@ -184,7 +184,8 @@ int sandbox_poll_status(struct sandbox *sb)
         if (buf_append(&sb->status_buf, chunk, (size_t)n) < 0)
             buf_reset(&sb->status_buf);
         char *start = sb->status_buf.data, *nl;
-        while ((nl = memchr(start, '\n', sb->status_buf.len - (size_t)(start - sb->status_buf.data)))) {
+        while ((
+            nl = memchr(start, '\n', sb->status_buf.len - (size_t)(start - sb->status_buf.data)))) {
             *nl = '\0';
             handle_line(sb, start);
             start = nl + 1;
@@ -315,7 +316,8 @@ int sandbox_start(struct sandbox_host *host, struct workspace *ws, const struct 
         }
         /* The template could not serve: make this one from scratch. */
         log_warn("msg=\"template could not make the sandbox; starting from scratch\" "
-                 "error=\"%s\"", err_msg());
+                 "error=\"%s\"",
+                 err_msg());
         sandbox_free(sb);
         if ((r = sandbox_prepare(host, spec, &sb)) < 0)
             return r;

@@ -20,10 +20,11 @@
 #include <unistd.h>
 
 #define TEMPLATE_READY_MS 120000
-#define SPAWN_REPLY_MS 20000
-#define MAX_RETIRED 16
+#define SPAWN_REPLY_MS    20000
+#define MAX_RETIRED       16
 
-struct template {
+struct template
+{
     struct workspace *ws; /* its own (small, empty) workspace */
     struct sandbox *sb;   /* the sandbox the template runs in */
     int ctl_fd;           /* SOCK_SEQPACKET: requests out, replies (+ pidfds) in */
@@ -97,8 +98,8 @@ static ssize_t recv_msg(int fd, char *buf, size_t size, int *ret_fd, int timeout
         return r == 0 ? -ETIMEDOUT : -errno;
     char cbuf[CMSG_SPACE(sizeof(int))];
     struct iovec iov = {.iov_base = buf, .iov_len = size - 1};
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
-                        .msg_controllen = sizeof(cbuf)};
+    struct msghdr mh = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof(cbuf)};
     ssize_t n = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC);
     if (n < 0)
         return -errno;
@@ -136,16 +137,23 @@ static int template_new(struct sandbox_host *host, struct template **ret)
     /* Forked processes cannot use a BLAS thread pool started before the fork. */
     env = strv_push(env, "OPENBLAS_NUM_THREADS=1");
     env = strv_push(env, "OMP_NUM_THREADS=1");
-    char *argv[] = {(char *)"/usr/bin/python3", (char *)"/.runcell/kernel.py",
-                    (char *)"--template", NULL};
+    char *argv[] = {(char *)"/usr/bin/python3", (char *)"/.runcell/kernel.py", (char *)"--template",
+                    NULL};
     /* The empty workspace directory doubles as the mount point its clones bind a session's
      * network directory on. */
     const char *binds[] = {kernel_dir, "/.runcell", t->ws->dir, SANDBOX_NET_DIR, NULL};
     int extra[] = {sp[1]};
     struct sandbox_spec spec = {
-        .argv = argv, .env = env, .stdin_fd = devnull, .stdout_fd = devnull,
-        .stderr_fd = STDERR_FILENO, .extra_fds = extra, .n_extra_fds = 1, .ro_binds = binds,
-        .limits = {.memory_mb = 2048, .pids = 64, .disk_mb = 64}, .template_profile = true,
+        .argv = argv,
+        .env = env,
+        .stdin_fd = devnull,
+        .stdout_fd = devnull,
+        .stderr_fd = STDERR_FILENO,
+        .extra_fds = extra,
+        .n_extra_fds = 1,
+        .ro_binds = binds,
+        .limits = {.memory_mb = 2048, .pids = 64, .disk_mb = 64},
+        .template_profile = true,
     };
     sandbox_limits_fill_defaults(&spec.limits);
     if ((r = sandbox_start(host, t->ws, &spec, &t->sb)) < 0)
@@ -156,7 +164,9 @@ static int template_new(struct sandbox_host *host, struct template **ret)
     if (n <= 0) {
         sandbox_poll_status(t->sb);
         r = err_set(EIO, "the template did not become ready: %s",
-                    t->sb->error ? t->sb->error : n == 0 ? "it exited" : strerror((int)-n));
+                    t->sb->error ? t->sb->error
+                    : n == 0     ? "it exited"
+                                 : strerror((int)-n));
         goto fail;
     }
     t->ready_ms = now_ms_f() - t0;
@@ -214,7 +224,8 @@ static int current_template(struct sandbox_host *host, struct template **ret)
             *ret = t;
             return 0;
         }
-        log_info("msg=\"replacing the template\" reason=%s", alive ? "profile changed" : "it exited");
+        log_info("msg=\"replacing the template\" reason=%s",
+                 alive ? "profile changed" : "it exited");
         retire(t);
         set_current(NULL);
     }
@@ -263,7 +274,9 @@ static int send_request(int fd, const char *json, const int *fds, int n)
 {
     char cbuf[CMSG_SPACE(sizeof(int) * 32)];
     struct iovec iov = {.iov_base = (void *)json, .iov_len = strlen(json)};
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+    struct msghdr mh = {.msg_iov = &iov,
+                        .msg_iovlen = 1,
+                        .msg_control = cbuf,
                         .msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)n)};
     struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
     c->cmsg_level = SOL_SOCKET;

@@ -74,8 +74,7 @@ int workspace_new(struct sandbox_host *host, uint64_t disk_mb, struct workspace 
              (unsigned long long)disk_mb, (unsigned long long)MAX(4096, disk_mb * 64),
              (unsigned)ws->uid, (unsigned)ws->gid);
     if (mount("runcell-workspace", ws->dir, "tmpfs", MS_NOSUID | MS_NODEV, opts) < 0) {
-        r = err_set(errno, "cannot mount the workspace tmpfs on %s: %s", ws->dir,
-                    strerror(errno));
+        r = err_set(errno, "cannot mount the workspace tmpfs on %s: %s", ws->dir, strerror(errno));
         goto fail;
     }
     ws->mounted = true;
@@ -91,8 +90,7 @@ void workspace_free(struct workspace *ws)
     if (!ws)
         return;
     if (ws->mounted && umount2(ws->dir, MNT_DETACH) < 0)
-        log_warn("msg=\"cannot unmount workspace\" path=%s error=\"%s\"", ws->dir,
-                 strerror(errno));
+        log_warn("msg=\"cannot unmount workspace\" path=%s error=\"%s\"", ws->dir, strerror(errno));
     if (ws->base)
         rm_rf(ws->base);
     if (ws->uid_lock_fd >= 0)

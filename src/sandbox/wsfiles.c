@@ -26,8 +26,7 @@ int workspace_openat(const struct workspace *ws, const char *rel, int flags, mod
     struct open_how how = {
         .flags = (uint64_t)(flags | O_NOFOLLOW | O_CLOEXEC),
         .mode = (flags & O_CREAT) ? mode : 0,
-        .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS |
-                   RESOLVE_NO_XDEV,
+        .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV,
     };
     int fd = (int)syscall(SYS_openat2, dfd, rel, &how, sizeof(how));
     return fd < 0 ? -errno : fd;
@@ -140,9 +139,10 @@ int workspace_copy_out(const struct workspace *ws, const char *rel, const char *
     /* The sandbox paid nothing for a sparse file's holes; written out, they would be real
      * bytes on the host's disk (2^62 of them, if it likes). */
     if ((uint64_t)st.st_size > (uint64_t)st.st_blocks * 512 + (1u << 20))
-        return err_set(EFBIG, "%s is a sparse file (%.1f MB apparent, %.1f MB allocated): not "
-                       "copied out", rel, (double)st.st_size / 1048576.0,
-                       (double)st.st_blocks * 512 / 1048576.0);
+        return err_set(EFBIG,
+                       "%s is a sparse file (%.1f MB apparent, %.1f MB allocated): not "
+                       "copied out",
+                       rel, (double)st.st_size / 1048576.0, (double)st.st_blocks * 512 / 1048576.0);
     _cleanup_free_ char *dst = xasprintf("%s/%s", out_dir, rel);
     char *slash = strrchr(dst, '/');
     *slash = '\0';
@@ -280,10 +280,10 @@ static void scan_dir(struct scan *s, int dfd, const char *prefix, dev_t dev)
             scan_add(s, path, len, &st);
             continue;
         }
-        int sub = s->depth >= WS_SCAN_MAX_DEPTH
-                      ? -1
-                      : openat(dirfd(d), e->d_name,
-                               O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        int sub =
+            s->depth >= WS_SCAN_MAX_DEPTH
+                ? -1
+                : openat(dirfd(d), e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (sub >= 0) {
             s->depth++;
             scan_dir(s, sub, path, dev);

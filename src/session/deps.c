@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#define REQUIREMENTS "requirements.txt"
+#define REQUIREMENTS    "requirements.txt"
 #define REPORT_GRACE_MS 10000 /* past the budget, for install.py to say what it did */
 
 bool deps_wanted(const struct net_opts *n, struct workspace *ws)
@@ -41,8 +41,8 @@ static json_t *fallback_report(const struct net_opts *n, const struct exec_recor
     json_t *requested = json_array(), *missing = json_array();
     for (char *const *p = n->packages; p && *p; p++) {
         json_array_append_new(requested, json_string(*p));
-        json_array_append_new(missing, json_pack("{s:s,s:s,s:s}", "requirement", *p, "name", *p,
-                                                 "reason", reason));
+        json_array_append_new(
+            missing, json_pack("{s:s,s:s,s:s}", "requirement", *p, "name", *p, "reason", reason));
     }
     return json_pack("{s:s,s:o,s:[],s:o,s:s}", "source",
                      strv_len(n->packages) ? "packages" : REQUIREMENTS, "requested", requested,
@@ -73,8 +73,7 @@ json_t *deps_install(struct sandbox_host *host, struct workspace *ws,
                      const struct sandbox_limits *limits, const struct net_opts *n,
                      const struct sandbox_net *sn)
 {
-    uint64_t budget_ms = n->install_timeout_ms ? n->install_timeout_ms
-                                               : DEFAULT_INSTALL_TIMEOUT_MS;
+    uint64_t budget_ms = n->install_timeout_ms ? n->install_timeout_ms : DEFAULT_INSTALL_TIMEOUT_MS;
     _cleanup_free_ char *kernel_dir = xasprintf("%s/kernel", host->libexec_dir);
     _cleanup_free_ char *budget = xasprintf("%.3f", (double)budget_ms / 1000.0);
     _cleanup_strv_ char **argv = xcalloc(1, sizeof(char *)), **env = NULL;

@@ -257,7 +257,7 @@ struct save {
     struct buf errors;
     size_t n_errors, n_unsaved;
     size_t n_changed; /* entries of next that differ from old: unsaved if the list is not */
-    bool store_down; /* the store failed as a whole: no more tries this time */
+    bool store_down;  /* the store failed as a whole: no more tries this time */
     uint64_t max_files;
     uint64_t read_bytes, read_budget; /* hashed so far; 0 budget = none */
     double deadline_ms;
@@ -293,8 +293,10 @@ static void note(struct save *sv, const char *path, const char *fmt, ...)
 static bool admit(struct save *sv, const char *path, uint64_t size)
 {
     if (sv->next.n >= sv->max_files) {
-        note(sv, path, "not saved: a session stores at most %llu files (serve "
-             "--store-max-files)", (unsigned long long)sv->max_files);
+        note(sv, path,
+             "not saved: a session stores at most %llu files (serve "
+             "--store-max-files)",
+             (unsigned long long)sv->max_files);
         return false;
     }
     if (now_ms_f() > sv->deadline_ms) {
@@ -469,10 +471,15 @@ int manifest_save(const struct persist_config *c, const char *id, struct manifes
                   struct workspace *ws, const struct ws_listing *after, json_t *variables,
                   char **ret_error)
 {
-    struct save sv = {
-        .c = c, .id = id, .ws = ws, .old = m, .blobs = json_object(), .old_blobs = json_object(),
-        .max_files = c->max_files ? c->max_files : DEFAULT_STORE_MAX_FILES,
-        .read_budget = 2 * c->quota_bytes, .deadline_ms = now_ms_f() + PERSIST_SAVE_MAX_MS};
+    struct save sv = {.c = c,
+                      .id = id,
+                      .ws = ws,
+                      .old = m,
+                      .blobs = json_object(),
+                      .old_blobs = json_object(),
+                      .max_files = c->max_files ? c->max_files : DEFAULT_STORE_MAX_FILES,
+                      .read_budget = 2 * c->quota_bytes,
+                      .deadline_ms = now_ms_f() + PERSIST_SAVE_MAX_MS};
     buf_init(&sv.errors, 0);
     for (size_t i = 0; i < m->n; i++)
         if (!m->v[i].target)

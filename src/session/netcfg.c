@@ -11,10 +11,10 @@
 static void on_egress(void *ctx, const struct egress_event *ev)
 {
     struct event_log *log = ctx;
-    json_t *j = json_pack("{s:s,s:s?,s:s?,s:i,s:b,s:s?,s:s?,s:s?,s:i}", "type", "network",
-                          "method", ev->method, "host", ev->host, "port", (int)ev->port,
-                          "allowed", ev->allowed, "rule", ev->rule, "address", ev->address,
-                          "reason", ev->reason, "status", ev->status);
+    json_t *j = json_pack("{s:s,s:s?,s:s?,s:i,s:b,s:s?,s:s?,s:s?,s:i}", "type", "network", "method",
+                          ev->method, "host", ev->host, "port", (int)ev->port, "allowed",
+                          ev->allowed, "rule", ev->rule, "address", ev->address, "reason",
+                          ev->reason, "status", ev->status);
     if (j)
         event_log_add(log, j);
 }
@@ -112,14 +112,17 @@ static int check_index_url(const struct net_opts *n)
     uint16_t port;
     if (strpbrk(n->index_url, " \t\r\n") ||
         url_host_port(n->index_url, host, sizeof(host), &port) < 0)
-        return err_set(EINVAL, "index URL '%s' is not an http:// or https:// URL",
-                       n->index_url);
+        return err_set(EINVAL, "index URL '%s' is not an http:// or https:// URL", n->index_url);
     if (!n->policy)
-        return err_set(EINVAL, "index URL '%s' needs a network allowlist that includes "
-                       "its host", n->index_url);
+        return err_set(EINVAL,
+                       "index URL '%s' needs a network allowlist that includes "
+                       "its host",
+                       n->index_url);
     if (!net_policy_match(n->policy, host, port))
-        return err_set(EINVAL, "index URL '%s': %s port %u is not on the network allowlist; "
-                       "add '%s:%u'", n->index_url, host, port, host, port);
+        return err_set(EINVAL,
+                       "index URL '%s': %s port %u is not on the network allowlist; "
+                       "add '%s:%u'",
+                       n->index_url, host, port, host, port);
     return 0;
 }
 
@@ -127,16 +130,19 @@ int net_opts_check(const struct net_opts *n)
 {
     size_t count = strv_len(n->packages);
     if (count && !n->policy)
-        return err_set(EINVAL, "packages can only be installed with a network allowlist that "
+        return err_set(EINVAL,
+                       "packages can only be installed with a network allowlist that "
                        "reaches a package index (network mode 'allowlist'; --net allow:...)");
     if (count > MAX_PACKAGES)
         return err_set(EINVAL, "%zu packages requested; at most %d", count, MAX_PACKAGES);
     for (char *const *p = n->packages; p && *p; p++) {
         size_t len = strlen(*p);
         if (!len || len > 256 || (*p)[0] == '-' || strpbrk(*p, "\r\n\t"))
-            return err_set(EINVAL, "package '%s' is not a requirement such as 'name' or "
+            return err_set(EINVAL,
+                           "package '%s' is not a requirement such as 'name' or "
                            "'name==1.2' (no pip options, no line breaks, at most 256 "
-                           "characters)", *p);
+                           "characters)",
+                           *p);
     }
     return n->index_url ? check_index_url(n) : 0;
 }

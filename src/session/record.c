@@ -85,7 +85,8 @@ json_t *exec_record_json(const struct exec_record *r)
     json_object_set_new(o, "files", files);
     if (r->state != STATE_NONE)
         json_object_set_new(o, "state", json_string(r->state == STATE_KEPT ? "kept" : "lost"));
-    json_object_set_new(o, "exit_code", r->has_exit_code ? json_integer(r->exit_code) : json_null());
+    json_object_set_new(o, "exit_code",
+                        r->has_exit_code ? json_integer(r->exit_code) : json_null());
     json_object_set_new(o, "signal", r->signal ? json_integer(r->signal) : json_null());
     if (r->execution_count)
         json_object_set_new(o, "execution_count", json_integer(r->execution_count));

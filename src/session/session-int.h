@@ -26,10 +26,10 @@ json_t *event_log_since(struct event_log *l, uint64_t after_seq, const char *typ
 
 /* ---- the sandbox side of a network policy (netcfg.c) ---- */
 struct sandbox_net {
-    struct egress *egress;   /* the proxy; NULL when the policy is "none" */
-    struct event_log *log;   /* where its attempts go (borrowed) */
-    const char *binds[3];    /* its socket directory at NET_SANDBOX_DIR, for sandbox_spec */
-    char **env_extra;        /* proxy variables and PIP_INDEX_URL */
+    struct egress *egress; /* the proxy; NULL when the policy is "none" */
+    struct event_log *log; /* where its attempts go (borrowed) */
+    const char *binds[3];  /* its socket directory at NET_SANDBOX_DIR, for sandbox_spec */
+    char **env_extra;      /* proxy variables and PIP_INDEX_URL */
 };
 /* Starts the egress proxy for n->policy (if any) on ws, logging into log. 0 or -errno. */
 int sandbox_net_start(struct sandbox_net *sn, const struct net_opts *n, struct workspace *ws,

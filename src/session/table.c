@@ -21,7 +21,7 @@ struct entry {
 
 struct session_table {
     struct sandbox_host *host;
-    struct session_pool *pool; /* borrowed; may be NULL */
+    struct session_pool *pool;            /* borrowed; may be NULL */
     const struct persist_config *persist; /* NULL: sessions keep nothing */
     size_t max_sessions;
     pthread_mutex_t lock;
@@ -130,15 +130,14 @@ static int persist_new(struct session_table *t, struct session *s, const char *i
     return r;
 }
 
-int session_table_create(struct session_table *t, const struct session_opts *opts,
-                         char **ret_id)
+int session_table_create(struct session_table *t, const struct session_opts *opts, char **ret_id)
 {
     struct session_create rq = {.opts = opts};
     return session_table_create_ex(t, &rq, ret_id, NULL);
 }
 
-int session_table_create_ex(struct session_table *t, const struct session_create *rq,
-                            char **ret_id, json_t **ret_restored)
+int session_table_create_ex(struct session_table *t, const struct session_create *rq, char **ret_id,
+                            json_t **ret_restored)
 {
     json_t *restored = NULL;
     pthread_mutex_lock(&t->lock);
@@ -147,8 +146,10 @@ int session_table_create_ex(struct session_table *t, const struct session_create
         t->count++; /* reserve the place while the kernel starts */
     pthread_mutex_unlock(&t->lock);
     if (full)
-        return err_set(EAGAIN, "the server holds its maximum of %zu live sessions; close one "
-                       "or wait for idle ones to expire", t->max_sessions);
+        return err_set(EAGAIN,
+                       "the server holds its maximum of %zu live sessions; close one "
+                       "or wait for idle ones to expire",
+                       t->max_sessions);
     _cleanup_free_ char *id = random_hex(12);
     struct session *s = session_pool_take(t->pool, rq->opts);
     int r = s ? 0 : session_new(t->host, rq->opts, &s);

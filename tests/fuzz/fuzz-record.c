@@ -41,8 +41,8 @@ static void on_event(void *ctx, const struct exec_event *ev)
 
 static void check_record(const struct exec_record *rec)
 {
-    static const char *const fields[] = {"status", "stdout", "stderr", "truncated", "results",
-                                         "error", "files", "exit_code", "usage"};
+    static const char *const fields[] = {"status", "stdout", "stderr",    "truncated", "results",
+                                         "error",  "files",  "exit_code", "usage"};
     json_t *j = exec_record_json(rec);
     for (size_t i = 0; i < ARRAY_SIZE(fields); i++)
         if (!json_object_get(j, fields[i]))

@@ -4,8 +4,8 @@
  * these, with or without a token.
  *
  * The first line of the input is "METHOD URL"; the rest is the body. A route found must be
- * the method's (a GET route for HEAD), with a non-empty {id} of one segment and a non-empty {path}; none found
- * leaves no parameters behind. Replies made while checking the body are held, as in the
+ * the method's (a GET route for HEAD), with a non-empty {id} of one segment and a non-empty {path};
+ * none found leaves no parameters behind. Replies made while checking the body are held, as in the
  * body phase of a real request, and dropped.
  *
  * Built with libFuzzer by `make fuzz` and run by tests/fuzz/run; the ordinary build links

@@ -21,8 +21,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc, (void)argv;
     log_set_level(LOG_ERROR);
-    struct llm_config cfg = {.base_url = "http://127.0.0.1:9/v1", .api_key = FUZZ_KEY,
-                             .model = "fuzz", .stream = true};
+    struct llm_config cfg = {
+        .base_url = "http://127.0.0.1:9/v1", .api_key = FUZZ_KEY, .model = "fuzz", .stream = true};
     if (llm_client_new(&cfg, &client) < 0)
         abort();
     return 0;

@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #define X32_SYSCALL_BIT 0x40000000L
-#define I386_NR_GETPID 20
+#define I386_NR_GETPID  20
 
 static long raw_syscall0(long nr)
 {

@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #define TEST_TIMEOUT_S 60
-#define MAX_TESTS 256
+#define MAX_TESTS      256
 
 struct test_case {
     const char *name;
@@ -38,7 +38,7 @@ static int skipped_;
 #define CHECK(cond)                                                                                \
     do {                                                                                           \
         if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);              \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);               \
             exit(1);                                                                               \
         }                                                                                          \
     } while (0)

@@ -264,8 +264,8 @@ TEST(clip_text_keeps_head_and_tail)
  * error, so an answer that echoed the key put it into the error. */
 TEST(reply_errors_never_carry_the_api_key)
 {
-    struct llm_config cfg = {.base_url = "http://127.0.0.1:9/v1", .api_key = "sk-test-SECRET",
-                             .model = "m"};
+    struct llm_config cfg = {
+        .base_url = "http://127.0.0.1:9/v1", .api_key = "sk-test-SECRET", .model = "m"};
     struct llm_client *c;
     CHECK(llm_client_new(&cfg, &c) == 0);
     static const char *const bodies[] = {

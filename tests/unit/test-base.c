@@ -161,8 +161,13 @@ TEST(utf8_sanitize_keeps_valid_text)
 TEST(utf8_sanitize_replaces_invalid_bytes)
 {
     size_t n;
-    char *s = utf8_sanitize("a\xff" "b\xc3\xa9" "c\xe2\x82", 8, &n);
-    CHECK_STREQ(s, "a\xef\xbf\xbd" "b\xc3\xa9" "c\xef\xbf\xbd\xef\xbf\xbd");
+    char *s = utf8_sanitize("a\xff"
+                            "b\xc3\xa9"
+                            "c\xe2\x82",
+                            8, &n);
+    CHECK_STREQ(s, "a\xef\xbf\xbd"
+                   "b\xc3\xa9"
+                   "c\xef\xbf\xbd\xef\xbf\xbd");
     free(s);
     s = utf8_sanitize("x\0y", 3, &n); /* NUL becomes U+FFFD too */
     CHECK(n == 5 && memcmp(s, "x\xef\xbf\xbdy", 5) == 0);
@@ -222,8 +227,8 @@ TEST(realtime_after_ms_carries_nanoseconds)
     clock_gettime(CLOCK_REALTIME, &now);
     realtime_after_ms(&later, 1999);
     CHECK(later.tv_nsec >= 0 && later.tv_nsec < 1000000000);
-    double delta = (double)(later.tv_sec - now.tv_sec) +
-                   (double)(later.tv_nsec - now.tv_nsec) / 1e9;
+    double delta =
+        (double)(later.tv_sec - now.tv_sec) + (double)(later.tv_nsec - now.tv_nsec) / 1e9;
     CHECK(delta >= 1.999 && delta < 60); /* 60: a generous bound for a descheduled test */
 }
 

@@ -1,6 +1,7 @@
 /* test-kernel.c - unit tests for the daemon's side of the kernel channel (src/kernel): the
  * frame codec on a buffer, and requests sent to a kernel that reads slowly or not at all
- * (the interrupt frame needs a sandbox to signal: tests/integration). The kernel itself (kernel.py) is covered by tests/integration. */
+ * (the interrupt frame needs a sandbox to signal: tests/integration). The kernel itself (kernel.py)
+ * is covered by tests/integration. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <pthread.h>

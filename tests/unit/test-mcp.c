@@ -84,12 +84,12 @@ static void initialize(struct fixture *f, const char *version)
 {
     char *text = xasprintf("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":"
                            "{\"protocolVersion\":\"%s\",\"capabilities\":{},\"clientInfo\":"
-                           "{\"name\":\"unit\",\"version\":\"1\"}}}", version);
+                           "{\"name\":\"unit\",\"version\":\"1\"}}}",
+                           version);
     json_t *r = say(f, text, NULL);
     free(text);
     CHECK(r && result(r));
-    CHECK(say(f, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}", NULL) ==
-          NULL);
+    CHECK(say(f, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}", NULL) == NULL);
 }
 
 TEST(each_version_is_answered_in_kind)
@@ -116,8 +116,10 @@ TEST(unknown_version_gets_the_newest)
 {
     struct fixture f;
     fx_init(&f);
-    json_t *r = say(&f, "{\"jsonrpc\":\"2.0\",\"id\":\"a\",\"method\":\"initialize\",\"params\":"
-                        "{\"protocolVersion\":\"1999-01-01\"}}", NULL);
+    json_t *r = say(&f,
+                    "{\"jsonrpc\":\"2.0\",\"id\":\"a\",\"method\":\"initialize\",\"params\":"
+                    "{\"protocolVersion\":\"1999-01-01\"}}",
+                    NULL);
     CHECK_STREQ(json_string_value(json_object_get(result(r), "protocolVersion")), "2025-11-25");
     CHECK_STREQ(json_string_value(json_object_get(r, "id")), "a");
     fx_free(&f);
@@ -127,14 +129,16 @@ TEST(initialize_needs_a_version_and_happens_once)
 {
     struct fixture f;
     fx_init(&f);
-    json_t *r = say(&f, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{}}",
-                    NULL);
+    json_t *r =
+        say(&f, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{}}", NULL);
     CHECK(error_code(r) == MCP_INVALID_PARAMS);
     CHECK(strstr(error_message(r), "protocolVersion"));
     CHECK(mcp_conn_version(f.conn) == NULL);
     initialize(&f, "2025-06-18");
-    r = say(&f, "{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"initialize\",\"params\":"
-                "{\"protocolVersion\":\"2025-11-25\"}}", NULL);
+    r = say(&f,
+            "{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"initialize\",\"params\":"
+            "{\"protocolVersion\":\"2025-11-25\"}}",
+            NULL);
     CHECK(error_code(r) == MCP_INVALID_REQUEST);
     CHECK(strstr(error_message(r), "already initialized"));
     CHECK_STREQ(mcp_conn_version(f.conn), "2025-06-18");
@@ -227,8 +231,10 @@ TEST(notifications_and_responses_get_no_answer)
     initialize(&f, "2025-11-25");
     CHECK(say(&f, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/whatever\"}", &in) == NULL);
     CHECK(in == MCP_IN_NONE);
-    CHECK(say(&f, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":"
-                  "{\"requestId\":77}}", &in) == NULL);
+    CHECK(say(&f,
+              "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":"
+              "{\"requestId\":77}}",
+              &in) == NULL);
     CHECK(say(&f, "{\"jsonrpc\":\"2.0\",\"method\":\"ping\",\"params\":[]}", &in) == NULL);
     CHECK(say(&f, "{\"jsonrpc\":\"2.0\",\"id\":4,\"result\":{}}", &in) == NULL);
     CHECK(in == MCP_IN_NONE);
@@ -239,14 +245,15 @@ static json_t *tool_named(json_t *list, const char *name)
 {
     size_t i;
     json_t *t;
-    json_array_foreach(json_object_get(result(list), "tools"), i, t) if (
-        !strcmp(json_string_value(json_object_get(t, "name")), name)) return t;
+    json_array_foreach(
+        json_object_get(result(list), "tools"), i,
+        t) if (!strcmp(json_string_value(json_object_get(t, "name")), name)) return t;
     return NULL;
 }
 
 TEST(tools_list_fits_each_version)
 {
-    static const char *const names[] = {"run_code", "run_shell", "create_session",
+    static const char *const names[] = {"run_code",      "run_shell",  "create_session",
                                         "close_session", "list_files", "read_file",
                                         "write_file"};
     for (const char *const *v = mcp_versions; *v; v++) {
@@ -270,7 +277,8 @@ TEST(tools_list_fits_each_version)
         }
         json_t *code = json_object_get(
             json_object_get(json_object_get(tool_named(r, "run_code"), "inputSchema"),
-                            "properties"), "code");
+                            "properties"),
+            "code");
         CHECK_STREQ(json_string_value(json_object_get(code, "type")), "string");
         fx_free(&f);
     }
@@ -281,8 +289,10 @@ TEST(tools_list_refuses_a_cursor_it_never_gave)
     struct fixture f;
     fx_init(&f);
     initialize(&f, "2025-11-25");
-    json_t *r = say(&f, "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/list\",\"params\":"
-                        "{\"cursor\":\"x\"}}", NULL);
+    json_t *r = say(&f,
+                    "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/list\",\"params\":"
+                    "{\"cursor\":\"x\"}}",
+                    NULL);
     CHECK(error_code(r) == MCP_INVALID_PARAMS);
     fx_free(&f);
 }
@@ -292,15 +302,19 @@ TEST(unknown_tool_is_32602_and_named)
     struct fixture f;
     fx_init(&f);
     initialize(&f, "2025-11-25");
-    json_t *r = say(&f, "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/call\",\"params\":"
-                        "{\"name\":\"rm_rf\",\"arguments\":{}}}", NULL);
+    json_t *r = say(&f,
+                    "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/call\",\"params\":"
+                    "{\"name\":\"rm_rf\",\"arguments\":{}}}",
+                    NULL);
     CHECK(error_code(r) == MCP_INVALID_PARAMS);
     CHECK(strstr(error_message(r), "rm_rf"));
     CHECK(strstr(error_message(r), "run_code"));
     r = say(&f, "{\"jsonrpc\":\"2.0\",\"id\":8,\"method\":\"tools/call\",\"params\":{}}", NULL);
     CHECK(error_code(r) == MCP_INVALID_PARAMS);
-    r = say(&f, "{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"tools/call\",\"params\":"
-                "{\"name\":\"run_code\",\"arguments\":[1]}}", NULL);
+    r = say(&f,
+            "{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"tools/call\",\"params\":"
+            "{\"name\":\"run_code\",\"arguments\":[1]}}",
+            NULL);
     CHECK(error_code(r) == MCP_INVALID_PARAMS);
     fx_free(&f);
 }
@@ -326,8 +340,8 @@ TEST(bad_arguments_are_tool_errors_from_2025_11_25)
     initialize(&f, "2025-11-25");
     json_t *r = say(&f, bad_args, NULL);
     CHECK(json_is_true(json_object_get(result(r), "isError")));
-    json_t *text = json_object_get(json_array_get(json_object_get(result(r), "content"), 0),
-                                   "text");
+    json_t *text =
+        json_object_get(json_array_get(json_object_get(result(r), "content"), 0), "text");
     CHECK(strstr(json_string_value(text), "'code' must be a string"));
     fx_free(&f);
 }
@@ -337,18 +351,19 @@ TEST(tool_call_without_sandbox_is_a_tool_error)
     struct fixture f;
     fx_init(&f);
     initialize(&f, "2025-11-25");
-    json_t *r = say(&f, "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"tools/call\",\"params\":"
-                        "{\"name\":\"list_files\"}}", NULL);
+    json_t *r = say(&f,
+                    "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"tools/call\",\"params\":"
+                    "{\"name\":\"list_files\"}}",
+                    NULL);
     CHECK(json_is_true(json_object_get(result(r), "isError")));
     fx_free(&f);
 }
 
 TEST(batches_only_in_2025_03_26)
 {
-    static const char batch[] =
-        "[{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"},"
-        "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"},"
-        "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"nope\"}]";
+    static const char batch[] = "[{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"},"
+                                "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"},"
+                                "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"nope\"}]";
     struct fixture f;
     enum mcp_input in;
     fx_init(&f);

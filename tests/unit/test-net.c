@@ -40,8 +40,9 @@ TEST(entries_parse_to_canonical_form)
 
 TEST(bad_entries_are_refused_with_the_entry_named)
 {
-    const char *bad[] = {"", "*", "*.", "a..b", "-a.test", "a.test:0", "a.test:65536",
-                         "a.test:x", "1.2.3", "a b", "[::1", "ex*ample.com", "a.test:"};
+    const char *bad[] = {
+        "",         "*",     "*.",  "a..b", "-a.test",      "a.test:0", "a.test:65536",
+        "a.test:x", "1.2.3", "a b", "[::1", "ex*ample.com", "a.test:"};
     for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
         struct net_policy *p = NULL;
         CHECK(net_policy_parse(&bad[i], 1, &p) == -EINVAL);
@@ -142,10 +143,22 @@ static const char *why_refused(const struct net_policy *p, const char *ip, uint1
 TEST(special_addresses_are_refused_unless_named_exactly)
 {
     struct net_policy *p = policy("a.test,127.0.0.1:8000");
-    const char *special[] = {"127.0.0.2", "10.1.2.3", "172.16.0.1", "192.168.1.1",
-                             "169.254.169.254", "100.64.0.1", "0.0.0.0", "224.0.0.1",
-                             "255.255.255.255", "::1", "::", "fe80::1", "fd00::1",
-                             "::ffff:169.254.169.254", "::ffff:10.0.0.1", "64:ff9b::a9fe:a9fe"};
+    const char *special[] = {"127.0.0.2",
+                             "10.1.2.3",
+                             "172.16.0.1",
+                             "192.168.1.1",
+                             "169.254.169.254",
+                             "100.64.0.1",
+                             "0.0.0.0",
+                             "224.0.0.1",
+                             "255.255.255.255",
+                             "::1",
+                             "::",
+                             "fe80::1",
+                             "fd00::1",
+                             "::ffff:169.254.169.254",
+                             "::ffff:10.0.0.1",
+                             "64:ff9b::a9fe:a9fe"};
     for (size_t i = 0; i < ARRAY_SIZE(special); i++)
         CHECK(!allowed(p, special[i], 443));
     CHECK(allowed(p, "93.184.215.14", 443));
@@ -220,11 +233,11 @@ TEST(every_special_purpose_class_is_refused)
         }
     }
     /* The neighbours just outside are public. */
-    const char *public[] = {"11.0.0.0", "100.63.255.255", "100.128.0.0", "172.32.0.0",
-                            "192.0.1.0", "192.88.98.255", "192.88.100.0", "198.20.0.0",
-                            "223.255.255.255", "2001:200::1",
-                            "2003::1", "2001:db9::1", "3ffe::1", "2620:4f:8001::1",
-                            "2606:4700::1111", "64:ff9b::808:808", "::ffff:8.8.8.8"};
+    const char *public[] = {
+        "11.0.0.0",         "100.63.255.255", "100.128.0.0", "172.32.0.0",      "192.0.1.0",
+        "192.88.98.255",    "192.88.100.0",   "198.20.0.0",  "223.255.255.255", "2001:200::1",
+        "2003::1",          "2001:db9::1",    "3ffe::1",     "2620:4f:8001::1", "2606:4700::1111",
+        "64:ff9b::808:808", "::ffff:8.8.8.8"};
     for (size_t i = 0; i < ARRAY_SIZE(public); i++) {
         if (why_refused(p, public[i], 443))
             fprintf(stderr, "%s: %s\n", public[i], why_refused(p, public[i], 443));
@@ -250,10 +263,9 @@ TEST(a_trailing_dot_is_dropped_before_policy_and_lookup)
     CHECK(proxy_parse_request(head, strlen(head), &rq) == 0);
     CHECK_STREQ(rq.host, "Pinned.Example");
     buf_release(&rq.forward);
-    const char *bad[] = {"CONNECT a..test:443 HTTP/1.1\r\n\r\n",
-                         "CONNECT .a.test:443 HTTP/1.1\r\n\r\n",
-                         "CONNECT a.test..:443 HTTP/1.1\r\n\r\n",
-                         "GET http://a.test../ HTTP/1.1\r\n\r\n"};
+    const char *bad[] = {
+        "CONNECT a..test:443 HTTP/1.1\r\n\r\n", "CONNECT .a.test:443 HTTP/1.1\r\n\r\n",
+        "CONNECT a.test..:443 HTTP/1.1\r\n\r\n", "GET http://a.test../ HTTP/1.1\r\n\r\n"};
     for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
         memset(&rq, 0, sizeof(rq));
         buf_init(&rq.forward, 2 * NET_MAX_HEAD);
@@ -289,9 +301,9 @@ TEST(a_trailing_dot_is_dropped_before_policy_and_lookup)
 TEST(server_cap_covers_hosts_and_ports)
 {
     struct net_policy *max = policy("*.corp.test,api.test:8443,10.0.0.5:80");
-    const char *inside[] = {"a.corp.test", "*.b.corp.test", "*.corp.test", "a.corp.test:443",
-                            "api.test:8443", "10.0.0.5:80"};
-    const char *outside[] = {"corp.test", "api.test", "api.test:443", "10.0.0.5",
+    const char *inside[] = {"a.corp.test",     "*.b.corp.test", "*.corp.test",
+                            "a.corp.test:443", "api.test:8443", "10.0.0.5:80"};
+    const char *outside[] = {"corp.test",   "api.test",         "api.test:443", "10.0.0.5",
                              "10.0.0.6:80", "a.corp.test:8080", "*.test"};
     for (size_t i = 0; i < ARRAY_SIZE(inside); i++) {
         struct net_policy *p = policy(inside[i]);
@@ -345,7 +357,8 @@ TEST(plain_requests_are_rewritten_for_the_origin)
     struct proxy_request rq;
     CHECK(parse("GET http://user:pw@A.test:8080/x?y=1#frag HTTP/1.1\r\nHost: A.test:8080\r\n"
                 "Proxy-Connection: keep-alive\r\nProxy-Authorization: Basic abc\r\n"
-                "Accept: */*\r\nConnection: keep-alive\r\n\r\n", &rq) == 0);
+                "Accept: */*\r\nConnection: keep-alive\r\n\r\n",
+                &rq) == 0);
     CHECK(!rq.connect);
     CHECK_STREQ(rq.host, "A.test");
     CHECK(rq.port == 8080);

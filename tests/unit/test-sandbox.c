@@ -35,8 +35,8 @@ static char *ws_path(const struct workspace *ws, const char *rel)
 
 static struct ws_entry ent(const char *path, uint64_t size, int64_t mtime)
 {
-    return (struct ws_entry){.path = (char *)path, .size = size, .mtime_ns = mtime, .ino = 1,
-                             .mode = 0100644};
+    return (struct ws_entry){
+        .path = (char *)path, .size = size, .mtime_ns = mtime, .ino = 1, .mode = 0100644};
 }
 
 TEST(listing_diff_finds_created_modified_deleted)
@@ -159,7 +159,7 @@ TEST(listing_diff_sees_replacement_and_mode_change)
 {
     struct ws_entry b[] = {ent("a", 1, 1), ent("b", 1, 1)};
     struct ws_entry a[] = {ent("a", 1, 1), ent("b", 1, 1)};
-    a[0].ino = 2;       /* same size and time, another file (rename over it) */
+    a[0].ino = 2;        /* same size and time, another file (rename over it) */
     a[1].mode = 0100755; /* chmod +x */
     struct ws_listing before = {.v = b, .n = 2}, after = {.v = a, .n = 2};
     char **created, **modified, **deleted;
@@ -220,7 +220,8 @@ TEST(cgroup_parse_hybrid)
 TEST(cgroup_parse_odd_lines)
 {
     /* colons in the path belong to it */
-    CHECK_STREQ(own("0::/machine.slice/libpod-a:b:c.scope\n", ""), "/machine.slice/libpod-a:b:c.scope");
+    CHECK_STREQ(own("0::/machine.slice/libpod-a:b:c.scope\n", ""),
+                "/machine.slice/libpod-a:b:c.scope");
     CHECK_STREQ(own("4:memory:/x:y\n", "memory"), "/x:y");
     /* a removed cgroup we still sit in cannot hold new ones */
     CHECK_STREQ(own("0::/gone.scope (deleted)\n", ""), "(none)");

@@ -203,8 +203,10 @@ TEST(s3_list_pages_that_do_not_advance_are_errors)
     CHECK(s3_parse_list_page("", "<IsTruncated>true</IsTruncated>", NULL, &l, &alloc, &token) ==
           -EIO);
     CHECK(strstr(err_msg(), "no continuation token") != NULL);
-    CHECK(s3_parse_list_page("", "<IsTruncated>true</IsTruncated><NextContinuationToken>"
-                                 "</NextContinuationToken>", "t0", &l, &alloc, &token) == -EIO);
+    CHECK(s3_parse_list_page("",
+                             "<IsTruncated>true</IsTruncated><NextContinuationToken>"
+                             "</NextContinuationToken>",
+                             "t0", &l, &alloc, &token) == -EIO);
     CHECK(s3_parse_list_page("", "<IsTruncated>false</IsTruncated>", "t0", &l, &alloc, &token) ==
           0);
     CHECK(token == NULL && l.n == 0);

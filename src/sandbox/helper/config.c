@@ -97,9 +97,9 @@ static int config_fill(json_t *o, struct helper_config *cfg)
         const char *dst = json_string_value(json_object_get(it, "dst"));
         if (!src || !dst || dst[0] != '/')
             continue;
-        cfg->binds[cfg->n_binds++] = (struct bind){
-            .src = xstrdup(src), .dst = xstrdup(dst),
-            .rw = json_is_true(json_object_get(it, "rw"))};
+        cfg->binds[cfg->n_binds++] = (struct bind){.src = xstrdup(src),
+                                                   .dst = xstrdup(dst),
+                                                   .rw = json_is_true(json_object_get(it, "rw"))};
     }
     if (!cfg->root_dir || !cfg->workspace || !cfg->argv[0])
         return fail("bad sandbox configuration: root_dir, workspace and argv are required");

@@ -22,7 +22,7 @@ struct helper_config {
     uid_t host_uid;  /* host uid and gid the sandbox user 1000 maps to */
     gid_t host_gid;
     uid_t host_root_uid; /* host uid and gid the sandbox's root maps to (privileged only) */
-    bool privileged; /* the daemon is root: full id maps, setgroups allowed */
+    bool privileged;     /* the daemon is root: full id maps, setgroups allowed */
     char **cgroup_procs; /* cgroup.procs files to join before cloning */
     char *cgroup_dir;    /* v2: the sandbox's cgroup, to clone straight into (clone3) */
     bool cgroup_ns_late; /* init was cloned into its cgroup: it makes its cgroup namespace */
@@ -43,8 +43,8 @@ struct helper_config {
     uid_t ns_uid;
     char **template_binds; /* template-made session: where the bind fds after the cgroup
                             * fds are attached */
-    char *relay_socket;  /* sandbox path of the egress proxy's socket: start the relay */
-    uint16_t relay_port; /* ... listening on 127.0.0.1:relay_port */
+    char *relay_socket;    /* sandbox path of the egress proxy's socket: start the relay */
+    uint16_t relay_port;   /* ... listening on 127.0.0.1:relay_port */
 };
 
 int config_parse(const char *json, struct helper_config *ret);

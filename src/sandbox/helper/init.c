@@ -56,8 +56,7 @@ static void report_and_exit(int wstatus)
 /* Forwards signals, reaps, and watches the status pipe: when the daemon is gone (its read
  * end closed, whichever thread of it started us), the whole sandbox goes too. A
  * parent-death signal would not do: it fires when the spawning *thread* exits. */
-static __attribute__((noreturn)) void supervise(pid_t payload, const sigset_t *set,
-                                                bool linger)
+static __attribute__((noreturn)) void supervise(pid_t payload, const sigset_t *set, bool linger)
 {
     int sfd = signalfd(-1, set, SFD_CLOEXEC);
     prctl(PR_SET_PDEATHSIG, 0);

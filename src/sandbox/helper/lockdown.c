@@ -28,7 +28,7 @@
 #define LANDLOCK_ACCESS_FS_IOCTL_DEV (1ULL << 15)
 #endif
 #define RC_LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET (1ULL << 0)
-#define RC_LANDLOCK_SCOPE_SIGNAL (1ULL << 1)
+#define RC_LANDLOCK_SCOPE_SIGNAL               (1ULL << 1)
 
 /* The ruleset attribute as of Landlock ABI 6; older kernels take a prefix of it. */
 struct rc_landlock_ruleset_attr {
@@ -114,13 +114,12 @@ static int drop_privileges(const struct helper_config *cfg)
 
 static uint64_t fs_rights_for_abi(int abi)
 {
-    uint64_t r = LANDLOCK_ACCESS_FS_EXECUTE | LANDLOCK_ACCESS_FS_WRITE_FILE |
-                 LANDLOCK_ACCESS_FS_READ_FILE | LANDLOCK_ACCESS_FS_READ_DIR |
-                 LANDLOCK_ACCESS_FS_REMOVE_DIR | LANDLOCK_ACCESS_FS_REMOVE_FILE |
-                 LANDLOCK_ACCESS_FS_MAKE_CHAR | LANDLOCK_ACCESS_FS_MAKE_DIR |
-                 LANDLOCK_ACCESS_FS_MAKE_REG | LANDLOCK_ACCESS_FS_MAKE_SOCK |
-                 LANDLOCK_ACCESS_FS_MAKE_FIFO | LANDLOCK_ACCESS_FS_MAKE_BLOCK |
-                 LANDLOCK_ACCESS_FS_MAKE_SYM;
+    uint64_t r =
+        LANDLOCK_ACCESS_FS_EXECUTE | LANDLOCK_ACCESS_FS_WRITE_FILE | LANDLOCK_ACCESS_FS_READ_FILE |
+        LANDLOCK_ACCESS_FS_READ_DIR | LANDLOCK_ACCESS_FS_REMOVE_DIR |
+        LANDLOCK_ACCESS_FS_REMOVE_FILE | LANDLOCK_ACCESS_FS_MAKE_CHAR |
+        LANDLOCK_ACCESS_FS_MAKE_DIR | LANDLOCK_ACCESS_FS_MAKE_REG | LANDLOCK_ACCESS_FS_MAKE_SOCK |
+        LANDLOCK_ACCESS_FS_MAKE_FIFO | LANDLOCK_ACCESS_FS_MAKE_BLOCK | LANDLOCK_ACCESS_FS_MAKE_SYM;
     if (abi >= 2)
         r |= LANDLOCK_ACCESS_FS_REFER;
     if (abi >= 3)
@@ -171,8 +170,9 @@ static int landlock_apply(const struct helper_config *cfg)
         return fail_errno("cannot create the Landlock ruleset");
     int r = landlock_allow(ruleset, "/", read | LANDLOCK_ACCESS_FS_EXECUTE);
     if (!r)
-        r = landlock_allow(ruleset, "/dev", read | LANDLOCK_ACCESS_FS_WRITE_FILE |
-                                                (abi >= 5 ? LANDLOCK_ACCESS_FS_IOCTL_DEV : 0));
+        r = landlock_allow(ruleset, "/dev",
+                           read | LANDLOCK_ACCESS_FS_WRITE_FILE |
+                               (abi >= 5 ? LANDLOCK_ACCESS_FS_IOCTL_DEV : 0));
     const char *writable[] = {"/workspace", "/tmp", "/dev/shm"};
     for (size_t i = 0; !r && i < ARRAY_SIZE(writable); i++)
         r = landlock_allow(ruleset, writable[i], rw);

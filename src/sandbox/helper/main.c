@@ -88,8 +88,8 @@ static int read_config(struct helper_config *cfg)
 /* Headers older than Linux 5.7 lack CLONE_INTO_CGROUP and clone_args.cgroup. */
 #define RC_CLONE_INTO_CGROUP 0x200000000ULL
 struct rc_clone_args {
-    uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls,
-        set_tid, set_tid_size, cgroup;
+    uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid,
+        set_tid_size, cgroup;
 };
 
 /* CLONE_PARENT makes the sandbox init a child of the daemon, so this helper can exit as soon
@@ -108,7 +108,8 @@ static pid_t clone_into_cgroup(struct helper_config *cfg)
     if (dir < 0)
         return -errno;
     struct rc_clone_args args = {.flags = SANDBOX_CLONE_FLAGS | RC_CLONE_INTO_CGROUP,
-                                 .exit_signal = SIGCHLD, .cgroup = (uint64_t)dir};
+                                 .exit_signal = SIGCHLD,
+                                 .cgroup = (uint64_t)dir};
     cfg->cgroup_ns_late = true; /* the child's copy of cfg says so */
     long r = syscall(SYS_clone3, &args, sizeof(args));
     if (r < 0) {
@@ -126,8 +127,8 @@ static pid_t clone_then_attach(struct helper_config *cfg)
 {
     if (join_cgroups(cfg->cgroup_procs) < 0)
         return REPORTED;
-    pid_t child = (pid_t)syscall(SYS_clone, SANDBOX_CLONE_FLAGS | CLONE_NEWCGROUP | SIGCHLD,
-                                 NULL, NULL, NULL, 0);
+    pid_t child = (pid_t)syscall(SYS_clone, SANDBOX_CLONE_FLAGS | CLONE_NEWCGROUP | SIGCHLD, NULL,
+                                 NULL, NULL, 0);
     return child < 0 ? -errno : child;
 }
 

@@ -66,16 +66,15 @@ static int write_map(pid_t pid, const char *file, unsigned ns_root, unsigned ns_
 /* Puts the request's fds where the init and payload code expect them (stdio on 0-2, status
  * on HELPER_FD_STATUS, extras from HELPER_FD_EXTRA), keeps the workspace and cgroup fds high,
  * and closes everything else the template had open. */
-static int arrange_fds(const int *fds, int n, int n_extra, int *ret_ws, int *ret_kept,
-                       int n_kept)
+static int arrange_fds(const int *fds, int n, int n_extra, int *ret_ws, int *ret_kept, int n_kept)
 {
     int high[MAX_FDS];
     bool keep[MAX_FDS] = {false};
     for (int i = 0; i < n; i++)
         if ((high[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, HIGH_FD + i)) < 0)
             return fail_errno("fcntl");
-    int targets[] = {[FD_STATUS] = HELPER_FD_STATUS, [FD_STDIN] = 0, [FD_STDOUT] = 1,
-                     [FD_STDERR] = 2};
+    int targets[] = {
+        [FD_STATUS] = HELPER_FD_STATUS, [FD_STDIN] = 0, [FD_STDOUT] = 1, [FD_STDERR] = 2};
     for (int i = FD_STATUS; i <= FD_STDERR; i++)
         if (dup2(high[i], targets[i]) < 0)
             return fail_errno("dup2");
@@ -203,8 +202,8 @@ static int take_request(int ctl, struct helper_config *cfg, int *fds, int *ret_n
         return -ENOMEM;
     }
     struct iovec iov = {.iov_base = text, .iov_len = MAX_REQUEST - 1};
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
-                        .msg_controllen = sizeof(cbuf)};
+    struct msghdr mh = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof(cbuf)};
     ssize_t len = recvmsg(ctl, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
     int n = 0, r = 0;
     for (struct cmsghdr *c = len > 0 ? CMSG_FIRSTHDR(&mh) : NULL; c; c = CMSG_NXTHDR(&mh, c))
@@ -222,8 +221,8 @@ static int take_request(int ctl, struct helper_config *cfg, int *fds, int *ret_n
                  MAX_REQUEST - 1, MAX_FDS);
     } else if (n < FD_FIXED) {
         r = -EINVAL;
-        snprintf(rep->msg, sizeof(rep->msg), "spawn needs %d to %d fds, got %d", FD_FIXED,
-                 MAX_FDS, n);
+        snprintf(rep->msg, sizeof(rep->msg), "spawn needs %d to %d fds, got %d", FD_FIXED, MAX_FDS,
+                 n);
     } else {
         text[len] = '\0';
         /* Errors from here on also go to the request's status pipe, like the helper's. */
@@ -325,8 +324,8 @@ static PyObject *spawn(PyObject *self, PyObject *args)
         return PyErr_SetFromErrno(PyExc_OSError);
     }
     PyOS_BeforeFork();
-    unsigned long flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET |
-                          CLONE_NEWIPC | CLONE_NEWUTS | SIGCHLD;
+    unsigned long flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC |
+                          CLONE_NEWUTS | SIGCHLD;
     pid_t pid = (pid_t)syscall(SYS_clone, flags, NULL, NULL, NULL, 0);
     if (pid == 0) {
         close(sync[1]);
@@ -374,9 +373,15 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_runcell_template",
-                                    "How the runcell template makes session sandboxes.", -1,
-                                    methods, NULL, NULL, NULL, NULL};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT,
+                                    "_runcell_template",
+                                    "How the runcell template makes session sandboxes.",
+                                    -1,
+                                    methods,
+                                    NULL,
+                                    NULL,
+                                    NULL,
+                                    NULL};
 
 PyMODINIT_FUNC PyInit__runcell_template(void);
 

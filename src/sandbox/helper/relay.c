@@ -28,7 +28,7 @@
 #include "base/base.h"
 
 #define RELAY_MAX_PAIRS 256
-#define RELAY_BUF 16384
+#define RELAY_BUF       16384
 
 /* Bytes read from fd, waiting to be written to the other side of the pair. */
 struct side {
@@ -151,15 +151,15 @@ static __attribute__((noreturn)) void relay_loop(int listen_fd, const char *path
 {
     static struct pollfd pfd[1 + 2 * RELAY_MAX_PAIRS];
     for (;;) {
-        pfd[0] = (struct pollfd){.fd = n_pairs < RELAY_MAX_PAIRS ? listen_fd : -1,
-                                 .events = POLLIN};
+        pfd[0] =
+            (struct pollfd){.fd = n_pairs < RELAY_MAX_PAIRS ? listen_fd : -1, .events = POLLIN};
         for (size_t i = 0; i < n_pairs; i++)
             for (int k = 0; k < 2; k++) {
                 short ev = side_events(pairs[i], k);
                 /* A hung-up side with nothing to do would wake poll forever. */
                 bool idle = pairs[i]->s[k].hup && !(ev & POLLIN) && !(ev & POLLOUT);
-                pfd[1 + 2 * i + k] = (struct pollfd){.fd = idle ? -1 : pairs[i]->s[k].fd,
-                                                     .events = ev};
+                pfd[1 + 2 * i + k] =
+                    (struct pollfd){.fd = idle ? -1 : pairs[i]->s[k].fd, .events = ev};
             }
         size_t n = n_pairs;
         if (poll(pfd, 1 + 2 * n, -1) < 0) {
@@ -201,7 +201,8 @@ static __attribute__((noreturn)) void relay_child(const struct helper_config *cf
 
 int relay_start(const struct helper_config *cfg, void *filter)
 {
-    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons(cfg->relay_port),
+    struct sockaddr_in sin = {.sin_family = AF_INET,
+                              .sin_port = htons(cfg->relay_port),
                               .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     int one = 1;
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
@@ -210,8 +211,7 @@ int relay_start(const struct helper_config *cfg, void *filter)
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     if (bind(fd, (struct sockaddr *)&sin, sizeof(sin)) < 0 || listen(fd, 128) < 0) {
         close(fd);
-        return fail_errno("cannot listen on 127.0.0.1:%u for the egress relay",
-                          cfg->relay_port);
+        return fail_errno("cannot listen on 127.0.0.1:%u for the egress relay", cfg->relay_port);
     }
     pid_t pid = fork();
     if (pid < 0) {

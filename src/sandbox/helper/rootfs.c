@@ -24,10 +24,11 @@
  * Debian's Python and matplotlib configuration, BLAS alternatives). Missing ones are
  * skipped; nothing else of the host's /etc is visible. */
 static const char *const etc_binds[] = {
-    "ld.so.cache", "ld.so.conf",  "ld.so.conf.d", "localtime",   "timezone",
-    "ssl",         "ca-certificates", "ca-certificates.conf", "fonts", "matplotlibrc",
-    "python3",     "python3.11",  "alternatives", "mime.types",  "protocols",
-    "services",    "gai.conf",    "host.conf",   "inputrc",     "bash.bashrc",
+    "ld.so.cache",  "ld.so.conf",   "ld.so.conf.d",    "localtime",
+    "timezone",     "ssl",          "ca-certificates", "ca-certificates.conf",
+    "fonts",        "matplotlibrc", "python3",         "python3.11",
+    "alternatives", "mime.types",   "protocols",       "services",
+    "gai.conf",     "host.conf",    "inputrc",         "bash.bashrc",
 };
 
 static const char *const top_links[] = {"bin", "sbin", "lib", "lib32", "lib64", "libx32"};
@@ -144,8 +145,11 @@ static int etc_files(const struct helper_config *cfg)
     snprintf(hostname, sizeof(hostname), "%s\n", cfg->hostname);
     const struct {
         const char *name, *data;
-    } files[] = {{"etc/passwd", passwd}, {"etc/group", group}, {"etc/hosts", hosts},
-                 {"etc/nsswitch.conf", nss}, {"etc/hostname", hostname}};
+    } files[] = {{"etc/passwd", passwd},
+                 {"etc/group", group},
+                 {"etc/hosts", hosts},
+                 {"etc/nsswitch.conf", nss},
+                 {"etc/hostname", hostname}};
 
     if (mkdir("etc", 0755) < 0)
         return fail_errno("cannot create /etc in the sandbox");
@@ -243,12 +247,27 @@ int become_sandbox_root(struct helper_config *cfg)
  * or directory; the few runtimes read (cpuinfo, meminfo, stat, loadavg, uptime, version)
  * stay, as SECURITY.md says. Entries this kernel lacks are skipped. */
 static const char *const proc_hidden_files[] = {
-    "cmdline", "sys/kernel/random/boot_id", "vmstat", "diskstats", "partitions", "swaps",
-    "interrupts", "softirqs", "zoneinfo", "buddyinfo", "pagetypeinfo", "schedstat",
-    "sched_debug", "timer_list", "modules", "devices", "misc", "keys", "key-users", "locks",
-    "latency_stats", "kallsyms", "slabinfo", "vmallocinfo", "iomem", "ioports", "dma",
-    "mdstat", "consoles", "cgroups", "crypto", "execdomains", "mtrr", "fb", "kcore",
-    "sysrq-trigger", "kpagecount", "kpageflags", "kpagecgroup", "config.gz", "bootconfig",
+    "cmdline",       "sys/kernel/random/boot_id",
+    "vmstat",        "diskstats",
+    "partitions",    "swaps",
+    "interrupts",    "softirqs",
+    "zoneinfo",      "buddyinfo",
+    "pagetypeinfo",  "schedstat",
+    "sched_debug",   "timer_list",
+    "modules",       "devices",
+    "misc",          "keys",
+    "key-users",     "locks",
+    "latency_stats", "kallsyms",
+    "slabinfo",      "vmallocinfo",
+    "iomem",         "ioports",
+    "dma",           "mdstat",
+    "consoles",      "cgroups",
+    "crypto",        "execdomains",
+    "mtrr",          "fb",
+    "kcore",         "sysrq-trigger",
+    "kpagecount",    "kpageflags",
+    "kpagecgroup",   "config.gz",
+    "bootconfig",
 };
 static const char *const proc_hidden_dirs[] = {
     "pressure", "irq", "bus", "fs", "acpi", "scsi", "asound", "driver", "tty", "dynamic_debug",
@@ -258,10 +277,10 @@ static const char *const proc_hidden_dirs[] = {
  * -1 with errno set (nothing reported yet). */
 static int cover_with(int mnt_fd, const char *name, const char *dst)
 {
-    _cleanup_close_ int t = (int)syscall(SYS_open_tree, mnt_fd, name,
-                                         OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
-    struct mount_attr attr = {.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID |
-                                          MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC};
+    _cleanup_close_ int t =
+        (int)syscall(SYS_open_tree, mnt_fd, name, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+    struct mount_attr attr = {.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
+                                          MOUNT_ATTR_NOEXEC};
     if (t < 0 || syscall(SYS_mount_setattr, t, "", AT_EMPTY_PATH, &attr, sizeof(attr)) < 0 ||
         syscall(SYS_move_mount, t, "", AT_FDCWD, dst, MOVE_MOUNT_F_EMPTY_PATH) < 0)
         return -1; /* errno says why; the caller may still cover it the older way */
@@ -307,8 +326,8 @@ int proc_hide(const char *proc)
     bool legacy = false;
     for (size_t i = 0; i < ARRAY_SIZE(proc_hidden_files) + ARRAY_SIZE(proc_hidden_dirs); i++) {
         bool dir = i >= ARRAY_SIZE(proc_hidden_files);
-        const char *name = dir ? proc_hidden_dirs[i - ARRAY_SIZE(proc_hidden_files)]
-                               : proc_hidden_files[i];
+        const char *name =
+            dir ? proc_hidden_dirs[i - ARRAY_SIZE(proc_hidden_files)] : proc_hidden_files[i];
         struct stat st;
         snprintf(dst, sizeof(dst), "%s/%s", proc, name);
         if (lstat(dst, &st) < 0 || !!S_ISDIR(st.st_mode) != dir)

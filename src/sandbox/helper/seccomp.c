@@ -28,21 +28,71 @@
 /* Denied outright with EPERM. */
 static const char *const denied[] = {
     /* namespaces and the mount API */
-    "unshare", "setns", "mount", "umount", "umount2", "pivot_root", "chroot", "move_mount",
-    "open_tree", "fsopen", "fsconfig", "fsmount", "fspick", "mount_setattr",
+    "unshare",
+    "setns",
+    "mount",
+    "umount",
+    "umount2",
+    "pivot_root",
+    "chroot",
+    "move_mount",
+    "open_tree",
+    "fsopen",
+    "fsconfig",
+    "fsmount",
+    "fspick",
+    "mount_setattr",
     /* kernel attack surface the interpreters never need */
-    "bpf", "perf_event_open", "userfaultfd", "io_uring_setup", "io_uring_enter",
-    "io_uring_register", "keyctl", "add_key", "request_key",
+    "bpf",
+    "perf_event_open",
+    "userfaultfd",
+    "io_uring_setup",
+    "io_uring_enter",
+    "io_uring_register",
+    "keyctl",
+    "add_key",
+    "request_key",
     /* other processes' memory */
-    "ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_getfd",
+    "ptrace",
+    "process_vm_readv",
+    "process_vm_writev",
+    "kcmp",
+    "pidfd_getfd",
     /* the machine itself */
-    "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module",
-    "reboot", "swapon", "swapoff", "acct", "syslog", "quotactl", "quotactl_fd",
-    "lookup_dcookie", "nfsservctl", "uselib", "iopl", "ioperm", "vhangup",
-    "settimeofday", "clock_settime", "clock_adjtime", "adjtimex",
-    "open_by_handle_at", "name_to_handle_at", "fanotify_init",
-    "sethostname", "setdomainname", "_sysctl", "create_module", "get_kernel_syms",
-    "query_module", "afs_syscall", "vserver", "modify_ldt",
+    "kexec_load",
+    "kexec_file_load",
+    "init_module",
+    "finit_module",
+    "delete_module",
+    "reboot",
+    "swapon",
+    "swapoff",
+    "acct",
+    "syslog",
+    "quotactl",
+    "quotactl_fd",
+    "lookup_dcookie",
+    "nfsservctl",
+    "uselib",
+    "iopl",
+    "ioperm",
+    "vhangup",
+    "settimeofday",
+    "clock_settime",
+    "clock_adjtime",
+    "adjtimex",
+    "open_by_handle_at",
+    "name_to_handle_at",
+    "fanotify_init",
+    "sethostname",
+    "setdomainname",
+    "_sysctl",
+    "create_module",
+    "get_kernel_syms",
+    "query_module",
+    "afs_syscall",
+    "vserver",
+    "modify_ldt",
 };
 
 /* Denied calls newer than the libseccomp that may be linked (Debian 12's 2.5.4 cannot resolve
@@ -56,16 +106,16 @@ static const struct {
     {"open_tree_attr", 467}, /* 6.15: open_tree() that can also set mount attributes */
 };
 
-static const unsigned long ns_flags[] = {CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID,
-                                         CLONE_NEWNET, CLONE_NEWIPC, CLONE_NEWUTS,
+static const unsigned long ns_flags[] = {CLONE_NEWNS,     CLONE_NEWUSER, CLONE_NEWPID,
+                                         CLONE_NEWNET,    CLONE_NEWIPC,  CLONE_NEWUTS,
                                          CLONE_NEWCGROUP, CLONE_NEWTIME};
 
 /* Socket families other than these three are refused. */
 static int deny_families(scmp_filter_ctx ctx, const char *call)
 {
     int nr = seccomp_syscall_resolve_name(call);
-    int r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EAFNOSUPPORT), nr, 1,
-                             SCMP_A0(SCMP_CMP_GT, AF_INET6));
+    int r =
+        seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EAFNOSUPPORT), nr, 1, SCMP_A0(SCMP_CMP_GT, AF_INET6));
     for (int fam = 0; !r && fam < AF_INET6; fam++)
         if (fam != AF_UNIX && fam != AF_INET)
             r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EAFNOSUPPORT), nr, 1,

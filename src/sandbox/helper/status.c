@@ -59,4 +59,3 @@ int fail_errno(const char *fmt, ...)
     va_end(ap);
     return -1;
 }
-
