@@ -11,7 +11,7 @@ PY         := /usr/bin/python3
 EXT_SUFFIX := $(shell $(PY) -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
 PROGRAMS   := src/runcell src/runcell-sandbox src/kernel/_runcell_template$(EXT_SUFFIX)
 
-.PHONY: all deps deps-demo test-deps build programs asan fuzz test test-unit test-asan \
+.PHONY: all deps deps-demo test-deps check-format build programs asan fuzz test test-unit test-asan \
         test-integration test-vm test-loaded demo bench format clean
 
 all: build
@@ -89,6 +89,10 @@ bench: build
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')
+
+# What `make format` would change, and what pyflakes finds in the Python: a stage of make test.
+check-format: test-deps
+	@scripts/check-format
 
 clean:
 	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_FUZZ)
