@@ -337,13 +337,79 @@ static int ask(struct template *t, struct sandbox *sb, const char *json, const i
     return 0;
 }
 
+/* The fds a spawn request opens for itself, after the ones it borrows: the clone joins its
+ * cgroup through cgroup.procs files we opened (the kernel checks the opener's credentials),
+ * and binds other than the kernel directory (which the template's root has) go in like
+ * the workspace, detached mounts whose mount points the template's root must have. Appends
+ * to fds (*n grows; the caller closes what was appended, whatever this returns) and sets
+ * *ret_binds to the binds' sandbox paths. */
+static int open_request_fds(struct sandbox *sb, const struct sandbox_spec *spec, int *fds, int *n,
+                            json_t **ret_binds)
+{
+    _cleanup_strv_ char **procs = sb->cgroup ? cgroup_procs_files(sb->cgroup) : NULL;
+    *ret_binds = json_array();
+    for (char **p = procs; p && *p; p++) {
+        int fd = open(*p, O_WRONLY | O_CLOEXEC);
+        if (fd < 0)
+            return err_set(errno, "cannot open %s: %s", *p, strerror(errno));
+        fds[(*n)++] = fd;
+    }
+    for (const char *const *b = spec->ro_binds; b && b[0] && b[1] && *n < 30; b += 2) {
+        if (!strcmp(b[1], "/.runcell"))
+            continue;
+        if (strcmp(b[1], SANDBOX_NET_DIR))
+            return err_set(EINVAL, "the template has no mount point for %s", b[1]);
+        int fd = (int)syscall(SYS_open_tree, AT_FDCWD, b[0], OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+        if (fd < 0)
+            return err_set(errno, "cannot take %s: %s", b[0], strerror(errno));
+        fds[(*n)++] = fd;
+        json_array_append_new(*ret_binds, json_string(b[1]));
+    }
+    return 0;
+}
+
+/* The clone's configuration (a sandbox's, plus what only a clone needs); caller frees. */
+static char *request_config(struct sandbox_host *host, struct sandbox *sb, struct workspace *ws,
+                            const struct sandbox_spec *spec, json_t *binds)
+{
+    json_t *cfg = sandbox_config(sb, ws, spec);
+    json_object_set_new(cfg, "template_binds", json_incref(binds));
+    json_object_set_new(cfg, "ns_root_uid", json_integer(ws->root_uid - host->uid_base));
+    json_object_set_new(cfg, "ns_uid", json_integer(ws->uid - host->uid_base));
+    char *json = json_dumps(cfg, JSON_COMPACT);
+    json_decref(cfg);
+    return json;
+}
+
+/* Sends the request to the current template; one that died after it was found alive (its
+ * init had not said so yet) is replaced, and the request goes to its successor rather than
+ * falling back to a cold start. */
+static int ask_current(struct sandbox_host *host, struct sandbox *sb, const char *json,
+                       const int *fds, int n)
+{
+    pthread_mutex_lock(&state.lock);
+    struct template *t;
+    int r = current_template(host, &t);
+    if (r == 0)
+        r = ask(t, sb, json, fds, n);
+    if (r == -EPIPE) {
+        log_info("msg=\"replacing the template\" reason=\"it exited during a request\"");
+        retire(state.current);
+        set_current(NULL);
+        r = current_template(host, &t);
+        if (r == 0)
+            r = ask(t, sb, json, fds, n);
+    }
+    pthread_mutex_unlock(&state.lock);
+    return r;
+}
+
 int template_spawn(struct sandbox_host *host, struct sandbox *sb, struct workspace *ws,
                    const struct sandbox_spec *spec)
 {
-    int st_pipe[2] = {-1, -1}, fds[32], n = 0, first_cg = 0, r;
+    int st_pipe[2] = {-1, -1}, fds[32], n = 0, r;
     _cleanup_close_ int tree = -1;
-    char **procs = NULL;
-    char *json = NULL;
+    json_t *binds = NULL;
     if (spec->n_extra_fds > 8)
         return err_set(EINVAL, "too many fds for a template-made sandbox");
     if (pipe2(st_pipe, O_CLOEXEC) < 0)
@@ -361,69 +427,20 @@ int template_spawn(struct sandbox_host *host, struct sandbox *sb, struct workspa
     fds[n++] = tree;
     for (int i = 0; i < spec->n_extra_fds; i++)
         fds[n++] = spec->extra_fds[i];
-    /* The clone joins its cgroup itself, through files we opened: the kernel checks the
-     * opener's credentials. */
-    procs = sb->cgroup ? cgroup_procs_files(sb->cgroup) : NULL;
-    first_cg = n;
-    for (char **p = procs; p && *p; p++) {
-        int fd = open(*p, O_WRONLY | O_CLOEXEC);
-        if (fd < 0) {
-            r = err_set(errno, "cannot open %s: %s", *p, strerror(errno));
-            goto out;
-        }
-        fds[n++] = fd;
+    int first_opened = n;
+    r = open_request_fds(sb, spec, fds, &n, &binds);
+    if (r == 0) {
+        _cleanup_free_ char *json = request_config(host, sb, ws, spec, binds);
+        r = ask_current(host, sb, json, fds, n);
     }
-    /* Binds other than the kernel directory (which the template's root has) go in like the
-     * workspace; their mount points must exist in the template's root. */
-    json_t *tbinds = json_array();
-    for (const char *const *b = spec->ro_binds; b && b[0] && b[1] && n < 30; b += 2) {
-        if (!strcmp(b[1], "/.runcell"))
-            continue;
-        if (strcmp(b[1], SANDBOX_NET_DIR)) {
-            json_decref(tbinds);
-            r = err_set(EINVAL, "the template has no mount point for %s", b[1]);
-            goto out;
-        }
-        int fd = (int)syscall(SYS_open_tree, AT_FDCWD, b[0], OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
-        if (fd < 0) {
-            json_decref(tbinds);
-            r = err_set(errno, "cannot take %s: %s", b[0], strerror(errno));
-            goto out;
-        }
-        fds[n++] = fd;
-        json_array_append_new(tbinds, json_string(b[1]));
-    }
-    json_t *cfg = sandbox_config(sb, ws, spec);
-    json_object_set_new(cfg, "template_binds", tbinds);
-    json_object_set_new(cfg, "ns_root_uid", json_integer(ws->root_uid - host->uid_base));
-    json_object_set_new(cfg, "ns_uid", json_integer(ws->uid - host->uid_base));
-    json = json_dumps(cfg, JSON_COMPACT);
-    json_decref(cfg);
-    pthread_mutex_lock(&state.lock);
-    struct template *t;
-    r = current_template(host, &t);
-    if (r == 0)
-        r = ask(t, sb, json, fds, n);
-    if (r == -EPIPE) {
-        /* It died after current_template found it alive (its init had not said so yet):
-         * this request goes to its successor rather than falling back to a cold start. */
-        log_info("msg=\"replacing the template\" reason=\"it exited during a request\"");
-        retire(state.current);
-        set_current(NULL);
-        r = current_template(host, &t);
-        if (r == 0)
-            r = ask(t, sb, json, fds, n);
-    }
-    pthread_mutex_unlock(&state.lock);
     if (r == 0) {
         sb->status_fd = TAKE_FD(st_pipe[0]);
         fd_set_nonblock(sb->status_fd, true);
     }
-out:
-    for (int i = first_cg; procs && i < n; i++)
+    for (int i = first_opened; i < n; i++)
         close(fds[i]);
-    strv_free(procs);
-    free(json);
+    json_decref(binds);
+out:
     if (st_pipe[0] >= 0)
         close(st_pipe[0]);
     close(st_pipe[1]);
