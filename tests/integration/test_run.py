@@ -200,8 +200,10 @@ AWAIT_USR1 = "signal.sigwait({signal.SIGUSR1})\n"
 
 
 def release_waiting_cells(root_pid):
-    """Sends SIGUSR1 to the processes under root_pid that block it (the waiting cell's
-    interpreter); returns how many. Anything else under it would die of SIGUSR1."""
+    """Sends SIGUSR1 to the interpreters under root_pid; returns how many. Called once the
+    cell's first line was read, when the cell blocks SIGUSR1 (or waits for it: sigwait
+    unblocks it meanwhile, so /proc cannot tell the two apart) and nothing else is running
+    Python there. The sandbox's init is left alone."""
     parent = {}
     for name in os.listdir("/proc"):
         try:
@@ -219,13 +221,12 @@ def release_waiting_cells(root_pid):
     sent = 0
     for pid in under:
         try:
-            with open("/proc/%d/status" % pid) as f:
-                blocked = next(int(line.split()[1], 16) for line in f
-                               if line.startswith("SigBlk:"))
-            if blocked & (1 << (signal.SIGUSR1 - 1)):
-                os.kill(pid, signal.SIGUSR1)
-                sent += 1
-        except (OSError, StopIteration):
+            with open("/proc/%d/comm" % pid) as f:
+                if f.read().strip() != "python3":
+                    continue
+            os.kill(pid, signal.SIGUSR1)
+            sent += 1
+        except OSError:
             continue
     return sent
 
