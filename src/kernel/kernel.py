@@ -680,8 +680,9 @@ class ShellGone(Exception):
 class BashShell:
     def __init__(self, cwd, tmpdir):
         import fcntl
-        import tempfile
-        self.dir = tempfile.mkdtemp(prefix=".runcell-bash-", dir=tmpdir)
+        # The sandbox's /tmp is its own: a fixed name reads well in bash's messages
+        self.dir = os.path.join(tmpdir, ".runcell-bash")
+        os.makedirs(self.dir, mode=0o700, exist_ok=True)
         st_r, st_w = os.pipe2(os.O_CLOEXEC)
         cmd_r, cmd_w = os.pipe2(os.O_CLOEXEC)
         self.status_fd, self.cmd_fd = st_r, cmd_w
@@ -793,7 +794,10 @@ class BashShell:
         with open(path, "wb") as f:
             f.write(script)
         try:
-            status, _ = self.run("\\builtin source %s </dev/null >/dev/null 2>&1" % path)
+            # what fails (a cwd whose directory was not kept: the store keeps files) is
+            # said on the stderr of the cell that started the shell
+            status, _ = self.run("\\builtin source %s </dev/null >/dev/null 2>&%d" % (
+                path, self.fd_err))
             return status
         finally:
             os.unlink(path)
