@@ -635,13 +635,13 @@ builtin set +o history +H +m
 builtin unset HISTFILE PROMPT_COMMAND MAILCHECK MAIL MAILPATH
 PS1= PS2= PS0= PS4='+ '
 __runcell_done() {
-    builtin local s=$?
-    builtin printf '%s %d\n' "$1" "$s" >&@STATUS@
-    builtin return "$s"
+    builtin printf '%s %d\n' "$1" "$?" >&@STATUS@
+    builtin return 0  # a cell's $? does not outlive it: under set -e it would end the shell
 }
 __runcell_base=$'\n'$(builtin compgen -v)$'\n'
 __runcell_snapshot() {
-    builtin local n IFS=$' \t\n'
+    builtin local - n IFS=$' \t\n'
+    builtin set +eu +o pipefail +x  # the options a cell set, for this function only
     {
         builtin printf '# cwd %s\nbuiltin cd -- %q\n' "$PWD" "$PWD"
         for n in $(builtin compgen -v); do
@@ -735,9 +735,9 @@ class BashShell:
                 select.select([self.status_fd], [], [])
                 with _interrupts:
                     data = os.read(self.status_fd, 4096)
-                    if not data:
-                        raise ShellGone(self._reap())
                     self.buf += data
+                if not data:
+                    raise ShellGone(self._reap())  # outside: the wait is interruptible
             except KeyboardInterrupt:
                 pending = interrupted = True
 
@@ -758,7 +758,11 @@ class BashShell:
                 code = self.proc.wait()
                 break
             except KeyboardInterrupt:
-                pass  # the shell is gone already; only its exit status is left to read
+                # the status pipe closed, yet the shell runs on: a cell exec'd a program
+                try:
+                    os.killpg(self.proc.pid, signal.SIGINT)
+                except OSError:
+                    pass
         self.close()
         return code if code >= 0 else 128 - code
 
@@ -970,6 +974,13 @@ class Kernel:
 
     def shell(self):
         """The kernel's bash, started at its first bash cell, in the workspace."""
+        if self.bash is not None and self.bash.proc.poll() is not None:
+            # it ended between cells (a background job killed it, or a report under set -e)
+            status = self.bash._reap()
+            self.bash = None
+            _write_all(2, ("runcell: the shell had exited (status %d) after the last bash cell; "
+                           "this cell runs in a new one, without the old one's variables, "
+                           "functions and working directory\n" % status).encode())
         if self.bash is None:
             self.bash = BashShell(self.home, os.environ.get("TMPDIR") or "/tmp")
             if self.bash_pending is not None:

@@ -135,6 +135,23 @@ class ExitTest(BashCase):
         self.assertOk(recs[2], "unset\n")
 
 
+    def test_a_signal_to_the_shell_ends_it(self):
+        recs = self.cells("A=1", "sh -c 'kill -KILL $PPID'; echo not-here", "echo ${A:-gone}",
+                          expect_exit=137)
+        self.assertEqual(recs[1]["exit_code"], 137)
+        self.assertIn("SIGKILL", recs[1]["error"]["value"])
+        self.assertIn("the shell exited", recs[1]["error"]["value"])
+        self.assertOk(recs[2], "gone\n")
+
+    def test_exec_of_a_program_ends_the_shell_and_a_timeout_still_stops_it(self):
+        recs = self.cells("A=1", "exec sleep 300", "echo ${A:-gone}", opts=("--timeout", "2"),
+                          expect_exit=124)
+        self.assertStatus(recs[1], "timeout")
+        self.assertEqual(recs[1]["state"], "kept")  # the kernel's: only the shell went
+        self.assertIn("the shell exited", recs[1]["error"]["value"])
+        self.assertOk(recs[2], "gone\n")
+
+
 class TimeoutTest(BashCase):
     def test_timeout_interrupts_a_command_and_keeps_the_shell(self):
         recs = self.cells("A=7; f() { sleep 300; echo f-after; }",
@@ -217,6 +234,18 @@ class HttpTest(RuncellTestCase):
         # the Python side is untouched: its own cwd and variables
         rec = self.srv.execute(sid, "import os\nprint(x, os.getcwd())")
         self.assertEqual(rec["stdout"], "py /workspace\n")
+        self.srv.ok("DELETE", "/v1/sessions/%s" % sid)
+
+    def test_a_shell_that_ended_between_cells_is_replaced_and_said(self):
+        sid = self.srv.create_session()
+        self.srv.execute(sid, "A=1; echo $$ > shell.pid", language="bash")
+        # the kernel is the shell's parent: it finds it gone at the next bash cell
+        rec = self.srv.execute(sid, "import os\nos.kill(int(open('shell.pid').read()), 9)")
+        self.assertEqual(rec["status"], "ok", rec)
+        rec = self.srv.execute(sid, "echo ${A:-gone}", language="bash")
+        self.assertEqual(rec["status"], "ok", rec)
+        self.assertEqual(rec["stdout"], "gone\n")
+        self.assertIn("the shell had exited (status 137)", rec["stderr"])
         self.srv.ok("DELETE", "/v1/sessions/%s" % sid)
 
     def test_timeout_over_http_keeps_the_shell(self):
