@@ -628,6 +628,7 @@ def _strip_chained(value):
 
 BASH_RECORD_NAME = "<bash>"  # its state in a checkpoint file: no global has this name
 BASH_RECORD_KIND = b"b"
+_BASH_SAVED_MAX = 1000  # entries of the list of what a snapshot holds, in a reply
 _BASH_FD_BASE = 200  # the shell's private fds: far above the ones scripts use (3-9, 10+)
 
 _BASH_DRIVER = r'''
@@ -842,7 +843,10 @@ def _bash_saved(script):
     out = []
     for line in script.split(b"\n"):
         if line.startswith(b"# "):
-            out.append(line[2:].decode("utf-8", "replace"))
+            if len(out) == _BASH_SAVED_MAX:
+                out.append("...")  # all of it is in the snapshot; the list is for people
+                break
+            out.append(line[2:200].decode("utf-8", "replace"))
     return out
 
 
@@ -961,6 +965,11 @@ class Kernel:
             return self.error_record(KeyboardInterrupt, e, None, ""), None
         except ShellGone as gone:
             self.bash = None
+            if gone.status == 0:  # `exit` that says success is one; the loss is still said
+                _write_all(2, b"runcell: the shell exited (status 0), so its variables, "
+                              b"functions, aliases and working directory are gone; the next "
+                              b"bash cell starts a new one\n")
+                return None, None
             return _shell_error(gone.status, None, lost=True), None
         except OSError as e:  # the shell could not start, or its cell file be written
             return _shell_error(126, "bash: %s" % e), None

@@ -126,6 +126,12 @@ class ExitTest(BashCase):
         self.assertIn("next bash cell starts a new one", rec["error"]["value"])
         self.assertOk(recs[2], "unset unset /workspace\n")
 
+    def test_exit_0_is_a_success_that_still_says_the_shell_ended(self):
+        recs = self.cells("A=1", "echo done; exit 0", "echo ${A:-gone}")
+        self.assertOk(recs[1], "done\n")
+        self.assertIn("the shell exited (status 0)", recs[1]["stderr"])
+        self.assertOk(recs[2], "gone\n")
+
     def test_set_e_ends_the_shell_at_the_first_failure(self):
         recs = self.cells("A=1; set -e", "echo before; false; echo after", "echo ${A:-unset}",
                           expect_exit=1)
@@ -285,7 +291,7 @@ class PersistTest(RuncellTestCase):
         self.addCleanup(srv.stop)
         st, s = srv.request("POST", "/v1/sessions", {"language": "bash"})
         self.assertEqual(st, 201, s)
-        code = ("mkdir -p work/deep; cd work/deep; touch kept; export TOKEN='a b'; PLAIN=1; "
+        code = ("set -u; declare -a EMPTY; mkdir -p work/deep; cd work/deep; touch kept; export TOKEN='a b'; PLAIN=1; "
                 "declare -a ARR=(p q); f() { echo \"f:$1\"; }; alias hi='echo hi-alias'")
         st, rec = srv.request("POST", "/v1/sessions/%s/execute" % s["id"], {"code": code})
         self.assertEqual((st, rec["status"]), (200, "ok"), rec)
