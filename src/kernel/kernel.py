@@ -721,10 +721,13 @@ class BashShell:
         ShellGone when the shell ends meanwhile. SIGINT (live) is forwarded to the shell."""
         import secrets
         self.nonce = secrets.token_hex(8)
-        self.send("%s\n\\__runcell_done %s\n" % (line, self.nonce))
-        interrupted = pending = False
+        interrupted = pending = sent = False
         while True:
             try:
+                if not sent:
+                    with _interrupts:  # a line cut short would garble the shell's input
+                        sent = True
+                        self.send("%s\n\\__runcell_done %s\n" % (line, self.nonce))
                 if pending:
                     with _interrupts:
                         pending = False
@@ -741,6 +744,8 @@ class BashShell:
                     raise ShellGone(self._reap())  # outside: the wait is interruptible
             except KeyboardInterrupt:
                 pending = interrupted = True
+            except BrokenPipeError:
+                raise ShellGone(self._reap())  # it ended before it read the line
 
     def _report(self):
         """The status of the current nonce's report, when one has come; stale ones go."""
@@ -785,7 +790,11 @@ class BashShell:
         """The shell's state as a bash script (cwd, variables, functions, aliases)."""
         path = os.path.join(self.dir, "snapshot")
         try:
-            self.run("\\__runcell_snapshot %s" % path)
+            status, interrupted = self.run("\\__runcell_snapshot %s" % path)
+            if interrupted:
+                raise KeyboardInterrupt  # the daemon stops the checkpoint: it goes on
+            if status:
+                raise OSError("the shell's snapshot ended with status %d" % status)
             with open(path, "rb") as f:
                 return f.read()
         finally:
@@ -801,11 +810,16 @@ class BashShell:
         try:
             # what fails (a cwd whose directory was not kept: the store keeps files) is
             # said on the stderr of the cell that started the shell
-            status, _ = self.run("\\builtin source %s </dev/null >/dev/null 2>&%d" % (
-                path, self.fd_err))
+            status, interrupted = self.run("\\builtin source %s </dev/null >/dev/null 2>&%d"
+                                           % (path, self.fd_err))
+            if interrupted:
+                raise KeyboardInterrupt  # the cell that started the shell is stopped
             return status
         finally:
-            os.unlink(path)
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
 
     def close(self):
         for fd in (self.status_fd, self.cmd_fd):
@@ -991,7 +1005,8 @@ class Kernel:
                            "this cell runs in a new one, without the old one's variables, "
                            "functions and working directory\n" % status).encode())
         if self.bash is None:
-            self.bash = BashShell(self.home, os.environ.get("TMPDIR") or "/tmp")
+            with _interrupts:  # not half started
+                self.bash = BashShell(self.home, os.environ.get("TMPDIR") or "/tmp")
             if self.bash_pending is not None:
                 script, self.bash_pending = self.bash_pending, None
                 self.bash.restore(script)
