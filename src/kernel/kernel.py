@@ -629,6 +629,7 @@ def _strip_chained(value):
 BASH_RECORD_NAME = "<bash>"  # its state in a checkpoint file: no global has this name
 BASH_RECORD_KIND = b"b"
 _BASH_SAVED_MAX = 1000  # entries of the list of what a snapshot holds, in a reply
+_NAME_STARTS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_"
 _BASH_FD_BASE = 200  # the shell's private fds: far above the ones scripts use (3-9, 10+)
 
 _BASH_DRIVER = r'''
@@ -639,7 +640,12 @@ __runcell_done() {
     builtin printf '%s %d\n' "$1" "$?" >&@STATUS@
     builtin return 0  # a cell's $? does not outlive it: under set -e it would end the shell
 }
-__runcell_base=$'\n'$(builtin compgen -v)$'\n'
+__runcell_base=" @NAMES@ "
+builtin declare -A __runcell_env
+for __runcell_n in $__runcell_base; do  # the environment's values, as the shell got them
+    [[ ${!__runcell_n@a} == *x* ]] && __runcell_env[$__runcell_n]=${!__runcell_n}
+done
+builtin unset __runcell_n
 __runcell_snapshot() {
     builtin local - n IFS=$' \t\n'
     builtin set +eu +o pipefail +x  # the options a cell set, for this function only
@@ -651,8 +657,12 @@ __runcell_snapshot() {
             COLUMNS | LINES | HISTCMD | RANDOM | SRANDOM | SECONDS | LINENO | EPOCH* | \
             GROUPS | DIRSTACK | COMP_* | PPID | UID | EUID | SHELLOPTS) continue ;;
             esac
-            # bash's own variables stay behind; exported ones (PATH...) are kept
-            [[ $__runcell_base == *$'\n'$n$'\n'* && ${!n@a} != *x* ]] && continue
+            # bash's own variables and the environment stay behind, unless a cell changed
+            # or exported them (PATH=$PATH:...)
+            if [[ $__runcell_base == *" $n "* ]]; then
+                [[ ${!n@a} != *x* ]] && continue
+                [[ ${__runcell_env[$n]+set} && ${__runcell_env[$n]} == "${!n}" ]] && continue
+            fi
             builtin printf '# variable %s\n' "$n"
             builtin declare -p -- "$n"
         done
@@ -702,7 +712,9 @@ class BashShell:
             os.close(self.fd_err)
         self.buf = b""
         self.count = 0
-        self.send(_BASH_DRIVER.replace("@STATUS@", str(self.fd_status)))
+        # the names of the variables the shell starts with: ${!A*} ${!B*} ... (no fork)
+        names = " ".join("${!%s*}" % c for c in _NAME_STARTS)
+        self.send(_BASH_DRIVER.replace("@STATUS@", str(self.fd_status)).replace("@NAMES@", names))
 
     def send(self, text):
         _write_all(self.cmd_fd, text.encode("utf-8", "surrogateescape"))

@@ -256,6 +256,13 @@ class HttpTest(RuncellTestCase):
         self.assertIn("the shell had exited (status 137)", rec["stderr"])
         self.srv.ok("DELETE", "/v1/sessions/%s" % sid)
 
+    def test_a_cell_larger_than_a_pipe_and_an_argument(self):
+        sid = self.srv.create_session(language="bash")
+        rec = self.srv.execute(sid, "X=" + "a" * 300000 + "\necho ${#X}")
+        self.assertEqual((rec["status"], rec["stdout"]), ("ok", "300000\n"), rec["stderr"])
+        self.assertEqual(self.srv.execute(sid, "echo ${#X}")["stdout"], "300000\n")
+        self.srv.ok("DELETE", "/v1/sessions/%s" % sid)
+
     def test_timeout_over_http_keeps_the_shell(self):
         sid = self.srv.create_session(language="bash")
         self.srv.execute(sid, "K=kept")
@@ -295,7 +302,7 @@ class PersistTest(RuncellTestCase):
         st, s = srv.request("POST", "/v1/sessions", {"language": "bash"})
         self.assertEqual(st, 201, s)
         code = ("set -u; declare -a EMPTY; mkdir -p work/deep; cd work/deep; touch kept; "
-                "export TOKEN='a b'; PLAIN=1; "
+                "export TOKEN='a b' PATH=$PATH:/opt/tools; PLAIN=1; "
                 "declare -a ARR=(p q); f() { echo \"f:$1\"; }; alias hi='echo hi-alias'")
         st, rec = srv.request("POST", "/v1/sessions/%s/execute" % s["id"], {"code": code})
         self.assertEqual((st, rec["status"]), (200, "ok"), rec)
@@ -306,14 +313,19 @@ class PersistTest(RuncellTestCase):
                      "variable ARR", "function f", "alias hi"):
             self.assertIn(item, saved)
         self.assertFalse([i for i in saved if "runcell" in i], saved)
+        # the environment as the sandbox gave it is not the shell's state; PATH changed
+        self.assertNotIn("variable HOME", saved)
+        self.assertIn("variable PATH", saved)
         st, r = srv.request("POST", "/v1/sessions", {"resume_from": s["id"]})
         self.assertEqual(st, 201, r)
         self.assertIn("variable TOKEN", r["restored"]["bash"])
         st, rec = srv.request("POST", "/v1/sessions/%s/execute" % r["id"],
-                              {"code": "echo \"$PWD|$TOKEN|$PLAIN|${ARR[1]}\"; f x; hi; "
+                              {"code": "echo \"$PWD|$TOKEN|$PLAIN|${ARR[1]}|${PATH##*:}\"; "
+                                       "f x; hi; "
                                        "bash -c 'echo \"child:$TOKEN\"'"})
         self.assertEqual(st, 200, rec)
-        self.assertEqual(rec["stdout"], "/workspace/work/deep|a b|1|q\nf:x\nhi-alias\nchild:a b\n")
+        self.assertEqual(rec["stdout"], "/workspace/work/deep|a b|1|q|/opt/tools\nf:x\n"
+                                        "hi-alias\nchild:a b\n")
 
     def enterContext_tmp(self):
         import tempfile
