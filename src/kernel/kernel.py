@@ -731,8 +731,7 @@ class BashShell:
     def run(self, line):
         """Runs one command line and returns (its status, whether it was interrupted); raises
         ShellGone when the shell ends meanwhile. SIGINT (live) is forwarded to the shell."""
-        import secrets
-        self.nonce = secrets.token_hex(8)
+        self.nonce = os.urandom(8).hex()  # (secrets would load OpenSSL through hmac)
         interrupted = pending = sent = False
         while True:
             try:
