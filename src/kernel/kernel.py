@@ -340,7 +340,9 @@ def mime_bundle(obj):
 # of the namespace (the order names were first bound, so that what a global needs was
 # restored before it):
 #   u32 name length, name (UTF-8), u8 kind, u64 payload length, payload
-# kinds: b"m" a module's name (imported again on restore); b"s" the source of a top-level
+# kinds: b"m" a module's name (imported again on restore); b"b" the bash shell's state, a
+# script of declare/cd/alias lines (under the name "<bash>", after the globals: loaded into
+# the next shell the kernel starts); b"s" the source of a top-level
 # def or class statement, as JSON {"source"} (run again on restore: decorators, dataclasses
 # and super() come back as they were); b"p" a pickle; b"c" a pickle holding code objects
 # (lambdas and nested functions defined in cells, valid for this Python only). A name length
@@ -489,7 +491,9 @@ def _save_one(f, name, value, definitions, out):
     out["saved"].append(name)
 
 
-def checkpoint_variables(ns, definitions, path):
+def checkpoint_variables(ns, definitions, path, extra=()):
+    """extra: (name, kind, payload) records written after the globals (the bash shell's
+    state, under a name no global can have)."""
     out = {"saved": [], "modules": {}, "skipped": []}
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "wb") as f:
@@ -508,6 +512,8 @@ def checkpoint_variables(ns, definitions, path):
                 out["skipped"].append({"name": name,
                                        "type": "%s.%s" % (kind.__module__, kind.__qualname__),
                                        "reason": _reason(e)})
+        for name, kind, payload in extra:
+            _write_record(f, name, kind, lambda f, payload=payload: f.write(payload))
         f.write(struct.pack(">I", 0))
         out["bytes"] = f.tell()
     return out
@@ -558,6 +564,9 @@ def restore_variables(ns, definitions, path):
             kind = _read_exact_file(f, 1)
             (length,) = struct.unpack(">Q", _read_exact_file(f, 8))
             end = f.tell() + length
+            if kind == BASH_RECORD_KIND and name == BASH_RECORD_NAME:
+                out["bash_snapshot"] = _read_exact_file(f, length)
+                continue
             try:
                 _restore_one(f, ns, name, kind, length, same_code, definitions, out)
             except KeyboardInterrupt:
@@ -599,6 +608,273 @@ def _strip_chained(value):
         exc = nxt
 
 
+# ---- bash: one long-lived shell per kernel ----
+#
+# Bash cells run in one interactive bash (no job control, no line editing, no history),
+# started at the first bash cell, so that variables, cwd, exports, functions and aliases
+# carry over. The shell is interactive because only an interactive bash stops the whole
+# command on SIGINT and goes back to reading the next one: a script would die of it, or
+# with an INT trap go on with the rest of the cell.
+#
+# Nothing of the protocol goes through the cell's output. The kernel writes each cell to a
+# file and two command lines to the shell's stdin (a pipe nothing else reads: every cell
+# runs with stdin on /dev/null): one sources the file, the next reports $? with a nonce on
+# a status pipe (a private fd, closed for the cell's commands). An interrupt that stops the
+# first line also stops nothing after it, so the second still reports; and each interrupt
+# the kernel forwards is followed by one more report line, in case the SIGINT cut a report
+# short. Reports that carry another cell's nonce are stale and dropped. The shell's own
+# stderr is /dev/null (its prompts, the newline it prints on SIGINT); cells get the real
+# stderr from a private fd.
+
+BASH_RECORD_NAME = "<bash>"  # its state in a checkpoint file: no global has this name
+BASH_RECORD_KIND = b"b"
+_BASH_SAVED_MAX = 1000  # entries of the list of what a snapshot holds, in a reply
+_NAME_STARTS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_"
+_BASH_FD_BASE = 200  # the shell's private fds: far above the ones scripts use (3-9, 10+)
+
+_BASH_DRIVER = r'''
+builtin set +o history +H +m
+builtin unset HISTFILE PROMPT_COMMAND MAILCHECK MAIL MAILPATH
+PS1= PS2= PS0= PS4='+ '
+__runcell_done() {
+    builtin printf '%s %d\n' "$1" "$?" >&@STATUS@
+    builtin return 0  # a cell's $? does not outlive it: under set -e it would end the shell
+}
+__runcell_base=" @NAMES@ "
+builtin declare -A __runcell_env
+for __runcell_n in $__runcell_base; do  # the environment's values, as the shell got them
+    [[ ${!__runcell_n@a} == *x* ]] && __runcell_env[$__runcell_n]=${!__runcell_n}
+done
+builtin unset __runcell_n
+__runcell_snapshot() {
+    builtin local - n IFS=$' \t\n'
+    builtin set +eu +o pipefail +x  # the options a cell set, for this function only
+    {
+        builtin printf '# cwd %s\nbuiltin cd -- %q\n' "$PWD" "$PWD"
+        for n in $(builtin compgen -v); do
+            case $n in
+            __runcell_* | BASH* | PWD | OLDPWD | SHLVL | _ | PIPESTATUS | FUNCNAME | \
+            COLUMNS | LINES | HISTCMD | RANDOM | SRANDOM | SECONDS | LINENO | EPOCH* | \
+            GROUPS | DIRSTACK | COMP_* | PPID | UID | EUID | SHELLOPTS) continue ;;
+            esac
+            # bash's own variables and the environment stay behind, unless a cell changed
+            # or exported them (PATH=$PATH:...)
+            if [[ $__runcell_base == *" $n "* ]]; then
+                [[ ${!n@a} != *x* ]] && continue
+                [[ ${__runcell_env[$n]+set} && ${__runcell_env[$n]} == "${!n}" ]] && continue
+            fi
+            builtin printf '# variable %s\n' "$n"
+            builtin declare -p -- "$n"
+        done
+        for n in $(builtin compgen -A function); do
+            [[ $n == __runcell_* ]] && continue
+            builtin printf '# function %s\n' "$n"
+            builtin declare -f -- "$n"
+        done
+        for n in $(builtin compgen -a); do
+            builtin printf '# alias %s\n' "$n"
+            builtin alias -- "$n"
+        done
+    } >"$1"
+}
+'''
+
+
+class ShellGone(Exception):
+    """The shell exited (exit, set -e, a signal) while it ran a cell: status as $?."""
+
+    def __init__(self, status):
+        super().__init__(status)
+        self.status = status
+
+
+class BashShell:
+    def __init__(self, cwd, tmpdir):
+        import fcntl
+        # The sandbox's /tmp is its own: a fixed name reads well in bash's messages
+        self.dir = os.path.join(tmpdir, ".runcell-bash")
+        os.makedirs(self.dir, mode=0o700, exist_ok=True)
+        st_r, st_w = os.pipe2(os.O_CLOEXEC)
+        cmd_r, cmd_w = os.pipe2(os.O_CLOEXEC)
+        self.status_fd, self.cmd_fd = st_r, cmd_w
+        # pass_fds keeps numbers: the shell's ends go above the fds scripts use
+        self.fd_status = fcntl.fcntl(st_w, fcntl.F_DUPFD_CLOEXEC, _BASH_FD_BASE)
+        self.fd_err = fcntl.fcntl(2, fcntl.F_DUPFD_CLOEXEC, _BASH_FD_BASE)
+        os.close(st_w)
+        try:
+            self.proc = subprocess.Popen(
+                ["/bin/bash", "--norc", "--noprofile", "--noediting", "+m", "-i"],
+                stdin=cmd_r, stderr=subprocess.DEVNULL, cwd=cwd, process_group=0,
+                pass_fds=(self.fd_status, self.fd_err))
+        finally:
+            os.close(cmd_r)
+            os.close(self.fd_status)
+            os.close(self.fd_err)
+        self.buf = b""
+        self.count = 0
+        # the names of the variables the shell starts with: ${!A*} ${!B*} ... (no fork)
+        names = " ".join("${!%s*}" % c for c in _NAME_STARTS)
+        self.send(_BASH_DRIVER.replace("@STATUS@", str(self.fd_status)).replace("@NAMES@", names))
+
+    def send(self, text):
+        _write_all(self.cmd_fd, text.encode("utf-8", "surrogateescape"))
+
+    def interrupt(self):
+        """SIGINT to the shell's process group (the shell and its foreground commands; its
+        background jobs ignore it), then one more report line."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGINT)
+            self.send("\\__runcell_done %s\n" % self.nonce)
+        except OSError:
+            pass  # it is gone: the status pipe says so
+
+    def run(self, line):
+        """Runs one command line and returns (its status, whether it was interrupted); raises
+        ShellGone when the shell ends meanwhile. SIGINT (live) is forwarded to the shell."""
+        self.nonce = os.urandom(8).hex()  # (secrets would load OpenSSL through hmac)
+        interrupted = pending = sent = False
+        while True:
+            try:
+                if not sent:
+                    with _interrupts:  # a line cut short would garble the shell's input
+                        sent = True
+                        self.send("%s\n\\__runcell_done %s\n" % (line, self.nonce))
+                if pending:
+                    with _interrupts:
+                        pending = False
+                        self.interrupt()
+                status = self._report()
+                if status is not None:
+                    return status, interrupted
+                import select
+                select.select([self.status_fd], [], [])
+                with _interrupts:
+                    data = os.read(self.status_fd, 4096)
+                    self.buf += data
+                if not data:
+                    raise ShellGone(self._reap())  # outside: the wait is interruptible
+            except KeyboardInterrupt:
+                pending = interrupted = True
+            except BrokenPipeError:
+                raise ShellGone(self._reap())  # it ended before it read the line
+
+    def _report(self):
+        """The status of the current nonce's report, when one has come; stale ones go."""
+        while b"\n" in self.buf:
+            line, self.buf = self.buf.split(b"\n", 1)
+            nonce, _, status = line.decode("ascii", "replace").partition(" ")
+            if nonce == self.nonce and status.isdigit():
+                return int(status)
+        if len(self.buf) > 4096:
+            self.buf = b""  # not a report: someone wrote to the status fd
+        return None
+
+    def _reap(self):
+        while True:
+            try:
+                code = self.proc.wait()
+                break
+            except KeyboardInterrupt:
+                # the status pipe closed, yet the shell runs on: a cell exec'd a program
+                try:
+                    os.killpg(self.proc.pid, signal.SIGINT)
+                except OSError:
+                    pass
+        self.close()
+        return code if code >= 0 else 128 - code
+
+    def run_cell(self, code):
+        self.count += 1
+        path = os.path.join(self.dir, "cell-%d" % self.count)
+        with open(path, "w", encoding="utf-8", errors="surrogateescape") as f:
+            f.write(code)
+        try:
+            return self.run("\\builtin source %s </dev/null 2>&%d %d>&- %d>&-" % (
+                path, self.fd_err, self.fd_err, self.fd_status))
+        finally:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
+    def snapshot(self):
+        """The shell's state as a bash script (cwd, variables, functions, aliases)."""
+        path = os.path.join(self.dir, "snapshot")
+        try:
+            status, interrupted = self.run("\\__runcell_snapshot %s" % path)
+            if interrupted:
+                raise KeyboardInterrupt  # the daemon stops the checkpoint: it goes on
+            if status:
+                raise OSError("the shell's snapshot ended with status %d" % status)
+            with open(path, "rb") as f:
+                return f.read()
+        finally:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
+    def restore(self, script):
+        path = os.path.join(self.dir, "restore")
+        with open(path, "wb") as f:
+            f.write(script)
+        try:
+            # what fails (a cwd whose directory was not kept: the store keeps files) is
+            # said on the stderr of the cell that started the shell
+            status, interrupted = self.run("\\builtin source %s </dev/null >/dev/null 2>&%d"
+                                           % (path, self.fd_err))
+            if interrupted:
+                raise KeyboardInterrupt  # the cell that started the shell is stopped
+            return status
+        finally:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
+    def close(self):
+        for fd in (self.status_fd, self.cmd_fd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.status_fd = self.cmd_fd = -1
+        import shutil
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _shell_error(status, what, lost=False):
+    """The record of a bash cell that failed: exit_code is $? (128+N for a signal)."""
+    if what is None:
+        what = "exit status %d" % status
+        if status > 128:
+            what += " (signal %d, %s)" % (status - 128, _signal_name(status - 128))
+    if lost:
+        what += ("; the shell exited, so its variables, functions, aliases and working "
+                 "directory are gone, and the next bash cell starts a new one")
+    return {"name": "ShellError", "value": what, "traceback": "bash: " + what + "\n",
+            "exit_code": status}
+
+
+def _signal_name(n):
+    try:
+        return signal.Signals(n).name
+    except ValueError:
+        return "unknown"
+
+
+def _bash_saved(script):
+    """What a snapshot holds, from its comment lines: ["cwd /x", "variable A", ...]."""
+    out = []
+    for line in script.split(b"\n"):
+        if line.startswith(b"# "):
+            if len(out) == _BASH_SAVED_MAX:
+                out.append("...")  # all of it is in the snapshot; the list is for people
+                break
+            out.append(line[2:200].decode("utf-8", "replace"))
+    return out
+
+
 class Kernel:
     def __init__(self, channel):
         self.channel = channel
@@ -610,6 +886,9 @@ class Kernel:
         self.ns = self.main.__dict__
         # name -> (source, is_class) of the def/class statement that made each global
         self.definitions = {}
+        self.home = os.getcwd()  # the workspace: where the shell starts
+        self.bash = None  # BashShell, from the first bash cell on
+        self.bash_pending = None  # a restored snapshot, for the next shell to load
 
     # -- output --
     def flush_streams(self):
@@ -703,16 +982,46 @@ class Kernel:
             _interrupts.live = True  # inside the try, as in _eval
             if self.channel.interrupted():
                 raise KeyboardInterrupt
-            status = subprocess.run(["/bin/bash", "-c", code], stdin=subprocess.DEVNULL).returncode
+            if "\0" in code:
+                return _shell_error(2, "the cell holds a NUL character, which bash cannot "
+                                       "run"), None
+            status, interrupted = self.shell().run_cell(code)
         except KeyboardInterrupt as e:
             return self.error_record(KeyboardInterrupt, e, None, ""), None
+        except ShellGone as gone:
+            self.bash = None
+            if gone.status == 0:  # `exit` that says success is one; the loss is still said
+                _write_all(2, b"runcell: the shell exited (status 0), so its variables, "
+                              b"functions, aliases and working directory are gone; the next "
+                              b"bash cell starts a new one\n")
+                return None, None
+            return _shell_error(gone.status, None, lost=True), None
+        except OSError as e:  # the shell could not start, or its cell file be written
+            return _shell_error(126, "bash: %s" % e), None
         finally:
             _interrupts.live = False
-        if status == 0:
-            return None, None
-        what = "exit status %d" % status if status > 0 else "killed by signal %d" % -status
-        return {"name": "ShellError", "value": what, "traceback": "bash: " + what + "\n",
-                "exit_code": status if status > 0 else 128 - status}, None
+        if interrupted and status:
+            return {"name": "KeyboardInterrupt", "value": "bash was interrupted (exit status "
+                    "%d); the shell and its state are kept" % status,
+                    "traceback": "bash: interrupted\n", "exit_code": status}, None
+        return (_shell_error(status, None), None) if status else (None, None)
+
+    def shell(self):
+        """The kernel's bash, started at its first bash cell, in the workspace."""
+        if self.bash is not None and self.bash.proc.poll() is not None:
+            # it ended between cells (a background job killed it, or a report under set -e)
+            status = self.bash._reap()
+            self.bash = None
+            _write_all(2, ("runcell: the shell had exited (status %d) after the last bash cell; "
+                           "this cell runs in a new one, without the old one's variables, "
+                           "functions and working directory\n" % status).encode())
+        if self.bash is None:
+            with _interrupts:  # not half started
+                self.bash = BashShell(self.home, os.environ.get("TMPDIR") or "/tmp")
+            if self.bash_pending is not None:
+                script, self.bash_pending = self.bash_pending, None
+                self.bash.restore(script)
+        return self.bash
 
     def execute(self, req):
         # The session numbers cells: after a kernel was lost, its successor goes on counting.
@@ -751,12 +1060,18 @@ class Kernel:
             _interrupts.live = True  # inside the try, as in _eval
             path = req.get("path", "")
             if kind == "checkpoint":
-                reply.update(checkpoint_variables(self.ns, self.definitions, path))
+                extra = self.bash_checkpoint(reply)
+                reply.update(checkpoint_variables(self.ns, self.definitions, path, extra))
             else:
                 try:
                     reply.update(restore_variables(self.ns, self.definitions, path))
                 finally:
                     os.unlink(path)
+                script = reply.pop("bash_snapshot", None)
+                if script is not None:
+                    # loaded into the shell when the first bash cell starts it
+                    self.bash_pending = script
+                    reply["bash"] = _bash_saved(script)
         except BaseException as e:  # noqa: B902 - the kernel must answer whatever happened
             reply = {"type": kind + "_done", "ok": False,
                      "error": "%s: %s" % (type(e).__name__, _reason(e))}
@@ -767,6 +1082,22 @@ class Kernel:
         except Exception:
             pass
         self.channel.send_json(reply)
+
+    def bash_checkpoint(self, reply):
+        """The shell's state as checkpoint records (none when no shell ran); what it holds
+        goes in the reply, as "bash"."""
+        script = self.bash_pending
+        if self.bash is not None:
+            try:
+                script = self.bash.snapshot()
+            except ShellGone:
+                self.bash, script = None, None
+            except OSError as e:
+                reply["bash_error"] = "the shell's state could not be saved: %s" % e
+        if script is None:
+            return ()
+        reply["bash"] = _bash_saved(script)
+        return ((BASH_RECORD_NAME, BASH_RECORD_KIND, script),)
 
     def serve(self):
         self.channel.send_json({"type": "hello", "python": sys.version.split()[0],

@@ -127,8 +127,9 @@ static const struct tool tools[] = {
      "fixed and run again. numpy, pandas and matplotlib are installed; there is no network.",
      ARGS(run_code_args), false, false, false, record_schema, t_run_code},
     {"run_shell", "Run a shell command",
-     "Run a bash command line in the session's sandbox, in /workspace (the same files as "
-     "run_code). Returns its output and exit status; a failing command sets isError.",
+     "Run a bash command line in the session's shell (the same files as run_code): it starts "
+     "in /workspace and keeps its cwd, variables, exports and functions between calls. "
+     "Returns its output and exit status; a failing command sets isError.",
      ARGS(run_shell_args), false, false, false, record_schema, t_run_shell},
     {"create_session", "Create a session",
      "Start a new, separate sandboxed session (its own interpreter and /workspace) and return "

@@ -273,7 +273,7 @@ static json_t *store_checkpoint(struct persist *p, struct workspace *ws, const c
                                 json_t *reply)
 {
     char sha[SHA256_HEX_SIZE], at[32];
-    static const char *const keys[] = {"saved", "modules", "skipped", NULL};
+    static const char *const keys[] = {"saved", "modules", "skipped", "bash", NULL};
     uint64_t size = ws_file_size(ws, rel), quota = p->c->quota_bytes;
     json_t *vars = NULL, *kept = persist_capped_reply(reply, keys);
     /* What is kept of the reply is stored too (the manifest, the record): it counts. */
@@ -323,6 +323,9 @@ static json_t *checkpoint_variables(struct session *s, struct persist *p, json_t
                                       "modules", json_object_get(vars, "modules"), "skipped",
                                       json_object_get(vars, "skipped"), "bytes",
                                       json_object_get(vars, "size")));
+    if (vars && json_object_get(vars, "bash"))
+        json_object_set(json_object_get(report, "variables"), "bash",
+                        json_object_get(vars, "bash"));
     else if (json_is_array(json_object_get(reply, "skipped"))) {
         static const char *const keys[] = {"skipped", NULL};
         json_t *kept = persist_capped_reply(reply, keys);
@@ -434,7 +437,7 @@ struct restore_ctx {
 
 static void report_restored_variables(json_t *report, json_t *reply)
 {
-    static const char *const keys[] = {"restored", "modules", "failed", NULL};
+    static const char *const keys[] = {"restored", "modules", "failed", "bash", NULL};
     json_t *kept = persist_capped_reply(reply, keys);
     json_t *failed = json_array(), *f;
     size_t i;
@@ -444,6 +447,10 @@ static void report_restored_variables(json_t *report, json_t *reply)
     json_object_set(report, "variables", json_object_get(kept, "restored"));
     json_object_set(report, "modules", json_object_get(kept, "modules"));
     json_object_set_new(report, "variables_failed", failed);
+    /* What the bash shell held (cwd, variables, functions, aliases): loaded into the
+     * session's shell when its first bash cell starts it. */
+    if (json_object_get(kept, "bash"))
+        json_object_set(report, "bash", json_object_get(kept, "bash"));
     if (json_object_get(kept, "lists_cut_at"))
         json_object_set(report, "lists_cut_at", json_object_get(kept, "lists_cut_at"));
     json_decref(kept);
