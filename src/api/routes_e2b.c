@@ -1326,27 +1326,32 @@ enum MHD_Result h_e2b_files_get(struct request *rq)
     struct session *s = box_session(rq, box);
     if (!s)
         return MHD_YES;
-    struct buf b;
-    uint64_t size = 0;
-    int r = workspace_read(session_workspace(s), rel, rq->srv->cfg->limits.max_upload_bytes, &b,
-                           &size);
+    /* Looked at before it is opened for reading (a FIFO would block, a socket fails), then
+     * streamed from the fd: the file is never held in memory. */
+    struct stat st;
+    int fd = workspace_openat(session_workspace(s), rel, O_PATH, 0);
+    bool special = fd >= 0 && fstat(fd, &st) == 0 && !S_ISREG(st.st_mode);
+    if (fd >= 0)
+        close(fd);
+    fd = special || fd < 0 ? fd : workspace_openat(session_workspace(s), rel,
+                                                   O_RDONLY | O_NONBLOCK, 0);
     session_table_release(rq->srv->table, s);
-    if (r == -ENOENT)
+    if (special)
+        return e2b_error(rq, 400, "'%s' is %s, not a regular file", p,
+                         S_ISDIR(st.st_mode) ? "a directory" : "a special file");
+    if (fd == -ENOENT)
         return e2b_error(rq, 404, "file '%s' not found", p);
-    if (r == -E2BIG)
-        return e2b_error(rq, 413, "file '%s' is %llu bytes, more than this server sends (%llu)",
-                         p, (unsigned long long)size,
-                         (unsigned long long)rq->srv->cfg->limits.max_upload_bytes);
-    if (r < 0)
+    if (fd < 0)
         return e2b_error(rq, 400, "cannot read '%s': %s", p,
-                         r == -EINVAL  ? "not a regular file"
-                         : r == -ELOOP ? "a symbolic link, which is not followed"
-                                       : strerror(-r));
-    size_t n;
-    char *data = buf_detach(&b, &n);
-    struct MHD_Response *resp = MHD_create_response_from_buffer(n, data ? data : (void *)"",
-                                                                data ? MHD_RESPMEM_MUST_FREE
-                                                                     : MHD_RESPMEM_PERSISTENT);
+                         fd == -ELOOP ? "it is or goes through a symbolic link, which is not "
+                                        "followed"
+                                      : strerror(-fd));
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return e2b_error(rq, 400, "'%s' is not a regular file", p); /* swapped since */
+    }
+    fd_set_nonblock(fd, false);
+    struct MHD_Response *resp = MHD_create_response_from_fd((uint64_t)st.st_size, fd);
     MHD_add_response_header(resp, "Content-Type", "application/octet-stream");
     return reply_response(rq, 200, resp);
 }
@@ -1798,7 +1803,11 @@ static int list_dir(struct workspace *ws, const char *rel, unsigned depth, json_
     }
     struct dirent *de;
     int r = 0;
-    while ((de = readdir(d)) && json_array_size(arr) < E2B_MAX_LISTDIR) {
+    while ((de = readdir(d))) {
+        if (json_array_size(arr) >= E2B_MAX_LISTDIR) {
+            r = -E2BIG; /* said, never cut silently: ListDir has no "truncated" */
+            break;
+        }
         if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") ||
             (!*rel && !strcmp(de->d_name, ".runcell")))
             continue;
@@ -1841,6 +1850,12 @@ static enum MHD_Result fs_call(struct request *rq, const char *method, json_t *m
         json_int_t depth = json_integer_value(json_object_get(msg, "depth"));
         json_t *arr = json_array();
         r = list_dir(ws, rel, depth < 1 ? 1 : depth > 64 ? 64 : (unsigned)depth, arr);
+        if (r == -E2BIG) {
+            json_decref(arr);
+            return connect_error(rq, "resource_exhausted", "'%s' holds more than %d entries "
+                                 "(to the depth asked); list a subdirectory, or with a lower "
+                                 "depth", p, E2B_MAX_LISTDIR);
+        }
         if (r < 0) {
             json_decref(arr);
             return connect_error(rq, errno_code(r), "'%s': %s", p,
