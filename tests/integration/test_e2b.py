@@ -15,7 +15,7 @@ import shutil
 import subprocess
 import unittest
 
-from rctest import HANG, ROOT, RuncellTestCase, Server
+from rctest import HANG, ROOT, RuncellTestCase, Server, wait_until
 
 E2B_DIR = os.path.join(ROOT, "tests", "e2b")
 SCENARIOS = os.path.join(E2B_DIR, "scenarios.mjs")
@@ -252,6 +252,65 @@ class E2BSdk(RuncellTestCase):
             self.assertEqual(frames[-1], (2, {}))
         finally:
             self.assertEqual(self.e2b("DELETE", "/sandboxes/" + sid).status, 204)
+
+
+    def test_limits_and_timeouts(self):
+        box = self.e2b("POST", "/v2/sandboxes", {"timeout": 60}).json()
+        sid, tok = box["sandboxID"], box["envdAccessToken"]
+        h = {"E2b-Sandbox-Id": sid, "E2b-Sandbox-Port": "49999", "X-Access-Token": tok}
+        try:
+            # setTimeout past the create's timeout (runcell's idle expiry): refused by name
+            r = self.e2b("POST", "/sandboxes/%s/timeout" % sid, {"timeout": 3600})
+            self.assertEqual(r.status, 400)
+            self.assertIn("'timeout'", r.json()["message"])
+            # contexts: at most 32 (the default one counts)
+            ids = []
+            for _ in range(31):
+                r = self.srv.request("POST", "/contexts", {"language": "python"}, headers=h,
+                                     token=False)
+                self.assertEqual(r.status, 200, r)
+                ids.append(r.json()["id"])
+            r = self.srv.request("POST", "/contexts", {"language": "python"}, headers=h,
+                                 token=False)
+            self.assertEqual((r.status, r.json()["code"]), (429, 429))
+            r = self.srv.request("POST", "/contexts", {"language": "r"}, headers=h, token=False)
+            self.assertEqual(r.status, 400)
+            self.assertIn("'r' contexts are not supported", r.json()["message"])
+            # a directory past ListDir's cap is an error, never a cut list
+            cell = "import os\nos.mkdir('many')\nfor i in range(20001):\n" \
+                   "    open('many/%d' % i, 'w').close()\n"
+            r = self.srv.request("POST", "/execute", {"code": cell}, headers=h, token=False)
+            self.assertEqual(r.status, 200)
+            self.assertIn(b"end_of_execution", r.body)
+            self.assertNotIn(b'"type":"error"', r.body)
+            hc = dict(h, **{"Content-Type": "application/json"})
+            r = self.srv.request("POST", "/filesystem.Filesystem/ListDir",
+                                 {"path": "/home/user/many", "depth": 1}, headers=hc, token=False)
+            self.assertEqual((r.status, r.json()["code"]), (429, "resource_exhausted"))
+            self.assertIn("more than 20000 entries", r.json()["message"])
+            # one thing at a time: a command while a cell runs is refused, not queued
+            wait = "import os, time\nwhile not os.path.exists('go'):\n    time.sleep(0.02)\n"
+            conn = self.srv.connection()
+            conn.request("POST", "/execute", body=json.dumps({"code": "print('in', flush=True)\n"
+                                                                      + wait}), headers=h)
+            resp = conn.getresponse()
+            self.assertIn(b'"stdout"', resp.readline())
+            r = self.srv.request("POST", "/execute", {"code": "1"}, headers=h, token=False)
+            self.assertEqual((r.status, r.json()["code"]), (409, 409))
+            r = self.srv.request("POST", "/files?path=go", b"", token=False,
+                                 headers=dict(h, **{"Content-Type": "application/octet-stream"}))
+            self.assertEqual(r.status, 200, r)
+            rest = resp.read()
+            self.assertIn(b"end_of_execution", rest)
+            conn.close()
+            # setTimeout shorter than the create's: the sandbox is gone once it is past
+            r = self.e2b("POST", "/sandboxes/%s/timeout" % sid, {"timeout": 1})
+            self.assertEqual(r.status, 204)
+            wait_until(lambda: self.e2b("GET", "/sandboxes/" + sid).status == 404)
+            r = self.srv.request("GET", "/health", headers=h, token=False)
+            self.assertEqual(r.status, 502)
+        finally:
+            self.e2b("DELETE", "/sandboxes/" + sid)
 
 
 class WithoutE2B(RuncellTestCase):
