@@ -19,7 +19,7 @@ struct e2b;
 /* A sandbox route that E2B's SDK calls without its access token (the code interpreter's
  * /contexts): the sandbox id, 96 random bits, is the credential. */
 #define ROUTE_E2B_BOX_ID (1u << 10)
-#define ROUTE_E2B_ANY (ROUTE_E2B_API | ROUTE_E2B_BOX | ROUTE_E2B_BOX_ID)
+#define ROUTE_E2B_ANY    (ROUTE_E2B_API | ROUTE_E2B_BOX | ROUTE_E2B_BOX_ID)
 
 /* The registry of E2B sandboxes (access tokens, templates, metadata, contexts). */
 struct e2b *e2b_new(void);

@@ -21,21 +21,21 @@
 
 /* What the SDK is told envd is: 0.4.0 and later need no user name on requests; below 0.5.7
  * file uploads are multipart (never gzip), below 0.5.2 the SDK itself refuses closeStdin. */
-#define E2B_ENVD_VERSION "0.4.0"
+#define E2B_ENVD_VERSION      "0.4.0"
 #define E2B_DEFAULT_TIMEOUT_S 300
-#define E2B_HOME "/home/user" /* E2B's working directory: runcell's /workspace */
-#define E2B_MAX_CONTEXTS 32
-#define E2B_MAX_LISTDIR 20000 /* entries of one ListDir reply */
-#define E2B_KEEPALIVE_MS 30000 /* a quiet stream sends a keepalive this often */
+#define E2B_HOME              "/home/user" /* E2B's working directory: runcell's /workspace */
+#define E2B_MAX_CONTEXTS      32
+#define E2B_MAX_LISTDIR       20000 /* entries of one ListDir reply */
+#define E2B_KEEPALIVE_MS      30000 /* a quiet stream sends a keepalive this often */
 
 static const char *const e2b_templates[] = {"code-interpreter-v1", "code-interpreter", "base"};
 
 struct e2b_box {
     char *id;
-    char *token;       /* envd access token: the sandbox routes' credential */
+    char *token; /* envd access token: the sandbox routes' credential */
     char *template_id;
-    json_t *metadata;  /* object of strings */
-    json_t *contexts;  /* [{id, language, cwd}], the default python context first */
+    json_t *metadata;     /* object of strings */
+    json_t *contexts;     /* [{id, language, cwd}], the default python context first */
     uint64_t started_ms;  /* realtime */
     uint64_t deadline_ms; /* realtime; 0: only the session's idle expiry */
     unsigned next_pid;
@@ -129,10 +129,10 @@ static enum MHD_Result e2b_error(struct request *rq, unsigned status, const char
 static unsigned e2b_status_of(int err)
 {
     static const unsigned status[] = {
-        [AE_BAD_REQUEST] = 400, [AE_BAD_PATH] = 400, [AE_UNAUTHORIZED] = 401,
-        [AE_NOT_FOUND] = 404,   [AE_EXPIRED] = 404,  [AE_METHOD] = 405,
-        [AE_BUSY] = 409,        [AE_TOO_LARGE] = 413, [AE_LIMIT] = 429,
-        [AE_INTERNAL] = 500,    [AE_SANDBOX] = 503,  [AE_SHUTTING_DOWN] = 503,
+        [AE_BAD_REQUEST] = 400,    [AE_BAD_PATH] = 400,  [AE_UNAUTHORIZED] = 401,
+        [AE_NOT_FOUND] = 404,      [AE_EXPIRED] = 404,   [AE_METHOD] = 405,
+        [AE_BUSY] = 409,           [AE_TOO_LARGE] = 413, [AE_LIMIT] = 429,
+        [AE_INTERNAL] = 500,       [AE_SANDBOX] = 503,   [AE_SHUTTING_DOWN] = 503,
         [AE_NOT_CONFIGURED] = 503,
     };
     return status[api_err_of(err)];
@@ -151,9 +151,14 @@ static json_t *e2b_body(struct request *rq)
         return json_object();
     json_error_t jerr;
     json_t *j = json_loadb(rq->body.data, rq->body.len, JSON_REJECT_DUPLICATES, &jerr);
-    if (!j || !json_is_object(j)) {
+    if (!j) {
+        e2b_error(rq, 400, "the request body is not valid JSON: %s (line %d, column %d)", jerr.text,
+                  jerr.line, jerr.column);
+        return NULL;
+    }
+    if (!json_is_object(j)) {
         json_decref(j);
-        e2b_error(rq, 400, "the request body is not a JSON object: %s", j ? "" : jerr.text);
+        e2b_error(rq, 400, "the request body must be a JSON object");
         return NULL;
     }
     return j;
@@ -196,15 +201,17 @@ bool e2b_authorize(struct request *rq)
     if (flags & ROUTE_E2B_API) {
         if (api_key_ok(rq))
             return true;
-        e2b_error(rq, 401, "%s; set E2B_API_KEY to runcell's API token (the file 'token' in "
-                  "the server's data directory)", header(rq, "X-API-KEY") ? "wrong API key"
-                                                                           : "no API key");
+        e2b_error(rq, 401,
+                  "%s; set E2B_API_KEY to runcell's API token (the file 'token' in "
+                  "the server's data directory)",
+                  header(rq, "X-API-KEY") ? "wrong API key" : "no API key");
         return false;
     }
     const char *id = header(rq, "E2b-Sandbox-Id");
     const char *tok = header(rq, "X-Access-Token");
     if (!id) {
-        e2b_error(rq, 400, "no E2b-Sandbox-Id header: set E2B_SANDBOX_URL to this server so "
+        e2b_error(rq, 400,
+                  "no E2b-Sandbox-Id header: set E2B_SANDBOX_URL to this server so "
                   "that E2B's SDK names the sandbox in every request");
         return false;
     }
@@ -219,8 +226,10 @@ bool e2b_authorize(struct request *rq)
     if (!known) {
         /* E2B's edge answers 502 for a sandbox that is not running: the SDK reads it as
          * "not running" (isRunning false, TimeoutError on a call). */
-        e2b_error(rq, 502, "sandbox %s is not running on this server (killed, expired, or "
-                  "never created)", id);
+        e2b_error(rq, 502,
+                  "sandbox %s is not running on this server (killed, expired, or "
+                  "never created)",
+                  id);
         return false;
     }
     if (!ok) {
@@ -259,16 +268,17 @@ static json_t *box_json(const struct e2b_box *b, struct session *s, bool with_to
     const struct net_policy *np = session_net_policy(s);
     json_t *j = json_pack("{s:s,s:s,s:s,s:s,s:O,s:s,s:s,s:s,s:I,s:I,s:I,s:b}", "sandboxID", b->id,
                           "templateID", b->template_id, "clientID", "runcell", "envdVersion",
-                          E2B_ENVD_VERSION, "metadata", b->metadata, "startedAt", started,
-                          "endAt", end, "state", "running", "cpuCount",
-                          (json_int_t)((o->limits.cpus_milli ? o->limits.cpus_milli : 1000) /
-                                       1000),
+                          E2B_ENVD_VERSION, "metadata", b->metadata, "startedAt", started, "endAt",
+                          end, "state", "running", "cpuCount",
+                          (json_int_t)((o->limits.cpus_milli ? o->limits.cpus_milli : 1000) / 1000),
                           "memoryMB", (json_int_t)o->limits.memory_mb, "diskSizeMB",
                           (json_int_t)o->limits.disk_mb, "allowInternetAccess", false);
     if (np && np->n) {
-        json_t *allow = json_object_get(net_policy_json(np), "allow");
-        json_object_set_new(j, "network", json_pack("{s:O}", "allowOut",
-                                                    allow ? allow : json_array()));
+        json_t *pj = net_policy_json(np), *allow = json_object_get(pj, "allow");
+        json_object_set_new(j, "network",
+                            allow ? json_pack("{s:O}", "allowOut", allow)
+                                  : json_pack("{s:[]}", "allowOut"));
+        json_decref(pj);
     }
     if (with_token)
         json_object_set_new(j, "envdAccessToken", json_string(b->token));
@@ -300,8 +310,8 @@ static bool env_name_ok(const char *k)
     if (!*k || (*k >= '0' && *k <= '9'))
         return false;
     for (const char *p = k; *p; p++)
-        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
-              (*p >= '0' && *p <= '9') || *p == '_'))
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+              *p == '_'))
             return false;
     return true;
 }
@@ -311,7 +321,8 @@ static bool e2b_network(struct request *rq, json_t *body, struct session_opts *o
 {
     json_t *inet = json_object_get(body, "allow_internet_access");
     if (json_is_true(inet)) {
-        e2b_error(rq, 400, "field 'allow_internet_access': runcell gives no sandbox the whole "
+        e2b_error(rq, 400,
+                  "field 'allow_internet_access': runcell gives no sandbox the whole "
                   "internet; name the hosts with network.allowOut (e.g. [\"pypi.org\"]), or "
                   "leave it false");
         return false;
@@ -328,9 +339,11 @@ static bool e2b_network(struct request *rq, json_t *body, struct session_opts *o
     json_object_foreach(net, k, v)
     {
         if (strcmp(k, "allowOut") && !json_is_null(v)) {
-            e2b_error(rq, 400, "field 'network.%s' is not supported by runcell; only "
+            e2b_error(rq, 400,
+                      "field 'network.%s' is not supported by runcell; only "
                       "network.allowOut (hosts, *.domains, host:port) maps onto its egress "
-                      "allowlist", k);
+                      "allowlist",
+                      k);
             return false;
         }
     }
@@ -359,7 +372,8 @@ static bool e2b_network(struct request *rq, json_t *body, struct session_opts *o
     }
     const struct net_policy *max = rq->srv->cfg->net_allow_max;
     if (max && !net_policy_within(rq->net, max)) {
-        e2b_error(rq, 400, "field 'network.allowOut' names hosts this server does not allow "
+        e2b_error(rq, 400,
+                  "field 'network.allowOut' names hosts this server does not allow "
                   "(see runcell serve --net-allow-max)");
         return false;
     }
@@ -369,10 +383,10 @@ static bool e2b_network(struct request *rq, json_t *body, struct session_opts *o
 
 /* Fields of a create body that runcell takes, and those it must refuse when they ask for
  * something (null, false and empty mean "not asked"). */
-static const char *const create_known[] = {"templateID", "timeout", "metadata", "envVars",
-                                           "secure", "allow_internet_access", "network"};
-static const char *const create_refused[] = {"mcp", "iam", "autoPause", "autoPauseMemory",
-                                             "autoResume", "volumeMounts", "alias"};
+static const char *const create_known[] = {
+    "templateID", "timeout", "metadata", "envVars", "secure", "allow_internet_access", "network"};
+static const char *const create_refused[] = {
+    "mcp", "iam", "autoPause", "autoPauseMemory", "autoResume", "volumeMounts", "alias"};
 
 static bool asks_for(json_t *v)
 {
@@ -397,8 +411,10 @@ static bool check_create_fields(struct request *rq, json_t *body)
         for (size_t i = 0; i < ARRAY_SIZE(create_refused) && !known; i++) {
             if (!strcmp(k, create_refused[i])) {
                 if (asks_for(v)) {
-                    e2b_error(rq, 400, "field '%s' is not supported by runcell's E2B "
-                              "endpoint (docs/E2B.md lists what is)", k);
+                    e2b_error(rq, 400,
+                              "field '%s' is not supported by runcell's E2B "
+                              "endpoint (docs/E2B.md lists what is)",
+                              k);
                     return false;
                 }
                 known = true;
@@ -420,10 +436,8 @@ static int apply_env(struct session *s, json_t *env)
         return 0;
     const char *k;
     json_t *v;
-    json_object_foreach(env, k, v)
-        if (!env_name_ok(k))
-            return err_set(EINVAL, "field 'envVars': '%s' is not an environment variable name",
-                           k);
+    json_object_foreach(env, k, v) if (!env_name_ok(k)) return err_set(
+        EINVAL, "field 'envVars': '%s' is not an environment variable name", k);
     char *lit = json_dumps(env, JSON_COMPACT);
     _cleanup_free_ char *code = xasprintf("__import__('os').environ.update(%s)", lit);
     free(lit);
@@ -463,9 +477,11 @@ enum MHD_Result h_e2b_create(struct request *rq)
         goto out;
     }
     if (!template_known(tmpl)) {
-        ret = e2b_error(rq, 400, "field 'templateID': template '%s' is not known here; runcell "
+        ret = e2b_error(rq, 400,
+                        "field 'templateID': template '%s' is not known here; runcell "
                         "serves one template, Python with the data stack and bash, under the "
-                        "names code-interpreter-v1, code-interpreter and base", tmpl);
+                        "names code-interpreter-v1, code-interpreter and base",
+                        tmpl);
         goto out;
     }
     json_t *metadata = json_object_get(body, "metadata"), *env = json_object_get(body, "envVars");
@@ -477,9 +493,10 @@ enum MHD_Result h_e2b_create(struct request *rq)
         timeout_s = json_is_integer(tj) ? json_integer_value(tj) : -1;
         if (timeout_s <= 0 ||
             (uint64_t)timeout_s * 1000 > rq->srv->cfg->limits.max_idle_timeout_ms) {
-            ret = e2b_error(rq, 400, "field 'timeout' must be a whole number of seconds from 1 "
-                            "to %llu", (unsigned long long)(rq->srv->cfg->limits
-                                                                .max_idle_timeout_ms / 1000));
+            ret = e2b_error(rq, 400,
+                            "field 'timeout' must be a whole number of seconds from 1 "
+                            "to %llu",
+                            (unsigned long long)(rq->srv->cfg->limits.max_idle_timeout_ms / 1000));
             goto out;
         }
     }
@@ -514,8 +531,8 @@ enum MHD_Result h_e2b_create(struct request *rq)
     b->token = random_hex(16);
     b->template_id = xstrdup(tmpl);
     b->metadata = json_is_object(metadata) ? json_deep_copy(metadata) : json_object();
-    b->contexts = json_pack("[{s:s,s:s,s:s}]", "id", "default", "language", "python", "cwd",
-                            E2B_HOME);
+    b->contexts =
+        json_pack("[{s:s,s:s,s:s}]", "id", "default", "language", "python", "cwd", E2B_HOME);
     b->started_ms = now_realtime_ms();
     b->next_pid = 1000;
     json_t *info = box_json(b, s, true);
@@ -639,16 +656,18 @@ enum MHD_Result h_e2b_timeout(struct request *rq)
     if (!b)
         return e2b_error(rq, 404, "sandbox %s not found", id);
     if ((uint64_t)secs * 1000 > idle_ms)
-        return e2b_error(rq, 400, "field 'timeout': %lld s is longer than the timeout the "
+        return e2b_error(rq, 400,
+                         "field 'timeout': %lld s is longer than the timeout the "
                          "sandbox was created with (%llu s), which runcell keeps as its idle "
-                         "expiry; create it with the longer timeout", (long long)secs,
-                         (unsigned long long)(idle_ms / 1000));
+                         "expiry; create it with the longer timeout",
+                         (long long)secs, (unsigned long long)(idle_ms / 1000));
     return reply_empty(rq, 204);
 }
 
 enum MHD_Result h_e2b_refused(struct request *rq)
 {
-    return e2b_error(rq, 400, "%s %s is not supported by runcell's E2B endpoint (pause, resume, "
+    return e2b_error(rq, 400,
+                     "%s %s is not supported by runcell's E2B endpoint (pause, resume, "
                      "snapshots, forks and logs have no runcell counterpart yet; docs/E2B.md)",
                      rq->method, rq->route->pattern);
 }
@@ -728,10 +747,11 @@ static json_t *timestamp_now(void)
 static json_t *e2b_result(json_t *bundle, bool main)
 {
     static const char *const names[][2] = {
-        {"text/plain", "text"},      {"text/html", "html"},        {"text/markdown", "markdown"},
-        {"image/svg+xml", "svg"},    {"image/png", "png"},         {"image/jpeg", "jpeg"},
-        {"application/pdf", "pdf"},  {"text/latex", "latex"},      {"application/json", "json"},
-        {"application/javascript", "javascript"},
+        {"text/plain", "text"},        {"text/html", "html"},
+        {"text/markdown", "markdown"}, {"image/svg+xml", "svg"},
+        {"image/png", "png"},          {"image/jpeg", "jpeg"},
+        {"application/pdf", "pdf"},    {"text/latex", "latex"},
+        {"application/json", "json"},  {"application/javascript", "javascript"},
     };
     json_t *j = json_pack("{s:s,s:b}", "type", "result", "is_main_result", main);
     const char *k;
@@ -778,10 +798,12 @@ static void execute_event(void *ctx, const struct exec_event *ev)
     case EV_ERROR: {
         st->error_sent = true;
         json_t *tb = json_object_get(ev->json, "traceback");
-        stream_msg(st, json_pack("{s:s,s:O,s:O,s:O}", "type", "error", "name",
-                                 json_object_get(ev->json, "name"), "value",
-                                 json_object_get(ev->json, "value"), "traceback",
-                                 tb ? tb : json_string("")), 0);
+        stream_msg(st,
+                   json_pack("{s:s,s:O,s:O,s:O}", "type", "error", "name",
+                             json_object_get(ev->json, "name"), "value",
+                             json_object_get(ev->json, "value"), "traceback",
+                             tb ? tb : json_string("")),
+                   0);
         break;
     }
     }
@@ -795,20 +817,26 @@ static void execute_main(struct e2b_stream *st)
     int r = session_execute(st->s, &st->req, &sink, &rec);
     atomic_fetch_sub(&st->srv->executions, 1);
     if (r < 0) {
-        stream_msg(st, json_pack("{s:s,s:s,s:s,s:s}", "type", "error", "name", "RuncellError",
-                                 "value", err_msg(), "traceback", ""), 0);
+        stream_msg(st,
+                   json_pack("{s:s,s:s,s:s,s:s}", "type", "error", "name", "RuncellError", "value",
+                             err_msg(), "traceback", ""),
+                   0);
     } else {
         metrics_execution(st->srv->metrics, rec.status, rec.wall_ms / 1000.0);
         if (rec.status != EXEC_OK && !st->error_sent) {
             /* A timeout, a kill, the output limit: runcell's word, as an error. */
             const char *name = exec_status_name(rec.status);
             const char *msg = rec.message ? rec.message : name;
-            stream_msg(st, json_pack("{s:s,s:s,s:s,s:s}", "type", "error", "name",
-                                     rec.status == EXEC_TIMEOUT ? "TimeoutError" : name,
-                                     "value", msg, "traceback", msg), 0);
+            stream_msg(st,
+                       json_pack("{s:s,s:s,s:s,s:s}", "type", "error", "name",
+                                 rec.status == EXEC_TIMEOUT ? "TimeoutError" : name, "value", msg,
+                                 "traceback", msg),
+                       0);
         }
-        stream_msg(st, json_pack("{s:s,s:I}", "type", "number_of_executions",
-                                 "execution_count", (json_int_t)rec.execution_count), 0);
+        stream_msg(st,
+                   json_pack("{s:s,s:I}", "type", "number_of_executions", "execution_count",
+                             (json_int_t)rec.execution_count),
+                   0);
     }
     stream_msg(st, json_pack("{s:s}", "type", "end_of_execution"), 0);
     exec_record_release(&rec);
@@ -822,9 +850,8 @@ static void process_event(void *ctx, const struct exec_event *ev)
     size_t n;
     char *b64 = base64_encode(ev->data, ev->len, &n);
     /* StartResponse {event: ProcessEvent}, ProcessEvent's oneof by its member's name. */
-    json_t *j = json_pack("{s:{s:{s:s%}}}", "event", "data", ev->type == EV_STDOUT ? "stdout"
-                                                                                   : "stderr",
-                          b64, n);
+    json_t *j = json_pack("{s:{s:{s:s%}}}", "event", "data",
+                          ev->type == EV_STDOUT ? "stdout" : "stderr", b64, n);
     free(b64);
     stream_msg(st, j, 0);
 }
@@ -856,9 +883,11 @@ static void process_main(struct e2b_stream *st)
     atomic_fetch_sub(&st->srv->executions, 1);
     int sig = box_set_running(st->srv, st->box_id, 0, NULL);
     if (r < 0) {
-        stream_msg(st, json_pack("{s:{s:s,s:s}}", "error", "code",
-                                 r == -EBUSY ? "failed_precondition" : "unavailable", "message",
-                                 err_msg()), 0x02);
+        stream_msg(st,
+                   json_pack("{s:{s:s,s:s}}", "error", "code",
+                             r == -EBUSY ? "failed_precondition" : "unavailable", "message",
+                             err_msg()),
+                   0x02);
     } else {
         metrics_execution(st->srv->metrics, rec.status, rec.wall_ms / 1000.0);
         /* A command stopped by SendSignal ends as a shell says a signalled one did. */
@@ -982,8 +1011,6 @@ static enum MHD_Result start_stream(struct request *rq, struct session *s, enum 
     st->req.cancel_fd = st->cancel[0];
     st->req.cancel_events = POLLIN;
     if (pthread_create(&st->thread, NULL, stream_thread, st)) {
-        st->finished = true;
-        st->thread = pthread_self();
         execution_slot_give(rq);
         session_table_release(rq->srv->table, s);
         for (int i = 0; i < 2; i++) {
@@ -996,11 +1023,11 @@ static enum MHD_Result start_stream(struct request *rq, struct session *s, enum 
         free(st);
         return MHD_NO;
     }
-    struct MHD_Response *r =
-        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_read, st,
-                                          stream_free);
-    MHD_add_response_header(r, "Content-Type", kind == STREAM_EXECUTE ? "application/x-ndjson"
-                                                                      : "application/connect+json");
+    struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024,
+                                                               stream_read, st, stream_free);
+    MHD_add_response_header(r, "Content-Type",
+                            kind == STREAM_EXECUTE ? "application/x-ndjson"
+                                                   : "application/connect+json");
     MHD_add_response_header(r, "Cache-Control", "no-store");
     return reply_response(rq, 200, r);
 }
@@ -1010,20 +1037,19 @@ static enum MHD_Result start_stream(struct request *rq, struct session *s, enum 
 /* Python code that runs src in the namespace of context ctx, a dictionary of its own in
  * the session's kernel (a module, _runcell_e2b, holds them); the value of its last
  * expression is the cell's value. */
-static const char ctx_helper[] =
-    "import ast\n"
-    "spaces = {}\n"
-    "def run(ctx, src):\n"
-    "    ns = spaces.setdefault(ctx, {'__name__': '__main__'})\n"
-    "    tree = ast.parse(src, '<context>')\n"
-    "    last = None\n"
-    "    if tree.body and isinstance(tree.body[-1], ast.Expr):\n"
-    "        last = ast.Expression(tree.body.pop().value)\n"
-    "    exec(compile(tree, '<context>', 'exec'), ns)\n"
-    "    if last is not None:\n"
-    "        return eval(compile(last, '<context>', 'eval'), ns)\n"
-    "def drop(ctx):\n"
-    "    spaces.pop(ctx, None)\n";
+static const char ctx_helper[] = "import ast\n"
+                                 "spaces = {}\n"
+                                 "def run(ctx, src):\n"
+                                 "    ns = spaces.setdefault(ctx, {'__name__': '__main__'})\n"
+                                 "    tree = ast.parse(src, '<context>')\n"
+                                 "    last = None\n"
+                                 "    if tree.body and isinstance(tree.body[-1], ast.Expr):\n"
+                                 "        last = ast.Expression(tree.body.pop().value)\n"
+                                 "    exec(compile(tree, '<context>', 'exec'), ns)\n"
+                                 "    if last is not None:\n"
+                                 "        return eval(compile(last, '<context>', 'eval'), ns)\n"
+                                 "def drop(ctx):\n"
+                                 "    spaces.pop(ctx, None)\n";
 
 static char *py_literal(const char *s)
 {
@@ -1043,8 +1069,7 @@ static char *ctx_cell(const char *fn, const char *ctx, const char *src)
                      "m.__dict__[%s])[1])(%s%s%s))(__import__('sys').modules.setdefault("
                      "'_runcell_e2b', __import__('types').ModuleType('_runcell_e2b')))",
                      strcmp(fn, "run") ? "'drop'" : "'run'", helper,
-                     strcmp(fn, "run") ? "'drop'" : "'run'", c, code ? ", " : "",
-                     code ? code : "");
+                     strcmp(fn, "run") ? "'drop'" : "'run'", c, code ? ", " : "", code ? code : "");
 }
 
 /* The language of context id in sandbox id, into lang (NULL: no such context). */
@@ -1098,7 +1123,8 @@ enum MHD_Result h_e2b_execute(struct request *rq)
         goto out;
     }
     if (asks_for(envs)) {
-        ret = e2b_error(rq, 400, "field 'env_vars' (runCode's envs) is not supported per "
+        ret = e2b_error(rq, 400,
+                        "field 'env_vars' (runCode's envs) is not supported per "
                         "execution; give envs to Sandbox.create, or set os.environ in the code");
         goto out;
     }
@@ -1108,8 +1134,10 @@ enum MHD_Result h_e2b_execute(struct request *rq)
     }
     if (lang && !ctx) {
         if (!map_language(lang)) {
-            ret = e2b_error(rq, 400, "field 'language': '%s' is not supported by runcell yet; "
-                            "it runs python and bash", lang);
+            ret = e2b_error(rq, 400,
+                            "field 'language': '%s' is not supported by runcell yet; "
+                            "it runs python and bash",
+                            lang);
             goto out;
         }
         snprintf(ctx_lang, sizeof(ctx_lang), "%s", map_language(lang));
@@ -1124,8 +1152,10 @@ enum MHD_Result h_e2b_execute(struct request *rq)
     if (session_busy(s)) {
         execution_slot_give(rq);
         session_table_release(rq->srv->table, s);
-        ret = e2b_error(rq, 409, "sandbox %s is running another cell or command; runcell runs "
-                        "one at a time per sandbox", box);
+        ret = e2b_error(rq, 409,
+                        "sandbox %s is running another cell or command; runcell runs "
+                        "one at a time per sandbox",
+                        box);
         goto out;
     }
     bool own_ns = ctx && strcmp(ctx, "default") && !strcmp(ctx_lang, "python");
@@ -1163,13 +1193,17 @@ enum MHD_Result h_e2b_context_create(struct request *rq)
     _cleanup_free_ char *hex = random_hex(8);
     enum MHD_Result ret;
     if (!mapped) {
-        ret = e2b_error(rq, 400, "field 'language': '%s' contexts are not supported by "
-                        "runcell yet; it runs python and bash", lang);
+        ret = e2b_error(rq, 400,
+                        "field 'language': '%s' contexts are not supported by "
+                        "runcell yet; it runs python and bash",
+                        lang);
         goto out;
     }
     if (cwd && strcmp(cwd, E2B_HOME) && strcmp(cwd, "/workspace")) {
-        ret = e2b_error(rq, 400, "field 'cwd': contexts start in %s (runcell's /workspace); "
-                        "change directory in the code instead", E2B_HOME);
+        ret = e2b_error(rq, 400,
+                        "field 'cwd': contexts start in %s (runcell's /workspace); "
+                        "change directory in the code instead",
+                        E2B_HOME);
         goto out;
     }
     json_t *c = json_pack("{s:s,s:s,s:s}", "id", hex, "language", mapped, "cwd", E2B_HOME);
@@ -1182,8 +1216,8 @@ enum MHD_Result h_e2b_context_create(struct request *rq)
     pthread_mutex_unlock(&e->lock);
     if (full) {
         json_decref(c);
-        ret = e2b_error(rq, 429, "sandbox %s has its maximum of %d contexts", box,
-                        E2B_MAX_CONTEXTS);
+        ret =
+            e2b_error(rq, 429, "sandbox %s has its maximum of %d contexts", box, E2B_MAX_CONTEXTS);
         goto out;
     }
     ret = reply_json(rq, 200, c);
@@ -1273,8 +1307,10 @@ static char *ws_path(const char *p, char err[512])
                 rel = p + n;
         }
         if (!rel) {
-            snprintf(err, 512, "'%.180s' is outside %s: only the sandbox's workspace (%s, "
-                     "which is /workspace) is reachable", p, E2B_HOME, E2B_HOME);
+            snprintf(err, 512,
+                     "'%.180s' is outside %s: only the sandbox's workspace (%s, "
+                     "which is /workspace) is reachable",
+                     p, E2B_HOME, E2B_HOME);
             return NULL;
         }
         while (*rel == '/')
@@ -1333,8 +1369,8 @@ enum MHD_Result h_e2b_files_get(struct request *rq)
     bool special = fd >= 0 && fstat(fd, &st) == 0 && !S_ISREG(st.st_mode);
     if (fd >= 0)
         close(fd);
-    fd = special || fd < 0 ? fd : workspace_openat(session_workspace(s), rel,
-                                                   O_RDONLY | O_NONBLOCK, 0);
+    fd = special || fd < 0 ? fd
+                           : workspace_openat(session_workspace(s), rel, O_RDONLY | O_NONBLOCK, 0);
     session_table_release(rq->srv->table, s);
     if (special)
         return e2b_error(rq, 400, "'%s' is %s, not a regular file", p,
@@ -1451,12 +1487,14 @@ enum MHD_Result h_e2b_files_post(struct request *rq)
             bool quoted = *bd == '"';
             snprintf(boundary, sizeof(boundary), "%.*s", (int)strcspn(bd + quoted, "\";"),
                      bd + quoted);
-            n = multipart_parts(rq->body.data ? rq->body.data : "", rq->body.len, boundary,
-                                parts, E2B_MAX_PARTS);
+            n = multipart_parts(rq->body.data ? rq->body.data : "", rq->body.len, boundary, parts,
+                                E2B_MAX_PARTS);
         }
         if (n < 0)
-            ret = e2b_error(rq, 400, "the multipart body is not well formed (or has more than "
-                            "%d files)", E2B_MAX_PARTS);
+            ret = e2b_error(rq, 400,
+                            "the multipart body is not well formed (or has more than "
+                            "%d files)",
+                            E2B_MAX_PARTS);
         for (int i = 0; i < n && !rq->responded; i++) {
             const char *dest = path && n == 1 ? path : parts[i].filename;
             ret = write_one(rq, ws, dest, parts[i].data, parts[i].len, out);
@@ -1483,9 +1521,9 @@ static const struct {
     const char *code;
     unsigned status;
 } connect_codes[] = {
-    {"invalid_argument", 400}, {"not_found", 404},  {"already_exists", 409},
-    {"failed_precondition", 400}, {"unimplemented", 501}, {"internal", 500},
-    {"unavailable", 503},      {"unauthenticated", 401}, {"resource_exhausted", 429},
+    {"invalid_argument", 400},    {"not_found", 404},       {"already_exists", 409},
+    {"failed_precondition", 400}, {"unimplemented", 501},   {"internal", 500},
+    {"unavailable", 503},         {"unauthenticated", 401}, {"resource_exhausted", 429},
 };
 
 static enum MHD_Result connect_error(struct request *rq, const char *code, const char *fmt, ...)
@@ -1537,10 +1575,11 @@ static json_t *connect_request(struct request *rq)
     size_t n = rq->body.len;
     if (is_connect_stream(rq)) {
         const unsigned char *h = (const unsigned char *)data;
-        size_t len = n >= 5 ? ((size_t)h[1] << 24 | (size_t)h[2] << 16 | (size_t)h[3] << 8 | h[4])
-                            : 0;
+        size_t len =
+            n >= 5 ? ((size_t)h[1] << 24 | (size_t)h[2] << 16 | (size_t)h[3] << 8 | h[4]) : 0;
         if (n < 5 || len != n - 5 || (h[0] & 1)) {
-            connect_error(rq, "invalid_argument", "the request is not one uncompressed Connect "
+            connect_error(rq, "invalid_argument",
+                          "the request is not one uncompressed Connect "
                           "envelope");
             return NULL;
         }
@@ -1600,8 +1639,10 @@ static char *process_cell(struct request *rq, json_t *cfg)
     {
         if (!env_name_ok(k) || !json_is_string(v)) {
             buf_release(&b);
-            connect_error(rq, "invalid_argument", "process.envs: '%s' is not a variable name "
-                          "with a string value", k);
+            connect_error(rq, "invalid_argument",
+                          "process.envs: '%s' is not a variable name "
+                          "with a string value",
+                          k);
             return NULL;
         }
         _cleanup_free_ char *kv = xasprintf("%s=%s", k, json_string_value(v));
@@ -1640,7 +1681,8 @@ static enum MHD_Result process_start(struct request *rq, json_t *msg, const char
     if (json_object_get(msg, "pty") && !json_is_null(json_object_get(msg, "pty")))
         return connect_error(rq, "unimplemented", "pty is not supported by runcell");
     if (json_is_true(json_object_get(msg, "stdin")))
-        return connect_error(rq, "unimplemented", "stdin is not supported by runcell: commands "
+        return connect_error(rq, "unimplemented",
+                             "stdin is not supported by runcell: commands "
                              "read /dev/null");
     char *cell = process_cell(rq, cfg);
     if (!cell)
@@ -1659,8 +1701,10 @@ static enum MHD_Result process_start(struct request *rq, json_t *msg, const char
         free(cell);
         execution_slot_give(rq);
         session_table_release(rq->srv->table, s);
-        return connect_error(rq, "failed_precondition", "sandbox %s is running another cell or "
-                             "command; runcell runs one at a time per sandbox", box);
+        return connect_error(rq, "failed_precondition",
+                             "sandbox %s is running another cell or "
+                             "command; runcell runs one at a time per sandbox",
+                             box);
     }
     struct e2b *e = rq->srv->e2b;
     pthread_mutex_lock(&e->lock);
@@ -1678,8 +1722,8 @@ static enum MHD_Result process_list(struct request *rq, const char *box)
     pthread_mutex_lock(&e->lock);
     struct e2b_box *b = box_find(e, box);
     if (b && b->running_pid)
-        json_array_append_new(procs, json_pack("{s:O,s:i}", "config", b->running_cfg, "pid",
-                                               (int)b->running_pid));
+        json_array_append_new(
+            procs, json_pack("{s:O,s:i}", "config", b->running_cfg, "pid", (int)b->running_pid));
     pthread_mutex_unlock(&e->lock);
     return reply_json(rq, 200, json_pack("{s:o}", "processes", procs));
 }
@@ -1690,10 +1734,13 @@ static enum MHD_Result process_signal(struct request *rq, json_t *msg, const cha
     unsigned pid = (unsigned)json_integer_value(sel);
     json_t *sv = json_object_get(msg, "signal");
     const char *sname = json_string_value(sv);
-    int sig = sname ? (!strcmp(sname, "SIGNAL_SIGTERM") ? 15 : !strcmp(sname, "SIGNAL_SIGKILL") ? 9 : 0)
+    int sig = sname ? (!strcmp(sname, "SIGNAL_SIGTERM")   ? 15
+                       : !strcmp(sname, "SIGNAL_SIGKILL") ? 9
+                                                          : 0)
                     : (int)json_integer_value(sv);
     if (sig != 9 && sig != 15)
-        return connect_error(rq, "invalid_argument", "signal must be SIGNAL_SIGKILL or "
+        return connect_error(rq, "invalid_argument",
+                             "signal must be SIGNAL_SIGKILL or "
                              "SIGNAL_SIGTERM");
     struct e2b *e = rq->srv->e2b;
     pthread_mutex_lock(&e->lock);
@@ -1723,16 +1770,19 @@ enum MHD_Result h_e2b_process_rpc(struct request *rq)
     enum MHD_Result ret;
     if (!strcmp(method, "Start"))
         ret = is_connect_stream(rq) ? process_start(rq, msg, box)
-                                    : connect_error(rq, "invalid_argument", "Start is a "
+                                    : connect_error(rq, "invalid_argument",
+                                                    "Start is a "
                                                     "streaming method: application/connect+json");
     else if (!strcmp(method, "List"))
         ret = process_list(rq, box);
     else if (!strcmp(method, "SendSignal"))
         ret = process_signal(rq, msg, box);
     else
-        ret = connect_error(rq, "unimplemented", "process.Process/%s is not supported by "
+        ret = connect_error(rq, "unimplemented",
+                            "process.Process/%s is not supported by "
                             "runcell (Start, List and SendSignal are; no stdin, no pty, no "
-                            "reconnecting to a command)", method);
+                            "reconnecting to a command)",
+                            method);
     json_decref(msg);
     return ret;
 }
@@ -1763,10 +1813,10 @@ static json_t *entry_json(const char *rel, const struct stat *st)
     snprintf(size, sizeof(size), "%lld", (long long)st->st_size);
     size_t n;
     char *clean_abs = utf8_sanitize(abs, strlen(abs), &n);
-    json_t *j = json_pack("{s:s,s:s,s:s%,s:s,s:i,s:s,s:s,s:s,s:s}", "name", slash + 1, "type",
-                          type, "path", clean_abs, n, "size", size, "mode",
-                          (int)(st->st_mode & 07777), "permissions", perm_string(st->st_mode, perm),
-                          "owner", "user", "group", "user", "modifiedTime", mtime);
+    json_t *j = json_pack("{s:s,s:s,s:s%,s:s,s:i,s:s,s:s,s:s,s:s}", "name", slash + 1, "type", type,
+                          "path", clean_abs, n, "size", size, "mode", (int)(st->st_mode & 07777),
+                          "permissions", perm_string(st->st_mode, perm), "owner", "user", "group",
+                          "user", "modifiedTime", mtime);
     free(clean_abs);
     return j;
 }
@@ -1814,8 +1864,8 @@ static int list_dir(struct workspace *ws, const char *rel, unsigned depth, json_
         struct stat st;
         if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
             continue;
-        _cleanup_free_ char *child = *rel ? xasprintf("%s/%s", rel, de->d_name)
-                                          : xstrdup(de->d_name);
+        _cleanup_free_ char *child =
+            *rel ? xasprintf("%s/%s", rel, de->d_name) : xstrdup(de->d_name);
         json_array_append_new(arr, entry_json(child, &st));
         if (S_ISDIR(st.st_mode) && depth > 1 && (r = list_dir(ws, child, depth - 1, arr)) < 0)
             break;
@@ -1837,8 +1887,8 @@ static enum MHD_Result fs_reply_entry(struct request *rq, struct workspace *ws, 
 static enum MHD_Result fs_call(struct request *rq, const char *method, json_t *msg,
                                struct workspace *ws)
 {
-    const char *p = json_string_value(json_object_get(msg, strcmp(method, "Move") ? "path"
-                                                                                  : "source"));
+    const char *p =
+        json_string_value(json_object_get(msg, strcmp(method, "Move") ? "path" : "source"));
     char why[512];
     _cleanup_free_ char *rel = ws_path(p, why);
     if (!rel)
@@ -1852,9 +1902,11 @@ static enum MHD_Result fs_call(struct request *rq, const char *method, json_t *m
         r = list_dir(ws, rel, depth < 1 ? 1 : depth > 64 ? 64 : (unsigned)depth, arr);
         if (r == -E2BIG) {
             json_decref(arr);
-            return connect_error(rq, "resource_exhausted", "'%s' holds more than %d entries "
+            return connect_error(rq, "resource_exhausted",
+                                 "'%s' holds more than %d entries "
                                  "(to the depth asked); list a subdirectory, or with a lower "
-                                 "depth", p, E2B_MAX_LISTDIR);
+                                 "depth",
+                                 p, E2B_MAX_LISTDIR);
         }
         if (r < 0) {
             json_decref(arr);
@@ -1879,8 +1931,7 @@ static enum MHD_Result fs_call(struct request *rq, const char *method, json_t *m
         struct stat st;
         if (fstatat(dfd, leaf, &st, AT_SYMLINK_NOFOLLOW) < 0)
             return connect_error(rq, "not_found", "'%s' does not exist", p);
-        r = S_ISDIR(st.st_mode) ? rm_rf_at(dfd, leaf)
-                                : (unlinkat(dfd, leaf, 0) < 0 ? -errno : 0);
+        r = S_ISDIR(st.st_mode) ? rm_rf_at(dfd, leaf) : (unlinkat(dfd, leaf, 0) < 0 ? -errno : 0);
         if (r < 0)
             return connect_error(rq, errno_code(r), "cannot remove '%s': %s", p, strerror(-r));
         return reply_json(rq, 200, json_object());
@@ -1909,8 +1960,10 @@ enum MHD_Result h_e2b_filesystem_rpc(struct request *rq)
     for (size_t i = 0; i < ARRAY_SIZE(methods); i++)
         known |= !strcmp(methods[i], method);
     if (!known)
-        return connect_error(rq, "unimplemented", "filesystem.Filesystem/%s is not supported by "
-                             "runcell (Stat, ListDir, MakeDir, Remove and Move are)", method);
+        return connect_error(rq, "unimplemented",
+                             "filesystem.Filesystem/%s is not supported by "
+                             "runcell (Stat, ListDir, MakeDir, Remove and Move are)",
+                             method);
     json_t *msg = connect_request(rq);
     if (!msg)
         return MHD_YES;

@@ -208,6 +208,29 @@ class E2BSdk(RuncellTestCase):
         # runcell's bearer token is accepted too (the SDK's accessToken mode)
         self.assertEqual(self.srv.request("GET", "/v2/sandboxes").status, 200)
 
+    def test_network_allow_out_is_the_egress_allowlist(self):
+        allow = ["pypi.org", "*.example.com:8443"]
+        r = self.e2b("POST", "/v2/sandboxes", {"network": {"allowOut": allow},
+                                               "metadata": {"who": "test"}})
+        self.assertEqual(r.status, 201, r)
+        sid = r.json()["sandboxID"]
+        try:
+            info = self.e2b("GET", "/sandboxes/" + sid).json()
+            self.assertEqual(info["network"]["allowOut"], allow)
+            self.assertEqual(info["metadata"], {"who": "test"})
+            self.assertNotIn("envdAccessToken", info)  # only create and connect give it
+        finally:
+            self.e2b("DELETE", "/sandboxes/" + sid)
+        r = self.e2b("POST", "/v2/sandboxes", {"network": {"allowOut": ["bad host"]}})
+        self.assertEqual(r.status, 400)
+        self.assertIn("network.allowOut", r.json()["message"])
+        r = self.e2b("POST", "/v2/sandboxes", {"envVars": {"1BAD": "x"}})
+        self.assertEqual(r.status, 400)
+        self.assertIn("envVars", r.json()["message"])
+        r = self.e2b("POST", "/v2/sandboxes", {"metadata": {"k": 1}})
+        self.assertEqual(r.status, 400)
+        self.assertIn("metadata", r.json()["message"])
+
     def test_sandbox_routes_need_the_access_token(self):
         created = self.e2b("POST", "/v2/sandboxes", {"templateID": "code-interpreter-v1"})
         self.assertEqual(created.status, 201, created)
