@@ -585,12 +585,81 @@ enum MHD_Result h_e2b_connect(struct request *rq)
     return reply_box(rq, 200, true);
 }
 
+static int hex_digit(char c)
+{
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                  : -1;
+}
+
+/* Percent-decodes s in place ('+' a space too when form is true). */
+static void url_decode(char *s, bool form)
+{
+    char *o = s;
+    for (char *p = s; *p; p++) {
+        if (*p == '%' && hex_digit(p[1]) >= 0 && hex_digit(p[2]) >= 0) {
+            *o++ = (char)(hex_digit(p[1]) * 16 + hex_digit(p[2]));
+            p += 2;
+        } else {
+            *o++ = form && *p == '+' ? ' ' : *p;
+        }
+    }
+    *o = '\0';
+}
+
+/* The list's metadata filter: "k=v&k2=v2" as the SDK sends it (a form of pairs whose keys and
+ * values are URI-encoded once more); NULL after replying 400. */
+static json_t *metadata_filter(struct request *rq, const char *q)
+{
+    json_t *want = json_object();
+    _cleanup_free_ char *copy = xstrdup(q);
+    char *save = NULL;
+    for (char *pair = strtok_r(copy, "&", &save); pair; pair = strtok_r(NULL, "&", &save)) {
+        char *eq = strchr(pair, '=');
+        if (!eq) {
+            json_decref(want);
+            e2b_error(rq, 400, "query 'metadata': '%.100s' is not key=value", pair);
+            return NULL;
+        }
+        *eq = '\0';
+        url_decode(pair, true);
+        url_decode(eq + 1, true);
+        url_decode(pair, false);
+        url_decode(eq + 1, false);
+        json_object_set_new(want, pair, json_string(eq + 1));
+    }
+    return want;
+}
+
+static bool box_matches(const struct e2b_box *b, json_t *want, const char *tmpl)
+{
+    const char *k;
+    json_t *v;
+    if (tmpl && strcmp(tmpl, b->template_id))
+        return false;
+    json_object_foreach(want, k, v)
+    {
+        json_t *have = json_object_get(b->metadata, k);
+        if (!have || !json_equal(have, v))
+            return false;
+    }
+    return true;
+}
+
 enum MHD_Result h_e2b_list(struct request *rq)
 {
     const char *state = MHD_lookup_connection_value(rq->conn, MHD_GET_ARGUMENT_KIND, "state");
+    const char *meta = MHD_lookup_connection_value(rq->conn, MHD_GET_ARGUMENT_KIND, "metadata");
+    const char *tmpl = MHD_lookup_connection_value(rq->conn, MHD_GET_ARGUMENT_KIND, "template");
     json_t *arr = json_array();
     if (state && !strstr(state, "running"))
         return reply_json(rq, 200, arr); /* runcell keeps no paused sandboxes */
+    json_t *want = meta && *meta ? metadata_filter(rq, meta) : json_object();
+    if (!want) {
+        json_decref(arr);
+        return MHD_YES;
+    }
     struct e2b *e = rq->srv->e2b;
     _cleanup_strv_ char **ids = NULL;
     pthread_mutex_lock(&e->lock);
@@ -606,11 +675,12 @@ enum MHD_Result h_e2b_list(struct request *rq)
         }
         pthread_mutex_lock(&e->lock);
         struct e2b_box *b = box_find(e, *id);
-        if (b)
+        if (b && box_matches(b, want, tmpl && *tmpl ? tmpl : NULL))
             json_array_append_new(arr, box_json(b, s, false));
         pthread_mutex_unlock(&e->lock);
         session_table_release(rq->srv->table, s);
     }
+    json_decref(want);
     return reply_json(rq, 200, arr);
 }
 

@@ -153,6 +153,12 @@ const scenarios = {
   async kill(sbx) {
     const id = sbx.sandboxId
     const listed = (await Sandbox.list().nextItems()).map(s => s.sandboxId)
+    const other = await Sandbox.create({ metadata: { role: 'other one', n: '1+1' } })
+    const byMeta = (await Sandbox.list({ query: { metadata: { role: 'other one', n: '1+1' } } })
+      .nextItems()).map(s => s.sandboxId)
+    const byWrongMeta = (await Sandbox.list({ query: { metadata: { role: 'nobody' } } })
+      .nextItems()).length
+    await other.kill()
     const killed = await sbx.kill()
     const again = await Sandbox.kill(id)
     let info = null
@@ -162,7 +168,8 @@ const scenarios = {
     const running = await sbx.isRunning()
     let code = null
     try { await sbx.runCode('1') } catch (e) { code = errorInfo(e) }
-    return { listed: listed.includes(id), killed, again, info, connect, running, code }
+    return { listed: listed.includes(id), byMeta: byMeta.length === 1 && byMeta[0] === other.sandboxId,
+             byWrongMeta, killed, again, info, connect, running, code }
   },
 }
 
@@ -194,4 +201,6 @@ async function main() {
   console.log(JSON.stringify(out))
 }
 
-main().catch(e => { console.log(JSON.stringify({ fatal: errorInfo(e), stack: e?.stack })); process.exit(1) })
+// Exit once said: after a failed call the SDK leaves its request timer running (60 s),
+// which would keep Node alive that long. (Writes to a pipe are synchronous on Linux.)
+main().then(() => process.exit(0)).catch(e => { console.log(JSON.stringify({ fatal: errorInfo(e), stack: e?.stack })); process.exit(1) })

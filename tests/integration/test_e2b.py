@@ -171,6 +171,8 @@ class E2BSdk(RuncellTestCase):
     def test_kill_then_sandbox_not_found(self):
         out = self.scenario("kill")
         self.assertTrue(out["listed"])
+        self.assertTrue(out["byMeta"])  # Sandbox.list's metadata filter
+        self.assertEqual(out["byWrongMeta"], 0)
         self.assertTrue(out["killed"])
         self.assertFalse(out["again"])
         self.assertEqual(out["info"]["name"], "SandboxNotFoundError")
