@@ -47,10 +47,10 @@ struct request {
     struct server *srv;
     struct MHD_Connection *conn;
     const struct route *route;
-    char method[16];   /* for the log */
-    bool url_has_nul;  /* "%00" in the raw URL: the decoded URL was cut short */
-    char *params[2];   /* {id}, {path} as matched */
-    struct buf body;   /* JSON request body, capped */
+    char method[16];       /* for the log */
+    bool url_has_nul;      /* "%00" in the raw URL: the decoded URL was cut short */
+    char *params[2];       /* {id}, {path} as matched */
+    struct buf body;       /* JSON request body, capped */
     struct upload *upload; /* PUT of a file: streamed to disk */
     enum request_phase phase;
     /* A reply made before the body has arrived waits for it (read and dropped, up to
@@ -59,11 +59,11 @@ struct request {
     bool hold_reply;
     struct MHD_Response *held;
     uint64_t dropped;
-    int status;        /* as sent, for the log */
+    int status; /* as sent, for the log */
     double t0_ms;
-    char *session_id;  /* for the log */
+    char *session_id; /* for the log */
     bool responded;
-    bool owes_reply;   /* counted in srv->replies_owed until completed */
+    bool owes_reply;        /* counted in srv->replies_owed until completed */
     struct net_policy *net; /* the network policy a create body asked for */
     char **packages;        /* ... and its packages */
 };
@@ -93,25 +93,25 @@ const struct route *route_match(const char *url, const char *method, char *param
 /* ---- replies (http.c): every error goes through api_error, the one place that maps
  * internal errors to an HTTP status and a JSON error code. ---- */
 enum api_err {
-    AE_BAD_REQUEST,   /* 400 bad_request */
-    AE_BAD_PATH,      /* 400 bad_path */
-    AE_UNAUTHORIZED,  /* 401 unauthorized */
-    AE_NOT_FOUND,     /* 404 not_found */
-    AE_EXPIRED,       /* 404 expired */
-    AE_METHOD,        /* 405 method_not_allowed */
-    AE_BUSY,          /* 409 busy */
-    AE_TOO_LARGE,     /* 413 too_large */
-    AE_LIMIT,         /* 429 limit_exceeded */
-    AE_INTERNAL,      /* 500 internal */
-    AE_SANDBOX,       /* 503 sandbox_error */
-    AE_SHUTTING_DOWN, /* 503 shutting_down */
+    AE_BAD_REQUEST,    /* 400 bad_request */
+    AE_BAD_PATH,       /* 400 bad_path */
+    AE_UNAUTHORIZED,   /* 401 unauthorized */
+    AE_NOT_FOUND,      /* 404 not_found */
+    AE_EXPIRED,        /* 404 expired */
+    AE_METHOD,         /* 405 method_not_allowed */
+    AE_BUSY,           /* 409 busy */
+    AE_TOO_LARGE,      /* 413 too_large */
+    AE_LIMIT,          /* 429 limit_exceeded */
+    AE_INTERNAL,       /* 500 internal */
+    AE_SANDBOX,        /* 503 sandbox_error */
+    AE_SHUTTING_DOWN,  /* 503 shutting_down */
     AE_NOT_CONFIGURED, /* 503 agent_not_configured */
 };
 enum MHD_Result api_error(struct request *rq, enum api_err e, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* As api_error, with extra's fields (reference stolen; may be NULL) beside "error". */
-enum MHD_Result api_error_with(struct request *rq, enum api_err e, json_t *extra,
-                               const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+enum MHD_Result api_error_with(struct request *rq, enum api_err e, json_t *extra, const char *fmt,
+                               ...) __attribute__((format(printf, 4, 5)));
 /* Replies for -errno (with err_msg()) with the right api_err. */
 enum MHD_Result api_errno(struct request *rq, int err);
 /* The api_err for -errno, and the JSON code of an api_err (for errors that cannot be an
@@ -138,8 +138,7 @@ bool check_fields(struct request *rq, json_t *obj, const struct field *fields, s
 /* Seconds field into milliseconds, checked against (0, max_ms]; true when absent too. */
 bool get_seconds(struct request *rq, json_t *obj, const char *name, uint64_t max_ms,
                  uint64_t *ret_ms);
-bool get_count(struct request *rq, json_t *obj, const char *name, uint64_t max,
-               uint64_t *ret);
+bool get_count(struct request *rq, json_t *obj, const char *name, uint64_t max, uint64_t *ret);
 
 /* ---- route handlers ---- */
 enum MHD_Result h_session_create(struct request *rq);
@@ -220,8 +219,8 @@ void metrics_request(struct metrics *m, unsigned status);
 /* Gauges read at render time from the server's parts, not kept by struct metrics. */
 struct metrics_gauges {
     size_t live_sessions, running_executions;
-    size_t pool_ready;        /* sessions made ahead and waiting to be handed out */
-    double template_ready_ms; /* how long the running template took to start; 0: none */
+    size_t pool_ready;            /* sessions made ahead and waiting to be handed out */
+    double template_ready_ms;     /* how long the running template took to start; 0: none */
     uint64_t connections_evicted; /* unauthenticated connections closed to make room */
 };
 char *metrics_render(struct metrics *m, const struct metrics_gauges *g);

@@ -222,7 +222,8 @@ static enum MHD_Result route_request(struct request *rq, const char *url, const 
         const char *h = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, "Authorization");
         if (!h || strncmp(h, "Bearer ", 7) || !token_equal(h + 7, srv->token)) {
             buf_release(&allow);
-            return api_error(rq, AE_UNAUTHORIZED, "%s; send 'Authorization: Bearer TOKEN' "
+            return api_error(rq, AE_UNAUTHORIZED,
+                             "%s; send 'Authorization: Bearer TOKEN' "
                              "(the token is in the server's data directory, file 'token')",
                              h ? "wrong token" : "no token");
         }
@@ -231,14 +232,14 @@ static enum MHD_Result route_request(struct request *rq, const char *url, const 
     if (!rq->route) {
         enum MHD_Result r;
         if (path_known) {
-            _cleanup_free_ char *msg = xasprintf("%s does not take %s; it takes %s", url, method,
-                                                 allow.data);
-            json_t *j = json_pack("{s:{s:s,s:s}}", "error", "code", "method_not_allowed",
-                                  "message", msg);
+            _cleanup_free_ char *msg =
+                xasprintf("%s does not take %s; it takes %s", url, method, allow.data);
+            json_t *j =
+                json_pack("{s:{s:s,s:s}}", "error", "code", "method_not_allowed", "message", msg);
             char *text = json_dumps(j, JSON_COMPACT);
             json_decref(j);
-            struct MHD_Response *resp = MHD_create_response_from_buffer(
-                strlen(text), text, MHD_RESPMEM_MUST_FREE);
+            struct MHD_Response *resp =
+                MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
             MHD_add_response_header(resp, "Content-Type", "application/json");
             MHD_add_response_header(resp, "Allow", allow.data);
             r = reply_response(rq, 405, resp);
@@ -259,9 +260,10 @@ static enum MHD_Result route_request(struct request *rq, const char *url, const 
     uint64_t len, max = rq->route->flags & ROUTE_STREAM_BODY ? srv->cfg->limits.max_upload_bytes
                                                              : srv->cfg->limits.max_body_bytes;
     if (cl && parse_u64(cl, &len) == 0 && len > max)
-        return api_error(rq, AE_TOO_LARGE, "request body of %llu bytes is larger than the "
-                         "server's limit of %llu bytes", (unsigned long long)len,
-                         (unsigned long long)max);
+        return api_error(rq, AE_TOO_LARGE,
+                         "request body of %llu bytes is larger than the "
+                         "server's limit of %llu bytes",
+                         (unsigned long long)len, (unsigned long long)max);
     buf_init(&rq->body, max);
     return MHD_YES;
 }
@@ -290,9 +292,8 @@ static enum MHD_Result on_body(struct request *rq, const char *data, size_t n)
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
-                                  const char *method, const char *version,
-                                  const char *upload_data, size_t *upload_data_size,
-                                  void **req_cls)
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **req_cls)
 {
     struct request *rq = *req_cls;
     (void)cls;
@@ -325,8 +326,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
 {
     struct server *srv = cls;
     struct request *rq = *req_cls;
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn,
-                                                                 MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
     char addr[INET6_ADDRSTRLEN] = "?";
     (void)toe;
     if (!rq)
@@ -369,8 +370,10 @@ static int parse_listen(const char *listen, struct sockaddr_storage *ret, sockle
         host++;
         host[strlen(host) - 1] = '\0';
     }
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-                             .ai_flags = AI_NUMERICSERV}, *ai;
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_NUMERICSERV},
+                    *ai;
     int r = getaddrinfo(host, port, &hints, &ai);
     if (r)
         return err_set(EINVAL, "--listen '%s': %s", listen, gai_strerror(r));
@@ -497,7 +500,8 @@ static int open_persistence(struct server *srv)
     if ((r = store_check(srv->store)) < 0)
         return err_set(-r, "the store %s does not answer: %s", store_describe(srv->store),
                        err_msg());
-    srv->persist = (struct persist_config){.store = srv->store, .meta = srv->meta,
+    srv->persist = (struct persist_config){.store = srv->store,
+                                           .meta = srv->meta,
                                            .quota_bytes = cfg->store_quota_bytes,
                                            .max_files = cfg->store_max_files,
                                            .owner = srv->host.owner_id};
@@ -523,9 +527,11 @@ static int prepare(struct server *srv, struct sockaddr_storage *addr)
     bool token_given = srv->cfg->token || (getenv("RUNCELL_TOKEN") && *getenv("RUNCELL_TOKEN")) ||
                        access(token_path, F_OK) == 0;
     if (!is_loopback(addr) && !token_given)
-        return err_set(EPERM, "refusing to listen on %s, which is not a loopback address, "
+        return err_set(EPERM,
+                       "refusing to listen on %s, which is not a loopback address, "
                        "without a token chosen for it: pass --token, set RUNCELL_TOKEN, or "
-                       "write one to %s", srv->cfg->listen, token_path);
+                       "write one to %s",
+                       srv->cfg->listen, token_path);
     if ((r = token_load(srv->cfg->data_dir, srv->cfg->token, &srv->token, &generated)) < 0)
         return r;
     if (generated)
@@ -536,8 +542,7 @@ static int prepare(struct server *srv, struct sockaddr_storage *addr)
     if ((r = sandbox_host_init(&srv->host)) < 0)
         return r;
     if (srv->host.degraded_reason)
-        log_warn("msg=\"resource limits are degraded\" reason=\"%s\"",
-                 srv->host.degraded_reason);
+        log_warn("msg=\"resource limits are degraded\" reason=\"%s\"", srv->host.degraded_reason);
     if ((r = open_persistence(srv)) < 0)
         return r;
     if (!srv->cfg->no_template && srv->host.privileged && srv->host.cgroup_mode != CGROUP_NONE &&

@@ -57,15 +57,39 @@ static const char serve_help[] =
     "  --review-webhook URL   also POST review incidents of agent runs to URL\n"
     "\n"
     "Sessions are kept (docs/PERSISTENCE.md): their files after every execution, their\n"
-    "variables when they expire or are closed with checkpoint; records in DATA/sessions.db.\n"
-    STORE_OPTS_HELP;
+    "variables when they expire or are closed with checkpoint; records in "
+    "DATA/sessions.db.\n" STORE_OPTS_HELP;
 
-enum { OPT_LISTEN = OPT_COMMON_END, OPT_DATA, OPT_TOKEN, OPT_MAX_SESSIONS, OPT_MAX_EXECUTIONS,
-       OPT_MAX_MEMORY, OPT_MAX_TIMEOUT, OPT_MAX_UPLOAD, OPT_IDLE_TIMEOUT, OPT_GRACE,
-       OPT_NO_TEMPLATE, OPT_POOL, OPT_NET_ALLOW_MAX, OPT_NET_MAX_CONNECTIONS, OPT_NET_MAX_MB,
-       OPT_ALLOW_ORIGIN, OPT_MODEL, OPT_BASE_URL, OPT_WEBHOOK, OPT_MAX_BODY, OPT_MAX_PIDS,
-       OPT_MAX_DISK, OPT_MAX_IDLE_TIMEOUT, OPT_MAX_CONNECTIONS, OPT_MAX_PER_PEER,
-       OPT_MAX_UNAUTH, OPT_HEADER_TIMEOUT, OPT_E2B };
+enum {
+    OPT_LISTEN = OPT_COMMON_END,
+    OPT_DATA,
+    OPT_TOKEN,
+    OPT_MAX_SESSIONS,
+    OPT_MAX_EXECUTIONS,
+    OPT_MAX_MEMORY,
+    OPT_MAX_TIMEOUT,
+    OPT_MAX_UPLOAD,
+    OPT_IDLE_TIMEOUT,
+    OPT_GRACE,
+    OPT_NO_TEMPLATE,
+    OPT_POOL,
+    OPT_NET_ALLOW_MAX,
+    OPT_NET_MAX_CONNECTIONS,
+    OPT_NET_MAX_MB,
+    OPT_ALLOW_ORIGIN,
+    OPT_MODEL,
+    OPT_BASE_URL,
+    OPT_WEBHOOK,
+    OPT_MAX_BODY,
+    OPT_MAX_PIDS,
+    OPT_MAX_DISK,
+    OPT_MAX_IDLE_TIMEOUT,
+    OPT_MAX_CONNECTIONS,
+    OPT_MAX_PER_PEER,
+    OPT_MAX_UNAUTH,
+    OPT_HEADER_TIMEOUT,
+    OPT_E2B
+};
 
 static const struct option long_opts[] = {
     COMMON_LONG_OPTS,
@@ -120,8 +144,10 @@ static int add_origin(char ***origins, const char *val)
     const char *host = strstr(val, "://");
     if ((strncmp(val, "http://", 7) && strncmp(val, "https://", 8)) || !host || !host[3] ||
         strchr(host + 3, '/'))
-        return usage_error("serve", "--allow-origin: '%s' is not an origin such as "
-                           "https://app.example.com (scheme, host, optional port, no path)", val);
+        return usage_error("serve",
+                           "--allow-origin: '%s' is not an origin such as "
+                           "https://app.example.com (scheme, host, optional port, no path)",
+                           val);
     *origins = strv_push(*origins ? *origins : xcalloc(1, sizeof(char *)), val);
     return 0;
 }
@@ -213,8 +239,7 @@ static int serve_opt(struct server_config *cfg, struct common_opts *co, struct s
     case OPT_NET_ALLOW_MAX:
         return parse_allow_max(val);
     case OPT_NET_MAX_CONNECTIONS:
-        return opt_count("serve", "--net-max-connections", val,
-                         &cfg->limits.max_net_connections);
+        return opt_count("serve", "--net-max-connections", val, &cfg->limits.max_net_connections);
     case OPT_NET_MAX_MB:
         r = opt_megabytes("serve", "--net-max-mb", val, &v);
         cfg->limits.max_net_bytes = v << 20;
@@ -223,7 +248,7 @@ static int serve_opt(struct server_config *cfg, struct common_opts *co, struct s
     case OPT_INDEX_URL:
     case OPT_INSTALL_TIMEOUT:
         return usage_error("serve", "--package, --index-url and --install-timeout are "
-                           "options of sessions: give them in POST /v1/sessions");
+                                    "options of sessions: give them in POST /v1/sessions");
     case OPT_ALLOW_ORIGIN:
         return add_origin(origins, val);
     case OPT_MODEL:
@@ -268,9 +293,10 @@ static int check_defaults(const struct server_config *cfg)
                 {"--max-unauthenticated", m->max_unauthenticated}};
     for (size_t i = 0; i < ARRAY_SIZE(caps); i++)
         if (caps[i].val > m->max_connections)
-            return usage_error("serve", "%s (%zu) is more than --max-connections (%zu); lower "
-                               "one or raise the other", caps[i].opt, caps[i].val,
-                               m->max_connections);
+            return usage_error("serve",
+                               "%s (%zu) is more than --max-connections (%zu); lower "
+                               "one or raise the other",
+                               caps[i].opt, caps[i].val, m->max_connections);
     if (over_max("--memory", d->limits.memory_mb, "--max-memory", m->max_memory_mb, 1) ||
         over_max("--pids", d->limits.pids, "--max-pids", m->max_pids, 1) ||
         over_max("--disk", d->limits.disk_mb, "--max-disk", m->max_disk_mb, 1) ||
@@ -284,8 +310,8 @@ static int check_defaults(const struct server_config *cfg)
 
 int cmd_serve(int argc, char **argv)
 {
-    struct server_config cfg = {.listen = "127.0.0.1:8080", .shutdown_grace_ms = 10000,
-                                .pool_size = 2};
+    struct server_config cfg = {
+        .listen = "127.0.0.1:8080", .shutdown_grace_ms = 10000, .pool_size = 2};
     struct common_opts co = {0};
     struct store_opts so = {.quota_bytes = (uint64_t)DEFAULT_STORE_QUOTA_MB << 20};
     _cleanup_free_ char *data = NULL;
