@@ -11,6 +11,7 @@
 
 struct metrics;
 struct mcp_http;
+struct e2b;
 
 struct server {
     const struct server_config *cfg;
@@ -22,6 +23,7 @@ struct server {
     struct persist_config persist; /* store and meta, for the session table */
     struct metrics *metrics;
     struct mcp_http *mcp; /* MCP sessions of /mcp */
+    struct e2b *e2b;      /* E2B's sandboxes (--e2b), or NULL */
     struct MHD_Daemon *mhd;
     struct conn_guard *conns;
     char *token;

@@ -48,6 +48,7 @@ struct server_config {
     uint64_t store_quota_bytes; /* per session; 0 = no limit */
     struct llm_config agent;    /* the model endpoint of POST /v1/agent/runs */
     const char *review_webhook; /* review incidents are also POSTed here, or NULL */
+    bool e2b;                   /* serve E2B's routes too (docs/E2B.md) */
 };
 
 /* Runs the server until SIGTERM or SIGINT, then shuts down gracefully. Returns the process

@@ -1,6 +1,7 @@
 /* server.c - `runcell serve`: libmicrohttpd with a thread per connection, the route table,
  * authentication, request bodies, one log line per request, and a graceful shutdown. */
 #include "api/api-int.h"
+#include "api/e2b.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -37,6 +38,30 @@ static const struct route routes[] = {
     {"GET", "/v1/reviews", h_review_list, 0, NULL},
     {"GET", "/v1/reviews/{id}", h_review_get, 0, NULL},
     {"POST", "/v1/reviews/{id}/resolve", h_review_resolve, 0, NULL},
+    /* E2B-compatible routes (--e2b; routes_e2b.c, docs/E2B.md) */
+    {"POST", "/sandboxes", h_e2b_create, ROUTE_E2B_API, NULL},
+    {"POST", "/v2/sandboxes", h_e2b_create, ROUTE_E2B_API, NULL},
+    {"GET", "/sandboxes", h_e2b_list, ROUTE_E2B_API, NULL},
+    {"GET", "/v2/sandboxes", h_e2b_list, ROUTE_E2B_API, NULL},
+    {"GET", "/sandboxes/{id}", h_e2b_get, ROUTE_E2B_API, NULL},
+    {"DELETE", "/sandboxes/{id}", h_e2b_kill, ROUTE_E2B_API, NULL},
+    {"POST", "/sandboxes/{id}/timeout", h_e2b_timeout, ROUTE_E2B_API, NULL},
+    {"POST", "/sandboxes/{id}/connect", h_e2b_connect, ROUTE_E2B_API, NULL},
+    {"POST", "/v2/sandboxes/{id}/connect", h_e2b_connect, ROUTE_E2B_API, NULL},
+    {"POST", "/sandboxes/{id}/pause", h_e2b_refused, ROUTE_E2B_API, NULL},
+    {"POST", "/sandboxes/{id}/resume", h_e2b_refused, ROUTE_E2B_API, NULL},
+    {"POST", "/sandboxes/{id}/fork", h_e2b_refused, ROUTE_E2B_API, NULL},
+    {"POST", "/sandboxes/{id}/snapshots", h_e2b_refused, ROUTE_E2B_API, NULL},
+    {"GET", "/health", h_e2b_health, ROUTE_E2B_BOX, NULL},
+    {"POST", "/execute", h_e2b_execute, ROUTE_E2B_BOX, NULL},
+    {"GET", "/contexts", h_e2b_contexts_list, ROUTE_E2B_BOX_ID, NULL},
+    {"POST", "/contexts", h_e2b_context_create, ROUTE_E2B_BOX_ID, NULL},
+    {"DELETE", "/contexts/{id}", h_e2b_context_delete, ROUTE_E2B_BOX_ID, NULL},
+    {"POST", "/contexts/{id}/restart", h_e2b_context_restart, ROUTE_E2B_BOX_ID, NULL},
+    {"GET", "/files", h_e2b_files_get, ROUTE_E2B_BOX, NULL},
+    {"POST", "/files", h_e2b_files_post, ROUTE_E2B_BOX, NULL},
+    {"POST", "/process.Process/{id}", h_e2b_process_rpc, ROUTE_E2B_BOX, NULL},
+    {"POST", "/filesystem.Filesystem/{id}", h_e2b_filesystem_rpc, ROUTE_E2B_BOX, NULL},
 };
 
 void server_limits_fill_defaults(struct server_limits *l)
@@ -226,6 +251,13 @@ static enum MHD_Result route_request(struct request *rq, const char *url, const 
     struct buf allow;
     buf_init(&allow, 0);
     rq->route = route_match(url, method, rq->params, &allow);
+    if (rq->route && (rq->route->flags & ROUTE_E2B_ANY) && !srv->e2b) {
+        rq->route = NULL; /* E2B's routes exist with --e2b only */
+        free(rq->params[0]);
+        free(rq->params[1]);
+        rq->params[0] = rq->params[1] = NULL;
+        buf_reset(&allow);
+    }
     bool path_known = rq->route || allow.len;
     if (rq->route && rq->params[0])
         rq->session_id = xstrdup(rq->params[0]);
@@ -243,6 +275,17 @@ static enum MHD_Result route_request(struct request *rq, const char *url, const 
         return r;
     }
     bool needs_auth = !rq->route || !(rq->route->flags & ROUTE_NO_AUTH);
+    if (rq->route && (rq->route->flags & ROUTE_E2B_ANY)) {
+        /* E2B's SDK authenticates its own way (e2b.h); past that, as any request. */
+        needs_auth = false;
+        if (!e2b_authorize(rq)) {
+            buf_release(&allow);
+            return MHD_YES;
+        }
+        conn_guard_authenticated(srv->conns, rq->conn, CONNECTION_IDLE_TIMEOUT_S);
+        rq->authenticated = true;
+        rq->hold_reply = hold_early_replies(rq);
+    }
     if (needs_auth) {
         const char *h = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, "Authorization");
         const char *given = bearer_token(h);
@@ -584,6 +627,8 @@ static int prepare(struct server *srv, struct sockaddr_storage *addr)
     session_table_set_persistence(srv->table, &srv->persist);
     srv->metrics = metrics_new();
     srv->mcp = mcp_http_new(srv);
+    if (srv->cfg->e2b)
+        srv->e2b = e2b_new();
     return session_table_start_reaper(srv->table, 1000);
 }
 
@@ -623,6 +668,7 @@ out:
     store_free(srv.store);
     meta_close(srv.meta);
     metrics_free(srv.metrics);
+    e2b_free(srv.e2b);
     if (srv.token)
         explicit_bzero(srv.token, strlen(srv.token));
     free(srv.token);

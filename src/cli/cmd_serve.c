@@ -38,6 +38,8 @@ static const char serve_help[] =
     "  --shutdown-grace SEC   on SIGTERM, how long running cells may finish (default 10)\n"
     "  --pool N               sessions kept ready so that creating one is a hand-over\n"
     "                         (default 2; 0 to make each on demand)\n"
+    "  --e2b                  serve E2B's API too (its SDKs' control plane, code\n"
+    "                         interpreter and envd routes on this listener; docs/E2B.md)\n"
     "  --no-template          make every session from scratch (default as root: clone\n"
     "                         sessions from a template with the data stack imported)\n"
     "  --net allow:HOST[:PORT],...   default network of sessions that do not say (none)\n"
@@ -85,7 +87,8 @@ enum {
     OPT_MAX_CONNECTIONS,
     OPT_MAX_PER_PEER,
     OPT_MAX_UNAUTH,
-    OPT_HEADER_TIMEOUT
+    OPT_HEADER_TIMEOUT,
+    OPT_E2B
 };
 
 static const struct option long_opts[] = {
@@ -102,6 +105,7 @@ static const struct option long_opts[] = {
     {"idle-timeout", required_argument, NULL, OPT_IDLE_TIMEOUT},
     {"shutdown-grace", required_argument, NULL, OPT_GRACE},
     {"no-template", no_argument, NULL, OPT_NO_TEMPLATE},
+    {"e2b", no_argument, NULL, OPT_E2B},
     {"pool", required_argument, NULL, OPT_POOL},
     {"net-allow-max", required_argument, NULL, OPT_NET_ALLOW_MAX},
     {"net-max-connections", required_argument, NULL, OPT_NET_MAX_CONNECTIONS},
@@ -223,6 +227,9 @@ static int serve_opt(struct server_config *cfg, struct common_opts *co, struct s
         return opt_seconds("serve", "--shutdown-grace", val, &cfg->shutdown_grace_ms);
     case OPT_NO_TEMPLATE:
         cfg->no_template = true;
+        return 0;
+    case OPT_E2B:
+        cfg->e2b = true;
         return 0;
     case OPT_POOL:
         if (parse_u64(val, &v) < 0 || v > 256)

@@ -1,0 +1,206 @@
+// scenarios.mjs - E2B's own SDK (@e2b/code-interpreter, e2b) against runcell serve --e2b.
+// `node scenarios.mjs NAME` runs one scenario with E2B_API_URL, E2B_SANDBOX_URL and
+// E2B_API_KEY pointing at runcell, and prints one JSON line: what the SDK returned (or the
+// error it threw), for tests/integration/test_e2b.py to assert on.
+import { Sandbox, CommandExitError, NotFoundError, SandboxNotFoundError, TimeoutError }
+    from '@e2b/code-interpreter'
+
+function errorInfo(e) {
+  return { name: e?.constructor?.name, message: String(e?.message ?? e),
+           notFound: e instanceof NotFoundError || e instanceof SandboxNotFoundError,
+           timeout: e instanceof TimeoutError }
+}
+
+function resultInfo(r) {
+  return { text: r.text, html: r.html, png: r.png, isMainResult: r.isMainResult,
+           formats: r.formats() }
+}
+
+function executionInfo(x) {
+  return { text: x.text, results: x.results.map(resultInfo), stdout: x.logs.stdout,
+           stderr: x.logs.stderr, error: x.error ? { name: x.error.name, value: x.error.value,
+           traceback: x.error.traceback } : null, executionCount: x.executionCount }
+}
+
+const scenarios = {
+  async state(sbx) {
+    const a = await sbx.runCode('x = 41')
+    const b = await sbx.runCode('x += 1\nx')
+    const info = await Sandbox.getInfo(sbx.sandboxId)
+    const running = await sbx.isRunning()
+    return { a: executionInfo(a), b: executionInfo(b), info, running }
+  },
+  async dataframe(sbx) {
+    const x = await sbx.runCode(
+      "import pandas as pd\npd.DataFrame({'a': [1, 2], 'b': ['x', 'y']})")
+    return executionInfo(x)
+  },
+  async chart(sbx) {
+    const x = await sbx.runCode(
+      "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [4, 1, 9])\nplt.show()")
+    return executionInfo(x)
+  },
+  async error(sbx) {
+    const x = await sbx.runCode('def f():\n    return {}["fare"]\nf()')
+    const after = await sbx.runCode('1 + 1')
+    return { x: executionInfo(x), after: executionInfo(after) }
+  },
+  async timeout(sbx) {
+    await sbx.runCode('n = 7')
+    let thrown = null
+    const t0 = Date.now()
+    try {
+      await sbx.runCode('import time\nwhile True:\n    time.sleep(0.05)', { timeoutMs: 1500 })
+    } catch (e) {
+      thrown = errorInfo(e)
+    }
+    // The client went away: runcell interrupts the cell as it notices the hang-up, and the
+    // sandbox is free again. Until then a call is a 409 (busy); the deadline only stops a
+    // hang.
+    let after = null
+    for (const end = Date.now() + 120000; Date.now() < end;) {
+      try {
+        after = executionInfo(await sbx.runCode('n'))
+        break
+      } catch (e) {
+        after = errorInfo(e)
+        await new Promise(r => setTimeout(r, 50))
+      }
+    }
+    return { thrown, after, elapsedMs: Date.now() - t0 }
+  },
+  async streaming(sbx) {
+    // The cell waits for a file that only the onStdout callback writes: it can end only if
+    // its first line reached the callback while it ran.
+    const seen = []
+    const x = await sbx.runCode(
+      "import os, sys, time\nprint('ready', flush=True)\n" +
+      "while not os.path.exists('go'):\n    time.sleep(0.02)\nprint('oops', file=sys.stderr)\n'end'",
+      { onStdout: async m => { seen.push(['out', m.line]); await sbx.files.write('/home/user/go', '') },
+        onStderr: m => seen.push(['err', m.line]), onResult: r => seen.push(['result', r.text]) })
+    return { seen, x: executionInfo(x) }
+  },
+  async files(sbx) {
+    const w = await sbx.files.write('/home/user/data/hello.txt', 'hello from e2b\n')
+    const read = await sbx.files.read('/home/user/data/hello.txt')
+    const bytes = await sbx.files.write('bin.dat', new Uint8Array([0, 1, 2, 255]).buffer)
+    const readBytes = Array.from(await sbx.files.read('/home/user/bin.dat', { format: 'bytes' }))
+    const list = (await sbx.files.list('/home/user/data')).map(e => ({ name: e.name,
+      type: e.type, path: e.path, size: e.size }))
+    const made = await sbx.files.makeDir('/home/user/sub/dir')
+    const madeAgain = await sbx.files.makeDir('/home/user/sub/dir')
+    const exists = await sbx.files.exists('/home/user/data/hello.txt')
+    const renamed = await sbx.files.rename('/home/user/data/hello.txt', '/home/user/sub/hi.txt')
+    const fromCode = await sbx.runCode("open('sub/hi.txt').read()")
+    await sbx.files.remove('/home/user/sub')
+    const stillThere = await sbx.files.exists('/home/user/sub/hi.txt')
+    let missing = null
+    try { await sbx.files.read('/home/user/nope.txt') } catch (e) { missing = errorInfo(e) }
+    let outside = null
+    try { await sbx.files.read('/etc/passwd') } catch (e) { outside = errorInfo(e) }
+    return { w, read, bytes, readBytes, list, made, madeAgain, exists, renamed: renamed.path,
+             fromCode: fromCode.text, stillThere, missing, outside }
+  },
+  async commands(sbx) {
+    const out = []
+    const streamed = []
+    const live = await sbx.commands.run('echo ready; while [ ! -e go ]; do sleep 0.02; done; echo done',
+      { onStdout: async d => { streamed.push(d); await sbx.files.write('/home/user/go', '') } })
+    const ok = await sbx.commands.run('echo one; echo two >&2; echo "$GREETING" ; pwd',
+      { envs: { GREETING: 'hi there' }, onStdout: d => out.push(['out', d]),
+        onStderr: d => out.push(['err', d]) })
+    let failed = null
+    try {
+      await sbx.commands.run('echo before; exit 3')
+    } catch (e) {
+      failed = { isExit: e instanceof CommandExitError, exitCode: e.exitCode, stdout: e.stdout }
+    }
+    await sbx.files.makeDir('/home/user/sub')
+    const cwd = await sbx.commands.run('pwd', { cwd: '/home/user/sub' })
+    const env = await sbx.commands.run('echo "$SANDBOX_WIDE"')
+    await sbx.files.write('/home/user/made-by-files.txt', 'x')
+    const ls = await sbx.commands.run('ls')
+    const procs = await sbx.commands.list()
+    let started
+    const startedP = new Promise(r => { started = r })
+    const bg = await sbx.commands.run('echo started; sleep 600',
+      { background: true, onStdout: d => started(d) })
+    await startedP
+    const running = (await sbx.commands.list()).map(p => ({ pid: p.pid, cmd: p.cmd, args: p.args }))
+    const killed = await sbx.commands.kill(bg.pid)
+    let bgEnd = null
+    try { bgEnd = { ok: (await bg.wait()).exitCode } } catch (e) { bgEnd = { exitCode: e.exitCode, isExit: e instanceof CommandExitError } }
+    const killedAgain = await sbx.commands.kill(bg.pid)
+    const afterKill = await sbx.runCode('21 * 2')
+    return { live: { stdout: live.stdout, streamed }, ok: { exitCode: ok.exitCode, stdout: ok.stdout, stderr: ok.stderr }, out, failed,
+             cwd: cwd.stdout, env: env.stdout, ls: ls.stdout, procs,
+             bg: { pid: bg.pid, running, killed, bgEnd, killedAgain }, afterKill: afterKill.text }
+  },
+  async contexts(sbx) {
+    await sbx.runCode('where = "default"')
+    const ctx = await sbx.createCodeContext({ language: 'python' })
+    const a = await sbx.runCode('where = "second"\nwhere', { context: ctx })
+    const b = await sbx.runCode('where')
+    const c = await sbx.runCode('where', { context: ctx })
+    const list = await sbx.listCodeContexts()
+    const bash = await sbx.runCode('echo from bash', { language: 'bash' })
+    let js = null
+    try { await sbx.createCodeContext({ language: 'javascript' }) } catch (e) { js = errorInfo(e) }
+    await sbx.removeCodeContext(ctx)
+    const after = await sbx.listCodeContexts()
+    return { ctx, a: a.text, b: b.text, c: c.text, list, bash: executionInfo(bash), js, after }
+  },
+  async kill(sbx) {
+    const id = sbx.sandboxId
+    const listed = (await Sandbox.list().nextItems()).map(s => s.sandboxId)
+    const other = await Sandbox.create({ metadata: { role: 'other one', n: '1+1' } })
+    const byMeta = (await Sandbox.list({ query: { metadata: { role: 'other one', n: '1+1' } } })
+      .nextItems()).map(s => s.sandboxId)
+    const byWrongMeta = (await Sandbox.list({ query: { metadata: { role: 'nobody' } } })
+      .nextItems()).length
+    await other.kill()
+    const killed = await sbx.kill()
+    const again = await Sandbox.kill(id)
+    let info = null
+    try { await Sandbox.getInfo(id) } catch (e) { info = errorInfo(e) }
+    let connect = null
+    try { await Sandbox.connect(id) } catch (e) { connect = errorInfo(e) }
+    const running = await sbx.isRunning()
+    let code = null
+    try { await sbx.runCode('1') } catch (e) { code = errorInfo(e) }
+    return { listed: listed.includes(id), byMeta: byMeta.length === 1 && byMeta[0] === other.sandboxId,
+             byWrongMeta, killed, again, info, connect, running, code }
+  },
+}
+
+async function main() {
+  const name = process.argv[2]
+  if (name === 'refused') {
+    const out = {}
+    for (const [k, opts] of Object.entries({
+      template: ['no-such-template', {}],
+      internet: [undefined, { allowInternetAccess: true }],
+      denyOut: [undefined, { network: { denyOut: ['0.0.0.0/0'] } }],
+    })) {
+      try { await Sandbox.create(...(opts[0] ? [opts[0], opts[1]] : [opts[1]])); out[k] = 'created' }
+      catch (e) { out[k] = errorInfo(e) }
+    }
+    let badKey = null
+    try { await Sandbox.create({ apiKey: 'e2b_0000' }) } catch (e) { badKey = errorInfo(e) }
+    out.badKey = badKey
+    console.log(JSON.stringify(out))
+    return
+  }
+  const sbx = await Sandbox.create({ envs: { SANDBOX_WIDE: 'wide' }, timeoutMs: 120000 })
+  let out
+  try {
+    out = await scenarios[name](sbx)
+  } finally {
+    if (name !== 'kill') await sbx.kill().catch(() => {})
+  }
+  console.log(JSON.stringify(out))
+}
+
+// Exit once said: after a failed call the SDK leaves its request timer running (60 s),
+// which would keep Node alive that long. (Writes to a pipe are synchronous on Linux.)
+main().then(() => process.exit(0)).catch(e => { console.log(JSON.stringify({ fatal: errorInfo(e), stack: e?.stack })); process.exit(1) })

@@ -1,0 +1,353 @@
+"""test_e2b - E2B's own SDK (@e2b/code-interpreter and e2b from npm, pinned in
+tests/e2b/package.json) drives `runcell serve --e2b` from Node, unmodified: only E2B_API_URL,
+E2B_SANDBOX_URL and E2B_API_KEY point at runcell (docs/E2B.md). Each scenario of
+tests/e2b/scenarios.mjs creates a sandbox, does what a user of E2B does, and prints what the
+SDK returned; the assertions are on that. A few raw requests check the wire where the SDK
+hides it (error shapes, authentication, the routes' absence without --e2b).
+
+The server listens on 127.0.0.1 (a free port); nothing leaves loopback. Waits are on events
+(a file a callback writes, the SDK's own calls); timeouts only stop hangs.
+"""
+import base64
+import json
+import os
+import shutil
+import subprocess
+import unittest
+
+from rctest import HANG, ROOT, RuncellTestCase, Server, wait_until
+
+E2B_DIR = os.path.join(ROOT, "tests", "e2b")
+SCENARIOS = os.path.join(E2B_DIR, "scenarios.mjs")
+NODE = shutil.which("node") or "/usr/bin/node"
+
+
+def sdk_missing():
+    """Why E2B's SDK cannot run here, or None (with RUNCELL_REQUIRE_TEST_SERVERS, as in CI:
+    None, and the tests fail when it is missing)."""
+    if os.environ.get("RUNCELL_REQUIRE_TEST_SERVERS"):
+        return None
+    if not os.path.exists(NODE):
+        return "node is not installed (scripts/install-deps installs it)"
+    if not os.path.isdir(os.path.join(E2B_DIR, "node_modules", "@e2b", "code-interpreter")):
+        return "E2B's SDK is not installed in tests/e2b (run scripts/install-test-servers)"
+    return None
+
+
+@unittest.skipIf(sdk_missing(), sdk_missing())
+class E2BSdk(RuncellTestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.srv = Server("--e2b")
+        cls.srv.start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.srv.close()
+
+    def scenario(self, name, key=None):
+        env = dict(os.environ, E2B_API_URL=self.srv.base_url, E2B_SANDBOX_URL=self.srv.base_url,
+                   E2B_API_KEY=key or self.srv.token)
+        env.pop("E2B_DEBUG", None)
+        p = subprocess.run([NODE, SCENARIOS, name], cwd=E2B_DIR, env=env, capture_output=True,
+                           text=True, timeout=HANG)
+        lines = p.stdout.strip().splitlines()
+        if p.returncode or not lines:
+            self.fail("scenario %s failed (%d):\n%s\n%s\nserver log:\n%s" % (
+                name, p.returncode, p.stdout, p.stderr, self.srv.log()[-3000:]))
+        return json.loads(lines[-1])
+
+    def test_create_and_state_across_calls(self):
+        out = self.scenario("state")
+        self.assertIsNone(out["a"]["error"])
+        self.assertEqual(out["a"]["results"], [])
+        self.assertEqual(out["b"]["text"], "42")
+        self.assertTrue(out["b"]["results"][0]["isMainResult"])
+        self.assertEqual(out["b"]["executionCount"], out["a"]["executionCount"] + 1)
+        info = out["info"]
+        self.assertEqual(info["templateId"], "code-interpreter-v1")
+        self.assertEqual(info["state"], "running")
+        self.assertEqual(info["envdVersion"], "0.4.0")
+        self.assertTrue(out["running"])
+
+    def test_dataframe_is_an_html_result(self):
+        out = self.scenario("dataframe")
+        self.assertIsNone(out["error"])
+        r = out["results"][0]
+        self.assertIn("html", r["formats"])
+        self.assertIn("<table", r["html"])
+        self.assertIn("<td>x</td>", r["html"])
+        self.assertIn("a  b", r["text"])
+        self.assertTrue(r["isMainResult"])
+
+    def test_matplotlib_chart_is_a_png_result(self):
+        out = self.scenario("chart")
+        self.assertIsNone(out["error"])
+        pngs = [r for r in out["results"] if "png" in r["formats"]]
+        self.assertEqual(len(pngs), 1, out["results"])
+        data = base64.b64decode(pngs[0]["png"])
+        self.assertEqual(data[:8], b"\x89PNG\r\n\x1a\n")
+        self.assertFalse(pngs[0]["isMainResult"])  # a display, as in E2B
+        self.assertIsNone(out.get("text"))
+
+    def test_error_with_traceback_keeps_the_sandbox(self):
+        out = self.scenario("error")
+        err = out["x"]["error"]
+        self.assertEqual(err["name"], "KeyError")
+        self.assertEqual(err["value"], "'fare'")
+        self.assertIn("Traceback", err["traceback"])
+        self.assertIn('return {}["fare"]', err["traceback"])
+        self.assertEqual(out["after"]["text"], "2")
+
+    def test_client_timeout_interrupts_the_cell_and_keeps_state(self):
+        out = self.scenario("timeout")
+        self.assertTrue(out["thrown"]["timeout"], out["thrown"])
+        self.assertEqual(out["thrown"]["name"], "TimeoutError")
+        # The hang-up interrupted the endless cell: the next one runs, variables kept.
+        self.assertEqual(out["after"].get("text"), "7", out["after"])
+
+    def test_on_stdout_streams_while_the_cell_runs(self):
+        out = self.scenario("streaming")
+        self.assertEqual(out["seen"], [["out", "ready\n"], ["err", "oops\n"],
+                                       ["result", "'end'"]])
+        self.assertEqual(out["x"]["stdout"], ["ready\n"])
+        self.assertEqual(out["x"]["stderr"], ["oops\n"])
+        self.assertEqual(out["x"]["text"], "'end'")
+
+    def test_files_write_read_list_and_the_rest(self):
+        out = self.scenario("files")
+        self.assertEqual(out["w"], {"path": "/home/user/data/hello.txt", "name": "hello.txt",
+                                    "type": "file"})
+        self.assertEqual(out["read"], "hello from e2b\n")
+        self.assertEqual(out["bytes"]["path"], "/home/user/bin.dat")  # a relative path
+        self.assertEqual(out["readBytes"], [0, 1, 2, 255])
+        self.assertEqual(out["list"], [{"name": "hello.txt", "type": "file",
+                                        "path": "/home/user/data/hello.txt", "size": 15}])
+        self.assertTrue(out["made"])
+        self.assertFalse(out["madeAgain"])  # AlreadyExists
+        self.assertTrue(out["exists"])
+        self.assertEqual(out["renamed"], "/home/user/sub/hi.txt")
+        self.assertEqual(out["fromCode"], "'hello from e2b\\n'")  # the code sees the same files
+        self.assertFalse(out["stillThere"])  # removed with its directory
+        self.assertTrue(out["missing"]["notFound"], out["missing"])
+        self.assertEqual(out["outside"]["name"], "InvalidArgumentError")
+        self.assertIn("outside /home/user", out["outside"]["message"])
+
+    def test_commands_exit_codes_streaming_and_kill(self):
+        out = self.scenario("commands")
+        # The command could only end once its first line had reached onStdout.
+        self.assertEqual(out["live"]["stdout"], "ready\ndone\n")
+        self.assertEqual(out["live"]["streamed"][0], "ready\n")
+        self.assertEqual(out["ok"], {"exitCode": 0, "stdout": "one\nhi there\n/workspace\n",
+                                     "stderr": "two\n"})
+        self.assertEqual("".join(d for k, d in out["out"] if k == "out"),
+                         "one\nhi there\n/workspace\n")
+        self.assertEqual("".join(d for k, d in out["out"] if k == "err"), "two\n")
+        self.assertEqual(out["failed"], {"isExit": True, "exitCode": 3, "stdout": "before\n"})
+        self.assertEqual(out["cwd"], "/workspace/sub\n")
+        self.assertEqual(out["env"], "wide\n")  # the sandbox's envs reach commands
+        self.assertIn("made-by-files.txt", out["ls"].split())
+        self.assertEqual(out["procs"], [])
+        bg = out["bg"]
+        self.assertEqual(bg["running"], [{"pid": bg["pid"], "cmd": "/bin/bash",
+                                          "args": ["-l", "-c", "echo started; sleep 600"]}])
+        self.assertTrue(bg["killed"])
+        self.assertEqual(bg["bgEnd"], {"exitCode": 137, "isExit": True})
+        self.assertFalse(bg["killedAgain"])  # NotFound: it is gone
+        self.assertEqual(out["afterKill"], "42")
+
+    def test_a_second_python_context_and_bash(self):
+        out = self.scenario("contexts")
+        self.assertEqual(out["ctx"]["language"], "python")
+        self.assertEqual(out["a"], "'second'")
+        self.assertEqual(out["b"], "'default'")  # the default context kept its own
+        self.assertEqual(out["c"], "'second'")
+        self.assertEqual([c["id"] for c in out["list"]], ["default", out["ctx"]["id"]])
+        self.assertEqual(out["bash"]["stdout"], ["from bash\n"])
+        self.assertEqual(out["js"]["name"], "SandboxError")  # refused: 400
+        self.assertIn("400", out["js"]["message"])
+        self.assertEqual([c["id"] for c in out["after"]], ["default"])
+
+    def test_kill_then_sandbox_not_found(self):
+        out = self.scenario("kill")
+        self.assertTrue(out["listed"])
+        self.assertTrue(out["byMeta"])  # Sandbox.list's metadata filter
+        self.assertEqual(out["byWrongMeta"], 0)
+        self.assertTrue(out["killed"])
+        self.assertFalse(out["again"])
+        self.assertEqual(out["info"]["name"], "SandboxNotFoundError")
+        self.assertTrue(out["connect"]["notFound"])
+        self.assertFalse(out["running"])
+        self.assertTrue(out["code"]["timeout"])  # E2B's word for a sandbox that is gone
+        self.assertIn("not running", out["code"]["message"])
+
+    def test_refusals_name_what_cannot_map(self):
+        out = self.scenario("refused")
+        self.assertIn("template 'no-such-template' is not known", out["template"]["message"])
+        self.assertIn("allow_internet_access", out["internet"]["message"])
+        self.assertIn("network.denyOut", out["denyOut"]["message"])
+        self.assertEqual(out["badKey"]["name"], "AuthenticationError")
+
+    # ---- the wire, where the SDK hides it ----
+
+    def e2b(self, method, path, body=None, headers=None):
+        h = {"X-API-KEY": self.srv.token}
+        h.update(headers or {})
+        return self.srv.request(method, path, body, headers=h, token=False)
+
+    def test_wire_errors_have_e2b_shape(self):
+        r = self.e2b("POST", "/sandboxes", {"templateID": "base", "volumeMounts": [{"name": "v"}]})
+        self.assertEqual(r.status, 400)
+        self.assertEqual(r.json()["code"], 400)
+        self.assertIn("'volumeMounts'", r.json()["message"])
+        r = self.e2b("POST", "/sandboxes", {"timeout": 0})
+        self.assertEqual((r.status, r.json()["code"]), (400, 400))
+        self.assertIn("'timeout'", r.json()["message"])
+        r = self.e2b("GET", "/sandboxes/nosuch")
+        self.assertEqual(r.json(), {"code": 404, "message": "sandbox nosuch not found"})
+        r = self.srv.request("GET", "/sandboxes", token=False)
+        self.assertEqual((r.status, r.json()["code"]), (401, 401))
+        # runcell's bearer token is accepted too (the SDK's accessToken mode)
+        self.assertEqual(self.srv.request("GET", "/v2/sandboxes").status, 200)
+
+    def test_network_allow_out_is_the_egress_allowlist(self):
+        allow = ["pypi.org", "*.example.com:8443"]
+        r = self.e2b("POST", "/v2/sandboxes", {"network": {"allowOut": allow},
+                                               "metadata": {"who": "test"}})
+        self.assertEqual(r.status, 201, r)
+        sid = r.json()["sandboxID"]
+        try:
+            info = self.e2b("GET", "/sandboxes/" + sid).json()
+            self.assertEqual(info["network"]["allowOut"], allow)
+            self.assertEqual(info["metadata"], {"who": "test"})
+            self.assertNotIn("envdAccessToken", info)  # only create and connect give it
+        finally:
+            self.e2b("DELETE", "/sandboxes/" + sid)
+        r = self.e2b("POST", "/v2/sandboxes", {"network": {"allowOut": ["bad host"]}})
+        self.assertEqual(r.status, 400)
+        self.assertIn("network.allowOut", r.json()["message"])
+        r = self.e2b("POST", "/v2/sandboxes", {"envVars": {"1BAD": "x"}})
+        self.assertEqual(r.status, 400)
+        self.assertIn("envVars", r.json()["message"])
+        r = self.e2b("POST", "/v2/sandboxes", {"metadata": {"k": 1}})
+        self.assertEqual(r.status, 400)
+        self.assertIn("metadata", r.json()["message"])
+
+    def test_sandbox_routes_need_the_access_token(self):
+        created = self.e2b("POST", "/v2/sandboxes", {"templateID": "code-interpreter-v1"})
+        self.assertEqual(created.status, 201, created)
+        box = created.json()
+        sid, tok = box["sandboxID"], box["envdAccessToken"]
+        self.assertEqual(len(tok), 32)
+        try:
+            base = {"E2b-Sandbox-Id": sid, "E2b-Sandbox-Port": "49983"}
+            for token, status in ((None, 401), ("wrong", 401), (tok, 204)):
+                h = dict(base, **({"X-Access-Token": token} if token else {}))
+                self.assertEqual(self.srv.request("GET", "/health", headers=h,
+                                                  token=False).status, status)
+            self.assertEqual(self.srv.request("GET", "/health", token=False).status, 400)
+            # Connect unary errors: {code: "not_found", message} with the mapped status
+            h = dict(base, **{"X-Access-Token": tok, "Content-Type": "application/json"})
+            r = self.srv.request("POST", "/filesystem.Filesystem/Stat",
+                                 {"path": "/home/user/none"}, headers=h, token=False)
+            self.assertEqual(r.status, 404)
+            self.assertEqual(r.json()["code"], "not_found")
+            r = self.srv.request("POST", "/filesystem.Filesystem/WatchDir", {}, headers=h,
+                                 token=False)
+            self.assertEqual((r.status, r.json()["code"]), (501, "unimplemented"))
+            r = self.srv.request("POST", "/filesystem.Filesystem/ListDir",
+                                 {"path": "/home/user/../.."}, headers=h, token=False)
+            self.assertEqual((r.status, r.json()["code"]), (400, "invalid_argument"))
+            # A command's stream: 5-byte envelopes, the last one flagged 0x02
+            msg = json.dumps({"process": {"cmd": "/bin/bash", "args": ["-c", "echo hi; exit 5"]}})
+            env = bytes([0]) + len(msg).to_bytes(4, "big") + msg.encode()
+            h2 = dict(h, **{"Content-Type": "application/connect+json"})
+            r = self.srv.request("POST", "/process.Process/Start", env, headers=h2, token=False)
+            self.assertEqual(r.status, 200)
+            frames, data = [], r.body
+            while data:
+                flags, n = data[0], int.from_bytes(data[1:5], "big")
+                frames.append((flags, json.loads(data[5:5 + n])))
+                data = data[5 + n:]
+            self.assertIn("start", frames[0][1]["event"])
+            out = b"".join(base64.b64decode(f["event"]["data"]["stdout"])
+                           for _, f in frames if "data" in f.get("event", {}))
+            self.assertEqual(out, b"hi\n")
+            self.assertEqual(frames[-2][1]["event"]["end"]["exitCode"], 5)
+            self.assertEqual(frames[-1], (2, {}))
+        finally:
+            self.assertEqual(self.e2b("DELETE", "/sandboxes/" + sid).status, 204)
+
+
+    def test_limits_and_timeouts(self):
+        box = self.e2b("POST", "/v2/sandboxes", {"timeout": 60}).json()
+        sid, tok = box["sandboxID"], box["envdAccessToken"]
+        h = {"E2b-Sandbox-Id": sid, "E2b-Sandbox-Port": "49999", "X-Access-Token": tok}
+        try:
+            # setTimeout past the create's timeout (runcell's idle expiry): refused by name
+            r = self.e2b("POST", "/sandboxes/%s/timeout" % sid, {"timeout": 3600})
+            self.assertEqual(r.status, 400)
+            self.assertIn("'timeout'", r.json()["message"])
+            # contexts: at most 32 (the default one counts)
+            ids = []
+            for _ in range(31):
+                r = self.srv.request("POST", "/contexts", {"language": "python"}, headers=h,
+                                     token=False)
+                self.assertEqual(r.status, 200, r)
+                ids.append(r.json()["id"])
+            r = self.srv.request("POST", "/contexts", {"language": "python"}, headers=h,
+                                 token=False)
+            self.assertEqual((r.status, r.json()["code"]), (429, 429))
+            r = self.srv.request("POST", "/contexts", {"language": "r"}, headers=h, token=False)
+            self.assertEqual(r.status, 400)
+            self.assertIn("'r' contexts are not supported", r.json()["message"])
+            # a directory past ListDir's cap is an error, never a cut list
+            cell = "import os\nos.mkdir('many')\nfor i in range(20001):\n" \
+                   "    open('many/%d' % i, 'w').close()\n"
+            r = self.srv.request("POST", "/execute", {"code": cell}, headers=h, token=False)
+            self.assertEqual(r.status, 200)
+            self.assertIn(b"end_of_execution", r.body)
+            self.assertNotIn(b'"type":"error"', r.body)
+            hc = dict(h, **{"Content-Type": "application/json"})
+            r = self.srv.request("POST", "/filesystem.Filesystem/ListDir",
+                                 {"path": "/home/user/many", "depth": 1}, headers=hc, token=False)
+            self.assertEqual((r.status, r.json()["code"]), (429, "resource_exhausted"))
+            self.assertIn("more than 20000 entries", r.json()["message"])
+            # one thing at a time: a command while a cell runs is refused, not queued
+            wait = "import os, time\nwhile not os.path.exists('go'):\n    time.sleep(0.02)\n"
+            conn = self.srv.connection()
+            conn.request("POST", "/execute", body=json.dumps({"code": "print('in', flush=True)\n"
+                                                                      + wait}), headers=h)
+            resp = conn.getresponse()
+            self.assertIn(b'"stdout"', resp.readline())
+            r = self.srv.request("POST", "/execute", {"code": "1"}, headers=h, token=False)
+            self.assertEqual((r.status, r.json()["code"]), (409, 409))
+            r = self.srv.request("POST", "/files?path=go", b"", token=False,
+                                 headers=dict(h, **{"Content-Type": "application/octet-stream"}))
+            self.assertEqual(r.status, 200, r)
+            rest = resp.read()
+            self.assertIn(b"end_of_execution", rest)
+            conn.close()
+            # setTimeout shorter than the create's: the sandbox is gone once it is past
+            r = self.e2b("POST", "/sandboxes/%s/timeout" % sid, {"timeout": 1})
+            self.assertEqual(r.status, 204)
+            wait_until(lambda: self.e2b("GET", "/sandboxes/" + sid).status == 404)
+            r = self.srv.request("GET", "/health", headers=h, token=False)
+            self.assertEqual(r.status, 502)
+        finally:
+            self.e2b("DELETE", "/sandboxes/" + sid)
+
+
+class WithoutE2B(RuncellTestCase):
+    def test_routes_exist_only_with_the_flag(self):
+        with Server() as srv:
+            r = srv.request("POST", "/v2/sandboxes", {}, headers={"X-API-KEY": srv.token},
+                            token=False)
+            self.assertEqual(r.status, 401)  # no E2B route: runcell's own auth, then 404
+            r = srv.request("POST", "/v2/sandboxes", {})
+            self.assertEqual(r.status, 404)
+            self.assertEqual(r.json()["error"]["code"], "not_found")
+
+
+if __name__ == "__main__":
+    unittest.main()
