@@ -1681,7 +1681,9 @@ static void shell_quote(struct buf *b, const char *s)
     buf_append(b, "'", 1);
 }
 
-/* The bash cell that runs a ProcessConfig {cmd, args, envs, cwd}; NULL after replying. */
+/* The bash cell that runs a ProcessConfig {cmd, args, envs, cwd}; NULL after replying. It runs
+ * in a subshell, as E2B runs each command in a process of its own: the session's kept shell
+ * neither takes the command's cd and variables nor is replaced by its exec. */
 static char *process_cell(struct request *rq, json_t *cfg)
 {
     const char *cmd = json_string_value(json_object_get(cfg, "cmd"));
@@ -1700,7 +1702,7 @@ static char *process_cell(struct request *rq, json_t *cfg)
     struct buf b;
     buf_init(&b, 0);
     _cleanup_free_ char *dir = xasprintf("/workspace%s%s", *rel ? "/" : "", rel);
-    buf_printf(&b, "cd -- ");
+    buf_printf(&b, "(cd -- ");
     shell_quote(&b, dir);
     buf_printf(&b, " && exec env --");
     const char *k;
@@ -1732,7 +1734,7 @@ static char *process_cell(struct request *rq, json_t *cfg)
         buf_append(&b, " ", 1);
         shell_quote(&b, json_string_value(v));
     }
-    buf_append(&b, "", 1);
+    buf_append(&b, ")", 2); /* with the NUL */
     return buf_detach(&b, NULL);
 }
 
