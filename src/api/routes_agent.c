@@ -56,7 +56,7 @@ static void job_free(struct agent_job *j)
     if (!j)
         return;
     if (j->s)
-        session_table_release(j->srv->table, j->s);
+        session_table_put(j->srv->table, j->s);
     if (j->session_id && !j->keep)
         session_table_remove(j->srv->table, j->session_id);
     if (j->tmpdir)

@@ -521,7 +521,7 @@ enum MHD_Result h_e2b_create(struct request *rq)
         goto out;
     }
     if ((r = apply_env(s, env)) < 0) {
-        session_table_release(rq->srv->table, s);
+        session_table_put(rq->srv->table, s);
         session_table_close(rq->srv->table, id, false, NULL);
         ret = e2b_error(rq, r == -EINVAL ? 400 : 503, "%s", err_msg());
         goto out;
@@ -536,7 +536,7 @@ enum MHD_Result h_e2b_create(struct request *rq)
     b->started_ms = now_realtime_ms();
     b->next_pid = 1000;
     json_t *info = box_json(b, s, true);
-    session_table_release(rq->srv->table, s);
+    session_table_put(rq->srv->table, s);
     struct e2b *e = rq->srv->e2b;
     pthread_mutex_lock(&e->lock);
     b->next = e->boxes;
@@ -562,7 +562,7 @@ static enum MHD_Result reply_box(struct request *rq, unsigned status, bool with_
     json_t *j = b && s ? box_json(b, s, with_token) : NULL;
     pthread_mutex_unlock(&e->lock);
     if (s)
-        session_table_release(rq->srv->table, s);
+        session_table_put(rq->srv->table, s);
     if (!j) {
         if (b)
             box_forget(e, id);
@@ -678,7 +678,7 @@ enum MHD_Result h_e2b_list(struct request *rq)
         if (b && box_matches(b, want, tmpl && *tmpl ? tmpl : NULL))
             json_array_append_new(arr, box_json(b, s, false));
         pthread_mutex_unlock(&e->lock);
-        session_table_release(rq->srv->table, s);
+        session_table_put(rq->srv->table, s);
     }
     json_decref(want);
     return reply_json(rq, 200, arr);
@@ -722,7 +722,7 @@ enum MHD_Result h_e2b_timeout(struct request *rq)
         b->deadline_ms = 0;
     pthread_mutex_unlock(&e->lock);
     if (s)
-        session_table_release(rq->srv->table, s);
+        session_table_put(rq->srv->table, s);
     if (!b)
         return e2b_error(rq, 404, "sandbox %s not found", id);
     if ((uint64_t)secs * 1000 > idle_ms)
@@ -748,7 +748,7 @@ enum MHD_Result h_e2b_health(struct request *rq)
     struct session *s = box_session(rq, id);
     if (!s)
         return MHD_YES;
-    session_table_release(rq->srv->table, s);
+    session_table_put(rq->srv->table, s);
     return reply_empty(rq, 204);
 }
 
@@ -1047,7 +1047,7 @@ static void stream_free(void *cls)
     if (!finished)
         (void)!write(st->cancel[1], "x", 1);
     pthread_join(st->thread, NULL);
-    session_table_release(st->srv->table, st->s);
+    session_table_put(st->srv->table, st->s);
     for (int i = 0; i < 2; i++) {
         close(st->notify[i]);
         close(st->cancel[i]);
@@ -1082,7 +1082,7 @@ static enum MHD_Result start_stream(struct request *rq, struct session *s, enum 
     st->req.cancel_events = POLLIN;
     if (pthread_create(&st->thread, NULL, stream_thread, st)) {
         execution_slot_give(rq);
-        session_table_release(rq->srv->table, s);
+        session_table_put(rq->srv->table, s);
         for (int i = 0; i < 2; i++) {
             close(st->notify[i]);
             close(st->cancel[i]);
@@ -1216,12 +1216,12 @@ enum MHD_Result h_e2b_execute(struct request *rq)
     if (!s)
         goto out;
     if (!execution_slot_take(rq)) {
-        session_table_release(rq->srv->table, s);
+        session_table_put(rq->srv->table, s);
         goto out;
     }
     if (session_busy(s)) {
         execution_slot_give(rq);
-        session_table_release(rq->srv->table, s);
+        session_table_put(rq->srv->table, s);
         ret = e2b_error(rq, 409,
                         "sandbox %s is running another cell or command; runcell runs "
                         "one at a time per sandbox",
@@ -1327,7 +1327,7 @@ static enum MHD_Result context_change(struct request *rq, bool remove)
         _cleanup_free_ char *cell = ctx_cell("drop", ctx, NULL);
         r = quiet_cell(s, cell);
     }
-    session_table_release(rq->srv->table, s);
+    session_table_put(rq->srv->table, s);
     if (r < 0)
         return e2b_error(rq, e2b_status_of(r), "%s", err_msg());
     if (remove) {
@@ -1441,7 +1441,7 @@ enum MHD_Result h_e2b_files_get(struct request *rq)
         close(fd);
     fd = special || fd < 0 ? fd
                            : workspace_openat(session_workspace(s), rel, O_RDONLY | O_NONBLOCK, 0);
-    session_table_release(rq->srv->table, s);
+    session_table_put(rq->srv->table, s);
     if (special)
         return e2b_error(rq, 400, "'%s' is %s, not a regular file", p,
                          S_ISDIR(st.st_mode) ? "a directory" : "a special file");
@@ -1577,7 +1577,7 @@ enum MHD_Result h_e2b_files_post(struct request *rq)
     }
     if (!rq->responded)
         session_save_files(s);
-    session_table_release(rq->srv->table, s);
+    session_table_put(rq->srv->table, s);
     if (rq->responded) {
         json_decref(out);
         return ret;
@@ -1766,13 +1766,13 @@ static enum MHD_Result process_start(struct request *rq, json_t *msg, const char
     }
     if (!execution_slot_take(rq)) {
         free(cell);
-        session_table_release(rq->srv->table, s);
+        session_table_put(rq->srv->table, s);
         return MHD_YES;
     }
     if (session_busy(s)) {
         free(cell);
         execution_slot_give(rq);
-        session_table_release(rq->srv->table, s);
+        session_table_put(rq->srv->table, s);
         return connect_error(rq, "failed_precondition",
                              "sandbox %s is running another cell or "
                              "command; runcell runs one at a time per sandbox",
@@ -1829,7 +1829,7 @@ static enum MHD_Result process_signal(struct request *rq, json_t *msg, const cha
     /* Whatever the signal, the command's cell is interrupted: the kernel stops bash and what
      * it started. */
     session_interrupt(s);
-    session_table_release(rq->srv->table, s);
+    session_table_put(rq->srv->table, s);
     return reply_json(rq, 200, json_object());
 }
 
@@ -2045,7 +2045,7 @@ enum MHD_Result h_e2b_filesystem_rpc(struct request *rq)
         ret = fs_call(rq, method, msg, session_workspace(s));
         if (strcmp(method, "ListDir") && strcmp(method, "Stat"))
             session_save_files(s);
-        session_table_release(rq->srv->table, s);
+        session_table_put(rq->srv->table, s);
     }
     json_decref(msg);
     return ret;

@@ -195,7 +195,7 @@ static void stream_free(void *cls)
     if (!finished)
         (void)!write(st->cancel[1], "x", 1);
     pthread_join(st->thread, NULL);
-    session_table_release(st->srv->table, st->s);
+    session_table_put(st->srv->table, st->s);
     for (int i = 0; i < 2; i++) {
         close(st->notify[i]);
         close(st->cancel[i]);
@@ -229,7 +229,7 @@ static enum MHD_Result execute_streaming(struct request *rq, struct session *s, 
         pthread_mutex_destroy(&st->lock);
         free(st);
         execution_slot_give(rq);
-        session_table_release(rq->srv->table, s);
+        session_table_put(rq->srv->table, s);
         json_decref(body);
         return MHD_NO;
     }
@@ -265,7 +265,7 @@ enum MHD_Result h_execute(struct request *rq)
         return MHD_YES;
     }
     if (!execution_slot_take(rq)) {
-        session_table_release(rq->srv->table, s);
+        session_table_put(rq->srv->table, s);
         json_decref(body);
         return MHD_YES;
     }
@@ -289,7 +289,7 @@ enum MHD_Result h_execute(struct request *rq)
     }
     exec_record_release(&rec);
     execution_slot_give(rq);
-    session_table_release(rq->srv->table, s);
+    session_table_put(rq->srv->table, s);
     json_decref(body);
     return ret;
 }

@@ -99,7 +99,7 @@ enum MHD_Result h_files_list(struct request *rq)
     if (!s)
         return MHD_YES;
     int r = workspace_scan(session_workspace(s), &l);
-    session_table_release(rq->srv->table, s);
+    session_table_put(rq->srv->table, s);
     if (r < 0)
         return api_errno(rq, r);
     json_t *files = json_array();
@@ -314,7 +314,7 @@ enum MHD_Result h_file_get(struct request *rq)
     struct stat st;
     int fd = workspace_openat(session_workspace(s), path, O_PATH, 0);
     if (fd >= 0 && fstat(fd, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {
-        session_table_release(rq->srv->table, s);
+        session_table_put(rq->srv->table, s);
         close(fd);
         return api_error(rq, AE_BAD_PATH,
                          "'%s' is %s, not a regular file; only regular "
@@ -324,7 +324,7 @@ enum MHD_Result h_file_get(struct request *rq)
     if (fd >= 0)
         close(fd);
     fd = workspace_openat(session_workspace(s), path, O_RDONLY | O_NONBLOCK, 0);
-    session_table_release(rq->srv->table, s);
+    session_table_put(rq->srv->table, s);
     if (fd < 0)
         return path_error(rq, path, fd);
     if (fstat(fd, &st) < 0) {
@@ -352,7 +352,7 @@ void upload_abort(struct request *rq)
     if (u->dirfd >= 0)
         close(u->dirfd);
     if (u->s)
-        session_table_release(rq->srv->table, u->s);
+        session_table_put(rq->srv->table, u->s);
     free(u->tmp_name);
     free(u);
     rq->upload = NULL;
@@ -422,7 +422,7 @@ bool h_file_put_admit(struct request *rq, uint64_t declared)
     struct statvfs sv;
     _cleanup_close_ int dfd = workspace_open(session_workspace(s));
     int r = dfd < 0 ? dfd : fstatvfs(dfd, &sv) < 0 ? -errno : 0;
-    session_table_release(rq->srv->table, s);
+    session_table_put(rq->srv->table, s);
     if (r < 0)
         return true; /* the upload itself will say what is wrong */
     uint64_t left = (uint64_t)sv.f_bavail * sv.f_frsize;
@@ -504,7 +504,7 @@ enum MHD_Result h_file_delete(struct request *rq)
     json_t *j = r < 0 ? NULL : json_pack("{s:s,s:b}", "path", path, "deleted", 1);
     if (j)
         save_files(s, j);
-    session_table_release(rq->srv->table, s);
+    session_table_put(rq->srv->table, s);
     if (r == -EISDIR || r == -EPERM)
         return path_error(rq, path, -EISDIR);
     if (r < 0)

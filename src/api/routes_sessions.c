@@ -243,7 +243,7 @@ enum MHD_Result h_session_create(struct request *rq)
     char *location = xasprintf("/v1/sessions/%s", id);
     ret = reply_json_header(rq, 201, info, "Location", location);
     free(location);
-    session_table_release(rq->srv->table, s);
+    session_table_put(rq->srv->table, s);
 out:
     free(id);
     json_decref(body);
@@ -277,7 +277,7 @@ enum MHD_Result h_session_get(struct request *rq)
     if (!s)
         return MHD_YES;
     enum MHD_Result r = reply_json(rq, 200, session_info(rq->params[0], s));
-    session_table_release(rq->srv->table, s);
+    session_table_put(rq->srv->table, s);
     return r;
 }
 
@@ -288,7 +288,7 @@ enum MHD_Result h_session_interrupt(struct request *rq)
         return MHD_YES;
     bool busy = session_busy(s);
     session_interrupt(s);
-    session_table_release(rq->srv->table, s);
+    session_table_put(rq->srv->table, s);
     return reply_json(rq, 200, json_pack("{s:s,s:b}", "id", rq->params[0], "interrupted", busy));
 }
 
@@ -305,7 +305,7 @@ enum MHD_Result h_session_restart(struct request *rq)
         ret = api_error(rq, AE_SANDBOX, "cannot restart the interpreter: %s", err_msg());
     else
         ret = reply_json(rq, 200, session_info(rq->params[0], s));
-    session_table_release(rq->srv->table, s);
+    session_table_put(rq->srv->table, s);
     return ret;
 }
 
@@ -323,7 +323,7 @@ enum MHD_Result h_session_events(struct request *rq)
         return MHD_YES;
     json_t *j = session_events(s, after_seq);
     json_object_set_new(j, "id", json_string(rq->params[0]));
-    session_table_release(rq->srv->table, s);
+    session_table_put(rq->srv->table, s);
     return reply_json(rq, 200, j);
 }
 

@@ -103,7 +103,7 @@ void call_output(struct call *k, const char *data, size_t len);
 /* Takes a reference on the session a call names (session_id) or on the connection's default
  * session (created on first use; a note in *ret_note, caller frees, when an expired default
  * was replaced). NULL with *ret_err (caller frees) when there is none. *ret_id: the id,
- * caller frees. Release with session_table_release. */
+ * caller frees. Release with session_table_put. */
 struct session *call_session(struct call *k, char **ret_id, char **ret_note, char **ret_err);
 /* Creates a session owned by the connection; 0 and *ret_id, or -errno with err_msg(). */
 int conn_create_session(struct mcp_conn *c, const char *lang, uint64_t timeout_ms, char **ret_id);

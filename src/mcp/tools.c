@@ -579,7 +579,7 @@ static json_t *run_exec(struct call *k, const char *code, const char *lang)
     struct exec_record rec;
     exec_record_init(&rec, session_options(s)->output_cap);
     int r = execute_when_free(k, s, &req, &sink, &rec);
-    session_table_release(c->cfg->table, s);
+    session_table_put(c->cfg->table, s);
     json_t *result;
     if (r == -ECANCELED) {
         result = tool_error("%s: cancelled", k->tool->name);
@@ -635,7 +635,7 @@ static json_t *t_create_session(struct call *k)
         "Created session %s (%s; Python %s). Pass session_id \"%s\" to run_code and the file "
         "tools to use it; close it with close_session when done.",
         id, o->lang, session_python_version(s), id);
-    session_table_release(k->c->cfg->table, s);
+    session_table_put(k->c->cfg->table, s);
     return result_new(json_pack("[o]", text_item(text)), st, false, k->features);
 }
 
@@ -706,7 +706,7 @@ static json_t *t_list_files(struct call *k)
         return tool_error("list_files: %s", err);
     struct ws_listing l;
     int r = workspace_scan(session_workspace(s), &l);
-    session_table_release(k->c->cfg->table, s);
+    session_table_put(k->c->cfg->table, s);
     if (r < 0)
         return tool_error("list_files: %s", err_msg());
     json_t *result = list_result(k, sid, dir, &l);
@@ -791,7 +791,7 @@ static json_t *t_read_file(struct call *k)
         return tool_error("read_file: %s", err);
     struct buf b = {0};
     int r = read_workspace_file(session_workspace(s), rel, &b, &err);
-    session_table_release(k->c->cfg->table, s);
+    session_table_put(k->c->cfg->table, s);
     if (r < 0) {
         buf_release(&b);
         return with_note(tool_error("read_file: %s", err), note);
@@ -828,7 +828,7 @@ static json_t *t_write_file(struct call *k)
     if (!s)
         return tool_error("write_file: %s", err);
     int r = workspace_write(session_workspace(s), rel, bytes ? (const char *)bytes : content, n);
-    session_table_release(k->c->cfg->table, s);
+    session_table_put(k->c->cfg->table, s);
     if (r < 0)
         return tool_error("write_file: %s", err_msg());
     _cleanup_free_ char *text = xasprintf("Wrote %zu bytes to /workspace/%s.", n, rel);

@@ -347,12 +347,14 @@ int session_table_create_ex(struct session_table *t, const struct session_create
  * discarded. 0 or -ENOENT. */
 int session_table_close(struct session_table *t, const char *id, bool checkpoint,
                         json_t **ret_report);
-/* Looks up a live session and takes a reference (release it with session_table_release).
+/* Looks up a live session and takes a reference (drop it with session_table_put).
  * NULL with *ret_err = -ENOENT (never existed or closed) or -ETIME (expired for idleness).
  * A session being retired (reaped, or closed with a checkpoint) is waited for: once NULL is
  * returned, its stored record is final. */
 struct session *session_table_acquire(struct session_table *t, const char *id, int *ret_err);
-void session_table_release(struct session_table *t, struct session *s);
+/* Drops the reference session_table_acquire took (not a release of caller-owned storage,
+ * which _release means elsewhere). */
+void session_table_put(struct session_table *t, struct session *s);
 /* Returns once id is not being retired (at once if it is not): its stored record is final. */
 void session_table_wait_retired(struct session_table *t, const char *id);
 /* Closes a session: gone from the table at once, freed when the last reference goes.

@@ -202,7 +202,7 @@ struct session *session_table_acquire(struct session_table *t, const char *id, i
     return s;
 }
 
-void session_table_release(struct session_table *t, struct session *s)
+void session_table_put(struct session_table *t, struct session *s)
 {
     struct session *to_free = NULL;
     pthread_mutex_lock(&t->lock);
@@ -235,7 +235,7 @@ static void retire_end(struct session_table *t, struct session *s)
     find_session(t, s)->retiring = false;
     pthread_cond_broadcast(&t->retired);
     pthread_mutex_unlock(&t->lock);
-    session_table_release(t, s);
+    session_table_put(t, s);
 }
 
 int session_table_remove(struct session_table *t, const char *id)
