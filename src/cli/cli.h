@@ -2,8 +2,10 @@
 #ifndef RUNCELL_CLI_H
 #define RUNCELL_CLI_H
 
+#include <getopt.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "sandbox/sandbox.h"
 #include "session/session.h"
@@ -82,6 +84,32 @@ int check_net_opts(const char *cmd, const struct common_opts *o);
 /* For the subcommands whose sandboxes are always without network (agent, mcp): EXIT_USAGE
  * after saying so when a network or package option was given, else 0. */
 int refuse_net_opts(const char *cmd, const struct common_opts *o);
+
+/* ---- option tables (opttab.c): each option of a subcommand described once ---- */
+enum opt_kind {
+    OPTK_FLAG,    /* bool at off, set */
+    OPTK_STRING,  /* const char * at off: the argument as given */
+    OPTK_SECONDS, /* uint64_t at off: positive seconds, kept in ms */
+    OPTK_NUMBER,  /* uint64_t at off: a whole number from min to max */
+    OPTK_COUNT,   /* unsigned at off: a positive whole number (opt_count), at most max */
+    OPTK_FN,      /* fn does it: 0, or EXIT_USAGE after saying why */
+};
+struct opt_spec {
+    const char *name; /* without "--"; NULL: a heading line of --help, in help */
+    const char *arg;  /* what the value is called in --help ("N"); NULL: takes none */
+    enum opt_kind kind;
+    size_t off; /* of the field in the subcommand's options */
+    uint64_t min, max;
+    int (*fn)(void *opts, const char *cmd, char *val);
+    const char *help; /* its lines in --help, "\n" between them */
+};
+/* Takes one option of the table: 0, or EXIT_USAGE after printing what was wrong. */
+int opttab_apply(const char *cmd, const struct opt_spec *s, void *opts, char *val);
+/* getopt_long's entries for the table, numbered base + index in it; how many were made. */
+size_t opttab_long_opts(const struct opt_spec *t, size_t n, int base, struct option *out,
+                        size_t max);
+/* The options' part of --help: "  --name ARG" then the help, aligned. */
+void opttab_help(FILE *f, const struct opt_spec *t, size_t n);
 
 /* Options of the subcommands that keep sessions (serve, repl): where they are kept. */
 enum {

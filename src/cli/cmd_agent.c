@@ -1,6 +1,7 @@
 /* cmd_agent.c - `runcell agent`: a language model solves a task by running code in a
  * sandboxed session, with progress shown live, then the answer and the files produced. */
 #include <errno.h>
+#include <stddef.h>
 #include <fcntl.h>
 #include <getopt.h>
 #include <poll.h>
@@ -16,90 +17,6 @@
 #define CODE_LINES_SHOWN   25
 #define OUTPUT_LINES_SHOWN 12
 
-static const char agent_help[] =
-    "usage: runcell agent [OPTIONS] TASK\n"
-    "\n"
-    "A language model solves TASK by writing code that runs in a sandboxed Python session;\n"
-    "errors go back to it for repair, with bounded retries, then fallbacks (docs/AGENT.md).\n"
-    "Progress goes to stderr, the final answer to stdout. Exit status: 0 answered, 1 not\n"
-    "completed (fallbacks ran), 2 usage, 130 interrupted.\n"
-    "\n"
-    "Model (any OpenAI-compatible Chat Completions endpoint):\n"
-    "  --base-url URL        the endpoint, required: this or OPENAI_BASE_URL (no default),\n"
-    "                        e.g. http://127.0.0.1:11434/v1 (a local server) or\n"
-    "                        https://api.openai.com/v1\n"
-    "  --api-key KEY         default OPENAI_API_KEY (prefer the variable: it stays out of ps)\n"
-    "  --model NAME          default RUNCELL_MODEL\n"
-    "  --stream              ask for streamed (server-sent events) responses\n"
-    "  --vision              also send images to the model as image input\n"
-    "  --request-timeout SEC one model request (default 300)\n"
-    "  --http-retries N      retries of HTTP 429/5xx and connection errors (default 4)\n"
-    "  --retry-backoff SEC   first pause before such a retry (default 1; doubles, jittered)\n"
-    "Budgets:\n"
-    "  --max-steps N         model turns (default 20)\n"
-    "  --max-retries N       failed executions in a row before giving up (default 3)\n"
-    "  --max-time SEC        wall time of the whole run (default: none)\n"
-    "  --max-tokens N        tokens, when the endpoint reports usage (default: none)\n"
-    "Fallbacks and memory:\n"
-    "  --fallbacks LIST      weak,handback,review in the order wanted, or none (default all)\n"
-    "  --review-webhook URL  also POST review incidents to URL\n"
-    "  --data DIR            failure memory and review queue (default RUNCELL_DATA, else\n"
-    "                        /var/lib/runcell as root, else ~/.local/share/runcell)\n"
-    "  --no-memory           neither use nor update the failure memory\n"
-    "  --retry-doomed        run a task that exhausted its retries before anyway\n"
-    "Sandbox (as for runcell run):\n"
-    "  --file LOCAL[:DEST]   copy LOCAL into the workspace (repeatable)\n"
-    "  --out DIR             copy the files produced into DIR\n"
-    "  --timeout SEC, --memory MB, --pids N, --disk MB, --cpus N\n"
-    "  --net none            the only network policy: loopback only (--net allow:...,\n"
-    "                        --package, --index-url and --install-timeout are refused)\n"
-    "  --json                print the outcome with the full transcript as JSON\n";
-
-enum {
-    OPT_JSON = OPT_COMMON_END,
-    OPT_BASE_URL,
-    OPT_API_KEY,
-    OPT_MODEL,
-    OPT_STREAM,
-    OPT_VISION,
-    OPT_REQUEST_TIMEOUT,
-    OPT_HTTP_RETRIES,
-    OPT_BACKOFF,
-    OPT_MAX_STEPS,
-    OPT_MAX_RETRIES,
-    OPT_MAX_TIME,
-    OPT_MAX_TOKENS,
-    OPT_FALLBACKS,
-    OPT_WEBHOOK,
-    OPT_DATA,
-    OPT_NO_MEMORY,
-    OPT_RETRY_DOOMED,
-};
-
-static const struct option long_opts[] = {
-    COMMON_LONG_OPTS,
-    {"json", no_argument, NULL, OPT_JSON},
-    {"base-url", required_argument, NULL, OPT_BASE_URL},
-    {"api-key", required_argument, NULL, OPT_API_KEY},
-    {"model", required_argument, NULL, OPT_MODEL},
-    {"stream", no_argument, NULL, OPT_STREAM},
-    {"vision", no_argument, NULL, OPT_VISION},
-    {"request-timeout", required_argument, NULL, OPT_REQUEST_TIMEOUT},
-    {"http-retries", required_argument, NULL, OPT_HTTP_RETRIES},
-    {"retry-backoff", required_argument, NULL, OPT_BACKOFF},
-    {"max-steps", required_argument, NULL, OPT_MAX_STEPS},
-    {"max-retries", required_argument, NULL, OPT_MAX_RETRIES},
-    {"max-time", required_argument, NULL, OPT_MAX_TIME},
-    {"max-tokens", required_argument, NULL, OPT_MAX_TOKENS},
-    {"fallbacks", required_argument, NULL, OPT_FALLBACKS},
-    {"review-webhook", required_argument, NULL, OPT_WEBHOOK},
-    {"data", required_argument, NULL, OPT_DATA},
-    {"no-memory", no_argument, NULL, OPT_NO_MEMORY},
-    {"retry-doomed", no_argument, NULL, OPT_RETRY_DOOMED},
-    {"help", no_argument, NULL, 'h'},
-    {NULL, 0, NULL, 0},
-};
-
 struct agent_cli {
     struct common_opts c;
     struct llm_config llm;
@@ -109,13 +26,105 @@ struct agent_cli {
     char *api_key; /* our copy; the argv string is wiped */
 };
 
-static int count_opt(const char *opt, const char *val, unsigned *ret)
+static const char agent_usage[] =
+    "usage: runcell agent [OPTIONS] TASK\n"
+    "\n"
+    "A language model solves TASK by writing code that runs in a sandboxed Python session;\n"
+    "errors go back to it for repair, with bounded retries, then fallbacks (docs/AGENT.md).\n"
+    "Progress goes to stderr, the final answer to stdout. Exit status: 0 answered, 1 not\n"
+    "completed (fallbacks ran), 2 usage, 130 interrupted.\n"
+    "\n";
+
+/* The common options' part of the help: runcell run's, which describes them in full. */
+static const char agent_sandbox_help[] =
+    "Sandbox (as for runcell run):\n"
+    "  --file LOCAL[:DEST]   copy LOCAL into the workspace (repeatable)\n"
+    "  --out DIR             copy the files produced into DIR\n"
+    "  --timeout SEC, --memory MB, --pids N, --disk MB, --cpus N\n"
+    "  --net none            the only network policy: loopback only (--net allow:...,\n"
+    "                        --package, --index-url and --install-timeout are refused)\n";
+
+static int set_api_key(void *opts, const char *cmd, char *val)
 {
+    struct agent_cli *o = opts;
+    free(o->api_key);
+    o->api_key = xstrdup(val);
+    explicit_bzero(val, strlen(val)); /* out of /proc/PID/cmdline (ps) from now on */
+    o->llm.api_key = o->api_key;
+    return 0;
+}
+
+static int set_http_retries(void *opts, const char *cmd, char *val)
+{
+    struct agent_cli *o = opts;
     uint64_t v;
-    int r = opt_count("agent", opt, val, &v);
-    if (!r)
-        *ret = (unsigned)MIN(v, 100000u);
-    return r;
+    if (parse_u64(val, &v) < 0 || v > 20)
+        return usage_error(cmd, "--http-retries: '%s' is not a number from 0 to 20", val);
+    o->llm.http_retries = (unsigned)v;
+    o->http_retries_set = true;
+    return 0;
+}
+
+static int set_fallbacks(void *opts, const char *cmd, char *val)
+{
+    struct agent_cli *o = opts;
+    if (agent_parse_fallbacks(val, o->a.fallbacks, &o->a.n_fallbacks) < 0)
+        return usage_error(cmd, "--fallbacks: %s", err_msg());
+    o->a.fallbacks_set = true;
+    return 0;
+}
+
+#define F(member) offsetof(struct agent_cli, member)
+
+static const struct opt_spec agent_opts[] = {
+    {NULL, .help = "Model (any OpenAI-compatible Chat Completions endpoint):"},
+    {"base-url", "URL", OPTK_STRING, F(llm.base_url),
+     .help = "the endpoint, required: this or OPENAI_BASE_URL (no default),\n"
+             "e.g. http://127.0.0.1:11434/v1 (a local server) or\n"
+             "https://api.openai.com/v1"},
+    {"api-key", "KEY", OPTK_FN, .fn = set_api_key,
+     .help = "default OPENAI_API_KEY (prefer the variable: it stays out of ps)"},
+    {"model", "NAME", OPTK_STRING, F(llm.model), .help = "default RUNCELL_MODEL"},
+    {"stream", NULL, OPTK_FLAG, F(llm.stream),
+     .help = "ask for streamed (server-sent events) responses"},
+    {"vision", NULL, OPTK_FLAG, F(a.vision),
+     .help = "also send images to the model as image input"},
+    {"request-timeout", "SEC", OPTK_SECONDS, F(llm.request_timeout_ms),
+     .help = "one model request (default 300)"},
+    {"http-retries", "N", OPTK_FN, .fn = set_http_retries,
+     .help = "retries of HTTP 429/5xx and connection errors (default 4)"},
+    {"retry-backoff", "SEC", OPTK_SECONDS, F(llm.backoff_ms),
+     .help = "first pause before such a retry (default 1; doubles, jittered)"},
+    {NULL, .help = "Budgets:"},
+    {"max-steps", "N", OPTK_COUNT, F(a.max_steps), 1, 100000, .help = "model turns (default 20)"},
+    {"max-retries", "N", OPTK_COUNT, F(a.max_retries), 1, 100000,
+     .help = "failed executions in a row before giving up (default 3)"},
+    {"max-time", "SEC", OPTK_SECONDS, F(a.max_time_ms),
+     .help = "wall time of the whole run (default: none)"},
+    {"max-tokens", "N", OPTK_NUMBER, F(a.max_tokens), 1, 1000000000000ull,
+     .help = "tokens, when the endpoint reports usage (default: none)"},
+    {NULL, .help = "Fallbacks and memory:"},
+    {"fallbacks", "LIST", OPTK_FN, .fn = set_fallbacks,
+     .help = "weak,handback,review in the order wanted, or none (default all)"},
+    {"review-webhook", "URL", OPTK_STRING, F(a.webhook_url),
+     .help = "also POST review incidents to URL"},
+    {"data", "DIR", OPTK_STRING, F(a.data_dir),
+     .help = "failure memory and review queue (default RUNCELL_DATA, else\n"
+             "/var/lib/runcell as root, else ~/.local/share/runcell)"},
+    {"no-memory", NULL, OPTK_FLAG, F(a.no_memory),
+     .help = "neither use nor update the failure memory"},
+    {"retry-doomed", NULL, OPTK_FLAG, F(a.retry_doomed),
+     .help = "run a task that exhausted its retries before anyway"},
+    {NULL, .help = "Output:"},
+    {"json", NULL, OPTK_FLAG, F(json),
+     .help = "print the outcome with the full transcript as JSON"},
+};
+
+static void print_help(void)
+{
+    fputs(agent_usage, stdout);
+    opttab_help(stdout, agent_opts, ARRAY_SIZE(agent_opts));
+    fputs(agent_sandbox_help, stdout);
 }
 
 static int agent_opt(struct agent_cli *o, int c, char *val)
@@ -123,81 +132,25 @@ static int agent_opt(struct agent_cli *o, int c, char *val)
     int r = common_opt("agent", &o->c, c, val);
     if (r >= 0)
         return r;
-    switch (c) {
-    case OPT_JSON:
-        o->json = true;
-        return 0;
-    case OPT_BASE_URL:
-        o->llm.base_url = val;
-        return 0;
-    case OPT_API_KEY:
-        free(o->api_key);
-        o->api_key = xstrdup(val);
-        /* Out of /proc/PID/cmdline (ps) from now on. */
-        explicit_bzero(val, strlen(val));
-        o->llm.api_key = o->api_key;
-        return 0;
-    case OPT_MODEL:
-        o->llm.model = val;
-        return 0;
-    case OPT_STREAM:
-        o->llm.stream = true;
-        return 0;
-    case OPT_VISION:
-        o->a.vision = true;
-        return 0;
-    case OPT_REQUEST_TIMEOUT:
-        return opt_seconds("agent", "--request-timeout", val, &o->llm.request_timeout_ms);
-    case OPT_HTTP_RETRIES: {
-        uint64_t v;
-        if (parse_u64(val, &v) < 0 || v > 20)
-            return usage_error("agent", "--http-retries: '%s' is not a number from 0 to 20", val);
-        o->llm.http_retries = (unsigned)v;
-        o->http_retries_set = true;
-        return 0;
-    }
-    case OPT_BACKOFF:
-        return opt_seconds("agent", "--retry-backoff", val, &o->llm.backoff_ms);
-    case OPT_MAX_STEPS:
-        return count_opt("--max-steps", val, &o->a.max_steps);
-    case OPT_MAX_RETRIES:
-        return count_opt("--max-retries", val, &o->a.max_retries);
-    case OPT_MAX_TIME:
-        return opt_seconds("agent", "--max-time", val, &o->a.max_time_ms);
-    case OPT_MAX_TOKENS: {
-        uint64_t v;
-        if (parse_u64(val, &v) < 0 || !v)
-            return usage_error("agent", "--max-tokens: '%s' is not a positive whole number", val);
-        o->a.max_tokens = v;
-        return 0;
-    }
-    case OPT_FALLBACKS:
-        if (agent_parse_fallbacks(val, o->a.fallbacks, &o->a.n_fallbacks) < 0)
-            return usage_error("agent", "--fallbacks: %s", err_msg());
-        o->a.fallbacks_set = true;
-        return 0;
-    case OPT_WEBHOOK:
-        o->a.webhook_url = val;
-        return 0;
-    case OPT_DATA:
-        o->a.data_dir = val;
-        return 0;
-    case OPT_NO_MEMORY:
-        o->a.no_memory = true;
-        return 0;
-    case OPT_RETRY_DOOMED:
-        o->a.retry_doomed = true;
-        return 0;
-    case 'h':
-        fputs(agent_help, stdout);
+    if (c == 'h') {
+        print_help();
         exit(0);
-    default:
-        return usage_error("agent", "unknown option; run 'runcell agent --help'");
     }
+    size_t i = (size_t)(c - OPT_COMMON_END);
+    if (c < OPT_COMMON_END || i >= ARRAY_SIZE(agent_opts) || !agent_opts[i].name)
+        return usage_error("agent", "unknown option; run 'runcell agent --help'");
+    return opttab_apply("agent", &agent_opts[i], o, val);
 }
 
 static int parse_args(struct agent_cli *o, int argc, char **argv, char **ret_task)
 {
+    static const struct option common[] = {COMMON_LONG_OPTS, {"help", no_argument, NULL, 'h'}};
+    struct option long_opts[ARRAY_SIZE(common) + ARRAY_SIZE(agent_opts) + 1];
+    memcpy(long_opts, common, sizeof(common));
+    size_t n = ARRAY_SIZE(common);
+    n += opttab_long_opts(agent_opts, ARRAY_SIZE(agent_opts), OPT_COMMON_END, long_opts + n,
+                          ARRAY_SIZE(agent_opts));
+    long_opts[n] = (struct option){NULL, 0, NULL, 0};
     int c, r;
     opterr = 0;
     optind = 1;

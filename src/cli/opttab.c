@@ -1,0 +1,89 @@
+/* opttab.c - option tables: a subcommand describes each of its options once (name, value,
+ * where it goes, its limits, its help), and parsing, validation and its part of --help are
+ * made from that (as git's parse-options does), instead of a switch beside a help text. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+#define HELP_COLUMN 24 /* where an option's help starts */
+
+static void *field(void *opts, const struct opt_spec *s)
+{
+    return (char *)opts + s->off;
+}
+
+int opttab_apply(const char *cmd, const struct opt_spec *s, void *opts, char *val)
+{
+    char flag[64];
+    snprintf(flag, sizeof(flag), "--%s", s->name);
+    uint64_t v;
+    int r;
+    switch (s->kind) {
+    case OPTK_FLAG:
+        *(bool *)field(opts, s) = true;
+        return 0;
+    case OPTK_STRING:
+        *(const char **)field(opts, s) = val;
+        return 0;
+    case OPTK_SECONDS:
+        return opt_seconds(cmd, flag, val, field(opts, s));
+    case OPTK_COUNT:
+        if ((r = opt_count(cmd, flag, val, &v)) == 0)
+            *(unsigned *)field(opts, s) = (unsigned)MIN(v, s->max);
+        return r;
+    case OPTK_NUMBER:
+        if (parse_u64(val, &v) < 0 || v < s->min || v > s->max)
+            return usage_error(cmd, "%s: '%s' is not a whole number from %llu to %llu", flag, val,
+                               (unsigned long long)s->min, (unsigned long long)s->max);
+        *(uint64_t *)field(opts, s) = v;
+        return 0;
+    case OPTK_FN:
+        return s->fn(opts, cmd, val);
+    }
+    return usage_error(cmd, "%s: not an option this program knows how to take", flag);
+}
+
+size_t opttab_long_opts(const struct opt_spec *t, size_t n, int base, struct option *out,
+                        size_t max)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n && k < max; i++)
+        if (t[i].name)
+            out[k++] = (struct option){t[i].name, t[i].arg ? required_argument : no_argument, NULL,
+                                       base + (int)i};
+    return k;
+}
+
+/* Prints text's lines, the first from the current column, the rest at HELP_COLUMN. */
+static void help_lines(FILE *f, const char *text)
+{
+    for (const char *p = text; *p;) {
+        const char *nl = strchr(p, '\n');
+        size_t len = nl ? (size_t)(nl - p) : strlen(p);
+        fprintf(f, "%.*s\n", (int)len, p);
+        if (!nl)
+            return;
+        p = nl + 1;
+        if (*p)
+            fprintf(f, "%*s", HELP_COLUMN, "");
+    }
+}
+
+void opttab_help(FILE *f, const struct opt_spec *t, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (!t[i].name) {
+            fprintf(f, "%s\n", t[i].help);
+            continue;
+        }
+        char head[64];
+        int w = snprintf(head, sizeof(head), "  --%s%s%s", t[i].name, t[i].arg ? " " : "",
+                         t[i].arg ? t[i].arg : "");
+        if (w >= HELP_COLUMN)
+            fprintf(f, "%s\n%*s", head, HELP_COLUMN, "");
+        else
+            fprintf(f, "%-*s", HELP_COLUMN, head);
+        help_lines(f, t[i].help);
+    }
+}
