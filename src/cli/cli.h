@@ -87,12 +87,16 @@ int refuse_net_opts(const char *cmd, const struct common_opts *o);
 
 /* ---- option tables (opttab.c): each option of a subcommand described once ---- */
 enum opt_kind {
-    OPTK_FLAG,    /* bool at off, set */
-    OPTK_STRING,  /* const char * at off: the argument as given */
-    OPTK_SECONDS, /* uint64_t at off: positive seconds, kept in ms */
-    OPTK_NUMBER,  /* uint64_t at off: a whole number from min to max */
-    OPTK_COUNT,   /* unsigned at off: a positive whole number (opt_count), at most max */
-    OPTK_FN,      /* fn does it: 0, or EXIT_USAGE after saying why */
+    OPTK_FLAG,      /* bool at off, set */
+    OPTK_STRING,    /* const char * at off: the argument as given */
+    OPTK_SECONDS,   /* uint64_t at off: positive seconds, kept in ms; at most max s (0: a day) */
+    OPTK_NUMBER,    /* uint64_t at off: a whole number from min to max */
+    OPTK_COUNT,     /* unsigned at off: a positive whole number (opt_count), at most max */
+    OPTK_SIZE,      /* size_t at off: a positive whole number (opt_count) */
+    OPTK_SIZE_OR_0, /* size_t at off: a whole number from 0 to max */
+    OPTK_MB,        /* uint64_t at off: megabytes (opt_megabytes) */
+    OPTK_MB_BYTES,  /* uint64_t at off: megabytes given, kept in bytes */
+    OPTK_FN,        /* fn does it: 0, or EXIT_USAGE after saying why */
 };
 struct opt_spec {
     const char *name; /* without "--"; NULL: a heading line of --help, in help */
@@ -108,8 +112,8 @@ int opttab_apply(const char *cmd, const struct opt_spec *s, void *opts, char *va
 /* getopt_long's entries for the table, numbered base + index in it; how many were made. */
 size_t opttab_long_opts(const struct opt_spec *t, size_t n, int base, struct option *out,
                         size_t max);
-/* The options' part of --help: "  --name ARG" then the help, aligned. */
-void opttab_help(FILE *f, const struct opt_spec *t, size_t n);
+/* The options' part of --help: "  --name ARG" then the help from column on. */
+void opttab_help(FILE *f, const struct opt_spec *t, size_t n, int column);
 
 /* Options of the subcommands that keep sessions (serve, repl): where they are kept. */
 enum {

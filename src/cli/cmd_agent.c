@@ -123,7 +123,7 @@ static const struct opt_spec agent_opts[] = {
 static void print_help(void)
 {
     fputs(agent_usage, stdout);
-    opttab_help(stdout, agent_opts, ARRAY_SIZE(agent_opts));
+    opttab_help(stdout, agent_opts, ARRAY_SIZE(agent_opts), 24);
     fputs(agent_sandbox_help, stdout);
 }
 

@@ -6,8 +6,6 @@
 
 #include "cli/cli.h"
 
-#define HELP_COLUMN 24 /* where an option's help starts */
-
 static void *field(void *opts, const struct opt_spec *s)
 {
     return (char *)opts + s->off;
@@ -27,7 +25,24 @@ int opttab_apply(const char *cmd, const struct opt_spec *s, void *opts, char *va
         *(const char **)field(opts, s) = val;
         return 0;
     case OPTK_SECONDS:
-        return opt_seconds(cmd, flag, val, field(opts, s));
+        return s->max ? opt_seconds_max(cmd, flag, val, s->max, field(opts, s))
+                      : opt_seconds(cmd, flag, val, field(opts, s));
+    case OPTK_SIZE:
+        if ((r = opt_count(cmd, flag, val, &v)) == 0)
+            *(size_t *)field(opts, s) = (size_t)v;
+        return r;
+    case OPTK_SIZE_OR_0:
+        if (parse_u64(val, &v) < 0 || v > s->max)
+            return usage_error(cmd, "%s: '%s' is not a whole number from 0 to %llu", flag, val,
+                               (unsigned long long)s->max);
+        *(size_t *)field(opts, s) = (size_t)v;
+        return 0;
+    case OPTK_MB:
+        return opt_megabytes(cmd, flag, val, field(opts, s));
+    case OPTK_MB_BYTES:
+        if ((r = opt_megabytes(cmd, flag, val, &v)) == 0)
+            *(uint64_t *)field(opts, s) = v << 20;
+        return r;
     case OPTK_COUNT:
         if ((r = opt_count(cmd, flag, val, &v)) == 0)
             *(unsigned *)field(opts, s) = (unsigned)MIN(v, s->max);
@@ -55,8 +70,8 @@ size_t opttab_long_opts(const struct opt_spec *t, size_t n, int base, struct opt
     return k;
 }
 
-/* Prints text's lines, the first from the current column, the rest at HELP_COLUMN. */
-static void help_lines(FILE *f, const char *text)
+/* Prints text's lines, the first from the current column, the rest at column. */
+static void help_lines(FILE *f, const char *text, int column)
 {
     for (const char *p = text; *p;) {
         const char *nl = strchr(p, '\n');
@@ -66,11 +81,11 @@ static void help_lines(FILE *f, const char *text)
             return;
         p = nl + 1;
         if (*p)
-            fprintf(f, "%*s", HELP_COLUMN, "");
+            fprintf(f, "%*s", column, "");
     }
 }
 
-void opttab_help(FILE *f, const struct opt_spec *t, size_t n)
+void opttab_help(FILE *f, const struct opt_spec *t, size_t n, int column)
 {
     for (size_t i = 0; i < n; i++) {
         if (!t[i].name) {
@@ -80,10 +95,10 @@ void opttab_help(FILE *f, const struct opt_spec *t, size_t n)
         char head[64];
         int w = snprintf(head, sizeof(head), "  --%s%s%s", t[i].name, t[i].arg ? " " : "",
                          t[i].arg ? t[i].arg : "");
-        if (w >= HELP_COLUMN)
-            fprintf(f, "%s\n%*s", head, HELP_COLUMN, "");
+        if (w >= column)
+            fprintf(f, "%s\n%*s", head, column, "");
         else
-            fprintf(f, "%-*s", HELP_COLUMN, head);
-        help_lines(f, t[i].help);
+            fprintf(f, "%-*s", column, head);
+        help_lines(f, t[i].help, column);
     }
 }
