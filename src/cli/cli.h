@@ -107,11 +107,13 @@ struct opt_spec {
     int (*fn)(void *opts, const char *cmd, char *val);
     const char *help; /* its lines in --help, "\n" between them */
 };
-/* Takes one option of the table: 0, or EXIT_USAGE after printing what was wrong. */
-int opttab_apply(const char *cmd, const struct opt_spec *s, void *opts, char *val);
-/* getopt_long's entries for the table, numbered base + index in it; how many were made. */
-size_t opttab_long_opts(const struct opt_spec *t, size_t n, int base, struct option *out,
-                        size_t max);
+/* getopt_long's list: fixed (the shared options), then the table's, numbered
+ * OPT_COMMON_END + index in it; caller frees. */
+struct option *opttab_getopt_list(const struct option *fixed, size_t n_fixed,
+                                  const struct opt_spec *t, size_t n);
+/* Takes option c (from that list) with its value into opts: 0, or EXIT_USAGE after
+ * printing what was wrong. */
+int opttab_take(const char *cmd, const struct opt_spec *t, size_t n, int c, void *opts, char *val);
 /* The options' part of --help: "  --name ARG" then the help from column on. */
 void opttab_help(FILE *f, const struct opt_spec *t, size_t n, int column);
 

@@ -136,21 +136,14 @@ static int agent_opt(struct agent_cli *o, int c, char *val)
         print_help();
         exit(0);
     }
-    size_t i = (size_t)(c - OPT_COMMON_END);
-    if (c < OPT_COMMON_END || i >= ARRAY_SIZE(agent_opts) || !agent_opts[i].name)
-        return usage_error("agent", "unknown option; run 'runcell agent --help'");
-    return opttab_apply("agent", &agent_opts[i], o, val);
+    return opttab_take("agent", agent_opts, ARRAY_SIZE(agent_opts), c, o, val);
 }
 
 static int parse_args(struct agent_cli *o, int argc, char **argv, char **ret_task)
 {
     static const struct option common[] = {COMMON_LONG_OPTS, {"help", no_argument, NULL, 'h'}};
-    struct option long_opts[ARRAY_SIZE(common) + ARRAY_SIZE(agent_opts) + 1];
-    memcpy(long_opts, common, sizeof(common));
-    size_t n = ARRAY_SIZE(common);
-    n += opttab_long_opts(agent_opts, ARRAY_SIZE(agent_opts), OPT_COMMON_END, long_opts + n,
-                          ARRAY_SIZE(agent_opts));
-    long_opts[n] = (struct option){NULL, 0, NULL, 0};
+    _cleanup_free_ struct option *long_opts =
+        opttab_getopt_list(common, ARRAY_SIZE(common), agent_opts, ARRAY_SIZE(agent_opts));
     int c, r;
     opterr = 0;
     optind = 1;

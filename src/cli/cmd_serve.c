@@ -155,10 +155,7 @@ static int serve_opt(struct serve_cli *o, int c, char *val)
     }
     if ((r = common_opt("serve", &o->co, c, val)) >= 0)
         return r;
-    size_t i = (size_t)(c - OPT_COMMON_END);
-    if (c < OPT_COMMON_END || i >= ARRAY_SIZE(serve_opts) || !serve_opts[i].name)
-        return usage_error("serve", "unknown option; run 'runcell serve --help'");
-    return opttab_apply("serve", &serve_opts[i], o, val);
+    return opttab_take("serve", serve_opts, ARRAY_SIZE(serve_opts), c, o, val);
 }
 
 static bool over_max(const char *opt, uint64_t val, const char *max_opt, uint64_t max, double scale)
@@ -208,12 +205,8 @@ int cmd_serve(int argc, char **argv)
     struct server_config *cfg = &o.cfg;
     static const struct option fixed[] = {
         COMMON_LONG_OPTS, STORE_LONG_OPTS, {"help", no_argument, NULL, 'h'}};
-    struct option long_opts[ARRAY_SIZE(fixed) + ARRAY_SIZE(serve_opts) + 1];
-    memcpy(long_opts, fixed, sizeof(fixed));
-    size_t n = ARRAY_SIZE(fixed);
-    n += opttab_long_opts(serve_opts, ARRAY_SIZE(serve_opts), OPT_COMMON_END, long_opts + n,
-                          ARRAY_SIZE(serve_opts));
-    long_opts[n] = (struct option){NULL, 0, NULL, 0};
+    _cleanup_free_ struct option *long_opts =
+        opttab_getopt_list(fixed, ARRAY_SIZE(fixed), serve_opts, ARRAY_SIZE(serve_opts));
     _cleanup_free_ char *data = NULL;
     int c, r = 0;
     opterr = 0;

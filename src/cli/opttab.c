@@ -11,7 +11,7 @@ static void *field(void *opts, const struct opt_spec *s)
     return (char *)opts + s->off;
 }
 
-int opttab_apply(const char *cmd, const struct opt_spec *s, void *opts, char *val)
+static int opttab_apply(const char *cmd, const struct opt_spec *s, void *opts, char *val)
 {
     char flag[64];
     snprintf(flag, sizeof(flag), "--%s", s->name);
@@ -59,15 +59,25 @@ int opttab_apply(const char *cmd, const struct opt_spec *s, void *opts, char *va
     return usage_error(cmd, "%s: not an option this program knows how to take", flag);
 }
 
-size_t opttab_long_opts(const struct opt_spec *t, size_t n, int base, struct option *out,
-                        size_t max)
+struct option *opttab_getopt_list(const struct option *fixed, size_t n_fixed,
+                                  const struct opt_spec *t, size_t n)
 {
-    size_t k = 0;
-    for (size_t i = 0; i < n && k < max; i++)
+    struct option *out = xcalloc(n_fixed + n + 1, sizeof(*out));
+    memcpy(out, fixed, n_fixed * sizeof(*fixed));
+    size_t k = n_fixed;
+    for (size_t i = 0; i < n; i++)
         if (t[i].name)
             out[k++] = (struct option){t[i].name, t[i].arg ? required_argument : no_argument, NULL,
-                                       base + (int)i};
-    return k;
+                                       OPT_COMMON_END + (int)i};
+    return out; /* ends with the zeroed entry getopt_long wants */
+}
+
+int opttab_take(const char *cmd, const struct opt_spec *t, size_t n, int c, void *opts, char *val)
+{
+    size_t i = (size_t)(c - OPT_COMMON_END);
+    if (c < OPT_COMMON_END || i >= n || !t[i].name)
+        return usage_error(cmd, "unknown option; run 'runcell %s --help'", cmd);
+    return opttab_apply(cmd, &t[i], opts, val);
 }
 
 /* Prints text's lines, the first from the current column, the rest at column. */
