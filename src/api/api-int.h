@@ -227,6 +227,35 @@ json_t *exec_event_json(const struct exec_event *ev);
 bool wants_ndjson(struct request *rq);
 /* Interrupts the running one-shot executions (shutdown). */
 void oneshots_interrupt(struct server *srv);
+
+/* ---- a response body made by a worker thread as it goes (outstream.c) ---- */
+struct out_stream {
+    pthread_mutex_t lock;
+    struct buf out; /* not sent yet */
+    size_t sent;
+    bool finished;
+    bool ready;
+    int notify[2]; /* a byte per append: wakes the reader */
+    int cancel[2]; /* written when the client goes away: the worker's cancel fd is [0] */
+    int client_fd;
+    int keepalive_ms;
+    void (*keepalive)(struct out_stream *os); /* appends something after keepalive_ms idle */
+};
+/* keepalive may be NULL (the reader then waits as long as the worker is quiet). 0, or
+ * -errno with err_msg(). */
+int out_stream_init(struct out_stream *os, int client_fd, int keepalive_ms,
+                    void (*keepalive)(struct out_stream *os));
+void out_stream_append(struct out_stream *os, const void *data, size_t n);
+/* The worker is done: the reader ends the body once it has sent what is there. */
+void out_stream_finish(struct out_stream *os);
+/* A libmicrohttpd content reader's answer: bytes, the end, or an error when the client hung
+ * up (the cancel pipe is written then). */
+ssize_t out_stream_read(struct out_stream *os, char *out, size_t max);
+void out_stream_cancel(struct out_stream *os);
+/* The response is over (sent, or the client left): cancels a worker that is not done, so
+ * that it does not go on unseen; whether it was done. */
+bool out_stream_end(struct out_stream *os);
+void out_stream_release(struct out_stream *os);
 /* Takes one of the server's execution slots; false after replying 429. The slot is given
  * back as soon as the cell is over, before its last byte is sent, so a client that has read
  * its reply may run the next cell at once; the request owes its reply until completed. */

@@ -93,25 +93,18 @@ struct stream {
     json_t *body; /* keeps req.code alive */
     struct exec_request req;
     pthread_t thread;
-    pthread_mutex_t lock;
-    struct buf out; /* NDJSON not yet sent */
-    size_t sent;
-    bool finished;
-    int notify[2]; /* a byte per append: wakes the reader */
-    int cancel[2]; /* written when the client goes away */
-    int client_fd;
+    struct out_stream os;
 };
 
 static void stream_push(struct stream *st, json_t *j)
 {
     char *line = json_dumps(j, JSON_COMPACT);
     json_decref(j);
-    pthread_mutex_lock(&st->lock);
-    buf_append(&st->out, line, strlen(line));
-    buf_append(&st->out, "\n", 1);
-    pthread_mutex_unlock(&st->lock);
+    size_t n = strlen(line);
+    line = xrealloc(line, n + 1);
+    line[n] = '\n';
+    out_stream_append(&st->os, line, n + 1);
     free(line);
-    (void)!write(st->notify[1], "x", 1);
 }
 
 static void stream_event(void *ctx, const struct exec_event *ev)
@@ -141,68 +134,24 @@ static void *stream_main(void *arg)
     }
     exec_record_release(&rec);
     stream_push(st, done);
-    pthread_mutex_lock(&st->lock);
-    st->finished = true;
-    pthread_mutex_unlock(&st->lock);
-    (void)!write(st->notify[1], "x", 1);
+    out_stream_finish(&st->os);
     return NULL;
 }
 
 static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max)
 {
-    struct stream *st = cls;
     (void)pos;
-    for (;;) {
-        pthread_mutex_lock(&st->lock);
-        size_t avail = st->out.len - st->sent;
-        bool finished = st->finished;
-        if (avail) {
-            size_t n = MIN(avail, max);
-            memcpy(out, st->out.data + st->sent, n);
-            st->sent += n;
-            if (st->sent == st->out.len) {
-                buf_reset(&st->out);
-                st->sent = 0;
-            }
-            pthread_mutex_unlock(&st->lock);
-            return (ssize_t)n;
-        }
-        pthread_mutex_unlock(&st->lock);
-        if (finished)
-            return MHD_CONTENT_READER_END_OF_STREAM;
-        /* Wait for events, and notice a client that hangs up while the cell is quiet. */
-        struct pollfd pfd[2] = {{.fd = st->notify[0], .events = POLLIN},
-                                {.fd = st->client_fd, .events = POLLRDHUP}};
-        if (poll(pfd, 2, -1) < 0)
-            continue;
-        if (pfd[1].revents & (POLLRDHUP | POLLHUP | POLLERR)) {
-            (void)!write(st->cancel[1], "x", 1);
-            return MHD_CONTENT_READER_END_WITH_ERROR;
-        }
-        char drain[64];
-        while (read(st->notify[0], drain, sizeof(drain)) > 0)
-            ;
-    }
+    return out_stream_read(&((struct stream *)cls)->os, out, max);
 }
 
 static void stream_free(void *cls)
 {
     struct stream *st = cls;
-    /* The response is over (sent, or the client left): the cell must not run on unseen. */
-    pthread_mutex_lock(&st->lock);
-    bool finished = st->finished;
-    pthread_mutex_unlock(&st->lock);
-    if (!finished)
-        (void)!write(st->cancel[1], "x", 1);
+    out_stream_end(&st->os); /* the cell must not run on unseen */
     pthread_join(st->thread, NULL);
     session_table_put(st->srv->table, st->s);
-    for (int i = 0; i < 2; i++) {
-        close(st->notify[i]);
-        close(st->cancel[i]);
-    }
-    buf_release(&st->out);
+    out_stream_release(&st->os);
     json_decref(st->body);
-    pthread_mutex_destroy(&st->lock);
     free(st);
 }
 
@@ -214,19 +163,11 @@ static enum MHD_Result execute_streaming(struct request *rq, struct session *s, 
     st->s = s;
     st->body = body;
     st->req = *req;
-    st->client_fd = client_fd(rq);
-    pthread_mutex_init(&st->lock, NULL);
-    buf_init(&st->out, 0);
-    if (pipe2(st->notify, O_CLOEXEC | O_NONBLOCK) < 0 || pipe2(st->cancel, O_CLOEXEC) < 0)
-        abort();
-    st->req.cancel_fd = st->cancel[0];
+    int e = out_stream_init(&st->os, client_fd(rq), 0, NULL);
+    st->req.cancel_fd = st->os.cancel[0];
     st->req.cancel_events = POLLIN;
-    if (pthread_create(&st->thread, NULL, stream_main, st)) {
-        for (int i = 0; i < 2; i++) {
-            close(st->notify[i]);
-            close(st->cancel[i]);
-        }
-        pthread_mutex_destroy(&st->lock);
+    if (e < 0 || pthread_create(&st->thread, NULL, stream_main, st)) {
+        out_stream_release(&st->os);
         free(st);
         execution_slot_give(rq);
         session_table_put(rq->srv->table, s);
