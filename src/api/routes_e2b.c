@@ -12,6 +12,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <stddef.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <stdio.h>
@@ -766,21 +767,12 @@ struct e2b_stream {
     unsigned pid;
     bool main_sent, error_sent;
     pthread_t thread;
-    pthread_mutex_t lock;
-    struct buf out;
-    size_t sent;
-    bool finished;
-    int notify[2];
-    int cancel[2];
-    int client_fd;
+    struct out_stream os;
 };
 
 static void stream_bytes(struct e2b_stream *st, const void *data, size_t n)
 {
-    pthread_mutex_lock(&st->lock);
-    buf_append(&st->out, data, n);
-    pthread_mutex_unlock(&st->lock);
-    (void)!write(st->notify[1], "x", 1);
+    out_stream_append(&st->os, data, n);
 }
 
 /* One message: an NDJSON line, or a Connect envelope (flags, 4-byte big-endian length). */
@@ -980,82 +972,36 @@ static void *stream_thread(void *arg)
         execute_main(st);
     else
         process_main(st);
-    pthread_mutex_lock(&st->lock);
-    st->finished = true;
-    pthread_mutex_unlock(&st->lock);
-    (void)!write(st->notify[1], "x", 1);
+    out_stream_finish(&st->os);
     return NULL;
 }
 
-static void stream_keepalive(struct e2b_stream *st)
+static void stream_keepalive(struct out_stream *os)
 {
+    struct e2b_stream *st = (struct e2b_stream *)((char *)os - offsetof(struct e2b_stream, os));
     if (st->kind == STREAM_EXECUTE)
         stream_msg(st, json_pack("{s:s}", "type", "keepalive"), 0);
     else
         stream_msg(st, json_pack("{s:{s:{}}}", "event", "keepalive"), 0);
 }
 
+/* Waits for output, and notices a client that hangs up while the cell is quiet: that
+ * interrupts the cell, as E2B's code interpreter does. */
 static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max)
 {
-    struct e2b_stream *st = cls;
     (void)pos;
-    for (;;) {
-        pthread_mutex_lock(&st->lock);
-        size_t avail = st->out.len - st->sent;
-        bool finished = st->finished;
-        if (avail) {
-            size_t n = MIN(avail, max);
-            memcpy(out, st->out.data + st->sent, n);
-            st->sent += n;
-            if (st->sent == st->out.len) {
-                buf_reset(&st->out);
-                st->sent = 0;
-            }
-            pthread_mutex_unlock(&st->lock);
-            return (ssize_t)n;
-        }
-        pthread_mutex_unlock(&st->lock);
-        if (finished)
-            return MHD_CONTENT_READER_END_OF_STREAM;
-        /* Wait for output, and notice a client that hangs up while the cell is quiet: that
-         * interrupts the cell, as E2B's code interpreter does. */
-        struct pollfd pfd[2] = {{.fd = st->notify[0], .events = POLLIN},
-                                {.fd = st->client_fd, .events = POLLRDHUP}};
-        int pr = poll(pfd, 2, E2B_KEEPALIVE_MS);
-        if (pr < 0)
-            continue;
-        if (pfd[1].revents & (POLLRDHUP | POLLHUP | POLLERR)) {
-            (void)!write(st->cancel[1], "x", 1);
-            return MHD_CONTENT_READER_END_WITH_ERROR;
-        }
-        if (pr == 0) {
-            stream_keepalive(st);
-            continue;
-        }
-        char drain[64];
-        while (read(st->notify[0], drain, sizeof(drain)) > 0)
-            ;
-    }
+    return out_stream_read(&((struct e2b_stream *)cls)->os, out, max);
 }
 
 static void stream_free(void *cls)
 {
     struct e2b_stream *st = cls;
-    pthread_mutex_lock(&st->lock);
-    bool finished = st->finished;
-    pthread_mutex_unlock(&st->lock);
-    if (!finished)
-        (void)!write(st->cancel[1], "x", 1);
+    out_stream_end(&st->os);
     pthread_join(st->thread, NULL);
     session_table_put(st->srv->table, st->s);
-    for (int i = 0; i < 2; i++) {
-        close(st->notify[i]);
-        close(st->cancel[i]);
-    }
-    buf_release(&st->out);
+    out_stream_release(&st->os);
     free(st->code);
     free(st->box_id);
-    pthread_mutex_destroy(&st->lock);
     free(st);
 }
 
@@ -1072,24 +1018,16 @@ static enum MHD_Result start_stream(struct request *rq, struct session *s, enum 
     st->code = code;
     st->box_id = xstrdup(box_id);
     st->pid = pid;
-    st->client_fd = client_fd(rq);
     st->req = (struct exec_request){.code = code, .lang = lang, .timeout_ms = timeout_ms};
-    pthread_mutex_init(&st->lock, NULL);
-    buf_init(&st->out, 0);
-    if (pipe2(st->notify, O_CLOEXEC | O_NONBLOCK) < 0 || pipe2(st->cancel, O_CLOEXEC) < 0)
-        abort();
-    st->req.cancel_fd = st->cancel[0];
+    int e = out_stream_init(&st->os, client_fd(rq), E2B_KEEPALIVE_MS, stream_keepalive);
+    st->req.cancel_fd = st->os.cancel[0];
     st->req.cancel_events = POLLIN;
-    if (pthread_create(&st->thread, NULL, stream_thread, st)) {
+    if (e < 0 || pthread_create(&st->thread, NULL, stream_thread, st)) {
         execution_slot_give(rq);
         session_table_put(rq->srv->table, s);
-        for (int i = 0; i < 2; i++) {
-            close(st->notify[i]);
-            close(st->cancel[i]);
-        }
+        out_stream_release(&st->os);
         free(st->code);
         free(st->box_id);
-        pthread_mutex_destroy(&st->lock);
         free(st);
         return MHD_NO;
     }
