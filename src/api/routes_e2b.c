@@ -1469,7 +1469,8 @@ struct part {
     char filename[1024];
 };
 
-/* The parts of body (at most max), split on boundary; -1 when it is not well formed. */
+/* The parts of body (at most max), split on boundary; -1 when it is not well formed, -2 when
+ * a file name is longer than struct part keeps. */
 static int multipart_parts(const char *body, size_t n, const char *boundary, struct part *parts,
                            int max)
 {
@@ -1496,7 +1497,9 @@ static int multipart_parts(const char *body, size_t n, const char *boundary, str
             const char *q = memchr(fn, '"', (size_t)(hend - fn));
             if (!q)
                 return -1;
-            snprintf(pt->filename, sizeof(pt->filename), "%.*s", (int)MIN(q - fn, 1023), fn);
+            if ((size_t)(q - fn) >= sizeof(pt->filename))
+                return -2; /* cut, it would name another file */
+            snprintf(pt->filename, sizeof(pt->filename), "%.*s", (int)(q - fn), fn);
         }
         const char *data = hend + 4;
         _cleanup_free_ char *next_delim = xasprintf("\r\n%s", delim);
@@ -1560,7 +1563,11 @@ enum MHD_Result h_e2b_files_post(struct request *rq)
             n = multipart_parts(rq->body.data ? rq->body.data : "", rq->body.len, boundary, parts,
                                 E2B_MAX_PARTS);
         }
-        if (n < 0)
+        if (n == -2)
+            ret = e2b_error(rq, 400,
+                            "a file name in the multipart body is longer than %zu bytes",
+                            sizeof(parts->filename) - 1);
+        else if (n < 0)
             ret = e2b_error(rq, 400,
                             "the multipart body is not well formed (or has more than "
                             "%d files)",

@@ -338,6 +338,42 @@ class E2BSdk(RuncellTestCase):
             self.e2b("DELETE", "/sandboxes/" + sid)
 
 
+class E2BWire(RuncellTestCase):
+    """Raw requests only (no SDK): what a hostile or broken client sends."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.srv = Server("--e2b")
+        cls.srv.start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.srv.close()
+
+    def box(self):
+        r = self.srv.request("POST", "/v2/sandboxes", {}, headers={"X-API-KEY": self.srv.token},
+                             token=False)
+        self.assertEqual(r.status, 201, r)
+        b = r.json()
+        self.addCleanup(self.srv.request, "DELETE", "/sandboxes/" + b["sandboxID"],
+                        headers={"X-API-KEY": self.srv.token}, token=False)
+        return {"E2b-Sandbox-Id": b["sandboxID"], "X-Access-Token": b["envdAccessToken"]}
+
+    def test_a_multipart_file_name_too_long_to_keep_is_refused_not_cut(self):
+        h = self.box()
+        name = "a/" * 511 + "bcdef"  # 1027 bytes: cut at 1023 it would be a/.../a/b
+        body = ("--XyZ\r\nContent-Disposition: form-data; name=\"file\"; filename=\"%s\"\r\n"
+                "Content-Type: application/octet-stream\r\n\r\ndata\r\n--XyZ--\r\n" % name)
+        r = self.srv.request("POST", "/files", body.encode(), token=False, headers=dict(
+            h, **{"Content-Type": "multipart/form-data; boundary=XyZ"}))
+        self.assertEqual((r.status, r.json()["code"]), (400, 400), r)
+        self.assertIn("file name", r.json()["message"])
+        cut = "/home/user/" + "a/" * 511 + "b"
+        r = self.srv.request("POST", "/filesystem.Filesystem/Stat", {"path": cut}, token=False,
+                             headers=dict(h, **{"Content-Type": "application/json"}))
+        self.assertEqual(r.status, 404, r)
+
+
 class WithoutE2B(RuncellTestCase):
     def test_routes_exist_only_with_the_flag(self):
         with Server() as srv:
