@@ -84,11 +84,12 @@ void e2b_free(struct e2b *e)
     free(e);
 }
 
-/* Under e->lock. */
+/* Under e->lock. Compared in constant time: on the /contexts routes the id is the
+ * credential, and this runs before anything else has authenticated the request. */
 static struct e2b_box *box_find(struct e2b *e, const char *id)
 {
     for (struct e2b_box *b = e->boxes; b && id; b = b->next)
-        if (!strcmp(b->id, id))
+        if (token_equal(id, b->id))
             return b;
     return NULL;
 }
