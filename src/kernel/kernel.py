@@ -680,6 +680,12 @@ __runcell_snapshot() {
 '''
 
 
+def _sh_quote(s):
+    """s as one bash word: a path under $TMPDIR may hold spaces or quotes, and a quote left
+    open would have the shell read the report line as part of the cell's."""
+    return "'" + s.replace("'", "'\\''") + "'"
+
+
 class ShellGone(Exception):
     """The shell exited (exit, set -e, a signal) while it ran a cell: status as $?."""
 
@@ -692,7 +698,7 @@ class BashShell:
     def __init__(self, cwd, tmpdir):
         import fcntl
         # The sandbox's /tmp is its own: a fixed name reads well in bash's messages
-        self.dir = os.path.join(tmpdir, ".runcell-bash")
+        self.dir = os.path.join(os.path.abspath(tmpdir), ".runcell-bash")  # the shell cd's
         os.makedirs(self.dir, mode=0o700, exist_ok=True)
         st_r, st_w = os.pipe2(os.O_CLOEXEC)
         cmd_r, cmd_w = os.pipe2(os.O_CLOEXEC)
@@ -790,7 +796,7 @@ class BashShell:
             f.write(code)
         try:
             return self.run("\\builtin source %s </dev/null 2>&%d %d>&- %d>&-" % (
-                path, self.fd_err, self.fd_err, self.fd_status))
+                _sh_quote(path), self.fd_err, self.fd_err, self.fd_status))
         finally:
             try:
                 os.unlink(path)
@@ -801,7 +807,7 @@ class BashShell:
         """The shell's state as a bash script (cwd, variables, functions, aliases)."""
         path = os.path.join(self.dir, "snapshot")
         try:
-            status, interrupted = self.run("\\__runcell_snapshot %s" % path)
+            status, interrupted = self.run("\\__runcell_snapshot %s" % _sh_quote(path))
             if interrupted:
                 raise KeyboardInterrupt  # the daemon stops the checkpoint: it goes on
             if status:
@@ -822,7 +828,7 @@ class BashShell:
             # what fails (a cwd whose directory was not kept: the store keeps files) is
             # said on the stderr of the cell that started the shell
             status, interrupted = self.run("\\builtin source %s </dev/null >/dev/null 2>&%d"
-                                           % (path, self.fd_err))
+                                           % (_sh_quote(path), self.fd_err))
             if interrupted:
                 raise KeyboardInterrupt  # the cell that started the shell is stopped
             return status

@@ -244,6 +244,16 @@ class HttpTest(RuncellTestCase):
         self.assertEqual(rec["stdout"], "py /workspace\n")
         self.srv.ok("DELETE", "/v1/sessions/%s" % sid)
 
+    def test_a_tmpdir_with_a_space_or_quote_still_runs_bash_cells(self):
+        # the shell's cell files live under $TMPDIR: their path goes to the shell quoted
+        sid = self.srv.create_session()
+        self.srv.execute(sid, "import os\nos.environ['TMPDIR'] = \"/tmp/it's a dir\"")
+        rec = self.srv.execute(sid, "X=1; echo ran", language="bash")
+        self.assertEqual((rec["status"], rec["stdout"]), ("ok", "ran\n"), rec)
+        rec = self.srv.execute(sid, "echo $X", language="bash")
+        self.assertEqual((rec["status"], rec["stdout"]), ("ok", "1\n"), rec)
+        self.srv.ok("DELETE", "/v1/sessions/%s" % sid)
+
     def test_a_shell_that_ended_between_cells_is_replaced_and_said(self):
         sid = self.srv.create_session()
         self.srv.execute(sid, "A=1; echo $$ > shell.pid", language="bash")
