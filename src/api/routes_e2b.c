@@ -122,7 +122,7 @@ static enum MHD_Result e2b_error(struct request *rq, unsigned status, const char
     va_end(ap);
     size_t n;
     char *clean = utf8_sanitize(msg, strlen(msg), &n);
-    json_t *j = json_pack("{s:i,s:s%}", "code", (int)status, "message", clean, n);
+    json_t *j = e2b_error_body(rq, status, clean, n); /* Connect's shape on its routes */
     free(clean);
     return reply_json(rq, status, j);
 }
@@ -1603,6 +1603,23 @@ static const struct {
     {"failed_precondition", 400}, {"unimplemented", 501},   {"internal", 500},
     {"unavailable", 503},         {"unauthenticated", 401}, {"resource_exhausted", 429},
 };
+
+json_t *e2b_error_body(const struct request *rq, unsigned status, const char *msg, size_t n)
+{
+    const char *p = rq->route->pattern;
+    if (!str_has_prefix(p, "/process.Process/") && !str_has_prefix(p, "/filesystem.Filesystem/"))
+        return json_pack("{s:i,s:s%}", "code", (int)status, "message", msg, n);
+    const char *code = status == 413   ? "resource_exhausted"
+                       : status == 405 ? "unimplemented"
+                       : status >= 500 ? "unavailable"
+                                       : "internal";
+    for (size_t i = 0; i < ARRAY_SIZE(connect_codes); i++)
+        if (connect_codes[i].status == status) {
+            code = connect_codes[i].code;
+            break;
+        }
+    return json_pack("{s:s,s:s%}", "code", code, "message", msg, n);
+}
 
 static enum MHD_Result connect_error(struct request *rq, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

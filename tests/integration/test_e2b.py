@@ -374,6 +374,36 @@ class E2BWire(RuncellTestCase):
         self.assertEqual(r.status, 404, r)
 
 
+    def test_errors_the_server_makes_before_the_route_have_e2b_shape(self):
+        # the body limit is the listener's (413 before the handler runs): E2B's shape still,
+        # {code: 413} on envd's REST routes, Connect's {code: "resource_exhausted"} on its RPC
+        with Server("--e2b", "--max-body", "1") as srv:
+            r = srv.request("POST", "/v2/sandboxes", {}, headers={"X-API-KEY": srv.token},
+                            token=False)
+            self.assertEqual(r.status, 201, r)
+            b = r.json()
+            h = {"E2b-Sandbox-Id": b["sandboxID"], "X-Access-Token": b["envdAccessToken"]}
+            big = b"x" * (2 << 20)
+            r = srv.request("POST", "/files?path=big", big, token=False,
+                            headers=dict(h, **{"Content-Type": "application/octet-stream"}))
+            self.assertEqual(r.status, 413)
+            self.assertEqual(r.json()["code"], 413, r)
+            self.assertIn("limit", r.json()["message"])
+            r = srv.request("POST", "/filesystem.Filesystem/Stat", big, token=False,
+                            headers=dict(h, **{"Content-Type": "application/json"}))
+            self.assertEqual(r.status, 413)
+            self.assertEqual(r.json()["code"], "resource_exhausted", r)
+            r = srv.request("POST", "/v2/sandboxes", big, token=False,
+                            headers={"X-API-KEY": srv.token})
+            self.assertEqual((r.status, r.json().get("code")), (413, 413), r)
+            # authentication's errors too: Connect's code on its routes, E2B's elsewhere
+            bad = dict(h, **{"X-Access-Token": "wrong", "Content-Type": "application/json"})
+            r = srv.request("POST", "/filesystem.Filesystem/Stat", {"path": "x"}, token=False,
+                            headers=bad)
+            self.assertEqual((r.status, r.json()["code"]), (401, "unauthenticated"), r)
+            r = srv.request("GET", "/health", token=False, headers=bad)
+            self.assertEqual((r.status, r.json()["code"]), (401, 401), r)
+
 class WithoutE2B(RuncellTestCase):
     def test_routes_exist_only_with_the_flag(self):
         with Server() as srv:
