@@ -492,8 +492,9 @@ enum MHD_Result h_e2b_create(struct request *rq)
     json_int_t timeout_s = E2B_DEFAULT_TIMEOUT_S;
     if (tj && !json_is_null(tj)) {
         timeout_s = json_is_integer(tj) ? json_integer_value(tj) : -1;
+        /* compared in seconds: in milliseconds a huge one wraps to a tiny one */
         if (timeout_s <= 0 ||
-            (uint64_t)timeout_s * 1000 > rq->srv->cfg->limits.max_idle_timeout_ms) {
+            (uint64_t)timeout_s > rq->srv->cfg->limits.max_idle_timeout_ms / 1000) {
             ret = e2b_error(rq, 400,
                             "field 'timeout' must be a whole number of seconds from 1 "
                             "to %llu",
@@ -717,7 +718,8 @@ enum MHD_Result h_e2b_timeout(struct request *rq)
     pthread_mutex_lock(&e->lock);
     struct e2b_box *b = s ? box_find(e, id) : NULL;
     uint64_t idle_ms = s ? session_options(s)->idle_timeout_ms : 0;
-    if (b && (uint64_t)secs * 1000 <= idle_ms)
+    bool longer = (uint64_t)secs > idle_ms / 1000; /* in seconds: ms could wrap */
+    if (b && !longer)
         b->deadline_ms = now_realtime_ms() + (uint64_t)secs * 1000;
     else if (b)
         b->deadline_ms = 0;
@@ -726,7 +728,7 @@ enum MHD_Result h_e2b_timeout(struct request *rq)
         session_table_release(rq->srv->table, s);
     if (!b)
         return e2b_error(rq, 404, "sandbox %s not found", id);
-    if ((uint64_t)secs * 1000 > idle_ms)
+    if (longer)
         return e2b_error(rq, 400,
                          "field 'timeout': %lld s is longer than the timeout the "
                          "sandbox was created with (%llu s), which runcell keeps as its idle "

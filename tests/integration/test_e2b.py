@@ -374,6 +374,20 @@ class E2BWire(RuncellTestCase):
         self.assertEqual(r.status, 404, r)
 
 
+    def test_a_timeout_whose_milliseconds_overflow_is_refused(self):
+        # 18446744073709552 s is 2^64 + 384 ms: wrapped, it would be a sandbox gone at once
+        huge = 18446744073709552
+        key = {"X-API-KEY": self.srv.token}
+        r = self.srv.request("POST", "/v2/sandboxes", {"timeout": huge}, headers=key, token=False)
+        self.assertEqual((r.status, r.json()["code"]), (400, 400), r)
+        self.assertIn("'timeout'", r.json()["message"])
+        sid = self.box()["E2b-Sandbox-Id"]
+        r = self.srv.request("POST", "/sandboxes/%s/timeout" % sid, {"timeout": huge},
+                             headers=key, token=False)
+        self.assertEqual((r.status, r.json()["code"]), (400, 400), r)
+        r = self.srv.request("GET", "/sandboxes/" + sid, headers=key, token=False)
+        self.assertEqual(r.status, 200, r)
+
     def test_errors_the_server_makes_before_the_route_have_e2b_shape(self):
         # the body limit is the listener's (413 before the handler runs): E2B's shape still,
         # {code: 413} on envd's REST routes, Connect's {code: "resource_exhausted"} on its RPC
