@@ -789,9 +789,14 @@ class BashShell:
         self.close()
         return code if code >= 0 else 128 - code
 
+    def path(self, name):
+        """A file of the shell's directory, made again if a cell deleted it (rm -rf /tmp/.*)."""
+        os.makedirs(self.dir, mode=0o700, exist_ok=True)
+        return os.path.join(self.dir, name)
+
     def run_cell(self, code):
         self.count += 1
-        path = os.path.join(self.dir, "cell-%d" % self.count)
+        path = self.path("cell-%d" % self.count)
         with open(path, "w", encoding="utf-8", errors="surrogateescape") as f:
             f.write(code)
         try:
@@ -805,7 +810,7 @@ class BashShell:
 
     def snapshot(self):
         """The shell's state as a bash script (cwd, variables, functions, aliases)."""
-        path = os.path.join(self.dir, "snapshot")
+        path = self.path("snapshot")
         try:
             status, interrupted = self.run("\\__runcell_snapshot %s" % _sh_quote(path))
             if interrupted:
@@ -821,7 +826,7 @@ class BashShell:
                 pass
 
     def restore(self, script):
-        path = os.path.join(self.dir, "restore")
+        path = self.path("restore")
         with open(path, "wb") as f:
             f.write(script)
         try:

@@ -55,6 +55,12 @@ class StateTest(BashCase):
         self.assertOk(recs[0], "/workspace\ncat=0\nread=1\n")
         self.assertOk(recs[1], "head=0\n")
 
+    def test_a_cell_that_empties_tmp_keeps_the_shell_working(self):
+        # the kernel's cell files live in /tmp/.runcell-bash: a cell may delete it
+        recs = self.cells("X=1; find /tmp -mindepth 1 -delete", 'echo "x=$X"')
+        self.assertOk(recs[0])
+        self.assertOk(recs[1], "x=1\n")
+
     def test_execution_count_and_a_syntax_error_keep_the_shell(self):
         recs = self.cells("A=1", "if then fi", "echo $A", expect_exit=2)
         self.assertEqual([r["execution_count"] for r in recs], [1, 2, 3])
