@@ -677,6 +677,7 @@ __runcell_snapshot() {
         done
     } >"$1"
 }
+builtin readonly -f __runcell_done __runcell_snapshot  # a cell's unset -f would hang the next
 '''
 
 

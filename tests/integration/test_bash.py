@@ -61,6 +61,14 @@ class StateTest(BashCase):
         self.assertOk(recs[0])
         self.assertOk(recs[1], "x=1\n")
 
+    def test_a_cell_that_unsets_every_function_keeps_the_shell_working(self):
+        # the kernel's own functions are read-only: a cell's "clear everything" leaves them
+        recs = self.cells("f() { :; }; for n in $(compgen -A function); do unset -f \"$n\"; "
+                          "done 2>/dev/null; __runcell_done() { :; } 2>/dev/null; echo cleared",
+                          "echo alive", opts=("--timeout", "60"))
+        self.assertOk(recs[0], "cleared\n")
+        self.assertOk(recs[1], "alive\n")
+
     def test_execution_count_and_a_syntax_error_keep_the_shell(self):
         recs = self.cells("A=1", "if then fi", "echo $A", expect_exit=2)
         self.assertEqual([r["execution_count"] for r in recs], [1, 2, 3])
