@@ -1567,8 +1567,7 @@ enum MHD_Result h_e2b_files_post(struct request *rq)
                                 E2B_MAX_PARTS);
         }
         if (n == -2)
-            ret = e2b_error(rq, 400,
-                            "a file name in the multipart body is longer than %zu bytes",
+            ret = e2b_error(rq, 400, "a file name in the multipart body is longer than %zu bytes",
                             sizeof(parts->filename) - 1);
         else if (n < 0)
             ret = e2b_error(rq, 400,
