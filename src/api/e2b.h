@@ -5,6 +5,7 @@
 #ifndef RUNCELL_API_E2B_H
 #define RUNCELL_API_E2B_H
 
+#include <jansson.h>
 #include <microhttpd.h>
 #include <stdbool.h>
 
@@ -29,6 +30,10 @@ void e2b_free(struct e2b *e);
 /* Authenticates rq for its E2B route; false after replying (401 in E2B's shape, or 404 for a
  * sandbox that is not there). */
 bool e2b_authorize(struct request *rq);
+
+/* The body of an error that the server itself makes on an E2B route (401, 413, 429, 503...):
+ * E2B's {code: STATUS, message}, or Connect's {code: "name", message} on its RPC routes. */
+json_t *e2b_error_body(const struct request *rq, unsigned status, const char *msg, size_t n);
 
 enum MHD_Result h_e2b_create(struct request *rq);
 enum MHD_Result h_e2b_list(struct request *rq);

@@ -1,5 +1,6 @@
 /* http.c - JSON replies, the one error mapping, and request-body field checks. */
 #include "api/api-int.h"
+#include "api/e2b.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -73,7 +74,10 @@ static enum MHD_Result api_verror(struct request *rq, enum api_err e, json_t *ex
     vsnprintf(msg, sizeof(msg), fmt, ap);
     size_t n;
     char *clean = utf8_sanitize(msg, strlen(msg), &n);
-    json_t *j = json_pack("{s:{s:s,s:s%}}", "error", "code", api_errs[e].code, "message", clean, n);
+    json_t *j =
+        rq->route && (rq->route->flags & ROUTE_E2B_ANY)
+            ? e2b_error_body(rq, api_errs[e].status, clean, n)
+            : json_pack("{s:{s:s,s:s%}}", "error", "code", api_errs[e].code, "message", clean, n);
     free(clean);
     if (extra)
         json_object_update_missing(j, extra);

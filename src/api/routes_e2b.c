@@ -85,11 +85,12 @@ void e2b_free(struct e2b *e)
     free(e);
 }
 
-/* Under e->lock. */
+/* Under e->lock. Compared in constant time: on the /contexts routes the id is the
+ * credential, and this runs before anything else has authenticated the request. */
 static struct e2b_box *box_find(struct e2b *e, const char *id)
 {
     for (struct e2b_box *b = e->boxes; b && id; b = b->next)
-        if (!strcmp(b->id, id))
+        if (token_equal(id, b->id))
             return b;
     return NULL;
 }
@@ -122,7 +123,7 @@ static enum MHD_Result e2b_error(struct request *rq, unsigned status, const char
     va_end(ap);
     size_t n;
     char *clean = utf8_sanitize(msg, strlen(msg), &n);
-    json_t *j = json_pack("{s:i,s:s%}", "code", (int)status, "message", clean, n);
+    json_t *j = e2b_error_body(rq, status, clean, n); /* Connect's shape on its routes */
     free(clean);
     return reply_json(rq, status, j);
 }
@@ -492,8 +493,9 @@ enum MHD_Result h_e2b_create(struct request *rq)
     json_int_t timeout_s = E2B_DEFAULT_TIMEOUT_S;
     if (tj && !json_is_null(tj)) {
         timeout_s = json_is_integer(tj) ? json_integer_value(tj) : -1;
+        /* compared in seconds: in milliseconds a huge one wraps to a tiny one */
         if (timeout_s <= 0 ||
-            (uint64_t)timeout_s * 1000 > rq->srv->cfg->limits.max_idle_timeout_ms) {
+            (uint64_t)timeout_s > rq->srv->cfg->limits.max_idle_timeout_ms / 1000) {
             ret = e2b_error(rq, 400,
                             "field 'timeout' must be a whole number of seconds from 1 "
                             "to %llu",
@@ -717,7 +719,8 @@ enum MHD_Result h_e2b_timeout(struct request *rq)
     pthread_mutex_lock(&e->lock);
     struct e2b_box *b = s ? box_find(e, id) : NULL;
     uint64_t idle_ms = s ? session_options(s)->idle_timeout_ms : 0;
-    if (b && (uint64_t)secs * 1000 <= idle_ms)
+    bool longer = (uint64_t)secs > idle_ms / 1000; /* in seconds: ms could wrap */
+    if (b && !longer)
         b->deadline_ms = now_realtime_ms() + (uint64_t)secs * 1000;
     else if (b)
         b->deadline_ms = 0;
@@ -726,7 +729,7 @@ enum MHD_Result h_e2b_timeout(struct request *rq)
         session_table_put(rq->srv->table, s);
     if (!b)
         return e2b_error(rq, 404, "sandbox %s not found", id);
-    if ((uint64_t)secs * 1000 > idle_ms)
+    if (longer)
         return e2b_error(rq, 400,
                          "field 'timeout': %lld s is longer than the timeout the "
                          "sandbox was created with (%llu s), which runcell keeps as its idle "
@@ -1407,7 +1410,8 @@ struct part {
     char filename[1024];
 };
 
-/* The parts of body (at most max), split on boundary; -1 when it is not well formed. */
+/* The parts of body (at most max), split on boundary; -1 when it is not well formed, -2 when
+ * a file name is longer than struct part keeps. */
 static int multipart_parts(const char *body, size_t n, const char *boundary, struct part *parts,
                            int max)
 {
@@ -1434,7 +1438,9 @@ static int multipart_parts(const char *body, size_t n, const char *boundary, str
             const char *q = memchr(fn, '"', (size_t)(hend - fn));
             if (!q)
                 return -1;
-            snprintf(pt->filename, sizeof(pt->filename), "%.*s", (int)MIN(q - fn, 1023), fn);
+            if ((size_t)(q - fn) >= sizeof(pt->filename))
+                return -2; /* cut, it would name another file */
+            snprintf(pt->filename, sizeof(pt->filename), "%.*s", (int)(q - fn), fn);
         }
         const char *data = hend + 4;
         _cleanup_free_ char *next_delim = xasprintf("\r\n%s", delim);
@@ -1498,7 +1504,10 @@ enum MHD_Result h_e2b_files_post(struct request *rq)
             n = multipart_parts(rq->body.data ? rq->body.data : "", rq->body.len, boundary, parts,
                                 E2B_MAX_PARTS);
         }
-        if (n < 0)
+        if (n == -2)
+            ret = e2b_error(rq, 400, "a file name in the multipart body is longer than %zu bytes",
+                            sizeof(parts->filename) - 1);
+        else if (n < 0)
             ret = e2b_error(rq, 400,
                             "the multipart body is not well formed (or has more than "
                             "%d files)",
@@ -1533,6 +1542,23 @@ static const struct {
     {"failed_precondition", 400}, {"unimplemented", 501},   {"internal", 500},
     {"unavailable", 503},         {"unauthenticated", 401}, {"resource_exhausted", 429},
 };
+
+json_t *e2b_error_body(const struct request *rq, unsigned status, const char *msg, size_t n)
+{
+    const char *p = rq->route->pattern;
+    if (!str_has_prefix(p, "/process.Process/") && !str_has_prefix(p, "/filesystem.Filesystem/"))
+        return json_pack("{s:i,s:s%}", "code", (int)status, "message", msg, n);
+    const char *code = status == 413   ? "resource_exhausted"
+                       : status == 405 ? "unimplemented"
+                       : status >= 500 ? "unavailable"
+                                       : "internal";
+    for (size_t i = 0; i < ARRAY_SIZE(connect_codes); i++)
+        if (connect_codes[i].status == status) {
+            code = connect_codes[i].code;
+            break;
+        }
+    return json_pack("{s:s,s:s%}", "code", code, "message", msg, n);
+}
 
 static enum MHD_Result connect_error(struct request *rq, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -677,7 +677,14 @@ __runcell_snapshot() {
         done
     } >"$1"
 }
+builtin readonly -f __runcell_done __runcell_snapshot  # a cell's unset -f would hang the next
 '''
+
+
+def _sh_quote(s):
+    """s as one bash word: a path under $TMPDIR may hold spaces or quotes, and a quote left
+    open would have the shell read the report line as part of the cell's."""
+    return "'" + s.replace("'", "'\\''") + "'"
 
 
 class ShellGone(Exception):
@@ -692,7 +699,7 @@ class BashShell:
     def __init__(self, cwd, tmpdir):
         import fcntl
         # The sandbox's /tmp is its own: a fixed name reads well in bash's messages
-        self.dir = os.path.join(tmpdir, ".runcell-bash")
+        self.dir = os.path.join(os.path.abspath(tmpdir), ".runcell-bash")  # the shell cd's
         os.makedirs(self.dir, mode=0o700, exist_ok=True)
         st_r, st_w = os.pipe2(os.O_CLOEXEC)
         cmd_r, cmd_w = os.pipe2(os.O_CLOEXEC)
@@ -783,14 +790,19 @@ class BashShell:
         self.close()
         return code if code >= 0 else 128 - code
 
+    def path(self, name):
+        """A file of the shell's directory, made again if a cell deleted it (rm -rf /tmp/.*)."""
+        os.makedirs(self.dir, mode=0o700, exist_ok=True)
+        return os.path.join(self.dir, name)
+
     def run_cell(self, code):
         self.count += 1
-        path = os.path.join(self.dir, "cell-%d" % self.count)
+        path = self.path("cell-%d" % self.count)
         with open(path, "w", encoding="utf-8", errors="surrogateescape") as f:
             f.write(code)
         try:
             return self.run("\\builtin source %s </dev/null 2>&%d %d>&- %d>&-" % (
-                path, self.fd_err, self.fd_err, self.fd_status))
+                _sh_quote(path), self.fd_err, self.fd_err, self.fd_status))
         finally:
             try:
                 os.unlink(path)
@@ -799,9 +811,9 @@ class BashShell:
 
     def snapshot(self):
         """The shell's state as a bash script (cwd, variables, functions, aliases)."""
-        path = os.path.join(self.dir, "snapshot")
+        path = self.path("snapshot")
         try:
-            status, interrupted = self.run("\\__runcell_snapshot %s" % path)
+            status, interrupted = self.run("\\__runcell_snapshot %s" % _sh_quote(path))
             if interrupted:
                 raise KeyboardInterrupt  # the daemon stops the checkpoint: it goes on
             if status:
@@ -815,14 +827,14 @@ class BashShell:
                 pass
 
     def restore(self, script):
-        path = os.path.join(self.dir, "restore")
+        path = self.path("restore")
         with open(path, "wb") as f:
             f.write(script)
         try:
             # what fails (a cwd whose directory was not kept: the store keeps files) is
             # said on the stderr of the cell that started the shell
             status, interrupted = self.run("\\builtin source %s </dev/null >/dev/null 2>&%d"
-                                           % (path, self.fd_err))
+                                           % (_sh_quote(path), self.fd_err))
             if interrupted:
                 raise KeyboardInterrupt  # the cell that started the shell is stopped
             return status

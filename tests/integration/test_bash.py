@@ -55,6 +55,20 @@ class StateTest(BashCase):
         self.assertOk(recs[0], "/workspace\ncat=0\nread=1\n")
         self.assertOk(recs[1], "head=0\n")
 
+    def test_a_cell_that_empties_tmp_keeps_the_shell_working(self):
+        # the kernel's cell files live in /tmp/.runcell-bash: a cell may delete it
+        recs = self.cells("X=1; find /tmp -mindepth 1 -delete", 'echo "x=$X"')
+        self.assertOk(recs[0])
+        self.assertOk(recs[1], "x=1\n")
+
+    def test_a_cell_that_unsets_every_function_keeps_the_shell_working(self):
+        # the kernel's own functions are read-only: a cell's "clear everything" leaves them
+        recs = self.cells("f() { :; }; for n in $(compgen -A function); do unset -f \"$n\"; "
+                          "done 2>/dev/null; __runcell_done() { :; } 2>/dev/null; echo cleared",
+                          "echo alive", opts=("--timeout", "60"))
+        self.assertOk(recs[0], "cleared\n")
+        self.assertOk(recs[1], "alive\n")
+
     def test_execution_count_and_a_syntax_error_keep_the_shell(self):
         recs = self.cells("A=1", "if then fi", "echo $A", expect_exit=2)
         self.assertEqual([r["execution_count"] for r in recs], [1, 2, 3])
@@ -242,6 +256,16 @@ class HttpTest(RuncellTestCase):
         # the Python side is untouched: its own cwd and variables
         rec = self.srv.execute(sid, "import os\nprint(x, os.getcwd())")
         self.assertEqual(rec["stdout"], "py /workspace\n")
+        self.srv.ok("DELETE", "/v1/sessions/%s" % sid)
+
+    def test_a_tmpdir_with_a_space_or_quote_still_runs_bash_cells(self):
+        # the shell's cell files live under $TMPDIR: their path goes to the shell quoted
+        sid = self.srv.create_session()
+        self.srv.execute(sid, "import os\nos.environ['TMPDIR'] = \"/tmp/it's a dir\"")
+        rec = self.srv.execute(sid, "X=1; echo ran", language="bash")
+        self.assertEqual((rec["status"], rec["stdout"]), ("ok", "ran\n"), rec)
+        rec = self.srv.execute(sid, "echo $X", language="bash")
+        self.assertEqual((rec["status"], rec["stdout"]), ("ok", "1\n"), rec)
         self.srv.ok("DELETE", "/v1/sessions/%s" % sid)
 
     def test_a_shell_that_ended_between_cells_is_replaced_and_said(self):

@@ -338,6 +338,86 @@ class E2BSdk(RuncellTestCase):
             self.e2b("DELETE", "/sandboxes/" + sid)
 
 
+class E2BWire(RuncellTestCase):
+    """Raw requests only (no SDK): what a hostile or broken client sends."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.srv = Server("--e2b")
+        cls.srv.start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.srv.close()
+
+    def box(self):
+        r = self.srv.request("POST", "/v2/sandboxes", {}, headers={"X-API-KEY": self.srv.token},
+                             token=False)
+        self.assertEqual(r.status, 201, r)
+        b = r.json()
+        self.addCleanup(self.srv.request, "DELETE", "/sandboxes/" + b["sandboxID"],
+                        headers={"X-API-KEY": self.srv.token}, token=False)
+        return {"E2b-Sandbox-Id": b["sandboxID"], "X-Access-Token": b["envdAccessToken"]}
+
+    def test_a_multipart_file_name_too_long_to_keep_is_refused_not_cut(self):
+        h = self.box()
+        name = "a/" * 511 + "bcdef"  # 1027 bytes: cut at 1023 it would be a/.../a/b
+        body = ("--XyZ\r\nContent-Disposition: form-data; name=\"file\"; filename=\"%s\"\r\n"
+                "Content-Type: application/octet-stream\r\n\r\ndata\r\n--XyZ--\r\n" % name)
+        r = self.srv.request("POST", "/files", body.encode(), token=False, headers=dict(
+            h, **{"Content-Type": "multipart/form-data; boundary=XyZ"}))
+        self.assertEqual((r.status, r.json()["code"]), (400, 400), r)
+        self.assertIn("file name", r.json()["message"])
+        cut = "/home/user/" + "a/" * 511 + "b"
+        r = self.srv.request("POST", "/filesystem.Filesystem/Stat", {"path": cut}, token=False,
+                             headers=dict(h, **{"Content-Type": "application/json"}))
+        self.assertEqual(r.status, 404, r)
+
+
+    def test_a_timeout_whose_milliseconds_overflow_is_refused(self):
+        # 18446744073709552 s is 2^64 + 384 ms: wrapped, it would be a sandbox gone at once
+        huge = 18446744073709552
+        key = {"X-API-KEY": self.srv.token}
+        r = self.srv.request("POST", "/v2/sandboxes", {"timeout": huge}, headers=key, token=False)
+        self.assertEqual((r.status, r.json()["code"]), (400, 400), r)
+        self.assertIn("'timeout'", r.json()["message"])
+        sid = self.box()["E2b-Sandbox-Id"]
+        r = self.srv.request("POST", "/sandboxes/%s/timeout" % sid, {"timeout": huge},
+                             headers=key, token=False)
+        self.assertEqual((r.status, r.json()["code"]), (400, 400), r)
+        r = self.srv.request("GET", "/sandboxes/" + sid, headers=key, token=False)
+        self.assertEqual(r.status, 200, r)
+
+    def test_errors_the_server_makes_before_the_route_have_e2b_shape(self):
+        # the body limit is the listener's (413 before the handler runs): E2B's shape still,
+        # {code: 413} on envd's REST routes, Connect's {code: "resource_exhausted"} on its RPC
+        with Server("--e2b", "--max-body", "1") as srv:
+            r = srv.request("POST", "/v2/sandboxes", {}, headers={"X-API-KEY": srv.token},
+                            token=False)
+            self.assertEqual(r.status, 201, r)
+            b = r.json()
+            h = {"E2b-Sandbox-Id": b["sandboxID"], "X-Access-Token": b["envdAccessToken"]}
+            big = b"x" * (2 << 20)
+            r = srv.request("POST", "/files?path=big", big, token=False,
+                            headers=dict(h, **{"Content-Type": "application/octet-stream"}))
+            self.assertEqual(r.status, 413)
+            self.assertEqual(r.json()["code"], 413, r)
+            self.assertIn("limit", r.json()["message"])
+            r = srv.request("POST", "/filesystem.Filesystem/Stat", big, token=False,
+                            headers=dict(h, **{"Content-Type": "application/json"}))
+            self.assertEqual(r.status, 413)
+            self.assertEqual(r.json()["code"], "resource_exhausted", r)
+            r = srv.request("POST", "/v2/sandboxes", big, token=False,
+                            headers={"X-API-KEY": srv.token})
+            self.assertEqual((r.status, r.json().get("code")), (413, 413), r)
+            # authentication's errors too: Connect's code on its routes, E2B's elsewhere
+            bad = dict(h, **{"X-Access-Token": "wrong", "Content-Type": "application/json"})
+            r = srv.request("POST", "/filesystem.Filesystem/Stat", {"path": "x"}, token=False,
+                            headers=bad)
+            self.assertEqual((r.status, r.json()["code"]), (401, "unauthenticated"), r)
+            r = srv.request("GET", "/health", token=False, headers=bad)
+            self.assertEqual((r.status, r.json()["code"]), (401, 401), r)
+
 class WithoutE2B(RuncellTestCase):
     def test_routes_exist_only_with_the_flag(self):
         with Server() as srv:
