@@ -150,9 +150,43 @@ int mkdir_p(const char *path, mode_t mode)
     return 0;
 }
 
-static int rm_at(int dirfd, const char *name, dev_t parent_dev, bool check_dev);
+/* Deleting a tree costs an open directory (and its read buffer) per level it is deep in, and
+ * a tree a sandbox made can be as deep as its inodes allow: past RM_MAX_DEPTH levels, a
+ * subdirectory is moved up into the directory being deleted instead, and taken from there
+ * by a later pass. Memory, fds and stack stay bounded whatever the depth. */
+#define RM_MAX_DEPTH 32
 
-static int rm_children(int dfd, dev_t dev)
+struct rm_walk {
+    int top;        /* the directory being deleted */
+    dev_t dev;      /* its file system: nothing on another is deleted */
+    unsigned moved; /* subdirectories moved up so far (and the names they took) */
+};
+
+static int rm_at(struct rm_walk *w, int dirfd, const char *name, int depth);
+
+/* Moves the subdirectory name (in dfd) up into w->top under a name of its own. */
+static int rm_move_up(struct rm_walk *w, int dfd, const char *name)
+{
+    for (;;) {
+        char to[32];
+        snprintf(to, sizeof(to), ".rm-%u", w->moved++);
+        if (renameat2(dfd, name, w->top, to, RENAME_NOREPLACE) == 0)
+            return 0;
+        if (errno != EEXIST)
+            return -errno;
+    }
+}
+
+static bool is_subdir(int dfd, const struct dirent *e)
+{
+    struct stat st;
+    if (e->d_type != DT_UNKNOWN)
+        return e->d_type == DT_DIR;
+    return fstatat(dfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* Deletes what the directory dfd (taken) holds, depth levels below w->top. */
+static int rm_children(struct rm_walk *w, int dfd, int depth)
 {
     DIR *d = fdopendir(dfd);
     if (!d) {
@@ -164,7 +198,11 @@ static int rm_children(int dfd, dev_t dev)
     while ((e = readdir(d))) {
         if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
             continue;
-        int r = rm_at(dirfd(d), e->d_name, dev, true);
+        int r;
+        if (depth >= RM_MAX_DEPTH && is_subdir(dirfd(d), e))
+            r = rm_move_up(w, dirfd(d), e->d_name);
+        else
+            r = rm_at(w, dirfd(d), e->d_name, depth + 1);
         if (r < 0 && !ret)
             ret = r;
     }
@@ -172,12 +210,12 @@ static int rm_children(int dfd, dev_t dev)
     return ret;
 }
 
-static int rm_at(int dirfd, const char *name, dev_t parent_dev, bool check_dev)
+static int rm_at(struct rm_walk *w, int dirfd, const char *name, int depth)
 {
     struct stat st;
     if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
         return errno == ENOENT ? 0 : -errno;
-    if (check_dev && st.st_dev != parent_dev)
+    if (depth && st.st_dev != w->dev)
         return -EXDEV; /* a mount point: never delete into another file system */
     if (!S_ISDIR(st.st_mode))
         return unlinkat(dirfd, name, 0) < 0 && errno != ENOENT ? -errno : 0;
@@ -189,7 +227,24 @@ static int rm_at(int dirfd, const char *name, dev_t parent_dev, bool check_dev)
         close(fd);
         return -EXDEV;
     }
-    int ret = rm_children(fd, st.st_dev);
+    int ret = 0;
+    if (depth == 0) {
+        /* The top: passes until no pass moved anything up (each takes RM_MAX_DEPTH levels
+         * off every subtree moved here). */
+        w->top = fd;
+        w->dev = st.st_dev;
+        unsigned before;
+        do {
+            before = w->moved;
+            int again = dup(fd);
+            ret = again < 0 ? -errno : rm_children(w, again, 0);
+            if (again >= 0)
+                lseek(fd, 0, SEEK_SET);
+        } while (!ret && w->moved != before);
+        close(fd);
+    } else {
+        ret = rm_children(w, fd, depth);
+    }
     if (unlinkat(dirfd, name, AT_REMOVEDIR) < 0 && errno != ENOENT && !ret)
         ret = -errno;
     return ret;
@@ -197,7 +252,8 @@ static int rm_at(int dirfd, const char *name, dev_t parent_dev, bool check_dev)
 
 int rm_rf_at(int dirfd, const char *name)
 {
-    return rm_at(dirfd, name, 0, false);
+    struct rm_walk w = {.top = -1};
+    return rm_at(&w, dirfd, name, 0);
 }
 
 int rm_rf(const char *path)

@@ -1,5 +1,9 @@
 /* test-base.c - unit tests for src/base. */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -261,6 +265,44 @@ TEST(json_measure_stops_at_each_bound)
     CHECK(json_measure("[\"abcd\"]", 8, &str, &sh) == -E2BIG);
     /* An unterminated string still counts. */
     CHECK(json_measure("[\"abcd", 6, &str, &sh) == -E2BIG);
+}
+
+static int open_fds(void)
+{
+    int n = 0;
+    DIR *d = opendir("/proc/self/fd");
+    while (d && readdir(d))
+        n++;
+    if (d)
+        closedir(d);
+    return n;
+}
+
+TEST(rm_rf_of_a_deep_tree_holds_few_fds)
+{
+    /* A sandbox can make a tree as deep as its inodes allow; deleting it must not take an
+     * fd (and a directory buffer) per level. With 64 fds at most, 3000 levels go. */
+    char tmpl[] = "/tmp/runcell-rm-XXXXXX";
+    CHECK(mkdtemp(tmpl) != NULL);
+    int fd = open(tmpl, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    CHECK(fd >= 0);
+    for (int i = 0; i < 3000; i++) {
+        CHECK(mkdirat(fd, "d", 0700) == 0);
+        int f = openat(fd, "f", O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+        CHECK(f >= 0);
+        close(f);
+        int next = openat(fd, "d", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        CHECK(next >= 0);
+        close(fd);
+        fd = next;
+    }
+    close(fd);
+    int before = open_fds();
+    struct rlimit rl = {64, 64};
+    CHECK(setrlimit(RLIMIT_NOFILE, &rl) == 0);
+    CHECK(rm_rf(tmpl) == 0);
+    CHECK(access(tmpl, F_OK) < 0 && errno == ENOENT);
+    CHECK(open_fds() == before);
 }
 
 int main(int argc, char **argv)
