@@ -73,8 +73,8 @@ static bool parse_execute(struct request *rq, json_t *body, struct exec_request 
         return false;
     }
     if (req->lang && !lang_supported(req->lang)) {
-        api_error(rq, AE_BAD_REQUEST, "field 'language': '%s' is not supported; use python or "
-                  "bash", req->lang);
+        api_error(rq, AE_BAD_REQUEST, "field 'language': '%s' is not supported; use python, "
+                  "bash or javascript", req->lang);
         return false;
     }
     return get_seconds(rq, body, "timeout_s", rq->srv->cfg->limits.max_timeout_ms,

@@ -16,7 +16,7 @@
 #define LIST_MAX 1000
 #define SUMMARY_NAMES 20
 
-static const char *const langs[] = {"python", "bash", NULL};
+static const char *const langs[] = {"python", "bash", "javascript", NULL};
 static const char *const encodings[] = {"utf-8", "base64", NULL};
 
 #define ARG_SESSION                                                                                \
@@ -30,7 +30,9 @@ static const char *const encodings[] = {"utf-8", "base64", NULL};
 
 static const struct arg run_code_args[] = {
     {"code", ARG_STRING, true, NULL, "The code to run, like a notebook cell."},
-    {"language", ARG_STRING, false, langs, "python (default) or bash."},
+    {"language", ARG_STRING, false, langs, "python (default), bash or javascript. A session "
+     "runs JavaScript only if it was created with language javascript (create_session), and "
+     "then only JavaScript."},
     ARG_SESSION,
     ARG_TIMEOUT,
 };
@@ -41,7 +43,7 @@ static const struct arg run_shell_args[] = {
 };
 static const struct arg create_session_args[] = {
     {"language", ARG_STRING, false, langs, "The default language of its cells: python "
-     "(default) or bash."},
+     "(default), bash, or javascript (a Node.js kernel: top-level await, require)."},
     {"timeout_s", ARG_NUMBER, false, NULL, "Default wall-clock limit of each call, in seconds."},
 };
 static const struct arg close_session_args[] = {

@@ -28,7 +28,7 @@ struct session {
     uint64_t created_ms; /* wall clock */
     char *python_version;
     char **argv; /* our copy of opts.argv */
-    char lang[8];
+    char lang[16];
     struct net_policy *policy; /* our copies of opts.net's parts */
     char **packages;
     char *index_url;
@@ -61,7 +61,8 @@ static int start_kernel(struct session *s)
     const char *binds[8];
     _cleanup_strv_ char **env = sandbox_net_apply(&s->net, &spec, binds, ARRAY_SIZE(binds), NULL);
     struct kernel_env extra = {.env = env, .ro_binds = binds, .relay_socket = spec.relay_socket,
-                               .relay_port = spec.relay_port};
+                               .relay_port = spec.relay_port,
+                               .javascript = lang_is_javascript(s->lang)};
     /* The CPU-time rlimit is a backstop for a whole kernel's life, not one cell. */
     l.cpu_time_s = 0;
     int r = kernel_start(s->host, s->ws, &l, s->argv, s->opts.start_timeout_ms, &extra, &k);
@@ -130,8 +131,8 @@ static void set_opts(struct session *s, const struct session_opts *opts)
     for (char *const *a = opts->argv; a && *a; a++)
         s->argv = strv_push(s->argv, *a);
     s->opts.argv = s->argv;
-    snprintf(s->lang, sizeof(s->lang), "%s", opts->lang && lang_supported(opts->lang) ? opts->lang
-                                                                                     : "python");
+    snprintf(s->lang, sizeof(s->lang), "%s", lang_supported(opts->lang) ? lang_name(opts->lang)
+                                                                       : "python");
     s->opts.lang = s->lang;
 }
 
@@ -574,7 +575,7 @@ static void run_cell(struct session *s, const struct exec_request *req,
     workspace_scan(s->ws, &before);
     sandbox_usage(k->sb, &u0);
     sandbox_reset_peak(k->sb);
-    if (kernel_send_execute(k, req->code, req->lang ? req->lang : s->lang,
+    if (kernel_send_execute(k, req->code, req->lang ? lang_name(req->lang) : s->lang,
                             s->execution_count + 1,
                             req->timeout_ms ? req->timeout_ms : s->opts.timeout_ms) < 0) {
         rec->status = EXEC_CRASHED;
@@ -630,7 +631,14 @@ int session_execute(struct session *s, const struct exec_request *req,
     if (!req->code)
         return err_set(EINVAL, "no code to execute");
     if (req->lang && !lang_supported(req->lang))
-        return err_set(EINVAL, "unknown language '%s': use python or bash", req->lang);
+        return err_set(EINVAL, "unknown language '%s': use python, bash or javascript",
+                       req->lang);
+    /* One kernel per session: a JavaScript session's Node kernel runs JavaScript only, the
+     * Python kernel runs python and bash cells. */
+    if (req->lang && lang_is_javascript(req->lang) != lang_is_javascript(s->lang))
+        return err_set(EINVAL, "this session's language is %s: it cannot run %s cells; create "
+                       "a session with language '%s' for them", s->lang, lang_name(req->lang),
+                       lang_name(req->lang));
     int r = begin(s);
     if (r < 0)
         return r;
