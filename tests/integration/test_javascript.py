@@ -190,25 +190,31 @@ class TimeoutTest(JsCase):
         recs = self.cells("let kept = 'yes'",
                           "await new Promise(r => setTimeout(r, 1e9))",
                           "while (true) {}",
-                          "process.on('SIGINT', () => {}); for (;;) {}",
+                          "process.on('SIGINT', () => {})",
+                          "for (;;) {}",
                           "kept", opts=("--timeout", "3", "--keep-going"), expect_exit=124)
-        for rec in recs[1:4]:
+        self.assertOk(recs[3])
+        for rec in (recs[1], recs[2], recs[4]):
             self.assertStatus(rec, "timeout")
             self.assertEqual(rec["state"], "kept", json.dumps(rec)[:1000])
             self.assertEqual(rec["error"]["name"], "KeyboardInterrupt")
-        self.assertEqual(self.plain(recs[4]), ["'yes'"])
+        self.assertEqual(self.plain(recs[5]), ["'yes'"])
 
-    def test_a_busy_loop_outside_the_cells_evaluation_loses_state(self):
-        # After an await the cell runs from the event loop, where SIGINT cannot break a loop
-        # (breakOnSigint covers the evaluation only): the kill after the grace loses state.
-        recs = self.cells("let gone = 1",
-                          "process.on('SIGINT', () => {}); await null; while (true) {}",
-                          "typeof gone", opts=("--timeout", "3", "--keep-going"),
-                          expect_exit=124)
-        self.assertStatus(recs[1], "timeout")
-        self.assertEqual(recs[1]["state"], "lost")
-        self.assertOk(recs[2])
-        self.assertEqual(self.plain(recs[2]), ["'undefined'"])
+    def test_busy_loops_sigint_cannot_break_lose_state(self):
+        # A SIGINT listener added by the cell that then loops takes the signal from
+        # breakOnSigint's watchdog (libuv installs its handler over it); after an await the
+        # cell runs from the event loop, where breakOnSigint does not reach. Both are killed
+        # after the grace, and the next cell has a new kernel.
+        for loop in ("process.on('SIGINT', () => {}); while (true) {}",
+                     "await null; while (true) {}"):
+            with self.subTest(loop=loop):
+                recs = self.cells("let gone = 1", loop, "typeof gone",
+                                  opts=("--timeout", "3", "--keep-going"), expect_exit=124)
+                self.assertStatus(recs[1], "timeout")
+                self.assertEqual(recs[1]["state"], "lost")
+                self.assertIn("variables are lost", recs[1]["message"])
+                self.assertOk(recs[2])
+                self.assertEqual(self.plain(recs[2]), ["'undefined'"])
 
 
 class ModulesTest(JsCase):
@@ -287,9 +293,9 @@ class SecurityTest(JsCase):
                 "await new Promise(ok => { const s = require('net').connect(%d, '127.0.0.1');\n"
                 "  s.on('connect', () => { s.destroy(); ok('connected') });\n"
                 "  s.on('error', e => ok(e.code)) })" % port,
-                "require('os').networkInterfaces()")
+                "await fetch('http://127.0.0.1:%d/').then(() => 'fetched', e => e.cause.code)" % port)
             self.assertEqual(self.plain(recs[0]), ["'ECONNREFUSED'"])
-            self.assertNotIn("eth", recs[1]["results"][0]["text/plain"])
+            self.assertEqual(self.plain(recs[1]), ["'ECONNREFUSED'"])
             lst.settimeout(0)
             with self.assertRaises(BlockingIOError):
                 lst.accept()
