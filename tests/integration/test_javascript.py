@@ -16,7 +16,8 @@ import socket
 import unittest
 
 from mcpclient import StdioClient
-from rctest import RUNCELL, RuncellTestCase, Server, run_cells, runcell
+from rctest import (RUNCELL, RestartableServer, RuncellTestCase, Server, TempDir, run_cells,
+                    runcell)
 
 NODE = "/usr/bin/node"
 PNG = bytes([0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A]) + b"\0\0\0\rIHDR"
@@ -299,6 +300,34 @@ class SecurityTest(JsCase):
             lst.settimeout(0)
             with self.assertRaises(BlockingIOError):
                 lst.accept()
+
+
+class PersistTest(RuncellTestCase):
+    def test_checkpoint_and_resume_keep_files_and_say_variables_are_not_kept(self):
+        with TempDir() as tmp:
+            srv = RestartableServer(os.path.join(tmp, "data")).start()
+            try:
+                st, s = srv.request("POST", "/v1/sessions", {"language": "javascript"})
+                self.assertEqual(st, 201, s)
+                st, rec = srv.request("POST", "/v1/sessions/%s/execute" % s["id"],
+                                      {"code": "let v = 1; require('fs').writeFileSync("
+                                               "'kept.txt', 'js'); v"})
+                self.assertEqual(rec["status"], "ok", rec)
+                st, closed = srv.request("DELETE", "/v1/sessions/%s?checkpoint=true" % s["id"])
+                self.assertEqual(st, 200, closed)
+                self.assertIn("not kept", closed["checkpoint"]["variables_note"])
+                st, r = srv.request("POST", "/v1/sessions", {"resume_from": s["id"]})
+                self.assertEqual(st, 201, r)
+                self.assertEqual(r["language"], "javascript")
+                self.assertIn("kept.txt", r["restored"]["files"])
+                self.assertIn("variables of a JavaScript session are not kept",
+                              r["restored"]["variables_note"])
+                st, rec = srv.request("POST", "/v1/sessions/%s/execute" % r["id"],
+                                      {"code": "[require('fs').readFileSync('kept.txt', "
+                                               "'utf8'), typeof v]"})
+                self.assertEqual(rec["results"], [{"text/plain": "[ 'js', 'undefined' ]"}], rec)
+            finally:
+                srv.stop()
 
 
 class InterfacesTest(RuncellTestCase):
