@@ -64,7 +64,7 @@ class McpCases:
         self.assertEqual(schema["required"], ["code"])
         self.assertEqual(set(schema["properties"]),
                          {"code", "language", "session_id", "timeout_s"})
-        self.assertEqual(schema["properties"]["language"]["enum"], ["python", "bash"])
+        self.assertEqual(schema["properties"]["language"]["enum"], ["python", "bash", "javascript"])
         self.assertFalse(schema["additionalProperties"])
         self.assertTrue(tools["read_file"]["annotations"]["readOnlyHint"])
         self.assertEqual(tools["run_code"]["outputSchema"]["required"],
