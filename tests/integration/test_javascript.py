@@ -357,11 +357,21 @@ class InterfacesTest(RuncellTestCase):
         self.assertEqual(rec["results"], [{"text/plain": "21"}], rec)
         rec = srv.execute(sid, "require('fs').writeFileSync('made.txt', 'x'); 1")
         self.assertEqual(rec["files"]["created"], ["made.txt"])
-        # Another language in this session is refused, clearly, and nothing is lost.
-        r = srv.request("POST", "/v1/sessions/%s/execute" % sid,
-                        {"code": "print(1)", "language": "python"})
-        self.assertEqual(r.status, 400, r)
-        self.assertIn("language is javascript", r.json()["error"]["message"])
+        # A python or bash cell starts the session's second kernel, on the same workspace;
+        # each kernel keeps its own variables.
+        rec = srv.execute(sid, "py_only = open('made.txt').read()\npy_only", language="python")
+        self.assertEqual(rec["results"], [{"text/plain": "'x'"}], rec)
+        rec = srv.execute(sid, "echo from-bash > b.txt; cat made.txt", language="bash")
+        self.assertEqual((rec["status"], rec["stdout"]), ("ok", "x"), rec)
+        rec = srv.execute(sid, "[typeof tiny, typeof py_only, require('fs')"
+                               ".readFileSync('b.txt', 'utf8')]")
+        self.assertEqual(rec["results"], [{"text/plain": "[ 'object', 'undefined', 'from-bash\\n' ]"}],
+                         rec)
+        self.assertEqual(srv.execute(sid, "py_only", language="python")["results"],
+                         [{"text/plain": "'x'"}])
+        # A kernel that is lost is replaced alone: the other keeps its variables.
+        rec = srv.execute(sid, "import os\nos._exit(1)", language="python")
+        self.assertEqual(rec["state"], "lost", rec)
         self.assertEqual(srv.execute(sid, "typeof tiny")["results"], [{"text/plain": "'object'"}])
         srv.ok("DELETE", "/v1/sessions/" + sid)
 
@@ -402,7 +412,15 @@ class InterfacesTest(RuncellTestCase):
             self.assertEqual(r["structuredContent"]["results"], [{"text/plain": "42"}])
             r = c.tool_result("run_code", {"code": "print(1)", "session_id": sid,
                                            "language": "python"})
-            self.assertTrue(r["isError"])
+            self.assertFalse(r.get("isError"), r)
+            self.assertEqual(r["structuredContent"]["stdout"], "1\n")
+            # Without a session_id, the connection's default session runs JavaScript in a
+            # kernel of its own beside the Python one, on the same workspace.
+            c.tool_result("run_code", {"code": "open('from_py.txt', 'w').write('py')"})
+            r = c.tool_result("run_code", {"code": "require('fs').readFileSync('from_py.txt', "
+                                                   "'utf8')", "language": "javascript"})
+            self.assertFalse(r.get("isError"), r)
+            self.assertEqual(r["structuredContent"]["results"], [{"text/plain": "'py'"}])
         finally:
             c.close()
 
