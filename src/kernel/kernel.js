@@ -103,11 +103,20 @@ function sendJson(obj) {
  * the running cell (or, between cells, is dropped: it was meant for a cell that ended). */
 const channel = {
     buf: Buffer.alloc(0),
+    pending: [],      /* chunks not yet joined to buf: a large request is joined once */
+    pendingBytes: 0,
     requests: [],
     onRequest: null,
     onInterrupt: null,
     feed(chunk) {
-        this.buf = this.buf.length ? Buffer.concat([this.buf, chunk]) : chunk;
+        this.pending.push(chunk);
+        this.pendingBytes += chunk.length;
+        const want = this.buf.length >= 5 ? 5 + this.buf.readUInt32BE(0) : 5;
+        if (this.buf.length + this.pendingBytes < want)
+            return;
+        this.buf = Buffer.concat([this.buf, ...this.pending]);
+        this.pending = [];
+        this.pendingBytes = 0;
         while (this.buf.length >= 5) {
             const len = this.buf.readUInt32BE(0);
             if (len > MAX_REQUEST) {
@@ -286,7 +295,12 @@ process.emitWarning = function (warning, ...rest) {
 function compile(code, filename) {
     const opts = { filename, importModuleDynamically: dynamicImport };
     if (code.includes('await')) {
-        const wrapped = rewriteAwait ? rewriteAwait(code) : null;
+        let wrapped = null;
+        try {
+            wrapped = rewriteAwait ? rewriteAwait(code) : null;
+        } catch (e) {
+            /* code the rewriter cannot parse: compiled as it is, for V8's own SyntaxError */
+        }
         if (wrapped !== null) {
             return { script: new vm.Script(wrapped, opts), wrapped: true };
         }
@@ -300,7 +314,15 @@ function compile(code, filename) {
             }
         }
     }
-    return { script: new vm.Script(code, opts), wrapped: false };
+    try {
+        return { script: new vm.Script(code, opts), wrapped: false };
+    } catch (e) {
+        /* Code with await that the rewriter could not parse: V8's complaint about the await
+         * hides the real mistake, which the code in an async function shows. */
+        if (e instanceof SyntaxError && /await is only valid/.test(e.message))
+            new vm.Script('(async () => {\n' + code + '\n})()', { ...opts, lineOffset: -1 });
+        throw e;
+    }
 }
 
 class Interrupted extends Error {
@@ -375,8 +397,10 @@ function runCell(code, filename) {
                 return finish({ err: new Interrupted() });
             return finish({ err: e });
         }
+        /* One turn of the event loop first: a promise the cell rejected and left unhandled is
+         * reported (unhandledRejection) while the cell is still the one running. */
         if (!compiled.wrapped)
-            return finish({ value, has: value !== undefined });
+            return setImmediate(() => finish({ value, has: value !== undefined }));
         Promise.resolve(value).then(
             (r) => {
                 if (compiled.wrapped === 'plain')

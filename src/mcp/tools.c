@@ -590,10 +590,11 @@ static json_t *t_create_session(struct call *k)
     json_t *st = json_pack("{s:s,s:s,s:s,s:f}", "session_id", id, "language", o->lang,
                            "python_version", session_python_version(s), "timeout_s",
                            (double)o->timeout_ms / 1000.0);
+    const char *pyv = session_python_version(s);
     _cleanup_free_ char *text = xasprintf(
-        "Created session %s (%s; Python %s). Pass session_id \"%s\" to run_code and the file "
+        "Created session %s (%s%s%s). Pass session_id \"%s\" to run_code and the file "
         "tools to use it; close it with close_session when done.", id, o->lang,
-        session_python_version(s), id);
+        *pyv ? "; Python " : "", pyv, id);
     session_table_release(k->c->cfg->table, s);
     return result_new(json_pack("[o]", text_item(text)), st, false, k->features);
 }

@@ -142,6 +142,17 @@ class ResultsTest(JsCase):
         self.assertEqual(recs[1]["stdout"], "next\n")
 
 
+class LargeCellTest(RuncellTestCase):
+    def test_a_cell_larger_than_the_socket_arrives_whole(self):
+        with Server() as srv:
+            sid = srv.create_session(language="javascript")
+            code = "const big = [%s]\nbig.length" % ",".join(["1234567"] * 400000)
+            rec = srv.execute(sid, code)
+            self.assertEqual(rec["results"], [{"text/plain": "400000"}], str(rec)[:500])
+            rec = srv.execute(sid, "let w = 0; await null; 'after ' + big.length")
+            self.assertEqual(rec["results"], [{"text/plain": "'after 400000'"}])
+
+
 class ErrorsTest(JsCase):
     def test_thrown_error_has_a_stack_cut_to_the_cell(self):
         recs = self.cells("function inner() { throw new TypeError('bad ' + 42) }\ninner()",
@@ -157,7 +168,11 @@ class ErrorsTest(JsCase):
         self.assertOk(recs[1])
 
     def test_syntax_error_and_thrown_non_errors(self):
-        recs = self.cells("let = ;", "throw {code: 7}", opts=("--keep-going",), expect_exit=1)
+        recs = self.cells("let = ;", "throw {code: 7}", "let q = await 1; q +",
+                          opts=("--keep-going",), expect_exit=1)
+        # An await cell that does not parse names the real mistake, not the await.
+        self.assertEqual(recs[2]["error"]["name"], "SyntaxError")
+        self.assertNotIn("await is only valid", recs[2]["error"]["value"])
         self.assertEqual(recs[0]["error"]["name"], "SyntaxError")
         self.assertIn("<cell 1>", recs[0]["error"]["traceback"])
         self.assertEqual(recs[1]["error"]["name"], "Uncaught")
@@ -169,15 +184,17 @@ class ErrorsTest(JsCase):
                           "await new Promise(r => setTimeout(r, 20))",
                           "setTimeout(() => { throw new Error('from a timer') }, 0);\n"
                           "await new Promise(r => setTimeout(r, 20))",
+                          "Promise.reject(new Error('left unhandled'))",
                           "'alive'", opts=("--keep-going",), expect_exit=1)
         self.assertEqual((recs[0]["error"]["name"], recs[0]["error"]["value"]),
                          ("RangeError", "awaited"))
+        self.assertEqual(recs[3]["error"]["value"], "left unhandled")
         self.assertEqual(recs[1]["error"]["value"], "unhandled")
         self.assertEqual(recs[2]["error"]["value"], "from a timer")
-        for rec in recs[:3]:
+        for rec in recs[:4]:
             self.assertStatus(rec, "error")
             self.assertEqual(rec["state"], "kept")
-        self.assertEqual(self.plain(recs[3]), ["'alive'"])
+        self.assertEqual(self.plain(recs[4]), ["'alive'"])
 
     def test_process_exit_loses_the_kernel_and_the_next_cell_has_a_new_one(self):
         recs = self.cells("let w = 1", "process.exit(3)", "typeof w",
