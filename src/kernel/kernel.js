@@ -339,8 +339,11 @@ const kernel = {
     rejections: [],
 };
 
+/* An interrupt frame counts only before the cell's code starts: once it runs, the SIGINT
+ * that follows every frame stops it. Acting on the frame then would end the cell before
+ * its signal came, and the signal, late, would stop the next cell. */
 channel.onInterrupt = () => {
-    if (kernel.running)
+    if (kernel.running && !kernel.running.started)
         kernel.running.interrupt();
 };
 
@@ -377,6 +380,7 @@ function runCell(code, filename) {
             }
         };
         kernel.running = {
+            started: false,
             interrupt: () => finish({ err: new Interrupted() }),
             reject: (e) => finish({ err: e }),
         };
@@ -389,6 +393,7 @@ function runCell(code, filename) {
         channel.drain();
         if (settled)
             return; /* an interrupt frame came before the code started */
+        kernel.running.started = true;
         let value;
         try {
             value = compiled.script.runInThisContext({ breakOnSigint: true, displayErrors: false });

@@ -410,6 +410,29 @@ class InterfacesTest(RuncellTestCase):
         self.assertIn("javascript", r.json()["error"]["message"])
         srv.ok("DELETE", "/v1/sessions/" + sid)
 
+    def test_http_interrupt_stops_a_waiting_and_a_busy_cell(self):
+        srv = self.srv
+        sid = srv.create_session(language="javascript")
+        srv.execute(sid, "let here = 'still'")
+        for code in ("console.log('started'); await new Promise(r => setTimeout(r, 1e9))",
+                     "console.log('started'); for (;;) {}"):
+            with self.subTest(code=code):
+                conn = srv.connection()
+                conn.request("POST", "/v1/sessions/%s/execute" % sid,
+                             body=json.dumps({"code": code}),
+                             headers=srv.headers({"Accept": "application/x-ndjson"}))
+                resp = conn.getresponse()
+                first = json.loads(resp.readline())
+                self.assertEqual(first, {"type": "stdout", "data": "started\n"})
+                srv.ok("POST", "/v1/sessions/%s/interrupt" % sid, {})
+                events = [json.loads(l) for l in resp.read().splitlines()]
+                conn.close()
+                rec = events[-1]["record"]
+                self.assertEqual(rec["error"]["name"], "KeyboardInterrupt", rec)
+                self.assertEqual(rec["state"], "kept")
+        self.assertEqual(srv.execute(sid, "here")["results"], [{"text/plain": "'still'"}])
+        srv.ok("DELETE", "/v1/sessions/" + sid)
+
     def test_http_one_shot_execute(self):
         r = self.srv.ok("POST", "/v1/execute", {"code": "console.log(6 * 7)",
                                                 "language": "javascript"})
