@@ -34,6 +34,31 @@ const MAX_REQUEST = 64 << 20;
 const STREAM_CHUNK = 32 << 10;
 const KERNEL_FILE = __filename;
 
+/* The kernel's own uses of Node's experimental and internal parts warn, on the cell's
+ * stderr: warnings about the kernel, not the user's code. */
+const emitWarning = process.emitWarning;
+process.emitWarning = function (warning, ...rest) {
+    const text = String(warning && warning.message || warning);
+    if (text.includes('USE_MAIN_CONTEXT_DEFAULT_LOADER') || text.includes('internal testing only'))
+        return;
+    return emitWarning.call(process, warning, ...rest);
+};
+
+/* Node's SIGINT watchdog (what breakOnSigint and the REPL use), started once for the
+ * kernel's life: SIGINT then always goes to its thread, which breaks a cell's synchronous
+ * code and is otherwise only noted (a SIGINT between cells cannot kill the kernel). Started
+ * and stopped per script instead, a signal that comes as it stops is left counted and
+ * breaks the next cell as it starts. */
+let contextify = null;
+try {
+    contextify = require('internal/test/binding').internalBinding('contextify');
+    if (typeof contextify.startSigintWatchdog !== 'function' ||
+        typeof contextify.watchdogHasPendingSigint !== 'function')
+        contextify = null;
+} catch (e) {
+    contextify = null;
+}
+
 let rewriteAwait = null;
 try {
     rewriteAwait = require('internal/repl/await').processTopLevelAwait;
@@ -283,14 +308,6 @@ function resolveImport(spec) {
     }
 }
 
-/* That one use of the main context's loader warns that it is experimental, on the cell's
- * stderr: a warning about the kernel, not the user's code. */
-const emitWarning = process.emitWarning;
-process.emitWarning = function (warning, ...rest) {
-    if (String(warning && warning.message || warning).includes('USE_MAIN_CONTEXT_DEFAULT_LOADER'))
-        return;
-    return emitWarning.call(process, warning, ...rest);
-};
 
 function compile(code, filename) {
     const opts = { filename, importModuleDynamically: dynamicImport };
@@ -334,25 +351,64 @@ class Interrupted extends Error {
 
 const kernel = {
     count: 0,
-    running: null, /* {interrupt(): void} while a cell runs */
-    pendingInterrupt: false,
-    rejections: [],
+    running: null, /* {started, interrupt(), reject(e)} while a cell runs */
+    /* Each interrupt is one I frame, then one SIGINT, and stops at most one cell. frames
+     * counts the frames seen; handled, the interrupts acted on or dropped. A SIGINT with no
+     * frame left to match is one already counted: the signal of a frame that stopped a
+     * cell before its code started, or the second delivery of one that breakOnSigint's
+     * watchdog took (Node passes it on to the process's listeners after the script). */
+    frames: 0,
+    handled: 0,
 };
 
-/* An interrupt frame counts only before the cell's code starts: once it runs, the SIGINT
- * that follows every frame stops it. Acting on the frame then would end the cell before
- * its signal came, and the signal, late, would stop the next cell. */
+/* With the watchdog (the usual case): a frame read while the event loop runs stops the
+ * cell, which waits for the frame's SIGINT to reach the watchdog first, so that the signal
+ * cannot break the next cell. A frame read only after a synchronous loop was broken is the
+ * signal's own and stops nothing more. Without the watchdog (a Node without the internal
+ * binding), frames stop cells that have not started and a SIGINT listener stops waiting
+ * cells. Between cells a frame is dropped. */
 channel.onInterrupt = () => {
-    if (kernel.running && !kernel.running.started)
-        kernel.running.interrupt();
+    kernel.frames++;
+    if (!kernel.running) {
+        kernel.handled = kernel.frames;
+    } else if (contextify || !kernel.running.started) {
+        kernel.handled = kernel.frames;
+        kernel.running.interruptAfterSignal();
+    }
 };
 
-/* SIGINT while the event loop runs (a cell waiting on a promise) stops the cell; between
- * cells it is dropped. A synchronous loop is broken by breakOnSigint instead. */
-process.on('SIGINT', () => {
-    if (kernel.running)
-        kernel.running.interrupt();
-});
+const SIGNAL_WAIT_MS = 500;
+
+/* Ends the cell as interrupted once the interrupt's SIGINT has come (or after
+ * SIGNAL_WAIT_MS: the daemon always sends one, but a cell's own listener may take it). */
+function afterSignal(running, done) {
+    running.stopping = true;
+    if (!contextify)
+        return done();
+    if (!running.started)
+        new vm.Script('0').runInThisContext({ breakOnSigint: true }); /* clears an old note */
+    const until = Date.now() + SIGNAL_WAIT_MS;
+    const poll = () => {
+        if (contextify.watchdogHasPendingSigint() || Date.now() >= until)
+            done();
+        else
+            setTimeout(poll, 1);
+    };
+    poll();
+}
+
+if (!contextify) {
+    /* SIGINT while the event loop runs stops a waiting cell; between cells it is dropped.
+     * The frames in the socket are read first: every signal's frame was written before it. */
+    process.on('SIGINT', () => {
+        channel.drain();
+        if (kernel.handled >= kernel.frames)
+            return;
+        kernel.handled = kernel.frames;
+        if (kernel.running)
+            kernel.running.interrupt();
+    });
+}
 
 process.on('unhandledRejection', (reason) => {
     if (kernel.running)
@@ -379,11 +435,14 @@ function runCell(code, filename) {
                 resolve(r);
             }
         };
-        kernel.running = {
+        const running = {
             started: false,
+            stopping: false,
             interrupt: () => finish({ err: new Interrupted() }),
+            interruptAfterSignal: () => afterSignal(running, () => finish({ err: new Interrupted() })),
             reject: (e) => finish({ err: e }),
         };
+        kernel.running = running;
         let compiled;
         try {
             compiled = compile(code, filename);
@@ -391,15 +450,18 @@ function runCell(code, filename) {
             return finish({ err: e });
         }
         channel.drain();
-        if (settled)
+        if (settled || running.stopping)
             return; /* an interrupt frame came before the code started */
-        kernel.running.started = true;
+        running.started = true;
         let value;
         try {
             value = compiled.script.runInThisContext({ breakOnSigint: true, displayErrors: false });
         } catch (e) {
-            if (e && e.code === 'ERR_SCRIPT_EXECUTION_INTERRUPTED')
+            if (e && e.code === 'ERR_SCRIPT_EXECUTION_INTERRUPTED') {
+                channel.drain(); /* the frame of the signal the watchdog took */
+                kernel.handled = kernel.frames;
                 return finish({ err: new Interrupted() });
+            }
             return finish({ err: e });
         }
         /* One turn of the event loop first: a promise the cell rejected and left unhandled is
@@ -484,7 +546,10 @@ function main() {
     globalThis.require = createRequire(path.join(process.cwd(), '<cell>'));
     globalThis.module = { exports: {}, require: globalThis.require };
     globalThis.exports = globalThis.module.exports;
-    channel.onRequest = () => { serve(); };
+    /* Never from inside a read: drain() reads in a SIGINT listener and as a cell starts. */
+    channel.onRequest = () => { setImmediate(serve); };
+    if (contextify)
+        contextify.startSigintWatchdog();
     const sock = new net.Socket({ fd: CHANNEL_FD, readable: true, writable: false });
     sock.on('data', (chunk) => channel.feed(chunk));
     sock.on('end', () => process.exit(0));

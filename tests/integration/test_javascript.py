@@ -17,7 +17,7 @@ import unittest
 
 from mcpclient import StdioClient
 from rctest import (RUNCELL, RestartableServer, RuncellTestCase, Server, TempDir, run_cells,
-                    runcell)
+                    runcell, wait_until)
 
 NODE = "/usr/bin/node"
 PNG = bytes([0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A]) + b"\0\0\0\rIHDR"
@@ -208,31 +208,42 @@ class TimeoutTest(JsCase):
         recs = self.cells("let kept = 'yes'",
                           "await new Promise(r => setTimeout(r, 1e9))",
                           "while (true) {}",
-                          "process.on('SIGINT', () => {})",
                           "for (;;) {}",
                           "kept", opts=("--timeout", "3", "--keep-going"), expect_exit=124)
-        self.assertOk(recs[3])
-        for rec in (recs[1], recs[2], recs[4]):
+        for rec in recs[1:4]:
             self.assertStatus(rec, "timeout")
             self.assertEqual(rec["state"], "kept", json.dumps(rec)[:1000])
             self.assertEqual(rec["error"]["name"], "KeyboardInterrupt")
-        self.assertEqual(self.plain(recs[5]), ["'yes'"])
+        self.assertEqual(self.plain(recs[4]), ["'yes'"])
 
     def test_busy_loops_sigint_cannot_break_lose_state(self):
-        # A SIGINT listener added by the cell that then loops takes the signal from
-        # breakOnSigint's watchdog (libuv installs its handler over it); after an await the
-        # cell runs from the event loop, where breakOnSigint does not reach. Both are killed
-        # after the grace, and the next cell has a new kernel.
-        for loop in ("process.on('SIGINT', () => {}); while (true) {}",
-                     "await null; while (true) {}"):
+        # A SIGINT listener of the code's own takes the signal from the kernel's watchdog
+        # (libuv installs its handler over it), in the cell that adds it and after; after an
+        # await the cell runs from the event loop, where the watchdog does not reach. Each
+        # is killed after the grace, and the next cell has a new kernel.
+        for setup, loop in (("1", "process.on('SIGINT', () => {}); while (true) {}"),
+                            ("process.on('SIGINT', () => {})", "while (true) {}"),
+                            ("1", "await null; while (true) {}")):
             with self.subTest(loop=loop):
-                recs = self.cells("let gone = 1", loop, "typeof gone",
+                recs = self.cells("let gone = 1", setup, loop, "typeof gone",
                                   opts=("--timeout", "3", "--keep-going"), expect_exit=124)
-                self.assertStatus(recs[1], "timeout")
-                self.assertEqual(recs[1]["state"], "lost")
-                self.assertIn("variables are lost", recs[1]["message"])
-                self.assertOk(recs[2])
-                self.assertEqual(self.plain(recs[2]), ["'undefined'"])
+                self.assertStatus(recs[2], "timeout")
+                self.assertEqual(recs[2]["state"], "lost")
+                self.assertIn("variables are lost", recs[2]["message"])
+                self.assertOk(recs[3])
+                self.assertEqual(self.plain(recs[3]), ["'undefined'"])
+
+
+class LimitsTest(JsCase):
+    def test_memory_limit_is_an_oom_and_the_next_cell_has_a_new_kernel(self):
+        recs = self.cells("let before = 1",
+                          "const held = []; for (;;) held.push(Buffer.alloc(1 << 20, 1))",
+                          "typeof before", opts=("--memory", "256", "--keep-going"),
+                          expect_exit=137)
+        self.assertStatus(recs[1], "oom")
+        self.assertEqual(recs[1]["state"], "lost")
+        self.assertOk(recs[2])
+        self.assertEqual(self.plain(recs[2]), ["'undefined'"])
 
 
 class ModulesTest(JsCase):
@@ -430,6 +441,9 @@ class InterfacesTest(RuncellTestCase):
                 rec = events[-1]["record"]
                 self.assertEqual(rec["error"]["name"], "KeyboardInterrupt", rec)
                 self.assertEqual(rec["state"], "kept")
+                # The stream ends with done; the session is free a moment later.
+                self.assertTrue(wait_until(lambda: srv.ok("GET", "/v1/sessions/" + sid)
+                                           ["status"] == "idle"))
         self.assertEqual(srv.execute(sid, "here")["results"], [{"text/plain": "'still'"}])
         srv.ok("DELETE", "/v1/sessions/" + sid)
 
