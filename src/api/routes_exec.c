@@ -24,8 +24,10 @@ bool execution_slot_take(struct request *rq)
         return true;
     }
     atomic_fetch_sub(&rq->srv->executions, 1);
-    api_error(rq, AE_LIMIT, "the server is running its maximum of %zu executions; retry "
-              "shortly", max);
+    api_error(rq, AE_LIMIT,
+              "the server is running its maximum of %zu executions; retry "
+              "shortly",
+              max);
     return false;
 }
 
@@ -73,8 +75,10 @@ static bool parse_execute(struct request *rq, json_t *body, struct exec_request 
         return false;
     }
     if (req->lang && !lang_supported(req->lang)) {
-        api_error(rq, AE_BAD_REQUEST, "field 'language': '%s' is not supported; use python, "
-                  "bash or javascript", req->lang);
+        api_error(rq, AE_BAD_REQUEST,
+                  "field 'language': '%s' is not supported; use python, "
+                  "bash or javascript",
+                  req->lang);
         return false;
     }
     return get_seconds(rq, body, "timeout_s", rq->srv->cfg->limits.max_timeout_ms,
@@ -90,11 +94,11 @@ struct stream {
     struct exec_request req;
     pthread_t thread;
     pthread_mutex_t lock;
-    struct buf out;   /* NDJSON not yet sent */
+    struct buf out; /* NDJSON not yet sent */
     size_t sent;
     bool finished;
-    int notify[2];    /* a byte per append: wakes the reader */
-    int cancel[2];    /* written when the client goes away */
+    int notify[2]; /* a byte per append: wakes the reader */
+    int cancel[2]; /* written when the client goes away */
     int client_fd;
 };
 
@@ -229,9 +233,8 @@ static enum MHD_Result execute_streaming(struct request *rq, struct session *s, 
         json_decref(body);
         return MHD_NO;
     }
-    struct MHD_Response *r =
-        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_read, st,
-                                          stream_free);
+    struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024,
+                                                               stream_read, st, stream_free);
     MHD_add_response_header(r, "Content-Type", "application/x-ndjson");
     MHD_add_response_header(r, "Cache-Control", "no-store");
     return reply_response(rq, 200, r);
@@ -291,17 +294,19 @@ enum MHD_Result h_execute(struct request *rq)
 /* ---- one-shot ---- */
 
 static const struct field oneshot_fields[] = {
-    {"code", F_STRING},     {"language", F_STRING}, {"files", F_OBJECT},
-    {"timeout_s", F_NUMBER}, {"memory_mb", F_INT},  {"pids", F_INT},
-    {"disk_mb", F_INT},     {"cpus", F_NUMBER},     {"network", F_OBJECT},
-    {"packages", F_ARRAY},  {"index_url", F_STRING}, {"install_timeout_s", F_NUMBER},
+    {"code", F_STRING},      {"language", F_STRING},  {"files", F_OBJECT},
+    {"timeout_s", F_NUMBER}, {"memory_mb", F_INT},    {"pids", F_INT},
+    {"disk_mb", F_INT},      {"cpus", F_NUMBER},      {"network", F_OBJECT},
+    {"packages", F_ARRAY},   {"index_url", F_STRING}, {"install_timeout_s", F_NUMBER},
 };
 
 static int write_input(struct workspace *ws, const char *name, json_t *value)
 {
     if (!path_is_safe_relative(name))
-        return err_set(EINVAL, "files: bad name '%s': use a relative path inside the workspace, "
-                       "without '..'", name);
+        return err_set(EINVAL,
+                       "files: bad name '%s': use a relative path inside the workspace, "
+                       "without '..'",
+                       name);
     const char *b64 = json_string_value(value);
     size_t n;
     unsigned char *data = b64 ? base64_decode(b64, strlen(b64), &n) : NULL;
@@ -311,8 +316,7 @@ static int write_input(struct workspace *ws, const char *name, json_t *value)
     int fd = r < 0 ? r : workspace_openat(ws, name, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd < 0) {
         free(data);
-        return err_set(-fd, "files: cannot create '%s' in the workspace: %s", name,
-                       strerror(-fd));
+        return err_set(-fd, "files: cannot create '%s' in the workspace: %s", name, strerror(-fd));
     }
     r = write_all(fd, data, n);
     if (!r && fchown(fd, ws->uid, ws->gid) < 0 && ws->uid != geteuid())

@@ -6,10 +6,18 @@
 #include <string.h>
 
 static const struct field create_fields[] = {
-    {"language", F_STRING}, {"timeout_s", F_NUMBER}, {"idle_timeout_s", F_NUMBER},
-    {"memory_mb", F_INT},   {"pids", F_INT},         {"disk_mb", F_INT},
-    {"cpus", F_NUMBER},     {"network", F_OBJECT},   {"packages", F_ARRAY},
-    {"index_url", F_STRING}, {"install_timeout_s", F_NUMBER}, {"persist", F_BOOL},
+    {"language", F_STRING},
+    {"timeout_s", F_NUMBER},
+    {"idle_timeout_s", F_NUMBER},
+    {"memory_mb", F_INT},
+    {"pids", F_INT},
+    {"disk_mb", F_INT},
+    {"cpus", F_NUMBER},
+    {"network", F_OBJECT},
+    {"packages", F_ARRAY},
+    {"index_url", F_STRING},
+    {"install_timeout_s", F_NUMBER},
+    {"persist", F_BOOL},
     {"resume_from", F_STRING},
 };
 
@@ -37,8 +45,7 @@ static bool network_caps(struct request *rq, json_t *net, struct net_policy *p)
     const struct server_limits *max = &rq->srv->cfg->limits;
     p->max_connections = max->max_net_connections;
     p->max_bytes = max->max_net_bytes;
-    return get_count(rq, net, "max_connections", max->max_net_connections,
-                     &p->max_connections) &&
+    return get_count(rq, net, "max_connections", max->max_net_connections, &p->max_connections) &&
            get_count(rq, net, "max_bytes", max->max_net_bytes, &p->max_bytes);
 }
 
@@ -46,8 +53,8 @@ static bool network_caps(struct request *rq, json_t *net, struct net_policy *p)
  * (NULL for none), checked against the server's cap (--net-allow-max); false after a 400. */
 static bool parse_network(struct request *rq, json_t *net)
 {
-    static const struct field fields[] = {{"mode", F_STRING}, {"allow", F_ARRAY},
-                                          {"max_connections", F_INT}, {"max_bytes", F_INT}};
+    static const struct field fields[] = {
+        {"mode", F_STRING}, {"allow", F_ARRAY}, {"max_connections", F_INT}, {"max_bytes", F_INT}};
     _cleanup_strv_ char **allow = NULL;
     if (!net || json_is_null(net))
         return true;
@@ -63,12 +70,15 @@ static bool parse_network(struct request *rq, json_t *net)
         return true;
     }
     if (strcmp(mode, "allowlist")) {
-        api_error(rq, AE_BAD_REQUEST, "field 'network.mode': '%s' is not a mode; use 'none' "
-                  "or 'allowlist'", mode);
+        api_error(rq, AE_BAD_REQUEST,
+                  "field 'network.mode': '%s' is not a mode; use 'none' "
+                  "or 'allowlist'",
+                  mode);
         return false;
     }
     if (!json_array_size(list)) {
-        api_error(rq, AE_BAD_REQUEST, "field 'network.allow': mode 'allowlist' needs at least "
+        api_error(rq, AE_BAD_REQUEST,
+                  "field 'network.allow': mode 'allowlist' needs at least "
                   "one entry (host, *.domain, host:port or IP:port)");
         return false;
     }
@@ -110,8 +120,10 @@ bool session_opts_from_json(struct request *rq, json_t *body, struct session_opt
     *o = rq->srv->cfg->defaults;
     const char *lang = json_string_value(json_object_get(body, "language"));
     if (lang && !lang_supported(lang)) {
-        api_error(rq, AE_BAD_REQUEST, "field 'language': '%s' is not supported; use python, "
-                  "bash or javascript", lang);
+        api_error(rq, AE_BAD_REQUEST,
+                  "field 'language': '%s' is not supported; use python, "
+                  "bash or javascript",
+                  lang);
         return false;
     }
     o->lang = lang_name(lang);
@@ -132,8 +144,10 @@ bool session_opts_from_json(struct request *rq, json_t *body, struct session_opt
         /* Shares are set in thousandths of a core: less would round to 0, which means
          * "the default" (a whole core) further down. */
         if (c < 0.001) {
-            api_error(rq, AE_BAD_REQUEST, "field 'cpus' is %g; the smallest CPU share is "
-                      "0.001 of a core", c);
+            api_error(rq, AE_BAD_REQUEST,
+                      "field 'cpus' is %g; the smallest CPU share is "
+                      "0.001 of a core",
+                      c);
             return false;
         }
         o->limits.cpus_milli = (uint64_t)(c * 1000 + 0.5);
@@ -174,10 +188,10 @@ static json_t *session_info_base(const char *id, struct session *s)
         "created_at", created, "last_used_at", used, "expires_at", expires, "execution_count",
         (json_int_t)session_execution_count(s), "python_version", session_python_version(s),
         "timeout_s", (double)o->timeout_ms / 1000.0, "idle_timeout_s",
-        (double)o->idle_timeout_ms / 1000.0, "limits", "memory_mb",
-        (json_int_t)o->limits.memory_mb, "pids", (json_int_t)o->limits.pids, "disk_mb",
-        (json_int_t)o->limits.disk_mb, "cpus", (double)o->limits.cpus_milli / 1000.0,
-        "limits_degraded", session_limits_degraded(s), "persist", session_stores_files(s));
+        (double)o->idle_timeout_ms / 1000.0, "limits", "memory_mb", (json_int_t)o->limits.memory_mb,
+        "pids", (json_int_t)o->limits.pids, "disk_mb", (json_int_t)o->limits.disk_mb, "cpus",
+        (double)o->limits.cpus_milli / 1000.0, "limits_degraded", session_limits_degraded(s),
+        "persist", session_stores_files(s));
 }
 
 struct session *acquire_session(struct request *rq)
@@ -209,10 +223,10 @@ enum MHD_Result h_session_create(struct request *rq)
     if (r < 0) {
         if (r != -EAGAIN && r != -ENOENT)
             metrics_sandbox_failure(rq->srv->metrics);
-        ret = r == -EAGAIN   ? api_errno(rq, r)
-              : r == -ENOENT ? api_error(rq, AE_NOT_FOUND, "%s", err_msg())
-                             : api_error(rq, AE_SANDBOX, "cannot create the session: %s",
-                                         err_msg());
+        ret = r == -EAGAIN ? api_errno(rq, r)
+              : r == -ENOENT
+                  ? api_error(rq, AE_NOT_FOUND, "%s", err_msg())
+                  : api_error(rq, AE_SANDBOX, "cannot create the session: %s", err_msg());
         goto out;
     }
     metrics_session_created(rq->srv->metrics, (now_ms_f() - t0) / 1000.0);
@@ -298,8 +312,10 @@ enum MHD_Result h_session_events(struct request *rq)
     const char *after = MHD_lookup_connection_value(rq->conn, MHD_GET_ARGUMENT_KIND, "after");
     uint64_t after_seq = 0;
     if (after && parse_u64(after, &after_seq) < 0)
-        return api_error(rq, AE_BAD_REQUEST, "query 'after' must be an event seq (a whole "
-                         "number), not '%s'", after);
+        return api_error(rq, AE_BAD_REQUEST,
+                         "query 'after' must be an event seq (a whole "
+                         "number), not '%s'",
+                         after);
     struct session *s = acquire_session(rq);
     if (!s)
         return MHD_YES;
@@ -313,8 +329,8 @@ enum MHD_Result h_healthz(struct request *rq)
 {
     bool down = atomic_load(&rq->srv->shutting_down);
     return reply_json(rq, down ? 503 : 200,
-                      json_pack("{s:s,s:I}", "status", down ? "shutting_down" : "ok",
-                                "sessions", (json_int_t)session_table_count(rq->srv->table)));
+                      json_pack("{s:s,s:I}", "status", down ? "shutting_down" : "ok", "sessions",
+                                (json_int_t)session_table_count(rq->srv->table)));
 }
 
 enum MHD_Result h_metrics(struct request *rq)
@@ -328,8 +344,8 @@ enum MHD_Result h_metrics(struct request *rq)
         .connections_evicted = conn_guard_evicted(srv->conns),
     };
     char *text = metrics_render(srv->metrics, &g);
-    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(text), text,
-                                                             MHD_RESPMEM_MUST_FREE);
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
     MHD_add_response_header(r, "Content-Type", "text/plain; version=0.0.4");
     return reply_response(rq, 200, r);
 }

@@ -78,8 +78,10 @@ static int parse_opt(struct run_opts *o, int c, char *val)
         return 0;
     case OPT_LANG:
         if (!lang_supported(val))
-            return usage_error("run", "--lang: unknown language '%s': use python, bash or "
-                               "javascript", val);
+            return usage_error("run",
+                               "--lang: unknown language '%s': use python, bash or "
+                               "javascript",
+                               val);
         o->lang = lang_name(val);
         return 0;
     case OPT_JSON:
@@ -114,8 +116,7 @@ static int parse_args(struct run_opts *o, int argc, char **argv)
                 return usage_error("run", "option '%.*s' takes no value",
                                    (int)strcspn(argv[optind - 1], "="), argv[optind - 1]);
             if (optopt)
-                return usage_error("run", "unknown option -%c; run 'runcell run --help'",
-                                   optopt);
+                return usage_error("run", "unknown option -%c; run 'runcell run --help'", optopt);
             return usage_error("run", "unknown option '%s'; run 'runcell run --help'",
                                argv[optind - 1]);
         }
@@ -259,12 +260,19 @@ static int execute_script(struct run_opts *o, const char *code)
         return 125;
     sandbox_limits_fill_defaults(&o->c.limits);
     struct run_request req = {
-        .lang = o->lang, .code = code, .code_on_stdin = o->from_stdin,
-        .script_path = o->file, .args = o->args,
-        .files = o->c.files, .n_files = o->c.n_files, .limits = o->c.limits,
-        .timeout_ms = o->c.timeout_ms, .output_cap = DEFAULT_OUTPUT_CAP,
+        .lang = o->lang,
+        .code = code,
+        .code_on_stdin = o->from_stdin,
+        .script_path = o->file,
+        .args = o->args,
+        .files = o->c.files,
+        .n_files = o->c.n_files,
+        .limits = o->c.limits,
+        .timeout_ms = o->c.timeout_ms,
+        .output_cap = DEFAULT_OUTPUT_CAP,
         .out_dir = o->c.out_dir,
-        .on_output = o->json ? NULL : forward_output, .cancel_fd = cancel_pipe[0],
+        .on_output = o->json ? NULL : forward_output,
+        .cancel_fd = cancel_pipe[0],
         .net = common_net_opts(&o->c),
     };
     struct exec_record rec;
@@ -387,7 +395,9 @@ static int run_cells(struct run_opts *o, struct session *s, struct cell_printer 
     int status = 0;
     for (char **code = o->codes; *code && !cancel_signal; code++) {
         struct exec_record rec;
-        struct exec_request req = {.code = *code, .lang = o->lang, .timeout_ms = o->c.timeout_ms,
+        struct exec_request req = {.code = *code,
+                                   .lang = o->lang,
+                                   .timeout_ms = o->c.timeout_ms,
                                    .cancel_fd = cancel_pipe[0]};
         exec_record_init(&rec, DEFAULT_OUTPUT_CAP);
         if (p->cell == 0 && session_packages(s))
@@ -407,8 +417,9 @@ static int run_cells(struct run_opts *o, struct session *s, struct cell_printer 
                 fprintf(stderr, "runcell: cell %ld: %s\n", p->cell, rec.message);
         }
         bool failed = rec.status != EXEC_OK;
-        bool exited = rec.error && !strcmp(json_string_value(json_object_get(rec.error, "name"))
-                                           ?: "", "SystemExit");
+        bool exited =
+            rec.error &&
+            !strcmp(json_string_value(json_object_get(rec.error, "name")) ?: "", "SystemExit");
         /* sys.exit(N) ends the run with status N, as it would end a script: 0 included. */
         if (failed && !status)
             status = exited && rec.has_exit_code ? rec.exit_code : exec_record_exit_status(&rec);
@@ -431,9 +442,12 @@ static int execute_cells(struct run_opts *o)
      * first start pays for the template's imports. */
     if (getenv("RUNCELL_TEMPLATE") && sandbox_host_start_template(&host) < 0)
         fprintf(stderr, "runcell: warning: no template: %s\n", err_msg());
-    struct session_opts so = {.limits = o->c.limits, .timeout_ms = o->c.timeout_ms,
-                              .argv = o->args, .net = common_net_opts(&o->c),
-                              .files = o->c.files, .n_files = o->c.n_files,
+    struct session_opts so = {.limits = o->c.limits,
+                              .timeout_ms = o->c.timeout_ms,
+                              .argv = o->args,
+                              .net = common_net_opts(&o->c),
+                              .files = o->c.files,
+                              .n_files = o->c.n_files,
                               .lang = lang_is_javascript(o->lang) ? "javascript" : NULL};
     int status;
     if (session_new(&host, &so, &s) < 0) {

@@ -62,8 +62,8 @@ int kernel_send_execute(struct kernel *k, const char *code, const char *lang, lo
     int r = send_frame(k, 'M', text, n, now_ms_f() + (double)timeout_ms);
     free(text);
     if (r == -ETIMEDOUT)
-        return err_set(ETIMEDOUT, "the kernel took no more of the cell (%zu bytes) for %llu ms",
-                       n, (unsigned long long)timeout_ms);
+        return err_set(ETIMEDOUT, "the kernel took no more of the cell (%zu bytes) for %llu ms", n,
+                       (unsigned long long)timeout_ms);
     if (r < 0)
         return err_set(-r, "cannot send the cell to the kernel: %s", strerror(-r));
     return 0;
@@ -105,9 +105,8 @@ static const struct {
     const char *type;
     enum kernel_event_type ev;
 } msg_types[] = {
-    {"display", KEV_DISPLAY},        {"done", KEV_DONE},
-    {"hello", KEV_HELLO},            {"checkpoint_done", KEV_REPLY},
-    {"restore_done", KEV_REPLY},
+    {"display", KEV_DISPLAY},       {"done", KEV_DONE},          {"hello", KEV_HELLO},
+    {"checkpoint_done", KEV_REPLY}, {"restore_done", KEV_REPLY},
 };
 
 static int handle_message(const char *p, size_t n, kernel_event_fn cb, void *ctx)
@@ -144,8 +143,8 @@ static int handle_message(const char *p, size_t n, kernel_event_fn cb, void *ctx
 static int handle_frame(char kind, const char *p, size_t n, kernel_event_fn cb, void *ctx)
 {
     if (kind == 'O' || kind == 'E') {
-        struct kernel_event ev = {.type = kind == 'O' ? KEV_STDOUT : KEV_STDERR, .data = p,
-                                  .len = n};
+        struct kernel_event ev = {
+            .type = kind == 'O' ? KEV_STDOUT : KEV_STDERR, .data = p, .len = n};
         cb(ctx, &ev);
         return 0;
     }
@@ -204,8 +203,8 @@ int kernel_pump_pipe(struct kernel *k, int stream, kernel_event_fn cb, void *ctx
         return errno == EAGAIN || errno == EINTR ? 0 : 1;
     if (n == 0)
         return 1;
-    struct kernel_event ev = {.type = stream == 1 ? KEV_STDOUT : KEV_STDERR, .data = chunk,
-                              .len = (size_t)n};
+    struct kernel_event ev = {
+        .type = stream == 1 ? KEV_STDOUT : KEV_STDERR, .data = chunk, .len = (size_t)n};
     cb(ctx, &ev);
     return 0;
 }
@@ -267,8 +266,8 @@ static void close_fds(int *fds, int n)
 }
 
 int kernel_start(struct sandbox_host *host, struct workspace *ws,
-                 const struct sandbox_limits *limits, char *const *args,
-                 uint64_t start_timeout_ms, const struct kernel_env *extra, struct kernel **ret)
+                 const struct sandbox_limits *limits, char *const *args, uint64_t start_timeout_ms,
+                 const struct kernel_env *extra, struct kernel **ret)
 {
     struct kernel *k = xcalloc(1, sizeof(*k));
     int sp[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1};
@@ -283,8 +282,8 @@ int kernel_start(struct sandbox_host *host, struct workspace *ws,
     k->chan_fd = k->out_fd = k->err_fd = -1;
     pthread_mutex_init(&k->write_lock, NULL);
     buf_init(&k->in, KERNEL_MAX_FRAME + 4096);
-    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) < 0 ||
-        pipe2(out, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC) < 0) {
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) < 0 || pipe2(out, O_CLOEXEC) < 0 ||
+        pipe2(err, O_CLOEXEC) < 0) {
         r = err_set(errno, "cannot create the kernel's channels: %s", strerror(errno));
         goto fail;
     }
@@ -310,9 +309,15 @@ int kernel_start(struct sandbox_host *host, struct workspace *ws,
     binds[nb] = NULL;
     int extra_fds[] = {sp[1]};
     struct sandbox_spec spec = {
-        .argv = argv, .env = extra && extra->env ? extra->env : env, .limits = *limits,
-        .stdin_fd = devnull, .stdout_fd = out[1], .stderr_fd = err[1],
-        .extra_fds = extra_fds, .n_extra_fds = 1, .ro_binds = binds,
+        .argv = argv,
+        .env = extra && extra->env ? extra->env : env,
+        .limits = *limits,
+        .stdin_fd = devnull,
+        .stdout_fd = out[1],
+        .stderr_fd = err[1],
+        .extra_fds = extra_fds,
+        .n_extra_fds = 1,
+        .ro_binds = binds,
         .relay_socket = extra ? extra->relay_socket : NULL,
         .relay_port = extra ? extra->relay_port : 0,
         .from_template = !js, /* the template is a Python process */
@@ -375,8 +380,8 @@ int kernel_request(struct kernel *k, const char *type, const char *path, uint64_
         double now = now_ms_f();
         if (now >= deadline) {
             if (interrupted)
-                return err_set(ETIMEDOUT, "the kernel did not finish the %s within %llu ms",
-                               type, (unsigned long long)timeout_ms);
+                return err_set(ETIMEDOUT, "the kernel did not finish the %s within %llu ms", type,
+                               (unsigned long long)timeout_ms);
             kernel_interrupt(k);
             interrupted = true;
             deadline = now + (double)grace_ms;

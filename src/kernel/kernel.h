@@ -28,7 +28,7 @@
 #define KERNEL_VALUE_COST 64
 
 enum kernel_event_type {
-    KEV_STDOUT,  /* data/len: bytes */
+    KEV_STDOUT, /* data/len: bytes */
     KEV_STDERR,
     KEV_DISPLAY, /* msg: {"type":"display","result":bool,"data":{mime: value}} */
     KEV_DONE,    /* msg: {"type":"done","status","error","execution_count",["exit_code"]} */
@@ -65,22 +65,23 @@ struct kernel {
  * N>", and its done message), so numbering goes on across kernels of one session. A kernel
  * that takes no more of a large cell for timeout_ms fails it (-ETIMEDOUT). 0 or -errno
  * with err_msg(). */
-int kernel_send_execute(struct kernel *k, const char *code, const char *lang,
-                        long execution_count, uint64_t timeout_ms);
+int kernel_send_execute(struct kernel *k, const char *code, const char *lang, long execution_count,
+                        uint64_t timeout_ms);
 /* What a kernel's sandbox gets besides the defaults (a session's network). */
 struct kernel_env {
     char *const *env;            /* the full environment; NULL: sandbox_default_env() */
     const char *const *ro_binds; /* further binds, pairs as in sandbox_spec; may be NULL */
     const char *relay_socket;    /* as in sandbox_spec */
     uint16_t relay_port;
-    bool javascript;             /* kernel.js on /usr/bin/node, not kernel.py (no template) */
+    bool javascript; /* kernel.js on /usr/bin/node, not kernel.py (no template) */
 };
 /* Starts a kernel in a new sandbox on ws, with extra (may be NULL) applied to the sandbox,
  * and waits (up to start_timeout_ms) for its hello. args (may be NULL) become the cells'
- * sys.argv[1:] (process.argv.slice(2) for JavaScript). 0 or -errno with err_msg(); *ret owned by the caller (kernel_free). */
+ * sys.argv[1:] (process.argv.slice(2) for JavaScript). 0 or -errno with err_msg(); *ret owned by
+ * the caller (kernel_free). */
 int kernel_start(struct sandbox_host *host, struct workspace *ws,
-                 const struct sandbox_limits *limits, char *const *args,
-                 uint64_t start_timeout_ms, const struct kernel_env *extra, struct kernel **ret);
+                 const struct sandbox_limits *limits, char *const *args, uint64_t start_timeout_ms,
+                 const struct kernel_env *extra, struct kernel **ret);
 /* Reads what is available on the control channel and calls cb for each complete frame.
  * Returns 0, 1 at EOF, or -EPROTO (err_msg says why) when the kernel broke the protocol. */
 int kernel_pump_channel(struct kernel *k, kernel_event_fn cb, void *ctx);

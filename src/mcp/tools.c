@@ -13,24 +13,31 @@
 #include <unistd.h>
 
 /* Entries of a list_files answer, and file names in a run's summary line. */
-#define LIST_MAX 1000
+#define LIST_MAX      1000
 #define SUMMARY_NAMES 20
 
 static const char *const langs[] = {"python", "bash", "javascript", NULL};
 static const char *const encodings[] = {"utf-8", "base64", NULL};
 
 #define ARG_SESSION                                                                                \
-    {"session_id", ARG_STRING, false, NULL,                                                       \
-     "The session to use, as returned by create_session. Leave it out to use this client's "     \
-     "default session."}
+    {                                                                                              \
+        "session_id", ARG_STRING, false, NULL,                                                     \
+            "The session to use, as returned by create_session. Leave it out to use this "         \
+            "client's "                                                                            \
+            "default session."                                                                     \
+    }
 #define ARG_TIMEOUT                                                                                \
-    {"timeout_s", ARG_NUMBER, false, NULL,                                                        \
-     "Wall-clock limit in seconds (default: the session's, 60 unless configured). A cell past "   \
-     "it is interrupted; its variables are kept when it stops."}
+    {                                                                                              \
+        "timeout_s", ARG_NUMBER, false, NULL,                                                      \
+            "Wall-clock limit in seconds (default: the session's, 60 unless configured). A cell "  \
+            "past "                                                                                \
+            "it is interrupted; its variables are kept when it stops."                             \
+    }
 
 static const struct arg run_code_args[] = {
     {"code", ARG_STRING, true, NULL, "The code to run, like a notebook cell."},
-    {"language", ARG_STRING, false, langs, "python (default), bash or javascript. A session "
+    {"language", ARG_STRING, false, langs,
+     "python (default), bash or javascript. A session "
      "runs JavaScript only if it was created with language javascript (create_session), and "
      "then only JavaScript."},
     ARG_SESSION,
@@ -42,7 +49,8 @@ static const struct arg run_shell_args[] = {
     ARG_TIMEOUT,
 };
 static const struct arg create_session_args[] = {
-    {"language", ARG_STRING, false, langs, "The default language of its cells: python "
+    {"language", ARG_STRING, false, langs,
+     "The default language of its cells: python "
      "(default), bash, or javascript (a Node.js kernel: top-level await, require)."},
     {"timeout_s", ARG_NUMBER, false, NULL, "Default wall-clock limit of each call, in seconds."},
 };
@@ -54,15 +62,18 @@ static const struct arg list_files_args[] = {
     ARG_SESSION,
 };
 static const struct arg read_file_args[] = {
-    {"path", ARG_STRING, true, NULL, "The file, relative to /workspace (or an absolute path "
+    {"path", ARG_STRING, true, NULL,
+     "The file, relative to /workspace (or an absolute path "
      "in /workspace)."},
     ARG_SESSION,
 };
 static const struct arg write_file_args[] = {
-    {"path", ARG_STRING, true, NULL, "The file, relative to /workspace (or an absolute path in "
+    {"path", ARG_STRING, true, NULL,
+     "The file, relative to /workspace (or an absolute path in "
      "/workspace); parent directories are created."},
     {"content", ARG_STRING, true, NULL, "The file's content."},
-    {"encoding", ARG_STRING, false, encodings, "utf-8 (default: content is the text) or base64 "
+    {"encoding", ARG_STRING, false, encodings,
+     "utf-8 (default: content is the text) or base64 "
      "(content is base64 of the bytes)."},
     ARG_SESSION,
 };
@@ -126,10 +137,9 @@ static const struct tool tools[] = {
      "its session_id, for the session_id argument of the other tools.",
      ARGS(create_session_args), false, false, false, session_schema, t_create_session, true},
     {"close_session", "Close a session",
-     "Close a session: its interpreter stops and its files are deleted.",
-     ARGS(close_session_args), false, true, true, closed_schema, t_close_session},
-    {"list_files", "List files",
-     "List the files in the session's /workspace with their sizes.",
+     "Close a session: its interpreter stops and its files are deleted.", ARGS(close_session_args),
+     false, true, true, closed_schema, t_close_session},
+    {"list_files", "List files", "List the files in the session's /workspace with their sizes.",
      ARGS(list_files_args), true, false, true, files_schema, t_list_files},
     {"read_file", "Read a file",
      "Read a file from the session's /workspace: text comes back as text, PNG, JPEG, GIF and "
@@ -205,8 +215,8 @@ json_t *tools_list_json(unsigned features)
 static const char *json_kind(json_t *v)
 {
     static const char *const kinds[] = {
-        [JSON_OBJECT] = "an object", [JSON_ARRAY] = "an array",   [JSON_STRING] = "a string",
-        [JSON_INTEGER] = "a number", [JSON_REAL] = "a number",    [JSON_TRUE] = "a boolean",
+        [JSON_OBJECT] = "an object", [JSON_ARRAY] = "an array", [JSON_STRING] = "a string",
+        [JSON_INTEGER] = "a number", [JSON_REAL] = "a number",  [JSON_TRUE] = "a boolean",
         [JSON_FALSE] = "a boolean",  [JSON_NULL] = "null",
     };
     return kinds[json_typeof(v)];
@@ -250,8 +260,8 @@ int mcp_tool_check_args(const char *name, json_t *args, char **ret_err)
     const struct tool *t = tool_find(name);
     *ret_err = NULL;
     if (!t) {
-        *ret_err = xasprintf("unknown tool '%s'; the tools are: %s", name ? name : "",
-                             tool_names());
+        *ret_err =
+            xasprintf("unknown tool '%s'; the tools are: %s", name ? name : "", tool_names());
         return MCP_INVALID_PARAMS;
     }
     if (!json_is_object(args)) {
@@ -355,7 +365,8 @@ static char *workspace_rel(const char *tool, const char *path, bool allow_root, 
         return TAKE_PTR(rel);
     if (!path_is_safe_relative(rel)) {
         *ret_err = xasprintf("%s: bad path '%s': name a file inside /workspace, as a relative "
-                             "path without '..'", tool, path);
+                             "path without '..'",
+                             tool, path);
         return NULL;
     }
     return TAKE_PTR(rel);
@@ -428,9 +439,9 @@ static json_t *record_content(json_t *rec)
         const char *mime = image_mime(bundle);
         const char *text = json_string_value(json_object_get(bundle, "text/plain"));
         if (mime)
-            json_array_append_new(content, json_pack("{s:s,s:O,s:s}", "type", "image", "data",
-                                                     json_object_get(bundle, mime), "mimeType",
-                                                     mime));
+            json_array_append_new(content,
+                                  json_pack("{s:s,s:O,s:s}", "type", "image", "data",
+                                            json_object_get(bundle, mime), "mimeType", mime));
         else if (text && *text)
             json_array_append_new(content, text_item(text));
     }
@@ -479,8 +490,8 @@ static json_t *record_structured(json_t *rec, const char *session_id)
         if (!mime)
             continue;
         size_t b64 = strlen(json_string_value(json_object_get(bundle, mime)));
-        _cleanup_free_ char *t = xasprintf("[%s, %zu bytes, sent as image content]", mime,
-                                           b64 / 4 * 3);
+        _cleanup_free_ char *t =
+            xasprintf("[%s, %zu bytes, sent as image content]", mime, b64 / 4 * 3);
         json_object_set_new(bundle, mime, json_string(t));
     }
     return s;
@@ -528,8 +539,11 @@ static json_t *run_exec(struct call *k, const char *code, const char *lang)
     struct session *s = call_session(k, &sid, &note, &err);
     if (!s)
         return tool_error("%s: %s", k->tool->name, err);
-    struct exec_request req = {.code = code, .lang = lang, .timeout_ms = timeout_ms,
-                               .cancel_fd = k->cancel[0], .cancel_events = POLLIN};
+    struct exec_request req = {.code = code,
+                               .lang = lang,
+                               .timeout_ms = timeout_ms,
+                               .cancel_fd = k->cancel[0],
+                               .cancel_events = POLLIN};
     struct exec_sink sink = {.fn = exec_event, .ctx = k};
     struct exec_record rec;
     exec_record_init(&rec, session_options(s)->output_cap);
@@ -540,7 +554,8 @@ static json_t *run_exec(struct call *k, const char *code, const char *lang)
         result = tool_error("%s: cancelled", k->tool->name);
     } else if (r == -EAGAIN) {
         result = tool_error("%s: the server is running its maximum of %zu executions; retry "
-                            "shortly", k->tool->name, c->cfg->max_executions);
+                            "shortly",
+                            k->tool->name, c->cfg->max_executions);
     } else if (r < 0) {
         result = tool_error("%s: session %s: %s%s", k->tool->name, sid, err_msg(),
                             r == -EBUSY ? busy_hint : "");
@@ -576,7 +591,8 @@ static json_t *t_create_session(struct call *k)
         double sec = json_number_value(timeout);
         if (sec * 1000.0 > (double)k->c->cfg->max_timeout_ms)
             return tool_error("create_session: timeout_s %g is more than this server allows "
-                              "(%g s)", sec, (double)k->c->cfg->max_timeout_ms / 1000.0);
+                              "(%g s)",
+                              sec, (double)k->c->cfg->max_timeout_ms / 1000.0);
         timeout_ms = MAX((uint64_t)(sec * 1000.0 + 0.5), 1);
     }
     _cleanup_free_ char *id = NULL;
@@ -587,14 +603,14 @@ static json_t *t_create_session(struct call *k)
     if (!s)
         return tool_error("create_session: session %s was closed as it was created", id);
     const struct session_opts *o = session_options(s);
-    json_t *st = json_pack("{s:s,s:s,s:s,s:f}", "session_id", id, "language", o->lang,
-                           "python_version", session_python_version(s), "timeout_s",
-                           (double)o->timeout_ms / 1000.0);
+    json_t *st =
+        json_pack("{s:s,s:s,s:s,s:f}", "session_id", id, "language", o->lang, "python_version",
+                  session_python_version(s), "timeout_s", (double)o->timeout_ms / 1000.0);
     const char *pyv = session_python_version(s);
-    _cleanup_free_ char *text = xasprintf(
-        "Created session %s (%s%s%s). Pass session_id \"%s\" to run_code and the file "
-        "tools to use it; close it with close_session when done.", id, o->lang,
-        *pyv ? "; Python " : "", pyv, id);
+    _cleanup_free_ char *text =
+        xasprintf("Created session %s (%s%s%s). Pass session_id \"%s\" to run_code and the file "
+                  "tools to use it; close it with close_session when done.",
+                  id, o->lang, *pyv ? "; Python " : "", pyv, id);
     session_table_release(k->c->cfg->table, s);
     return result_new(json_pack("[o]", text_item(text)), st, false, k->features);
 }
@@ -604,7 +620,8 @@ static json_t *t_close_session(struct call *k)
     const char *id = arg_string(k, "session_id");
     if (conn_close_session(k->c, id) < 0)
         return tool_error("close_session: no session %s (it may have expired or been closed "
-                          "already)", id);
+                          "already)",
+                          id);
     _cleanup_free_ char *text = xasprintf("Closed session %s.", id);
     return result_new(json_pack("[o]", text_item(text)),
                       json_pack("{s:s,s:b}", "session_id", id, "closed", 1), false, k->features);
@@ -643,13 +660,13 @@ static json_t *list_result(struct call *k, const char *sid, const char *dir,
         shown++;
     }
     bool truncated = l->truncated || matched > shown;
-    _cleanup_free_ char *head = xasprintf("%zu file%s in /workspace%s%s%s\n", shown,
-                                          shown == 1 ? "" : "s", *dir ? "/" : "", dir,
-                                          truncated ? " (more not listed)" : "");
+    _cleanup_free_ char *head =
+        xasprintf("%zu file%s in /workspace%s%s%s\n", shown, shown == 1 ? "" : "s", *dir ? "/" : "",
+                  dir, truncated ? " (more not listed)" : "");
     _cleanup_free_ char *all = xasprintf("%s%s", head, text.data ? text.data : "");
     buf_release(&text);
-    json_t *st = json_pack("{s:s,s:o,s:b}", "session_id", sid, "files", files, "truncated",
-                           truncated);
+    json_t *st =
+        json_pack("{s:s,s:o,s:b}", "session_id", sid, "files", files, "truncated", truncated);
     return result_new(json_pack("[o]", text_item(all)), st, false, k->features);
 }
 
@@ -676,9 +693,15 @@ static json_t *t_list_files(struct call *k)
 static const char *file_mime(const char *path)
 {
     static const char *const types[][2] = {
-        {".png", "image/png"},  {".jpg", "image/jpeg"},  {".jpeg", "image/jpeg"},
-        {".gif", "image/gif"},  {".webp", "image/webp"}, {".csv", "text/csv"},
-        {".json", "application/json"}, {".html", "text/html"}, {".pdf", "application/pdf"},
+        {".png", "image/png"},
+        {".jpg", "image/jpeg"},
+        {".jpeg", "image/jpeg"},
+        {".gif", "image/gif"},
+        {".webp", "image/webp"},
+        {".csv", "text/csv"},
+        {".json", "application/json"},
+        {".html", "text/html"},
+        {".pdf", "application/pdf"},
         {".xlsx", "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"},
     };
     const char *dot = strrchr(path, '.');
@@ -689,8 +712,7 @@ static const char *file_mime(const char *path)
 }
 
 /* Reads a regular workspace file of at most MCP_MAX_FILE bytes; -errno with *ret_err. */
-static int read_workspace_file(struct workspace *ws, const char *rel, struct buf *b,
-                               char **ret_err)
+static int read_workspace_file(struct workspace *ws, const char *rel, struct buf *b, char **ret_err)
 {
     _cleanup_close_ int fd = workspace_openat(ws, rel, O_RDONLY | O_NONBLOCK, 0);
     struct stat st;
@@ -698,7 +720,8 @@ static int read_workspace_file(struct workspace *ws, const char *rel, struct buf
         *ret_err = xasprintf("no file '%s' in /workspace", rel);
     else if (fd == -ELOOP)
         *ret_err = xasprintf("'%s' is or goes through a symbolic link; links in the "
-                             "workspace are not followed", rel);
+                             "workspace are not followed",
+                             rel);
     else if (fd < 0)
         *ret_err = xasprintf("cannot open '%s': %s", rel, strerror(-fd));
     if (fd < 0)
@@ -709,8 +732,8 @@ static int read_workspace_file(struct workspace *ws, const char *rel, struct buf
     }
     if ((uint64_t)st.st_size > MCP_MAX_FILE) {
         *ret_err = xasprintf("'%s' has %llu bytes, more than the %u read_file returns; "
-                             "process it with run_code instead", rel,
-                             (unsigned long long)st.st_size, MCP_MAX_FILE);
+                             "process it with run_code instead",
+                             rel, (unsigned long long)st.st_size, MCP_MAX_FILE);
         return -EFBIG;
     }
     fd_set_nonblock(fd, false);
@@ -743,8 +766,7 @@ static json_t *file_content(const char *rel, const struct buf *b, const char *mi
     const char *data = b->data ? b->data : "";
     if (mime && str_has_prefix(mime, "image/")) {
         _cleanup_free_ char *b64 = base64_encode(data, b->len, &b64_len);
-        return json_pack("{s:s,s:s%,s:s}", "type", "image", "data", b64, b64_len, "mimeType",
-                         mime);
+        return json_pack("{s:s,s:s%,s:s}", "type", "image", "data", b64, b64_len, "mimeType", mime);
     }
     _cleanup_free_ char *clean = utf8_sanitize(data, b->len, &n);
     if (n == b->len && !memcmp(clean, data, n))
@@ -797,8 +819,8 @@ static json_t *t_write_file(struct call *k)
             return tool_error("write_file: content is not valid base64");
     }
     if (n > MCP_MAX_FILE)
-        return tool_error("write_file: %zu bytes is more than the %u a file may have here",
-                          n, MCP_MAX_FILE);
+        return tool_error("write_file: %zu bytes is more than the %u a file may have here", n,
+                          MCP_MAX_FILE);
     struct session *s = call_session(k, &sid, &note, &err);
     if (!s)
         return tool_error("write_file: %s", err);
@@ -807,8 +829,6 @@ static json_t *t_write_file(struct call *k)
     if (r < 0)
         return tool_error("write_file: %s", err_msg());
     _cleanup_free_ char *text = xasprintf("Wrote %zu bytes to /workspace/%s.", n, rel);
-    json_t *st = json_pack("{s:s,s:s,s:I}", "session_id", sid, "path", rel, "size",
-                           (json_int_t)n);
-    return with_note(result_new(json_pack("[o]", text_item(text)), st, false, k->features),
-                     note);
+    json_t *st = json_pack("{s:s,s:s,s:I}", "session_id", sid, "path", rel, "size", (json_int_t)n);
+    return with_note(result_new(json_pack("[o]", text_item(text)), st, false, k->features), note);
 }

@@ -18,7 +18,7 @@
 static const struct {
     const char *name, *canonical;
 } lang_names[] = {
-    {"python", "python"}, {"bash", "bash"}, {"javascript", "javascript"},
+    {"python", "python"}, {"bash", "bash"},       {"javascript", "javascript"},
     {"js", "javascript"}, {"node", "javascript"},
 };
 
@@ -83,8 +83,10 @@ int copy_input_files(struct workspace *ws, const struct input_file *files, size_
     for (size_t i = 0; i < n; i++) {
         const struct input_file *f = &files[i];
         if (!path_is_safe_relative(f->dest))
-            return err_set(EINVAL, "bad destination '%s' for %s: use a relative path inside "
-                           "the workspace, without '..'", f->dest, f->local);
+            return err_set(EINVAL,
+                           "bad destination '%s' for %s: use a relative path inside "
+                           "the workspace, without '..'",
+                           f->dest, f->local);
         int r = workspace_copy_in(ws, f->local, f->dest);
         if (r < 0)
             return r;
@@ -195,7 +197,8 @@ static void classify(struct exec_record *rec, struct sandbox *sb, enum stop_reas
     if (stop == STOP_TIMEOUT) {
         rec->status = EXEC_TIMEOUT;
         rec->message = xasprintf("timed out after %.3g s; every process of the sandbox was "
-                                 "killed", (double)timeout_ms / 1000.0);
+                                 "killed",
+                                 (double)timeout_ms / 1000.0);
     } else if (stop == STOP_CANCEL) {
         rec->status = EXEC_KILLED;
         rec->signal = SIGKILL;
@@ -210,8 +213,8 @@ static void classify(struct exec_record *rec, struct sandbox *sb, enum stop_reas
             rec->message = xstrdup("out of memory: the program was killed at the memory limit");
         } else {
             rec->status = crash_signal(sb->term_signal) ? EXEC_CRASHED : EXEC_KILLED;
-            rec->message = xasprintf("killed by signal %d (%s)", sb->term_signal,
-                                     strsignal(sb->term_signal));
+            rec->message =
+                xasprintf("killed by signal %d (%s)", sb->term_signal, strsignal(sb->term_signal));
         }
     } else {
         rec->has_exit_code = true;
@@ -273,8 +276,8 @@ void run_sandbox(struct sandbox_host *host, struct workspace *ws, struct sandbox
 {
     struct sandbox *sb = NULL;
     int out_pipe[2] = {-1, -1}, err_pipe[2] = {-1, -1};
-    _cleanup_close_ int in_fd = io->stdin_text ? stdin_memfd(io->stdin_text)
-                                               : open("/dev/null", O_RDONLY | O_CLOEXEC);
+    _cleanup_close_ int in_fd =
+        io->stdin_text ? stdin_memfd(io->stdin_text) : open("/dev/null", O_RDONLY | O_CLOEXEC);
     double t0 = now_ms_f();
     if (in_fd < 0 || pipe2(out_pipe, O_CLOEXEC) < 0 || pipe2(err_pipe, O_CLOEXEC) < 0) {
         sandbox_failed(rec, strerror(errno));
@@ -359,8 +362,10 @@ int run_oneshot(struct sandbox_host *host, const struct run_request *req, struct
     struct sandbox_spec spec = {.argv = argv, .limits = req->limits};
     env = sandbox_net_apply(&net, &spec, binds, ARRAY_SIZE(binds), NULL);
     spec.limits.cpu_time_s = req->timeout_ms / 1000 + 5;
-    struct run_io io = {.timeout_ms = req->timeout_ms, .cancel_fd = req->cancel_fd,
-                        .on_output = req->on_output, .ctx = req->ctx,
+    struct run_io io = {.timeout_ms = req->timeout_ms,
+                        .cancel_fd = req->cancel_fd,
+                        .on_output = req->on_output,
+                        .ctx = req->ctx,
                         .stdin_text = stdin_code ? req->code : NULL};
     run_sandbox(host, ws, &spec, &io, rec);
     collect_files(rec, ws, &before, req->out_dir);

@@ -168,7 +168,8 @@ int session_save_files(struct session *s)
 
 /* Closures, promises, timers and handles have no faithful serialised form: a JavaScript
  * session keeps its files, and says so where a Python one reports its variables. */
-#define JS_VARIABLES_NOTE "variables of a JavaScript session are not kept: its files are " \
+#define JS_VARIABLES_NOTE                                                                          \
+    "variables of a JavaScript session are not kept: its files are "                               \
     "restored, its variables start empty"
 
 /* Removes .runcell/NAME, and .runcell itself once empty: the user's files are all there is

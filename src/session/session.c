@@ -37,7 +37,7 @@ struct session {
     struct net_policy *policy; /* our copies of opts.net's parts */
     char **packages;
     char *index_url;
-    struct sandbox_net net;    /* the egress proxy, while the session lives */
+    struct sandbox_net net; /* the egress proxy, while the session lives */
     struct event_log events;
     json_t *packages_report;
     struct persist *persist; /* NULL unless session_persist was called */
@@ -71,7 +71,9 @@ static int start_kernel_for(struct session *s, const char *lang)
     struct sandbox_spec spec = {0};
     const char *binds[8];
     _cleanup_strv_ char **env = sandbox_net_apply(&s->net, &spec, binds, ARRAY_SIZE(binds), NULL);
-    struct kernel_env extra = {.env = env, .ro_binds = binds, .relay_socket = spec.relay_socket,
+    struct kernel_env extra = {.env = env,
+                               .ro_binds = binds,
+                               .relay_socket = spec.relay_socket,
                                .relay_port = spec.relay_port,
                                .javascript = lang_is_javascript(lang)};
     /* The CPU-time rlimit is a backstop for a whole kernel's life, not one cell. */
@@ -139,8 +141,7 @@ static int prepare_workspace(struct session *s, const struct session_opts *opts)
     if (r < 0)
         return r;
     if (deps_wanted(&s->opts.net, s->ws))
-        s->packages_report = deps_install(s->host, s->ws, &s->opts.limits, &s->opts.net,
-                                          &s->net);
+        s->packages_report = deps_install(s->host, s->ws, &s->opts.limits, &s->opts.net, &s->net);
     return 0;
 }
 
@@ -159,8 +160,8 @@ static void set_opts(struct session *s, const struct session_opts *opts)
     for (char *const *a = opts->argv; a && *a; a++)
         s->argv = strv_push(s->argv, *a);
     s->opts.argv = s->argv;
-    snprintf(s->lang, sizeof(s->lang), "%s", lang_supported(opts->lang) ? lang_name(opts->lang)
-                                                                       : "python");
+    snprintf(s->lang, sizeof(s->lang), "%s",
+             lang_supported(opts->lang) ? lang_name(opts->lang) : "python");
     s->opts.lang = s->lang;
 }
 
@@ -361,12 +362,12 @@ static bool pump_until_done(struct session *s, struct kernel *k, struct exec_ctx
         if (stop && now >= kill_at)
             break; /* it did not stop: the kernel goes */
         double until = stop ? kill_at : deadline;
-        struct pollfd pfd[5] = {{.fd = k->chan_fd, .events = POLLIN},
-                                {.fd = out_open ? k->out_fd : -1, .events = POLLIN},
-                                {.fd = err_open ? k->err_fd : -1, .events = POLLIN},
-                                {.fd = k->sb->status_fd, .events = POLLIN},
-                                {.fd = stop || !has_cancel ? -1 : req->cancel_fd,
-                                 .events = cancel_events}};
+        struct pollfd pfd[5] = {
+            {.fd = k->chan_fd, .events = POLLIN},
+            {.fd = out_open ? k->out_fd : -1, .events = POLLIN},
+            {.fd = err_open ? k->err_fd : -1, .events = POLLIN},
+            {.fd = k->sb->status_fd, .events = POLLIN},
+            {.fd = stop || !has_cancel ? -1 : req->cancel_fd, .events = cancel_events}};
         int n = poll(pfd, 5, (int)(until - now) + 1);
         if (n < 0 && errno != EINTR)
             break;
@@ -424,8 +425,7 @@ static void finish_ctx(struct exec_ctx *x)
     free(x->limit);
 }
 
-static void record_done(struct exec_record *rec, json_t *done, enum stop stop,
-                        const char *limit)
+static void record_done(struct exec_record *rec, json_t *done, enum stop stop, const char *limit)
 {
     const char *status = json_string_value(json_object_get(done, "status"));
     json_t *error = json_object_get(done, "error");
@@ -553,8 +553,8 @@ static int work_priority_lower(void)
     int old = getpriority(PRIO_PROCESS, (id_t)tid);
     if (errno)
         return INT_MIN;
-    if (setpriority(PRIO_PROCESS, (id_t)tid, old + SESSION_WORK_NICE > 19 ? 19 :
-                    old + SESSION_WORK_NICE) < 0)
+    if (setpriority(PRIO_PROCESS, (id_t)tid,
+                    old + SESSION_WORK_NICE > 19 ? 19 : old + SESSION_WORK_NICE) < 0)
         return INT_MIN;
     return old;
 }
@@ -574,7 +574,7 @@ static int begin(struct session *s)
     pthread_mutex_unlock(&s->lock);
     if (r == -EBUSY)
         err_set(EBUSY, "the session is busy running another execution; wait for it or "
-                "interrupt it");
+                       "interrupt it");
     else if (r)
         err_set(ESHUTDOWN, "the session is closed");
     return r;
@@ -652,14 +652,13 @@ int session_record_from_channel(struct kernel *k, const struct exec_sink *sink,
     return r;
 }
 
-int session_execute(struct session *s, const struct exec_request *req,
-                    const struct exec_sink *sink, struct exec_record *rec)
+int session_execute(struct session *s, const struct exec_request *req, const struct exec_sink *sink,
+                    struct exec_record *rec)
 {
     if (!req->code)
         return err_set(EINVAL, "no code to execute");
     if (req->lang && !lang_supported(req->lang))
-        return err_set(EINVAL, "unknown language '%s': use python, bash or javascript",
-                       req->lang);
+        return err_set(EINVAL, "unknown language '%s': use python, bash or javascript", req->lang);
     /* The Python kernel runs python and bash cells, the Node kernel JavaScript ones; a cell
      * in the language of neither the session's kernel nor its other one starts that. */
     const char *lang = req->lang ? lang_name(req->lang) : s->lang;
@@ -827,8 +826,8 @@ int session_kernel_request(struct session *s, const char *type, const char *path
 {
     if (!s->k && start_kernel(s) < 0)
         return -EIO;
-    int r = kernel_request(s->k, type, path, s->opts.timeout_ms, s->opts.interrupt_grace_ms,
-                           ret_reply);
+    int r =
+        kernel_request(s->k, type, path, s->opts.timeout_ms, s->opts.interrupt_grace_ms, ret_reply);
     if (r < 0) {
         /* A kernel that did not answer, or broke the protocol, is not trusted further. */
         char *msg = xstrdup(err_msg());

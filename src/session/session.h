@@ -36,9 +36,9 @@ struct exec_record {
     enum exec_status status;
     struct outcap out;
     struct outcap err;
-    json_t *results;      /* array of MIME bundles */
-    json_t *error;        /* {name, value, traceback} or NULL */
-    char **created;       /* workspace paths, NULL-terminated */
+    json_t *results; /* array of MIME bundles */
+    json_t *error;   /* {name, value, traceback} or NULL */
+    char **created;  /* workspace paths, NULL-terminated */
     char **modified;
     char **deleted;
     char **copied_out;    /* of created and modified, those copied to out_dir */
@@ -53,11 +53,11 @@ struct exec_record {
     uint64_t memory_peak_kb;
     const char *memory_peak_scope; /* "cell" or "session" (static string; NULL: "cell") */
     bool limits_degraded;
-    char *message; /* what runcell itself says about the run (timeouts, setup errors) */
-    json_t *network; /* egress attempts during the run (events as in the session's log), or
-                      * NULL when there were none */
-    json_t *packages; /* one-shot runs: what installing their packages did (see
-                       * session_packages), or NULL */
+    char *message;       /* what runcell itself says about the run (timeouts, setup errors) */
+    json_t *network;     /* egress attempts during the run (events as in the session's log), or
+                          * NULL when there were none */
+    json_t *packages;    /* one-shot runs: what installing their packages did (see
+                          * session_packages), or NULL */
     char *persist_error; /* why the files could not all be written to the store, or NULL */
 };
 
@@ -87,13 +87,13 @@ typedef void (*output_fn)(void *ctx, int stream, const char *data, size_t n);
 struct net_opts {
     const struct net_policy *policy; /* NULL: loopback only; else an allowlist enforced by an
                                       * egress proxy (borrowed; sessions copy it) */
-    char *const *packages;  /* pip requirements installed before the code runs; NULL: those of
-                             * /workspace/requirements.txt when there is a policy */
-    const char *index_url;  /* PIP_INDEX_URL in the sandbox, or NULL for pip's default */
+    char *const *packages;       /* pip requirements installed before the code runs; NULL: those of
+                                  * /workspace/requirements.txt when there is a policy */
+    const char *index_url;       /* PIP_INDEX_URL in the sandbox, or NULL for pip's default */
     uint64_t install_timeout_ms; /* budget for installing packages (default 120 s) */
 };
 #define DEFAULT_INSTALL_TIMEOUT_MS 120000
-#define MAX_PACKAGES 200
+#define MAX_PACKAGES               200
 /* Checks net opts: packages need a policy, are plain requirements (never pip options), and
  * the index URL's host and port are on the allowlist. 0 or -EINVAL with err_msg(). */
 int net_opts_check(const struct net_opts *n);
@@ -110,10 +110,10 @@ struct run_request {
     struct sandbox_limits limits;
     uint64_t timeout_ms;
     size_t output_cap;
-    const char *out_dir;  /* copy created and modified files here, or NULL */
-    output_fn on_output;  /* live output (head of each stream, then the rest), or NULL */
+    const char *out_dir; /* copy created and modified files here, or NULL */
+    output_fn on_output; /* live output (head of each stream, then the rest), or NULL */
     void *ctx;
-    int cancel_fd;        /* readable (or hung up) = stop the run; -1 for none */
+    int cancel_fd; /* readable (or hung up) = stop the run; -1 for none */
     struct net_opts net;
 };
 
@@ -133,14 +133,14 @@ bool lang_is_javascript(const char *lang);
 
 /* ---- stateful sessions: a kernel in a sandbox, a workspace that outlives kernels ---- */
 
-#define DEFAULT_IDLE_TIMEOUT_MS (600u * 1000)
+#define DEFAULT_IDLE_TIMEOUT_MS    (600u * 1000)
 #define DEFAULT_INTERRUPT_GRACE_MS 2000
-#define DEFAULT_KERNEL_START_MS 30000
-#define RESULTS_CAP (32u << 20) /* bytes of results (MIME bundles) kept per execution */
+#define DEFAULT_KERNEL_START_MS    30000
+#define RESULTS_CAP                (32u << 20) /* bytes of results (MIME bundles) kept per execution */
 
 struct session_opts {
     struct sandbox_limits limits;
-    uint64_t timeout_ms;         /* per-execution default */
+    uint64_t timeout_ms; /* per-execution default */
     uint64_t idle_timeout_ms;
     uint64_t interrupt_grace_ms; /* after SIGINT, before the kernel is killed */
     uint64_t start_timeout_ms;
@@ -193,8 +193,8 @@ int session_new(struct sandbox_host *host, const struct session_opts *opts, stru
  * sink may be NULL; req->cancel_fd interrupts the cell. A kernel that dies (timeout past the
  * grace, out of memory, crash) is replaced by a fresh one on the same workspace, and the
  * record says state "lost". */
-int session_execute(struct session *s, const struct exec_request *req,
-                    const struct exec_sink *sink, struct exec_record *rec);
+int session_execute(struct session *s, const struct exec_request *req, const struct exec_sink *sink,
+                    struct exec_record *rec);
 /* Interrupts the running cell, if any (KeyboardInterrupt). Safe from any thread. */
 int session_interrupt(struct session *s);
 /* A fresh interpreter on the same files. -EBUSY while a cell runs. */
@@ -331,8 +331,7 @@ struct session_table *session_table_new(struct sandbox_host *host, size_t max_se
 int session_table_start_reaper(struct session_table *t, uint64_t interval_ms);
 /* Creates and registers a session. Returns 0 and its id (caller frees), -EAGAIN when the
  * table is full, or the session's creation error. */
-int session_table_create(struct session_table *t, const struct session_opts *opts,
-                         char **ret_id);
+int session_table_create(struct session_table *t, const struct session_opts *opts, char **ret_id);
 /* Persistence for the sessions created from now on (c borrowed, outliving the table):
  * their records, and their files and variables unless they ask not to. */
 void session_table_set_persistence(struct session_table *t, const struct persist_config *c);
@@ -343,8 +342,8 @@ struct session_create {
 };
 /* As session_table_create; with resume_from, *ret_restored says what was restored (see
  * session_restore; caller decrefs), and -ENOENT means nothing is stored for that id. */
-int session_table_create_ex(struct session_table *t, const struct session_create *rq,
-                            char **ret_id, json_t **ret_restored);
+int session_table_create_ex(struct session_table *t, const struct session_create *rq, char **ret_id,
+                            json_t **ret_restored);
 /* Closes a session as session_table_remove does; with checkpoint, its variables and files
  * are kept in the store (*ret_report as session_retire's), otherwise what was stored is
  * discarded. 0 or -ENOENT. */
