@@ -76,8 +76,8 @@ static bool parse_execute(struct request *rq, json_t *body, struct exec_request 
     }
     if (req->lang && !lang_supported(req->lang)) {
         api_error(rq, AE_BAD_REQUEST,
-                  "field 'language': '%s' is not supported; use python or "
-                  "bash",
+                  "field 'language': '%s' is not supported; use python, "
+                  "bash or javascript",
                   req->lang);
         return false;
     }

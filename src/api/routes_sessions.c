@@ -121,12 +121,12 @@ bool session_opts_from_json(struct request *rq, json_t *body, struct session_opt
     const char *lang = json_string_value(json_object_get(body, "language"));
     if (lang && !lang_supported(lang)) {
         api_error(rq, AE_BAD_REQUEST,
-                  "field 'language': '%s' is not supported; use python or "
-                  "bash",
+                  "field 'language': '%s' is not supported; use python, "
+                  "bash or javascript",
                   lang);
         return false;
     }
-    o->lang = lang;
+    o->lang = lang_name(lang);
     if (!get_seconds(rq, body, "timeout_s", max->max_timeout_ms, &o->timeout_ms) ||
         !get_seconds(rq, body, "idle_timeout_s", max->max_idle_timeout_ms, &o->idle_timeout_ms) ||
         !get_count(rq, body, "memory_mb", max->max_memory_mb, &o->limits.memory_mb) ||

@@ -34,7 +34,8 @@ static const char run_help[] =
     "gives it: [FILE's name | '-' | '-c', ARGS...])\n"
     "(124 timeout, 128+N signal, 137 out of memory, 125 sandbox failure, 2 usage).\n"
     "\n"
-    "  --lang python|bash   language (default python: Debian's /usr/bin/python3)\n"
+    "  --lang python|bash|javascript  language (default python: Debian's /usr/bin/python3;\n"
+    "                       javascript: /usr/bin/node, js and node are aliases)\n"
     "  -c CODE              code to run\n"
     "  --timeout SEC        wall-clock limit (default 60)\n"
     "  --memory MB          memory limit (default 1024)\n"
@@ -77,8 +78,11 @@ static int parse_opt(struct run_opts *o, int c, char *val)
         return 0;
     case OPT_LANG:
         if (!lang_supported(val))
-            return usage_error("run", "--lang: unknown language '%s': use python or bash", val);
-        o->lang = val;
+            return usage_error("run",
+                               "--lang: unknown language '%s': use python, bash or "
+                               "javascript",
+                               val);
+        o->lang = lang_name(val);
         return 0;
     case OPT_JSON:
         o->json = true;
@@ -443,7 +447,8 @@ static int execute_cells(struct run_opts *o)
                               .argv = o->args,
                               .net = common_net_opts(&o->c),
                               .files = o->c.files,
-                              .n_files = o->c.n_files};
+                              .n_files = o->c.n_files,
+                              .lang = lang_is_javascript(o->lang) ? "javascript" : NULL};
     int status;
     if (session_new(&host, &so, &s) < 0) {
         fprintf(stderr, "runcell: cannot start the session: %s\n", err_msg());
@@ -476,8 +481,8 @@ int cmd_run(int argc, char **argv)
         r = check_out_dir("run", o.c.out_dir);
     if (!r)
         r = check_net_opts("run", &o.c);
-    /* Python -c code runs as cells; a single bash -c as a plain script. */
-    bool cells = o.codes && (!strcmp(o.lang, "python") || strv_len(o.codes) > 1);
+    /* Python and JavaScript -c code runs as cells; a single bash -c as a plain script. */
+    bool cells = o.codes && (strcmp(o.lang, "bash") || strv_len(o.codes) > 1);
     if (!r && cells)
         r = execute_cells(&o);
     else if (!r)

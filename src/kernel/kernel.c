@@ -294,9 +294,17 @@ int kernel_start(struct sandbox_host *host, struct workspace *ws,
         r = err_set(errno, "cannot create the kernel's channels: %s", strerror(errno));
         goto fail;
     }
+    bool js = extra && extra->javascript;
     argv = xcalloc(1, sizeof(char *));
-    argv = strv_push(argv, "/usr/bin/python3");
-    argv = strv_push(argv, "/.runcell/kernel.py");
+    if (js) {
+        /* --expose-internals: Node's REPL rewriter of top-level await (see kernel.js). */
+        argv = strv_push(argv, "/usr/bin/node");
+        argv = strv_push(argv, "--expose-internals");
+        argv = strv_push(argv, "/.runcell/kernel.js");
+    } else {
+        argv = strv_push(argv, "/usr/bin/python3");
+        argv = strv_push(argv, "/.runcell/kernel.py");
+    }
     for (char *const *a = args; a && *a; a++)
         argv = strv_push(argv, *a);
     const char *binds[16] = {kernel_dir, "/.runcell"};
@@ -319,7 +327,7 @@ int kernel_start(struct sandbox_host *host, struct workspace *ws,
         .ro_binds = binds,
         .relay_socket = extra ? extra->relay_socket : NULL,
         .relay_port = extra ? extra->relay_port : 0,
-        .from_template = true,
+        .from_template = !js, /* the template is a Python process */
     };
     if ((r = sandbox_start(host, ws, &spec, &k->sb)) < 0)
         goto fail;

@@ -73,10 +73,12 @@ struct kernel_env {
     const char *const *ro_binds; /* further binds, pairs as in sandbox_spec; may be NULL */
     const char *relay_socket;    /* as in sandbox_spec */
     uint16_t relay_port;
+    bool javascript; /* kernel.js on /usr/bin/node, not kernel.py (no template) */
 };
 /* Starts a kernel in a new sandbox on ws, with extra (may be NULL) applied to the sandbox,
  * and waits (up to start_timeout_ms) for its hello. args (may be NULL) become the cells'
- * sys.argv[1:]. 0 or -errno with err_msg(); *ret owned by the caller (kernel_free). */
+ * sys.argv[1:] (process.argv.slice(2) for JavaScript). 0 or -errno with err_msg(); *ret owned by
+ * the caller (kernel_free). */
 int kernel_start(struct sandbox_host *host, struct workspace *ws,
                  const struct sandbox_limits *limits, char *const *args, uint64_t start_timeout_ms,
                  const struct kernel_env *extra, struct kernel **ret);

@@ -17,7 +17,7 @@
 #define LIST_MAX      1000
 #define SUMMARY_NAMES 20
 
-static const char *const langs[] = {"python", "bash", NULL};
+static const char *const langs[] = {"python", "bash", "javascript", NULL};
 static const char *const encodings[] = {"utf-8", "base64", NULL};
 
 #define ARG_SESSION                                                                                \
@@ -37,7 +37,10 @@ static const char *const encodings[] = {"utf-8", "base64", NULL};
 
 static const struct arg run_code_args[] = {
     {"code", ARG_STRING, true, NULL, "The code to run, like a notebook cell."},
-    {"language", ARG_STRING, false, langs, "python (default) or bash."},
+    {"language", ARG_STRING, false, langs,
+     "python (default), bash or javascript. A session "
+     "runs JavaScript only if it was created with language javascript (create_session), and "
+     "then only JavaScript."},
     ARG_SESSION,
     ARG_TIMEOUT,
 };
@@ -49,7 +52,7 @@ static const struct arg run_shell_args[] = {
 static const struct arg create_session_args[] = {
     {"language", ARG_STRING, false, langs,
      "The default language of its cells: python "
-     "(default) or bash."},
+     "(default), bash, or javascript (a Node.js kernel: top-level await, require)."},
     {"timeout_s", ARG_NUMBER, false, NULL, "Default wall-clock limit of each call, in seconds."},
 };
 static const struct arg close_session_args[] = {
@@ -631,10 +634,11 @@ static json_t *t_create_session(struct call *k)
     json_t *st =
         json_pack("{s:s,s:s,s:s,s:f}", "session_id", id, "language", o->lang, "python_version",
                   session_python_version(s), "timeout_s", (double)o->timeout_ms / 1000.0);
-    _cleanup_free_ char *text = xasprintf(
-        "Created session %s (%s; Python %s). Pass session_id \"%s\" to run_code and the file "
-        "tools to use it; close it with close_session when done.",
-        id, o->lang, session_python_version(s), id);
+    const char *pyv = session_python_version(s);
+    _cleanup_free_ char *text =
+        xasprintf("Created session %s (%s%s%s). Pass session_id \"%s\" to run_code and the file "
+                  "tools to use it; close it with close_session when done.",
+                  id, o->lang, *pyv ? "; Python " : "", pyv, id);
     session_table_put(k->c->cfg->table, s);
     return result_new(json_pack("[o]", text_item(text)), st, false, k->features);
 }

@@ -14,25 +14,58 @@
 /* Longest code accepted on a command line (the kernel's per-argument limit is 128 KiB). */
 #define MAX_ARG_CODE (120 * 1024)
 
+/* Language names as clients give them, to the one the rest of runcell uses. */
+static const struct {
+    const char *name, *canonical;
+} lang_names[] = {
+    {"python", "python"}, {"bash", "bash"},       {"javascript", "javascript"},
+    {"js", "javascript"}, {"node", "javascript"},
+};
+
+const char *lang_name(const char *lang)
+{
+    for (size_t i = 0; lang && i < ARRAY_SIZE(lang_names); i++)
+        if (!strcmp(lang, lang_names[i].name))
+            return lang_names[i].canonical;
+    return NULL;
+}
+
 bool lang_supported(const char *lang)
 {
-    return lang && (!strcmp(lang, "python") || !strcmp(lang, "bash"));
+    return lang_name(lang) != NULL;
+}
+
+bool lang_is_javascript(const char *lang)
+{
+    const char *c = lang_name(lang);
+    return c && !strcmp(c, "javascript");
+}
+
+/* The interpreter of a one-shot run: node -e is JavaScript's stateless form. */
+static const char *program_path(const char *lang)
+{
+    if (lang_is_javascript(lang))
+        return "/usr/bin/node";
+    return !strcmp(lang, "python") ? "/usr/bin/python3" : "/bin/bash";
 }
 
 static char **program_argv(const struct run_request *req, const char *script_name)
 {
     bool py = !strcmp(req->lang, "python");
+    bool js = lang_is_javascript(req->lang);
     char **argv = xcalloc(1, sizeof(char *));
-    argv = strv_push(argv, py ? "/usr/bin/python3" : "/bin/bash");
+    argv = strv_push(argv, program_path(req->lang));
     if (script_name) {
         argv = strv_push(argv, script_name);
     } else if (py && req->code_on_stdin) {
         argv = strv_push(argv, "-"); /* the code comes on stdin, as with python3 - */
     } else {
-        argv = strv_push(argv, "-c");
+        argv = strv_push(argv, js ? "-e" : "-c");
         argv = strv_push(argv, req->code);
-        if (!py)
+        if (!py && !js)
             argv = strv_push(argv, "bash"); /* $0 for bash -c */
+        if (js && req->args && req->args[0])
+            argv = strv_push(argv, "--"); /* the arguments are process.argv[1:], not node's */
     }
     for (char *const *a = req->args; a && *a; a++)
         argv = strv_push(argv, *a);
@@ -303,7 +336,7 @@ int run_oneshot(struct sandbox_host *host, const struct run_request *req, struct
     int r = 0;
 
     if (!lang_supported(req->lang))
-        return err_set(EINVAL, "unknown language '%s': use python or bash", req->lang);
+        return err_set(EINVAL, "unknown language '%s': use python, bash or javascript", req->lang);
     bool stdin_code = req->code_on_stdin && !strcmp(req->lang, "python");
     if (req->code && !stdin_code && strlen(req->code) > MAX_ARG_CODE)
         return err_set(E2BIG, "code is longer than %d KiB; put it in a file and run the file",

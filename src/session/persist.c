@@ -166,6 +166,12 @@ int session_save_files(struct session *s)
 
 /* ---- variables ---- */
 
+/* Closures, promises, timers and handles have no faithful serialised form: a JavaScript
+ * session keeps its files, and says so where a Python one reports its variables. */
+#define JS_VARIABLES_NOTE                                                                          \
+    "variables of a JavaScript session are not kept: its files are "                               \
+    "restored, its variables start empty"
+
 /* Removes .runcell/NAME, and .runcell itself once empty: the user's files are all there is
  * to see in the workspace. */
 static void remove_ws_file(struct workspace *ws, const char *rel)
@@ -307,6 +313,10 @@ static json_t *checkpoint_variables(struct session *s, struct persist *p, json_t
     _cleanup_free_ char *rel = xasprintf(".runcell/variables-%s", hex);
     _cleanup_free_ char *inside = xasprintf("/workspace/%s", rel);
     json_t *reply = NULL, *vars = NULL;
+    if (lang_is_javascript(session_options(s)->lang)) {
+        json_object_set_new(report, "variables_note", json_string(JS_VARIABLES_NOTE));
+        return NULL;
+    }
     if (session_kernel_request(s, "checkpoint", inside, &reply) < 0) {
         json_object_set_new(report, "variables_error", json_string(err_msg()));
     } else if (!json_is_true(json_object_get(reply, "ok"))) {
@@ -459,6 +469,10 @@ static void report_restored_variables(json_t *report, json_t *reply)
 static void restore_variables(struct session *s, struct restore_ctx *x, const struct manifest *m)
 {
     json_t *vars = m->variables, *reply = NULL;
+    if (lang_is_javascript(session_options(s)->lang)) {
+        json_object_set_new(x->report, "variables_note", json_string(JS_VARIABLES_NOTE));
+        return;
+    }
     if (!vars) {
         json_object_set_new(x->report, "variables_note",
                             json_string("no variables were stored for this session: they are "

@@ -77,9 +77,11 @@ struct session *session_pool_take(struct session_pool *p, const struct session_o
     struct session_opts want = *opts;
     session_opts_fill_defaults(&want);
     /* /tmp and the workspace were sized when the session was made; a network, packages
-     * and input files are set up before its kernel starts. */
+     * and input files are set up before its kernel starts; the ready sessions run the
+     * Python kernel. */
     if (!p || want.limits.disk_mb != p->opts.limits.disk_mb || (opts->argv && opts->argv[0]) ||
-        opts->net.policy || (opts->net.packages && opts->net.packages[0]) || opts->n_files)
+        lang_is_javascript(opts->lang) || opts->net.policy ||
+        (opts->net.packages && opts->net.packages[0]) || opts->n_files)
         return NULL;
     pthread_mutex_lock(&p->lock);
     struct session *s = p->n_ready ? p->ready[--p->n_ready] : NULL;

@@ -19,9 +19,14 @@ struct session {
     struct sandbox_host *host;
     struct session_opts opts;
     struct workspace *ws;
-    pthread_mutex_t lock; /* guards k (pointer swaps), busy, closed, interrupt_owed */
+    pthread_mutex_t lock; /* guards k and other (pointer swaps), busy, closed, interrupt_owed */
     pthread_cond_t idle;  /* signalled when busy goes false */
-    struct kernel *k;     /* NULL after a failed restart; the next execute retries */
+    struct kernel *k;     /* the kernel of the session's language; NULL after a failed
+                           * restart (the next execute retries) */
+    /* A second kernel on the same workspace, of the other kind (a JavaScript kernel in a
+     * Python session, a Python one, for python and bash cells, in a JavaScript session):
+     * started by the first cell in its language, gone with the session or a restart. */
+    struct kernel *other;
     bool busy;
     bool closed;
     /* An interrupt that came before the cell reached the kernel (while it started, or
@@ -32,7 +37,7 @@ struct session {
     uint64_t created_ms; /* wall clock */
     char *python_version;
     char **argv; /* our copy of opts.argv */
-    char lang[8];
+    char lang[16];
     struct net_policy *policy; /* our copies of opts.net's parts */
     char **packages;
     char *index_url;
@@ -57,7 +62,13 @@ void session_opts_fill_defaults(struct session_opts *o)
         o->output_cap = DEFAULT_OUTPUT_CAP;
 }
 
-static int start_kernel(struct session *s)
+/* Where the kernel that runs lang lives: the session's own, or the other kind's. */
+static struct kernel **kernel_slot(struct session *s, const char *lang)
+{
+    return lang_is_javascript(lang) == lang_is_javascript(s->lang) ? &s->k : &s->other;
+}
+
+static int start_kernel_for(struct session *s, const char *lang)
 {
     struct sandbox_limits l = s->opts.limits;
     struct kernel *k;
@@ -67,27 +78,45 @@ static int start_kernel(struct session *s)
     struct kernel_env extra = {.env = env,
                                .ro_binds = binds,
                                .relay_socket = spec.relay_socket,
-                               .relay_port = spec.relay_port};
+                               .relay_port = spec.relay_port,
+                               .javascript = lang_is_javascript(lang)};
     /* The CPU-time rlimit is a backstop for a whole kernel's life, not one cell. */
     l.cpu_time_s = 0;
     int r = kernel_start(s->host, s->ws, &l, s->argv, s->opts.start_timeout_ms, &extra, &k);
     if (r < 0)
         return r;
     pthread_mutex_lock(&s->lock);
-    s->k = k;
+    *kernel_slot(s, lang) = k;
     pthread_mutex_unlock(&s->lock);
-    if (k->python_version && !s->python_version)
+    if (k->python_version && *k->python_version && !s->python_version)
         s->python_version = xstrdup(k->python_version);
     return 0;
 }
 
-static void stop_kernel(struct session *s)
+static int start_kernel(struct session *s)
+{
+    return start_kernel_for(s, s->lang);
+}
+
+static void stop_kernel_for(struct session *s, const char *lang)
 {
     pthread_mutex_lock(&s->lock);
-    struct kernel *k = s->k;
-    s->k = NULL;
+    struct kernel **slot = kernel_slot(s, lang);
+    struct kernel *k = *slot;
+    *slot = NULL;
     pthread_mutex_unlock(&s->lock);
     kernel_free(k);
+}
+
+/* Both kernels go. */
+static void stop_kernel(struct session *s)
+{
+    stop_kernel_for(s, s->lang);
+    pthread_mutex_lock(&s->lock);
+    struct kernel *other = s->other;
+    s->other = NULL;
+    pthread_mutex_unlock(&s->lock);
+    kernel_free(other);
 }
 
 /* Keeps copies of what opts.net borrows; the session's opts point at them. */
@@ -136,7 +165,7 @@ static void set_opts(struct session *s, const struct session_opts *opts)
         s->argv = strv_push(s->argv, *a);
     s->opts.argv = s->argv;
     snprintf(s->lang, sizeof(s->lang), "%s",
-             opts->lang && lang_supported(opts->lang) ? opts->lang : "python");
+             lang_supported(opts->lang) ? lang_name(opts->lang) : "python");
     s->opts.lang = s->lang;
 }
 
@@ -577,19 +606,19 @@ static void end(struct session *s)
     pthread_mutex_unlock(&s->lock);
 }
 
-static void send_owed_interrupt(struct session *s)
+/* k: the kernel the cell went to (the session's, or the other one). */
+static void send_owed_interrupt(struct session *s, struct kernel *k)
 {
     pthread_mutex_lock(&s->lock);
     if (s->interrupt_owed)
-        kernel_interrupt(s->k);
+        kernel_interrupt(k);
     pthread_mutex_unlock(&s->lock);
 }
 
-static void run_cell(struct session *s, const struct exec_request *req,
+static void run_cell(struct session *s, struct kernel *k, const struct exec_request *req,
                      const struct exec_sink *sink, struct exec_record *rec,
                      struct ws_listing *after, int *ret_scan_err)
 {
-    struct kernel *k = s->k;
     struct exec_ctx x = {.rec = rec, .sink = sink};
     struct ws_listing before;
     struct sandbox_usage u0 = {0}, u1 = {0};
@@ -600,11 +629,11 @@ static void run_cell(struct session *s, const struct exec_request *req,
     workspace_scan(s->ws, &before);
     sandbox_usage(k->sb, &u0);
     sandbox_reset_peak(k->sb);
-    int sent =
-        kernel_send_execute(k, req->code, req->lang ? req->lang : s->lang, s->execution_count + 1,
-                            req->timeout_ms ? req->timeout_ms : s->opts.timeout_ms);
+    int sent = kernel_send_execute(k, req->code, req->lang ? lang_name(req->lang) : s->lang,
+                                   s->execution_count + 1,
+                                   req->timeout_ms ? req->timeout_ms : s->opts.timeout_ms);
     if (sent == 0)
-        send_owed_interrupt(s);
+        send_owed_interrupt(s, k);
     if (sent < 0) {
         rec->status = EXEC_CRASHED;
         rec->message = xstrdup(err_msg());
@@ -659,11 +688,14 @@ int session_execute(struct session *s, const struct exec_request *req, const str
     if (!req->code)
         return err_set(EINVAL, "no code to execute");
     if (req->lang && !lang_supported(req->lang))
-        return err_set(EINVAL, "unknown language '%s': use python or bash", req->lang);
+        return err_set(EINVAL, "unknown language '%s': use python, bash or javascript", req->lang);
+    /* The Python kernel runs python and bash cells, the Node kernel JavaScript ones; a cell
+     * in the language of neither the session's kernel nor its other one starts that. */
+    const char *lang = req->lang ? lang_name(req->lang) : s->lang;
     int r = begin(s);
     if (r < 0)
         return r;
-    if (!s->k && start_kernel(s) < 0) {
+    if (!*kernel_slot(s, lang) && start_kernel_for(s, lang) < 0) {
         rec->status = EXEC_SANDBOX_ERROR;
         rec->state = STATE_LOST;
         rec->message = xasprintf("cannot start the interpreter: %s", err_msg());
@@ -673,10 +705,11 @@ int session_execute(struct session *s, const struct exec_request *req, const str
     struct ws_listing after = {0};
     int scan_err = 0;
     int prio = work_priority_lower();
-    run_cell(s, req, sink, rec, &after, &scan_err);
+    run_cell(s, *kernel_slot(s, lang), req, sink, rec, &after, &scan_err);
     if (rec->state == STATE_LOST) {
-        stop_kernel(s);
-        if (start_kernel(s) < 0)
+        /* Only the kernel that was lost is replaced; the other keeps its variables. */
+        stop_kernel_for(s, lang);
+        if (start_kernel_for(s, lang) < 0)
             log_warn("msg=\"cannot restart the kernel\" error=\"%s\"", err_msg());
     }
     if (s->persist && scan_err < 0)
@@ -692,10 +725,13 @@ int session_execute(struct session *s, const struct exec_request *req, const str
 int session_interrupt(struct session *s)
 {
     pthread_mutex_lock(&s->lock);
+    /* The idle one of two kernels drops the interrupt (it runs no cell). */
     if (s->busy) {
         s->interrupt_owed = true;
         if (s->k)
             kernel_interrupt(s->k);
+        if (s->other)
+            kernel_interrupt(s->other);
     }
     pthread_mutex_unlock(&s->lock);
     return 0;
@@ -796,6 +832,8 @@ void session_kill(struct session *s)
     pthread_mutex_lock(&s->lock);
     if (s->k)
         sandbox_kill(s->k->sb);
+    if (s->other)
+        sandbox_kill(s->other->sb);
     pthread_mutex_unlock(&s->lock);
 }
 

@@ -100,7 +100,7 @@ int net_opts_check(const struct net_opts *n);
 
 /* One program in one fresh sandbox, nothing kept. */
 struct run_request {
-    const char *lang;        /* "python" or "bash" */
+    const char *lang;        /* "python", "bash" or "javascript" (node -e) */
     const char *code;        /* source text (from -c or stdin), or NULL */
     bool code_on_stdin;      /* python: code is given on the program's stdin, sys.argv[0] "-" */
     const char *script_path; /* host script, copied into the workspace and run, or NULL */
@@ -123,8 +123,13 @@ struct run_request {
  * destination), in which case nothing ran. */
 int run_oneshot(struct sandbox_host *host, const struct run_request *req, struct exec_record *rec);
 
-/* Checks a language name; returns false for anything but python and bash. */
+/* Checks a language name: python, bash, javascript (or its aliases js and node). */
 bool lang_supported(const char *lang);
+/* The canonical name of a supported language ("js" and "node" are "javascript"), or NULL. */
+const char *lang_name(const char *lang);
+/* Whether lang runs in a Node kernel (javascript) rather than the Python kernel, which runs
+ * python and bash cells. */
+bool lang_is_javascript(const char *lang);
 
 /* ---- stateful sessions: a kernel in a sandbox, a workspace that outlives kernels ---- */
 
@@ -168,7 +173,8 @@ struct exec_sink {
 
 struct exec_request {
     const char *code;
-    const char *lang;    /* "python" (default) or "bash" */
+    const char *lang;    /* "python" (default), "bash" or "javascript": one of the
+                          * session's kernel (javascript sessions run javascript only) */
     uint64_t timeout_ms; /* 0 = the session's default */
     int cancel_fd;       /* interrupts the cell when it polls ready; -1 (or 0 when
                           * cancel_events is 0 too) for none */

@@ -64,7 +64,8 @@ class McpCases:
         self.assertEqual(set(schema["properties"]),
                          {"code", "language", "session_id", "timeout_s"})
         # Optional arguments may be null (their default); the required one may not.
-        self.assertEqual(schema["properties"]["language"]["enum"], ["python", "bash", None])
+        self.assertEqual(schema["properties"]["language"]["enum"],
+                         ["python", "bash", "javascript", None])
         self.assertEqual(schema["properties"]["language"]["type"], ["string", "null"])
         self.assertEqual(schema["properties"]["code"]["type"], "string")
         self.assertFalse(schema["additionalProperties"])
