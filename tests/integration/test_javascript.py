@@ -11,7 +11,6 @@ the tests are about) or only stop hangs.
 import base64
 import json
 import os
-import shutil
 import socket
 import unittest
 
