@@ -1107,13 +1107,16 @@ static bool lang_is(const char *l, const char *a, const char *b)
     return !strcmp(l, a) || (b && !strcmp(l, b));
 }
 
-/* E2B's languages onto runcell's: python, and bash cells; others are refused by name. */
+/* E2B's languages onto runcell's: python, bash cells and javascript (the session's Node
+ * kernel); others are refused by name. */
 static const char *map_language(const char *lang)
 {
     if (lang_is(lang, "python", "python3"))
         return "python";
     if (lang_is(lang, "bash", "sh"))
         return "bash";
+    if (lang_is(lang, "javascript", "js") || !strcmp(lang, "node"))
+        return "javascript";
     return NULL;
 }
 
@@ -1147,7 +1150,7 @@ enum MHD_Result h_e2b_execute(struct request *rq)
         if (!map_language(lang)) {
             ret = e2b_error(rq, 400,
                             "field 'language': '%s' is not supported by runcell yet; "
-                            "it runs python and bash",
+                            "it runs python, bash and javascript",
                             lang);
             goto out;
         }
@@ -1171,7 +1174,8 @@ enum MHD_Result h_e2b_execute(struct request *rq)
     }
     bool own_ns = ctx && strcmp(ctx, "default") && !strcmp(ctx_lang, "python");
     char *cell = own_ns ? ctx_cell("run", ctx, code) : xstrdup(code);
-    ret = start_stream(rq, s, STREAM_EXECUTE, cell, strcmp(ctx_lang, "bash") ? "python" : "bash",
+    ret = start_stream(rq, s, STREAM_EXECUTE, cell,
+                       map_language(ctx_lang), /* a literal: the stream outlives ctx_lang */
                        rq->srv->cfg->limits.max_timeout_ms, box, 0);
 out:
     json_decref(body);
@@ -1206,7 +1210,7 @@ enum MHD_Result h_e2b_context_create(struct request *rq)
     if (!mapped) {
         ret = e2b_error(rq, 400,
                         "field 'language': '%s' contexts are not supported by "
-                        "runcell yet; it runs python and bash",
+                        "runcell yet; it runs python, bash and javascript",
                         lang);
         goto out;
     }

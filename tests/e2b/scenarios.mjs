@@ -142,13 +142,23 @@ const scenarios = {
     const a = await sbx.runCode('where = "second"\nwhere', { context: ctx })
     const b = await sbx.runCode('where')
     const c = await sbx.runCode('where', { context: ctx })
-    const list = await sbx.listCodeContexts()
     const bash = await sbx.runCode('echo from bash', { language: 'bash' })
-    let js = null
-    try { await sbx.createCodeContext({ language: 'javascript' }) } catch (e) { js = errorInfo(e) }
+    // A JavaScript context: the sandbox's Node kernel, beside the Python one.
+    const js = await sbx.createCodeContext({ language: 'js' })
+    await sbx.runCode('let total = 40', { context: js })
+    const jsValue = await sbx.runCode('total + 2', { context: js })
+    const jsByLanguage = await sbx.runCode('[1, 2].map(x => x * total)', { language: 'javascript' })
+    const jsError = await sbx.runCode('null.f()', { context: js })
+    const list = await sbx.listCodeContexts()
+    let r = null
+    try { await sbx.createCodeContext({ language: 'r' }) } catch (e) { r = errorInfo(e) }
     await sbx.removeCodeContext(ctx)
+    await sbx.removeCodeContext(js)
     const after = await sbx.listCodeContexts()
-    return { ctx, a: a.text, b: b.text, c: c.text, list, bash: executionInfo(bash), js, after }
+    return { ctx, a: a.text, b: b.text, c: c.text, list, bash: executionInfo(bash),
+             js: { context: js, value: jsValue.text, byLanguage: jsByLanguage.text,
+                   error: jsError.error && jsError.error.name },
+             r, after }
   },
   async kill(sbx) {
     const id = sbx.sandboxId

@@ -156,16 +156,22 @@ class E2BSdk(RuncellTestCase):
         self.assertFalse(bg["killedAgain"])  # NotFound: it is gone
         self.assertEqual(out["afterKill"], "42")
 
-    def test_a_second_python_context_and_bash(self):
+    def test_a_second_python_context_bash_and_javascript(self):
         out = self.scenario("contexts")
         self.assertEqual(out["ctx"]["language"], "python")
         self.assertEqual(out["a"], "'second'")
         self.assertEqual(out["b"], "'default'")  # the default context kept its own
         self.assertEqual(out["c"], "'second'")
-        self.assertEqual([c["id"] for c in out["list"]], ["default", out["ctx"]["id"]])
         self.assertEqual(out["bash"]["stdout"], ["from bash\n"])
-        self.assertEqual(out["js"]["name"], "SandboxError")  # refused: 400
-        self.assertIn("400", out["js"]["message"])
+        js = out["js"]
+        self.assertEqual(js["context"]["language"], "javascript")
+        self.assertEqual(js["value"], "42")  # state kept across cells of the context
+        self.assertEqual(js["byLanguage"], "[ 40, 80 ]")  # language: the same Node kernel
+        self.assertEqual(js["error"], "TypeError")
+        self.assertEqual([c["id"] for c in out["list"]],
+                         ["default", out["ctx"]["id"], js["context"]["id"]])
+        self.assertEqual(out["r"]["name"], "SandboxError")  # refused: 400
+        self.assertIn("400", out["r"]["message"])
         self.assertEqual([c["id"] for c in out["after"]], ["default"])
 
     def test_kill_then_sandbox_not_found(self):
