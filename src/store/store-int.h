@@ -10,6 +10,11 @@ struct store_ops {
     int (*get)(struct store *st, const char *key, int fd, uint64_t max, uint64_t *ret_size);
     int (*del)(struct store *st, const char *key);
     int (*list)(struct store *st, const char *prefix, struct store_listing *ret);
+    /* records.c's compare-and-swap: see store_get_versioned and store_put_if */
+    int (*get_v)(struct store *st, const char *key, size_t max, char **ret, size_t *ret_len,
+                 char ret_version[STORE_VERSION_SIZE]);
+    int (*put_if)(struct store *st, const char *key, int fd, uint64_t size, const char *sha256_hex,
+                  const char *if_version, char ret_version[STORE_VERSION_SIZE]);
     void (*free)(struct store *st);
 };
 
@@ -22,6 +27,9 @@ struct store {
 int store_local_open(const char *dir, struct store **ret);
 int store_s3_open(const struct store_config *cfg, const char *bucket, const char *prefix,
                   struct store **ret);
+
+/* A memfd holding data (store.c), for the streaming calls; -errno with err_msg(). */
+int store_memfd_of(const void *data, size_t n);
 
 /* Appends an object to a listing (keys copied); -E2BIG past STORE_LIST_MAX. */
 int store_listing_add(struct store_listing *l, size_t *alloc, const char *key, uint64_t size);

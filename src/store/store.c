@@ -93,7 +93,7 @@ int store_put_fd(struct store *st, const char *key, int fd, uint64_t size, const
 }
 
 /* A memfd holding data, for the streaming calls. */
-static int memfd_of(const void *data, size_t n)
+int store_memfd_of(const void *data, size_t n)
 {
     int fd = memfd_create("runcell-object", MFD_CLOEXEC);
     if (fd < 0)
@@ -109,7 +109,7 @@ static int memfd_of(const void *data, size_t n)
 int store_put_buf(struct store *st, const char *key, const void *data, size_t n)
 {
     char sha[SHA256_HEX_SIZE];
-    _cleanup_close_ int fd = memfd_of(data, n);
+    _cleanup_close_ int fd = store_memfd_of(data, n);
     if (fd < 0)
         return fd;
     sha256_hex(data, n, sha);

@@ -73,6 +73,28 @@ struct store_listing {
 int store_list(struct store *st, const char *prefix, struct store_listing *ret);
 void store_listing_release(struct store_listing *l);
 
+/* ---- versioned objects (records.c): compare-and-swap, for session records and leases ----
+ *
+ * A version names one write of an object (S3: its ETag; a directory: the SHA-256 of its
+ * bytes). A conditional write happens only when the object is still at the version the
+ * writer read (or absent): of two nodes racing for one lease, exactly one wins. */
+#define STORE_VERSION_SIZE 80
+/* The object in memory (NUL-terminated, at most max bytes) and its version. -ENOENT when
+ * absent; 0 or -errno with err_msg(); caller frees *ret. */
+int store_get_versioned(struct store *st, const char *key, size_t max, char **ret, size_t *ret_len,
+                        char ret_version[STORE_VERSION_SIZE]);
+/* Writes data under key when it is at if_version (NULL: when there is no such key). 0 with
+ * ret_version the new version; -ESTALE when another write came first (read it again);
+ * other -errno with err_msg(). A retried request that had succeeded is recognised (the
+ * store holds exactly these bytes) and counts as a success. */
+int store_put_if(struct store *st, const char *key, const void *data, size_t n,
+                 const char *if_version, char ret_version[STORE_VERSION_SIZE]);
+/* At start: whether the store refuses a conditional write it must refuse (an If-None-Match
+ * write over an object that exists). 0 when it does; -ENOTSUP with err_msg() when it
+ * ignores the condition (as s3rver and older S3-compatible servers do): leases on it would
+ * not keep two nodes apart. Leaves a key under "fleet/". */
+int store_check_conditional(struct store *st, const char *node);
+
 /* ---- SHA-256 ---- */
 #define SHA256_HEX_SIZE 65 /* 64 hex digits and a NUL */
 void sha256_hex(const void *data, size_t n, char out[SHA256_HEX_SIZE]);

@@ -8,6 +8,8 @@
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -181,6 +183,69 @@ static int local_list(struct store *st, const char *prefix, struct store_listing
     return r;
 }
 
+/* The whole object in memory; -ENOENT when absent. */
+static int local_read_all(struct store *st, const char *key, size_t max, char **ret,
+                          size_t *ret_len)
+{
+    _cleanup_close_ int fd = memfd_create("runcell-object", MFD_CLOEXEC);
+    uint64_t size = 0;
+    if (fd < 0)
+        return err_set(errno, "cannot create a memory file: %s", strerror(errno));
+    int r = local_get(st, key, fd, max, &size);
+    if (r < 0)
+        return r;
+    char *data = xmalloc(size + 1);
+    if (size && pread(fd, data, size, 0) != (ssize_t)size) {
+        free(data);
+        return err_set(EIO, "cannot read back object %s from memory", key);
+    }
+    data[size] = '\0';
+    *ret = data;
+    *ret_len = size;
+    return 0;
+}
+
+/* A directory's version of an object is the SHA-256 of its bytes: records and leases hold a
+ * generation and a nonce, so no two writes of one key have the same bytes. */
+static int local_get_v(struct store *st, const char *key, size_t max, char **ret, size_t *ret_len,
+                       char ret_version[STORE_VERSION_SIZE])
+{
+    size_t n = 0;
+    int r = local_read_all(st, key, max, ret, &n);
+    if (r < 0)
+        return r;
+    sha256_hex(*ret, n, ret_version);
+    if (ret_len)
+        *ret_len = n;
+    return 0;
+}
+
+/* Conditional writes of every process sharing the directory go one at a time under an
+ * exclusive flock of ROOT/.cas-lock (a dot name: never a key, never listed). */
+static int local_put_if(struct store *st, const char *key, int fd, uint64_t size, const char *sha,
+                        const char *if_version, char ret_version[STORE_VERSION_SIZE])
+{
+    _cleanup_free_ char *lock_path = xasprintf("%s/.cas-lock", root_of(st));
+    _cleanup_close_ int lock = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (lock < 0)
+        return err_set(errno, "cannot open %s: %s", lock_path, strerror(errno));
+    while (flock(lock, LOCK_EX) < 0)
+        if (errno != EINTR)
+            return err_set(errno, "cannot lock %s: %s", lock_path, strerror(errno));
+    char *cur = NULL, cur_version[STORE_VERSION_SIZE];
+    size_t n = 0;
+    int r = local_get_v(st, key, 1u << 20, &cur, &n, cur_version);
+    free(cur);
+    if (r < 0 && r != -ENOENT)
+        return r; /* the lock goes with its fd */
+    if (r == -ENOENT ? if_version != NULL : !if_version || strcmp(if_version, cur_version))
+        return err_set(ESTALE, "object %s was changed by another writer", key);
+    if ((r = local_put(st, key, fd, size, sha)) < 0)
+        return r;
+    memcpy(ret_version, sha, SHA256_HEX_SIZE);
+    return 0;
+}
+
 static void local_free(struct store *st)
 {
     struct local *l = st->impl;
@@ -193,6 +258,8 @@ static const struct store_ops local_ops = {
     .get = local_get,
     .del = local_del,
     .list = local_list,
+    .get_v = local_get_v,
+    .put_if = local_put_if,
     .free = local_free,
 };
 

@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #define ERROR_BODY_CAP     (64u << 10)
@@ -49,9 +50,12 @@ struct s3_req {
     bool out_too_big;
     int out_err;
     struct buf *body;
+    /* conditional writes (records.c): "If-None-Match: *" or "If-Match: ETAG", or NULL */
+    const char *condition;
     /* the answer */
     long status;
     struct buf err_body;
+    char etag[STORE_VERSION_SIZE]; /* its ETag header, "" when none (or too long) */
 };
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
@@ -127,6 +131,20 @@ static size_t on_header(char *data, size_t size, size_t nmemb, void *ctx)
         const char *sp = memchr(data, ' ', n);
         if (sp)
             rq->status = strtol(sp + 1, NULL, 10);
+        rq->etag[0] = '\0'; /* a new answer (after a redirect or a 100) */
+    } else if (n > 5 && !strncasecmp(data, "etag:", 5)) {
+        const char *v = data + 5, *end = data + n;
+        while (v < end && (*v == ' ' || *v == '\t'))
+            v++;
+        while (end > v && (end[-1] == '\r' || end[-1] == '\n' || end[-1] == ' '))
+            end--;
+        /* An ETag is quoted hex; one longer than a version holds is not used (the write
+         * that needs it fails its precondition, which is safe). */
+        size_t len = (size_t)(end - v);
+        if (len < STORE_VERSION_SIZE) {
+            memcpy(rq->etag, v, len);
+            rq->etag[len] = '\0';
+        }
     }
     return n;
 }
@@ -221,6 +239,9 @@ static int http_error(struct s3 *s, struct s3_req *rq)
     _cleanup_free_ char *code = s3_xml_field(body, "Code", NULL);
     _cleanup_free_ char *msg = s3_xml_field(body, "Message", NULL);
     int e = rq->status == 404 ? ENOENT : rq->status == 403 ? EACCES : EIO;
+    /* A conditional write that lost: 412, or 409 when another one was in flight (AWS). */
+    if (rq->condition && (rq->status == 412 || rq->status == 409))
+        return err_set(ESTALE, "%s was changed by another writer (HTTP %ld)", what, rq->status);
     if (rq->status == 404 && code && !strcmp(code, "NoSuchBucket"))
         e = EIO; /* the whole store is missing, not one object */
     if (e == ENOENT)
@@ -286,6 +307,8 @@ static struct curl_slist *sign_headers(struct s3 *s, struct s3_req *rq, const ch
     l = curl_slist_append(l, a_date);
     l = curl_slist_append(l, a_auth);
     l = curl_slist_append(l, "Expect:"); /* no 100-continue round trip */
+    if (rq->condition)
+        l = curl_slist_append(l, rq->condition);
     if (s->token) {
         _cleanup_free_ char *a_tok = xasprintf("x-amz-security-token: %s", s->token);
         l = curl_slist_append(l, a_tok);
@@ -496,6 +519,48 @@ static int s3_list(struct store *st, const char *prefix, struct store_listing *r
     return r;
 }
 
+/* The object in memory with its ETag (its version for a conditional write). */
+static int s3_get_v(struct store *st, const char *key, size_t max, char **ret, size_t *ret_len,
+                    char ret_version[STORE_VERSION_SIZE])
+{
+    struct buf body;
+    buf_init(&body, max);
+    struct s3_req rq = req_init("GET", key);
+    rq.body = &body;
+    int r = perform(st->impl, &rq);
+    if (!r && !rq.etag[0])
+        r = err_set(EIO, "the S3 server sent %s without an ETag: it cannot hold leases", key);
+    if (r < 0) {
+        buf_release(&body);
+        return r;
+    }
+    buf_append(&body, "", 1);
+    *ret = buf_detach(&body, ret_len);
+    if (ret_len)
+        (*ret_len)--;
+    memcpy(ret_version, rq.etag, STORE_VERSION_SIZE);
+    return 0;
+}
+
+/* PUT with If-None-Match: * (if_version NULL) or If-Match: ETAG: S3's conditional writes. */
+static int s3_put_if(struct store *st, const char *key, int fd, uint64_t size, const char *sha,
+                     const char *if_version, char ret_version[STORE_VERSION_SIZE])
+{
+    _cleanup_free_ char *cond =
+        if_version ? xasprintf("If-Match: %s", if_version) : xstrdup("If-None-Match: *");
+    struct s3_req rq = req_init("PUT", key);
+    rq.in_fd = fd;
+    rq.in_size = size;
+    rq.payload_sha256 = sha;
+    rq.condition = cond;
+    int r = perform(st->impl, &rq);
+    if (!r && !rq.etag[0])
+        r = err_set(EIO, "the S3 server answered a write of %s without an ETag", key);
+    if (!r)
+        memcpy(ret_version, rq.etag, STORE_VERSION_SIZE);
+    return r;
+}
+
 static void wipe_free(char *s)
 {
     if (s)
@@ -526,6 +591,8 @@ static const struct store_ops s3_ops = {
     .get = s3_get,
     .del = s3_del,
     .list = s3_list,
+    .get_v = s3_get_v,
+    .put_if = s3_put_if,
     .free = s3_free,
 };
 

@@ -73,6 +73,53 @@ async function checkSigV4(ctx, next) {
   return next();
 }
 
+// S3's conditional writes (PutObject with If-None-Match: * or If-Match: ETAG, which AWS S3
+// has honoured since 2024): s3rver 3.7.1 ignores both headers on PUT (it checks
+// If-None-Match on GET only), and runcell's fleet leases are built on them, so they are
+// checked here. Conditional writes of one key go one at a time (a promise chain per key),
+// the check and the write together, as S3 makes them atomic.
+const keyChains = new Map();
+
+function preconditionFailed(ctx) {
+  ctx.status = 412;
+  ctx.type = 'application/xml';
+  ctx.body = '<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>PreconditionFailed</Code>' +
+    '<Message>At least one of the pre-conditions you specified did not hold</Message></Error>';
+}
+
+async function currentEtag(ctx, bucketName, key) {
+  const object = await ctx.app.context.store.getObject(bucketName, key);
+  if (!object) return null;
+  if (object.content) object.content.destroy();
+  return object.metadata.etag;
+}
+
+async function conditionalPut(ctx, next) {
+  const ifNone = ctx.get('if-none-match');
+  const ifMatch = ctx.get('if-match');
+  if (ctx.method !== 'PUT' || (!ifNone && !ifMatch)) return next();
+  const m = /^\/([^/?]+)\/([^?]+)/.exec(ctx.req.url);
+  if (!m) return next();
+  const bucketName = decodeURIComponent(m[1]);
+  const key = m[2].split('/').map(decodeURIComponent).join('/');
+  const id = bucketName + '/' + key;
+  const before = keyChains.get(id) || Promise.resolve();
+  let release;
+  const mine = new Promise(resolve => (release = resolve));
+  const chained = before.then(() => mine);
+  keyChains.set(id, chained);
+  await before;
+  try {
+    const etag = await currentEtag(ctx, bucketName, key);
+    if (ifNone === '*' && etag) return preconditionFailed(ctx);
+    if (ifMatch && etag !== ifMatch) return preconditionFailed(ctx);
+    await next();
+  } finally {
+    release();
+    if (keyChains.get(id) === chained) keyChains.delete(id);
+  }
+}
+
 const server = new S3rver({
   directory: dir,
   address: '127.0.0.1',
@@ -81,7 +128,7 @@ const server = new S3rver({
   configureBuckets: [{ name: bucket }],
 });
 // First in line, before s3rver's own handling.
-server.middleware.unshift(checkSigV4);
+server.middleware.unshift(checkSigV4, conditionalPut);
 server.run().then(
   addr => console.log('listening ' + addr.port),
   err => {
