@@ -21,6 +21,8 @@ struct server {
     struct store *store;
     struct meta_db *meta;
     struct persist_config persist; /* store and meta, for the session table */
+    char *node;                    /* this node's name (in ids, X-Runcell-Node) */
+    struct fleet *fleet;           /* leases in the shared store (--fleet), or NULL */
     struct metrics *metrics;
     struct mcp_http *mcp; /* MCP sessions of /mcp */
     struct e2b *e2b;      /* E2B's sandboxes (--e2b), or NULL */
@@ -67,6 +69,7 @@ struct request {
     char *session_id; /* for the log */
     bool responded;
     bool owes_reply;        /* counted in srv->replies_owed until completed */
+    json_t *takeover;       /* this request resumed its session here: {resumed, lost, ...} */
     struct net_policy *net; /* the network policy a create body asked for */
     char **packages;        /* ... and its packages */
 };
@@ -117,6 +120,7 @@ enum api_err {
     AE_SANDBOX,        /* 503 sandbox_error */
     AE_SHUTTING_DOWN,  /* 503 shutting_down */
     AE_NOT_CONFIGURED, /* 503 agent_not_configured */
+    AE_MOVED,          /* 409 session_moved: another node of the fleet runs it */
 };
 enum MHD_Result api_error(struct request *rq, enum api_err e, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -213,6 +217,23 @@ struct session *acquire_session(struct request *rq);
 /* Replies 404 for the {id} session that is not live (err from session_table_acquire),
  * saying whether it is stored and resumable. */
 enum MHD_Result reply_not_live(struct request *rq, int err);
+
+/* ---- the fleet (routes_fleet.c) ---- */
+/* This node's name: --node, else the host name's first label, lower-cased. 0 or -EINVAL
+ * with err_msg(); caller frees. */
+int fleet_node_name(const char *given, char **ret);
+/* Opens the fleet of srv (--fleet): leases in its store, renewed from now on. */
+int fleet_open(struct server *srv);
+/* For a session id not live here: takes it over when the shared store says it ran on a node
+ * that is gone (its lease expired or was released by a shutdown), resuming it under the
+ * same id; true when handled: *ret (a reference) set, or NULL after an error reply. false:
+ * not a session of the fleet (the caller replies 404). */
+bool fleet_takeover(struct request *rq, const char *id, struct session **ret);
+/* Whether this node still holds s's lease; false (s put, dropped when another node has
+ * it) after replying 409 moved or 503. */
+bool fleet_check(struct request *rq, const char *id, struct session *s);
+/* POST /v1/sessions/{id}/checkpoint */
+enum MHD_Result h_session_checkpoint(struct request *rq);
 /* With resume_from in *body: checks it and puts the stored session's options under the
  * body's own (*body replaced). False after replying 400/404. */
 bool resume_options(struct request *rq, json_t **body);

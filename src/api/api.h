@@ -49,7 +49,11 @@ struct server_config {
     struct llm_config agent;    /* the model endpoint of POST /v1/agent/runs */
     const char *review_webhook; /* review incidents are also POSTed here, or NULL */
     bool e2b;                   /* serve E2B's routes too (docs/E2B.md) */
+    const char *node;           /* named in session ids; NULL: the host name */
+    bool fleet;                 /* share the store with other nodes: take leases */
+    uint64_t lease_ttl_ms;      /* a lease not renewed for this long may be taken over */
 };
+#define DEFAULT_LEASE_TTL_MS 15000
 
 /* Runs the server until SIGTERM or SIGINT, then shuts down gracefully. Returns the process
  * exit status (0 after a clean shutdown), printing what failed to stderr otherwise. */

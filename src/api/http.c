@@ -26,6 +26,7 @@ static const struct {
     [AE_SANDBOX] = {503, "sandbox_error"},
     [AE_SHUTTING_DOWN] = {503, "shutting_down"},
     [AE_NOT_CONFIGURED] = {503, "agent_not_configured"},
+    [AE_MOVED] = {409, "session_moved"},
 };
 
 enum MHD_Result reply_response(struct request *rq, unsigned status, struct MHD_Response *r)
@@ -34,6 +35,11 @@ enum MHD_Result reply_response(struct request *rq, unsigned status, struct MHD_R
         return MHD_NO;
     rq->status = (int)status;
     rq->responded = true;
+    /* Which node answered: for routers, logs and tests of a fleet. */
+    if (rq->srv->node)
+        MHD_add_response_header(r, "X-Runcell-Node", rq->srv->node);
+    if (rq->takeover)
+        MHD_add_response_header(r, "X-Runcell-Resumed", "true");
     if (rq->phase == PHASE_BODY || (rq->phase == PHASE_HEADERS && rq->hold_reply)) {
         rq->held = r; /* queued when the body has ended (server.c) */
         return MHD_YES;
@@ -51,6 +57,9 @@ enum MHD_Result reply_json(struct request *rq, unsigned status, json_t *j)
 enum MHD_Result reply_json_header(struct request *rq, unsigned status, json_t *j, const char *name,
                                   const char *value)
 {
+    /* The first reply about a session taken over says so, whatever the route. */
+    if (rq->takeover && json_is_object(j))
+        json_object_update_missing(j, rq->takeover);
     char *text = json_dumps(j, JSON_COMPACT);
     json_decref(j);
     if (!text)

@@ -208,6 +208,7 @@ struct mcp_http {
     uint64_t idle_ms;
     size_t max;
     char *const *origins;
+    const char *node; /* named in session ids (the server's; borrowed) */
 };
 
 static void on_execution(void *ctx, const struct exec_record *rec)
@@ -234,6 +235,7 @@ struct mcp_http *mcp_http_new(struct server *srv)
     m->idle_ms = srv->cfg->defaults.idle_timeout_ms;
     m->max = srv->cfg->limits.max_sessions;
     m->origins = srv->cfg->mcp_origins;
+    m->node = srv->node;
     return m;
 }
 
@@ -337,7 +339,9 @@ static struct msession *msession_add(struct mcp_http *m, struct mcp_conn *conn)
         return NULL;
     }
     struct msession *ms = xcalloc(1, sizeof(*ms));
-    ms->id = random_hex(16);
+    _cleanup_free_ char *hex = random_hex(16);
+    /* Named by the node as session ids are, so a router pins the connection to it. */
+    ms->id = m->node ? xasprintf("%s-%s", m->node, hex) : xstrdup(hex);
     ms->conn = conn;
     ms->refs = 1;
     ms->last_used_ms = now_ms();

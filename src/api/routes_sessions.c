@@ -199,6 +199,8 @@ struct session *acquire_session(struct request *rq)
     int err = -ENOENT;
     struct session *s = session_table_acquire(rq->srv->table, rq->params[0], &err);
     if (s)
+        return fleet_check(rq, rq->params[0], s) ? s : NULL;
+    if (fleet_takeover(rq, rq->params[0], &s))
         return s;
     reply_not_live(rq, err);
     return NULL;
@@ -331,8 +333,9 @@ enum MHD_Result h_healthz(struct request *rq)
 {
     bool down = atomic_load(&rq->srv->shutting_down);
     return reply_json(rq, down ? 503 : 200,
-                      json_pack("{s:s,s:I}", "status", down ? "shutting_down" : "ok", "sessions",
-                                (json_int_t)session_table_count(rq->srv->table)));
+                      json_pack("{s:s,s:I,s:s}", "status", down ? "shutting_down" : "ok",
+                                "sessions", (json_int_t)session_table_count(rq->srv->table), "node",
+                                rq->srv->node));
 }
 
 enum MHD_Result h_metrics(struct request *rq)

@@ -24,6 +24,7 @@ static const struct route routes[] = {
     {"POST", "/v1/sessions/{id}/execute", h_execute, 0, NULL},
     {"POST", "/v1/sessions/{id}/interrupt", h_session_interrupt, 0, NULL},
     {"POST", "/v1/sessions/{id}/restart", h_session_restart, 0, NULL},
+    {"POST", "/v1/sessions/{id}/checkpoint", h_session_checkpoint, 0, NULL},
     {"GET", "/v1/sessions/{id}/events", h_session_events, 0, NULL},
     {"GET", "/v1/sessions/{id}/files", h_files_list, 0, NULL},
     {"GET", "/v1/sessions/{id}/files/{path}", h_file_get, 0, NULL},
@@ -142,6 +143,7 @@ static void request_free(struct request *rq)
     free(rq->params[0]);
     free(rq->params[1]);
     free(rq->session_id);
+    json_decref(rq->takeover);
     net_policy_free(rq->net);
     strv_free(rq->packages);
     free(rq);
@@ -539,6 +541,7 @@ static void shutdown_gracefully(struct server *srv)
     srv->mcp = NULL;
     MHD_stop_daemon(srv->mhd);
     srv->mhd = NULL;
+    fleet_stop(srv->fleet); /* the renewer drops sessions from the table: not while it goes */
     session_table_free(srv->table);
     srv->table = NULL;
     session_pool_free(srv->pool);
@@ -613,6 +616,8 @@ static int prepare(struct server *srv, struct sockaddr_storage *addr)
                 token_path, srv->token);
     else if (!srv->cfg->token && !(getenv("RUNCELL_TOKEN") && *getenv("RUNCELL_TOKEN")))
         fprintf(stderr, "runcell: the API token is in %s\n", token_path); /* said each start */
+    if ((r = fleet_node_name(srv->cfg->node, &srv->node)) < 0)
+        return r;
     if ((r = sandbox_host_init(&srv->host)) < 0)
         return r;
     if (srv->host.degraded_reason)
@@ -624,6 +629,9 @@ static int prepare(struct server *srv, struct sockaddr_storage *addr)
         log_warn("msg=\"no template; sessions start from scratch\" error=\"%s\"", err_msg());
     srv->pool = session_pool_new(&srv->host, &srv->cfg->defaults, srv->cfg->pool_size);
     srv->table = session_table_new(&srv->host, srv->cfg->limits.max_sessions, srv->pool);
+    session_table_set_node(srv->table, srv->node);
+    if (srv->cfg->fleet && (r = fleet_open(srv)) < 0)
+        return r;
     session_table_set_persistence(srv->table, &srv->persist);
     srv->metrics = metrics_new();
     srv->mcp = mcp_http_new(srv);
@@ -663,7 +671,10 @@ out:
     if (srv.mhd)
         MHD_stop_daemon(srv.mhd);
     conn_guard_free(srv.conns); /* the daemon, which used it, is stopped */
-    session_table_free(srv.table);
+    fleet_stop(srv.fleet);
+    session_table_free(srv.table); /* releases the leases of the sessions it retires */
+    fleet_free(srv.fleet);
+    free(srv.node);
     session_pool_free(srv.pool);
     store_free(srv.store);
     meta_close(srv.meta);

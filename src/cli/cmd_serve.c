@@ -129,6 +129,17 @@ static const struct opt_spec serve_opts[] = {
              "runs answer 503 agent_not_configured"},
     {"review-webhook", "URL", OPTK_STRING, F(review_webhook),
      .help = "also POST review incidents of agent runs to URL"},
+    {"node", "NAME", OPTK_STRING, F(node),
+     .help = "this node's name, in every session id it makes (NAME-...),\n"
+             "so a router can send a session's requests to its node: a\n"
+             "short DNS label (default: the host name)"},
+    {"fleet", NULL, OPTK_FLAG, F(fleet),
+     .help = "the store is shared with other nodes: hold a lease per\n"
+             "session in it, and take over the sessions of nodes that are\n"
+             "gone (docs/PERSISTENCE.md#fleet)"},
+    {"lease-ttl", "SEC", OPTK_SECONDS, F(lease_ttl_ms), 0, 3600,
+     .help = "how long a lease lasts unrenewed, so how soon a dead node's\n"
+             "sessions move (default 15; at least 1)"},
 };
 
 static void print_help(void)

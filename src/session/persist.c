@@ -24,12 +24,20 @@ struct persist {
     char *id;
     bool files;           /* files and variables go to the store */
     bool discarded;       /* closed: nothing more is saved */
+    bool fenced;          /* another node took its lease: nothing more is written at all */
     pthread_mutex_t lock; /* m, and one save at a time */
     struct manifest m;    /* what the store holds */
 };
 
 bool session_id_valid(const char *id)
 {
+    const char *dash = id ? strrchr(id, '-') : NULL;
+    if (dash) {
+        _cleanup_free_ char *node = session_id_node(id);
+        if (!node)
+            return false;
+        id = dash + 1;
+    }
     size_t n = id ? strlen(id) : 0;
     return n >= 1 && n <= 64 && strspn(id, "0123456789abcdef") == n;
 }
@@ -101,7 +109,20 @@ int session_persist(struct session *s, const struct persist_config *c, const cha
     /* The session works without its record; the log says why it has none. */
     if (meta_put(c->meta, &m) < 0)
         log_warn("msg=\"cannot record the session\" session=%s error=\"%s\"", id, err_msg());
+    /* In a fleet, what is stored is run by one node at a time (a takeover holds its lease). */
+    if (c->fleet && p->files && !(resumed_from && !strcmp(resumed_from, id)))
+        return fleet_lease_new(c->fleet, id, opts);
     return 0;
+}
+
+void session_persist_fence(struct session *s)
+{
+    struct persist *p = session_get_persist(s);
+    if (!p)
+        return;
+    pthread_mutex_lock(&p->lock); /* after a save in progress; none after this */
+    p->discarded = p->fenced = true;
+    pthread_mutex_unlock(&p->lock);
 }
 
 /* ---- saving files ---- */
@@ -113,6 +134,11 @@ static int save_locked(struct persist *p, struct workspace *ws, const struct ws_
         json_decref(variables);
         *ret_error = NULL;
         return 0;
+    }
+    if (p->c->fleet && p->files && fleet_lease_state(p->c->fleet, p->id) < 0) {
+        json_decref(variables);
+        *ret_error = xasprintf("files not saved: %s", err_msg());
+        return -ENOLCK;
     }
     int r = manifest_save(p->c, p->id, &p->m, ws, after, variables, ret_error);
     if (r < 0)
@@ -431,10 +457,33 @@ void session_retire(struct session *s, enum session_end how, json_t **ret_report
             log_warn("msg=\"cannot update the session's record\" session=%s error=\"%s\"", p->id,
                      err_msg());
     }
+    if (p && p->c->fleet && p->files && !p->fenced)
+        fleet_lease_release(p->c->fleet, p->id,
+                            how == SESSION_END_CLOSE ? NULL : meta_state_name(end_state(how)),
+                            json_object_get(report, "variables"));
     if (ret_report)
         *ret_report = report;
     else
         json_decref(report);
+}
+
+int session_checkpoint(struct session *s, json_t **ret_report)
+{
+    struct persist *p = session_get_persist(s);
+    if (!p || !p->files)
+        return err_set(EINVAL, "this session keeps nothing in a store (it was created with "
+                               "persist: false): there is nothing to checkpoint to");
+    struct retire_ctx x = {.p = p, .report = json_object()};
+    int r = session_run_exclusive(s, 0, do_checkpoint, &x);
+    if (r < 0) {
+        json_decref(x.report);
+        return r;
+    }
+    if (p->c->fleet &&
+        fleet_lease_update(p->c->fleet, p->id, "live", json_object_get(x.report, "variables")) < 0)
+        json_object_set_new(x.report, "record_error", json_string(err_msg()));
+    *ret_report = x.report;
+    return 0;
 }
 
 /* ---- resuming ---- */
@@ -516,6 +565,13 @@ static int do_restore(struct session *s, void *arg)
     if (r < 0)
         return r;
     json_t *ok = json_array(), *failed = json_array();
+    /* A takeover resumes under the same id: the stored checkpoint stays its own. */
+    if (!strcmp(x->from, x->p->id) && m.variables) {
+        pthread_mutex_lock(&x->p->lock);
+        json_decref(x->p->m.variables);
+        x->p->m.variables = json_incref(m.variables);
+        pthread_mutex_unlock(&x->p->lock);
+    }
     manifest_restore_files(x->p->c->store, x->from, &m, session_workspace(s), ok, failed);
     json_object_set_new(x->report, "files", ok);
     json_object_set_new(x->report, "files_failed", failed);

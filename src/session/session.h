@@ -264,6 +264,7 @@ int session_adopt(struct session *s, const struct session_opts *opts);
 
 struct store;
 struct meta_db;
+struct fleet;
 
 /* Each stored file is a host file (a blob) and an entry in the manifest: their number is
  * capped as well as their bytes. */
@@ -279,6 +280,7 @@ struct persist_config {
     uint64_t quota_bytes; /* bytes stored per session at most; 0 = no limit */
     uint64_t max_files;   /* files and links stored per session at most; 0 = the default */
     const char *owner;    /* this process's owner id, recorded with its live sessions */
+    struct fleet *fleet;  /* leases in the shared store (lease.c), or NULL for none */
 };
 
 /* How a session ends, and so what is kept of it. */
@@ -312,6 +314,12 @@ int session_save_files(struct session *s);
  * (may be NULL; caller decrefs): {variables: {saved, modules, skipped, bytes}, files,
  * stored_bytes} or {error}. The session itself is not freed. */
 void session_retire(struct session *s, enum session_end how, json_t **ret_report);
+/* Checkpoints a live session's variables and files now (it goes on running): what a
+ * successor node resumes after this node dies. -EBUSY while a cell runs; *ret_report as
+ * session_retire's. */
+int session_checkpoint(struct session *s, json_t **ret_report);
+/* Stops s from writing anything more to the store (its lease went to another node). */
+void session_persist_fence(struct session *s);
 /* The record of session id as the store keeps it: {id, state, persist, resumable,
  * created_at, last_used_at, execution_count, options, resumed_from, checkpoint}; -ENOENT
  * when there is no record. Caller decrefs. */
@@ -320,8 +328,52 @@ int session_stored_info(const struct persist_config *c, const char *id, json_t *
 json_t *session_stored_list(const struct persist_config *c, size_t limit);
 /* Removes what is stored for id (not live) and records it as closed. 0, -ENOENT. */
 int session_stored_delete(const struct persist_config *c, const char *id);
-/* A session id as the store takes it: 1 to 64 lower-case hex digits. */
+/* A session id as the store takes it: 1 to 64 lower-case hex digits, after "NODE-" (a node
+ * name, see node_name_valid) in the ids of servers that name their node. */
 bool session_id_valid(const char *id);
+
+/* ---- a fleet (lease.c): nodes sharing one store, a lease per session ----
+ *
+ * Each session a node stores has a record in the shared store, sessions/ID/lease.json: its
+ * options, the node that runs it, a generation, an expiry and its last checkpoint. It is
+ * only ever changed by a conditional write at the version read (store_put_if), so of two
+ * nodes that race for it one wins. The holder renews it every third of the ttl and runs or
+ * saves the session only while its own, shorter view of the lease lasts; a successor takes
+ * a lease once it is released or its expiry (plus a clock skew allowance) has passed. */
+
+/* A node name: 1 to 32 of a-z, 0-9 and '-', not starting or ending with '-' (a DNS label). */
+bool node_name_valid(const char *name);
+/* The node an id names ("NODE-HEX"), or NULL for an id without one; caller frees. */
+char *session_id_node(const char *id);
+/* Checks node and that the store honours conditional writes (-ENOTSUP otherwise). *ret
+ * owned by the caller (fleet_free). */
+int fleet_new(struct store *st, const char *node, uint64_t ttl_ms, struct fleet **ret);
+/* Starts renewing; on_lost(ctx, id) is called (from the renewer thread, no lock held) for
+ * each lease found taken by another node. */
+int fleet_start(struct fleet *f, void (*on_lost)(void *ctx, const char *id), void *ctx);
+const char *fleet_node(const struct fleet *f);
+uint64_t fleet_ttl_ms(const struct fleet *f);
+/* Takes the lease of a new session (the record must not exist). options_json: its options
+ * as session records keep them. 0 or -errno with err_msg(). */
+int fleet_lease_new(struct fleet *f, const char *id, const char *options_json);
+/* Whether this node may run and save id now: 0; -EXDEV when another node took it (or this
+ * node never held it); -ENOLCK when it could not renew it in time (the store is away). */
+int fleet_lease_state(struct fleet *f, const char *id);
+/* Takes over id's lease from the node that held it: at once when it was released or came
+ * from this node's earlier process, after its expiry when it was live (a bounded wait of
+ * at most ttl and twice the skew allowance). 0 with *ret_record (the record as now written:
+ * options, checkpoint, previous_node; caller decrefs); -ENOENT when the store has no
+ * record; -EBUSY when another node holds and renews it; other -errno with err_msg(). */
+int fleet_lease_take(struct fleet *f, const char *id, json_t **ret_record);
+/* Rewrites the held record with state ("live", or how it ended) and, when not NULL, its
+ * last checkpoint summary. -EXDEV when another node took it meanwhile. */
+int fleet_lease_update(struct fleet *f, const char *id, const char *state, json_t *checkpoint);
+/* Ends holding id: with how (e.g. "expired"), the record says the session ended so that a
+ * successor may take it at once; how NULL only forgets it (the record was deleted). */
+void fleet_lease_release(struct fleet *f, const char *id, const char *how, json_t *checkpoint);
+/* Stops the renewer (a graceful shutdown releases the leases first); NULL is a no-op. */
+void fleet_stop(struct fleet *f);
+void fleet_free(struct fleet *f);
 
 /* ---- the session table of a server: ids, reference counts, idle expiry ---- */
 
@@ -343,6 +395,8 @@ struct session_create {
     const struct session_opts *opts;
     bool no_persist;         /* keep nothing in the store (the record is still kept) */
     const char *resume_from; /* bring back what is stored for this session id */
+    const char *id;          /* a takeover: the session keeps this id (resume_from), and its
+                              * lease is already taken (fleet_lease_take); NULL: a new id */
 };
 /* As session_table_create; with resume_from, *ret_restored says what was restored (see
  * session_restore; caller decrefs), and -ENOENT means nothing is stored for that id. */
@@ -363,6 +417,11 @@ struct session *session_table_acquire(struct session_table *t, const char *id, i
 void session_table_put(struct session_table *t, struct session *s);
 /* Returns once id is not being retired (at once if it is not): its stored record is final. */
 void session_table_wait_retired(struct session_table *t, const char *id);
+/* Names the node in the ids of sessions created from now on ("NODE-HEX"; NULL: hex only). */
+void session_table_set_node(struct session_table *t, const char *node);
+/* Drops a session whose lease another node took: out of the table, its kernel killed,
+ * nothing written to the store (the successor's state is not touched). 0 or -ENOENT. */
+int session_table_drop(struct session_table *t, const char *id);
 /* Closes a session: gone from the table at once, freed when the last reference goes.
  * 0 or -ENOENT. */
 int session_table_remove(struct session_table *t, const char *id);

@@ -23,6 +23,7 @@ struct session_table {
     struct sandbox_host *host;
     struct session_pool *pool;            /* borrowed; may be NULL */
     const struct persist_config *persist; /* NULL: sessions keep nothing */
+    char *node;                           /* named in new ids, or NULL */
     size_t max_sessions;
     pthread_mutex_t lock;
     pthread_cond_t wake;
@@ -123,7 +124,14 @@ static int persist_new(struct session_table *t, struct session *s, const char *i
         r = session_restore(s, rq->resume_from, ret_restored);
     if (r < 0) {
         char *msg = xstrdup(err_msg());
-        session_retire(s, SESSION_END_CLOSE, NULL);
+        /* A takeover that failed leaves what is stored as it was, for another try. */
+        if (rq->id) {
+            session_persist_fence(s);
+            if (t->persist->fleet)
+                fleet_lease_release(t->persist->fleet, rq->id, "stopped", NULL);
+        } else if (!rq->id) {
+            session_retire(s, SESSION_END_CLOSE, NULL);
+        }
         err_set(-r, "%s", msg);
         free(msg);
     }
@@ -150,7 +158,10 @@ int session_table_create_ex(struct session_table *t, const struct session_create
                        "the server holds its maximum of %zu live sessions; close one "
                        "or wait for idle ones to expire",
                        t->max_sessions);
-    _cleanup_free_ char *id = random_hex(12);
+    _cleanup_free_ char *hex = random_hex(12);
+    _cleanup_free_ char *id = rq->id    ? xstrdup(rq->id)
+                              : t->node ? xasprintf("%s-%s", t->node, hex)
+                                        : xstrdup(hex);
     struct session *s = session_pool_take(t->pool, rq->opts);
     int r = s ? 0 : session_new(t->host, rq->opts, &s);
     if (r == 0 && (r = persist_new(t, s, id, rq, &restored)) < 0) {
@@ -176,6 +187,12 @@ int session_table_create_ex(struct session_table *t, const struct session_create
     else
         json_decref(restored);
     return 0;
+}
+
+void session_table_set_node(struct session_table *t, const char *node)
+{
+    free(t->node);
+    t->node = node ? xstrdup(node) : NULL;
 }
 
 static bool is_tombstone(struct session_table *t, const char *id)
@@ -260,6 +277,24 @@ int session_table_close(struct session_table *t, const char *id, bool checkpoint
     if (!s)
         return -ENOENT;
     session_retire(s, checkpoint ? SESSION_END_CHECKPOINT : SESSION_END_CLOSE, ret_report);
+    retire_end(t, s);
+    return 0;
+}
+
+int session_table_drop(struct session_table *t, const char *id)
+{
+    pthread_mutex_lock(&t->lock);
+    struct entry *e = find(t, id);
+    struct session *s = e ? e->s : NULL;
+    if (e) {
+        session_persist_fence(s); /* before anything else can save it */
+        session_interrupt(s);
+        retire_begin_locked(t, e);
+    }
+    pthread_mutex_unlock(&t->lock);
+    if (!s)
+        return -ENOENT;
+    session_kill(s);
     retire_end(t, s);
     return 0;
 }
@@ -383,6 +418,7 @@ void session_table_free(struct session_table *t)
     }
     for (size_t i = 0; i < TOMBSTONES; i++)
         free(t->tombstones[i]);
+    free(t->node);
     pthread_cond_destroy(&t->wake);
     pthread_cond_destroy(&t->retired);
     pthread_mutex_destroy(&t->lock);

@@ -272,7 +272,10 @@ class Sessions(ServerCase):
         self.assertEqual(r.status, 201, r)
         info = r.json()
         sid = info["id"]
-        self.assertRegex(sid, r"^[0-9a-f]{24}$")
+        # The node that made it (the host name, no --node given here), then 24 hex digits.
+        node = r.headers.get("X-Runcell-Node")
+        self.assertTrue(node, r.headers)
+        self.assertRegex(sid, r"^%s-[0-9a-f]{24}$" % re.escape(node))
         self.assertEqual((info["language"], info["status"], info["execution_count"]),
                          ("python", "idle", 0))
         self.assertEqual(info["timeout_s"], 30)

@@ -230,6 +230,20 @@ TEST(session_ids)
     CHECK(!session_id_valid(""));
     CHECK(!session_id_valid("ABC"));
     CHECK(!session_id_valid("../x"));
+    /* ids of a node: "NODE-HEX", NODE a DNS label */
+    CHECK(session_id_valid("node-1-0123456789abcdef01234567"));
+    CHECK(session_id_valid("a-0f"));
+    CHECK(!session_id_valid("-0f"));
+    CHECK(!session_id_valid("A-0f"));
+    CHECK(!session_id_valid("a--0f"));
+    CHECK(!session_id_valid("a.b-0f"));
+    CHECK(!session_id_valid("a-"));
+    CHECK(!session_id_valid("a-xyz"));
+    _cleanup_free_ char *node = session_id_node("node-1-0123");
+    CHECK_STREQ(node, "node-1");
+    CHECK(session_id_node("0123") == NULL);
+    CHECK(node_name_valid("runcell-0") && !node_name_valid("") && !node_name_valid("x_y"));
+    CHECK(!node_name_valid("abcdefghijabcdefghijabcdefghijabc")); /* 33 */
     CHECK(!session_id_valid("00000000000000000000000000000000000000000000000000000000000000000"));
 }
 

@@ -1,0 +1,434 @@
+/* lease.c - a fleet's shared session records and leases: which node runs a session, kept in
+ * the shared store as sessions/ID/lease.json and changed only by compare-and-swap, renewed
+ * while held, so that two nodes never run one session and a successor can resume it. */
+#include "session/session-int.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <string.h>
+#include <time.h>
+
+#define RECORD_MAX    (256u << 10) /* a record is options and a checkpoint summary */
+#define CLOCK_SKEW_MS 1000         /* between nodes' wall clocks, at most */
+#define NODE_NAME_MAX 32
+#define MIN_TTL_MS    1000
+
+struct lease {
+    char *id;
+    char version[STORE_VERSION_SIZE];
+    json_t *record;            /* as last written */
+    uint64_t valid_until_mono; /* the holder's side of the lease: shorter than the record's */
+    bool lost;                 /* another node took it (or the record went) */
+    struct lease *next;
+};
+
+struct fleet {
+    struct store *store;
+    char *node;
+    char *instance; /* this process: a restarted node knows its previous life's leases */
+    uint64_t ttl_ms;
+    pthread_mutex_t lock;    /* held, and each lease's fields */
+    pthread_mutex_t io_lock; /* one write of a record at a time, in this process */
+    pthread_cond_t wake;
+    pthread_t renewer;
+    bool running, stopping;
+    struct lease *held;
+    void (*on_lost)(void *ctx, const char *id);
+    void *on_lost_ctx;
+};
+
+bool node_name_valid(const char *name)
+{
+    size_t n = name ? strlen(name) : 0;
+    if (n < 1 || n > NODE_NAME_MAX || name[0] == '-' || name[n - 1] == '-')
+        return false;
+    return strspn(name, "abcdefghijklmnopqrstuvwxyz0123456789-") == n;
+}
+
+char *session_id_node(const char *id)
+{
+    const char *dash = id ? strrchr(id, '-') : NULL;
+    if (!dash)
+        return NULL;
+    char *node = xstrndup(id, (size_t)(dash - id));
+    if (!node_name_valid(node)) {
+        free(node);
+        return NULL;
+    }
+    return node;
+}
+
+static char *lease_key(const char *id)
+{
+    return xasprintf("sessions/%s/lease.json", id);
+}
+
+static struct lease *find_locked(struct fleet *f, const char *id)
+{
+    for (struct lease *l = f->held; l; l = l->next)
+        if (!strcmp(l->id, id))
+            return l;
+    return NULL;
+}
+
+/* The record as it is to be written now: held by this node until now + ttl. */
+static void stamp(struct fleet *f, json_t *rec, const char *state)
+{
+    _cleanup_free_ char *nonce = random_hex(8);
+    uint64_t now = now_realtime_ms();
+    json_object_set_new(rec, "node", json_string(f->node));
+    json_object_set_new(rec, "instance", json_string(f->instance));
+    json_object_set_new(rec, "state", json_string(state));
+    json_object_set_new(rec, "expires_ms",
+                        json_integer(strcmp(state, "live") ? 0 : (json_int_t)(now + f->ttl_ms)));
+    json_object_set_new(rec, "updated_ms", json_integer((json_int_t)now));
+    json_object_set_new(rec, "nonce", json_string(nonce));
+}
+
+/* Writes rec over version (NULL: only if absent); 0 with ret_version, -ESTALE, -errno. */
+static int write_record(struct fleet *f, const char *id, json_t *rec, const char *version,
+                        char ret_version[STORE_VERSION_SIZE])
+{
+    _cleanup_free_ char *key = lease_key(id);
+    _cleanup_free_ char *text = json_dumps(rec, JSON_COMPACT | JSON_SORT_KEYS);
+    if (!text)
+        return err_set(ENOMEM, "cannot write the record of session %s", id);
+    return store_put_if(f->store, key, text, strlen(text), version, ret_version);
+}
+
+static int read_record(struct fleet *f, const char *id, json_t **ret,
+                       char ret_version[STORE_VERSION_SIZE])
+{
+    _cleanup_free_ char *key = lease_key(id);
+    char *text = NULL;
+    size_t n;
+    int r = store_get_versioned(f->store, key, RECORD_MAX, &text, &n, ret_version);
+    if (r < 0)
+        return r;
+    json_error_t e;
+    json_t *j = json_loadb(text, n, 0, &e);
+    free(text);
+    if (!json_is_object(j)) {
+        json_decref(j);
+        return err_set(EBADMSG, "the record of session %s in the store is not a JSON object", id);
+    }
+    *ret = j;
+    return 0;
+}
+
+/* Registers a lease just written at version; the caller holds no lock. */
+static void hold(struct fleet *f, const char *id, json_t *rec, const char *version,
+                 uint64_t sent_mono)
+{
+    struct lease *l = xcalloc(1, sizeof(*l));
+    l->id = xstrdup(id);
+    l->record = rec;
+    memcpy(l->version, version, STORE_VERSION_SIZE);
+    /* The holder stops a third of the ttl before the record's expiry: a successor waits for
+     * that expiry (and the clock skew), so their times to run never overlap. */
+    l->valid_until_mono = sent_mono + f->ttl_ms - f->ttl_ms / 3;
+    pthread_mutex_lock(&f->lock);
+    l->next = f->held;
+    f->held = l;
+    pthread_mutex_unlock(&f->lock);
+}
+
+int fleet_lease_new(struct fleet *f, const char *id, const char *options_json)
+{
+    json_t *opts = options_json ? json_loads(options_json, 0, NULL) : NULL;
+    json_t *rec = json_pack("{s:s,s:I,s:I,s:o,s:n}", "id", id, "generation", (json_int_t)1,
+                            "created_ms", (json_int_t)now_realtime_ms(), "options",
+                            opts ? opts : json_object(), "checkpoint");
+    char version[STORE_VERSION_SIZE];
+    stamp(f, rec, "live");
+    uint64_t sent = now_ms();
+    pthread_mutex_lock(&f->io_lock);
+    int r = write_record(f, id, rec, NULL, version);
+    pthread_mutex_unlock(&f->io_lock);
+    if (r < 0) {
+        json_decref(rec);
+        return r == -ESTALE ? err_set(EEXIST, "session %s exists in the store already", id) : r;
+    }
+    hold(f, id, rec, version, sent);
+    return 0;
+}
+
+int fleet_lease_state(struct fleet *f, const char *id)
+{
+    pthread_mutex_lock(&f->lock);
+    struct lease *l = find_locked(f, id);
+    int r = !l || l->lost ? -EXDEV : now_ms() >= l->valid_until_mono ? -ENOLCK : 0;
+    pthread_mutex_unlock(&f->lock);
+    if (r == -EXDEV)
+        return err_set(EXDEV, "session %s moved to another node: this node no longer holds it", id);
+    if (r == -ENOLCK)
+        return err_set(ENOLCK,
+                       "this node could not renew its lease on session %s in the store; "
+                       "try again when the store answers",
+                       id);
+    return 0;
+}
+
+/* Whether the stored record lets this node take the session now; else *ret_wait_ms says for
+ * how long it is held (0: held by a live lease that will not end soon enough to wait). */
+static bool takeable(struct fleet *f, json_t *rec, uint64_t *ret_wait_ms)
+{
+    const char *state = json_string_value(json_object_get(rec, "state"));
+    const char *node = json_string_value(json_object_get(rec, "node"));
+    const char *inst = json_string_value(json_object_get(rec, "instance"));
+    uint64_t expires = (uint64_t)json_integer_value(json_object_get(rec, "expires_ms"));
+    uint64_t now = now_realtime_ms();
+    *ret_wait_ms = 0;
+    if (!state || strcmp(state, "live"))
+        return true; /* released: it ended with its state stored */
+    /* This node's earlier process (before a crash or restart) cannot run it any more. */
+    if (node && !strcmp(node, f->node) && inst && strcmp(inst, f->instance))
+        return true;
+    if (now >= expires + CLOCK_SKEW_MS)
+        return true;
+    *ret_wait_ms = expires + CLOCK_SKEW_MS - now;
+    return false;
+}
+
+int fleet_lease_take(struct fleet *f, const char *id, json_t **ret_record)
+{
+    uint64_t deadline = now_ms() + f->ttl_ms + 2 * CLOCK_SKEW_MS;
+    for (;;) {
+        json_t *rec = NULL;
+        char version[STORE_VERSION_SIZE], nv[STORE_VERSION_SIZE];
+        uint64_t wait = 0;
+        int r = read_record(f, id, &rec, version);
+        if (r < 0)
+            return r;
+        if (!takeable(f, rec, &wait)) {
+            const char *node = json_string_value(json_object_get(rec, "node"));
+            _cleanup_free_ char *holder = xstrdup(node ? node : "?");
+            json_decref(rec);
+            if (now_ms() + wait > deadline)
+                return err_set(EBUSY,
+                               "session %s is running on node %s, which holds its lease and "
+                               "renews it; send the request to that node",
+                               id, holder);
+            struct timespec ts = {.tv_sec = (time_t)(wait / 1000),
+                                  .tv_nsec = (long)(wait % 1000) * 1000000L};
+            nanosleep(&ts, NULL); /* the lease's expiry is the event waited for */
+            continue;
+        }
+        json_t *prev_node = json_object_get(rec, "node");
+        json_object_set(rec, "previous_node", prev_node ? prev_node : json_null());
+        json_object_set_new(
+            rec, "generation",
+            json_integer(json_integer_value(json_object_get(rec, "generation")) + 1));
+        stamp(f, rec, "live");
+        uint64_t sent = now_ms();
+        pthread_mutex_lock(&f->io_lock);
+        r = write_record(f, id, rec, version, nv);
+        pthread_mutex_unlock(&f->io_lock);
+        if (r == -ESTALE) { /* another node moved first: see who holds it now */
+            json_decref(rec);
+            continue;
+        }
+        if (r < 0) {
+            json_decref(rec);
+            return r;
+        }
+        hold(f, id, json_incref(rec), nv, sent);
+        *ret_record = rec;
+        log_info("msg=\"session taken over\" session=%s from_node=%s generation=%lld", id,
+                 json_string_value(prev_node) ? json_string_value(prev_node) : "?",
+                 (long long)json_integer_value(json_object_get(rec, "generation")));
+        return 0;
+    }
+}
+
+/* Takes l out of the held list; the caller frees it. */
+static struct lease *unhold(struct fleet *f, const char *id)
+{
+    pthread_mutex_lock(&f->lock);
+    struct lease *l = NULL;
+    for (struct lease **p = &f->held; *p; p = &(*p)->next) {
+        if (!strcmp((*p)->id, id)) {
+            l = *p;
+            *p = l->next;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&f->lock);
+    return l;
+}
+
+static void lease_free(struct lease *l)
+{
+    if (!l)
+        return;
+    json_decref(l->record);
+    free(l->id);
+    free(l);
+}
+
+int fleet_lease_update(struct fleet *f, const char *id, const char *state, json_t *checkpoint)
+{
+    int r = 0;
+    pthread_mutex_lock(&f->io_lock);
+    pthread_mutex_lock(&f->lock);
+    struct lease *l = find_locked(f, id);
+    json_t *rec = l && !l->lost ? json_deep_copy(l->record) : NULL;
+    char version[STORE_VERSION_SIZE];
+    if (l)
+        memcpy(version, l->version, STORE_VERSION_SIZE);
+    pthread_mutex_unlock(&f->lock);
+    if (!rec) {
+        pthread_mutex_unlock(&f->io_lock);
+        return err_set(EXDEV, "session %s is not held by this node", id);
+    }
+    if (checkpoint)
+        json_object_set(rec, "checkpoint", checkpoint);
+    stamp(f, rec, state);
+    uint64_t sent = now_ms();
+    char nv[STORE_VERSION_SIZE];
+    r = write_record(f, id, rec, version, nv);
+    pthread_mutex_lock(&f->lock);
+    if ((l = find_locked(f, id))) {
+        if (r == 0) {
+            json_decref(l->record);
+            l->record = json_incref(rec);
+            memcpy(l->version, nv, STORE_VERSION_SIZE);
+            l->valid_until_mono = sent + f->ttl_ms - f->ttl_ms / 3;
+        } else if (r == -ESTALE) {
+            l->lost = true;
+        }
+    }
+    pthread_mutex_unlock(&f->lock);
+    pthread_mutex_unlock(&f->io_lock);
+    json_decref(rec);
+    if (r == -ESTALE)
+        return err_set(EXDEV, "session %s moved to another node: its record changed", id);
+    return r;
+}
+
+void fleet_lease_release(struct fleet *f, const char *id, const char *how, json_t *checkpoint)
+{
+    if (how && fleet_lease_update(f, id, how, checkpoint) < 0)
+        log_warn("msg=\"cannot release the session's lease\" session=%s error=\"%s\"", id,
+                 err_msg());
+    lease_free(unhold(f, id));
+}
+
+/* One round of renewals; returns the ids found lost (NULL-terminated, caller frees). */
+static char **renew_all(struct fleet *f)
+{
+    char **ids = xcalloc(1, sizeof(char *)), **lost = xcalloc(1, sizeof(char *));
+    pthread_mutex_lock(&f->lock);
+    for (struct lease *l = f->held; l; l = l->next)
+        if (!l->lost)
+            ids = strv_push(ids, l->id);
+    pthread_mutex_unlock(&f->lock);
+    for (char **id = ids; *id; id++) {
+        int r = fleet_lease_update(f, *id, "live", NULL);
+        if (r == -EXDEV)
+            lost = strv_push(lost, *id);
+        else if (r < 0)
+            log_warn("msg=\"cannot renew a lease\" session=%s error=\"%s\"", *id, err_msg());
+    }
+    strv_free(ids);
+    return lost;
+}
+
+static void *renewer_main(void *arg)
+{
+    struct fleet *f = arg;
+    pthread_mutex_lock(&f->lock);
+    while (!f->stopping) {
+        struct timespec ts;
+        realtime_after_ms(&ts, f->ttl_ms / 3);
+        pthread_cond_timedwait(&f->wake, &f->lock, &ts);
+        if (f->stopping)
+            break;
+        pthread_mutex_unlock(&f->lock);
+        char **lost = renew_all(f);
+        for (char **id = lost; *id; id++) {
+            log_warn("msg=\"session moved to another node; dropping it here\" session=%s", *id);
+            if (f->on_lost)
+                f->on_lost(f->on_lost_ctx, *id);
+        }
+        strv_free(lost);
+        pthread_mutex_lock(&f->lock);
+    }
+    pthread_mutex_unlock(&f->lock);
+    return NULL;
+}
+
+int fleet_new(struct store *st, const char *node, uint64_t ttl_ms, struct fleet **ret)
+{
+    if (!node_name_valid(node))
+        return err_set(EINVAL,
+                       "node name '%s' is not a short DNS label (1 to %d of a-z, 0-9 and '-', "
+                       "not starting or ending with '-')",
+                       node ? node : "", NODE_NAME_MAX);
+    if (ttl_ms < MIN_TTL_MS)
+        return err_set(EINVAL, "a lease ttl under %d ms leaves no time to renew it", MIN_TTL_MS);
+    int r = store_check_conditional(st, node);
+    if (r < 0)
+        return r;
+    struct fleet *f = xcalloc(1, sizeof(*f));
+    f->store = st;
+    f->node = xstrdup(node);
+    f->instance = random_hex(8);
+    f->ttl_ms = ttl_ms;
+    pthread_mutex_init(&f->lock, NULL);
+    pthread_mutex_init(&f->io_lock, NULL);
+    pthread_cond_init(&f->wake, NULL);
+    *ret = f;
+    return 0;
+}
+
+int fleet_start(struct fleet *f, void (*on_lost)(void *ctx, const char *id), void *ctx)
+{
+    f->on_lost = on_lost;
+    f->on_lost_ctx = ctx;
+    int r = pthread_create(&f->renewer, NULL, renewer_main, f);
+    if (r)
+        return err_set(r, "cannot start the lease renewer: %s", strerror(r));
+    f->running = true;
+    return 0;
+}
+
+const char *fleet_node(const struct fleet *f)
+{
+    return f->node;
+}
+
+uint64_t fleet_ttl_ms(const struct fleet *f)
+{
+    return f->ttl_ms;
+}
+
+void fleet_stop(struct fleet *f)
+{
+    if (!f || !f->running)
+        return;
+    pthread_mutex_lock(&f->lock);
+    f->stopping = true;
+    pthread_cond_broadcast(&f->wake);
+    pthread_mutex_unlock(&f->lock);
+    pthread_join(f->renewer, NULL);
+    f->running = false;
+}
+
+void fleet_free(struct fleet *f)
+{
+    if (!f)
+        return;
+    fleet_stop(f);
+    while (f->held) {
+        struct lease *l = f->held;
+        f->held = l->next;
+        lease_free(l);
+    }
+    pthread_cond_destroy(&f->wake);
+    pthread_mutex_destroy(&f->io_lock);
+    pthread_mutex_destroy(&f->lock);
+    free(f->instance);
+    free(f->node);
+    free(f);
+}
