@@ -23,6 +23,7 @@ struct server {
     struct persist_config persist; /* store and meta, for the session table */
     char *node;                    /* this node's name (in ids, X-Runcell-Node) */
     struct fleet *fleet;           /* leases in the shared store (--fleet), or NULL */
+    atomic_int handovers;          /* sessions being handed back to their node (threads) */
     struct metrics *metrics;
     struct mcp_http *mcp; /* MCP sessions of /mcp */
     struct e2b *e2b;      /* E2B's sandboxes (--e2b), or NULL */
@@ -229,9 +230,11 @@ int fleet_open(struct server *srv);
  * same id; true when handled: *ret (a reference) set, or NULL after an error reply. false:
  * not a session of the fleet (the caller replies 404). */
 bool fleet_takeover(struct request *rq, const char *id, struct session **ret);
-/* Whether this node still holds s's lease; false (s put, dropped when another node has
- * it) after replying 409 moved or 503. */
+/* Whether this node still holds s's lease; false with s put: after replying 503 (the lease
+ * could not be renewed), or without a reply when another node took it (s is dropped). */
 bool fleet_check(struct request *rq, const char *id, struct session *s);
+/* Returns once no session is being handed back (before the table goes). */
+void fleet_wait_handovers(struct server *srv);
 /* POST /v1/sessions/{id}/checkpoint */
 enum MHD_Result h_session_checkpoint(struct request *rq);
 /* With resume_from in *body: checks it and puts the stored session's options under the

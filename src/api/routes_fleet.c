@@ -40,10 +40,53 @@ int fleet_node_name(const char *given, char **ret)
     return 0;
 }
 
-static void on_lost(void *ctx, const char *id)
+struct handover {
+    struct server *srv;
+    char *id;
+};
+
+static void *handover_main(void *arg)
+{
+    struct handover *h = arg;
+    if (session_table_handover(h->srv->table, h->id) == 0)
+        log_info("msg=\"session handed back to its node\" session=%s", h->id);
+    atomic_fetch_sub(&h->srv->handovers, 1);
+    free(h->id);
+    free(h);
+    return NULL;
+}
+
+static void on_lost(void *ctx, const char *id, bool handback)
 {
     struct server *srv = ctx;
-    session_table_drop(srv->table, id);
+    pthread_t th;
+    pthread_attr_t attr;
+    if (!handback) {
+        session_table_drop(srv->table, id);
+        return;
+    }
+    /* The checkpoint takes a while: not on the renewer's thread. */
+    struct handover *h = xcalloc(1, sizeof(*h));
+    h->srv = srv;
+    h->id = xstrdup(id);
+    atomic_fetch_add(&srv->handovers, 1);
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    if (pthread_create(&th, &attr, handover_main, h) != 0) {
+        atomic_fetch_sub(&srv->handovers, 1);
+        free(h->id);
+        free(h);
+        log_warn("msg=\"cannot hand a session back: no thread\" session=%s", id);
+    }
+    pthread_attr_destroy(&attr);
+}
+
+void fleet_wait_handovers(struct server *srv)
+{
+    while (atomic_load(&srv->handovers) > 0) {
+        struct timespec ts = {.tv_nsec = 10 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
 }
 
 int fleet_open(struct server *srv)
@@ -139,16 +182,20 @@ bool fleet_check(struct request *rq, const char *id, struct session *s)
     if (!srv->fleet || !session_stores_files(s))
         return true;
     int r = fleet_lease_state(srv->fleet, id);
+    /* Lapsed (this node was stopped, or the store away): renewing now tells which. */
+    if (r == -ENOLCK && (r = fleet_lease_update(srv->fleet, id, "live", NULL)) == -ECANCELED)
+        r = 0;
     if (r == 0)
         return true;
     session_table_put(srv->table, s);
     if (r == -EXDEV) {
-        /* Another node runs it now: what this one holds is stale and goes, unsaved. */
+        /* Another node runs it now: what this one holds is stale and goes, unsaved; the
+         * caller takes it over from the store, or says where it is. */
+        log_warn("msg=\"session moved to another node; dropping it here\" session=%s", id);
         session_table_drop(srv->table, id);
-        api_error(rq, AE_MOVED, "%s; its state here was dropped unsaved", err_msg());
-    } else {
-        api_error(rq, AE_SANDBOX, "%s", err_msg());
+        return false;
     }
+    api_error(rq, AE_SANDBOX, "%s", err_msg());
     return false;
 }
 

@@ -198,8 +198,10 @@ struct session *acquire_session(struct request *rq)
 {
     int err = -ENOENT;
     struct session *s = session_table_acquire(rq->srv->table, rq->params[0], &err);
-    if (s)
-        return fleet_check(rq, rq->params[0], s) ? s : NULL;
+    if (s && fleet_check(rq, rq->params[0], s))
+        return s;
+    if (rq->responded)
+        return NULL;
     if (fleet_takeover(rq, rq->params[0], &s))
         return s;
     reply_not_live(rq, err);

@@ -542,6 +542,7 @@ static void shutdown_gracefully(struct server *srv)
     MHD_stop_daemon(srv->mhd);
     srv->mhd = NULL;
     fleet_stop(srv->fleet); /* the renewer drops sessions from the table: not while it goes */
+    fleet_wait_handovers(srv);
     session_table_free(srv->table);
     srv->table = NULL;
     session_pool_free(srv->pool);
@@ -672,6 +673,7 @@ out:
         MHD_stop_daemon(srv.mhd);
     conn_guard_free(srv.conns); /* the daemon, which used it, is stopped */
     fleet_stop(srv.fleet);
+    fleet_wait_handovers(&srv);
     session_table_free(srv.table); /* releases the leases of the sessions it retires */
     fleet_free(srv.fleet);
     free(srv.node);

@@ -12,6 +12,9 @@
 #define CLOCK_SKEW_MS 1000         /* between nodes' wall clocks, at most */
 #define NODE_NAME_MAX 32
 #define MIN_TTL_MS    1000
+/* A hand-back waits for the holder's next renewal (a third of the ttl) and its checkpoint. */
+#define HANDBACK_EXTRA_MS 30000
+#define HANDBACK_POLL_MS  100
 
 struct lease {
     char *id;
@@ -33,7 +36,7 @@ struct fleet {
     pthread_t renewer;
     bool running, stopping;
     struct lease *held;
-    void (*on_lost)(void *ctx, const char *id);
+    void (*on_lost)(void *ctx, const char *id, bool handback);
     void *on_lost_ctx;
 };
 
@@ -190,9 +193,34 @@ static bool takeable(struct fleet *f, json_t *rec, uint64_t *ret_wait_ms)
     return false;
 }
 
+/* Asks the holder of rec (at version) to hand id back to this node, its home: the holder's
+ * next renewal sees handback_to, checkpoints the session and releases the lease. */
+static int ask_back(struct fleet *f, const char *id, json_t *rec, const char *version)
+{
+    const char *to = json_string_value(json_object_get(rec, "handback_to"));
+    char nv[STORE_VERSION_SIZE];
+    if (to && !strcmp(to, f->node))
+        return 0; /* asked already */
+    json_t *ask = json_deep_copy(rec);
+    json_object_set_new(ask, "handback_to", json_string(f->node));
+    pthread_mutex_lock(&f->io_lock);
+    int r = write_record(f, id, ask, version, nv);
+    pthread_mutex_unlock(&f->io_lock);
+    json_decref(ask);
+    if (r == 0)
+        log_info("msg=\"asked for a session back\" session=%s holder=%s", id,
+                 json_string_value(json_object_get(rec, "node")));
+    return r;
+}
+
 int fleet_lease_take(struct fleet *f, const char *id, json_t **ret_record)
 {
     uint64_t deadline = now_ms() + f->ttl_ms + 2 * CLOCK_SKEW_MS;
+    /* A node that comes back asks for its sessions back rather than waiting on a lease that
+     * the successor renews: the id names it, so the router sends them to it. */
+    _cleanup_free_ char *home_node = session_id_node(id);
+    bool home = home_node && !strcmp(home_node, f->node);
+    uint64_t handback_deadline = now_ms() + f->ttl_ms + HANDBACK_EXTRA_MS;
     for (;;) {
         json_t *rec = NULL;
         char version[STORE_VERSION_SIZE], nv[STORE_VERSION_SIZE];
@@ -200,9 +228,29 @@ int fleet_lease_take(struct fleet *f, const char *id, json_t **ret_record)
         int r = read_record(f, id, &rec, version);
         if (r < 0)
             return r;
+        const char *state = json_string_value(json_object_get(rec, "state"));
+        if (state && strcmp(state, "live") && strcmp(state, "stopped")) {
+            /* It ended on purpose (expired, closed with a checkpoint): not a takeover. */
+            json_decref(rec);
+            return err_set(ENOENT, "session %s %s", id, state);
+        }
         if (!takeable(f, rec, &wait)) {
             const char *node = json_string_value(json_object_get(rec, "node"));
             _cleanup_free_ char *holder = xstrdup(node ? node : "?");
+            if (home) {
+                r = ask_back(f, id, rec, version);
+                json_decref(rec);
+                if (r < 0 && r != -ESTALE)
+                    return r;
+                if (now_ms() >= handback_deadline)
+                    return err_set(EBUSY,
+                                   "session %s runs on node %s, which did not hand it back in "
+                                   "time; try again",
+                                   id, holder);
+                struct timespec poll_ts = {.tv_nsec = HANDBACK_POLL_MS * 1000000L};
+                nanosleep(&poll_ts, NULL); /* the holder's next renewal sees the request */
+                continue;
+            }
             json_decref(rec);
             if (now_ms() + wait > deadline)
                 return err_set(EBUSY,
@@ -266,43 +314,100 @@ static void lease_free(struct lease *l)
     free(l);
 }
 
-int fleet_lease_update(struct fleet *f, const char *id, const char *state, json_t *checkpoint)
+/* Whether rec (just read) is still this process's own lease at generation gen: another
+ * writer changed only what a holder keeps (a hand-back request). */
+static bool still_mine(struct fleet *f, json_t *rec, json_int_t gen)
 {
-    int r = 0;
-    pthread_mutex_lock(&f->io_lock);
+    const char *node = json_string_value(json_object_get(rec, "node"));
+    const char *inst = json_string_value(json_object_get(rec, "instance"));
+    const char *state = json_string_value(json_object_get(rec, "state"));
+    return node && inst && state && !strcmp(node, f->node) && !strcmp(inst, f->instance) &&
+           !strcmp(state, "live") && json_integer_value(json_object_get(rec, "generation")) == gen;
+}
+
+/* After a lost compare-and-swap on l: adopts the stored record when it is still ours (with
+ * the hand-back request that changed it), else marks l lost. true when adopted. Holds
+ * io_lock. */
+static bool reread(struct fleet *f, const char *id)
+{
+    json_t *rec = NULL;
+    char version[STORE_VERSION_SIZE];
+    bool mine = false;
+    int r = read_record(f, id, &rec, version);
+    pthread_mutex_lock(&f->lock);
+    struct lease *l = find_locked(f, id);
+    if (l && r == 0 &&
+        still_mine(f, rec, json_integer_value(json_object_get(l->record, "generation")))) {
+        json_decref(l->record);
+        l->record = json_incref(rec);
+        memcpy(l->version, version, STORE_VERSION_SIZE);
+        mine = true;
+    } else if (l && (r == 0 || r == -ENOENT)) {
+        l->lost = true; /* taken, or deleted by whoever closed it */
+    }
+    pthread_mutex_unlock(&f->lock);
+    json_decref(rec);
+    return mine;
+}
+
+/* One compare-and-swap of l's record as state says; 0, -ESTALE, -EXDEV, -errno. */
+static int update_once(struct fleet *f, const char *id, const char *state, json_t *checkpoint)
+{
     pthread_mutex_lock(&f->lock);
     struct lease *l = find_locked(f, id);
     json_t *rec = l && !l->lost ? json_deep_copy(l->record) : NULL;
-    char version[STORE_VERSION_SIZE];
+    char version[STORE_VERSION_SIZE], nv[STORE_VERSION_SIZE];
     if (l)
         memcpy(version, l->version, STORE_VERSION_SIZE);
     pthread_mutex_unlock(&f->lock);
-    if (!rec) {
-        pthread_mutex_unlock(&f->io_lock);
+    if (!rec)
         return err_set(EXDEV, "session %s is not held by this node", id);
-    }
     if (checkpoint)
         json_object_set(rec, "checkpoint", checkpoint);
+    if (strcmp(state, "live"))
+        json_object_del(rec, "handback_to"); /* released: whoever asked may take it */
     stamp(f, rec, state);
     uint64_t sent = now_ms();
-    char nv[STORE_VERSION_SIZE];
-    r = write_record(f, id, rec, version, nv);
+    int r = write_record(f, id, rec, version, nv);
     pthread_mutex_lock(&f->lock);
-    if ((l = find_locked(f, id))) {
-        if (r == 0) {
-            json_decref(l->record);
-            l->record = json_incref(rec);
-            memcpy(l->version, nv, STORE_VERSION_SIZE);
-            l->valid_until_mono = sent + f->ttl_ms - f->ttl_ms / 3;
-        } else if (r == -ESTALE) {
-            l->lost = true;
-        }
+    if (r == 0 && (l = find_locked(f, id))) {
+        json_decref(l->record);
+        l->record = json_incref(rec);
+        memcpy(l->version, nv, STORE_VERSION_SIZE);
+        l->valid_until_mono = sent + f->ttl_ms - f->ttl_ms / 3;
     }
     pthread_mutex_unlock(&f->lock);
-    pthread_mutex_unlock(&f->io_lock);
     json_decref(rec);
+    return r;
+}
+
+int fleet_lease_update(struct fleet *f, const char *id, const char *state, json_t *checkpoint)
+{
+    pthread_mutex_lock(&f->io_lock);
+    int r = update_once(f, id, state, checkpoint);
     if (r == -ESTALE)
+        r = reread(f, id) ? update_once(f, id, state, checkpoint) : -EXDEV;
+    if (r == -ESTALE) {
+        reread(f, id);
+        r = -EXDEV;
+    }
+    char *asker = NULL;
+    pthread_mutex_lock(&f->lock);
+    struct lease *l = find_locked(f, id);
+    const char *to =
+        l && !l->lost ? json_string_value(json_object_get(l->record, "handback_to")) : NULL;
+    if (to && !strcmp(state, "live"))
+        asker = xstrdup(to);
+    pthread_mutex_unlock(&f->lock);
+    pthread_mutex_unlock(&f->io_lock);
+    if (r == -EXDEV)
         return err_set(EXDEV, "session %s moved to another node: its record changed", id);
+    if (r == 0 && asker) {
+        err_set(ECANCELED, "node %s asks for session %s back", asker, id);
+        free(asker);
+        return -ECANCELED;
+    }
+    free(asker);
     return r;
 }
 
@@ -314,10 +419,12 @@ void fleet_lease_release(struct fleet *f, const char *id, const char *how, json_
     lease_free(unhold(f, id));
 }
 
-/* One round of renewals; returns the ids found lost (NULL-terminated, caller frees). */
-static char **renew_all(struct fleet *f)
+/* One round of renewals; returns the ids found lost, and in *handbacks those their home
+ * node asks back (NULL-terminated, caller frees). */
+static char **renew_all(struct fleet *f, char ***handbacks)
 {
     char **ids = xcalloc(1, sizeof(char *)), **lost = xcalloc(1, sizeof(char *));
+    *handbacks = xcalloc(1, sizeof(char *));
     pthread_mutex_lock(&f->lock);
     for (struct lease *l = f->held; l; l = l->next)
         if (!l->lost)
@@ -327,6 +434,8 @@ static char **renew_all(struct fleet *f)
         int r = fleet_lease_update(f, *id, "live", NULL);
         if (r == -EXDEV)
             lost = strv_push(lost, *id);
+        else if (r == -ECANCELED)
+            *handbacks = strv_push(*handbacks, *id);
         else if (r < 0)
             log_warn("msg=\"cannot renew a lease\" session=%s error=\"%s\"", *id, err_msg());
     }
@@ -345,12 +454,18 @@ static void *renewer_main(void *arg)
         if (f->stopping)
             break;
         pthread_mutex_unlock(&f->lock);
-        char **lost = renew_all(f);
+        char **handbacks, **lost = renew_all(f, &handbacks);
         for (char **id = lost; *id; id++) {
             log_warn("msg=\"session moved to another node; dropping it here\" session=%s", *id);
             if (f->on_lost)
-                f->on_lost(f->on_lost_ctx, *id);
+                f->on_lost(f->on_lost_ctx, *id, false);
         }
+        for (char **id = handbacks; *id; id++) {
+            log_info("msg=\"handing a session back to its node\" session=%s", *id);
+            if (f->on_lost)
+                f->on_lost(f->on_lost_ctx, *id, true);
+        }
+        strv_free(handbacks);
         strv_free(lost);
         pthread_mutex_lock(&f->lock);
     }
@@ -382,7 +497,8 @@ int fleet_new(struct store *st, const char *node, uint64_t ttl_ms, struct fleet 
     return 0;
 }
 
-int fleet_start(struct fleet *f, void (*on_lost)(void *ctx, const char *id), void *ctx)
+int fleet_start(struct fleet *f, void (*on_lost)(void *ctx, const char *id, bool handback),
+                void *ctx)
 {
     f->on_lost = on_lost;
     f->on_lost_ctx = ctx;

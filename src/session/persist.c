@@ -562,6 +562,13 @@ static int do_restore(struct session *s, void *arg)
         json_object_set_new(x->report, "error", json_string(err_msg()));
         return 0;
     }
+    if (r == -ENOENT && !strcmp(x->from, x->p->id)) {
+        /* Taken over before its first save: it had no files, and no checkpoint. */
+        json_object_set_new(x->report, "files", json_array());
+        json_object_set_new(x->report, "files_failed", json_array());
+        restore_variables(s, x, &m);
+        return 0;
+    }
     if (r < 0)
         return r;
     json_t *ok = json_array(), *failed = json_array();

@@ -348,9 +348,13 @@ char *session_id_node(const char *id);
 /* Checks node and that the store honours conditional writes (-ENOTSUP otherwise). *ret
  * owned by the caller (fleet_free). */
 int fleet_new(struct store *st, const char *node, uint64_t ttl_ms, struct fleet **ret);
-/* Starts renewing; on_lost(ctx, id) is called (from the renewer thread, no lock held) for
- * each lease found taken by another node. */
-int fleet_start(struct fleet *f, void (*on_lost)(void *ctx, const char *id), void *ctx);
+/* Starts renewing; on_lost(ctx, id, false) is called (from the renewer thread, no lock
+ * held) for each lease found taken by another node, which the session must not outlive;
+ * on_lost(ctx, id, true) when the session's home node (named in its id) asks for it back:
+ * the session is to be retired as at a shutdown (its state stored, its lease released),
+ * not on the renewer's thread, whose other leases must go on being renewed. */
+int fleet_start(struct fleet *f, void (*on_lost)(void *ctx, const char *id, bool handback),
+                void *ctx);
 const char *fleet_node(const struct fleet *f);
 uint64_t fleet_ttl_ms(const struct fleet *f);
 /* Takes the lease of a new session (the record must not exist). options_json: its options
@@ -366,7 +370,8 @@ int fleet_lease_state(struct fleet *f, const char *id);
  * record; -EBUSY when another node holds and renews it; other -errno with err_msg(). */
 int fleet_lease_take(struct fleet *f, const char *id, json_t **ret_record);
 /* Rewrites the held record with state ("live", or how it ended) and, when not NULL, its
- * last checkpoint summary. -EXDEV when another node took it meanwhile. */
+ * last checkpoint summary. -EXDEV when another node took it meanwhile; -ECANCELED (the
+ * write done) when its home node asks for it back. */
 int fleet_lease_update(struct fleet *f, const char *id, const char *state, json_t *checkpoint);
 /* Ends holding id: with how (e.g. "expired"), the record says the session ended so that a
  * successor may take it at once; how NULL only forgets it (the record was deleted). */
@@ -419,6 +424,9 @@ void session_table_put(struct session_table *t, struct session *s);
 void session_table_wait_retired(struct session_table *t, const char *id);
 /* Names the node in the ids of sessions created from now on ("NODE-HEX"; NULL: hex only). */
 void session_table_set_node(struct session_table *t, const char *node);
+/* Retires a session as a shutdown does (variables checkpointed, files saved, its lease
+ * released as "stopped"), so that its home node can resume it. 0 or -ENOENT. */
+int session_table_handover(struct session_table *t, const char *id);
 /* Drops a session whose lease another node took: out of the table, its kernel killed,
  * nothing written to the store (the successor's state is not touched). 0 or -ENOENT. */
 int session_table_drop(struct session_table *t, const char *id);

@@ -260,8 +260,22 @@ int session_table_remove(struct session_table *t, const char *id)
     return session_table_close(t, id, false, NULL);
 }
 
+static int close_as(struct session_table *t, const char *id, enum session_end how,
+                    json_t **ret_report);
+
 int session_table_close(struct session_table *t, const char *id, bool checkpoint,
                         json_t **ret_report)
+{
+    return close_as(t, id, checkpoint ? SESSION_END_CHECKPOINT : SESSION_END_CLOSE, ret_report);
+}
+
+int session_table_handover(struct session_table *t, const char *id)
+{
+    return close_as(t, id, SESSION_END_SHUTDOWN, NULL);
+}
+
+static int close_as(struct session_table *t, const char *id, enum session_end how,
+                    json_t **ret_report)
 {
     pthread_mutex_lock(&t->lock);
     wait_retired_locked(t, id); /* one being reaped: what is stored is final, then */
@@ -276,7 +290,7 @@ int session_table_close(struct session_table *t, const char *id, bool checkpoint
     pthread_mutex_unlock(&t->lock);
     if (!s)
         return -ENOENT;
-    session_retire(s, checkpoint ? SESSION_END_CHECKPOINT : SESSION_END_CLOSE, ret_report);
+    session_retire(s, how, ret_report);
     retire_end(t, s);
     return 0;
 }
