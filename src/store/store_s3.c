@@ -524,10 +524,18 @@ static int s3_get_v(struct store *st, const char *key, size_t max, char **ret, s
                     char ret_version[STORE_VERSION_SIZE])
 {
     struct buf body;
-    buf_init(&body, max);
-    struct s3_req rq = req_init("GET", key);
-    rq.body = &body;
-    int r = perform(st->impl, &rq);
+    struct s3_req rq;
+    int r = -EIO;
+    /* A record is small and read whole: a transfer cut short is read again (perform does
+     * not retry once part of an answer is in). */
+    for (int i = 0; i < ATTEMPTS && r == -EIO; i++) {
+        buf_init(&body, max);
+        rq = req_init("GET", key);
+        rq.body = &body;
+        r = perform(st->impl, &rq);
+        if (r == -EIO && i + 1 < ATTEMPTS)
+            buf_release(&body);
+    }
     if (!r && !rq.etag[0])
         r = err_set(EIO, "the S3 server sent %s without an ETag: it cannot hold leases", key);
     if (r < 0) {

@@ -77,8 +77,11 @@ async function checkSigV4(ctx, next) {
 // has honoured since 2024): s3rver 3.7.1 ignores both headers on PUT (it checks
 // If-None-Match on GET only), and runcell's fleet leases are built on them, so they are
 // checked here. Conditional writes of one key go one at a time (a promise chain per key),
-// the check and the write together, as S3 makes them atomic.
+// the check and the write together, as S3 makes them atomic. s3rver also rewrites an object
+// in place, so a GET during a PUT can read it half written (S3 never shows that): reads of
+// keys written conditionally join the same chain, their body read whole before it moves on.
 const keyChains = new Map();
+const conditionalKeys = new Set();
 
 function preconditionFailed(ctx) {
   ctx.status = 412;
@@ -94,15 +97,24 @@ async function currentEtag(ctx, bucketName, key) {
   return object.metadata.etag;
 }
 
+async function readWhole(stream) {
+  const chunks = [];
+  for await (const chunk of stream) chunks.push(chunk);
+  return Buffer.concat(chunks);
+}
+
 async function conditionalPut(ctx, next) {
   const ifNone = ctx.get('if-none-match');
   const ifMatch = ctx.get('if-match');
-  if (ctx.method !== 'PUT' || (!ifNone && !ifMatch)) return next();
   const m = /^\/([^/?]+)\/([^?]+)/.exec(ctx.req.url);
   if (!m) return next();
   const bucketName = decodeURIComponent(m[1]);
   const key = m[2].split('/').map(decodeURIComponent).join('/');
   const id = bucketName + '/' + key;
+  const conditional = ctx.method === 'PUT' && (ifNone || ifMatch);
+  const read = (ctx.method === 'GET' || ctx.method === 'HEAD') && conditionalKeys.has(id);
+  if (!conditional && !read) return next();
+  if (conditional) conditionalKeys.add(id);
   const before = keyChains.get(id) || Promise.resolve();
   let release;
   const mine = new Promise(resolve => (release = resolve));
@@ -110,6 +122,11 @@ async function conditionalPut(ctx, next) {
   keyChains.set(id, chained);
   await before;
   try {
+    if (read) {
+      await next();
+      if (ctx.body && typeof ctx.body.pipe === 'function') ctx.body = await readWhole(ctx.body);
+      return;
+    }
     const etag = await currentEtag(ctx, bucketName, key);
     if (ifNone === '*' && etag) return preconditionFailed(ctx);
     if (ifMatch && etag !== ifMatch) return preconditionFailed(ctx);
@@ -128,7 +145,10 @@ const server = new S3rver({
   configureBuckets: [{ name: bucket }],
 });
 // First in line, before s3rver's own handling.
-server.middleware.unshift(checkSigV4, conditionalPut);
+// RUNCELL_S3_TEST_PLAIN_PUT=1: s3rver's own PUT, which ignores the conditions (a test that a
+// fleet refuses such a store).
+if (process.env.RUNCELL_S3_TEST_PLAIN_PUT) server.middleware.unshift(checkSigV4);
+else server.middleware.unshift(checkSigV4, conditionalPut);
 server.run().then(
   addr => console.log('listening ' + addr.port),
   err => {

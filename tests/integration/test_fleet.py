@@ -1,0 +1,497 @@
+"""A fleet: three `runcell serve --fleet --node NAME` processes on 127.0.0.1 sharing the S3 test
+server (tests/s3), with HAProxy in front configured by deploy/haproxy/gen. Sessions spread over
+the nodes; each kind of route reaches the node named in the session's id; a node killed with
+SIGKILL mid-session has its sessions taken over by another node under the same ids (files of
+the last execution, variables of the last checkpoint, `resumed: true`); a node that comes back
+(restarted, or continued after SIGSTOP) never runs its own copy of a session that moved: it
+drops it and asks for the session back, resuming it from what the successor stored. The Python
+client and MCP work through the router unchanged.
+
+Waits are on events: a port that answers, a server state in HAProxy's stats socket, a line in
+a node's log. Skips when haproxy or the S3 test server is missing, unless
+RUNCELL_REQUIRE_TEST_SERVERS is set (then they fail)."""
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+from mcpclient import HttpClient
+from rctest import (HANG, ROOT, RUNCELL, TOKEN, Response, RuncellTestCase, S3Server, free_port,
+                    mounts_below, s3_server_missing, wait_until)
+
+sys.path.insert(0, os.path.join(ROOT, "clients", "python"))
+from runcell_client import Session  # noqa: E402
+
+GEN = os.path.join(ROOT, "deploy", "haproxy", "gen")
+SHIPPED_CFG = os.path.join(ROOT, "deploy", "haproxy", "haproxy.cfg")
+NODES = ("n1", "n2", "n3")
+LEASE_TTL_S = 2  # a dead node's sessions move after this (and a second of clock skew)
+
+
+def haproxy_missing():
+    if os.environ.get("RUNCELL_REQUIRE_TEST_SERVERS"):
+        return None
+    if not shutil.which("haproxy"):
+        return "haproxy is not installed (scripts/install-deps installs Debian's haproxy)"
+    return s3_server_missing()
+
+
+def node_of(sid):
+    return sid.rsplit("-", 1)[0]
+
+
+class Node:
+    """One `runcell serve --fleet` on a fixed port (kept across restarts: the router's
+    configuration names it) with its own data and run directories."""
+
+    def __init__(self, name, tmp, store_args):
+        self.name, self.store_args = name, store_args
+        self.port = free_port()
+        self.dir = os.path.join(tmp, name)
+        self.data_dir = os.path.join(self.dir, "data")
+        self.run_dir = os.path.join(self.dir, "run")
+        os.makedirs(self.run_dir, 0o755)
+        os.chmod(self.dir, 0o755)
+        self.log_path = os.path.join(self.dir, "serve.log")
+        self.proc = None
+
+    def spawn(self):
+        env = dict(os.environ, RUNCELL_RUNDIR=self.run_dir, RUNCELL_LOG="info")
+        env.pop("RUNCELL_TOKEN", None)
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                [RUNCELL, "serve", "--listen", "127.0.0.1:%d" % self.port, "--data",
+                 self.data_dir, "--token", TOKEN, "--node", self.name, "--fleet", "--lease-ttl",
+                 str(LEASE_TTL_S), "--e2b", "--pool", "1", *self.store_args],
+                env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+
+    def wait_ready(self):
+        def up():
+            if self.proc.poll() is not None:
+                raise AssertionError("node %s exited:\n%s" % (self.name, self.log()[-4000:]))
+            try:
+                return self.request("GET", "/healthz", timeout=5).status == 200
+            except OSError:
+                return False
+        if not wait_until(up, HANG):
+            raise AssertionError("node %s not ready:\n%s" % (self.name, self.log()[-4000:]))
+
+    def request(self, method, path, body=None, headers=None, timeout=HANG):
+        return http_request(self.port, method, path, body, headers, timeout)
+
+    def log(self):
+        with open(self.log_path, errors="replace") as f:
+            return f.read()
+
+    def kill9(self):
+        self.proc.kill()
+        self.proc.wait()
+        for m in reversed(mounts_below(self.run_dir)):  # what a killed server left
+            subprocess.run(["umount", "-l", m])
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGCONT)  # a stopped one cannot hear SIGTERM
+            self.proc.terminate()
+            try:
+                self.proc.wait(HANG)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def http_request(port, method, path, body=None, headers=None, timeout=HANG):
+    h = {"Authorization": "Bearer " + TOKEN}
+    h.update(headers or {})
+    if isinstance(body, (dict, list)):
+        body = json.dumps(body)
+        h.setdefault("Content-Type", "application/json")
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.request(method, path, body=body, headers=h)
+        r = conn.getresponse()
+        return Response(r.status, r.headers, r.read())
+    finally:
+        conn.close()
+
+
+class Router:
+    """HAProxy in the foreground with a configuration from deploy/haproxy/gen."""
+
+    def __init__(self, tmp, nodes):
+        self.port = free_port()
+        self.sock = os.path.join(tmp, "haproxy.sock")
+        self.cfg = os.path.join(tmp, "haproxy.cfg")
+        self.log_path = os.path.join(tmp, "haproxy.log")
+        specs = ["%s=127.0.0.1:%d" % (n.name, n.port) for n in nodes]
+        # Checks every 200 ms, down after 2 failures: the test waits for these states.
+        subprocess.run([sys.executable, GEN, *specs, "--listen", "127.0.0.1:%d" % self.port,
+                        "--stats-socket", self.sock, "--inter", "200ms", "--fall", "2",
+                        "--rise", "1", "--out", self.cfg], check=True)
+        self.check = subprocess.run(["haproxy", "-c", "-f", self.cfg], capture_output=True,
+                                    text=True)
+        self.proc = None
+
+    def start(self):
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(["haproxy", "-db", "-f", self.cfg],
+                                         stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+        if not wait_until(lambda: os.path.exists(self.sock) and self.states() is not None, HANG):
+            raise AssertionError("haproxy did not start:\n" + self.log())
+        return self
+
+    def log(self):
+        with open(self.log_path, errors="replace") as f:
+            return f.read()
+
+    def states(self):
+        """{server: status} of the nodes backend, from the stats socket ("UP", "DOWN", ...)."""
+        try:
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.settimeout(10)
+            s.connect(self.sock)
+            s.sendall(b"show stat\n")
+            data = b""
+            while True:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+            s.close()
+        except OSError:
+            return None
+        lines = data.decode().splitlines()
+        if not lines or not lines[0].startswith("# "):
+            return None
+        cols = lines[0][2:].split(",")
+        out = {}
+        for line in lines[1:]:
+            row = dict(zip(cols, line.split(",")))
+            if row.get("pxname") == "nodes" and row.get("svname") not in ("BACKEND", None):
+                out[row["svname"]] = row["status"].split(" ")[0]
+        return out
+
+    def wait_state(self, node, state):
+        if not wait_until(lambda: (self.states() or {}).get(node) == state, HANG):
+            raise AssertionError("haproxy never saw %s %s: %r" % (node, state, self.states()))
+
+    def request(self, method, path, body=None, headers=None, timeout=HANG):
+        return http_request(self.port, method, path, body, headers, timeout)
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(HANG)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+@unittest.skipIf(haproxy_missing(), haproxy_missing())
+class Fleet(RuncellTestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="runcell-fleet-")
+        os.chmod(cls.tmp, 0o755)
+        cls.s3 = S3Server(os.path.join(cls.tmp, "s3"))
+        os.mkdir(cls.s3.directory)
+        cls.s3.start()
+        cls.nodes = {}
+        try:
+            for name in NODES:
+                cls.nodes[name] = Node(name, cls.tmp, cls.s3.store_args("fleet"))
+            for n in cls.nodes.values():  # started together, as their templates take a while
+                n.spawn()
+            for n in cls.nodes.values():
+                n.wait_ready()
+            cls.router = Router(cls.tmp, cls.nodes.values())
+            if cls.router.check.returncode != 0:
+                raise AssertionError("haproxy -c refused the generated configuration:\n%s%s"
+                                     % (cls.router.check.stdout, cls.router.check.stderr))
+            cls.router.start()
+            for name in NODES:
+                cls.router.wait_state(name, "UP")
+        except BaseException:
+            cls.tearDownClass()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        if getattr(cls, "router", None):
+            cls.router.stop()
+        for n in getattr(cls, "nodes", {}).values():
+            n.stop()
+        cls.s3.stop()
+        if not os.environ.get("RCTEST_KEEP"):
+            subprocess.run(["rm", "-rf", "--one-file-system", cls.tmp])
+
+    def setUp(self):
+        # Every test starts with the whole fleet up, whatever an earlier one left.
+        for n in self.nodes.values():
+            if n.proc.poll() is not None:
+                n.spawn()
+                n.wait_ready()
+        for name in NODES:
+            self.router.wait_state(name, "UP")
+
+    # ---- helpers ----
+
+    def ok(self, r, status=200):
+        if r.status != status:
+            raise AssertionError("expected %d, got %r" % (status, r))
+        return r.json()
+
+    def create(self, **opts):
+        r = self.router.request("POST", "/v1/sessions", opts)
+        info = self.ok(r, 201)
+        self.assertEqual(r.headers["X-Runcell-Node"], node_of(info["id"]))
+        return info["id"]
+
+    def execute(self, sid, code, via=None):
+        r = (via or self.router).request("POST", "/v1/sessions/%s/execute" % sid, {"code": code})
+        return r, self.ok(r)
+
+    def record(self, sid):
+        """The session's record and lease in the shared store (as s3rver keeps it)."""
+        path = os.path.join(self.s3.directory, self.s3.bucket, "fleet", "sessions", sid,
+                            "lease.json._S3rver_object")
+        with open(path) as f:
+            return json.load(f)
+
+    def owner_session(self):
+        """A new session, its id, and its node."""
+        sid = self.create()
+        return sid, self.nodes[node_of(sid)]
+
+    # ---- configuration ----
+
+    def test_generated_configuration_is_valid_and_the_shipped_one_is_current(self):
+        self.assertEqual(self.router.check.returncode, 0, self.router.check.stderr)
+        shipped = subprocess.run(
+            [sys.executable, GEN, "--statefulset", "runcell", "--replicas", "3"],
+            capture_output=True, text=True, check=True).stdout
+        with open(SHIPPED_CFG) as f:
+            self.assertEqual(f.read().split("\n", 2)[2], shipped.split("\n", 2)[2],
+                             "deploy/haproxy/haproxy.cfg is not what gen makes: regenerate it")
+        # Pod names do not resolve here: HAProxy starts without their addresses (init-addr
+        # none) and learns them from the cluster's DNS.
+        c = subprocess.run(["haproxy", "-c", "-f", SHIPPED_CFG], capture_output=True, text=True)
+        self.assertEqual(c.returncode, 0, c.stdout + c.stderr)
+        bad = subprocess.run([sys.executable, GEN, "Bad_Name=127.0.0.1:1"], capture_output=True,
+                             text=True)
+        self.assertEqual(bad.returncode, 2)
+        self.assertIn("DNS label", bad.stderr)
+
+    def test_a_bad_node_name_is_refused(self):
+        r = subprocess.run([RUNCELL, "serve", "--node", "Not_A-Label", "--listen",
+                            "127.0.0.1:%d" % free_port(), "--data",
+                            os.path.join(self.tmp, "bad")], capture_output=True, text=True,
+                           timeout=HANG)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("--node 'Not_A-Label' is not a short DNS label", r.stderr)
+
+    def test_a_store_that_ignores_conditional_writes_is_refused(self):
+        # s3rver alone (without tests/s3/server.js's conditional writes) replaces an object
+        # whatever If-None-Match says, as S3-compatible servers without them do: leases on
+        # it would not keep two nodes apart, so a --fleet node refuses to start on it.
+        plain = S3Server(os.path.join(self.tmp, "s3-plain"))
+        os.mkdir(plain.directory)
+        os.environ["RUNCELL_S3_TEST_PLAIN_PUT"] = "1"
+        try:
+            plain.start()
+        finally:
+            del os.environ["RUNCELL_S3_TEST_PLAIN_PUT"]
+        self.addCleanup(plain.stop)
+        r = subprocess.run([RUNCELL, "serve", "--fleet", "--node", "lonely", "--listen",
+                            "127.0.0.1:%d" % free_port(), "--data",
+                            os.path.join(self.tmp, "plain-data"), "--token", TOKEN,
+                            *plain.store_args("fleet")], capture_output=True, text=True,
+                           timeout=HANG)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("ignores conditional writes", r.stderr)
+
+    def test_a_shared_directory_holds_records_and_leases(self):
+        d = os.path.join(self.tmp, "local-fleet")
+        n = Node("solo", d, ["--store", os.path.join(d, "store")])
+        n.spawn()
+        try:
+            n.wait_ready()
+            sid = self.ok(n.request("POST", "/v1/sessions", {"memory_mb": 300}), 201)["id"]
+            self.assertTrue(sid.startswith("solo-"), sid)
+            with open(os.path.join(d, "store", "sessions", sid, "lease.json")) as f:
+                rec = json.load(f)
+            self.assertEqual((rec["node"], rec["state"], rec["generation"]), ("solo", "live", 1))
+            self.assertEqual(rec["options"]["memory_mb"], 300)
+            self.ok(n.request("DELETE", "/v1/sessions/%s?checkpoint=true" % sid))
+            with open(os.path.join(d, "store", "sessions", sid, "lease.json")) as f:
+                rec = json.load(f)
+            self.assertEqual((rec["state"], rec["expires_ms"]), ("checkpointed", 0))
+        finally:
+            n.stop()
+
+    # ---- routing ----
+
+    def test_sessions_spread_over_the_nodes_and_each_route_reaches_its_node(self):
+        sids = [self.create() for _ in range(6)]
+        self.assertEqual({node_of(s) for s in sids}, set(NODES), sids)
+        for sid in sids:
+            node = node_of(sid)
+            base = "/v1/sessions/" + sid
+            calls = [("GET", base, None, 200), ("POST", base + "/execute", {"code": "v = 1"}, 200),
+                     ("PUT", base + "/files/a.txt", "hello", 201),
+                     ("GET", base + "/files/a.txt", None, 200), ("GET", base + "/files", None, 200),
+                     ("GET", base + "/events", None, 200),
+                     ("POST", base + "/interrupt", {}, 200),
+                     ("POST", base + "/checkpoint", {}, 200)]
+            for method, path, body, status in calls:
+                r = self.router.request(method, path, body)
+                self.assertIn(r.status, (status, 200), (method, path, r))
+                self.assertEqual(r.headers["X-Runcell-Node"], node, (method, path))
+                self.assertNotIn("X-Runcell-Resumed", r.headers)
+            self.assertEqual(self.router.request("GET", base + "/files/a.txt").body, b"hello")
+        for sid in sids:
+            r = self.router.request("DELETE", "/v1/sessions/" + sid)
+            self.ok(r)
+            self.assertEqual(r.headers["X-Runcell-Node"], node_of(sid))
+        # Requests that name no session go anywhere healthy.
+        rec = self.ok(self.router.request("POST", "/v1/execute", {"code": "print(6 * 7)"}))
+        self.assertEqual(rec["stdout"], "42\n")
+        self.assertIn(self.ok(self.router.request("GET", "/healthz"))["node"], NODES)
+
+    def test_e2b_routes_reach_the_sandbox_node(self):
+        key = {"X-API-KEY": TOKEN}
+        box = self.ok(self.router.request("POST", "/sandboxes", {"templateID": "code-interpreter-v1"},
+                                          headers=key), 201)
+        sid = box["sandboxID"]
+        node = node_of(sid)
+        self.assertIn(node, NODES)
+        r = self.router.request("GET", "/sandboxes/" + sid, headers=key)
+        self.ok(r)
+        self.assertEqual(r.headers["X-Runcell-Node"], node)
+        r = self.router.request("GET", "/contexts", headers={"E2b-Sandbox-Id": sid})
+        self.ok(r)
+        self.assertEqual(r.headers["X-Runcell-Node"], node)
+        r = self.router.request("POST", "/execute", {"code": "1 + 1"},
+                                headers={"E2b-Sandbox-Id": sid,
+                                         "X-Access-Token": box["envdAccessToken"]})
+        self.assertEqual(r.status, 200, r)  # NDJSON events
+        self.assertEqual(r.headers["X-Runcell-Node"], node)
+        events = [json.loads(line) for line in r.body.splitlines() if line.strip()]
+        self.assertIn("2", json.dumps(events))
+        r = self.router.request("DELETE", "/sandboxes/" + sid, headers=key)
+        self.assertEqual(r.status, 204, r)
+        self.assertEqual(r.headers["X-Runcell-Node"], node)
+
+    def test_mcp_through_the_router(self):
+        c = HttpClient(self.router.port, TOKEN)
+        c.initialize()
+        self.assertIn(node_of(c.session), NODES)
+        # Another node would not know the MCP session (404): each call reaching it proves
+        # the pin.
+        for i in range(3):
+            resp = c.call_tool("run_code", {"code": "print(%d * 2)" % i})
+            self.assertIn(str(i * 2), json.dumps(resp["result"]), resp)
+
+    def test_python_client_through_the_router(self):
+        with Session("http://127.0.0.1:%d" % self.router.port, TOKEN) as s:
+            self.assertIn(node_of(s.id), NODES)
+            self.assertEqual(s.run("x = 20")["status"], "ok")
+            self.assertEqual(s.run("x += 22\nx")["results"], [{"text/plain": "42"}])
+            s.upload("data.txt", b"payload")
+            self.assertEqual(s.download("data.txt"), b"payload")
+
+    # ---- takeover ----
+
+    def test_a_killed_node_s_session_moves_and_comes_back_when_it_restarts(self):
+        sid, home = self.owner_session()
+        self.execute(sid, "x = 41\nopen('a.txt', 'w').write('kept')")
+        self.ok(self.router.request("POST", "/v1/sessions/%s/checkpoint" % sid, {}))
+        self.execute(sid, "y = 2\nopen('b.txt', 'w').write('also kept')")
+        home.kill9()
+        self.router.wait_state(home.name, "DOWN")
+        # The node the session id hashes to among those left waits for the dead node's lease
+        # to expire and takes the session over.
+        r, rec = self.execute(sid, "import os\nprint(x + 1, sorted(os.listdir('.')))\n"
+                                   "print('y' in dir())")
+        successor = r.headers["X-Runcell-Node"]
+        self.assertNotEqual(successor, home.name)
+        self.assertEqual(r.headers["X-Runcell-Resumed"], "true")
+        self.assertEqual(rec["stdout"], "42 ['a.txt', 'b.txt']\nFalse\n")
+        self.assertTrue(rec["resumed"])
+        self.assertEqual((rec["previous_node"], rec["node"]), (home.name, successor))
+        self.assertIn("variables since the last checkpoint", rec["lost"])
+        self.assertEqual(sorted(rec["restored"]["files"]), ["a.txt", "b.txt"])
+        self.assertIn("x", rec["restored"]["variables"])
+        self.assertEqual(self.record(sid)["node"], successor)
+        for _ in range(3):  # every request of the session goes to that same successor
+            r, rec = self.execute(sid, "z = x + 100")
+            self.assertEqual(r.headers["X-Runcell-Node"], successor)
+            self.assertNotIn("resumed", rec)
+        info = self.ok(self.router.request("GET", "/v1/sessions/" + sid))
+        self.assertEqual(info["id"], sid)
+        # The killed node restarts. Its copy of the session died with it; the router sends
+        # the session's requests to it again (the id names it), and it asks the successor
+        # for the session back: the successor checkpoints and releases it, so what runs is
+        # the successor's state (z), never an older one, and never on both at once.
+        home.spawn()
+        home.wait_ready()
+        self.router.wait_state(home.name, "UP")
+        r, rec = self.execute(sid, "print(x, z)")
+        self.assertEqual(r.headers["X-Runcell-Node"], home.name)
+        self.assertEqual(rec["stdout"], "41 141\n")
+        self.assertEqual((rec["resumed"], rec["previous_node"]), (True, successor))
+        self.assertIn("handing a session back to its node",
+                      self.nodes[successor].log())
+        # The successor no longer runs it, and says who does.
+        r = self.nodes[successor].request("POST", "/v1/sessions/%s/execute" % sid,
+                                          {"code": "print('stale')"})
+        self.assertEqual(r.status, 409, r)
+        self.assertEqual(r.json()["error"]["code"], "session_moved")
+        self.assertIn("running on node %s" % home.name, r.json()["error"]["message"])
+        rec_store = self.record(sid)
+        self.assertEqual((rec_store["node"], rec_store["generation"]), (home.name, 3))
+        self.ok(self.router.request("DELETE", "/v1/sessions/" + sid))
+
+    def test_a_node_that_was_stopped_drops_the_session_that_moved(self):
+        sid, home = self.owner_session()
+        self.execute(sid, "x = 1\nopen('home.txt', 'w').write('h')")
+        self.ok(self.router.request("POST", "/v1/sessions/%s/checkpoint" % sid, {}))
+        os.kill(home.proc.pid, signal.SIGSTOP)  # it holds the session, and cannot renew
+        try:
+            self.router.wait_state(home.name, "DOWN")
+            r, rec = self.execute(sid, "x = 5\nopen('moved.txt', 'w').write('m')")
+            successor = r.headers["X-Runcell-Node"]
+            self.assertNotEqual(successor, home.name)
+            self.assertTrue(rec["resumed"])
+        finally:
+            os.kill(home.proc.pid, signal.SIGCONT)
+        # Straight to the node that was stopped, before or after its renewer notices: it
+        # must not run its own copy (x = 1) nor save it over the successor's files.
+        r, rec = self.execute(sid, "import os\nprint(x, sorted(os.listdir('.')))", via=home)
+        self.assertEqual(rec["stdout"], "5 ['home.txt', 'moved.txt']\n")
+        self.assertEqual((rec["resumed"], rec["previous_node"]), (True, successor))
+        self.assertIn("session moved to another node; dropping it here", home.log())
+        self.router.wait_state(home.name, "UP")
+        r, rec = self.execute(sid, "print(x)")
+        self.assertEqual((r.headers["X-Runcell-Node"], rec["stdout"]), (home.name, "5\n"))
+        self.ok(self.router.request("DELETE", "/v1/sessions/" + sid))
+
+    def test_closed_sessions_are_not_taken_over(self):
+        sid, home = self.owner_session()
+        self.execute(sid, "open('f', 'w').write('x')")
+        self.ok(self.router.request("DELETE", "/v1/sessions/" + sid))
+        other = next(n for n in self.nodes.values() if n is not home)
+        r = other.request("POST", "/v1/sessions/%s/execute" % sid, {"code": "1"})
+        self.assertEqual(r.status, 404, r)
+
+
+if __name__ == "__main__":
+    unittest.main()
