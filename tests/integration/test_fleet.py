@@ -19,7 +19,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 import unittest
 
 from mcpclient import HttpClient
