@@ -13,6 +13,7 @@ RUNCELL_REQUIRE_TEST_SERVERS is set (then they fail)."""
 import http.client
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -490,6 +491,164 @@ class Fleet(RuncellTestCase):
         other = next(n for n in self.nodes.values() if n is not home)
         r = other.request("POST", "/v1/sessions/%s/execute" % sid, {"code": "1"})
         self.assertEqual(r.status, 404, r)
+
+
+K8S_DIR = os.path.join(ROOT, "deploy", "kubernetes")
+
+
+def yaml_missing():
+    try:
+        import yaml  # noqa: F401
+    except ImportError:
+        return "PyYAML is not installed (scripts/install-deps installs python3-yaml)"
+    return None
+
+
+def k8s_schema_missing():
+    if os.environ.get("RUNCELL_REQUIRE_TEST_SERVERS"):
+        return None
+    try:
+        import kubernetes.client  # noqa: F401
+    except ImportError:
+        return "the Kubernetes API models are not installed (apt-get install python3-kubernetes)"
+    return None
+
+
+def schema_errors(obj, type_name, path):
+    """Where obj does not fit the Kubernetes API type type_name (python3-kubernetes' models:
+    field names and value types), as a list of messages."""
+    import kubernetes.client as kc
+    if type_name.startswith("list["):
+        if not isinstance(obj, list):
+            return ["%s: a list expected" % path]
+        return [e for i, x in enumerate(obj) for e in schema_errors(x, type_name[5:-1],
+                                                                    "%s[%d]" % (path, i))]
+    if type_name.startswith("dict("):
+        if not isinstance(obj, dict):
+            return ["%s: a map expected" % path]
+        inner = type_name[type_name.index(",") + 1:-1].strip()
+        return [e for k, v in obj.items() for e in schema_errors(v, inner, "%s.%s" % (path, k))]
+    primitives = {"str": (str,), "int": (int,), "bool": (bool,), "float": (int, float)}
+    if type_name in primitives:
+        ok = isinstance(obj, primitives[type_name]) and not (
+            type_name == "int" and isinstance(obj, bool))
+        return [] if ok else ["%s: %s expected, not %r" % (path, type_name, obj)]
+    if type_name in ("object", "datetime", "date"):
+        return []
+    cls = getattr(kc, type_name)
+    if not isinstance(obj, dict):
+        return ["%s: an object (%s) expected" % (path, type_name)]
+    by_json = {v: k for k, v in cls.attribute_map.items()}
+    errors = []
+    for key, value in obj.items():
+        if key not in by_json:
+            errors.append("%s.%s: not a field of %s" % (path, key, type_name))
+        else:
+            errors += schema_errors(value, cls.openapi_types[by_json[key]],
+                                    "%s.%s" % (path, key))
+    return errors
+
+
+@unittest.skipIf(yaml_missing(), yaml_missing())
+class KubernetesManifests(RuncellTestCase):
+    """deploy/kubernetes parsed and checked: against the API's schema (field names and types,
+    from python3-kubernetes' models), and the names that tie the objects together. No cluster
+    runs them here."""
+
+    @classmethod
+    def setUpClass(cls):
+        import yaml
+        cls.docs = []
+        cls.files = sorted(f for f in os.listdir(K8S_DIR) if f.endswith(".yaml"))
+        for f in cls.files:
+            with open(os.path.join(K8S_DIR, f)) as fh:
+                cls.docs += [(f, d) for d in yaml.safe_load_all(fh) if d]
+        cls.objects = {}
+        for f, d in cls.docs:
+            cls.objects.setdefault(d["kind"], []).append(d)
+
+    def one(self, kind, name):
+        found = [d for d in self.objects.get(kind, []) if d["metadata"]["name"] == name]
+        self.assertEqual(len(found), 1, "%s %s" % (kind, name))
+        return found[0]
+
+    @unittest.skipIf(k8s_schema_missing(), k8s_schema_missing())
+    def test_every_object_fits_the_api_schema(self):
+        # The check itself catches a misspelt field and a wrong type.
+        self.assertEqual(schema_errors({"spec": {"clusterIp": "None", "ports": [{"port": "x"}]}},
+                                       "V1Service", "t"),
+                         ["t.spec.clusterIp: not a field of V1ServiceSpec",
+                          "t.spec.ports[0].port: int expected, not 'x'"])
+        errors = []
+        for f, d in self.docs:
+            if d["kind"] == "Kustomization":
+                continue
+            version = d["apiVersion"].split("/")[-1]
+            type_name = version.capitalize() + d["kind"]
+            errors += schema_errors(d, type_name, "%s:%s/%s" % (f, d["kind"],
+                                                                d["metadata"]["name"]))
+        self.assertEqual(errors, [])
+
+    def test_kustomization_lists_every_file(self):
+        kust = self.objects["Kustomization"][0]
+        self.assertEqual(sorted(kust["resources"]),
+                         sorted(f for f in self.files if f != "kustomization.yaml"))
+
+    def test_the_names_that_tie_the_fleet_together(self):
+        ns = self.objects["Namespace"][0]["metadata"]["name"]
+        for f, d in self.docs:
+            if d["kind"] not in ("Namespace", "Kustomization"):
+                self.assertEqual(d["metadata"].get("namespace"), ns, (f, d["kind"]))
+        sts = self.objects["StatefulSet"][0]
+        svc = self.one("Service", sts["spec"]["serviceName"])
+        self.assertEqual(svc["spec"]["clusterIP"], "None")  # headless: a DNS name per pod
+        router = self.one("Deployment", "runcell-router")
+        router_svc = self.one("Service", "runcell-router")
+        for workload, service in ((sts, svc), (router, router_svc)):
+            labels = workload["spec"]["template"]["metadata"]["labels"]
+            sel = workload["spec"]["selector"]["matchLabels"]
+            self.assertLessEqual(sel.items(), labels.items())
+            self.assertLessEqual(service["spec"]["selector"].items(), labels.items())
+            ports = {p["name"]: p["containerPort"]
+                     for c in workload["spec"]["template"]["spec"]["containers"]
+                     for p in c.get("ports", [])}
+            for p in service["spec"]["ports"]:
+                self.assertIn(p["targetPort"], ports)
+        # Neither Service selects the other's pods.
+        self.assertFalse(router_svc["spec"]["selector"].items()
+                         <= sts["spec"]["template"]["metadata"]["labels"].items())
+        node = sts["spec"]["template"]["spec"]["containers"][0]
+        args = node["args"]
+        port = next(p["containerPort"] for p in node["ports"] if p["name"] == "http")
+        self.assertIn("--listen=0.0.0.0:%d" % port, args)
+        self.assertIn("--node=$(POD_NAME)", args)
+        self.assertIn("--fleet", args)
+        env = {e["name"]: e for e in node["env"]}
+        self.assertEqual(env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"], "metadata.name")
+        # Every $(VAR) of the arguments is defined, every reference names an object here.
+        defined = set(env)
+        for src in node["envFrom"]:
+            kind, ref = ("ConfigMap", src["configMapRef"]) if "configMapRef" in src else \
+                ("Secret", src["secretRef"])
+            obj = self.one(kind, ref["name"])
+            defined |= set(obj.get("data") or obj.get("stringData") or {})
+        for a in args:
+            for var in re.findall(r"\$\(([A-Z_]+)\)", a):
+                self.assertIn(var, defined, a)
+        key_ref = env["RUNCELL_TOKEN"]["valueFrom"]["secretKeyRef"]
+        self.assertIn(key_ref["key"], self.one("Secret", key_ref["name"])["stringData"])
+        # The router's configuration is deploy/haproxy/haproxy.cfg, naming every pod.
+        volume = next(v for v in router["spec"]["template"]["spec"]["volumes"]
+                      if "configMap" in v)
+        cfg = self.one("ConfigMap", volume["configMap"]["name"])["data"]["haproxy.cfg"]
+        with open(SHIPPED_CFG) as f:
+            self.assertEqual(cfg, f.read())
+        for i in range(sts["spec"]["replicas"]):
+            pod = "%s-%d" % (sts["metadata"]["name"], i)
+            self.assertIn("server %s %s.%s.%s.svc.cluster.local:%d" % (
+                pod, pod, svc["metadata"]["name"], ns, port), cfg)
+        self.assertNotIn("server %s-%d " % (sts["metadata"]["name"], sts["spec"]["replicas"]),
+                         cfg)
 
 
 if __name__ == "__main__":
