@@ -86,6 +86,7 @@ demo: programs
 bench: build
 	bench/run $(BUILD)/src/runcell
 	bench/mcp $(BUILD)/src/runcell
+	bench/fleet.py $(BUILD)/src/runcell
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')
