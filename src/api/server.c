@@ -541,7 +541,9 @@ static void shutdown_gracefully(struct server *srv)
     srv->mcp = NULL;
     MHD_stop_daemon(srv->mhd);
     srv->mhd = NULL;
-    fleet_stop(srv->fleet); /* the renewer drops sessions from the table: not while it goes */
+    /* The renewer drops sessions from the table: not while it goes. It goes on renewing, so
+     * that the sessions' last saves happen under their leases however long they take. */
+    fleet_quiesce(srv->fleet);
     fleet_wait_handovers(srv);
     session_table_free(srv->table);
     srv->table = NULL;
@@ -672,7 +674,7 @@ out:
     if (srv.mhd)
         MHD_stop_daemon(srv.mhd);
     conn_guard_free(srv.conns); /* the daemon, which used it, is stopped */
-    fleet_stop(srv.fleet);
+    fleet_quiesce(srv.fleet);
     fleet_wait_handovers(&srv);
     session_table_free(srv.table); /* releases the leases of the sessions it retires */
     fleet_free(srv.fleet);

@@ -32,6 +32,7 @@ struct fleet {
     uint64_t ttl_ms;
     pthread_mutex_t lock;    /* held, and each lease's fields */
     pthread_mutex_t io_lock; /* one write of a record at a time, in this process */
+    pthread_mutex_t cb_lock; /* on_lost, and its calls */
     pthread_cond_t wake;
     pthread_t renewer;
     bool running, stopping;
@@ -455,16 +456,19 @@ static void *renewer_main(void *arg)
             break;
         pthread_mutex_unlock(&f->lock);
         char **handbacks, **lost = renew_all(f, &handbacks);
+        pthread_mutex_lock(&f->cb_lock);
+        void (*on_lost)(void *, const char *, bool) = f->on_lost;
         for (char **id = lost; *id; id++) {
             log_warn("msg=\"session moved to another node; dropping it here\" session=%s", *id);
-            if (f->on_lost)
-                f->on_lost(f->on_lost_ctx, *id, false);
+            if (on_lost)
+                on_lost(f->on_lost_ctx, *id, false);
         }
         for (char **id = handbacks; *id; id++) {
             log_info("msg=\"handing a session back to its node\" session=%s", *id);
-            if (f->on_lost)
-                f->on_lost(f->on_lost_ctx, *id, true);
+            if (on_lost)
+                on_lost(f->on_lost_ctx, *id, true);
         }
+        pthread_mutex_unlock(&f->cb_lock);
         strv_free(handbacks);
         strv_free(lost);
         pthread_mutex_lock(&f->lock);
@@ -492,6 +496,7 @@ int fleet_new(struct store *st, const char *node, uint64_t ttl_ms, struct fleet 
     f->ttl_ms = ttl_ms;
     pthread_mutex_init(&f->lock, NULL);
     pthread_mutex_init(&f->io_lock, NULL);
+    pthread_mutex_init(&f->cb_lock, NULL);
     pthread_cond_init(&f->wake, NULL);
     *ret = f;
     return 0;
@@ -519,6 +524,15 @@ uint64_t fleet_ttl_ms(const struct fleet *f)
     return f->ttl_ms;
 }
 
+void fleet_quiesce(struct fleet *f)
+{
+    if (!f)
+        return;
+    pthread_mutex_lock(&f->cb_lock);
+    f->on_lost = NULL;
+    pthread_mutex_unlock(&f->cb_lock);
+}
+
 void fleet_stop(struct fleet *f)
 {
     if (!f || !f->running)
@@ -543,6 +557,7 @@ void fleet_free(struct fleet *f)
     }
     pthread_cond_destroy(&f->wake);
     pthread_mutex_destroy(&f->io_lock);
+    pthread_mutex_destroy(&f->cb_lock);
     pthread_mutex_destroy(&f->lock);
     free(f->instance);
     free(f->node);

@@ -376,6 +376,10 @@ int fleet_lease_update(struct fleet *f, const char *id, const char *state, json_
 /* Ends holding id: with how (e.g. "expired"), the record says the session ended so that a
  * successor may take it at once; how NULL only forgets it (the record was deleted). */
 void fleet_lease_release(struct fleet *f, const char *id, const char *how, json_t *checkpoint);
+/* Calls on_lost no more, and returns once a call in progress is over (a shutdown: the table
+ * goes, while the leases are still renewed until its sessions have released them). NULL is a
+ * no-op. */
+void fleet_quiesce(struct fleet *f);
 /* Stops the renewer (a graceful shutdown releases the leases first); NULL is a no-op. */
 void fleet_stop(struct fleet *f);
 void fleet_free(struct fleet *f);
