@@ -195,7 +195,12 @@ bool fleet_check(struct request *rq, const char *id, struct session *s)
         session_table_drop(srv->table, id);
         return false;
     }
-    api_error(rq, AE_SANDBOX, "%s", err_msg());
+    /* The session is kept: it runs again once the store answers and the lease is renewed
+     * (unless another node took it meanwhile, which this node then learns). */
+    api_error(rq, AE_SANDBOX,
+              "session %s cannot run now: this node could not renew its lease on it in the "
+              "store (%s); its state is kept here, try again when the store answers",
+              id, err_msg());
     return false;
 }
 

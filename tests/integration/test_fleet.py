@@ -318,6 +318,41 @@ class Fleet(RuncellTestCase):
         self.assertEqual(r.returncode, 1, r.stderr)
         self.assertIn("ignores conditional writes", r.stderr)
 
+    def test_a_node_that_cannot_renew_its_lease_refuses_then_recovers(self):
+        own = S3Server(os.path.join(self.tmp, "s3-outage"))
+        os.mkdir(own.directory)
+        own.start()
+        self.addCleanup(own.stop)
+        n = Node("lone", os.path.join(self.tmp, "outage"), own.store_args("fleet"))
+        n.spawn()
+        self.addCleanup(n.stop)
+        n.wait_ready()
+        sid = self.ok(n.request("POST", "/v1/sessions", {}), 201)["id"]
+        self.execute(sid, "x = 7", via=n)
+        own.stop()
+        # Its view of the lease lapses two thirds of a ttl after the last renewal: from then
+        # on it neither runs nor saves the session, and says why.
+        refused = []
+        wait_until(lambda: refused.append(n.request(
+            "POST", "/v1/sessions/%s/execute" % sid, {"code": "x"})) or refused[-1].status == 503,
+            HANG)
+        r = refused[-1]
+        self.assertEqual(r.status, 503, r)
+        self.assertIn("could not renew its lease", r.json()["error"]["message"])
+        own.start()  # the same directory and port: nobody took the lease meanwhile
+        r, rec = self.execute(sid, "print(x)", via=n)
+        self.assertEqual(rec["stdout"], "7\n")
+        self.assertNotIn("resumed", rec)
+
+    def test_a_lease_ttl_under_a_second_is_refused(self):
+        r = subprocess.run([RUNCELL, "serve", "--fleet", "--lease-ttl", "0.5", "--listen",
+                            "127.0.0.1:%d" % free_port(), "--data",
+                            os.path.join(self.tmp, "ttl-data"), "--token", TOKEN,
+                            *self.s3.store_args("ttl")], capture_output=True, text=True,
+                           timeout=HANG)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("a lease ttl under 1000 ms leaves no time to renew it", r.stderr)
+
     def test_a_shared_directory_holds_records_and_leases(self):
         d = os.path.join(self.tmp, "local-fleet")
         n = Node("solo", d, ["--store", os.path.join(d, "store")])
