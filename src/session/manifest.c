@@ -444,6 +444,13 @@ static void drop_unused(struct save *sv)
 
 static int write_manifest(struct save *sv)
 {
+    /* In a fleet the file list is written only while this node holds the session's lease,
+     * checked last, just before: a save that took long never lands over a successor's. */
+    if (sv->c->fleet && fleet_lease_state(sv->c->fleet, sv->id) < 0) {
+        note(sv, "the file list", "%s", err_msg());
+        sv->n_unsaved += sv->n_changed ? sv->n_changed - 1 : 0;
+        return -ENOLCK;
+    }
     _cleanup_free_ char *key = manifest_key(sv->id);
     json_t *j = manifest_json(sv->id, &sv->next);
     char *text = json_dumps(j, JSON_COMPACT);

@@ -129,7 +129,7 @@ static int persist_new(struct session_table *t, struct session *s, const char *i
             session_persist_fence(s);
             if (t->persist->fleet)
                 fleet_lease_release(t->persist->fleet, rq->id, "stopped", NULL);
-        } else if (!rq->id) {
+        } else {
             session_retire(s, SESSION_END_CLOSE, NULL);
         }
         err_set(-r, "%s", msg);
@@ -301,13 +301,15 @@ int session_table_drop(struct session_table *t, const char *id)
     struct entry *e = find(t, id);
     struct session *s = e ? e->s : NULL;
     if (e) {
-        session_persist_fence(s); /* before anything else can save it */
         session_interrupt(s);
         retire_begin_locked(t, e);
     }
     pthread_mutex_unlock(&t->lock);
     if (!s)
         return -ENOENT;
+    /* Outside the table's lock: the fence waits for a save in progress (which its lease
+     * check stops before the file list), and nothing is saved after it. */
+    session_persist_fence(s);
     session_kill(s);
     retire_end(t, s);
     return 0;
