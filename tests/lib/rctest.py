@@ -79,6 +79,33 @@ def run_cells(*codes, opts=(), timeout=180, env=None):
     return records, p
 
 
+# A fork bomb for a cell (see fork_probe).
+_FORK_PROBE = """
+import errno, json, os, sys, time
+n, err = 0, None
+while n < %(limit)d:
+    try:
+        pid = os.fork()
+    except OSError as e:
+        err = errno.errorcode[e.errno]
+        break
+    if pid == 0:
+        time.sleep(%(hold)d)
+        os._exit(0)
+    n += 1
+sys.stdout.flush()
+print("\\n" + json.dumps({"forks": n, "error": err}), flush=True)
+"""
+
+
+def fork_probe(limit, hold=60):
+    """Code for a cell that forks children sleeping `hold` seconds until a fork fails (or
+    `limit` forks succeed), then prints, as its last stdout line, a JSON object: how many it
+    made ("forks") and the errno name of the failure ("error"). Self-contained, so the
+    security suite and the VM stage run the same bomb."""
+    return _FORK_PROBE % {"limit": limit, "hold": hold}
+
+
 def png_size(data):
     """(width, height) of PNG bytes, from the IHDR chunk; raises ValueError if not a PNG."""
     if data[:8] != b"\x89PNG\r\n\x1a\n":
