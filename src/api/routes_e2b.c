@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <stddef.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
@@ -1771,7 +1772,9 @@ static enum MHD_Result process_list(struct request *rq, const char *box)
 static enum MHD_Result process_signal(struct request *rq, json_t *msg, const char *box)
 {
     json_t *sel = json_object_get(json_object_get(msg, "process"), "pid");
-    unsigned pid = (unsigned)json_integer_value(sel);
+    json_int_t want = json_integer_value(sel);
+    /* A pid past what a command can have is no command's (not one truncated to another's). */
+    unsigned pid = want > 0 && want <= UINT_MAX ? (unsigned)want : 0;
     json_t *sv = json_object_get(msg, "signal");
     const char *sname = json_string_value(sv);
     int sig = sname ? (!strcmp(sname, "SIGNAL_SIGTERM")   ? 15
@@ -1790,7 +1793,8 @@ static enum MHD_Result process_signal(struct request *rq, json_t *msg, const cha
         b->signalled = sig;
     pthread_mutex_unlock(&e->lock);
     if (!running)
-        return connect_error(rq, "not_found", "no process %u is running in sandbox %s", pid, box);
+        return connect_error(rq, "not_found", "no process %lld is running in sandbox %s",
+                             (long long)want, box);
     struct session *s = box_session(rq, box);
     if (!s)
         return MHD_YES;
