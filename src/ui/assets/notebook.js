@@ -208,12 +208,20 @@ class Notebook {
   }
 
   async restart() {
+    if (this.running) {
+      toast('A cell is running; interrupt it first.', 'error');
+      return;
+    }
+    this.running = 'restart'; // no cell starts while the interpreter is replaced
     try {
       await api('POST', '/v1/sessions/' + encodeURIComponent(this.id) + '/restart');
       toast('Restarted: a fresh interpreter on the same files');
+      this.el.dataset.restarts = String(Number(this.el.dataset.restarts || 0) + 1);
       for (const p of this.cellsEl.querySelectorAll('.prompt')) p.textContent = '[ ]';
     } catch (e) {
       toast('Cannot restart: ' + e.message, 'error');
+    } finally {
+      this.running = null;
     }
     this.refreshInfo();
   }
