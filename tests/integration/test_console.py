@@ -49,7 +49,7 @@ SALES = "month,revenue\nJan,120\nFeb,135\nMar,160\nApr,152\nMay,171\n"
 CHART = ("import pandas as pd\nimport matplotlib.pyplot as plt\n"
          "df = pd.read_csv('sales.csv')\n"
          "ax = df.plot(x='month', y='revenue', marker='o', title='Monthly revenue', legend=False)\n"
-         "ax.set_ylabel('revenue')\nplt.savefig('chart.png')\nprint('total', df['revenue'].sum())")
+         "ax.set_ylabel('revenue')\nplt.savefig('chart.png')\nplt.close()\nprint('total', df['revenue'].sum())")
 # The agent's model, in the order the scenarios ask: a run that hits a KeyError, repairs it and
 # charts; then a run that fails three times and is filed for review.
 SCRIPT = [

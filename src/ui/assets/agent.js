@@ -117,7 +117,7 @@ export function agentView() {
   function replay(n) {
     const r = runs.get(n);
     if (!r) { toast('That run was in an earlier page; only its summary is kept.'); return; }
-    clear(steps).append(r.events.map(eventCard));
+    clear(steps).append(...r.events.map(eventCard));
   }
 
   const form = h('form', {class: 'card', id: 'agent-form'},

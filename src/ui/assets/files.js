@@ -3,7 +3,7 @@
 // sandbox and are shown as text only; downloads are blobs of a type no browser renders
 // (application/octet-stream), so that a file named like a page is saved, never opened here.
 import {api, download, filePath, upload} from './api.js';
-import {bytes, clear, h, toast} from './dom.js';
+import {append, bytes, clear, h, toast} from './dom.js';
 
 const IMAGE = {png: 'image/png', jpg: 'image/jpeg', jpeg: 'image/jpeg', gif: 'image/gif',
                webp: 'image/webp'};
@@ -55,9 +55,9 @@ export function filePanel(sid) {
         preview.append(h('img', {src: previewUrl, alt: f.path, class: 'preview-image'}));
       } else if (TEXT.test(f.path) || blob.size < 4096) {
         const text = await blob.slice(0, PREVIEW_CAP).text();
-        preview.append(h('pre', {class: 'preview-text'}, text),
+        append(preview, [h('pre', {class: 'preview-text'}, text),
           blob.size > PREVIEW_CAP ? h('p', {class: 'muted'}, 'the first ' + bytes(PREVIEW_CAP) +
-                                                             ' of ' + bytes(blob.size)) : null);
+                                                             ' of ' + bytes(blob.size)) : null]);
       } else {
         preview.append(h('p', {class: 'muted'}, 'No preview for this kind of file; download it.'));
       }
