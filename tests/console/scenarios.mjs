@@ -127,6 +127,12 @@ const scenarios = {
     await page.waitForSelector('#sessions-view');
     out.loggedIn = true;
     await shot(page, 'form-login');
+    // A create the server refuses: its own words, on the form.
+    await page.fill('#create-session [name=memory_mb]', '99999999');
+    await page.click('#create-button');
+    await page.waitForSelector('#create-error:not([hidden])');
+    out.createError = await page.textContent('#create-error');
+    await shot(page, 'create-refused');
   },
 
   async notebook(browser) {
@@ -208,6 +214,10 @@ const scenarios = {
     await page.click('.file[data-path="dropped.csv"] .delete-file');
     await page.waitForSelector('.file[data-path="dropped.csv"]', {state: 'detached'});
     out.left = await page.locator('.file').evaluateAll((els) => els.map((e) => e.dataset.path));
+    // Close: back to the list, where it is gone (and not stored: closed without a checkpoint).
+    await page.click('#close-session');
+    await page.waitForSelector('#sessions-view #live-sessions :is(table, p)');
+    out.stillListed = await page.locator(`#live-sessions tr[data-id="${out.sid}"]`).count();
   },
 
   async interrupt(browser) {

@@ -190,6 +190,8 @@ class Console(RuncellTestCase):
         self.assertTrue(out["navHidden"])
         self.assertNotIn("not-the-token", out["url"])
         self.assertTrue(out["loggedIn"])  # then the right one, through the form
+        self.assertIn("Cannot create the session: field 'memory_mb' is 99999999, more than this "
+                      "server allows (8192)", out["createError"])
 
     def test_notebook_state_tables_charts_errors_and_history(self):
         out = self.scenario("notebook")
@@ -223,6 +225,9 @@ class Console(RuncellTestCase):
         self.assertEqual(out["downloadName"], "sales.csv")
         self.assertEqual(out["downloaded"], "month,revenue\nJan,120\nFeb,135\nMar,160\n")
         self.assertEqual(out["left"], ["chart.png", "sales.csv"])
+        self.assertEqual(out["stillListed"], 0)
+        status = self.srv.request("GET", "/v1/sessions/" + out["sid"]).status
+        self.assertEqual(status, 404)
 
     def test_interrupt_timeout_and_restart(self):
         out = self.scenario("interrupt")
