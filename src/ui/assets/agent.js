@@ -170,6 +170,12 @@ export function agentView() {
       controller = null;
     }
   });
+  // Files dropped on the form join the task's files.
+  form.addEventListener('dragover', (ev) => ev.preventDefault());
+  form.addEventListener('drop', (ev) => {
+    ev.preventDefault();
+    if (ev.dataTransfer && ev.dataTransfer.files.length) picker.files = ev.dataTransfer.files;
+  });
   showHistory();
   const el = h('section', {id: 'agent-view'}, form,
     h('div', {class: 'agent-cols'},
