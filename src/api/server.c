@@ -16,6 +16,11 @@
 
 static const struct route routes[] = {
     {"GET", "/healthz", h_healthz, ROUTE_NO_AUTH, NULL},
+    /* The web console (routes_ui.c): static files, no secret in them, so no token. */
+    {"GET", "/", h_ui_root, ROUTE_NO_AUTH, NULL},
+    {"GET", "/ui", h_ui_root, ROUTE_NO_AUTH, NULL},
+    {"GET", "/ui/", h_ui_asset, ROUTE_NO_AUTH, NULL},
+    {"GET", "/ui/{path}", h_ui_asset, ROUTE_NO_AUTH, NULL},
     {"GET", "/metrics", h_metrics, 0, NULL},
     {"POST", "/v1/sessions", h_session_create, 0, NULL},
     {"GET", "/v1/sessions", h_session_list, 0, NULL},
@@ -608,6 +613,7 @@ static int prepare(struct server *srv, struct sockaddr_storage *addr)
                        srv->cfg->listen, token_path);
     if ((r = token_load(srv->cfg->data_dir, srv->cfg->token, &srv->token, &generated)) < 0)
         return r;
+    srv->token_generated = generated;
     if (generated)
         fprintf(stderr, "runcell: generated an API token, saved to %s (mode 0600):\n%s\n",
                 token_path, srv->token);
@@ -654,6 +660,7 @@ int server_run(const struct server_config *cfg)
     log_info("msg=\"listening\" address=http://%s data=%s sessions_max=%zu", cfg->listen,
              cfg->data_dir, cfg->limits.max_sessions);
     fprintf(stderr, "runcell: listening on http://%s\n", cfg->listen);
+    ui_print_login(&srv);
     sigwait(&stop, &sig);
     log_info("msg=\"received %s\"", sig == SIGTERM ? "SIGTERM" : "SIGINT");
     shutdown_gracefully(&srv);
