@@ -233,6 +233,8 @@ json_t *exec_event_json(const struct exec_event *ev);
 bool wants_ndjson(struct request *rq);
 /* Interrupts the running one-shot executions (shutdown). */
 void oneshots_interrupt(struct server *srv);
+/* Kills the one-shot executions still running (shutdown, after the interrupt grace). */
+void oneshots_kill(struct server *srv);
 
 /* ---- a response body made by a worker thread as it goes (outstream.c) ---- */
 struct out_stream {

@@ -330,6 +330,14 @@ void oneshots_interrupt(struct server *srv)
     pthread_mutex_unlock(&srv->oneshots_lock);
 }
 
+void oneshots_kill(struct server *srv)
+{
+    pthread_mutex_lock(&srv->oneshots_lock);
+    for (struct oneshot_run *run = srv->oneshots; run; run = run->next)
+        session_kill(run->s);
+    pthread_mutex_unlock(&srv->oneshots_lock);
+}
+
 enum MHD_Result h_oneshot(struct request *rq)
 {
     json_t *body = body_json(rq);

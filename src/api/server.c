@@ -534,11 +534,20 @@ static void shutdown_gracefully(struct server *srv)
     size_t running = atomic_load(&srv->executions);
     log_info("msg=\"shutting down\" running_executions=%zu grace_ms=%llu", running,
              (unsigned long long)srv->cfg->shutdown_grace_ms);
+    const struct session_opts *d = &srv->cfg->defaults;
     if (!wait_idle(srv, now_ms_f() + (double)srv->cfg->shutdown_grace_ms)) {
         log_info("msg=\"grace period over; interrupting running cells\"");
         session_table_interrupt_all(srv->table);
         oneshots_interrupt(srv);
-        wait_idle(srv, now_ms_f() + (double)srv->cfg->defaults.interrupt_grace_ms + 3000);
+        if (!wait_idle(srv, now_ms_f() + (double)d->interrupt_grace_ms)) {
+            /* Interrupt first, kill after, as for a timeout: each client still gets its
+             * record. A one-shot still starting its kernel has nothing to kill yet; its cell
+             * is interrupted as it starts, so the wait is bounded by the start timeout. */
+            log_info("msg=\"interrupt grace over; killing the cells that did not stop\"");
+            session_table_kill_all(srv->table);
+            oneshots_kill(srv);
+            wait_idle(srv, now_ms_f() + (double)d->start_timeout_ms + 3000);
+        }
     }
     mcp_http_free(srv->mcp);
     srv->mcp = NULL;

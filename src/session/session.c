@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -32,6 +33,7 @@ struct session {
     /* An interrupt that came before the cell reached the kernel (while it started, or
      * before the request was written): sent once the request is out. */
     bool interrupt_owed;
+    _Atomic bool killed; /* session_kill: what dies now was stopped by runcell, not itself */
     long execution_count;
     uint64_t last_used_ms;
     uint64_t created_ms; /* wall clock */
@@ -508,6 +510,12 @@ static void record_lost(struct session *s, struct kernel *k, struct exec_record 
         rec->signal = SIGKILL;
         rec->message = xstrdup("interrupted, and the code did not stop; the interpreter was "
                                "restarted and its variables are lost (files are kept)");
+    } else if (s->killed) {
+        rec->status = EXEC_KILLED;
+        rec->signal = SIGKILL;
+        rec->message = xasprintf("killed: runcell is stopping, and the code did not stop within "
+                                 "%.3g s of the interrupt; variables are lost (files are kept)",
+                                 (double)s->opts.interrupt_grace_ms / 1000.0);
     } else if (u->oom_killed) {
         rec->status = EXEC_OOM;
         rec->signal = SIGKILL;
@@ -830,6 +838,7 @@ bool session_limits_degraded(struct session *s)
 void session_kill(struct session *s)
 {
     pthread_mutex_lock(&s->lock);
+    s->killed = true;
     if (s->k)
         sandbox_kill(s->k->sb);
     if (s->other)

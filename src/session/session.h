@@ -372,6 +372,8 @@ void session_table_foreach(struct session_table *t,
 size_t session_table_count(struct session_table *t);
 /* Interrupts every running cell (shutdown). */
 void session_table_interrupt_all(struct session_table *t);
+/* Kills every session's kernel without waiting (session_kill): the end of a shutdown. */
+void session_table_kill_all(struct session_table *t);
 /* Stops the reaper, closes every session, frees the table; NULL is a no-op. */
 void session_table_free(struct session_table *t);
 
