@@ -136,18 +136,6 @@ char *observation_text(const struct exec_record *rec, char *const *images, const
     return buf_detach(&b, NULL);
 }
 
-static int write_image(struct workspace *ws, const char *name, const unsigned char *data, size_t n)
-{
-    int fd = workspace_openat(ws, name, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0)
-        return fd;
-    int r = write_all(fd, data, n);
-    if (!r && fchown(fd, ws->uid, ws->gid) < 0 && ws->uid != geteuid())
-        r = -errno;
-    close(fd);
-    return r;
-}
-
 char **save_images(struct workspace *ws, const struct exec_record *rec, unsigned step,
                    json_t *images_b64)
 {
@@ -163,7 +151,7 @@ char **save_images(struct workspace *ws, const struct exec_record *rec, unsigned
         size_t n;
         unsigned char *data = base64_decode(b64, strlen(b64), &n);
         _cleanup_free_ char *name = exec_figure_name(step, ++k, mime);
-        if (data && ws && write_image(ws, name, data, n) == 0)
+        if (data && ws && workspace_write(ws, name, data, n) == 0)
             names = strv_push(names, name);
         free(data);
         if (images_b64 && strlen(b64) <= MAX_VISION_IMAGE)

@@ -281,12 +281,8 @@ static void save_image(struct repl *r, const char *b64, const char *mime)
         if (mkdir_p(r->o->out_dir, 0755) == 0 && write_file(path, (char *)data, n, 0644) == 0)
             printf("[image saved: %s]\n", path);
     } else {
-        struct workspace *ws = session_workspace(r->s);
-        _cleanup_close_ int fd = workspace_openat(ws, name, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fd >= 0 && write_all(fd, data, n) == 0) {
-            (void)!fchown(fd, ws->uid, ws->gid);
+        if (workspace_write(session_workspace(r->s), name, data, n) == 0)
             printf("[image saved: /workspace/%s]\n", name);
-        }
     }
     free(data);
 }

@@ -249,6 +249,42 @@ int workspace_read(const struct workspace *ws, const char *rel, size_t cap, stru
  * never written through. 0 or -errno with err_msg(). */
 int workspace_write(const struct workspace *ws, const char *rel, const void *data, size_t n);
 
+/* ---- making workspace files: whatever the daemon makes there belongs to the sandbox user
+ * (these functions are the only ones that change an owner), and is made below directories
+ * opened without following links. ---- */
+
+/* A file on its way to rel: made under a temporary name beside it, written through fd,
+ * then given to the sandbox user and renamed into place by ws_newfile_commit (a reader never
+ * sees half a file), or removed by ws_newfile_abort. Caller-owned storage; the fields other
+ * than fd belong to the module. */
+struct ws_newfile {
+    int fd; /* open read-write on the temporary file */
+    const struct workspace *ws;
+    int dirfd;
+    char *tmp_name;
+    char *leaf;
+};
+/* Creates rel's parent directories (owned by the sandbox user) and the temporary file, of
+ * mode, in the last of them. 0, or -errno with err_msg() (-EINVAL for an unsafe rel, -ELOOP
+ * for a link on the way); *ret is then released. */
+int ws_newfile_open(const struct workspace *ws, const char *rel, mode_t mode,
+                    struct ws_newfile *ret);
+/* With WS_REFUSE_LINK, a link or a directory at rel is refused (-ELOOP, -EISDIR) rather than
+ * replaced, so that a write never seems to go through one. */
+#define WS_REFUSE_LINK 1u
+/* Gives the file to the sandbox user and renames it to rel, replacing what is there (a link
+ * is replaced, never followed; see WS_REFUSE_LINK). *ret_replaced (may be NULL) says whether
+ * something was. f is released either way (on failure with its file removed). 0 or -errno. */
+int ws_newfile_commit(struct ws_newfile *f, unsigned flags, bool *ret_replaced);
+/* Removes the temporary file and releases f; a no-op on a released f. */
+void ws_newfile_abort(struct ws_newfile *f);
+/* Makes directory rel (parents created) of mode, owned by the sandbox user. 0 or -errno
+ * (-EEXIST when something is there). */
+int workspace_mkdir(const struct workspace *ws, const char *rel, mode_t mode);
+/* Makes rel (parents created) a symbolic link to target, owned by the sandbox user; target
+ * is only a string here, nothing follows it. 0 or -errno. */
+int workspace_symlink(const struct workspace *ws, const char *target, const char *rel);
+
 /* Where a session's egress proxy socket directory is bound (see net/net.h). Sandboxes made
  * by the template can only take binds at mount points its root has: this one and
  * /.runcell. */
