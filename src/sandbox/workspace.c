@@ -1,6 +1,6 @@
 /* workspace.c - the host side of /workspace: a capped tmpfs with its own host uid when
  * running as root, a plain directory otherwise. */
-#include "sandbox/sandbox.h"
+#include "sandbox/workspace-int.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -106,6 +106,11 @@ int workspace_open(const struct workspace *ws)
     if (fd < 0)
         return err_set(errno, "cannot open workspace %s: %s", ws->dir, strerror(errno));
     return fd;
+}
+
+char *workspace_aside_path(const struct workspace *ws, const char *name)
+{
+    return xasprintf("%s/%s", ws->base, name);
 }
 
 int workspace_chown(const struct workspace *ws, int dirfd, const char *name)

@@ -1,6 +1,6 @@
 /* wsfiles.c - reading and writing workspace files from the daemon without trusting
  * anything the sandboxed code may have placed there. */
-#include "sandbox/sandbox.h"
+#include "sandbox/workspace-int.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "runner.h"
-#include "sandbox/sandbox.h"
+#include "sandbox/workspace-int.h"
 
 /* A uid and gid no account uses, for the sandbox user when the tests run as root. */
 #define SANDBOX_TEST_ID 61789
