@@ -232,10 +232,11 @@ int workspace_copy_out(const struct workspace *ws, const char *rel, const char *
  * Caller frees. */
 char *workspace_aside_path(const struct workspace *ws, const char *name);
 /* Reads regular workspace file rel, at most cap bytes, into ret (which the caller releases
- * with buf_release; it is left released on failure). The sandbox may still be changing the
- * file: the read is capped whatever fstat said. *ret_size (may be NULL) gets the size fstat
- * saw, also on -E2BIG. 0, or -errno: -E2BIG past cap, -EINVAL not a regular file, -ELOOP a
- * symbolic link, as workspace_openat. */
+ * with buf_release; it is left released on failure): read_regular_fd on rel opened by
+ * workspace_openat, non-blocking (a FIFO is refused, never waited on). The sandbox may still
+ * be changing the file: the read is capped whatever fstat said. *ret_size (may be NULL) gets
+ * the size fstat saw, also on -E2BIG. 0, or -errno: -E2BIG past cap, -EINVAL not a regular
+ * file, -ELOOP a symbolic link, as workspace_openat. */
 int workspace_read(const struct workspace *ws, const char *rel, size_t cap, struct buf *ret,
                    uint64_t *ret_size);
 /* Writes n bytes to rel (parents created, owned by the sandbox user) through a temporary file

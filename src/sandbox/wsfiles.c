@@ -254,21 +254,11 @@ int workspace_read(const struct workspace *ws, const char *rel, size_t cap, stru
                    uint64_t *ret_size)
 {
     _cleanup_close_ int fd = workspace_openat(ws, rel, O_RDONLY | O_NONBLOCK, 0);
-    struct stat st;
-    if (fd < 0)
+    if (fd < 0) {
+        buf_init(ret, 0);
         return fd;
-    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
-        return -EINVAL;
-    if (ret_size)
-        *ret_size = (uint64_t)st.st_size;
-    if ((uint64_t)st.st_size > cap)
-        return -E2BIG;
-    fd_set_nonblock(fd, false);
-    buf_init(ret, cap ? cap : 1); /* 0 would mean no cap */
-    int r = read_all(fd, ret);
-    if (r < 0)
-        buf_release(ret);
-    return r;
+    }
+    return read_regular_fd(fd, cap, ret, ret_size);
 }
 
 int workspace_write(const struct workspace *ws, const char *rel, const void *data, size_t n)
