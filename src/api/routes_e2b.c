@@ -1961,16 +1961,15 @@ static enum MHD_Result fs_call(struct request *rq, const char *method, json_t *m
     }
     if (!*rel)
         return connect_error(rq, "invalid_argument", "'%s' is the workspace itself", p);
-    const char *leaf;
-    _cleanup_close_ int dfd = workspace_open_parent(ws, rel, !strcmp(method, "MakeDir"), &leaf);
-    if (dfd < 0)
-        return connect_error(rq, errno_code(dfd), "'%s': %s", p, strerror(-dfd));
     if (!strcmp(method, "MakeDir")) {
-        if (mkdirat(dfd, leaf, 0755) < 0)
-            return connect_error(rq, errno_code(-errno), "'%s': %s", p, strerror(errno));
-        workspace_chown(ws, dfd, leaf);
+        if ((r = workspace_mkdir(ws, rel, 0755)) < 0)
+            return connect_error(rq, errno_code(r), "'%s': %s", p, strerror(-r));
         return fs_reply_entry(rq, ws, rel, p);
     }
+    const char *leaf;
+    _cleanup_close_ int dfd = workspace_open_parent(ws, rel, false, &leaf);
+    if (dfd < 0)
+        return connect_error(rq, errno_code(dfd), "'%s': %s", p, strerror(-dfd));
     if (!strcmp(method, "Remove")) {
         struct stat st;
         if (fstatat(dfd, leaf, &st, AT_SYMLINK_NOFOLLOW) < 0)

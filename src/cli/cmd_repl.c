@@ -271,24 +271,10 @@ struct repl {
 
 static void save_image(struct repl *r, const char *b64, const char *mime)
 {
-    size_t n;
-    unsigned char *data = base64_decode(b64, strlen(b64), &n);
-    if (!data)
-        return;
-    _cleanup_free_ char *name = exec_figure_name(r->cell, (size_t)++r->images, mime);
-    if (r->o->out_dir) {
-        _cleanup_free_ char *path = xasprintf("%s/%s", r->o->out_dir, name);
-        if (mkdir_p(r->o->out_dir, 0755) == 0 && write_file(path, (char *)data, n, 0644) == 0)
-            printf("[image saved: %s]\n", path);
-    } else {
-        struct workspace *ws = session_workspace(r->s);
-        _cleanup_close_ int fd = workspace_openat(ws, name, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fd >= 0 && write_all(fd, data, n) == 0) {
-            (void)!fchown(fd, ws->uid, ws->gid);
-            printf("[image saved: /workspace/%s]\n", name);
-        }
-    }
-    free(data);
+    _cleanup_free_ char *name = NULL;
+    if (exec_figure_save(session_workspace(r->s), r->o->out_dir, r->cell, (size_t)++r->images, mime,
+                         b64, &name) == 0)
+        printf("[image saved: %s/%s]\n", r->o->out_dir ? r->o->out_dir : "/workspace", name);
 }
 
 static void on_event(void *ctx, const struct exec_event *ev)
@@ -301,12 +287,11 @@ static void on_event(void *ctx, const struct exec_event *ev)
         (void)write_all(ev->type == EV_STDOUT ? 1 : 2, ev->data, ev->len);
         break;
     case EV_RESULT: {
-        const char *png = json_string_value(json_object_get(ev->json, "image/png"));
-        const char *jpg = json_string_value(json_object_get(ev->json, "image/jpeg"));
-        if (png || jpg)
-            save_image(r, png ? png : jpg, png ? "image/png" : "image/jpeg");
+        const char *mime, *image = exec_bundle_image(ev->json, &mime);
+        if (image)
+            save_image(r, image, mime);
         const char *text = json_string_value(json_object_get(ev->json, "text/plain"));
-        if (text && *text && !(png || jpg))
+        if (text && *text && !image)
             printf("%s\n", text);
         fflush(stdout);
         break;

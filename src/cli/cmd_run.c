@@ -307,19 +307,14 @@ struct cell_printer {
 
 static void save_image(struct cell_printer *p, const char *mime, const char *b64)
 {
-    size_t n;
-    unsigned char *png = base64_decode(b64, strlen(b64), &n);
-    if (!png)
+    char *name;
+    if (exec_figure_save(NULL, p->o->c.out_dir, p->cell, ++p->n_images, mime, b64, &name) < 0) {
+        fprintf(stderr, "runcell: %s\n", err_msg());
         return;
-    _cleanup_free_ char *name = exec_figure_name(p->cell, ++p->n_images, mime);
-    _cleanup_free_ char *path = xasprintf("%s/%s", p->o->c.out_dir, name);
-    if (mkdir_p(p->o->c.out_dir, 0755) == 0 && write_file(path, (char *)png, n, 0644) == 0) {
-        fprintf(stderr, "runcell: saved %s\n", path);
-        p->saved = strv_push(p->saved, name);
-    } else {
-        fprintf(stderr, "runcell: cannot save %s: %s\n", path, strerror(errno));
     }
-    free(png);
+    fprintf(stderr, "runcell: saved %s/%s\n", p->o->c.out_dir, name);
+    p->saved = strv_push(p->saved, name);
+    free(name);
 }
 
 /* Live output of a cell; with --json only the images for --out (the record has the rest). */
@@ -334,12 +329,9 @@ static void print_cell_event(void *ctx, const struct exec_event *ev)
         forward_output(NULL, ev->type == EV_STDOUT ? 1 : 2, ev->data, ev->len);
         break;
     case EV_RESULT: {
-        const char *images[] = {"image/png", "image/jpeg"};
-        for (size_t i = 0; i < ARRAY_SIZE(images); i++) {
-            const char *b64 = json_string_value(json_object_get(ev->json, images[i]));
-            if (b64 && p->o->c.out_dir)
-                save_image(p, images[i], b64);
-        }
+        const char *mime, *b64 = exec_bundle_image(ev->json, &mime);
+        if (b64 && p->o->c.out_dir)
+            save_image(p, mime, b64);
         if (p->o->json)
             break;
         const char *text = json_string_value(json_object_get(ev->json, "text/plain"));

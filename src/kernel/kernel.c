@@ -1,5 +1,5 @@
 /* kernel.c - starting the Python kernel in a sandbox and speaking its framed protocol. */
-#include "kernel/kernel.h"
+#include "kernel/kernel-int.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -243,7 +243,7 @@ static int wait_hello(struct kernel *k, uint64_t timeout_ms)
             return err_set(ETIMEDOUT, "the kernel did not start within %llu ms",
                            (unsigned long long)timeout_ms);
         struct pollfd pfd[2] = {{.fd = k->chan_fd, .events = POLLIN},
-                                {.fd = k->sb->status_fd, .events = POLLIN}};
+                                {.fd = sandbox_status_fd(k->sb), .events = POLLIN}};
         if (poll(pfd, 2, (int)left + 1) < 0 && errno != EINTR)
             return -errno;
         if (pfd[1].revents)
@@ -254,11 +254,13 @@ static int wait_hello(struct kernel *k, uint64_t timeout_ms)
                 return r;
             if (r == 1 && !w.got) {
                 sandbox_wait(k->sb);
-                if (k->sb->error)
-                    return err_set(EIO, "sandbox setup failed: %s", k->sb->error);
+                struct sandbox_outcome end;
+                sandbox_outcome(k->sb, &end);
+                if (end.error)
+                    return err_set(EIO, "sandbox setup failed: %s", end.error);
                 return err_set(EIO, "the kernel exited while starting (%s %d)",
-                               k->sb->term_signal ? "signal" : "status",
-                               k->sb->term_signal ? k->sb->term_signal : k->sb->exit_code);
+                               end.signal ? "signal" : "status",
+                               end.signal ? end.signal : end.exit_code);
             }
         }
     }
@@ -451,4 +453,29 @@ void kernel_free(struct kernel *k)
     free(k->python_version);
     pthread_mutex_destroy(&k->write_lock);
     free(k);
+}
+
+int kernel_fd(const struct kernel *k, enum kernel_fd_kind which)
+{
+    switch (which) {
+    case KERNEL_FD_CHANNEL:
+        return k->chan_fd;
+    case KERNEL_FD_STDOUT:
+        return k->out_fd;
+    case KERNEL_FD_STDERR:
+        return k->err_fd;
+    case KERNEL_FD_STATUS:
+        return k->sb ? sandbox_status_fd(k->sb) : -1;
+    }
+    return -1;
+}
+
+struct sandbox *kernel_sandbox(const struct kernel *k)
+{
+    return k->sb;
+}
+
+const char *kernel_python_version(const struct kernel *k)
+{
+    return k->python_version ? k->python_version : "";
 }

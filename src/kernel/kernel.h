@@ -48,18 +48,22 @@ struct kernel_event {
 
 typedef void (*kernel_event_fn)(void *ctx, const struct kernel_event *ev);
 
-struct kernel {
-    struct sandbox *sb;
-    int chan_fd; /* our end of the control socket */
-    int out_fd;  /* read ends of the kernel's stdout/stderr pipes */
-    int err_fd;
-    struct buf in;
-    char *python_version;
-    /* Writes to chan_fd: a request and an interrupt frame never interleave. An interrupt
-     * that comes while a request is being written is owed, and sent right after it. */
-    pthread_mutex_t write_lock;
-    atomic_bool interrupt_owed;
+/* A kernel running in its sandbox; opaque (kernel-int.h has its fields). */
+struct kernel;
+
+/* What a caller of kernel_pump_channel, kernel_pump_pipe and sandbox_poll_status waits on. */
+enum kernel_fd_kind {
+    KERNEL_FD_CHANNEL, /* the control socket: frames */
+    KERNEL_FD_STDOUT,  /* the kernel's stdout pipe */
+    KERNEL_FD_STDERR,
+    KERNEL_FD_STATUS, /* its sandbox's status lines (sandbox_status_fd) */
 };
+/* The fd to poll (POLLIN) for which; -1 when there is none (any more). Owned by k. */
+int kernel_fd(const struct kernel *k, enum kernel_fd_kind which);
+/* The sandbox k runs in, for its usage, limits and signals; owned by k. */
+struct sandbox *kernel_sandbox(const struct kernel *k);
+/* The interpreter's version, as its hello said ("3.11.2"); "" when it said none. */
+const char *kernel_python_version(const struct kernel *k);
 
 /* Sends one execute request; the cell is numbered execution_count (in its filename, "<cell
  * N>", and its done message), so numbering goes on across kernels of one session. A kernel

@@ -90,8 +90,8 @@ static int start_kernel_for(struct session *s, const char *lang)
     pthread_mutex_lock(&s->lock);
     *kernel_slot(s, lang) = k;
     pthread_mutex_unlock(&s->lock);
-    if (k->python_version && *k->python_version && !s->python_version)
-        s->python_version = xstrdup(k->python_version);
+    if (*kernel_python_version(k) && !s->python_version)
+        s->python_version = xstrdup(kernel_python_version(k));
     return 0;
 }
 
@@ -176,7 +176,7 @@ int session_adopt(struct session *s, const struct session_opts *opts)
     struct session_opts o = *opts;
     session_opts_fill_defaults(&o);
     pthread_mutex_lock(&s->lock);
-    int r = s->k ? sandbox_set_limits(s->k->sb, &o.limits) : -ESRCH;
+    int r = s->k ? sandbox_set_limits(kernel_sandbox(s->k), &o.limits) : -ESRCH;
     pthread_mutex_unlock(&s->lock);
     if (r < 0 && r != -ENODATA)
         return err_set(-r, "cannot apply the session's limits: %s", strerror(-r));
@@ -341,7 +341,8 @@ static void drain_pipes(struct kernel *k, struct exec_ctx *x)
 {
     for (int stream = 1; stream <= 2; stream++)
         for (int i = 0; i < 1024 && kernel_pump_pipe(k, stream, on_kernel_event, x) == 0; i++) {
-            struct pollfd p = {.fd = stream == 1 ? k->out_fd : k->err_fd, .events = POLLIN};
+            int fd = kernel_fd(k, stream == 1 ? KERNEL_FD_STDOUT : KERNEL_FD_STDERR);
+            struct pollfd p = {.fd = fd, .events = POLLIN};
             if (poll(&p, 1, 0) <= 0)
                 break;
         }
@@ -370,10 +371,10 @@ static bool pump_until_done(struct session *s, struct kernel *k, struct exec_ctx
             break; /* it did not stop: the kernel goes */
         double until = stop ? kill_at : deadline;
         struct pollfd pfd[5] = {
-            {.fd = k->chan_fd, .events = POLLIN},
-            {.fd = out_open ? k->out_fd : -1, .events = POLLIN},
-            {.fd = err_open ? k->err_fd : -1, .events = POLLIN},
-            {.fd = k->sb->status_fd, .events = POLLIN},
+            {.fd = kernel_fd(k, KERNEL_FD_CHANNEL), .events = POLLIN},
+            {.fd = out_open ? kernel_fd(k, KERNEL_FD_STDOUT) : -1, .events = POLLIN},
+            {.fd = err_open ? kernel_fd(k, KERNEL_FD_STDERR) : -1, .events = POLLIN},
+            {.fd = kernel_fd(k, KERNEL_FD_STATUS), .events = POLLIN},
             {.fd = stop || !has_cancel ? -1 : req->cancel_fd, .events = cancel_events}};
         int n = poll(pfd, 5, (int)(until - now) + 1);
         if (n < 0 && errno != EINTR)
@@ -404,7 +405,7 @@ static bool pump_until_done(struct session *s, struct kernel *k, struct exec_ctx
                 kill_at = now_ms_f() + (double)s->opts.interrupt_grace_ms;
             }
         }
-        if (pfd[3].revents && sandbox_poll_status(k->sb) == 1)
+        if (pfd[3].revents && sandbox_poll_status(kernel_sandbox(k)) == 1)
             break;
         if (pfd[4].revents && !stop) {
             stop = STOP_CANCEL;
@@ -476,7 +477,8 @@ static bool crash_signal(int sig)
 static void record_lost(struct session *s, struct kernel *k, struct exec_record *rec,
                         enum stop stop, const struct exec_ctx *x, const struct sandbox_usage *u)
 {
-    struct sandbox *sb = k->sb;
+    struct sandbox_outcome end;
+    sandbox_outcome(kernel_sandbox(k), &end);
     const char *violation = x->violation;
     rec->state = STATE_LOST;
     if (x->limit) {
@@ -522,21 +524,21 @@ static void record_lost(struct session *s, struct kernel *k, struct exec_record 
         rec->message = xasprintf("out of memory (limit %llu MB): the interpreter was killed and "
                                  "restarted; variables are lost (files are kept)",
                                  (unsigned long long)s->opts.limits.memory_mb);
-    } else if (sb->exited && sb->term_signal) {
-        rec->status = crash_signal(sb->term_signal) ? EXEC_CRASHED : EXEC_KILLED;
-        rec->signal = sb->term_signal;
+    } else if (end.exited && end.signal) {
+        rec->status = crash_signal(end.signal) ? EXEC_CRASHED : EXEC_KILLED;
+        rec->signal = end.signal;
         rec->message = xasprintf("the interpreter died of signal %d (%s) and was restarted; "
                                  "variables are lost (files are kept)",
-                                 sb->term_signal, strsignal(sb->term_signal));
+                                 end.signal, strsignal(end.signal));
     } else {
         rec->status = EXEC_CRASHED;
-        if (sb->exited) {
+        if (end.exited) {
             rec->has_exit_code = true;
-            rec->exit_code = sb->exit_code;
+            rec->exit_code = end.exit_code;
         }
         rec->message = xasprintf("the interpreter exited (status %d) and was restarted; "
                                  "variables are lost (files are kept)",
-                                 sb->exited ? sb->exit_code : -1);
+                                 end.exited ? end.exit_code : -1);
     }
 }
 
@@ -635,8 +637,8 @@ static void run_cell(struct session *s, struct kernel *k, const struct exec_requ
     uint64_t seq0 = event_log_seq(&s->events);
 
     workspace_scan(s->ws, &before);
-    sandbox_usage(k->sb, &u0);
-    sandbox_reset_peak(k->sb);
+    sandbox_usage(kernel_sandbox(k), &u0);
+    sandbox_reset_peak(kernel_sandbox(k));
     int sent = kernel_send_execute(k, req->code, req->lang ? lang_name(req->lang) : s->lang,
                                    s->execution_count + 1,
                                    req->timeout_ms ? req->timeout_ms : s->opts.timeout_ms);
@@ -650,20 +652,20 @@ static void run_cell(struct session *s, struct kernel *k, const struct exec_requ
     } else {
         /* A kernel that died by itself leaves init to report how; one that must go is
          * killed at once. */
-        if (stop != STOP_NONE || !sandbox_wait_for(k->sb, 2000)) {
-            sandbox_kill(k->sb);
-            sandbox_wait(k->sb);
+        if (stop != STOP_NONE || !sandbox_wait_for(kernel_sandbox(k), 2000)) {
+            sandbox_kill(kernel_sandbox(k));
+            sandbox_wait(kernel_sandbox(k));
         }
-        sandbox_usage(k->sb, &u1);
+        sandbox_usage(kernel_sandbox(k), &u1);
         record_lost(s, k, rec, stop, &x, &u1);
     }
     if (rec->state != STATE_LOST)
-        sandbox_usage(k->sb, &u1);
+        sandbox_usage(kernel_sandbox(k), &u1);
     rec->wall_ms = now_ms_f() - t0;
     rec->cpu_ms = u1.cpu_ms - u0.cpu_ms;
     rec->memory_peak_kb = u1.memory_peak_kb;
     rec->memory_peak_scope = u1.memory_peak_scope;
-    rec->limits_degraded = k->sb->limits_degraded;
+    rec->limits_degraded = sandbox_limits_degraded(kernel_sandbox(k));
     finish_ctx(&x);
     *ret_scan_err = collect_files(s, rec, &before, after);
     ws_listing_release(&before);
@@ -830,7 +832,8 @@ json_t *session_events(struct session *s, uint64_t after_seq)
 bool session_limits_degraded(struct session *s)
 {
     pthread_mutex_lock(&s->lock);
-    bool v = s->k ? s->k->sb->limits_degraded : s->host->degraded_reason != NULL;
+    bool v =
+        s->k ? sandbox_limits_degraded(kernel_sandbox(s->k)) : s->host->degraded_reason != NULL;
     pthread_mutex_unlock(&s->lock);
     return v;
 }
@@ -840,9 +843,9 @@ void session_kill(struct session *s)
     pthread_mutex_lock(&s->lock);
     s->killed = true;
     if (s->k)
-        sandbox_kill(s->k->sb);
+        sandbox_kill(kernel_sandbox(s->k));
     if (s->other)
-        sandbox_kill(s->other->sb);
+        sandbox_kill(kernel_sandbox(s->other));
     pthread_mutex_unlock(&s->lock);
 }
 

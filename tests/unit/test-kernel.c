@@ -9,7 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "kernel/kernel.h"
+#include "kernel/kernel-int.h"
 #include "runner.h"
 
 struct seen {
