@@ -52,8 +52,9 @@ static int send_frame(struct kernel *k, char kind, const char *payload, size_t n
 int kernel_send_execute(struct kernel *k, const char *code, const char *lang, long execution_count,
                         uint64_t timeout_ms)
 {
-    json_t *req = json_pack("{s:s,s:s,s:s,s:I}", "type", "execute", "code", code, "lang", lang,
-                            "execution_count", (json_int_t)execution_count);
+    /* sync: this daemon answers the kernel's sync messages (KEV_SYNC) while the cell runs. */
+    json_t *req = json_pack("{s:s,s:s,s:s,s:I,s:b}", "type", "execute", "code", code, "lang", lang,
+                            "execution_count", (json_int_t)execution_count, "sync", 1);
     if (!req)
         return err_set(EINVAL, "the code is not valid UTF-8 text");
     char *text = json_dumps(req, JSON_COMPACT);
@@ -113,7 +114,7 @@ static const struct {
     enum kernel_event_type ev;
 } msg_types[] = {
     {"display", KEV_DISPLAY},       {"done", KEV_DONE},          {"hello", KEV_HELLO},
-    {"checkpoint_done", KEV_REPLY}, {"restore_done", KEV_REPLY},
+    {"checkpoint_done", KEV_REPLY}, {"restore_done", KEV_REPLY}, {"sync", KEV_SYNC},
 };
 
 static int handle_message(const char *p, size_t n, kernel_event_fn cb, void *ctx)
@@ -423,6 +424,15 @@ int kernel_request(struct kernel *k, const char *type, const char *path, uint64_
     }
     *ret_reply = w.reply;
     return 0;
+}
+
+void kernel_answer_sync(struct kernel *k)
+{
+    unsigned char hdr[FRAME_HEADER];
+    frame_header(hdr, 'A', 0);
+    pthread_mutex_lock(&k->write_lock);
+    (void)!write(k->chan_fd, hdr, sizeof(hdr));
+    pthread_mutex_unlock(&k->write_lock);
 }
 
 void kernel_interrupt(struct kernel *k)

@@ -36,6 +36,8 @@ enum kernel_event_type {
     KEV_REPLY,   /* msg: {"type":"checkpoint_done"|"restore_done","ok",...} */
     KEV_LIMIT,   /* data/len: why a message broke a cap (KERNEL_MSG_*); it was dropped
                   * unparsed, and the frames after it are read as usual */
+    KEV_SYNC,    /* msg: {"type":"sync"}: the cell starts a program; answer kernel_answer_sync
+                  * once what came before it is taken (see kernel_answer_sync) */
 };
 
 struct kernel_event {
@@ -113,6 +115,12 @@ int kernel_request(struct kernel *k, const char *type, const char *path, uint64_
  * kernel ignores SIGINT between cells and looks for the frame as the code starts); the
  * signal reaches code that runs. Never blocks; safe from any thread. */
 void kernel_interrupt(struct kernel *k);
+/* Answers a KEV_SYNC: an 'A' frame, after which the cell starts its program. The caller
+ * first takes every frame before the sync and what the pipes hold, so that the program's
+ * output (through a pipe) comes after what the cell printed (through the channel). Never
+ * blocks: an honest kernel waits for each answer, so its socket has room for one; for one
+ * that sends syncs without reading, the answer is dropped. */
+void kernel_answer_sync(struct kernel *k);
 /* Kills the kernel's sandbox, reaps it, frees everything; NULL is a no-op. */
 void kernel_free(struct kernel *k);
 

@@ -3,12 +3,14 @@ namespace, driven by the daemon over a framed protocol on fd 3.
 
 Frames are [u32 big-endian payload length][u8 kind][payload]:
   daemon -> kernel  b"M"  JSON request: {"type": "execute", "code": ..., "lang": "python"|"bash",
-                                         "execution_count": N}
+                                         "execution_count": N, "sync": true}
+                    b"I"  interrupt (see Channel.interrupted)
+                    b"A"  the answer to a sync message (see Kernel.sync_output)
                           {"type": "checkpoint" | "restore", "path": ...} (variables, see below)
   kernel -> daemon  b"O"  stdout bytes written by Python code (sys.stdout)
                     b"E"  stderr bytes written by Python code (sys.stderr)
                     b"M"  JSON message: hello, display (MIME bundle), done, checkpoint_done,
-                          restore_done
+                          restore_done, sync
 Output of child processes and C code goes to fds 1 and 2, which are pipes the daemon reads
 directly. The daemon treats everything arriving here as untrusted: user code runs in this
 very process and may change any of it.
@@ -129,12 +131,33 @@ class Channel:
         self.send(ord("M"), text.encode("utf-8"))
 
     def recv(self):
-        """The next request, past interrupt frames: one that comes before a request was
-        meant for the cell before it, which had ended."""
+        """The next request, past interrupt frames and sync answers: one that comes before a
+        request was meant for the cell before it, which had ended (or was interrupted while
+        it waited for the answer)."""
         while True:
             kind, payload = self._recv_frame()
-            if kind != ord("I"):
+            if kind not in (ord("I"), ord("A")):
                 return kind, payload
+
+    def sync(self):
+        """Sends a sync message and waits for the daemon's answer (an "A" frame), which it
+        sends once it has taken every frame before it and what the pipes hold. Interruptible
+        while it waits, never in the middle of a frame."""
+        import select
+        self.send_json({"type": "sync"})
+        while True:
+            if self.held is None:
+                select.select([self.fd], [], [])
+                with _interrupts:
+                    self.held = self._recv_frame()
+            kind, _ = self.held
+            if kind == ord("I"):
+                self.held = None  # its SIGINT raises KeyboardInterrupt here, or has
+            elif kind == ord("A"):
+                self.held = None
+                return
+            else:
+                return  # not an answer (the daemon has gone, or a request): recv's
 
     def interrupted(self):
         """True when the daemon sent an interrupt frame after the request being run. The
@@ -901,8 +924,21 @@ class Kernel:
         self.home = os.getcwd()  # the workspace: where the shell starts
         self.bash = None  # BashShell, from the first bash cell on
         self.bash_pending = None  # a restored snapshot, for the next shell to load
+        self.sync = False  # the daemon answers sync messages (the request said so)
 
     # -- output --
+    def sync_output(self):
+        """Called as the cell's code starts a program (subprocess, os.system, os.fork,
+        os.posix_spawn): what the program writes goes to the pipes, which the daemon reads
+        apart from this channel, so it could overtake what the cell printed just before.
+        The cell's text is sent and the daemon confirms it has it first. Only from the
+        cell's own thread, while its code runs, and when the daemon asked for it (other
+        threads' programs run alongside the cell anyway)."""
+        if (self.sync and _interrupts.live
+                and threading.current_thread() is threading.main_thread()):
+            self.flush_streams()
+            self.channel.sync()
+
     def flush_streams(self):
         self.stdout.flush()
         self.stderr.flush()
@@ -1123,9 +1159,30 @@ class Kernel:
             except ValueError:
                 continue
             if req.get("type") == "execute":
-                self.execute(req)
+                self.sync = req.get("sync") is True
+                try:
+                    self.execute(req)
+                finally:
+                    self.sync = False
             elif req.get("type") in ("checkpoint", "restore"):
                 self.variables(req)
+
+
+def _sync_before_programs(kernel):
+    """Wraps the ways Python code starts a program so that kernel.sync_output runs first.
+    (A before-fork hook cannot raise the KeyboardInterrupt that stops a wait for the daemon,
+    and subprocess forks without running the hooks.)"""
+    def before(fn):
+        def wrapper(*args, **kwargs):
+            kernel.sync_output()
+            return fn(*args, **kwargs)
+        wrapper.__name__, wrapper.__qualname__ = fn.__name__, fn.__qualname__
+        wrapper.__doc__, wrapper.__wrapped__ = fn.__doc__, fn
+        return wrapper
+    for name in ("fork", "system", "posix_spawn", "posix_spawnp"):
+        if hasattr(os, name):
+            setattr(os, name, before(getattr(os, name)))
+    subprocess.Popen._execute_child = before(subprocess.Popen._execute_child)
 
 
 def _exit_status(code):
@@ -1222,6 +1279,7 @@ def main(template_argv=False):
         sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), line_buffering=True)
         sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), line_buffering=True)
     os.register_at_fork(after_in_child=after_fork_in_child)
+    _sync_before_programs(kernel)
     sys.modules["__main__"] = kernel.main
     # Arguments given after the code (runcell run -c CODE ARGS...), as python -c has them.
     if not template_argv:

@@ -222,6 +222,7 @@ enum stop { STOP_NONE, STOP_TIMEOUT, STOP_CANCEL, STOP_PROTOCOL, STOP_LIMIT };
 #define DONE_MAX_COST     (8u << 20) /* the done message: the error and its traceback */
 
 struct exec_ctx {
+    struct kernel *k; /* the kernel the cell runs in, which a sync is answered on */
     struct exec_record *rec;
     const struct exec_sink *sink;
     json_t *done;
@@ -274,6 +275,8 @@ static json_t *clean_bundle(json_t *data)
     return out;
 }
 
+static void drain_pipes(struct kernel *k, struct exec_ctx *x);
+
 static void on_kernel_event(void *ctx, const struct kernel_event *ev)
 {
     struct exec_ctx *x = ctx;
@@ -318,6 +321,12 @@ static void on_kernel_event(void *ctx, const struct kernel_event *ev)
         break;
     case KEV_LIMIT:
         over_limit(x, "%.*s", (int)ev->len, ev->data);
+        break;
+    case KEV_SYNC:
+        if (x->k) {
+            drain_pipes(x->k, x);
+            kernel_answer_sync(x->k);
+        }
         break;
     case KEV_HELLO:
     case KEV_REPLY:
@@ -629,7 +638,7 @@ static void run_cell(struct session *s, struct kernel *k, const struct exec_requ
                      const struct exec_sink *sink, struct exec_record *rec,
                      struct ws_listing *after, int *ret_scan_err)
 {
-    struct exec_ctx x = {.rec = rec, .sink = sink};
+    struct exec_ctx x = {.k = k, .rec = rec, .sink = sink};
     struct ws_listing before;
     struct sandbox_usage u0 = {0}, u1 = {0};
     enum stop stop = STOP_NONE;

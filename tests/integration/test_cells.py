@@ -213,6 +213,48 @@ class StreamsTest(CellsTestCase):
         self.assertEqual(p.stdout, "one\nthree\n'value'\n")
         self.assertEqual(p.stderr, "two\n")
 
+    def test_a_programs_output_keeps_its_place_among_the_cells(self):
+        # The cell's print goes through the channel, a program's output through a pipe: the
+        # kernel syncs with the daemon as the program starts, so that even a daemon that
+        # wakes late (a loaded machine) takes them in the order they were written.
+        rec, = self.cells(
+            "import os, subprocess, sys\n"
+            "for i in range(40):\n"
+            "    print('py', i)\n"
+            "    subprocess.run(['echo', 'child', str(i)])\n"
+            "    os.system('echo system %d' % i)\n"
+            "    print('err', i, file=sys.stderr)\n"
+            "    pid = os.fork()\n"
+            "    if pid == 0:\n"
+            "        print('forked', i, flush=True)\n"
+            "        os._exit(0)\n"
+            "    os.waitpid(pid, 0)\n"
+            "    print('after', i)")
+        self.assertOk(rec)
+        want = []
+        for i in range(40):
+            want += ["py %d" % i, "child %d" % i, "system %d" % i, "forked %d" % i,
+                     "after %d" % i]
+        self.assertEqual(rec["stdout"].splitlines(), want)
+        self.assertEqual(rec["stderr"].splitlines(), ["err %d" % i for i in range(40)])
+
+    def test_interrupted_while_starting_programs(self):
+        # An interrupt that comes while the kernel waits for the daemon's answer to a sync
+        # stops the cell as any other; the answer that comes later is not taken for the
+        # next request.
+        recs = self.cells("x = 41",
+                          "import subprocess\nwhile True:\n    print('.')\n"
+                          "    subprocess.run(['true'])",
+                          "x + 1", "import subprocess\nprint(subprocess.run(['echo', 'ok'], "
+                          "capture_output=True).stdout)",
+                          opts=["--timeout", "2", "--keep-going"], expect_exit=124)
+        self.assertStatus(recs[1], "timeout")
+        self.assertEqual(recs[1]["state"], "kept", recs[1])
+        self.assertEqual(recs[1]["error"]["name"], "KeyboardInterrupt")
+        self.assertEqual(self.plain(recs[2]), ["42"])
+        self.assertOk(recs[3])
+        self.assertEqual(recs[3]["stdout"], "b'ok\\n'\n")
+
     def test_threads_and_child_processes(self):
         rec, = self.cells(
             "import os, subprocess, sys, threading\n"
