@@ -20,19 +20,18 @@ struct session {
     struct sandbox_host *host;
     struct session_opts opts;
     struct workspace *ws;
-    pthread_mutex_t lock; /* guards k and other (pointer swaps), busy, closed, interrupt_owed */
-    pthread_cond_t idle;  /* signalled when busy goes false */
+    pthread_mutex_t lock; /* guards k and other (pointer swaps) and state */
+    pthread_cond_t idle;  /* signalled when an execution ends */
     struct kernel *k;     /* the kernel of the session's language; NULL after a failed
                            * restart (the next execute retries) */
     /* A second kernel on the same workspace, of the other kind (a JavaScript kernel in a
      * Python session, a Python one, for python and bash cells, in a JavaScript session):
      * started by the first cell in its language, gone with the session or a restart. */
     struct kernel *other;
-    bool busy;
-    bool closed;
-    /* An interrupt that came before the cell reached the kernel (while it started, or
-     * before the request was written): sent once the request is out. */
-    bool interrupt_owed;
+    /* Changed only by transition_locked (state.c's table). An interrupt that came before the cell
+     * reached the kernel (while it started, or before the request was written) is owed to it
+     * (ARMED, INTERRUPTING), and sent once the request is out. */
+    enum session_state state;
     _Atomic bool killed; /* session_kill: what dies now was stopped by runcell, not itself */
     long execution_count;
     uint64_t last_used_ms;
@@ -589,18 +588,26 @@ static void work_priority_restore(int old)
         setpriority(PRIO_PROCESS, (id_t)gettid(), old);
 }
 
+/* Takes s's event ev (its lock held): 0, or the -errno that refuses it. */
+static int transition_locked(struct session *s, enum session_event ev)
+{
+    int next = session_state_next(s->state, ev);
+    if (next < 0)
+        return next;
+    s->state = (enum session_state)next;
+    return 0;
+}
+
 /* Marks s busy, waiting up to wait_ms for a running execution to end (0: not at all). */
 static int begin_within(struct session *s, uint64_t wait_ms)
 {
     struct timespec until;
     realtime_after_ms(&until, wait_ms);
     pthread_mutex_lock(&s->lock);
-    while (wait_ms && s->busy && !s->closed &&
+    while (wait_ms && session_state_next(s->state, SESSION_EV_BEGIN) == -EBUSY &&
            pthread_cond_timedwait(&s->idle, &s->lock, &until) == 0)
         ;
-    int r = s->closed ? -ESHUTDOWN : s->busy ? -EBUSY : 0;
-    if (!r)
-        s->busy = true;
+    int r = transition_locked(s, SESSION_EV_BEGIN);
     pthread_mutex_unlock(&s->lock);
     if (r == -EBUSY)
         err_set(EBUSY, "the session is busy running another execution; wait for it or "
@@ -618,8 +625,7 @@ static int begin(struct session *s)
 static void end(struct session *s)
 {
     pthread_mutex_lock(&s->lock);
-    s->busy = false;
-    s->interrupt_owed = false;
+    (void)transition_locked(s, SESSION_EV_END);
     s->last_used_ms = now_ms();
     pthread_cond_broadcast(&s->idle);
     pthread_mutex_unlock(&s->lock);
@@ -629,7 +635,7 @@ static void end(struct session *s)
 static void send_owed_interrupt(struct session *s, struct kernel *k)
 {
     pthread_mutex_lock(&s->lock);
-    if (s->interrupt_owed)
+    if (s->state == SESSION_INTERRUPTING)
         kernel_interrupt(k);
     pthread_mutex_unlock(&s->lock);
 }
@@ -744,9 +750,10 @@ int session_execute(struct session *s, const struct exec_request *req, const str
 int session_interrupt(struct session *s)
 {
     pthread_mutex_lock(&s->lock);
+    bool busy = session_state_busy(s->state);
+    (void)transition_locked(s, SESSION_EV_INTERRUPT);
     /* The idle one of two kernels drops the interrupt (it runs no cell). */
-    if (s->busy) {
-        s->interrupt_owed = true;
+    if (busy) {
         if (s->k)
             kernel_interrupt(s->k);
         if (s->other)
@@ -759,8 +766,9 @@ int session_interrupt(struct session *s)
 void session_interrupt_first_cell(struct session *s)
 {
     pthread_mutex_lock(&s->lock);
-    s->interrupt_owed = true;
-    if (s->busy && s->k)
+    bool busy = session_state_busy(s->state);
+    (void)transition_locked(s, SESSION_EV_INTERRUPT_NEXT);
+    if (busy && s->k)
         kernel_interrupt(s->k);
     pthread_mutex_unlock(&s->lock);
 }
@@ -798,7 +806,7 @@ uint64_t session_last_used_ms(struct session *s)
 bool session_busy(struct session *s)
 {
     pthread_mutex_lock(&s->lock);
-    bool v = s->busy;
+    bool v = session_state_busy(s->state);
     pthread_mutex_unlock(&s->lock);
     return v;
 }
@@ -905,7 +913,7 @@ void session_free(struct session *s)
     if (!s)
         return;
     pthread_mutex_lock(&s->lock);
-    s->closed = true;
+    (void)transition_locked(s, SESSION_EV_CLOSE);
     pthread_cond_broadcast(&s->idle);
     pthread_mutex_unlock(&s->lock);
     persist_free(s->persist);

@@ -16,7 +16,7 @@ import subprocess
 import threading
 import unittest
 
-from rctest import HANG, ROOT, RuncellTestCase, Server, wait_until
+from rctest import HANG, ROOT, RuncellTestCase, Server, ServerCase, wait_until
 
 E2B_DIR = os.path.join(ROOT, "tests", "e2b")
 SCENARIOS = os.path.join(E2B_DIR, "scenarios.mjs")
@@ -36,15 +36,8 @@ def sdk_missing():
 
 
 @unittest.skipIf(sdk_missing(), sdk_missing())
-class E2BSdk(RuncellTestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.srv = Server("--e2b")
-        cls.srv.start()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.srv.close()
+class E2BSdk(ServerCase):
+    server_args = ("--e2b",)
 
     def scenario(self, name, key=None):
         env = dict(os.environ, E2B_API_URL=self.srv.base_url, E2B_SANDBOX_URL=self.srv.base_url,
@@ -378,17 +371,9 @@ class E2BSdk(RuncellTestCase):
             self.e2b("DELETE", "/sandboxes/" + sid)
 
 
-class E2BWire(RuncellTestCase):
+class E2BWire(ServerCase):
     """Raw requests only (no SDK): what a hostile or broken client sends."""
-
-    @classmethod
-    def setUpClass(cls):
-        cls.srv = Server("--e2b")
-        cls.srv.start()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.srv.close()
+    server_args = ("--e2b",)
 
     def box(self):
         r = self.srv.request("POST", "/v2/sandboxes", {}, headers={"X-API-KEY": self.srv.token},

@@ -23,6 +23,7 @@ import time
 import unittest
 import uuid
 
+import rctest
 from rctest import (HANG, RUNCELL, TOKEN, RuncellTestCase, Server, cgroups_of, free_port,
                     is_root, mounts_below, procs_with, run_dir_entries, wait_until)
 
@@ -125,17 +126,8 @@ def vm_hwm_kb(pid):
     raise AssertionError("no VmHWM for %d" % pid)
 
 
-class ServerCase(RuncellTestCase):
+class ServerCase(rctest.ServerCase):
     """Tests that share one server with default options."""
-    server_args = ()
-
-    @classmethod
-    def setUpClass(cls):
-        cls.srv = Server(*cls.server_args).start()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.srv.close()
 
     def assertError(self, r, status, code, *needles):
         self.assertEqual(r.status, status, r)
