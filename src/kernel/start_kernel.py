@@ -5,7 +5,6 @@ source when kernel.pyc is missing, was made by another Python, or is not of this
 exactly as `python3 kernel.py ARGS` would run it: as __main__, with its own __file__."""
 import _imp
 import marshal
-import sys
 from _frozen_importlib_external import MAGIC_NUMBER, _RAW_MAGIC_NUMBER
 
 
@@ -27,5 +26,6 @@ def _kernel_code(here):
     return compile(source, source_path, "exec", dont_inherit=True)
 
 
-__file__ = sys.path[0] + "/kernel.py"
-exec(_kernel_code(sys.path[0]))
+_here = __file__.rpartition("/")[0] or "."
+__file__ = _here + "/kernel.py"
+exec(_kernel_code(_here))
