@@ -306,7 +306,8 @@ int kernel_start(struct sandbox_host *host, struct workspace *ws,
         argv = strv_push(argv, "/.runcell/kernel.js");
     } else {
         argv = strv_push(argv, "/usr/bin/python3");
-        argv = strv_push(argv, "/.runcell/kernel.py");
+        /* kernel.py from its precompiled code when that fits (start_kernel.py). */
+        argv = strv_push(argv, "/.runcell/start_kernel.py");
     }
     for (char *const *a = args; a && *a; a++)
         argv = strv_push(argv, *a);
