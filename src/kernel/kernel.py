@@ -1246,7 +1246,8 @@ class Kernel:
 
 
 def _sync_before_programs(kernel):
-    """Wraps the ways Python code starts a program so that kernel.sync_output runs first.
+    """Wraps the ways Python code starts a program so that kernel.sync_output runs first:
+    os's now, subprocess's by the function returned.
     (A before-fork hook cannot raise the KeyboardInterrupt that stops a wait for the daemon,
     and subprocess forks without running the hooks.)"""
     def before(fn):
@@ -1259,7 +1260,10 @@ def _sync_before_programs(kernel):
     for name in ("fork", "system", "posix_spawn", "posix_spawnp"):
         if hasattr(os, name):
             setattr(os, name, before(getattr(os, name)))
-    subprocess.Popen._execute_child = before(subprocess.Popen._execute_child)
+
+    def patch_subprocess(module):
+        module.Popen._execute_child = before(module.Popen._execute_child)
+    return patch_subprocess  # for subprocess, once something imports it
 
 
 def _exit_status(code):
@@ -1341,7 +1345,7 @@ def main(template_argv=False):
             kernel.display(obj)
     builtins.display = display
     patches = {"matplotlib.pyplot": lambda m: _patch_pyplot(m, kernel),
-               "linecache": _fill_linecache}
+               "linecache": _fill_linecache, "subprocess": _sync_before_programs(kernel)}
     for name in list(patches):
         if name in sys.modules:  # imported ahead (by the template, or at start)
             patches.pop(name)(sys.modules[name])
@@ -1361,7 +1365,6 @@ def main(template_argv=False):
         sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), line_buffering=True)
         sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), line_buffering=True)
     os.register_at_fork(after_in_child=after_fork_in_child)
-    _sync_before_programs(kernel)
     sys.modules["__main__"] = kernel.main
     # Arguments given after the code (runcell run -c CODE ARGS...), as python -c has them.
     if not template_argv:
