@@ -240,7 +240,12 @@ class HttpTest(ServerCase):
         sid = self.srv.create_session()
         self.srv.execute(sid, "A=1; echo $$ > shell.pid", language="bash")
         # the kernel is the shell's parent: it finds it gone at the next bash cell
-        rec = self.srv.execute(sid, "import os\nos.kill(int(open('shell.pid').read()), 9)")
+        # SIGKILL is sent at once but takes effect when the shell next runs: wait until it
+        # is dead (a zombie, which the kernel reaps), the state the next cell must find
+        rec = self.srv.execute(sid, "import os, time\npid = int(open('shell.pid').read())\n"
+                               "os.kill(pid, 9)\n"
+                               "while open('/proc/%d/stat' % pid).read().rsplit(')', 1)[1]"
+                               ".split()[0] != 'Z':\n    time.sleep(0.01)")
         self.assertEqual(rec["status"], "ok", rec)
         rec = self.srv.execute(sid, "echo ${A:-gone}", language="bash")
         self.assertEqual(rec["status"], "ok", rec)
