@@ -45,6 +45,21 @@ def pct(xs, q):
     return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
 
 
+# Rounds run first and not counted: the connection, caches, the kernel's first compile.
+WARMUP = 50
+
+
+def timed_rounds(fn, rounds, warmup=WARMUP):
+    """Calls fn warmup + rounds times; returns the last rounds calls' durations in ms."""
+    times = []
+    for i in range(warmup + rounds):
+        t0 = time.perf_counter()
+        fn()
+        if i >= warmup:
+            times.append((time.perf_counter() - t0) * 1000)
+    return times
+
+
 # ---- runcell ----
 
 class Runcell:
@@ -94,20 +109,20 @@ class Runcell:
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 
-def runcell_round_trips(rc, rounds):
+def runcell_round_trips(rc, rounds, language=None):
+    """Warm `x += 1` round trips in one session (of language; None: the default, Python)
+    over one kept-alive connection."""
     conn = rc.conn()
-    sid = rc.create(conn)
+    sid = rc.call(conn, "POST", "/v1/sessions", {"language": language} if language else {})["id"]
     path = "/v1/sessions/%s/execute" % sid
-    rc.call(conn, "POST", path, {"code": "x = 0"})
-    times = []
-    for i in range(rounds + 50):
-        t0 = time.perf_counter()
+    rc.call(conn, "POST", path, {"code": "var x = 0" if language == "javascript" else "x = 0"})
+
+    def one():
         rec = rc.call(conn, "POST", path, {"code": "x += 1"})
-        if i >= 50:
-            times.append((time.perf_counter() - t0) * 1000)
         assert rec["status"] == "ok", rec
+    times = timed_rounds(one, rounds)
     assert rc.call(conn, "POST", path, {"code": "x"})["results"][0]["text/plain"] == \
-        str(rounds + 50)
+        str(rounds + WARMUP)
     rc.call(conn, "DELETE", "/v1/sessions/" + sid)
     conn.close()
     return times
@@ -115,16 +130,13 @@ def runcell_round_trips(rc, rounds):
 
 def client_round_trips(rc, rounds):
     import runcell_client
-    times = []
     with runcell_client.Session("http://127.0.0.1:%d" % rc.port, TOKEN) as s:
         s.run("x = 0")
-        for i in range(rounds + 50):
-            t0 = time.perf_counter()
+
+        def one():
             rec = s.run("x += 1")
-            if i >= 50:
-                times.append((time.perf_counter() - t0) * 1000)
             assert rec["status"] == "ok", rec
-    return times
+        return timed_rounds(one, rounds)
 
 
 def runcell_starts(rc, n):
@@ -203,17 +215,14 @@ class Jupyter:
     def round_trips(self, rounds, interactive):
         kc = self.kcs[0]
         kc.execute_interactive("x = 0", timeout=60)
-        times = []
-        for i in range(rounds + 50):
-            t0 = time.perf_counter()
+
+        def one():
             if interactive:
                 reply = kc.execute_interactive("x += 1", timeout=60, output_hook=lambda m: None)
             else:
                 reply = kc.execute("x += 1", reply=True, timeout=60)
-            if i >= 50:
-                times.append((time.perf_counter() - t0) * 1000)
             assert reply["content"]["status"] == "ok", reply
-        return times
+        return timed_rounds(one, rounds)
 
     def throughput(self, seconds):
         return throughput([lambda c=kc: c.execute("x += 1", reply=True, timeout=60)

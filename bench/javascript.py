@@ -21,7 +21,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from api import Runcell, pct  # noqa: E402
+from api import Runcell, pct, runcell_round_trips  # noqa: E402
 
 NODE = "/usr/bin/node"
 
@@ -36,23 +36,6 @@ def create_first(rc, language, n):
         times.append((time.perf_counter() - t0) * 1000)
         assert rec["results"][0]["text/plain"] == "2", rec
         rc.call(conn, "DELETE", "/v1/sessions/" + sid)
-    conn.close()
-    return times
-
-
-def round_trips(rc, language, rounds):
-    conn = rc.conn()
-    sid = rc.call(conn, "POST", "/v1/sessions", {"language": language})["id"]
-    path = "/v1/sessions/%s/execute" % sid
-    rc.call(conn, "POST", path, {"code": "var x = 0" if language == "javascript" else "x = 0"})
-    times = []
-    for i in range(rounds + 50):
-        t0 = time.perf_counter()
-        rec = rc.call(conn, "POST", path, {"code": "x += 1"})
-        if i >= 50:
-            times.append((time.perf_counter() - t0) * 1000)
-        assert rec["status"] == "ok", rec
-    rc.call(conn, "DELETE", "/v1/sessions/" + sid)
     conn.close()
     return times
 
@@ -80,8 +63,8 @@ def main(argv):
         rows = [("node -e cold (no sandbox)", node_cold(starts)),
                 ("js create -> first result", create_first(rc, "javascript", starts)),
                 ("py create -> first result", create_first(rc, "python", starts)),
-                ("js warm x += 1 round trip", round_trips(rc, "javascript", rounds)),
-                ("py warm x += 1 round trip", round_trips(rc, "python", rounds))]
+                ("js warm x += 1 round trip", runcell_round_trips(rc, rounds, "javascript")),
+                ("py warm x += 1 round trip", runcell_round_trips(rc, rounds, "python"))]
     finally:
         rc.close()
     print("%-28s %9s %9s %9s" % ("what (ms)", "p50", "p90", "mean"))

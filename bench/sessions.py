@@ -8,13 +8,13 @@ Measured in one run, on this machine:
                            the data stack is imported in all three
   memory per idle session  PSS of a session's processes (50 sessions, each ran a cell),
                            beside a fresh python3 that imported the data stack
-  idle sessions held       1000 sessions at once; /healthz latency while they live
+  idle sessions held       1000 sessions at once (--hold N); /healthz latency while they live
 
 With --template-tradeoff it measures only create -> first result of the data stack import
 and 1+1, with and without the template (serve --no-template: every session a fresh
 interpreter, with its own hash secret, address layout and stack canary; docs/SECURITY.md).
 
-usage: bench/sessions.py RUNCELL [--quick] [--summary FILE] [--template-tradeoff]
+usage: bench/sessions.py RUNCELL [--quick] [--hold N] [--summary FILE] [--template-tradeoff]
 (standard library + Debian's jupyter_client)
 Prints a table; returns rows for bench/run to merge.
 """
@@ -280,14 +280,15 @@ def hold_sessions(runcell, n, creators=4):
             t.join()
         created_s = time.time() - t0
         lat = []
-        for _ in range(50):
+        for _ in range(200):
             t = time.perf_counter()
             srv.get("/healthz")
             lat.append((time.perf_counter() - t) * 1000)
         used = meminfo_used_mb() - mem0
         t0 = time.time()
         return {"held": len(made), "errors": errors[:3], "create_s": created_s,
-                "healthz_p50": pct(lat, 50), "healthz_max": max(lat),
+                "healthz_p50": pct(lat, 50), "healthz_p99": pct(lat, 99),
+                "healthz_max": max(lat),
                 "memory_mb": used}
     finally:
         t0 = time.time()
@@ -315,7 +316,7 @@ def main(argv):
     rows = []
     spec_dir = jupyter_kernel_spec_dir()
     print("create -> first result of 1+1, data stack imported")
-    rc = runcell_create(runcell, 10 if quick else 30)
+    rc = runcell_create(runcell, 30 if quick else 200)
     jp = jupyter_create(spec_dir, 2 if quick else 5)
     cold = cold_python(3 if quick else 10)
     rows.append(("create -> first result (p50 ms)", "<= 15", pct(rc, 50),
@@ -326,7 +327,8 @@ def main(argv):
     ref = python_pss()
     rows.append(("PSS per idle session (MB)", "<= 10", pss, [("fresh python3 + data stack", ref)]))
     print("idle sessions held")
-    held = hold_sessions(runcell, 200 if quick else 1000)
+    hold = int(argv[argv.index("--hold") + 1]) if "--hold" in argv else (200 if quick else 1000)
+    held = hold_sessions(runcell, hold)
     rows.append(("idle sessions held", ">= 1000", held["held"], []))
     rows.append(("/healthz while held (p50 / max ms)", "< 50", held["healthz_max"],
                  [("p50", held["healthz_p50"])]))
@@ -335,14 +337,20 @@ def main(argv):
     print("  %d sessions made in %.1f s (4 clients), about %.0f MB of memory%s" % (
         held["held"], held["create_s"], held["memory_mb"],
         "; errors: %s" % held["errors"] if held["errors"] else ""))
-    print("  create->first result: runcell p90 %.1f ms, max %.1f ms over %d; Jupyter p50 %.0f ms "
-          "over %d" % (pct(rc, 90), max(rc), len(rc), pct(jp, 50), len(jp)))
+    print("  create->first result: runcell p90 %.1f ms, p99 %.1f ms, max %.1f ms over %d; "
+          "Jupyter p50 %.0f ms over %d" % (pct(rc, 90), pct(rc, 99), max(rc), len(rc),
+                                          pct(jp, 50), len(jp)))
+    print("  /healthz while held: p50 %.1f ms, p99 %.1f ms, max %.1f ms over 200" % (
+        held["healthz_p50"], held["healthz_p99"], held["healthz_max"]))
     if summary:  # for bench/run's table
         with open(summary, "w") as f:
-            json.dump({"create_ms": pct(rc, 50), "jupyter_create_ms": pct(jp, 50),
+            json.dump({"create_ms": pct(rc, 50), "create_p99_ms": pct(rc, 99),
+                       "create_n": len(rc), "jupyter_create_ms": pct(jp, 50),
                        "cold_python_ms": pct(cold, 50), "pss_mb": pss, "python_pss_mb": ref,
                        "held": held["held"], "healthz_p50_ms": held["healthz_p50"],
-                       "healthz_max_ms": held["healthz_max"]}, f)
+                       "healthz_p99_ms": held["healthz_p99"],
+                       "healthz_max_ms": held["healthz_max"], "held_memory_mb": held["memory_mb"],
+                       "held_asked": hold}, f)
     return rows
 
 

@@ -121,10 +121,10 @@ json_t *agent_tools(bool weak);
 /* The text the model sees for one execution: status, head and tail of the streams, results,
  * the error with a trimmed traceback, files, images, and a note. Caller frees. */
 char *observation_text(const struct exec_record *rec, char *const *images, const char *note);
-/* Saves the record's images into the workspace (figure-STEP-N.png); returns their names and,
- * when images_b64 is not NULL, appends their base64 to it. */
-char **save_images(struct workspace *ws, const struct exec_record *rec, unsigned step,
-                   json_t *images_b64);
+/* Saves the record's images into the workspace, named after its cell (figure-CELL-N.png, see
+ * exec_figure_save); returns their names and, when images_b64 is not NULL, appends their
+ * base64 to it. */
+char **save_images(struct workspace *ws, const struct exec_record *rec, json_t *images_b64);
 /* s cut to head and tail bytes with a marker naming what was dropped; caller frees. */
 char *clip_text(const char *s, size_t head, size_t tail);
 

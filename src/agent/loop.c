@@ -373,7 +373,7 @@ static void run_call(struct run *r, const struct llm_tool_call *tc, json_t *imag
         rec.message = xstrdup(err_msg());
     }
     _cleanup_strv_ char **saved =
-        weak_run_now ? NULL : save_images(session_workspace(r->s), &rec, r->steps, images);
+        weak_run_now ? NULL : save_images(session_workspace(r->s), &rec, images);
     for (char **f = rec.copied_out; f && *f; f++)
         json_array_append_new(r->weak_files, json_string(*f));
     json_array_append_new(

@@ -136,36 +136,19 @@ char *observation_text(const struct exec_record *rec, char *const *images, const
     return buf_detach(&b, NULL);
 }
 
-static int write_image(struct workspace *ws, const char *name, const unsigned char *data, size_t n)
-{
-    int fd = workspace_openat(ws, name, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0)
-        return fd;
-    int r = write_all(fd, data, n);
-    if (!r && fchown(fd, ws->uid, ws->gid) < 0 && ws->uid != geteuid())
-        r = -errno;
-    close(fd);
-    return r;
-}
-
-char **save_images(struct workspace *ws, const struct exec_record *rec, unsigned step,
-                   json_t *images_b64)
+char **save_images(struct workspace *ws, const struct exec_record *rec, json_t *images_b64)
 {
     char **names = xcalloc(1, sizeof(char *));
     size_t i, k = 0;
     json_t *bundle;
     json_array_foreach(rec->results, i, bundle)
     {
-        const char *mime = json_object_get(bundle, "image/png") ? "image/png" : "image/jpeg";
-        const char *b64 = json_string_value(json_object_get(bundle, mime));
+        const char *mime, *b64 = exec_bundle_image(bundle, &mime);
         if (!b64 || k >= MAX_IMAGES)
             continue;
-        size_t n;
-        unsigned char *data = base64_decode(b64, strlen(b64), &n);
-        _cleanup_free_ char *name = exec_figure_name(step, ++k, mime);
-        if (data && ws && write_image(ws, name, data, n) == 0)
+        _cleanup_free_ char *name = NULL;
+        if (ws && exec_figure_save(ws, NULL, rec->execution_count, ++k, mime, b64, &name) == 0)
             names = strv_push(names, name);
-        free(data);
         if (images_b64 && strlen(b64) <= MAX_VISION_IMAGE)
             json_array_append_new(images_b64, json_pack("{s:s,s:s}", "mime", mime, "data", b64));
     }

@@ -30,6 +30,7 @@ struct server {
     struct MHD_Daemon *mhd;
     struct conn_guard *conns;
     char *token;
+    bool token_generated;     /* made at this start (and printed): the login URL may show it */
     atomic_size_t executions; /* running now */
     /* Requests that took an execution slot and whose response is not sent yet: a shutdown
      * waits for these too, or it would hang up on a reply its cell has made. */
@@ -202,6 +203,11 @@ void conn_guard_authenticated(struct conn_guard *g, struct MHD_Connection *conn,
 uint64_t conn_guard_evicted(struct conn_guard *g);
 
 enum MHD_Result h_healthz(struct request *rq);
+/* The web console (routes_ui.c): / and /ui redirect to /ui/, which serves its files. */
+enum MHD_Result h_ui_root(struct request *rq);
+enum MHD_Result h_ui_asset(struct request *rq);
+/* Prints the console's login URL on stderr, once at start (docs/OPERATING.md). */
+void ui_print_login(const struct server *srv);
 enum MHD_Result h_metrics(struct request *rq);
 enum MHD_Result h_agent_run(struct request *rq);
 enum MHD_Result h_review_list(struct request *rq);
@@ -251,6 +257,8 @@ json_t *exec_event_json(const struct exec_event *ev);
 bool wants_ndjson(struct request *rq);
 /* Interrupts the running one-shot executions (shutdown). */
 void oneshots_interrupt(struct server *srv);
+/* Kills the one-shot executions still running (shutdown, after the interrupt grace). */
+void oneshots_kill(struct server *srv);
 
 /* ---- a response body made by a worker thread as it goes (outstream.c) ---- */
 struct out_stream {

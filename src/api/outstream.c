@@ -1,6 +1,11 @@
 /* outstream.c - a response body that a worker thread makes as it goes (NDJSON lines, Connect
  * envelopes) and libmicrohttpd's reader sends: the one place that hands bytes between them,
- * wakes the reader, and notices a client that hangs up while the worker is quiet. */
+ * wakes the reader, and notices a client that hangs up while the worker is quiet.
+ *
+ * The body waiting for a slow client is not capped here, because it is bounded where it is
+ * made: a cell's events are what session_execute emits, at most the output cap of each stream,
+ * RESULTS_CAP of results and the final record (itself made of those capped parts), JSON-escaped;
+ * nothing a sandbox writes reaches a stream any other way. */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>

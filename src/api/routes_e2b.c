@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <stddef.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
@@ -1083,41 +1084,45 @@ static char *ctx_cell(const char *fn, const char *ctx, const char *src)
                      strcmp(fn, "run") ? "'drop'" : "'run'", c, code ? ", " : "", code ? code : "");
 }
 
-/* The language of context id in sandbox id, into lang (NULL: no such context). */
-static bool context_lang(struct e2b *e, const char *box, const char *ctx, char lang[16])
+/* Where context ctx is in b's list (b may be NULL), or -1; e->lock held. */
+static ssize_t box_context_index(struct e2b_box *b, const char *ctx)
 {
-    bool found = false;
-    pthread_mutex_lock(&e->lock);
-    struct e2b_box *b = box_find(e, box);
     size_t i;
     json_t *c;
     json_array_foreach(b ? b->contexts : NULL, i, c)
     {
-        if (!strcmp(json_string_value(json_object_get(c, "id")), ctx)) {
-            snprintf(lang, 16, "%s", json_string_value(json_object_get(c, "language")));
-            found = true;
-        }
+        if (!strcmp(json_string_value(json_object_get(c, "id")), ctx))
+            return (ssize_t)i;
     }
-    pthread_mutex_unlock(&e->lock);
-    return found;
+    return -1;
 }
 
-static bool lang_is(const char *l, const char *a, const char *b)
+/* The language of context ctx in sandbox box, into lang; false when there is no such one. */
+static bool context_lang(struct e2b *e, const char *box, const char *ctx, char lang[16])
 {
-    return !strcmp(l, a) || (b && !strcmp(l, b));
+    pthread_mutex_lock(&e->lock);
+    struct e2b_box *b = box_find(e, box);
+    ssize_t i = box_context_index(b, ctx);
+    if (i >= 0)
+        snprintf(lang, 16, "%s",
+                 json_string_value(json_object_get(json_array_get(b->contexts, i), "language")));
+    pthread_mutex_unlock(&e->lock);
+    return i >= 0;
 }
 
-/* E2B's languages onto runcell's: python, bash cells and javascript (the session's Node
- * kernel); others are refused by name. */
+/* E2B's names for languages that runcell calls otherwise. */
+static const struct {
+    const char *e2b, *runcell;
+} e2b_lang_aliases[] = {{"python3", "python"}, {"sh", "bash"}};
+
+/* E2B's languages onto runcell's (python, bash cells and javascript, the session's Node
+ * kernel), as runcell names them (lang_name) or E2B does; NULL for the others. */
 static const char *map_language(const char *lang)
 {
-    if (lang_is(lang, "python", "python3"))
-        return "python";
-    if (lang_is(lang, "bash", "sh"))
-        return "bash";
-    if (lang_is(lang, "javascript", "js") || !strcmp(lang, "node"))
-        return "javascript";
-    return NULL;
+    for (size_t i = 0; i < ARRAY_SIZE(e2b_lang_aliases); i++)
+        if (!strcmp(lang, e2b_lang_aliases[i].e2b))
+            return e2b_lang_aliases[i].runcell;
+    return lang_name(lang);
 }
 
 enum MHD_Result h_e2b_execute(struct request *rq)
@@ -1278,15 +1283,9 @@ static enum MHD_Result context_change(struct request *rq, bool remove)
     if (remove) {
         pthread_mutex_lock(&e->lock);
         struct e2b_box *b = box_find(e, box);
-        size_t i;
-        json_t *c;
-        json_array_foreach(b ? b->contexts : NULL, i, c)
-        {
-            if (!strcmp(json_string_value(json_object_get(c, "id")), ctx)) {
-                json_array_remove(b->contexts, i);
-                break;
-            }
-        }
+        ssize_t i = box_context_index(b, ctx);
+        if (i >= 0)
+            json_array_remove(b->contexts, (size_t)i);
         pthread_mutex_unlock(&e->lock);
     }
     return reply_empty(rq, 204);
@@ -1771,7 +1770,9 @@ static enum MHD_Result process_list(struct request *rq, const char *box)
 static enum MHD_Result process_signal(struct request *rq, json_t *msg, const char *box)
 {
     json_t *sel = json_object_get(json_object_get(msg, "process"), "pid");
-    unsigned pid = (unsigned)json_integer_value(sel);
+    json_int_t want = json_integer_value(sel);
+    /* A pid past what a command can have is no command's (not one truncated to another's). */
+    unsigned pid = want > 0 && want <= UINT_MAX ? (unsigned)want : 0;
     json_t *sv = json_object_get(msg, "signal");
     const char *sname = json_string_value(sv);
     int sig = sname ? (!strcmp(sname, "SIGNAL_SIGTERM")   ? 15
@@ -1790,7 +1791,8 @@ static enum MHD_Result process_signal(struct request *rq, json_t *msg, const cha
         b->signalled = sig;
     pthread_mutex_unlock(&e->lock);
     if (!running)
-        return connect_error(rq, "not_found", "no process %u is running in sandbox %s", pid, box);
+        return connect_error(rq, "not_found", "no process %lld is running in sandbox %s",
+                             (long long)want, box);
     struct session *s = box_session(rq, box);
     if (!s)
         return MHD_YES;
@@ -1957,16 +1959,15 @@ static enum MHD_Result fs_call(struct request *rq, const char *method, json_t *m
     }
     if (!*rel)
         return connect_error(rq, "invalid_argument", "'%s' is the workspace itself", p);
-    const char *leaf;
-    _cleanup_close_ int dfd = workspace_open_parent(ws, rel, !strcmp(method, "MakeDir"), &leaf);
-    if (dfd < 0)
-        return connect_error(rq, errno_code(dfd), "'%s': %s", p, strerror(-dfd));
     if (!strcmp(method, "MakeDir")) {
-        if (mkdirat(dfd, leaf, 0755) < 0)
-            return connect_error(rq, errno_code(-errno), "'%s': %s", p, strerror(errno));
-        workspace_chown(ws, dfd, leaf);
+        if ((r = workspace_mkdir(ws, rel, 0755)) < 0)
+            return connect_error(rq, errno_code(r), "'%s': %s", p, strerror(-r));
         return fs_reply_entry(rq, ws, rel, p);
     }
+    const char *leaf;
+    _cleanup_close_ int dfd = workspace_open_parent(ws, rel, false, &leaf);
+    if (dfd < 0)
+        return connect_error(rq, errno_code(dfd), "'%s': %s", p, strerror(-dfd));
     if (!strcmp(method, "Remove")) {
         struct stat st;
         if (fstatat(dfd, leaf, &st, AT_SYMLINK_NOFOLLOW) < 0)

@@ -256,18 +256,9 @@ static int write_input(struct workspace *ws, const char *name, json_t *value)
     unsigned char *data = b64 ? base64_decode(b64, strlen(b64), &n) : NULL;
     if (!data)
         return err_set(EINVAL, "files: '%s' must be base64 text", name);
-    int r = workspace_mkparents(ws, name);
-    int fd = r < 0 ? r : workspace_openat(ws, name, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) {
-        free(data);
-        return err_set(-fd, "files: cannot create '%s' in the workspace: %s", name, strerror(-fd));
-    }
-    r = write_all(fd, data, n);
-    if (!r && fchown(fd, ws->uid, ws->gid) < 0 && ws->uid != geteuid())
-        r = -errno;
-    close(fd);
+    int r = workspace_write(ws, name, data, n);
     free(data);
-    return r < 0 ? err_set(-r, "files: cannot write '%s': %s", name, strerror(-r)) : 0;
+    return r < 0 ? err_set(-r, "files: %s", err_msg()) : 0;
 }
 
 /* Created and modified files, base64, within a total cap; the rest are named as omitted. */
@@ -327,6 +318,14 @@ void oneshots_interrupt(struct server *srv)
     srv->oneshots_interrupted = true;
     for (struct oneshot_run *run = srv->oneshots; run; run = run->next)
         session_interrupt_first_cell(run->s); /* it may still be starting its sandbox */
+    pthread_mutex_unlock(&srv->oneshots_lock);
+}
+
+void oneshots_kill(struct server *srv)
+{
+    pthread_mutex_lock(&srv->oneshots_lock);
+    for (struct oneshot_run *run = srv->oneshots; run; run = run->next)
+        session_kill(run->s);
     pthread_mutex_unlock(&srv->oneshots_lock);
 }
 

@@ -13,12 +13,8 @@
 #include <unistd.h>
 
 struct upload {
-    struct workspace *ws; /* of the session held below */
     struct session *s;
-    int dirfd;
-    int fd;
-    char *tmp_name;
-    const char *leaf;
+    struct ws_newfile file; /* in the session's workspace */
     uint64_t size;
     int err; /* first failure, -errno */
 };
@@ -345,15 +341,9 @@ void upload_abort(struct request *rq)
     struct upload *u = rq->upload;
     if (!u)
         return;
-    if (u->fd >= 0)
-        close(u->fd);
-    if (u->tmp_name && u->dirfd >= 0)
-        unlinkat(u->dirfd, u->tmp_name, 0); /* nothing half-written is left behind */
-    if (u->dirfd >= 0)
-        close(u->dirfd);
+    ws_newfile_abort(&u->file); /* nothing half-written is left behind */
     if (u->s)
         session_table_put(rq->srv->table, u->s);
-    free(u->tmp_name);
     free(u);
     rq->upload = NULL;
 }
@@ -362,7 +352,7 @@ static int upload_begin(struct request *rq)
 {
     const char *path = rq->params[1];
     struct upload *u = xcalloc(1, sizeof(*u));
-    u->fd = u->dirfd = -1;
+    u->file = (struct ws_newfile){.fd = -1, .dirfd = -1};
     rq->upload = u;
     if (!path_is_safe_relative(path))
         return u->err = -EINVAL;
@@ -370,20 +360,7 @@ static int upload_begin(struct request *rq)
     u->s = session_table_acquire(rq->srv->table, rq->params[0], &err);
     if (!u->s)
         return u->err = err;
-    u->ws = session_workspace(u->s);
-    u->dirfd = workspace_open_parent(u->ws, path, true, &u->leaf);
-    if (u->dirfd < 0)
-        return u->err = u->dirfd;
-    _cleanup_free_ char *hex = random_hex(8);
-    u->tmp_name = xasprintf(".runcell-upload-%s", hex);
-    u->fd =
-        openat(u->dirfd, u->tmp_name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-    if (u->fd < 0) {
-        free(u->tmp_name);
-        u->tmp_name = NULL;
-        return u->err = -errno;
-    }
-    return 0;
+    return u->err = ws_newfile_open(session_workspace(u->s), path, 0644, &u->file);
 }
 
 /* Replies for a failed upload: the session, the path, the size or the disk. */
@@ -452,7 +429,7 @@ int h_file_put_chunk(struct request *rq, const char *data, size_t n)
     if (!u->err && u->size + n > rq->srv->cfg->limits.max_upload_bytes)
         u->err = -EFBIG;
     if (!u->err)
-        u->err = write_all(u->fd, data, n);
+        u->err = write_all(u->file.fd, data, n);
     if (u->err) {
         put_error(rq, u->err); /* the rest of the body is dropped */
         return 0;
@@ -469,19 +446,12 @@ enum MHD_Result h_file_put(struct request *rq)
     struct upload *u = rq->upload;
     if (u->err)
         return put_error(rq, u->err);
-    if (fchown(u->fd, u->ws->uid, u->ws->gid) < 0 && u->ws->uid != geteuid())
-        return path_error(rq, path, -errno);
     /* A link planted at the destination is refused like any link on the way, so that an
-     * upload never seems to write through one. (rename would only replace the link itself,
-     * so the race between this check and the rename is harmless.) */
-    struct stat st;
-    bool replaced = fstatat(u->dirfd, u->leaf, &st, AT_SYMLINK_NOFOLLOW) == 0;
-    if (replaced && (S_ISLNK(st.st_mode) || S_ISDIR(st.st_mode)))
-        return path_error(rq, path, S_ISLNK(st.st_mode) ? -ELOOP : -EISDIR);
-    if (renameat(u->dirfd, u->tmp_name, u->dirfd, u->leaf) < 0)
-        return path_error(rq, path, -errno);
-    free(u->tmp_name);
-    u->tmp_name = NULL;
+     * upload never seems to write through one. */
+    bool replaced;
+    int r = ws_newfile_commit(&u->file, WS_REFUSE_LINK, &replaced);
+    if (r < 0)
+        return path_error(rq, path, r);
     json_t *j = json_pack("{s:s,s:I}", "path", path, "size", (json_int_t)u->size);
     save_files(u->s, j);
     /* 201 for a new file, 200 for one replaced (RFC 9110 9.3.4). */

@@ -16,6 +16,11 @@
 
 static const struct route routes[] = {
     {"GET", "/healthz", h_healthz, ROUTE_NO_AUTH, NULL},
+    /* The web console (routes_ui.c): static files, no secret in them, so no token. */
+    {"GET", "/", h_ui_root, ROUTE_NO_AUTH, NULL},
+    {"GET", "/ui", h_ui_root, ROUTE_NO_AUTH, NULL},
+    {"GET", "/ui/", h_ui_asset, ROUTE_NO_AUTH, NULL},
+    {"GET", "/ui/{path}", h_ui_asset, ROUTE_NO_AUTH, NULL},
     {"GET", "/metrics", h_metrics, 0, NULL},
     {"POST", "/v1/sessions", h_session_create, 0, NULL},
     {"GET", "/v1/sessions", h_session_list, 0, NULL},
@@ -531,11 +536,20 @@ static void shutdown_gracefully(struct server *srv)
     size_t running = atomic_load(&srv->executions);
     log_info("msg=\"shutting down\" running_executions=%zu grace_ms=%llu", running,
              (unsigned long long)srv->cfg->shutdown_grace_ms);
+    const struct session_opts *d = &srv->cfg->defaults;
     if (!wait_idle(srv, now_ms_f() + (double)srv->cfg->shutdown_grace_ms)) {
         log_info("msg=\"grace period over; interrupting running cells\"");
         session_table_interrupt_all(srv->table);
         oneshots_interrupt(srv);
-        wait_idle(srv, now_ms_f() + (double)srv->cfg->defaults.interrupt_grace_ms + 3000);
+        if (!wait_idle(srv, now_ms_f() + (double)d->interrupt_grace_ms)) {
+            /* Interrupt first, kill after, as for a timeout: each client still gets its
+             * record. A one-shot still starting its kernel has nothing to kill yet; its cell
+             * is interrupted as it starts, so the wait is bounded by the start timeout. */
+            log_info("msg=\"interrupt grace over; killing the cells that did not stop\"");
+            session_table_kill_all(srv->table);
+            oneshots_kill(srv);
+            wait_idle(srv, now_ms_f() + (double)d->start_timeout_ms + 3000);
+        }
     }
     mcp_http_free(srv->mcp);
     srv->mcp = NULL;
@@ -614,6 +628,7 @@ static int prepare(struct server *srv, struct sockaddr_storage *addr)
                        srv->cfg->listen, token_path);
     if ((r = token_load(srv->cfg->data_dir, srv->cfg->token, &srv->token, &generated)) < 0)
         return r;
+    srv->token_generated = generated;
     if (generated)
         fprintf(stderr, "runcell: generated an API token, saved to %s (mode 0600):\n%s\n",
                 token_path, srv->token);
@@ -665,6 +680,7 @@ int server_run(const struct server_config *cfg)
     log_info("msg=\"listening\" address=http://%s data=%s sessions_max=%zu", cfg->listen,
              cfg->data_dir, cfg->limits.max_sessions);
     fprintf(stderr, "runcell: listening on http://%s\n", cfg->listen);
+    ui_print_login(&srv);
     sigwait(&stop, &sig);
     log_info("msg=\"received %s\"", sig == SIGTERM ? "SIGTERM" : "SIGINT");
     shutdown_gracefully(&srv);

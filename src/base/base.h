@@ -147,6 +147,16 @@ int write_all(int fd, const void *data, size_t n);
 int write_all_by(int fd, const void *data, size_t n, double deadline_ms);
 /* Reads until EOF into a capped buffer; -E2BIG past the cap. */
 int read_all(int fd, struct buf *out);
+/* Reads the regular file open on fd, at most cap bytes, into ret (set up here; the caller
+ * releases it with buf_release; it is left released on failure). fd may be O_NONBLOCK, so
+ * that its open could not block on a FIFO; it is made blocking once it is known to be a
+ * regular file. The file may be changing (a sandbox may write it): the read is capped
+ * whatever fstat said. *ret_size (may be NULL) gets the size fstat saw, also on -E2BIG.
+ * 0, or -errno: -E2BIG past cap, -EINVAL not a regular file. The one capped read of a file
+ * into memory: read_file and workspace_read are it on a path. */
+int read_regular_fd(int fd, size_t cap, struct buf *ret, uint64_t *ret_size);
+/* read_regular_fd on path (opened O_NONBLOCK: a FIFO there is refused, never waited on),
+ * at most max bytes; *ret_data (NUL-terminated, caller frees) and *ret_len on success. */
 int read_file(const char *path, size_t max, char **ret_data, size_t *ret_len);
 int write_file(const char *path, const char *data, size_t n, mode_t mode);
 

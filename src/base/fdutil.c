@@ -90,18 +90,37 @@ int read_all(int fd, struct buf *out)
     }
 }
 
+int read_regular_fd(int fd, size_t cap, struct buf *ret, uint64_t *ret_size)
+{
+    struct stat st;
+    buf_init(ret, cap ? cap : 1); /* 0 would mean no cap; 1 is taken back below */
+    if (fstat(fd, &st) < 0)
+        return -errno;
+    if (!S_ISREG(st.st_mode))
+        return -EINVAL;
+    if (ret_size)
+        *ret_size = (uint64_t)st.st_size;
+    if ((uint64_t)st.st_size > cap)
+        return -E2BIG;
+    int r = fd_set_nonblock(fd, false);
+    if (!r)
+        r = read_all(fd, ret);
+    if (!r && ret->len > cap)
+        r = -E2BIG;
+    if (r < 0)
+        buf_release(ret);
+    return r;
+}
+
 int read_file(const char *path, size_t max, char **ret_data, size_t *ret_len)
 {
-    _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+    _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0)
         return -errno;
     struct buf b;
-    buf_init(&b, max);
-    int r = read_all(fd, &b);
-    if (r < 0) {
-        buf_release(&b);
+    int r = read_regular_fd(fd, max, &b, NULL);
+    if (r < 0)
         return r;
-    }
     *ret_data = buf_detach(&b, ret_len);
     return 0;
 }

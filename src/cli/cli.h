@@ -28,33 +28,72 @@ int cmd_agent(int argc, char **argv);
 int cmd_review(int argc, char **argv);
 int cmd_doctor(int argc, char **argv);
 
-/* Options every code-running subcommand takes. */
-enum {
-    OPT_TIMEOUT = 256,
-    OPT_MEMORY,
-    OPT_PIDS,
-    OPT_DISK,
-    OPT_CPUS,
-    OPT_FILE,
-    OPT_OUT,
-    OPT_NET,
-    OPT_PACKAGE,
-    OPT_INDEX_URL,
-    OPT_INSTALL_TIMEOUT,
-    OPT_COMMON_END, /* subcommands number their own options from here */
+/* ---- option tables (opttab.c): each option of a subcommand described once ---- */
+enum opt_kind {
+    OPTK_TEXT,      /* not an option: help is a line (or lines) of --help as it stands */
+    OPTK_FLAG,      /* bool at off, set */
+    OPTK_STRING,    /* const char * at off: the argument as given */
+    OPTK_STRV,      /* char ** at off: each value added to the list (repeatable; caller frees) */
+    OPTK_SECONDS,   /* uint64_t at off: positive seconds, kept in ms; at most max s (0: a day) */
+    OPTK_NUMBER,    /* uint64_t at off: a whole number from min to max */
+    OPTK_COUNT,     /* unsigned at off: a positive whole number (opt_count), at most max */
+    OPTK_COUNT64,   /* uint64_t at off: a positive whole number (opt_count) */
+    OPTK_SIZE,      /* size_t at off: a positive whole number (opt_count) */
+    OPTK_SIZE_OR_0, /* size_t at off: a whole number from 0 to max */
+    OPTK_MB,        /* uint64_t at off: megabytes (opt_megabytes) */
+    OPTK_MB_BYTES,  /* uint64_t at off: megabytes given, kept in bytes */
+    OPTK_FN,        /* fn(opts, ...) does it: 0, or EXIT_USAGE after saying why */
+    OPTK_REFUSED,   /* given, a usage error whose message is help; never listed in --help */
 };
-#define COMMON_LONG_OPTS                                                                           \
-    {"timeout", required_argument, NULL, OPT_TIMEOUT},                                             \
-        {"memory", required_argument, NULL, OPT_MEMORY},                                           \
-        {"pids", required_argument, NULL, OPT_PIDS}, {"disk", required_argument, NULL, OPT_DISK},  \
-        {"cpus", required_argument, NULL, OPT_CPUS}, {"file", required_argument, NULL, OPT_FILE},  \
-        {"out", required_argument, NULL, OPT_OUT}, {"net", required_argument, NULL, OPT_NET},      \
-        {"package", required_argument, NULL, OPT_PACKAGE},                                         \
-        {"index-url", required_argument, NULL, OPT_INDEX_URL},                                     \
+struct opt_spec {
+    const char *name; /* without "--"; NULL for a short-only option or a text line */
+    const char *arg;  /* what the value is called in --help ("N"); NULL: takes none */
+    enum opt_kind kind;
+    size_t off; /* of the field in the options the table describes */
+    uint64_t min, max;
+    int (*fn)(void *opts, const char *cmd, char *val);
+    const char *help; /* its lines in --help, "\n" between them; NULL: not listed */
+    char letter;      /* its short form (-c), if it has one */
+};
+struct opt_table {
+    const struct opt_spec *specs;
+    size_t n;
+};
+#define OPT_TABLE(specs)                                                                           \
     {                                                                                              \
-        "install-timeout", required_argument, NULL, OPT_INSTALL_TIMEOUT                            \
+        specs, ARRAY_SIZE(specs)                                                                   \
     }
 
+/* Tables of options several subcommands share: a subcommand's own option of the same name
+ * comes first (serve refuses --file, for one). */
+struct opt_group {
+    const struct opt_table *table;
+    size_t base; /* where the struct the table's offsets are in lies in the subcommand's */
+    bool listed; /* its options are listed in --help after the subcommand's own */
+};
+enum opt_args {
+    OPTA_NONE,     /* arguments that are not options are usage errors */
+    OPTA_AFTER,    /* options end at the first argument that is not one (run FILE ARGS) */
+    OPTA_ANYWHERE, /* options and other arguments mix (review list --json) */
+};
+struct opt_cmd {
+    const char *name;  /* the subcommand, for messages */
+    const char *usage; /* --help's text before the options */
+    struct opt_table own;
+    struct opt_group groups[2];
+    enum opt_args args;
+    int column; /* where --help's descriptions start */
+};
+/* What opttab_parse returns when it printed --help (the subcommand then exits 0). */
+#define OPTTAB_HELP (-1)
+/* Parses argv's options (argv[0] the subcommand) into opts: 0 with *ret_first the index of
+ * the first other argument (argc when none); OPTTAB_HELP after printing --help; EXIT_USAGE
+ * after printing what was wrong. */
+int opttab_parse(const struct opt_cmd *c, int argc, char **argv, void *opts, int *ret_first);
+/* --help's options part: "  --name ARG" then the help from column on. */
+void opttab_help(FILE *f, const struct opt_table *t, int column);
+
+/* Options every code-running subcommand takes (common.c). */
 struct common_opts {
     struct sandbox_limits limits;
     uint64_t timeout_ms;
@@ -72,9 +111,8 @@ struct net_opts common_net_opts(const struct common_opts *o);
 void print_packages_report(json_t *report);
 /* Says on stderr which network attempts the egress proxy refused, and why. */
 void print_network_refusals(json_t *events);
-/* Handles one common option: 0, EXIT_USAGE after printing the error, or -1 when c is not a
- * common option. */
-int common_opt(const char *cmd, struct common_opts *o, int c, char *val);
+/* The common options, for a subcommand's opt_cmd.groups. */
+extern const struct opt_table common_opt_table;
 void common_opts_release(struct common_opts *o);
 /* --out must be a directory we can write to; it is made now, so that a run is not wasted
  * on a destination that cannot take its files. 0 or EXIT_USAGE. */
@@ -85,69 +123,7 @@ int check_net_opts(const char *cmd, const struct common_opts *o);
  * after saying so when a network or package option was given, else 0. */
 int refuse_net_opts(const char *cmd, const struct common_opts *o);
 
-/* ---- option tables (opttab.c): each option of a subcommand described once ---- */
-enum opt_kind {
-    OPTK_FLAG,      /* bool at off, set */
-    OPTK_STRING,    /* const char * at off: the argument as given */
-    OPTK_SECONDS,   /* uint64_t at off: positive seconds, kept in ms; at most max s (0: a day) */
-    OPTK_NUMBER,    /* uint64_t at off: a whole number from min to max */
-    OPTK_COUNT,     /* unsigned at off: a positive whole number (opt_count), at most max */
-    OPTK_SIZE,      /* size_t at off: a positive whole number (opt_count) */
-    OPTK_SIZE_OR_0, /* size_t at off: a whole number from 0 to max */
-    OPTK_MB,        /* uint64_t at off: megabytes (opt_megabytes) */
-    OPTK_MB_BYTES,  /* uint64_t at off: megabytes given, kept in bytes */
-    OPTK_FN,        /* fn does it: 0, or EXIT_USAGE after saying why */
-};
-struct opt_spec {
-    const char *name; /* without "--"; NULL: a heading line of --help, in help */
-    const char *arg;  /* what the value is called in --help ("N"); NULL: takes none */
-    enum opt_kind kind;
-    size_t off; /* of the field in the subcommand's options */
-    uint64_t min, max;
-    int (*fn)(void *opts, const char *cmd, char *val);
-    const char *help; /* its lines in --help, "\n" between them */
-};
-/* getopt_long's list: fixed (the shared options), then the table's, numbered
- * OPT_COMMON_END + index in it; caller frees. */
-struct option *opttab_getopt_list(const struct option *fixed, size_t n_fixed,
-                                  const struct opt_spec *t, size_t n);
-/* Takes option c (from that list) with its value into opts: 0, or EXIT_USAGE after
- * printing what was wrong. */
-int opttab_take(const char *cmd, const struct opt_spec *t, size_t n, int c, void *opts, char *val);
-/* The options' part of --help: "  --name ARG" then the help from column on. */
-void opttab_help(FILE *f, const struct opt_spec *t, size_t n, int column);
-
 /* Options of the subcommands that keep sessions (serve, repl): where they are kept. */
-enum {
-    OPT_STORE = 512,
-    OPT_S3_ENDPOINT,
-    OPT_S3_REGION,
-    OPT_S3_ACCESS_KEY,
-    OPT_S3_SECRET_KEY,
-    OPT_S3_VIRTUAL_HOSTED,
-    OPT_STORE_QUOTA,
-    OPT_STORE_MAX_FILES,
-};
-#define STORE_LONG_OPTS                                                                            \
-    {"store", required_argument, NULL, OPT_STORE},                                                 \
-        {"s3-endpoint", required_argument, NULL, OPT_S3_ENDPOINT},                                 \
-        {"s3-region", required_argument, NULL, OPT_S3_REGION},                                     \
-        {"s3-access-key", required_argument, NULL, OPT_S3_ACCESS_KEY},                             \
-        {"s3-secret-key", required_argument, NULL, OPT_S3_SECRET_KEY},                             \
-        {"s3-virtual-hosted", no_argument, NULL, OPT_S3_VIRTUAL_HOSTED},                           \
-        {"store-quota", required_argument, NULL, OPT_STORE_QUOTA},                                 \
-    {                                                                                              \
-        "store-max-files", required_argument, NULL, OPT_STORE_MAX_FILES                            \
-    }
-#define STORE_OPTS_HELP                                                                            \
-    "  --store DIR|s3://BUCKET[/PREFIX]  where sessions are kept (default DATA/store)\n"           \
-    "  --s3-endpoint URL      S3-compatible endpoint, http[s]://HOST[:PORT] (default AWS)\n"       \
-    "  --s3-region REGION     (default AWS_REGION, AWS_DEFAULT_REGION, else us-east-1)\n"          \
-    "  --s3-access-key KEY, --s3-secret-key KEY   (default AWS_ACCESS_KEY_ID and\n"                \
-    "                         AWS_SECRET_ACCESS_KEY, which keep the secret off command lines)\n"   \
-    "  --s3-virtual-hosted    BUCKET.HOST addressing instead of HOST/BUCKET\n"                     \
-    "  --store-quota MB       bytes stored per session at most (default 1024; 0: no limit)\n"      \
-    "  --store-max-files N    files and links stored per session at most (default 10000)\n"
 #define DEFAULT_STORE_QUOTA_MB 1024
 
 struct store_opts {
@@ -155,9 +131,8 @@ struct store_opts {
     uint64_t quota_bytes;
     uint64_t max_files; /* 0: DEFAULT_STORE_MAX_FILES */
 };
-/* Handles one store option: 0, EXIT_USAGE after printing the error, or -1 when c is not a
- * store option. */
-int store_opt(const char *cmd, struct store_opts *o, int c, char *val);
+/* The store options, for a subcommand's opt_cmd.groups. */
+extern const struct opt_table store_opt_table;
 
 /* Keeping repl sessions (repl_keep.c). */
 struct repl_keep {

@@ -3,7 +3,6 @@
 #include <errno.h>
 #include <stddef.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -34,15 +33,6 @@ static const char agent_usage[] =
     "Progress goes to stderr, the final answer to stdout. Exit status: 0 answered, 1 not\n"
     "completed (fallbacks ran), 2 usage, 130 interrupted.\n"
     "\n";
-
-/* The common options' part of the help: runcell run's, which describes them in full. */
-static const char agent_sandbox_help[] =
-    "Sandbox (as for runcell run):\n"
-    "  --file LOCAL[:DEST]   copy LOCAL into the workspace (repeatable)\n"
-    "  --out DIR             copy the files produced into DIR\n"
-    "  --timeout SEC, --memory MB, --pids N, --disk MB, --cpus N\n"
-    "  --net none            the only network policy: loopback only (--net allow:...,\n"
-    "                        --package, --index-url and --install-timeout are refused)\n";
 
 static int set_api_key(void *opts, const char *cmd, char *val)
 {
@@ -75,6 +65,15 @@ static int set_fallbacks(void *opts, const char *cmd, char *val)
 }
 
 #define F(member) offsetof(struct agent_cli, member)
+
+/* The common options, which runcell run describes in full. */
+static const char agent_sandbox_help[] =
+    "Sandbox (as for runcell run):\n"
+    "  --file LOCAL[:DEST]   copy LOCAL into the workspace (repeatable)\n"
+    "  --out DIR             copy the files produced into DIR\n"
+    "  --timeout SEC, --memory MB, --pids N, --disk MB, --cpus N\n"
+    "  --net none            the only network policy: loopback only (--net allow:...,\n"
+    "                        --package, --index-url and --install-timeout are refused)";
 
 static const struct opt_spec agent_opts[] = {
     {NULL, .help = "Model (any OpenAI-compatible Chat Completions endpoint):"},
@@ -118,51 +117,30 @@ static const struct opt_spec agent_opts[] = {
     {NULL, .help = "Output:"},
     {"json", NULL, OPTK_FLAG, F(json),
      .help = "print the outcome with the full transcript as JSON"},
+    {NULL, .help = agent_sandbox_help},
 };
 
-static void print_help(void)
-{
-    fputs(agent_usage, stdout);
-    opttab_help(stdout, agent_opts, ARRAY_SIZE(agent_opts), 24);
-    fputs(agent_sandbox_help, stdout);
-}
-
-static int agent_opt(struct agent_cli *o, int c, char *val)
-{
-    int r = common_opt("agent", &o->c, c, val);
-    if (r >= 0)
-        return r;
-    if (c == 'h') {
-        print_help();
-        exit(0);
-    }
-    return opttab_take("agent", agent_opts, ARRAY_SIZE(agent_opts), c, o, val);
-}
+static const struct opt_cmd agent_cmd = {
+    .name = "agent",
+    .usage = agent_usage,
+    .own = OPT_TABLE(agent_opts),
+    .groups = {{&common_opt_table, F(c)}},
+    .args = OPTA_AFTER, /* the words of the task */
+    .column = 24,
+};
 
 static int parse_args(struct agent_cli *o, int argc, char **argv, char **ret_task)
 {
-    static const struct option common[] = {COMMON_LONG_OPTS, {"help", no_argument, NULL, 'h'}};
-    _cleanup_free_ struct option *long_opts =
-        opttab_getopt_list(common, ARRAY_SIZE(common), agent_opts, ARRAY_SIZE(agent_opts));
-    int c, r;
-    opterr = 0;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "+:h", long_opts, NULL)) != -1) {
-        if (c == ':')
-            return usage_error("agent", "option '%s' needs a value", argv[optind - 1]);
-        if (c == '?')
-            return usage_error("agent", "unknown option '%s'; run 'runcell agent --help'",
-                               argv[optind - 1]);
-        if ((r = agent_opt(o, c, optarg)))
-            return r;
-    }
-    if (optind >= argc)
+    int first, r = opttab_parse(&agent_cmd, argc, argv, o, &first);
+    if (r)
+        return r;
+    if (first >= argc)
         return usage_error("agent", "no task: say what to do, e.g. runcell agent 'plot "
                                     "sin(x) and save it as sin.png'");
     struct buf task;
     buf_init(&task, 0);
-    for (; optind < argc; optind++)
-        buf_printf(&task, "%s%s", task.len ? " " : "", argv[optind]);
+    for (; first < argc; first++)
+        buf_printf(&task, "%s%s", task.len ? " " : "", argv[first]);
     *ret_task = buf_detach(&task, NULL);
     if (!**ret_task)
         return usage_error("agent", "the task is empty");
@@ -335,5 +313,5 @@ int cmd_agent(int argc, char **argv)
         explicit_bzero(o.api_key, strlen(o.api_key));
     free(o.api_key);
     common_opts_release(&o.c);
-    return r;
+    return r == OPTTAB_HELP ? 0 : r;
 }

@@ -3,11 +3,11 @@
  * the template, the Python stack), and for each shortfall what to change. */
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <jansson.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,12 +25,32 @@ static const char doctor_help[] =
     "systems the sandbox uses; whether a sandbox and the template start; the Python stack;\n"
     "and for each shortfall what to change. It starts one real sandbox (and the template,\n"
     "as root with cgroups), and leaves nothing behind.\n"
-    "\n"
-    "  --json          one JSON object instead of text\n"
-    "  --no-template   do not try to start the template\n"
+    "\n";
+
+static const char doctor_exit_help[] =
     "\n"
     "Exit status: 0 when everything full limits need is there, 1 when runcell would run\n"
-    "degraded (or cannot start sandboxes), 2 for a usage error.\n";
+    "degraded (or cannot start sandboxes), 2 for a usage error.";
+
+struct doctor_opts {
+    bool json;
+    bool no_template;
+};
+
+static const struct opt_spec doctor_specs[] = {
+    {"json", NULL, OPTK_FLAG, offsetof(struct doctor_opts, json),
+     .help = "one JSON object instead of text"},
+    {"no-template", NULL, OPTK_FLAG, offsetof(struct doctor_opts, no_template),
+     .help = "do not try to start the template"},
+    {NULL, .help = doctor_exit_help},
+};
+
+static const struct opt_cmd doctor_cmd = {
+    .name = "doctor",
+    .usage = doctor_help,
+    .own = OPT_TABLE(doctor_specs),
+    .column = 18,
+};
 
 #define PY_CHECK_MS   120000
 #define PY_OUTPUT_CAP 65536
@@ -418,28 +438,10 @@ static void print_text(json_t *o)
 
 int cmd_doctor(int argc, char **argv)
 {
-    static const struct option opts[] = {{"json", no_argument, NULL, 'j'},
-                                         {"no-template", no_argument, NULL, 'T'},
-                                         {"help", no_argument, NULL, 'h'},
-                                         {NULL, 0, NULL, 0}};
-    bool json = false, no_template = false;
-    int c;
-    opterr = 0;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        if (c == 'j')
-            json = true;
-        else if (c == 'T')
-            no_template = true;
-        else if (c == 'h') {
-            fputs(doctor_help, stdout);
-            return 0;
-        } else
-            return usage_error("doctor", "unknown option '%s'; see runcell doctor --help",
-                               argv[optind - 1]);
-    }
-    if (optind < argc)
-        return usage_error("doctor", "unexpected argument '%s'", argv[optind]);
+    struct doctor_opts o = {0};
+    int first, r = opttab_parse(&doctor_cmd, argc, argv, &o, &first);
+    if (r)
+        return r == OPTTAB_HELP ? 0 : r;
     struct doctor d = {.out = json_object(), .fixes = json_array(), .full = true};
     json_object_set_new(d.out, "root", json_boolean(geteuid() == 0));
     if (sandbox_host_init(&d.host) < 0) {
@@ -450,7 +452,7 @@ int cmd_doctor(int argc, char **argv)
         report_kernel(&d);
         report_cgroups(&d);
         report_sandbox(&d);
-        report_template(&d, no_template);
+        report_template(&d, o.no_template);
     }
     report_python(&d);
     d.full &= d.host.degraded_reason == NULL;
@@ -460,7 +462,7 @@ int cmd_doctor(int argc, char **argv)
     json_object_set_new(d.out, "full_limits", json_boolean(d.full));
     json_object_set_new(d.out, "fixes", d.fixes);
     sandbox_host_release(&d.host);
-    if (json) {
+    if (o.json) {
         json_dumpf(d.out, stdout, JSON_COMPACT);
         fputc('\n', stdout);
     } else {

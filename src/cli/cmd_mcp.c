@@ -3,10 +3,10 @@
  * notifications/cancelled is read and acted on while a cell runs. stdout carries protocol
  * messages and nothing else; logs go to stderr. */
 #include <errno.h>
-#include <getopt.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/signalfd.h>
@@ -15,7 +15,7 @@
 #include "cli/cli.h"
 #include "mcp/mcp.h"
 
-static const char mcp_help[] =
+static const char mcp_usage[] =
     "usage: runcell mcp [OPTIONS]\n"
     "\n"
     "Serves the Model Context Protocol on stdin and stdout, for an MCP client that starts\n"
@@ -23,25 +23,7 @@ static const char mcp_help[] =
     "close_session, list_files, read_file, write_file. Sessions live as long as this process\n"
     "(or, with --idle-timeout, until idle that long). The process ends when stdin closes,\n"
     "after the running calls finish, or at once (interrupting them) on SIGTERM or SIGINT.\n"
-    "\n"
-    "  --timeout SEC        default limit per call (default 60)\n"
-    "  --max-timeout SEC    the longest timeout_s a call may ask for (default 3600)\n"
-    "  --idle-timeout SEC   close sessions idle this long (default: never)\n"
-    "  --max-sessions N     live sessions at most (default 64)\n"
-    "  --memory MB, --pids N, --disk MB, --cpus N   limits of each session\n"
-    "  --net none           the only network policy: loopback only (--net allow:...,\n"
-    "                       --package, --index-url and --install-timeout are refused)\n";
-
-enum { OPT_MAX_TIMEOUT = OPT_COMMON_END, OPT_IDLE_TIMEOUT, OPT_MAX_SESSIONS };
-
-static const struct option long_opts[] = {
-    COMMON_LONG_OPTS,
-    {"max-timeout", required_argument, NULL, OPT_MAX_TIMEOUT},
-    {"idle-timeout", required_argument, NULL, OPT_IDLE_TIMEOUT},
-    {"max-sessions", required_argument, NULL, OPT_MAX_SESSIONS},
-    {"help", no_argument, NULL, 'h'},
-    {NULL, 0, NULL, 0},
-};
+    "\n";
 
 struct mcp_opts {
     struct common_opts common;
@@ -50,47 +32,41 @@ struct mcp_opts {
     uint64_t max_sessions;
 };
 
-static int mcp_opt(struct mcp_opts *o, int c, char *val)
-{
-    switch (c) {
-    case OPT_MAX_TIMEOUT:
-        return opt_seconds("mcp", "--max-timeout", val, &o->max_timeout_ms);
-    case OPT_IDLE_TIMEOUT:
-        return opt_seconds_max("mcp", "--idle-timeout", val, MAX_IDLE_OPT_SECONDS,
-                               &o->idle_timeout_ms);
-    case OPT_MAX_SESSIONS:
-        return opt_count("mcp", "--max-sessions", val, &o->max_sessions);
-    case OPT_FILE:
-    case OPT_OUT:
-        return usage_error("mcp", "--file and --out do not apply to mcp; use the write_file "
-                                  "and read_file tools");
-    default: {
-        int r = common_opt("mcp", &o->common, c, val);
-        return r < 0 ? usage_error("mcp", "unknown option; run 'runcell mcp --help'") : r;
-    }
-    }
-}
+#define F(member) offsetof(struct mcp_opts, member)
 
-static int parse_args(int argc, char **argv, struct mcp_opts *o, bool *ret_help)
+/* The common options an MCP server takes, as its sessions' defaults. */
+static const char mcp_limits_help[] =
+    "  --memory MB, --pids N, --disk MB, --cpus N   limits of each session\n"
+    "  --net none           the only network policy: loopback only (--net allow:...,\n"
+    "                       --package, --index-url and --install-timeout are refused)";
+
+static const char no_files[] =
+    "--file and --out do not apply to mcp; use the write_file and read_file tools";
+
+static const struct opt_spec mcp_specs[] = {
+    {NULL, .help = "  --timeout SEC        default limit per call (default 60)"},
+    {"max-timeout", "SEC", OPTK_SECONDS, F(max_timeout_ms),
+     .help = "the longest timeout_s a call may ask for (default 3600)"},
+    {"idle-timeout", "SEC", OPTK_SECONDS, F(idle_timeout_ms), 0, MAX_IDLE_OPT_SECONDS,
+     .help = "close sessions idle this long (default: never)"},
+    {"max-sessions", "N", OPTK_COUNT64, F(max_sessions),
+     .help = "live sessions at most (default 64)"},
+    {NULL, .help = mcp_limits_help},
+    {"file", "LOCAL[:DEST]", OPTK_REFUSED, .help = no_files},
+    {"out", "DIR", OPTK_REFUSED, .help = no_files},
+};
+
+static const struct opt_cmd mcp_cmd = {
+    .name = "mcp",
+    .usage = mcp_usage,
+    .own = OPT_TABLE(mcp_specs),
+    .groups = {{&common_opt_table, F(common)}},
+    .column = 23,
+};
+
+static int parse_args(int argc, char **argv, struct mcp_opts *o)
 {
-    int c, r = 0;
-    opterr = 0;
-    optind = 1;
-    while (!r && (c = getopt_long(argc, argv, "+:h", long_opts, NULL)) != -1) {
-        if (c == 'h') {
-            *ret_help = true;
-            return 0;
-        }
-        if (c == ':')
-            r = usage_error("mcp", "option '%s' needs a value", argv[optind - 1]);
-        else if (c == '?')
-            r = usage_error("mcp", "unknown option '%s'; run 'runcell mcp --help'",
-                            argv[optind - 1]);
-        else
-            r = mcp_opt(o, c, optarg);
-    }
-    if (!r && optind < argc)
-        r = usage_error("mcp", "unexpected argument '%s'", argv[optind]);
+    int first, r = opttab_parse(&mcp_cmd, argc, argv, o, &first);
     /* The tools tell the client there is no network, and nothing would report what pip
      * installed or the proxy refused. */
     if (!r)
@@ -253,13 +229,10 @@ static int block_signals(void)
 int cmd_mcp(int argc, char **argv)
 {
     struct mcp_opts o = {.max_sessions = 64};
-    bool help = false;
-    int r = parse_args(argc, argv, &o, &help);
-    if (help)
-        fputs(mcp_help, stdout);
-    if (r || help) {
+    int r = parse_args(argc, argv, &o);
+    if (r) {
         common_opts_release(&o.common);
-        return r;
+        return r == OPTTAB_HELP ? 0 : r;
     }
     int sigfd = block_signals();
     struct sandbox_host host;

@@ -2,49 +2,24 @@
 #include <editline/readline.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <langinfo.h>
 #include <locale.h>
 #include <poll.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
 
-static const char repl_help[] =
+static const char repl_usage[] =
     "usage: runcell repl [OPTIONS]\n"
     "\n"
     "An interactive Python session in a sandbox: variables, files and installed packages\n"
     "persist between inputs. Multi-line input ends with an empty line; Ctrl-C interrupts\n"
     "the running input (the session lives on); Ctrl-D ends the session.\n"
-    "\n"
-    "  --timeout SEC        limit per input (default 60)\n"
-    "  --memory MB, --pids N, --disk MB, --cpus N   as for runcell run\n"
-    "  --net none|allow:HOST[:PORT],..., --package SPEC, --index-url URL,\n"
-    "  --install-timeout SEC  network and packages, as for runcell run\n"
-    "  --file LOCAL[:DEST]  copy LOCAL into the workspace (repeatable)\n"
-    "  --out DIR            save images here (default: into the workspace)\n"
-    "\n"
-    "The session is kept (docs/PERSISTENCE.md): its files after every input, its variables\n"
-    "when the repl ends, in the data directory that runcell serve uses too.\n"
-    "  --resume ID          start from what is stored of session ID (a repl's or a server's)\n"
-    "  --no-persist         keep nothing\n"
-    "  --data DIR           data directory (default RUNCELL_DATA, /var/lib/runcell as root,\n"
-    "                       else ~/.local/share/runcell)\n" STORE_OPTS_HELP;
-
-enum { OPT_RESUME = OPT_COMMON_END, OPT_NO_PERSIST, OPT_DATA };
-
-static const struct option long_opts[] = {
-    COMMON_LONG_OPTS,
-    STORE_LONG_OPTS,
-    {"resume", required_argument, NULL, OPT_RESUME},
-    {"no-persist", no_argument, NULL, OPT_NO_PERSIST},
-    {"data", required_argument, NULL, OPT_DATA},
-    {"help", no_argument, NULL, 'h'},
-    {NULL, 0, NULL, 0},
-};
+    "\n";
 
 struct repl_opts {
     struct common_opts common;
@@ -54,25 +29,37 @@ struct repl_opts {
     bool no_persist;
 };
 
-static int repl_opt(struct repl_opts *o, int c, char *val)
-{
-    int r = store_opt("repl", &o->store, c, val);
-    if (r >= 0)
-        return r;
-    switch (c) {
-    case OPT_RESUME:
-        o->resume = val;
-        return 0;
-    case OPT_NO_PERSIST:
-        o->no_persist = true;
-        return 0;
-    case OPT_DATA:
-        o->data_dir = val;
-        return 0;
-    default:
-        return common_opt("repl", &o->common, c, val);
-    }
-}
+#define F(member) offsetof(struct repl_opts, member)
+
+/* The common options as a repl takes them, and what its own are about. */
+static const char repl_common_help[] =
+    "  --timeout SEC        limit per input (default 60)\n"
+    "  --memory MB, --pids N, --disk MB, --cpus N   as for runcell run\n"
+    "  --net none|allow:HOST[:PORT],..., --package SPEC, --index-url URL,\n"
+    "  --install-timeout SEC  network and packages, as for runcell run\n"
+    "  --file LOCAL[:DEST]  copy LOCAL into the workspace (repeatable)\n"
+    "  --out DIR            save images here (default: into the workspace)\n"
+    "\n"
+    "The session is kept (docs/PERSISTENCE.md): its files after every input, its variables\n"
+    "when the repl ends, in the data directory that runcell serve uses too.";
+
+static const struct opt_spec repl_specs[] = {
+    {NULL, .help = repl_common_help},
+    {"resume", "ID", OPTK_STRING, F(resume),
+     .help = "start from what is stored of session ID (a repl's or a server's)"},
+    {"no-persist", NULL, OPTK_FLAG, F(no_persist), .help = "keep nothing"},
+    {"data", "DIR", OPTK_STRING, F(data_dir),
+     .help = "data directory (default RUNCELL_DATA, /var/lib/runcell as root,\n"
+             "else ~/.local/share/runcell)"},
+};
+
+static const struct opt_cmd repl_cmd = {
+    .name = "repl",
+    .usage = repl_usage,
+    .own = OPT_TABLE(repl_specs),
+    .groups = {{&common_opt_table, F(common)}, {&store_opt_table, F(store), .listed = true}},
+    .column = 23,
+};
 
 static int sigint_pipe[2] = {-1, -1};
 static volatile sig_atomic_t got_sigint;
@@ -271,24 +258,10 @@ struct repl {
 
 static void save_image(struct repl *r, const char *b64, const char *mime)
 {
-    size_t n;
-    unsigned char *data = base64_decode(b64, strlen(b64), &n);
-    if (!data)
-        return;
-    _cleanup_free_ char *name = exec_figure_name(r->cell, (size_t)++r->images, mime);
-    if (r->o->out_dir) {
-        _cleanup_free_ char *path = xasprintf("%s/%s", r->o->out_dir, name);
-        if (mkdir_p(r->o->out_dir, 0755) == 0 && write_file(path, (char *)data, n, 0644) == 0)
-            printf("[image saved: %s]\n", path);
-    } else {
-        struct workspace *ws = session_workspace(r->s);
-        _cleanup_close_ int fd = workspace_openat(ws, name, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fd >= 0 && write_all(fd, data, n) == 0) {
-            (void)!fchown(fd, ws->uid, ws->gid);
-            printf("[image saved: /workspace/%s]\n", name);
-        }
-    }
-    free(data);
+    _cleanup_free_ char *name = NULL;
+    if (exec_figure_save(session_workspace(r->s), r->o->out_dir, r->cell, (size_t)++r->images, mime,
+                         b64, &name) == 0)
+        printf("[image saved: %s/%s]\n", r->o->out_dir ? r->o->out_dir : "/workspace", name);
 }
 
 static void on_event(void *ctx, const struct exec_event *ev)
@@ -301,12 +274,11 @@ static void on_event(void *ctx, const struct exec_event *ev)
         (void)write_all(ev->type == EV_STDOUT ? 1 : 2, ev->data, ev->len);
         break;
     case EV_RESULT: {
-        const char *png = json_string_value(json_object_get(ev->json, "image/png"));
-        const char *jpg = json_string_value(json_object_get(ev->json, "image/jpeg"));
-        if (png || jpg)
-            save_image(r, png ? png : jpg, png ? "image/png" : "image/jpeg");
+        const char *mime, *image = exec_bundle_image(ev->json, &mime);
+        if (image)
+            save_image(r, image, mime);
         const char *text = json_string_value(json_object_get(ev->json, "text/plain"));
-        if (text && *text && !(png || jpg))
+        if (text && *text && !image)
             printf("%s\n", text);
         fflush(stdout);
         break;
@@ -411,27 +383,12 @@ int cmd_repl(int argc, char **argv)
     struct repl_opts ro = {.common = {.timeout_ms = DEFAULT_TIMEOUT_MS},
                            .store = {.quota_bytes = (uint64_t)DEFAULT_STORE_QUOTA_MB << 20}};
     struct repl_keep k = {0};
-    int c, r = 0;
-    opterr = 0;
-    optind = 1;
-    while (!r && (c = getopt_long(argc, argv, "+:h", long_opts, NULL)) != -1) {
-        if (c == 'h') {
-            fputs(repl_help, stdout);
-            return 0;
-        }
-        if (c == ':')
-            r = usage_error("repl", "option '%s' needs a value", argv[optind - 1]);
-        else if (c == '?' || (r = repl_opt(&ro, c, optarg)) < 0)
-            r = usage_error("repl", "unknown option '%s'; run 'runcell repl --help'",
-                            argv[optind - 1]);
-    }
-    if (!r && optind < argc)
-        r = usage_error("repl", "unexpected argument '%s'", argv[optind]);
+    int first, r = opttab_parse(&repl_cmd, argc, argv, &ro, &first);
     if (!r)
         r = check_net_opts("repl", &ro.common);
     if (r) {
         common_opts_release(&ro.common);
-        return r;
+        return r == OPTTAB_HELP ? 0 : r;
     }
     if (isatty(STDIN_FILENO))
         use_utf8_ctype();

@@ -1,7 +1,7 @@
 /* cmd_review.c - `runcell review`: the human review queue of failed agent runs, and the top
  * failure signatures of the failure memory. */
 #include <errno.h>
-#include <getopt.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -9,32 +9,12 @@
 #include "api/api.h"
 #include "cli/cli.h"
 
-static const char review_help[] =
+static const char review_usage[] =
     "usage: runcell review [--data DIR] [--json] COMMAND\n"
     "\n"
     "The human review queue: incidents recorded when an agent run failed (task, transcript,\n"
     "every code attempt, errors, sandbox logs, fallbacks).\n"
-    "\n"
-    "  list [--status open|resolved] [--limit N]   incidents, newest first\n"
-    "  show ID                                     the whole incident record (JSON)\n"
-    "  resolve ID --note TEXT                      mark an incident resolved\n"
-    "  failures [--limit N]                        the most frequent failure signatures\n"
-    "\n"
-    "  --data DIR   the data directory (default RUNCELL_DATA, else /var/lib/runcell as root,\n"
-    "               else ~/.local/share/runcell)\n"
-    "  --json       JSON output for list, resolve and failures\n";
-
-enum { OPT_DATA = 256, OPT_JSON, OPT_STATUS, OPT_LIMIT, OPT_NOTE };
-
-static const struct option long_opts[] = {
-    {"data", required_argument, NULL, OPT_DATA},
-    {"json", no_argument, NULL, OPT_JSON},
-    {"status", required_argument, NULL, OPT_STATUS},
-    {"limit", required_argument, NULL, OPT_LIMIT},
-    {"note", required_argument, NULL, OPT_NOTE},
-    {"help", no_argument, NULL, 'h'},
-    {NULL, 0, NULL, 0},
-};
+    "\n";
 
 struct review_opts {
     const char *data_dir;
@@ -45,45 +25,49 @@ struct review_opts {
     char **words; /* the command and its arguments */
 };
 
+static int set_status(void *opts, const char *cmd, char *val)
+{
+    if (strcmp(val, "open") && strcmp(val, "resolved"))
+        return usage_error(cmd, "--status: '%s' is not open or resolved", val);
+    ((struct review_opts *)opts)->status = val;
+    return 0;
+}
+
+#define F(member) offsetof(struct review_opts, member)
+
+static const char review_commands_help[] =
+    "  list [--status open|resolved] [--limit N]   incidents, newest first\n"
+    "  show ID                                     the whole incident record (JSON)\n"
+    "  resolve ID --note TEXT                      mark an incident resolved\n"
+    "  failures [--limit N]                        the most frequent failure signatures\n";
+
+/* --status, --limit and --note are described with the commands that take them. */
+static const struct opt_spec review_specs[] = {
+    {NULL, .help = review_commands_help},
+    {"data", "DIR", OPTK_STRING, F(data_dir),
+     .help = "the data directory (default RUNCELL_DATA, else /var/lib/runcell as root,\n"
+             "else ~/.local/share/runcell)"},
+    {"json", NULL, OPTK_FLAG, F(json), .help = "JSON output for list, resolve and failures"},
+    {"status", "open|resolved", OPTK_FN, .fn = set_status},
+    {"limit", "N", OPTK_COUNT64, F(limit)},
+    {"note", "TEXT", OPTK_STRING, F(note)},
+};
+
+static const struct opt_cmd review_cmd = {
+    .name = "review",
+    .usage = review_usage,
+    .own = OPT_TABLE(review_specs),
+    .args = OPTA_ANYWHERE, /* options may come before or after the command words */
+    .column = 15,
+};
+
 static int parse(struct review_opts *o, int argc, char **argv)
 {
-    int c;
-    opterr = 0;
-    optind = 1;
-    /* Options may come before or after the command words ('-': words come as 1). */
-    while ((c = getopt_long(argc, argv, "-:h", long_opts, NULL)) != -1) {
-        switch (c) {
-        case 1:
-            o->words = strv_push(o->words, optarg);
-            break;
-        case OPT_DATA:
-            o->data_dir = optarg;
-            break;
-        case OPT_JSON:
-            o->json = true;
-            break;
-        case OPT_STATUS:
-            if (strcmp(optarg, "open") && strcmp(optarg, "resolved"))
-                return usage_error("review", "--status: '%s' is not open or resolved", optarg);
-            o->status = optarg;
-            break;
-        case OPT_LIMIT:
-            if (opt_count("review", "--limit", optarg, &o->limit))
-                return EXIT_USAGE;
-            break;
-        case OPT_NOTE:
-            o->note = optarg;
-            break;
-        case 'h':
-            fputs(review_help, stdout);
-            exit(0);
-        case ':':
-            return usage_error("review", "option '%s' needs a value", argv[optind - 1]);
-        default:
-            return usage_error("review", "unknown option '%s'; run 'runcell review --help'",
-                               argv[optind - 1]);
-        }
-    }
+    int first, r = opttab_parse(&review_cmd, argc, argv, o, &first);
+    if (r)
+        return r;
+    for (; first < argc; first++)
+        o->words = strv_push(o->words, argv[first]);
     if (!o->words)
         return usage_error("review", "no command: use list, show ID, resolve ID --note TEXT or "
                                      "failures");
@@ -184,7 +168,7 @@ int cmd_review(int argc, char **argv)
     int r = parse(&o, argc, argv);
     if (r) {
         strv_free(o.words);
-        return r;
+        return r == OPTTAB_HELP ? 0 : r;
     }
     if (!o.data_dir)
         o.data_dir = data = default_data_dir();

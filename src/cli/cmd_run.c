@@ -1,8 +1,8 @@
 /* cmd_run.c - `runcell run`: one fresh sandbox, stateless; exits with the code's status. */
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,7 +25,7 @@ struct run_opts {
     bool keep_going;
 };
 
-static const char run_help[] =
+static const char run_usage[] =
     "usage: runcell run [OPTIONS] (FILE | -c CODE [-c CODE...] | -) [ARGS...]\n"
     "\n"
     "Runs code in a fresh, locked-down sandbox and exits with its status\n"
@@ -33,107 +33,55 @@ static const char run_help[] =
     "and the value of a cell's last expression is printed; sys.argv is as python3\n"
     "gives it: [FILE's name | '-' | '-c', ARGS...])\n"
     "(124 timeout, 128+N signal, 137 out of memory, 125 sandbox failure, 2 usage).\n"
-    "\n"
-    "  --lang python|bash|javascript  language (default python: Debian's /usr/bin/python3;\n"
-    "                       javascript: /usr/bin/node, js and node are aliases)\n"
-    "  -c CODE              code to run\n"
-    "  --timeout SEC        wall-clock limit (default 60)\n"
-    "  --memory MB          memory limit (default 1024)\n"
-    "  --pids N             process limit (default 256)\n"
-    "  --disk MB            size of the workspace and of /tmp, each (default 1024)\n"
-    "  --cpus N             CPU cores (default 1; fractions allowed)\n"
-    "  --file LOCAL[:DEST]  copy LOCAL into the workspace (repeatable)\n"
-    "  --out DIR            copy files the code created or changed into DIR; a cell's\n"
-    "                       figures are saved there as figure-CELL-N.png\n"
-    "  --json               print the result record as JSON instead of the streams\n"
-    "  --keep-going         with several -c, run the cells after a failed one too\n"
-    "  --net none|allow:HOST[:PORT],...\n"
-    "                       network policy (default none: loopback only; allow: the named\n"
-    "                       hosts, through an egress proxy; docs/NETWORK.md)\n"
-    "  --package SPEC       pip requirement installed before the code runs (repeatable;\n"
-    "                       needs --net allow:... naming the index and the host it serves\n"
-    "                       files from, e.g. pypi.org,files.pythonhosted.org)\n"
-    "  --index-url URL      package index (PIP_INDEX_URL; its host must be allowed)\n"
-    "  --install-timeout SEC  time for installing the packages (default 120)\n";
+    "\n";
 
-enum { OPT_LANG = OPT_COMMON_END, OPT_JSON, OPT_KEEP_GOING };
+static int set_lang(void *opts, const char *cmd, char *val)
+{
+    if (!lang_supported(val))
+        return usage_error(cmd, "--lang: unknown language '%s': use python, bash or javascript",
+                           val);
+    ((struct run_opts *)opts)->lang = lang_name(val);
+    return 0;
+}
 
-static const struct option long_opts[] = {
-    COMMON_LONG_OPTS,
-    {"lang", required_argument, NULL, OPT_LANG},
-    {"json", no_argument, NULL, OPT_JSON},
-    {"keep-going", no_argument, NULL, OPT_KEEP_GOING},
-    {"help", no_argument, NULL, 'h'},
-    {NULL, 0, NULL, 0},
+#define F(member) offsetof(struct run_opts, member)
+
+static const struct opt_spec run_specs[] = {
+    {"lang", "python|bash|javascript", OPTK_FN, .fn = set_lang,
+     .help = "language (default python: Debian's /usr/bin/python3;\n"
+             "javascript: /usr/bin/node, js and node are aliases)"},
+    {NULL, "CODE", OPTK_STRV, F(codes), .help = "code to run (repeatable)", .letter = 'c'},
+    {"json", NULL, OPTK_FLAG, F(json),
+     .help = "print the result record as JSON instead of the streams"},
+    {"keep-going", NULL, OPTK_FLAG, F(keep_going),
+     .help = "with several -c, run the cells after a failed one too"},
 };
 
-static int parse_opt(struct run_opts *o, int c, char *val)
-{
-    int r = common_opt("run", &o->c, c, val);
-    if (r >= 0)
-        return r;
-    switch (c) {
-    case 'c':
-        o->codes = strv_push(o->codes, val);
-        return 0;
-    case OPT_LANG:
-        if (!lang_supported(val))
-            return usage_error("run",
-                               "--lang: unknown language '%s': use python, bash or "
-                               "javascript",
-                               val);
-        o->lang = lang_name(val);
-        return 0;
-    case OPT_JSON:
-        o->json = true;
-        return 0;
-    case OPT_KEEP_GOING:
-        o->keep_going = true;
-        return 0;
-    case 'h':
-        fputs(run_help, stdout);
-        exit(0);
-    default:
-        return usage_error("run", "unknown option; run 'runcell run --help'");
-    }
-}
+static const struct opt_cmd run_cmd = {
+    .name = "run",
+    .usage = run_usage,
+    .own = OPT_TABLE(run_specs),
+    .groups = {{&common_opt_table, F(c), .listed = true}},
+    .args = OPTA_AFTER, /* FILE's or -'s ARGS are the code's, options or not */
+    .column = 23,
+};
 
 static int parse_args(struct run_opts *o, int argc, char **argv)
 {
-    int c, r;
-    opterr = 0;
-    optind = 1;
-    /* The leading ':' makes getopt report a missing value as ':', apart from '?'. For a
-     * long option, optopt is its table value (>= 256), not a character to print. */
-    while ((c = getopt_long(argc, argv, "+:c:h", long_opts, NULL)) != -1) {
-        if (c == ':') {
-            if (optopt == 'c')
-                return usage_error("run", "-c needs CODE");
-            return usage_error("run", "option '%s' needs a value", argv[optind - 1]);
-        }
-        if (c == '?') {
-            if (optopt >= 256)
-                return usage_error("run", "option '%.*s' takes no value",
-                                   (int)strcspn(argv[optind - 1], "="), argv[optind - 1]);
-            if (optopt)
-                return usage_error("run", "unknown option -%c; run 'runcell run --help'", optopt);
-            return usage_error("run", "unknown option '%s'; run 'runcell run --help'",
-                               argv[optind - 1]);
-        }
-        if ((r = parse_opt(o, c, optarg)))
-            return r;
-    }
-    if (!o->codes && optind >= argc)
+    int first, r = opttab_parse(&run_cmd, argc, argv, o, &first);
+    if (r)
+        return r;
+    if (!o->codes && first >= argc)
         return usage_error("run", "nothing to run: give FILE, -c CODE or - (stdin)");
     if (!o->codes) {
-        const char *what = argv[optind++];
+        const char *what = argv[first++];
         if (!strcmp(what, "-"))
             o->from_stdin = true;
         else
             o->file = what;
     }
-    for (; optind < argc; optind++)
-        o->args = strv_push(o->args, argv[optind]);
+    for (; first < argc; first++)
+        o->args = strv_push(o->args, argv[first]);
     return 0;
 }
 
@@ -307,19 +255,14 @@ struct cell_printer {
 
 static void save_image(struct cell_printer *p, const char *mime, const char *b64)
 {
-    size_t n;
-    unsigned char *png = base64_decode(b64, strlen(b64), &n);
-    if (!png)
+    char *name;
+    if (exec_figure_save(NULL, p->o->c.out_dir, p->cell, ++p->n_images, mime, b64, &name) < 0) {
+        fprintf(stderr, "runcell: %s\n", err_msg());
         return;
-    _cleanup_free_ char *name = exec_figure_name(p->cell, ++p->n_images, mime);
-    _cleanup_free_ char *path = xasprintf("%s/%s", p->o->c.out_dir, name);
-    if (mkdir_p(p->o->c.out_dir, 0755) == 0 && write_file(path, (char *)png, n, 0644) == 0) {
-        fprintf(stderr, "runcell: saved %s\n", path);
-        p->saved = strv_push(p->saved, name);
-    } else {
-        fprintf(stderr, "runcell: cannot save %s: %s\n", path, strerror(errno));
     }
-    free(png);
+    fprintf(stderr, "runcell: saved %s/%s\n", p->o->c.out_dir, name);
+    p->saved = strv_push(p->saved, name);
+    free(name);
 }
 
 /* Live output of a cell; with --json only the images for --out (the record has the rest). */
@@ -334,12 +277,9 @@ static void print_cell_event(void *ctx, const struct exec_event *ev)
         forward_output(NULL, ev->type == EV_STDOUT ? 1 : 2, ev->data, ev->len);
         break;
     case EV_RESULT: {
-        const char *images[] = {"image/png", "image/jpeg"};
-        for (size_t i = 0; i < ARRAY_SIZE(images); i++) {
-            const char *b64 = json_string_value(json_object_get(ev->json, images[i]));
-            if (b64 && p->o->c.out_dir)
-                save_image(p, images[i], b64);
-        }
+        const char *mime, *b64 = exec_bundle_image(ev->json, &mime);
+        if (b64 && p->o->c.out_dir)
+            save_image(p, mime, b64);
         if (p->o->json)
             break;
         const char *text = json_string_value(json_object_get(ev->json, "text/plain"));
@@ -490,5 +430,5 @@ int cmd_run(int argc, char **argv)
     strv_free(o.codes);
     strv_free(o.args);
     common_opts_release(&o.c);
-    return r;
+    return r == OPTTAB_HELP ? 0 : r;
 }

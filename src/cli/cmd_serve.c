@@ -1,5 +1,4 @@
 /* cmd_serve.c - `runcell serve`: the HTTP/JSON API. */
-#include <getopt.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -21,15 +20,6 @@ static const char serve_usage[] =
     "'Authorization: Bearer TOKEN'; the token comes from --token, RUNCELL_TOKEN, DATA/token,\n"
     "or is generated on first start and saved to DATA/token.\n"
     "\n";
-
-static const char serve_more_help[] =
-    "  --timeout SEC          default per-execution timeout (default 60)\n"
-    "  --memory MB, --pids N, --disk MB, --cpus N   default session limits\n"
-    "  --net allow:HOST[:PORT],...   default network of sessions that do not say (none)\n"
-    "\n"
-    "Sessions are kept (docs/PERSISTENCE.md): their files after every execution, their\n"
-    "variables when they expire or are closed with checkpoint; records in "
-    "DATA/sessions.db.\n" STORE_OPTS_HELP;
 
 static struct net_policy *allow_max;
 
@@ -62,6 +52,19 @@ static int add_origin(void *opts, const char *cmd, char *val)
 #define CONNECTION_IDLE_OPT_SECONDS 300
 
 #define F(member) offsetof(struct serve_cli, cfg.member)
+
+static const char per_session[] = "--package, --index-url and --install-timeout are "
+                                  "options of sessions: give them in POST /v1/sessions";
+static const char no_files[] = "--file and --out do not apply to serve";
+
+/* The common options a server takes, as its sessions' defaults; then where they are kept. */
+static const char serve_defaults_help[] =
+    "  --timeout SEC          default per-execution timeout (default 60)\n"
+    "  --memory MB, --pids N, --disk MB, --cpus N   default session limits\n"
+    "  --net allow:HOST[:PORT],...   default network of sessions that do not say (none)\n"
+    "\n"
+    "Sessions are kept (docs/PERSISTENCE.md): their files after every execution, their\n"
+    "variables when they expire or are closed with checkpoint; records in DATA/sessions.db.";
 
 static const struct opt_spec serve_opts[] = {
     {"listen", "HOST:PORT", OPTK_STRING, F(listen), .help = "address (default 127.0.0.1:8080)"},
@@ -140,34 +143,22 @@ static const struct opt_spec serve_opts[] = {
     {"lease-ttl", "SEC", OPTK_SECONDS, F(lease_ttl_ms), 0, 3600,
      .help = "how long a lease lasts unrenewed, so how soon a dead node's\n"
              "sessions move (default 15; at least 1)"},
+    {"package", "SPEC", OPTK_REFUSED, .help = per_session},
+    {"index-url", "URL", OPTK_REFUSED, .help = per_session},
+    {"install-timeout", "SEC", OPTK_REFUSED, .help = per_session},
+    {"file", "LOCAL[:DEST]", OPTK_REFUSED, .help = no_files},
+    {"out", "DIR", OPTK_REFUSED, .help = no_files},
+    {NULL, .help = serve_defaults_help},
 };
 
-static void print_help(void)
-{
-    fputs(serve_usage, stdout);
-    opttab_help(stdout, serve_opts, ARRAY_SIZE(serve_opts), 25);
-    fputs(serve_more_help, stdout);
-}
-
-static int serve_opt(struct serve_cli *o, int c, char *val)
-{
-    int r = store_opt("serve", &o->so, c, val);
-    if (r >= 0)
-        return r;
-    switch (c) {
-    case OPT_PACKAGE:
-    case OPT_INDEX_URL:
-    case OPT_INSTALL_TIMEOUT:
-        return usage_error("serve", "--package, --index-url and --install-timeout are "
-                                    "options of sessions: give them in POST /v1/sessions");
-    case OPT_FILE:
-    case OPT_OUT:
-        return usage_error("serve", "--file and --out do not apply to serve");
-    }
-    if ((r = common_opt("serve", &o->co, c, val)) >= 0)
-        return r;
-    return opttab_take("serve", serve_opts, ARRAY_SIZE(serve_opts), c, o, val);
-}
+static const struct opt_cmd serve_cmd = {
+    .name = "serve",
+    .usage = serve_usage,
+    .own = OPT_TABLE(serve_opts),
+    .groups = {{&common_opt_table, offsetof(struct serve_cli, co)},
+               {&store_opt_table, offsetof(struct serve_cli, so), .listed = true}},
+    .column = 25,
+};
 
 static bool over_max(const char *opt, uint64_t val, const char *max_opt, uint64_t max, double scale)
 {
@@ -214,35 +205,15 @@ int cmd_serve(int argc, char **argv)
         .cfg = {.listen = "127.0.0.1:8080", .shutdown_grace_ms = 10000, .pool_size = 2},
         .so = {.quota_bytes = (uint64_t)DEFAULT_STORE_QUOTA_MB << 20}};
     struct server_config *cfg = &o.cfg;
-    static const struct option fixed[] = {
-        COMMON_LONG_OPTS, STORE_LONG_OPTS, {"help", no_argument, NULL, 'h'}};
-    _cleanup_free_ struct option *long_opts =
-        opttab_getopt_list(fixed, ARRAY_SIZE(fixed), serve_opts, ARRAY_SIZE(serve_opts));
     _cleanup_free_ char *data = NULL;
-    int c, r = 0;
-    opterr = 0;
-    optind = 1;
-    while (!r && (c = getopt_long(argc, argv, "+:h", long_opts, NULL)) != -1) {
-        if (c == 'h') {
-            print_help();
-            return 0;
-        }
-        if (c == ':')
-            r = usage_error("serve", "option '%s' needs a value", argv[optind - 1]);
-        else if (c == '?')
-            r = usage_error("serve", "unknown option '%s'; run 'runcell serve --help'",
-                            argv[optind - 1]);
-        else
-            r = serve_opt(&o, c, optarg);
-    }
-    if (!r && optind < argc)
-        r = usage_error("serve", "unexpected argument '%s'", argv[optind]);
+    int first, r = opttab_parse(&serve_cmd, argc, argv, &o, &first);
     if (!r && o.co.net && !net_policy_within(o.co.net, allow_max))
         r = usage_error("serve", "--net: %s", err_msg());
     if (r) {
         common_opts_release(&o.co);
+        net_policy_free(allow_max);
         strv_free(o.origins);
-        return r;
+        return r == OPTTAB_HELP ? 0 : r;
     }
     if (!cfg->data_dir)
         cfg->data_dir = data = default_data_dir();

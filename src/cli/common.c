@@ -1,4 +1,5 @@
-/* common.c - options shared by the subcommands that run code (run, repl, agent). */
+/* common.c - options shared by subcommands: those that run code (run, repl, serve, mcp, agent)
+ * and those that keep sessions (serve, repl). */
 #include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -9,8 +10,9 @@
 
 #include "cli/cli.h"
 
-static int parse_file_opt(const char *cmd, struct common_opts *o, char *val)
+static int parse_file_opt(void *opts, const char *cmd, char *val)
 {
+    struct common_opts *o = opts;
     _cleanup_free_ char *given = xstrdup(val); /* for messages: val is split in place */
     char *colon = strrchr(val, ':');
     const char *local = val, *dest;
@@ -37,8 +39,9 @@ static int parse_file_opt(const char *cmd, struct common_opts *o, char *val)
     return 0;
 }
 
-static int parse_cpus(const char *cmd, const char *val, uint64_t *ret_milli)
+static int parse_cpus(void *opts, const char *cmd, char *val)
 {
+    struct common_opts *o = opts;
     uint64_t ms;
     if (parse_seconds(val, &ms) < 0 || ms > 1024 * 1000)
         return usage_error(cmd, "--cpus: '%s' is not a number of cores (e.g. 1 or 0.5)", val);
@@ -48,12 +51,13 @@ static int parse_cpus(const char *cmd, const char *val, uint64_t *ret_milli)
                            "--cpus: '%s' is less than the smallest CPU share, 0.001 of "
                            "a core",
                            val);
-    *ret_milli = ms; /* the "seconds" parser yields thousandths */
+    o->limits.cpus_milli = ms; /* the "seconds" parser yields thousandths */
     return 0;
 }
 
-static int parse_net(const char *cmd, struct common_opts *o, const char *val)
+static int parse_net(void *opts, const char *cmd, char *val)
 {
+    struct common_opts *o = opts;
     net_policy_free(o->net);
     o->net = NULL;
     if (!strcmp(val, "none"))
@@ -100,38 +104,35 @@ void print_network_refusals(json_t *events)
     }
 }
 
-int common_opt(const char *cmd, struct common_opts *o, int c, char *val)
-{
-    switch (c) {
-    case OPT_TIMEOUT:
-        return opt_seconds(cmd, "--timeout", val, &o->timeout_ms);
-    case OPT_MEMORY:
-        return opt_megabytes(cmd, "--memory", val, &o->limits.memory_mb);
-    case OPT_PIDS:
-        return opt_count(cmd, "--pids", val, &o->limits.pids);
-    case OPT_DISK:
-        return opt_megabytes(cmd, "--disk", val, &o->limits.disk_mb);
-    case OPT_CPUS:
-        return parse_cpus(cmd, val, &o->limits.cpus_milli);
-    case OPT_FILE:
-        return parse_file_opt(cmd, o, val);
-    case OPT_OUT:
-        o->out_dir = val;
-        return 0;
-    case OPT_NET:
-        return parse_net(cmd, o, val);
-    case OPT_PACKAGE:
-        o->packages = strv_push(o->packages ? o->packages : xcalloc(1, sizeof(char *)), val);
-        return 0;
-    case OPT_INDEX_URL:
-        o->index_url = val;
-        return 0;
-    case OPT_INSTALL_TIMEOUT:
-        return opt_seconds(cmd, "--install-timeout", val, &o->install_timeout_ms);
-    default:
-        return -1; /* not a common option */
-    }
-}
+#define C(member) offsetof(struct common_opts, member)
+
+/* Their help as runcell run gives it; the other subcommands say what differs. */
+static const struct opt_spec common_specs[] = {
+    {"timeout", "SEC", OPTK_SECONDS, C(timeout_ms), .help = "wall-clock limit (default 60)"},
+    {"memory", "MB", OPTK_MB, C(limits.memory_mb), .help = "memory limit (default 1024)"},
+    {"pids", "N", OPTK_COUNT64, C(limits.pids), .help = "process limit (default 256)"},
+    {"disk", "MB", OPTK_MB, C(limits.disk_mb),
+     .help = "size of the workspace and of /tmp, each (default 1024)"},
+    {"cpus", "N", OPTK_FN, .fn = parse_cpus, .help = "CPU cores (default 1; fractions allowed)"},
+    {"file", "LOCAL[:DEST]", OPTK_FN, .fn = parse_file_opt,
+     .help = "copy LOCAL into the workspace (repeatable)"},
+    {"out", "DIR", OPTK_STRING, C(out_dir),
+     .help = "copy files the code created or changed into DIR; a cell's\n"
+             "figures are saved there as figure-CELL-N.png"},
+    {"net", "none|allow:HOST[:PORT],...", OPTK_FN, .fn = parse_net,
+     .help = "network policy (default none: loopback only; allow: the named\n"
+             "hosts, through an egress proxy; docs/NETWORK.md)"},
+    {"package", "SPEC", OPTK_STRV, C(packages),
+     .help = "pip requirement installed before the code runs (repeatable;\n"
+             "needs --net allow:... naming the index and the host it serves\n"
+             "files from, e.g. pypi.org,files.pythonhosted.org)"},
+    {"index-url", "URL", OPTK_STRING, C(index_url),
+     .help = "package index (PIP_INDEX_URL; its host must be allowed)"},
+    {"install-timeout", "SEC", OPTK_SECONDS, C(install_timeout_ms),
+     .help = "time for installing the packages (default 120)"},
+};
+
+const struct opt_table common_opt_table = OPT_TABLE(common_specs);
 
 void common_opts_release(struct common_opts *o)
 {
@@ -180,43 +181,45 @@ int refuse_net_opts(const char *cmd, const struct common_opts *o)
                        opt, cmd);
 }
 
-/* The store options that only name a string of the store's configuration. */
-static const struct {
-    int opt;
-    size_t offset;
-} store_strings[] = {
-    {OPT_STORE, offsetof(struct store_config, url)},
-    {OPT_S3_ENDPOINT, offsetof(struct store_config, s3_endpoint)},
-    {OPT_S3_REGION, offsetof(struct store_config, s3_region)},
-    {OPT_S3_ACCESS_KEY, offsetof(struct store_config, s3_access_key)},
-    {OPT_S3_SECRET_KEY, offsetof(struct store_config, s3_secret_key)},
-};
-
-int store_opt(const char *cmd, struct store_opts *o, int c, char *val)
+static int parse_store_quota(void *opts, const char *cmd, char *val)
 {
     uint64_t mb;
-    for (size_t i = 0; i < ARRAY_SIZE(store_strings); i++) {
-        if (store_strings[i].opt == c) {
-            *(const char **)((char *)&o->cfg + store_strings[i].offset) = val;
-            return 0;
-        }
-    }
-    if (c == OPT_S3_VIRTUAL_HOSTED) {
-        o->cfg.s3_virtual_hosted = true;
-        return 0;
-    }
-    if (c == OPT_STORE_MAX_FILES) {
-        if (parse_u64(val, &mb) < 0 || mb < 1 || mb > STORE_MAX_FILES_LIMIT)
-            return usage_error(cmd, "--store-max-files: '%s' is not a number of files (1 to %u)",
-                               val, STORE_MAX_FILES_LIMIT);
-        o->max_files = mb;
-        return 0;
-    }
-    if (c != OPT_STORE_QUOTA)
-        return -1;
     if (parse_u64(val, &mb) < 0 || mb > (1u << 30))
         return usage_error(cmd, "--store-quota: '%s' is not a size in megabytes (0 for no limit)",
                            val);
-    o->quota_bytes = mb << 20;
+    ((struct store_opts *)opts)->quota_bytes = mb << 20;
     return 0;
 }
+
+static int parse_store_max_files(void *opts, const char *cmd, char *val)
+{
+    uint64_t n;
+    if (parse_u64(val, &n) < 0 || n < 1 || n > STORE_MAX_FILES_LIMIT)
+        return usage_error(cmd, "--store-max-files: '%s' is not a number of files (1 to %u)", val,
+                           STORE_MAX_FILES_LIMIT);
+    ((struct store_opts *)opts)->max_files = n;
+    return 0;
+}
+
+#define S(member) offsetof(struct store_opts, member)
+
+static const struct opt_spec store_specs[] = {
+    {"store", "DIR|s3://BUCKET[/PREFIX]", OPTK_STRING, S(cfg.url),
+     .help = "where sessions are kept (default DATA/store)"},
+    {"s3-endpoint", "URL", OPTK_STRING, S(cfg.s3_endpoint),
+     .help = "S3-compatible endpoint, http[s]://HOST[:PORT] (default AWS)"},
+    {"s3-region", "REGION", OPTK_STRING, S(cfg.s3_region),
+     .help = "(default AWS_REGION, AWS_DEFAULT_REGION, else us-east-1)"},
+    {"s3-access-key", "KEY", OPTK_STRING, S(cfg.s3_access_key),
+     .help = "(default AWS_ACCESS_KEY_ID)"},
+    {"s3-secret-key", "KEY", OPTK_STRING, S(cfg.s3_secret_key),
+     .help = "(default AWS_SECRET_ACCESS_KEY; the variables keep the\nsecret off command lines)"},
+    {"s3-virtual-hosted", NULL, OPTK_FLAG, S(cfg.s3_virtual_hosted),
+     .help = "BUCKET.HOST addressing instead of HOST/BUCKET"},
+    {"store-quota", "MB", OPTK_FN, .fn = parse_store_quota,
+     .help = "bytes stored per session at most (default 1024; 0: no limit)"},
+    {"store-max-files", "N", OPTK_FN, .fn = parse_store_max_files,
+     .help = "files and links stored per session at most (default 10000)"},
+};
+
+const struct opt_table store_opt_table = OPT_TABLE(store_specs);

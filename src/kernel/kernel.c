@@ -1,5 +1,5 @@
 /* kernel.c - starting the Python kernel in a sandbox and speaking its framed protocol. */
-#include "kernel/kernel.h"
+#include "kernel/kernel-int.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -52,8 +52,9 @@ static int send_frame(struct kernel *k, char kind, const char *payload, size_t n
 int kernel_send_execute(struct kernel *k, const char *code, const char *lang, long execution_count,
                         uint64_t timeout_ms)
 {
-    json_t *req = json_pack("{s:s,s:s,s:s,s:I}", "type", "execute", "code", code, "lang", lang,
-                            "execution_count", (json_int_t)execution_count);
+    /* sync: this daemon answers the kernel's sync messages (KEV_SYNC) while the cell runs. */
+    json_t *req = json_pack("{s:s,s:s,s:s,s:I,s:b}", "type", "execute", "code", code, "lang", lang,
+                            "execution_count", (json_int_t)execution_count, "sync", 1);
     if (!req)
         return err_set(EINVAL, "the code is not valid UTF-8 text");
     char *text = json_dumps(req, JSON_COMPACT);
@@ -113,7 +114,7 @@ static const struct {
     enum kernel_event_type ev;
 } msg_types[] = {
     {"display", KEV_DISPLAY},       {"done", KEV_DONE},          {"hello", KEV_HELLO},
-    {"checkpoint_done", KEV_REPLY}, {"restore_done", KEV_REPLY},
+    {"checkpoint_done", KEV_REPLY}, {"restore_done", KEV_REPLY}, {"sync", KEV_SYNC},
 };
 
 static int handle_message(const char *p, size_t n, kernel_event_fn cb, void *ctx)
@@ -243,7 +244,7 @@ static int wait_hello(struct kernel *k, uint64_t timeout_ms)
             return err_set(ETIMEDOUT, "the kernel did not start within %llu ms",
                            (unsigned long long)timeout_ms);
         struct pollfd pfd[2] = {{.fd = k->chan_fd, .events = POLLIN},
-                                {.fd = k->sb->status_fd, .events = POLLIN}};
+                                {.fd = sandbox_status_fd(k->sb), .events = POLLIN}};
         if (poll(pfd, 2, (int)left + 1) < 0 && errno != EINTR)
             return -errno;
         if (pfd[1].revents)
@@ -254,11 +255,13 @@ static int wait_hello(struct kernel *k, uint64_t timeout_ms)
                 return r;
             if (r == 1 && !w.got) {
                 sandbox_wait(k->sb);
-                if (k->sb->error)
-                    return err_set(EIO, "sandbox setup failed: %s", k->sb->error);
+                struct sandbox_outcome end;
+                sandbox_outcome(k->sb, &end);
+                if (end.error)
+                    return err_set(EIO, "sandbox setup failed: %s", end.error);
                 return err_set(EIO, "the kernel exited while starting (%s %d)",
-                               k->sb->term_signal ? "signal" : "status",
-                               k->sb->term_signal ? k->sb->term_signal : k->sb->exit_code);
+                               end.signal ? "signal" : "status",
+                               end.signal ? end.signal : end.exit_code);
             }
         }
     }
@@ -303,7 +306,8 @@ int kernel_start(struct sandbox_host *host, struct workspace *ws,
         argv = strv_push(argv, "/.runcell/kernel.js");
     } else {
         argv = strv_push(argv, "/usr/bin/python3");
-        argv = strv_push(argv, "/.runcell/kernel.py");
+        /* kernel.py from its precompiled code when that fits (start_kernel.py). */
+        argv = strv_push(argv, "/.runcell/start_kernel.py");
     }
     for (char *const *a = args; a && *a; a++)
         argv = strv_push(argv, *a);
@@ -423,6 +427,15 @@ int kernel_request(struct kernel *k, const char *type, const char *path, uint64_
     return 0;
 }
 
+void kernel_answer_sync(struct kernel *k)
+{
+    unsigned char hdr[FRAME_HEADER];
+    frame_header(hdr, 'A', 0);
+    pthread_mutex_lock(&k->write_lock);
+    (void)!write(k->chan_fd, hdr, sizeof(hdr));
+    pthread_mutex_unlock(&k->write_lock);
+}
+
 void kernel_interrupt(struct kernel *k)
 {
     if (!k || !k->sb)
@@ -451,4 +464,29 @@ void kernel_free(struct kernel *k)
     free(k->python_version);
     pthread_mutex_destroy(&k->write_lock);
     free(k);
+}
+
+int kernel_fd(const struct kernel *k, enum kernel_fd_kind which)
+{
+    switch (which) {
+    case KERNEL_FD_CHANNEL:
+        return k->chan_fd;
+    case KERNEL_FD_STDOUT:
+        return k->out_fd;
+    case KERNEL_FD_STDERR:
+        return k->err_fd;
+    case KERNEL_FD_STATUS:
+        return k->sb ? sandbox_status_fd(k->sb) : -1;
+    }
+    return -1;
+}
+
+struct sandbox *kernel_sandbox(const struct kernel *k)
+{
+    return k->sb;
+}
+
+const char *kernel_python_version(const struct kernel *k)
+{
+    return k->python_version ? k->python_version : "";
 }

@@ -36,6 +36,8 @@ enum kernel_event_type {
     KEV_REPLY,   /* msg: {"type":"checkpoint_done"|"restore_done","ok",...} */
     KEV_LIMIT,   /* data/len: why a message broke a cap (KERNEL_MSG_*); it was dropped
                   * unparsed, and the frames after it are read as usual */
+    KEV_SYNC,    /* msg: {"type":"sync"}: the cell starts a program; answer kernel_answer_sync
+                  * once what came before it is taken (see kernel_answer_sync) */
 };
 
 struct kernel_event {
@@ -48,18 +50,22 @@ struct kernel_event {
 
 typedef void (*kernel_event_fn)(void *ctx, const struct kernel_event *ev);
 
-struct kernel {
-    struct sandbox *sb;
-    int chan_fd; /* our end of the control socket */
-    int out_fd;  /* read ends of the kernel's stdout/stderr pipes */
-    int err_fd;
-    struct buf in;
-    char *python_version;
-    /* Writes to chan_fd: a request and an interrupt frame never interleave. An interrupt
-     * that comes while a request is being written is owed, and sent right after it. */
-    pthread_mutex_t write_lock;
-    atomic_bool interrupt_owed;
+/* A kernel running in its sandbox; opaque (kernel-int.h has its fields). */
+struct kernel;
+
+/* What a caller of kernel_pump_channel, kernel_pump_pipe and sandbox_poll_status waits on. */
+enum kernel_fd_kind {
+    KERNEL_FD_CHANNEL, /* the control socket: frames */
+    KERNEL_FD_STDOUT,  /* the kernel's stdout pipe */
+    KERNEL_FD_STDERR,
+    KERNEL_FD_STATUS, /* its sandbox's status lines (sandbox_status_fd) */
 };
+/* The fd to poll (POLLIN) for which; -1 when there is none (any more). Owned by k. */
+int kernel_fd(const struct kernel *k, enum kernel_fd_kind which);
+/* The sandbox k runs in, for its usage, limits and signals; owned by k. */
+struct sandbox *kernel_sandbox(const struct kernel *k);
+/* The interpreter's version, as its hello said ("3.11.2"); "" when it said none. */
+const char *kernel_python_version(const struct kernel *k);
 
 /* Sends one execute request; the cell is numbered execution_count (in its filename, "<cell
  * N>", and its done message), so numbering goes on across kernels of one session. A kernel
@@ -109,6 +115,12 @@ int kernel_request(struct kernel *k, const char *type, const char *path, uint64_
  * kernel ignores SIGINT between cells and looks for the frame as the code starts); the
  * signal reaches code that runs. Never blocks; safe from any thread. */
 void kernel_interrupt(struct kernel *k);
+/* Answers a KEV_SYNC: an 'A' frame, after which the cell starts its program. The caller
+ * first takes every frame before the sync and what the pipes hold, so that the program's
+ * output (through a pipe) comes after what the cell printed (through the channel). Never
+ * blocks: an honest kernel waits for each answer, so its socket has room for one; for one
+ * that sends syncs without reading, the answer is dropped. */
+void kernel_answer_sync(struct kernel *k);
 /* Kills the kernel's sandbox, reaps it, frees everything; NULL is a no-op. */
 void kernel_free(struct kernel *k);
 

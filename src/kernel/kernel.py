@@ -3,38 +3,102 @@ namespace, driven by the daemon over a framed protocol on fd 3.
 
 Frames are [u32 big-endian payload length][u8 kind][payload]:
   daemon -> kernel  b"M"  JSON request: {"type": "execute", "code": ..., "lang": "python"|"bash",
-                                         "execution_count": N}
+                                         "execution_count": N, "sync": true}
+                    b"I"  interrupt (see Channel.interrupted)
+                    b"A"  the answer to a sync message (see Kernel.sync_output)
                           {"type": "checkpoint" | "restore", "path": ...} (variables, see below)
   kernel -> daemon  b"O"  stdout bytes written by Python code (sys.stdout)
                     b"E"  stderr bytes written by Python code (sys.stderr)
                     b"M"  JSON message: hello, display (MIME bundle), done, checkpoint_done,
-                          restore_done
+                          restore_done, sync
 Output of child processes and C code goes to fds 1 and 2, which are pipes the daemon reads
 directly. The daemon treats everything arriving here as untrusted: user code runs in this
 very process and may change any of it.
+
+A fresh kernel (`runcell run -c`, sessions without the template) pays for every module it
+imports before its first cell, so at start it imports only what a cell needs, and C modules
+where the Python ones would bring `re` and `enum` along: `_ast` for `ast`, `_signal` for
+`signal`, `_json` through the small codec below for `json`, `binascii` for `base64`. The rest
+(`traceback`, `pickle`, `subprocess`, ...) is imported where it is used. `linecache` is fed
+from the kernel's own table of cell sources once anything imports it (_AfterImport).
 """
-import ast
-import base64
+import _ast
+import _json
+import _signal
+import binascii
 import builtins
 import io
-import json
-import linecache
 import marshal
 import os
-import pickle
-import signal
 import struct
-import subprocess
 import sys
 import threading
 import time
-import traceback
 import types
 
 CHANNEL_FD = 3
 MAX_REQUEST = 48 << 20  # KERNEL_MAX_FRAME in kernel.h: one cap for both directions
 STREAM_CHUNK = 32 << 10
 KERNEL_FILE = os.path.abspath(__file__)
+
+
+# ---- JSON without the json package (which imports re): the same C scanner and encoder ----
+
+class _JsonContext:
+    """What _json's scanner reads from a decoder: json.loads' defaults."""
+    strict = True
+    object_hook = object_pairs_hook = None
+    parse_float, parse_int = float, int
+    parse_constant = {"-Infinity": float("-inf"), "Infinity": float("inf"),
+                      "NaN": float("nan")}.__getitem__
+    memo = {}
+
+
+_json_scan = _json.make_scanner(_JsonContext())
+_JSON_SPACE = " \t\n\r"
+
+
+def _json_default(obj):
+    raise TypeError("Object of type %s is not JSON serializable" % type(obj).__name__)
+
+
+def json_loads(text):
+    """json.loads(text) for str or UTF-8 bytes: ValueError on anything that is not one JSON
+    value with optional whitespace around it."""
+    if isinstance(text, (bytes, bytearray)):
+        text = text.decode("utf-8")
+    start = len(text) - len(text.lstrip(_JSON_SPACE))
+    try:
+        value, end = _json_scan(text, start)
+    except StopIteration as e:
+        raise ValueError("not JSON at character %d" % e.value) from None
+    if text[end:].strip(_JSON_SPACE):
+        raise ValueError("extra data after JSON at character %d" % end)
+    return value
+
+
+def json_dumps(obj):
+    """json.dumps(obj, ensure_ascii=False, allow_nan=False)."""
+    enc = _json.make_encoder({}, _json_default, _json.encode_basestring, None, ": ", ", ",
+                             False, False, False)
+    return "".join(enc(obj, 0))
+
+
+# ---- sources of cells, for tracebacks; given to linecache when it is imported ----
+
+_sources = {}
+
+
+def _remember_source(filename, code):
+    entry = (len(code), None, code.splitlines(True), filename)
+    _sources[filename] = entry
+    lc = sys.modules.get("linecache")
+    if lc is not None:
+        lc.cache[filename] = entry
+
+
+def _fill_linecache(module):
+    module.cache.update(_sources)
 
 
 def _write_all(fd, data):
@@ -101,9 +165,9 @@ _sigint_handler = _interrupts.handler  # one bound method, so that `is` can reco
 def _own_sigint():
     """The kernel's SIGINT handler back, where a cell's code installed its own (a library
     that sets the default handler would otherwise leave the waiting kernel killable)."""
-    while signal.getsignal(signal.SIGINT) is not _sigint_handler:
+    while _signal.getsignal(_signal.SIGINT) is not _sigint_handler:
         try:
-            signal.signal(signal.SIGINT, _sigint_handler)
+            _signal.signal(_signal.SIGINT, _sigint_handler)
         except KeyboardInterrupt:
             pass  # a pending SIGINT, run by the cell's handler as it was replaced
 
@@ -125,16 +189,37 @@ class Channel:
             _write_all(self.fd, frame)
 
     def send_json(self, obj):
-        text = json.dumps(_wire_safe(obj), ensure_ascii=False, allow_nan=False)
+        text = json_dumps(_wire_safe(obj))
         self.send(ord("M"), text.encode("utf-8"))
 
     def recv(self):
-        """The next request, past interrupt frames: one that comes before a request was
-        meant for the cell before it, which had ended."""
+        """The next request, past interrupt frames and sync answers: one that comes before a
+        request was meant for the cell before it, which had ended (or was interrupted while
+        it waited for the answer)."""
         while True:
             kind, payload = self._recv_frame()
-            if kind != ord("I"):
+            if kind not in (ord("I"), ord("A")):
                 return kind, payload
+
+    def sync(self):
+        """Sends a sync message and waits for the daemon's answer (an "A" frame), which it
+        sends once it has taken every frame before it and what the pipes hold. Interruptible
+        while it waits, never in the middle of a frame."""
+        import select
+        self.send_json({"type": "sync"})
+        while True:
+            if self.held is None:
+                select.select([self.fd], [], [])
+                with _interrupts:
+                    self.held = self._recv_frame()
+            kind, _ = self.held
+            if kind == ord("I"):
+                self.held = None  # its SIGINT raises KeyboardInterrupt here, or has
+            elif kind == ord("A"):
+                self.held = None
+                return
+            else:
+                return  # not an answer (the daemon has gone, or a request): recv's
 
     def interrupted(self):
         """True when the daemon sent an interrupt frame after the request being run. The
@@ -284,7 +369,7 @@ def _encode_mime(mime, value):
     if mime in _BINARY:
         if isinstance(value, str):
             return value  # already base64
-        return base64.b64encode(bytes(value)).decode("ascii")
+        return binascii.b2a_base64(bytes(value), newline=False).decode("ascii")
     if mime == "application/json":
         return value
     return value if isinstance(value, str) else str(value)
@@ -293,7 +378,7 @@ def _encode_mime(mime, value):
 def _figure_png(fig):
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
-    return base64.b64encode(buf.getvalue()).decode("ascii")
+    return binascii.b2a_base64(buf.getvalue(), newline=False).decode("ascii")
 
 
 def _is_figure(obj):
@@ -393,24 +478,33 @@ def _cell_value(cell):
         return _EMPTY_CELL
 
 
-class _VarPickler(pickle.Pickler):
-    """Pickles functions defined in cells by value (their code); everything else as pickle
-    does (classes defined in cells by reference: their source is restored first)."""
+def _var_pickler(f):
+    """A pickler that pickles functions defined in cells by value (their code); everything
+    else as pickle does (classes defined in cells by reference: their source is restored
+    first). Its class is made at the first checkpoint: pickle is not imported before."""
+    global _VarPickler
+    if _VarPickler is None:
+        import pickle
 
-    def __init__(self, f):
-        super().__init__(f, protocol=pickle.HIGHEST_PROTOCOL)
-        self.has_code = False
+        class _VarPickler(pickle.Pickler):
+            def __init__(self, f):
+                super().__init__(f, protocol=pickle.HIGHEST_PROTOCOL)
+                self.has_code = False
 
-    def reducer_override(self, obj):
-        if not (isinstance(obj, types.FunctionType) and obj.__module__ == "__main__"):
-            return NotImplemented
-        self.has_code = True
-        closure = None
-        if obj.__closure__ is not None:
-            closure = tuple(_cell_value(c) for c in obj.__closure__)
-        return _make_function, (marshal.dumps(obj.__code__), obj.__name__, obj.__qualname__,
-                                obj.__defaults__, obj.__kwdefaults__, closure,
-                                dict(obj.__dict__) or None, obj.__doc__)
+            def reducer_override(self, obj):
+                if not (isinstance(obj, types.FunctionType) and obj.__module__ == "__main__"):
+                    return NotImplemented
+                self.has_code = True
+                closure = None
+                if obj.__closure__ is not None:
+                    closure = tuple(_cell_value(c) for c in obj.__closure__)
+                return _make_function, (marshal.dumps(obj.__code__), obj.__name__,
+                                        obj.__qualname__, obj.__defaults__, obj.__kwdefaults__,
+                                        closure, dict(obj.__dict__) or None, obj.__doc__)
+    return _VarPickler(f)
+
+
+_VarPickler = None
 
 
 def top_definitions(tree, code):
@@ -418,10 +512,10 @@ def top_definitions(tree, code):
     lines = code.splitlines(True)
     defs = []
     for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        if isinstance(node, (_ast.FunctionDef, _ast.AsyncFunctionDef, _ast.ClassDef)):
             start = min([d.lineno for d in node.decorator_list] + [node.lineno])
             defs.append((node.name, "".join(lines[start - 1:node.end_lineno]),
-                         isinstance(node, ast.ClassDef)))
+                         isinstance(node, _ast.ClassDef)))
     return defs
 
 
@@ -468,7 +562,7 @@ def _reason(e):
 
 def _pickle_payload(value):
     def write(f):
-        p = _VarPickler(f)
+        p = _var_pickler(f)
         p.dump(value)
         return b"c" if p.has_code else None
     return write
@@ -484,6 +578,7 @@ def _save_one(f, name, value, definitions, out):
         return
     d = definitions.get(name)
     if d is not None and _defined_by(value, name, d[1]):
+        import json
         source = json.dumps({"source": d[0]}).encode()
         _write_record(f, name, b"s", lambda f: f.write(source))
     else:
@@ -494,6 +589,7 @@ def _save_one(f, name, value, definitions, out):
 def checkpoint_variables(ns, definitions, path, extra=()):
     """extra: (name, kind, payload) records written after the globals (the bash shell's
     state, under a name no global can have)."""
+    import json
     out = {"saved": [], "modules": {}, "skipped": []}
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "wb") as f:
@@ -533,16 +629,17 @@ def _restore_one(f, ns, name, kind, length, same_code, definitions, out):
         out["modules"].append(name)
         return
     if kind == b"s":
-        source = json.loads(_read_exact_file(f, length))["source"]
+        source = json_loads(_read_exact_file(f, length))["source"]
         filename = "<restored %s>" % name
-        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+        _remember_source(filename, source)
         exec(compile(source, filename, "exec", dont_inherit=True), ns)
-        tree = ast.parse(source)
+        tree = compile(source, filename, "exec", _ast.PyCF_ONLY_AST, dont_inherit=True)
         for dname, dsource, is_class in top_definitions(tree, source):
             definitions[dname] = (dsource, is_class)
     elif kind == b"c" and not same_code:
         raise ValueError("it holds code compiled by another Python version")
     elif kind in (b"p", b"c"):
+        import pickle
         ns[name] = pickle.Unpickler(f).load()
     else:
         raise ValueError("unknown record kind %r" % kind)
@@ -554,7 +651,7 @@ def restore_variables(ns, definitions, path):
     with open(path, "rb") as f:
         if f.read(len(CHECKPOINT_MAGIC)) != CHECKPOINT_MAGIC:
             raise ValueError("not a runcell variables checkpoint")
-        header = json.loads(f.readline())
+        header = json_loads(f.readline())
         same_code = header.get("code") == _code_tag()
         while True:
             (n,) = struct.unpack(">I", _read_exact_file(f, 4))
@@ -698,6 +795,7 @@ class ShellGone(Exception):
 class BashShell:
     def __init__(self, cwd, tmpdir):
         import fcntl
+        import subprocess
         # The sandbox's /tmp is its own: a fixed name reads well in bash's messages
         self.dir = os.path.join(os.path.abspath(tmpdir), ".runcell-bash")  # the shell cd's
         os.makedirs(self.dir, mode=0o700, exist_ok=True)
@@ -730,7 +828,7 @@ class BashShell:
         """SIGINT to the shell's process group (the shell and its foreground commands; its
         background jobs ignore it), then one more report line."""
         try:
-            os.killpg(self.proc.pid, signal.SIGINT)
+            os.killpg(self.proc.pid, _signal.SIGINT)
             self.send("\\__runcell_done %s\n" % self.nonce)
         except OSError:
             pass  # it is gone: the status pipe says so
@@ -784,7 +882,7 @@ class BashShell:
             except KeyboardInterrupt:
                 # the status pipe closed, yet the shell runs on: a cell exec'd a program
                 try:
-                    os.killpg(self.proc.pid, signal.SIGINT)
+                    os.killpg(self.proc.pid, _signal.SIGINT)
                 except OSError:
                     pass
         self.close()
@@ -870,6 +968,7 @@ def _shell_error(status, what, lost=False):
 
 def _signal_name(n):
     try:
+        import signal
         return signal.Signals(n).name
     except ValueError:
         return "unknown"
@@ -901,8 +1000,21 @@ class Kernel:
         self.home = os.getcwd()  # the workspace: where the shell starts
         self.bash = None  # BashShell, from the first bash cell on
         self.bash_pending = None  # a restored snapshot, for the next shell to load
+        self.sync = False  # the daemon answers sync messages (the request said so)
 
     # -- output --
+    def sync_output(self):
+        """Called as the cell's code starts a program (subprocess, os.system, os.fork,
+        os.posix_spawn): what the program writes goes to the pipes, which the daemon reads
+        apart from this channel, so it could overtake what the cell printed just before.
+        The cell's text is sent and the daemon confirms it has it first. Only from the
+        cell's own thread, while its code runs, and when the daemon asked for it (other
+        threads' programs run alongside the cell anyway)."""
+        if (self.sync and _interrupts.live
+                and threading.current_thread() is threading.main_thread()):
+            self.flush_streams()
+            self.channel.sync()
+
     def flush_streams(self):
         self.stdout.flush()
         self.stderr.flush()
@@ -930,6 +1042,7 @@ class Kernel:
         # and the builtins the kernel provides (input) raise from kernel.py.
         tb = _user_frames(tb)
         _strip_chained(value)
+        import traceback
         text = "".join(traceback.format_exception(etype, value, tb))
         err = {"name": etype.__name__, "value": str(value), "traceback": text}
         if isinstance(value, SyntaxError):
@@ -940,13 +1053,13 @@ class Kernel:
 
     # -- execution --
     def run_python(self, code, filename):
-        linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+        _remember_source(filename, code)
         try:
-            tree = ast.parse(code, filename, "exec")
+            tree = compile(code, filename, "exec", _ast.PyCF_ONLY_AST, dont_inherit=True)
             last = None
-            if tree.body and isinstance(tree.body[-1], ast.Expr):
-                last = ast.Expression(tree.body.pop().value)
-            flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+            if tree.body and isinstance(tree.body[-1], _ast.Expr):
+                last = _ast.Expression(tree.body.pop().value)
+            flags = _ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
             body = compile(tree, filename, "exec", flags=flags, dont_inherit=True)
             expr = compile(last, filename, "eval", flags=flags, dont_inherit=True) if last else None
         except SyntaxError as e:
@@ -1119,13 +1232,38 @@ class Kernel:
             if kind is None:
                 return
             try:
-                req = json.loads(payload)
+                req = json_loads(payload)
             except ValueError:
                 continue
             if req.get("type") == "execute":
-                self.execute(req)
+                self.sync = req.get("sync") is True
+                try:
+                    self.execute(req)
+                finally:
+                    self.sync = False
             elif req.get("type") in ("checkpoint", "restore"):
                 self.variables(req)
+
+
+def _sync_before_programs(kernel):
+    """Wraps the ways Python code starts a program so that kernel.sync_output runs first:
+    os's now, subprocess's by the function returned.
+    (A before-fork hook cannot raise the KeyboardInterrupt that stops a wait for the daemon,
+    and subprocess forks without running the hooks.)"""
+    def before(fn):
+        def wrapper(*args, **kwargs):
+            kernel.sync_output()
+            return fn(*args, **kwargs)
+        wrapper.__name__, wrapper.__qualname__ = fn.__name__, fn.__qualname__
+        wrapper.__doc__, wrapper.__wrapped__ = fn.__doc__, fn
+        return wrapper
+    for name in ("fork", "system", "posix_spawn", "posix_spawnp"):
+        if hasattr(os, name):
+            setattr(os, name, before(getattr(os, name)))
+
+    def patch_subprocess(module):
+        module.Popen._execute_child = before(module.Popen._execute_child)
+    return patch_subprocess  # for subprocess, once something imports it
 
 
 def _exit_status(code):
@@ -1164,20 +1302,22 @@ def _patch_pyplot(module, kernel):
     module.show = show
 
 
-class _PyplotHook:
-    """Meta-path hook: patches matplotlib.pyplot once it is imported."""
+class _AfterImport:
+    """Meta-path hook: runs a patch on a module once it is imported (patches: name -> fn of
+    the module), for the modules the kernel adapts but does not import itself."""
 
-    def __init__(self, kernel):
-        self.kernel = kernel
+    def __init__(self, patches):
+        self.patches = patches
 
     def find_spec(self, name, path=None, target=None):
-        if name != "matplotlib.pyplot":
+        patch = self.patches.get(name)
+        if patch is None:
             return None
         import importlib.machinery
         spec = importlib.machinery.PathFinder.find_spec(name, path)
         if spec is None or spec.loader is None:
             return None
-        loader, kernel = spec.loader, self.kernel
+        loader = spec.loader
 
         class Loader:
             def create_module(self, spec):
@@ -1185,7 +1325,7 @@ class _PyplotHook:
 
             def exec_module(self, module):
                 loader.exec_module(module)
-                _patch_pyplot(module, kernel)
+                patch(module)
 
         spec.loader = Loader()
         return spec
@@ -1194,7 +1334,7 @@ class _PyplotHook:
 def main(template_argv=False):
     channel = Channel(CHANNEL_FD)
     kernel = Kernel(channel)
-    signal.signal(signal.SIGINT, _sigint_handler)
+    _signal.signal(_signal.SIGINT, _sigint_handler)
     sys.stdout, sys.stderr = kernel.stdout, kernel.stderr
     # sys.stdin stays on fd 0, which the sandbox points at /dev/null.
     builtins.input = _no_input
@@ -1204,10 +1344,13 @@ def main(template_argv=False):
         for obj in objs:
             kernel.display(obj)
     builtins.display = display
-    if "matplotlib.pyplot" in sys.modules:  # imported ahead by the template
-        _patch_pyplot(sys.modules["matplotlib.pyplot"], kernel)
-    else:
-        sys.meta_path.insert(0, _PyplotHook(kernel))
+    patches = {"matplotlib.pyplot": lambda m: _patch_pyplot(m, kernel),
+               "linecache": _fill_linecache, "subprocess": _sync_before_programs(kernel)}
+    for name in list(patches):
+        if name in sys.modules:  # imported ahead (by the template, or at start)
+            patches.pop(name)(sys.modules[name])
+    if patches:
+        sys.meta_path.insert(0, _AfterImport(patches))
     # The workspace (cwd) is importable, as in Jupyter; the kernel's own directory is not.
     sys.path = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(KERNEL_FILE)]
     sys.path.insert(0, "")
@@ -1250,6 +1393,8 @@ def template_main():
     reply names the clone's pid and carries its pidfd. The clone's child returns here as the
     session's kernel."""
     import gc
+    import json
+    import signal
     import socket
     t0 = time.monotonic()
     failed = {}

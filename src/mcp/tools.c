@@ -721,32 +721,25 @@ static json_t *t_list_files(struct call *k)
 /* Reads a regular workspace file of at most MCP_MAX_FILE bytes; -errno with *ret_err. */
 static int read_workspace_file(struct workspace *ws, const char *rel, struct buf *b, char **ret_err)
 {
-    _cleanup_close_ int fd = workspace_openat(ws, rel, O_RDONLY | O_NONBLOCK, 0);
-    struct stat st;
-    if (fd == -ENOENT)
+    uint64_t size = 0;
+    int r = workspace_read(ws, rel, MCP_MAX_FILE, b, &size);
+    if (r == -ENOENT)
         *ret_err = xasprintf("no file '%s' in /workspace", rel);
-    else if (fd == -ELOOP)
+    else if (r == -ELOOP)
         *ret_err = xasprintf("'%s' is or goes through a symbolic link; links in the "
                              "workspace are not followed",
                              rel);
-    else if (fd < 0)
-        *ret_err = xasprintf("cannot open '%s': %s", rel, strerror(-fd));
-    if (fd < 0)
-        return fd;
-    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+    else if (r == -EINVAL)
         *ret_err = xasprintf("'%s' is not a regular file", rel);
-        return -EINVAL;
-    }
-    if ((uint64_t)st.st_size > MCP_MAX_FILE) {
+    else if (r == -E2BIG && size > MCP_MAX_FILE)
         *ret_err = xasprintf("'%s' has %llu bytes, more than the %u read_file returns; "
                              "process it with run_code instead",
-                             rel, (unsigned long long)st.st_size, MCP_MAX_FILE);
-        return -EFBIG;
-    }
-    fd_set_nonblock(fd, false);
-    buf_init(b, MCP_MAX_FILE);
-    int r = read_all(fd, b);
-    if (r < 0)
+                             rel, (unsigned long long)size, MCP_MAX_FILE);
+    else if (r == -E2BIG) /* it grew while it was read */
+        *ret_err = xasprintf("'%s' grew past the %u bytes read_file returns; process it "
+                             "with run_code instead",
+                             rel, MCP_MAX_FILE);
+    else if (r < 0)
         *ret_err = xasprintf("cannot read '%s': %s", rel, strerror(-r));
     return r;
 }

@@ -160,17 +160,9 @@ int sandbox_host_start_template(struct sandbox_host *host);
 double sandbox_host_template_ready_ms(struct sandbox_host *host);
 
 /* A workspace is the host side of /workspace: a size-capped tmpfs owned by a host uid of
- * its own when privileged, else a plain directory. It outlives the sandboxes run on it. */
-struct workspace {
-    char *dir;  /* host path of the directory bound at /workspace */
-    char *base; /* host directory holding dir and the sandbox roots */
-    uid_t uid;  /* host uid the sandbox user (1000) maps to */
-    gid_t gid;
-    uid_t root_uid;  /* host uid the sandbox's root (0, used by its init only) maps to;
-                      * equal to uid when unprivileged (then only 1000 is mapped) */
-    int uid_lock_fd; /* flock held on the uid slot while the workspace lives */
-    bool mounted;
-};
+ * its own when privileged, else a plain directory. It outlives the sandboxes run on it.
+ * Opaque: the module's own files see its fields (workspace-int.h). */
+struct workspace;
 
 /* Creates an empty workspace of disk_mb; caller frees with workspace_free. disk_mb 0 makes
  * a plain directory owned by runcell's own uid (for runcell's own sandboxes). */
@@ -180,8 +172,6 @@ void workspace_free(struct workspace *ws);
 /* Opens the workspace directory (O_PATH-free, O_DIRECTORY) for *at() access that never
  * follows links; caller closes. */
 int workspace_open(const struct workspace *ws);
-/* Makes path (relative, inside the workspace) belong to the sandbox user. */
-int workspace_chown(const struct workspace *ws, int dirfd, const char *name);
 
 /* ---- workspace files, as the daemon sees them: never following a link the sandboxed code
  * may have planted, never leaving the workspace. ---- */
@@ -237,17 +227,58 @@ int workspace_copy_in(const struct workspace *ws, const char *host_path, const c
 /* Copies workspace file rel to out_dir/rel (parents created). Only regular files, and no
  * sparse ones (-EFBIG: apparent size past the allocated blocks by more than 1 MiB). */
 int workspace_copy_out(const struct workspace *ws, const char *rel, const char *out_dir);
+/* The host path of name in the workspace's own host directory, beside the workspace and out
+ * of the sandbox's reach: for what the daemon keeps about it (an egress socket directory).
+ * Caller frees. */
+char *workspace_aside_path(const struct workspace *ws, const char *name);
 /* Reads regular workspace file rel, at most cap bytes, into ret (which the caller releases
- * with buf_release; it is left released on failure). The sandbox may still be changing the
- * file: the read is capped whatever fstat said. *ret_size (may be NULL) gets the size fstat
- * saw, also on -E2BIG. 0, or -errno: -E2BIG past cap, -EINVAL not a regular file, -ELOOP a
- * symbolic link, as workspace_openat. */
+ * with buf_release; it is left released on failure): read_regular_fd on rel opened by
+ * workspace_openat, non-blocking (a FIFO is refused, never waited on). The sandbox may still
+ * be changing the file: the read is capped whatever fstat said. *ret_size (may be NULL) gets
+ * the size fstat saw, also on -E2BIG. 0, or -errno: -E2BIG past cap, -EINVAL not a regular
+ * file, -ELOOP a symbolic link, as workspace_openat. */
 int workspace_read(const struct workspace *ws, const char *rel, size_t cap, struct buf *ret,
                    uint64_t *ret_size);
 /* Writes n bytes to rel (parents created, owned by the sandbox user) through a temporary file
  * renamed into place: a reader never sees half a file, and a link planted at rel is replaced,
  * never written through. 0 or -errno with err_msg(). */
 int workspace_write(const struct workspace *ws, const char *rel, const void *data, size_t n);
+
+/* ---- making workspace files: whatever the daemon makes there belongs to the sandbox user
+ * (these functions are the only ones that change an owner), and is made below directories
+ * opened without following links. ---- */
+
+/* A file on its way to rel: made under a temporary name beside it, written through fd,
+ * then given to the sandbox user and renamed into place by ws_newfile_commit (a reader never
+ * sees half a file), or removed by ws_newfile_abort. Caller-owned storage; the fields other
+ * than fd belong to the module. */
+struct ws_newfile {
+    int fd; /* open read-write on the temporary file */
+    const struct workspace *ws;
+    int dirfd;
+    char *tmp_name;
+    char *leaf;
+};
+/* Creates rel's parent directories (owned by the sandbox user) and the temporary file, of
+ * mode, in the last of them. 0, or -errno with err_msg() (-EINVAL for an unsafe rel, -ELOOP
+ * for a link on the way); *ret is then released. */
+int ws_newfile_open(const struct workspace *ws, const char *rel, mode_t mode,
+                    struct ws_newfile *ret);
+/* With WS_REFUSE_LINK, a link or a directory at rel is refused (-ELOOP, -EISDIR) rather than
+ * replaced, so that a write never seems to go through one. */
+#define WS_REFUSE_LINK 1u
+/* Gives the file to the sandbox user and renames it to rel, replacing what is there (a link
+ * is replaced, never followed; see WS_REFUSE_LINK). *ret_replaced (may be NULL) says whether
+ * something was. f is released either way (on failure with its file removed). 0 or -errno. */
+int ws_newfile_commit(struct ws_newfile *f, unsigned flags, bool *ret_replaced);
+/* Removes the temporary file and releases f; a no-op on a released f. */
+void ws_newfile_abort(struct ws_newfile *f);
+/* Makes directory rel (parents created) of mode, owned by the sandbox user. 0 or -errno
+ * (-EEXIST when something is there). */
+int workspace_mkdir(const struct workspace *ws, const char *rel, mode_t mode);
+/* Makes rel (parents created) a symbolic link to target, owned by the sandbox user; target
+ * is only a string here, nothing follows it. 0 or -errno. */
+int workspace_symlink(const struct workspace *ws, const char *target, const char *rel);
 
 /* Where a session's egress proxy socket directory is bound (see net/net.h). Sandboxes made
  * by the template can only take binds at mount points its root has: this one and
@@ -279,36 +310,32 @@ char **sandbox_default_env(void);
 
 enum sandbox_state { SANDBOX_STARTING, SANDBOX_RUNNING, SANDBOX_EXITED };
 
-struct sandbox {
-    struct sandbox_host *host;
-    char *name;
-    char *root_dir;
-    pid_t init_pid; /* in our PID namespace; 0 until known */
-    int pidfd;
-    int status_fd; /* read side of the helper's status lines; -1 after EOF */
-    struct buf status_buf;
-    struct cgroup *cgroup;
-    bool limits_degraded;
-    enum sandbox_state state;
-    bool exited;     /* the payload's status is known */
-    int exit_code;   /* valid when exited and !signal */
-    int term_signal; /* nonzero when the payload died of a signal */
-    char *error;     /* setup failure reported by the helper */
-    uint64_t oom_kills_at_start;
-    bool foreign;     /* init is the template's child, not ours: never wait4 it */
-    double ru_cpu_ms; /* rusage of init and everything it reaped, once reaped */
-    uint64_t ru_maxrss_kb;
-    double started_ms;
-};
+/* One running (or finished) sandbox; opaque (spawn-int.h has its fields). */
+struct sandbox;
 
 /* Starts a sandbox running spec->argv on ws. Returns once the helper has reported the
  * sandbox init's pid (the payload may still be starting); setup failures after that point
  * arrive as status lines. 0 or -errno with err_msg(); *ret owned by the caller. */
 int sandbox_start(struct sandbox_host *host, struct workspace *ws, const struct sandbox_spec *spec,
                   struct sandbox **ret);
-/* Reads whatever status lines are available on status_fd (non-blocking). Returns 1 when
+/* The fd to poll (POLLIN) for the helper's status lines, to be read by sandbox_poll_status;
+ * -1 once they reached EOF. Owned by sb. */
+int sandbox_status_fd(const struct sandbox *sb);
+/* Reads whatever status lines are available on the status fd (non-blocking). Returns 1 when
  * the status fd reached EOF (init is gone), 0 otherwise, -errno on error. */
 int sandbox_poll_status(struct sandbox *sb);
+/* How the payload ended, as far as the status lines have told. */
+struct sandbox_outcome {
+    bool exited;       /* the payload's status is known */
+    int exit_code;     /* valid when exited and !signal */
+    int signal;        /* nonzero when the payload died of a signal */
+    const char *error; /* a setup failure the helper reported, or NULL; valid while sb is */
+};
+void sandbox_outcome(const struct sandbox *sb, struct sandbox_outcome *ret);
+/* Whether sb's limits fall back to rlimits (no cgroup, or not root): for the record. */
+bool sandbox_limits_degraded(const struct sandbox *sb);
+/* When sandbox_start began making sb (now_ms_f() time): its wall clock counts from there. */
+double sandbox_started_ms(const struct sandbox *sb);
 /* Blocks until init is gone, reaping it. */
 void sandbox_wait(struct sandbox *sb);
 /* Waits up to timeout_ms for init to finish on its own (after the payload died); returns

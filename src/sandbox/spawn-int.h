@@ -5,6 +5,29 @@
 #include <jansson.h>
 
 #include "sandbox/sandbox.h"
+#include "sandbox/workspace-int.h"
+
+struct sandbox {
+    struct sandbox_host *host;
+    char *name;
+    char *root_dir;
+    pid_t init_pid; /* in our PID namespace; 0 until known */
+    int pidfd;
+    int status_fd; /* read side of the helper's status lines; -1 after EOF */
+    struct buf status_buf;
+    struct cgroup *cgroup;
+    bool limits_degraded;
+    enum sandbox_state state;
+    bool exited;     /* the payload's status is known */
+    int exit_code;   /* valid when exited and !signal */
+    int term_signal; /* nonzero when the payload died of a signal */
+    char *error;     /* setup failure reported by the helper */
+    uint64_t oom_kills_at_start;
+    bool foreign;     /* init is the template's child, not ours: never wait4 it */
+    double ru_cpu_ms; /* rusage of init and everything it reaped, once reaped */
+    uint64_t ru_maxrss_kb;
+    double started_ms;
+};
 
 /* A sandbox struct with its name, cgroup and limits set up, not yet started. */
 int sandbox_prepare(struct sandbox_host *host, const struct sandbox_spec *spec,

@@ -161,6 +161,29 @@ static void handle_line(struct sandbox *sb, char *line)
     }
 }
 
+int sandbox_status_fd(const struct sandbox *sb)
+{
+    return sb->status_fd;
+}
+
+void sandbox_outcome(const struct sandbox *sb, struct sandbox_outcome *ret)
+{
+    *ret = (struct sandbox_outcome){.exited = sb->exited,
+                                    .exit_code = sb->exit_code,
+                                    .signal = sb->term_signal,
+                                    .error = sb->error};
+}
+
+bool sandbox_limits_degraded(const struct sandbox *sb)
+{
+    return sb->limits_degraded;
+}
+
+double sandbox_started_ms(const struct sandbox *sb)
+{
+    return sb->started_ms;
+}
+
 int sandbox_poll_status(struct sandbox *sb)
 {
     char chunk[4096];
@@ -268,6 +291,9 @@ static int start_with_helper(struct sandbox *sb, struct workspace *ws,
     pid_t helper;
     int r;
     sb->root_dir = xasprintf("%s/root-%s", ws->base, sb->name);
+    /* The root directory goes to the sandbox's own root id, which builds the file system in
+     * it: set-up beside the workspace, not a workspace file (those the file API gives to the
+     * sandbox user). */
     if (mkdir(sb->root_dir, 0700) < 0 ||
         (sb->host->privileged && chown(sb->root_dir, ws->root_uid, ws->root_uid) < 0)) {
         r = err_set(errno, "cannot create %s: %s", sb->root_dir, strerror(errno));

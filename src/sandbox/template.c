@@ -125,7 +125,8 @@ static int template_new(struct sandbox_host *host, struct template **ret)
     double t0 = now_ms_f();
     if ((r = workspace_new(host, 0, &t->ws)) < 0)
         goto fail;
-    /* An empty directory (not a tmpfs) the template's root owns: its working directory. */
+    /* An empty directory (not a tmpfs) the template's root owns: its working directory (the
+     * template's set-up; no sandbox user is involved). */
     if (chown(t->ws->dir, host->uid_base, host->uid_base) < 0) {
         r = err_set(errno, "cannot give %s to the template: %s", t->ws->dir, strerror(errno));
         goto fail;

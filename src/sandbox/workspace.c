@@ -1,6 +1,6 @@
 /* workspace.c - the host side of /workspace: a capped tmpfs with its own host uid when
  * running as root, a plain directory otherwise. */
-#include "sandbox/sandbox.h"
+#include "sandbox/workspace-int.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -108,9 +108,15 @@ int workspace_open(const struct workspace *ws)
     return fd;
 }
 
+char *workspace_aside_path(const struct workspace *ws, const char *name)
+{
+    return xasprintf("%s/%s", ws->base, name);
+}
+
 int workspace_chown(const struct workspace *ws, int dirfd, const char *name)
 {
-    if (fchownat(dirfd, name, ws->uid, ws->gid, AT_SYMLINK_NOFOLLOW) < 0)
+    /* Unprivileged, the sandbox user is our own uid: what we make is already its. */
+    if (fchownat(dirfd, name, ws->uid, ws->gid, AT_SYMLINK_NOFOLLOW) < 0 && ws->uid != geteuid())
         return -errno;
     return 0;
 }

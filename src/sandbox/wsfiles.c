@@ -1,6 +1,6 @@
 /* wsfiles.c - reading and writing workspace files from the daemon without trusting
  * anything the sandboxed code may have placed there. */
-#include "sandbox/sandbox.h"
+#include "sandbox/workspace-int.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -104,6 +104,97 @@ static int copy_fd(int in, int out)
     }
 }
 
+/* Hands fd's file to the sandbox user. Unprivileged, the sandbox user is runcell's own uid
+ * and the files are already its own, so a failure to change the owner is no failure. */
+static int give(const struct workspace *ws, int fd)
+{
+    if (fchown(fd, ws->uid, ws->gid) < 0 && ws->uid != geteuid())
+        return -errno;
+    return 0;
+}
+
+int workspace_mkdir(const struct workspace *ws, const char *rel, mode_t mode)
+{
+    const char *leaf;
+    _cleanup_close_ int dfd = workspace_open_parent(ws, rel, true, &leaf);
+    if (dfd < 0)
+        return dfd;
+    if (mkdirat(dfd, leaf, mode) < 0)
+        return -errno;
+    return workspace_chown(ws, dfd, leaf);
+}
+
+int workspace_symlink(const struct workspace *ws, const char *target, const char *rel)
+{
+    const char *leaf;
+    _cleanup_close_ int dfd = workspace_open_parent(ws, rel, true, &leaf);
+    if (dfd < 0)
+        return dfd;
+    if (symlinkat(target, dfd, leaf) < 0)
+        return -errno;
+    return workspace_chown(ws, dfd, leaf);
+}
+
+int ws_newfile_open(const struct workspace *ws, const char *rel, mode_t mode,
+                    struct ws_newfile *ret)
+{
+    const char *leaf;
+    *ret = (struct ws_newfile){.fd = -1, .dirfd = -1};
+    int dfd = workspace_open_parent(ws, rel, true, &leaf);
+    if (dfd < 0)
+        return err_set(-dfd, "cannot create the directories of %s in the workspace: %s", rel,
+                       strerror(-dfd));
+    _cleanup_free_ char *hex = random_hex(8);
+    char *tmp = xasprintf(".runcell-write-%s", hex);
+    /* A fresh name, O_EXCL and O_NOFOLLOW: nothing the sandbox placed is opened. */
+    int fd = openat(dfd, tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+    if (fd < 0) {
+        int e = errno;
+        close(dfd);
+        free(tmp);
+        return err_set(e, "cannot create %s in the workspace: %s", rel, strerror(e));
+    }
+    *ret = (struct ws_newfile){
+        .fd = fd, .ws = ws, .dirfd = dfd, .tmp_name = tmp, .leaf = xstrdup(leaf)};
+    return 0;
+}
+
+int ws_newfile_commit(struct ws_newfile *f, unsigned flags, bool *ret_replaced)
+{
+    struct stat st;
+    bool replaced = fstatat(f->dirfd, f->leaf, &st, AT_SYMLINK_NOFOLLOW) == 0;
+    int r = give(f->ws, f->fd);
+    /* (rename would only replace a link itself, so the race between this look and the
+     * rename is harmless: the check is there to say no, not to keep anything safe.) */
+    if (!r && replaced && (flags & WS_REFUSE_LINK) && (S_ISLNK(st.st_mode) || S_ISDIR(st.st_mode)))
+        r = S_ISLNK(st.st_mode) ? -ELOOP : -EISDIR;
+    if (!r && renameat(f->dirfd, f->tmp_name, f->dirfd, f->leaf) < 0)
+        r = -errno;
+    if (r < 0) {
+        ws_newfile_abort(f);
+        return r;
+    }
+    free(f->tmp_name);
+    f->tmp_name = NULL;
+    ws_newfile_abort(f); /* now only closes */
+    if (ret_replaced)
+        *ret_replaced = replaced;
+    return 0;
+}
+
+void ws_newfile_abort(struct ws_newfile *f)
+{
+    if (f->tmp_name && f->dirfd >= 0)
+        unlinkat(f->dirfd, f->tmp_name, 0);
+    if (f->fd >= 0)
+        close(f->fd);
+    if (f->dirfd >= 0)
+        close(f->dirfd);
+    free(f->tmp_name);
+    free(f->leaf);
+    *f = (struct ws_newfile){.fd = -1, .dirfd = -1};
+}
+
 int workspace_copy_in(const struct workspace *ws, const char *host_path, const char *rel)
 {
     _cleanup_close_ int in = open(host_path, O_RDONLY | O_CLOEXEC);
@@ -112,17 +203,16 @@ int workspace_copy_in(const struct workspace *ws, const char *host_path, const c
         return err_set(errno, "cannot read %s: %s", host_path, strerror(errno));
     if (fstat(in, &st) < 0 || !S_ISREG(st.st_mode))
         return err_set(EINVAL, "%s is not a regular file", host_path);
-    int r = workspace_mkparents(ws, rel);
+    struct ws_newfile f;
+    int r = ws_newfile_open(ws, rel, 0644, &f);
     if (r < 0)
-        return err_set(-r, "cannot create the directories of %s in the workspace: %s", rel,
-                       strerror(-r));
-    _cleanup_close_ int out = workspace_openat(ws, rel, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (out < 0)
-        return err_set(-out, "cannot create %s in the workspace: %s", rel, strerror(-out));
-    if ((r = copy_fd(in, out)) < 0)
+        return r;
+    if ((r = copy_fd(in, f.fd)) < 0) {
+        ws_newfile_abort(&f);
         return err_set(-r, "cannot copy %s into the workspace: %s", host_path, strerror(-r));
-    if (fchown(out, ws->uid, ws->gid) < 0 && ws->uid != geteuid())
-        return err_set(errno, "cannot give %s to the sandbox user: %s", rel, strerror(errno));
+    }
+    if ((r = ws_newfile_commit(&f, 0, NULL)) < 0)
+        return err_set(-r, "cannot copy %s into the workspace: %s", host_path, strerror(-r));
     return 0;
 }
 
@@ -164,45 +254,25 @@ int workspace_read(const struct workspace *ws, const char *rel, size_t cap, stru
                    uint64_t *ret_size)
 {
     _cleanup_close_ int fd = workspace_openat(ws, rel, O_RDONLY | O_NONBLOCK, 0);
-    struct stat st;
-    if (fd < 0)
+    if (fd < 0) {
+        buf_init(ret, 0);
         return fd;
-    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
-        return -EINVAL;
-    if (ret_size)
-        *ret_size = (uint64_t)st.st_size;
-    if ((uint64_t)st.st_size > cap)
-        return -E2BIG;
-    fd_set_nonblock(fd, false);
-    buf_init(ret, cap ? cap : 1); /* 0 would mean no cap */
-    int r = read_all(fd, ret);
-    if (r < 0)
-        buf_release(ret);
-    return r;
+    }
+    return read_regular_fd(fd, cap, ret, ret_size);
 }
 
 int workspace_write(const struct workspace *ws, const char *rel, const void *data, size_t n)
 {
-    const char *leaf;
-    _cleanup_close_ int dfd = workspace_open_parent(ws, rel, true, &leaf);
-    if (dfd < 0)
-        return err_set(-dfd, "cannot open the directory of %s in the workspace: %s", rel,
-                       strerror(-dfd));
-    _cleanup_free_ char *hex = random_hex(8);
-    _cleanup_free_ char *tmp = xasprintf(".runcell-write-%s", hex);
-    _cleanup_close_ int fd =
-        openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return err_set(errno, "cannot create %s in the workspace: %s", rel, strerror(errno));
-    int r = write_all(fd, data, n);
-    if (!r && fchown(fd, ws->uid, ws->gid) < 0 && ws->uid != geteuid())
-        r = -errno;
-    if (!r && renameat(dfd, tmp, dfd, leaf) < 0)
-        r = -errno;
-    if (r < 0) {
-        unlinkat(dfd, tmp, 0);
+    struct ws_newfile f;
+    int r = ws_newfile_open(ws, rel, 0644, &f);
+    if (r < 0)
+        return r;
+    if ((r = write_all(f.fd, data, n)) < 0)
+        ws_newfile_abort(&f);
+    else
+        r = ws_newfile_commit(&f, 0, NULL);
+    if (r < 0)
         return err_set(-r, "cannot write %s in the workspace: %s", rel, strerror(-r));
-    }
     return 0;
 }
 

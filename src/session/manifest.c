@@ -550,14 +550,10 @@ int manifest_save(const struct persist_config *c, const char *id, struct manifes
 
 /* ---- blobs in and out of a workspace ---- */
 
-static int fail_unlink(struct workspace *ws, const char *rel, int r)
+/* Removes the file being restored and returns r. */
+static int fail_abort(struct ws_newfile *f, int r)
 {
-    const char *leaf;
-    int dfd = workspace_open_parent(ws, rel, false, &leaf);
-    if (dfd >= 0) {
-        unlinkat(dfd, leaf, 0);
-        close(dfd);
-    }
+    ws_newfile_abort(f);
     return r;
 }
 
@@ -567,36 +563,31 @@ int blob_to_workspace(struct store *st, const char *from_id, const char *sha, ui
     _cleanup_free_ char *key = blob_key(from_id, sha);
     char got[SHA256_HEX_SIZE];
     uint64_t n = 0;
-    int r = workspace_mkparents(ws, rel);
+    struct ws_newfile f;
+    int r = ws_newfile_open(ws, rel, 0600, &f);
     if (r < 0)
-        return err_set(-r, "cannot create its directory in the workspace: %s", strerror(-r));
-    _cleanup_close_ int fd = workspace_openat(ws, rel, O_RDWR | O_CREAT | O_EXCL, 0600);
-    if (fd < 0)
-        return err_set(-fd, "cannot create it in the workspace: %s", strerror(-fd));
+        return err_set(-r, "cannot create it in the workspace: %s", strerror(-r));
     /* +1: a stored copy larger than the list says is caught as corrupted, not cut short. */
-    r = store_get_fd(st, key, fd, size + 1, &n);
+    r = store_get_fd(st, key, f.fd, size + 1, &n);
     if (r == -ENOENT)
-        return fail_unlink(ws, rel, err_set(ENOENT, "its stored copy is missing (%s)", key));
+        return fail_abort(&f, err_set(ENOENT, "its stored copy is missing (%s)", key));
     if (r == -EFBIG || (!r && n != size))
-        return fail_unlink(ws, rel,
-                           err_set(EBADMSG,
-                                   "its stored copy is corrupted: %s bytes "
-                                   "where %llu were stored (%s)",
-                                   r ? "more" : "a different number of", (unsigned long long)size,
-                                   key));
+        return fail_abort(&f, err_set(EBADMSG,
+                                      "its stored copy is corrupted: %s bytes "
+                                      "where %llu were stored (%s)",
+                                      r ? "more" : "a different number of",
+                                      (unsigned long long)size, key));
     if (r == -ENOSPC || r == -EDQUOT)
-        return fail_unlink(ws, rel, err_set(ENOSPC, "the workspace is full (its disk limit)"));
+        return fail_abort(&f, err_set(ENOSPC, "the workspace is full (its disk limit)"));
     if (r < 0)
-        return fail_unlink(ws, rel, r);
-    if ((r = sha256_fd(fd, n, got)) < 0 || strcmp(got, sha))
-        return fail_unlink(ws, rel,
-                           err_set(EBADMSG,
-                                   "its stored copy is corrupted: the "
-                                   "contents do not match their checksum (%s)",
-                                   key));
-    if (fchown(fd, ws->uid, ws->gid) < 0 && ws->uid != geteuid())
-        return fail_unlink(
-            ws, rel, err_set(errno, "cannot give it to the sandbox user: %s", strerror(errno)));
+        return fail_abort(&f, r);
+    if ((r = sha256_fd(f.fd, n, got)) < 0 || strcmp(got, sha))
+        return fail_abort(&f, err_set(EBADMSG,
+                                      "its stored copy is corrupted: the "
+                                      "contents do not match their checksum (%s)",
+                                      key));
+    if ((r = ws_newfile_commit(&f, 0, NULL)) < 0)
+        return err_set(-r, "cannot give it to the sandbox user: %s", strerror(-r));
     return 0;
 }
 
@@ -624,14 +615,9 @@ int blob_from_workspace(struct store *st, const char *id, struct workspace *ws, 
 
 static int restore_link(const struct mentry *e, struct workspace *ws)
 {
-    const char *leaf;
-    _cleanup_close_ int dfd = workspace_open_parent(ws, e->path, true, &leaf);
-    if (dfd < 0)
-        return err_set(-dfd, "cannot create its directory in the workspace: %s", strerror(-dfd));
-    /* The target is only a string here: nothing follows it. */
-    if (symlinkat(e->target, dfd, leaf) < 0)
-        return err_set(errno, "cannot create the link: %s", strerror(errno));
-    workspace_chown(ws, dfd, leaf);
+    int r = workspace_symlink(ws, e->target, e->path);
+    if (r < 0)
+        return err_set(-r, "cannot create the link: %s", strerror(-r));
     return 0;
 }
 

@@ -27,7 +27,7 @@ int sandbox_net_start(struct sandbox_net *sn, const struct net_opts *n, struct w
     sn->env_extra = xcalloc(1, sizeof(char *));
     if (!n->policy)
         return 0;
-    _cleanup_free_ char *dir = xasprintf("%s/egress", ws->base);
+    _cleanup_free_ char *dir = workspace_aside_path(ws, "egress");
     int r = egress_new(dir, n->policy, on_egress, log, &sn->egress);
     if (r < 0)
         return r;

@@ -150,12 +150,12 @@ enum stop_reason { STOP_NONE, STOP_TIMEOUT, STOP_CANCEL };
 static enum stop_reason supervise(struct sandbox *sb, struct pump *p, int out_fd, int err_fd)
 {
     enum stop_reason stop = STOP_NONE;
-    double deadline = sb->started_ms + (double)p->io->timeout_ms;
+    double deadline = sandbox_started_ms(sb) + (double)p->io->timeout_ms;
     bool out_open = true, err_open = true;
-    while (out_open || err_open || sb->status_fd >= 0) {
+    while (out_open || err_open || sandbox_status_fd(sb) >= 0) {
         struct pollfd pfd[4] = {{.fd = out_open ? out_fd : -1, .events = POLLIN},
                                 {.fd = err_open ? err_fd : -1, .events = POLLIN},
-                                {.fd = sb->status_fd, .events = POLLIN},
+                                {.fd = sandbox_status_fd(sb), .events = POLLIN},
                                 {.fd = stop ? -1 : p->io->cancel_fd, .events = POLLIN}};
         int wait_ms = -1;
         if (!stop) {
@@ -194,6 +194,8 @@ static bool crash_signal(int sig)
 static void classify(struct exec_record *rec, struct sandbox *sb, enum stop_reason stop,
                      const struct sandbox_usage *u, uint64_t timeout_ms)
 {
+    struct sandbox_outcome end;
+    sandbox_outcome(sb, &end);
     if (stop == STOP_TIMEOUT) {
         rec->status = EXEC_TIMEOUT;
         rec->message = xasprintf("timed out after %.3g s; every process of the sandbox was "
@@ -203,26 +205,25 @@ static void classify(struct exec_record *rec, struct sandbox *sb, enum stop_reas
         rec->status = EXEC_KILLED;
         rec->signal = SIGKILL;
         rec->message = xstrdup("cancelled; every process of the sandbox was killed");
-    } else if (!sb->exited) {
+    } else if (!end.exited) {
         rec->status = u->oom_killed ? EXEC_OOM : EXEC_SANDBOX_ERROR;
-        rec->message = xstrdup(sb->error ? sb->error : "the sandbox ended unexpectedly");
-    } else if (sb->term_signal) {
-        rec->signal = sb->term_signal;
-        if (sb->term_signal == SIGKILL && u->oom_killed) {
+        rec->message = xstrdup(end.error ? end.error : "the sandbox ended unexpectedly");
+    } else if (end.signal) {
+        rec->signal = end.signal;
+        if (end.signal == SIGKILL && u->oom_killed) {
             rec->status = EXEC_OOM;
             rec->message = xstrdup("out of memory: the program was killed at the memory limit");
         } else {
-            rec->status = crash_signal(sb->term_signal) ? EXEC_CRASHED : EXEC_KILLED;
-            rec->message =
-                xasprintf("killed by signal %d (%s)", sb->term_signal, strsignal(sb->term_signal));
+            rec->status = crash_signal(end.signal) ? EXEC_CRASHED : EXEC_KILLED;
+            rec->message = xasprintf("killed by signal %d (%s)", end.signal, strsignal(end.signal));
         }
     } else {
         rec->has_exit_code = true;
-        rec->exit_code = sb->exit_code;
-        rec->status = sb->exit_code ? EXEC_ERROR : EXEC_OK;
-        if (sb->exit_code == 127 && sb->error) {
+        rec->exit_code = end.exit_code;
+        rec->status = end.exit_code ? EXEC_ERROR : EXEC_OK;
+        if (end.exit_code == 127 && end.error) {
             rec->status = EXEC_SANDBOX_ERROR;
-            rec->message = xstrdup(sb->error);
+            rec->message = xstrdup(end.error);
         }
     }
 }

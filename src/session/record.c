@@ -132,8 +132,3 @@ int exec_record_exit_status(const struct exec_record *r)
     }
     return 1;
 }
-
-char *exec_figure_name(long cell, size_t n, const char *mime)
-{
-    return xasprintf("figure-%ld-%zu.%s", cell, n, mime && strstr(mime, "jpeg") ? "jpg" : "png");
-}

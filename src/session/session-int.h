@@ -8,6 +8,38 @@
 #include "session/session.h"
 #include "store/store.h"
 
+/* ---- the states of a session (state.c) ----
+ *
+ *   begin           IDLE -> RUNNING, ARMED -> INTERRUPTING; refused while busy (-EBUSY)
+ *   interrupt       RUNNING -> INTERRUPTING (an idle session has no cell to interrupt)
+ *   interrupt_next  the same, and IDLE -> ARMED
+ *   end             RUNNING, INTERRUPTING -> IDLE
+ *   close           any -> CLOSED, which is final (begin there is -ESHUTDOWN) */
+enum session_state {
+    SESSION_IDLE,         /* no execution */
+    SESSION_ARMED,        /* idle, and the next cell is interrupted as soon as it is sent */
+    SESSION_RUNNING,      /* an execution (a cell, a restart) holds the session */
+    SESSION_INTERRUPTING, /* ... and an interrupt is owed to it */
+    SESSION_CLOSED,       /* being freed: nothing begins any more */
+    SESSION_N_STATES,
+};
+enum session_event {
+    SESSION_EV_BEGIN,          /* an execution starts */
+    SESSION_EV_END,            /* it ended */
+    SESSION_EV_INTERRUPT,      /* interrupt the running cell, if any */
+    SESSION_EV_INTERRUPT_NEXT, /* interrupt the running cell, or the next one */
+    SESSION_EV_CLOSE,
+    SESSION_N_EVENTS,
+};
+/* The state ev leads to from st, or the -errno that refuses it: -EBUSY (begin while busy),
+ * -ESHUTDOWN (begin once closed), -EINVAL (end with nothing begun, or no such state or
+ * event). Pure: the caller holds the session's lock and stores the result. */
+int session_state_next(enum session_state st, enum session_event ev);
+/* Whether an execution holds a session in st (RUNNING or INTERRUPTING). */
+bool session_state_busy(enum session_state st);
+/* "idle", "armed", ... for messages and tests. */
+const char *session_state_name(enum session_state st);
+
 /* ---- event log (events.c): a capped, thread-safe ring of JSON events ---- */
 struct event_log {
     pthread_mutex_t lock;

@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -19,19 +20,19 @@ struct session {
     struct sandbox_host *host;
     struct session_opts opts;
     struct workspace *ws;
-    pthread_mutex_t lock; /* guards k and other (pointer swaps), busy, closed, interrupt_owed */
-    pthread_cond_t idle;  /* signalled when busy goes false */
+    pthread_mutex_t lock; /* guards k and other (pointer swaps) and state */
+    pthread_cond_t idle;  /* signalled when an execution ends */
     struct kernel *k;     /* the kernel of the session's language; NULL after a failed
                            * restart (the next execute retries) */
     /* A second kernel on the same workspace, of the other kind (a JavaScript kernel in a
      * Python session, a Python one, for python and bash cells, in a JavaScript session):
      * started by the first cell in its language, gone with the session or a restart. */
     struct kernel *other;
-    bool busy;
-    bool closed;
-    /* An interrupt that came before the cell reached the kernel (while it started, or
-     * before the request was written): sent once the request is out. */
-    bool interrupt_owed;
+    /* Changed only by transition_locked (state.c's table). An interrupt that came before the cell
+     * reached the kernel (while it started, or before the request was written) is owed to it
+     * (ARMED, INTERRUPTING), and sent once the request is out. */
+    enum session_state state;
+    _Atomic bool killed; /* session_kill: what dies now was stopped by runcell, not itself */
     long execution_count;
     uint64_t last_used_ms;
     uint64_t created_ms; /* wall clock */
@@ -88,8 +89,8 @@ static int start_kernel_for(struct session *s, const char *lang)
     pthread_mutex_lock(&s->lock);
     *kernel_slot(s, lang) = k;
     pthread_mutex_unlock(&s->lock);
-    if (k->python_version && *k->python_version && !s->python_version)
-        s->python_version = xstrdup(k->python_version);
+    if (*kernel_python_version(k) && !s->python_version)
+        s->python_version = xstrdup(kernel_python_version(k));
     return 0;
 }
 
@@ -174,7 +175,7 @@ int session_adopt(struct session *s, const struct session_opts *opts)
     struct session_opts o = *opts;
     session_opts_fill_defaults(&o);
     pthread_mutex_lock(&s->lock);
-    int r = s->k ? sandbox_set_limits(s->k->sb, &o.limits) : -ESRCH;
+    int r = s->k ? sandbox_set_limits(kernel_sandbox(s->k), &o.limits) : -ESRCH;
     pthread_mutex_unlock(&s->lock);
     if (r < 0 && r != -ENODATA)
         return err_set(-r, "cannot apply the session's limits: %s", strerror(-r));
@@ -220,6 +221,7 @@ enum stop { STOP_NONE, STOP_TIMEOUT, STOP_CANCEL, STOP_PROTOCOL, STOP_LIMIT };
 #define DONE_MAX_COST     (8u << 20) /* the done message: the error and its traceback */
 
 struct exec_ctx {
+    struct kernel *k; /* the kernel the cell runs in, which a sync is answered on */
     struct exec_record *rec;
     const struct exec_sink *sink;
     json_t *done;
@@ -272,6 +274,8 @@ static json_t *clean_bundle(json_t *data)
     return out;
 }
 
+static void drain_pipes(struct kernel *k, struct exec_ctx *x);
+
 static void on_kernel_event(void *ctx, const struct kernel_event *ev)
 {
     struct exec_ctx *x = ctx;
@@ -317,6 +321,12 @@ static void on_kernel_event(void *ctx, const struct kernel_event *ev)
     case KEV_LIMIT:
         over_limit(x, "%.*s", (int)ev->len, ev->data);
         break;
+    case KEV_SYNC:
+        if (x->k) {
+            drain_pipes(x->k, x);
+            kernel_answer_sync(x->k);
+        }
+        break;
     case KEV_HELLO:
     case KEV_REPLY:
         break;
@@ -339,7 +349,8 @@ static void drain_pipes(struct kernel *k, struct exec_ctx *x)
 {
     for (int stream = 1; stream <= 2; stream++)
         for (int i = 0; i < 1024 && kernel_pump_pipe(k, stream, on_kernel_event, x) == 0; i++) {
-            struct pollfd p = {.fd = stream == 1 ? k->out_fd : k->err_fd, .events = POLLIN};
+            int fd = kernel_fd(k, stream == 1 ? KERNEL_FD_STDOUT : KERNEL_FD_STDERR);
+            struct pollfd p = {.fd = fd, .events = POLLIN};
             if (poll(&p, 1, 0) <= 0)
                 break;
         }
@@ -368,10 +379,10 @@ static bool pump_until_done(struct session *s, struct kernel *k, struct exec_ctx
             break; /* it did not stop: the kernel goes */
         double until = stop ? kill_at : deadline;
         struct pollfd pfd[5] = {
-            {.fd = k->chan_fd, .events = POLLIN},
-            {.fd = out_open ? k->out_fd : -1, .events = POLLIN},
-            {.fd = err_open ? k->err_fd : -1, .events = POLLIN},
-            {.fd = k->sb->status_fd, .events = POLLIN},
+            {.fd = kernel_fd(k, KERNEL_FD_CHANNEL), .events = POLLIN},
+            {.fd = out_open ? kernel_fd(k, KERNEL_FD_STDOUT) : -1, .events = POLLIN},
+            {.fd = err_open ? kernel_fd(k, KERNEL_FD_STDERR) : -1, .events = POLLIN},
+            {.fd = kernel_fd(k, KERNEL_FD_STATUS), .events = POLLIN},
             {.fd = stop || !has_cancel ? -1 : req->cancel_fd, .events = cancel_events}};
         int n = poll(pfd, 5, (int)(until - now) + 1);
         if (n < 0 && errno != EINTR)
@@ -402,7 +413,7 @@ static bool pump_until_done(struct session *s, struct kernel *k, struct exec_ctx
                 kill_at = now_ms_f() + (double)s->opts.interrupt_grace_ms;
             }
         }
-        if (pfd[3].revents && sandbox_poll_status(k->sb) == 1)
+        if (pfd[3].revents && sandbox_poll_status(kernel_sandbox(k)) == 1)
             break;
         if (pfd[4].revents && !stop) {
             stop = STOP_CANCEL;
@@ -474,7 +485,8 @@ static bool crash_signal(int sig)
 static void record_lost(struct session *s, struct kernel *k, struct exec_record *rec,
                         enum stop stop, const struct exec_ctx *x, const struct sandbox_usage *u)
 {
-    struct sandbox *sb = k->sb;
+    struct sandbox_outcome end;
+    sandbox_outcome(kernel_sandbox(k), &end);
     const char *violation = x->violation;
     rec->state = STATE_LOST;
     if (x->limit) {
@@ -508,27 +520,33 @@ static void record_lost(struct session *s, struct kernel *k, struct exec_record 
         rec->signal = SIGKILL;
         rec->message = xstrdup("interrupted, and the code did not stop; the interpreter was "
                                "restarted and its variables are lost (files are kept)");
+    } else if (s->killed) {
+        rec->status = EXEC_KILLED;
+        rec->signal = SIGKILL;
+        rec->message = xasprintf("killed: runcell is stopping, and the code did not stop within "
+                                 "%.3g s of the interrupt; variables are lost (files are kept)",
+                                 (double)s->opts.interrupt_grace_ms / 1000.0);
     } else if (u->oom_killed) {
         rec->status = EXEC_OOM;
         rec->signal = SIGKILL;
         rec->message = xasprintf("out of memory (limit %llu MB): the interpreter was killed and "
                                  "restarted; variables are lost (files are kept)",
                                  (unsigned long long)s->opts.limits.memory_mb);
-    } else if (sb->exited && sb->term_signal) {
-        rec->status = crash_signal(sb->term_signal) ? EXEC_CRASHED : EXEC_KILLED;
-        rec->signal = sb->term_signal;
+    } else if (end.exited && end.signal) {
+        rec->status = crash_signal(end.signal) ? EXEC_CRASHED : EXEC_KILLED;
+        rec->signal = end.signal;
         rec->message = xasprintf("the interpreter died of signal %d (%s) and was restarted; "
                                  "variables are lost (files are kept)",
-                                 sb->term_signal, strsignal(sb->term_signal));
+                                 end.signal, strsignal(end.signal));
     } else {
         rec->status = EXEC_CRASHED;
-        if (sb->exited) {
+        if (end.exited) {
             rec->has_exit_code = true;
-            rec->exit_code = sb->exit_code;
+            rec->exit_code = end.exit_code;
         }
         rec->message = xasprintf("the interpreter exited (status %d) and was restarted; "
                                  "variables are lost (files are kept)",
-                                 sb->exited ? sb->exit_code : -1);
+                                 end.exited ? end.exit_code : -1);
     }
 }
 
@@ -570,18 +588,26 @@ static void work_priority_restore(int old)
         setpriority(PRIO_PROCESS, (id_t)gettid(), old);
 }
 
+/* Takes s's event ev (its lock held): 0, or the -errno that refuses it. */
+static int transition_locked(struct session *s, enum session_event ev)
+{
+    int next = session_state_next(s->state, ev);
+    if (next < 0)
+        return next;
+    s->state = (enum session_state)next;
+    return 0;
+}
+
 /* Marks s busy, waiting up to wait_ms for a running execution to end (0: not at all). */
 static int begin_within(struct session *s, uint64_t wait_ms)
 {
     struct timespec until;
     realtime_after_ms(&until, wait_ms);
     pthread_mutex_lock(&s->lock);
-    while (wait_ms && s->busy && !s->closed &&
+    while (wait_ms && session_state_next(s->state, SESSION_EV_BEGIN) == -EBUSY &&
            pthread_cond_timedwait(&s->idle, &s->lock, &until) == 0)
         ;
-    int r = s->closed ? -ESHUTDOWN : s->busy ? -EBUSY : 0;
-    if (!r)
-        s->busy = true;
+    int r = transition_locked(s, SESSION_EV_BEGIN);
     pthread_mutex_unlock(&s->lock);
     if (r == -EBUSY)
         err_set(EBUSY, "the session is busy running another execution; wait for it or "
@@ -599,8 +625,7 @@ static int begin(struct session *s)
 static void end(struct session *s)
 {
     pthread_mutex_lock(&s->lock);
-    s->busy = false;
-    s->interrupt_owed = false;
+    (void)transition_locked(s, SESSION_EV_END);
     s->last_used_ms = now_ms();
     pthread_cond_broadcast(&s->idle);
     pthread_mutex_unlock(&s->lock);
@@ -610,7 +635,7 @@ static void end(struct session *s)
 static void send_owed_interrupt(struct session *s, struct kernel *k)
 {
     pthread_mutex_lock(&s->lock);
-    if (s->interrupt_owed)
+    if (s->state == SESSION_INTERRUPTING)
         kernel_interrupt(k);
     pthread_mutex_unlock(&s->lock);
 }
@@ -619,7 +644,7 @@ static void run_cell(struct session *s, struct kernel *k, const struct exec_requ
                      const struct exec_sink *sink, struct exec_record *rec,
                      struct ws_listing *after, int *ret_scan_err)
 {
-    struct exec_ctx x = {.rec = rec, .sink = sink};
+    struct exec_ctx x = {.k = k, .rec = rec, .sink = sink};
     struct ws_listing before;
     struct sandbox_usage u0 = {0}, u1 = {0};
     enum stop stop = STOP_NONE;
@@ -627,8 +652,8 @@ static void run_cell(struct session *s, struct kernel *k, const struct exec_requ
     uint64_t seq0 = event_log_seq(&s->events);
 
     workspace_scan(s->ws, &before);
-    sandbox_usage(k->sb, &u0);
-    sandbox_reset_peak(k->sb);
+    sandbox_usage(kernel_sandbox(k), &u0);
+    sandbox_reset_peak(kernel_sandbox(k));
     int sent = kernel_send_execute(k, req->code, req->lang ? lang_name(req->lang) : s->lang,
                                    s->execution_count + 1,
                                    req->timeout_ms ? req->timeout_ms : s->opts.timeout_ms);
@@ -642,20 +667,20 @@ static void run_cell(struct session *s, struct kernel *k, const struct exec_requ
     } else {
         /* A kernel that died by itself leaves init to report how; one that must go is
          * killed at once. */
-        if (stop != STOP_NONE || !sandbox_wait_for(k->sb, 2000)) {
-            sandbox_kill(k->sb);
-            sandbox_wait(k->sb);
+        if (stop != STOP_NONE || !sandbox_wait_for(kernel_sandbox(k), 2000)) {
+            sandbox_kill(kernel_sandbox(k));
+            sandbox_wait(kernel_sandbox(k));
         }
-        sandbox_usage(k->sb, &u1);
+        sandbox_usage(kernel_sandbox(k), &u1);
         record_lost(s, k, rec, stop, &x, &u1);
     }
     if (rec->state != STATE_LOST)
-        sandbox_usage(k->sb, &u1);
+        sandbox_usage(kernel_sandbox(k), &u1);
     rec->wall_ms = now_ms_f() - t0;
     rec->cpu_ms = u1.cpu_ms - u0.cpu_ms;
     rec->memory_peak_kb = u1.memory_peak_kb;
     rec->memory_peak_scope = u1.memory_peak_scope;
-    rec->limits_degraded = k->sb->limits_degraded;
+    rec->limits_degraded = sandbox_limits_degraded(kernel_sandbox(k));
     finish_ctx(&x);
     *ret_scan_err = collect_files(s, rec, &before, after);
     ws_listing_release(&before);
@@ -725,9 +750,10 @@ int session_execute(struct session *s, const struct exec_request *req, const str
 int session_interrupt(struct session *s)
 {
     pthread_mutex_lock(&s->lock);
+    bool busy = session_state_busy(s->state);
+    (void)transition_locked(s, SESSION_EV_INTERRUPT);
     /* The idle one of two kernels drops the interrupt (it runs no cell). */
-    if (s->busy) {
-        s->interrupt_owed = true;
+    if (busy) {
         if (s->k)
             kernel_interrupt(s->k);
         if (s->other)
@@ -740,8 +766,9 @@ int session_interrupt(struct session *s)
 void session_interrupt_first_cell(struct session *s)
 {
     pthread_mutex_lock(&s->lock);
-    s->interrupt_owed = true;
-    if (s->busy && s->k)
+    bool busy = session_state_busy(s->state);
+    (void)transition_locked(s, SESSION_EV_INTERRUPT_NEXT);
+    if (busy && s->k)
         kernel_interrupt(s->k);
     pthread_mutex_unlock(&s->lock);
 }
@@ -779,7 +806,7 @@ uint64_t session_last_used_ms(struct session *s)
 bool session_busy(struct session *s)
 {
     pthread_mutex_lock(&s->lock);
-    bool v = s->busy;
+    bool v = session_state_busy(s->state);
     pthread_mutex_unlock(&s->lock);
     return v;
 }
@@ -822,7 +849,8 @@ json_t *session_events(struct session *s, uint64_t after_seq)
 bool session_limits_degraded(struct session *s)
 {
     pthread_mutex_lock(&s->lock);
-    bool v = s->k ? s->k->sb->limits_degraded : s->host->degraded_reason != NULL;
+    bool v =
+        s->k ? sandbox_limits_degraded(kernel_sandbox(s->k)) : s->host->degraded_reason != NULL;
     pthread_mutex_unlock(&s->lock);
     return v;
 }
@@ -830,10 +858,11 @@ bool session_limits_degraded(struct session *s)
 void session_kill(struct session *s)
 {
     pthread_mutex_lock(&s->lock);
+    s->killed = true;
     if (s->k)
-        sandbox_kill(s->k->sb);
+        sandbox_kill(kernel_sandbox(s->k));
     if (s->other)
-        sandbox_kill(s->other->sb);
+        sandbox_kill(kernel_sandbox(s->other));
     pthread_mutex_unlock(&s->lock);
 }
 
@@ -884,7 +913,7 @@ void session_free(struct session *s)
     if (!s)
         return;
     pthread_mutex_lock(&s->lock);
-    s->closed = true;
+    (void)transition_locked(s, SESSION_EV_CLOSE);
     pthread_cond_broadcast(&s->idle);
     pthread_mutex_unlock(&s->lock);
     persist_free(s->persist);

@@ -69,11 +69,19 @@ json_t *exec_record_json(const struct exec_record *r);
 /* The `runcell run` exit status for this record: the program's own, 124 timeout, 128+N
  * signal (137 OOM), 125 sandbox setup failure. */
 int exec_record_exit_status(const struct exec_record *r);
-/* The file name for the Nth image (from 1) that cell (or agent step) CELL displayed, of
- * MIME type image/png or image/jpeg: "figure-CELL-N.png". One name everywhere images are
- * saved (run --out, the REPL, the agent), so a person can tell which cell made which. The
- * caller frees it. */
-char *exec_figure_name(long cell, size_t n, const char *mime);
+/* ---- figures: the images a cell displayed, as files (figure.c) ---- */
+
+/* The image of a MIME bundle a cell displayed: its base64 text, image/png's if it has one,
+ * else image/jpeg's, with *ret_mime; NULL when it has neither. */
+const char *exec_bundle_image(json_t *bundle, const char **ret_mime);
+/* Saves the Nth image (from 1) that cell CELL displayed, base64 b64 of type image/png or
+ * image/jpeg, as "figure-CELL-N.png" (.jpg): one name everywhere images are saved (run --out,
+ * the REPL, the agent), so a person can tell which cell made which. Into host directory
+ * out_dir (made when missing) when it is not NULL, else into ws (owned by the sandbox user,
+ * see workspace_write). 0 and *ret_name, the file name (caller frees), or -errno with
+ * err_msg() naming the file. */
+int exec_figure_save(struct workspace *ws, const char *out_dir, long cell, size_t n,
+                     const char *mime, const char *b64, char **ret_name);
 
 /* A file copied into the workspace before the run. */
 struct input_file {
@@ -443,6 +451,8 @@ void session_table_foreach(struct session_table *t,
 size_t session_table_count(struct session_table *t);
 /* Interrupts every running cell (shutdown). */
 void session_table_interrupt_all(struct session_table *t);
+/* Kills every session's kernel without waiting (session_kill): the end of a shutdown. */
+void session_table_kill_all(struct session_table *t);
 /* Stops the reaper, closes every session, frees the table; NULL is a no-op. */
 void session_table_free(struct session_table *t);
 

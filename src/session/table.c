@@ -341,6 +341,14 @@ void session_table_interrupt_all(struct session_table *t)
     pthread_mutex_unlock(&t->lock);
 }
 
+void session_table_kill_all(struct session_table *t)
+{
+    pthread_mutex_lock(&t->lock);
+    for (struct entry *e = t->head; e; e = e->next)
+        session_kill(e->s);
+    pthread_mutex_unlock(&t->lock);
+}
+
 /* Removes the sessions idle past their idle timeout; returns how many. */
 static int reap_idle(struct session_table *t)
 {

@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "fuzz.h"
-#include "kernel/kernel.h"
+#include "kernel/kernel-int.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {

@@ -16,7 +16,7 @@
 #include "agent/agent-int.h"
 #include "api/api-int.h"
 #include "fuzz.h"
-#include "kernel/kernel.h"
+#include "kernel/kernel-int.h"
 #include "session/session-int.h"
 
 #define MAX_CELLS 64

@@ -3,35 +3,16 @@ arrays, cwd, exports, functions, aliases), streams, exit status, `exit`, stdin, 
 keep the shell and ones that cost it, output caps, a protocol no output can spoof, and the
 interfaces (`runcell run --lang bash -c ... -c ...`, HTTP, MCP), checkpoint and resume.
 """
-import json
 import os
 import subprocess
 import unittest
 
 from mcpclient import StdioClient, texts
-from rctest import RUNCELL, RuncellTestCase, Server, run_cells
+from rctest import RUNCELL, CellsCase, RuncellTestCase, ServerCase
 from rctest import RestartableServer
 
-NDJSON = {"Accept": "application/x-ndjson"}
-
-
-class BashCase(RuncellTestCase):
-    def cells(self, *codes, opts=(), expect_exit=0, n=None, timeout=180):
-        recs, p = run_cells(*codes, opts=("--lang", "bash", "--keep-going") + tuple(opts),
-                            timeout=timeout)
-        self.assertEqual(p.returncode, expect_exit,
-                         "exit %d, stderr: %s\nrecords: %s"
-                         % (p.returncode, p.stderr, json.dumps(recs)[:3000]))
-        self.assertEqual(len(recs), len(codes) if n is None else n,
-                         "records: %s" % json.dumps(recs)[:3000])
-        return recs
-
-    def assertOk(self, rec, stdout=None):
-        self.assertStatus(rec, "ok")
-        self.assertIsNone(rec["error"])
-        self.assertEqual(rec["state"], "kept")
-        if stdout is not None:
-            self.assertEqual(rec["stdout"], stdout)
+class BashCase(CellsCase):
+    lang_opts = ("--lang", "bash", "--keep-going")
 
 
 class StateTest(BashCase):
@@ -213,32 +194,19 @@ class TimeoutTest(BashCase):
         self.assertOk(recs[2], "alive\n")
 
 
-class HttpTest(RuncellTestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.srv = Server().__enter__()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.srv.__exit__(None, None, None)
-
+class HttpTest(ServerCase):
     def test_bash_session_keeps_state_and_streams(self):
         sid = self.srv.create_session(language="bash")
         self.assertEqual(self.srv.execute(sid, "cd /tmp; export V=1; X=2")["status"], "ok")
         rec = self.srv.execute(sid, "echo $PWD $V $X")
         self.assertEqual(rec["stdout"], "/tmp 1 2\n")
         # streamed: the first line arrives while the cell still waits for the file
-        conn = self.srv.connection()
-        conn.request("POST", "/v1/sessions/%s/execute" % sid,
-                     body=json.dumps({"code": "echo first; while [ ! -e /workspace/go ]; do "
-                                      "sleep 0.01; done; echo second >&2; echo $X"}),
-                     headers=self.srv.headers(NDJSON))
-        resp = conn.getresponse()
-        first = json.loads(resp.readline())
+        stream = self.srv.stream(sid, "echo first; while [ ! -e /workspace/go ]; do "
+                                      "sleep 0.01; done; echo second >&2; echo $X")
+        first = stream.next()
         self.assertEqual((first["type"], first["data"]), ("stdout", "first\n"))
         self.srv.ok("PUT", "/v1/sessions/%s/files/go" % sid, b"", status=201)
-        events = [json.loads(line) for line in resp.read().splitlines()]
-        conn.close()
+        events = stream.rest()
         self.assertEqual(events[-1]["type"], "done")
         streams = {"stdout": "", "stderr": ""}
         for e in events[:-1]:
@@ -272,7 +240,12 @@ class HttpTest(RuncellTestCase):
         sid = self.srv.create_session()
         self.srv.execute(sid, "A=1; echo $$ > shell.pid", language="bash")
         # the kernel is the shell's parent: it finds it gone at the next bash cell
-        rec = self.srv.execute(sid, "import os\nos.kill(int(open('shell.pid').read()), 9)")
+        # SIGKILL is sent at once but takes effect when the shell next runs: wait until it
+        # is dead (a zombie, which the kernel reaps), the state the next cell must find
+        rec = self.srv.execute(sid, "import os, time\npid = int(open('shell.pid').read())\n"
+                               "os.kill(pid, 9)\n"
+                               "while open('/proc/%d/stat' % pid).read().rsplit(')', 1)[1]"
+                               ".split()[0] != 'Z':\n    time.sleep(0.01)")
         self.assertEqual(rec["status"], "ok", rec)
         rec = self.srv.execute(sid, "echo ${A:-gone}", language="bash")
         self.assertEqual(rec["status"], "ok", rec)

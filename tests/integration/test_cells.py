@@ -10,7 +10,7 @@ import signal
 import subprocess
 import unittest
 
-from rctest import (RUNCELL, RuncellTestCase, cgroups_expected, TempDir, make_wheel, png_size, run_cells,
+from rctest import (RUNCELL, CellsCase, cgroups_expected, TempDir, make_wheel, png_size, run_cells,
                     runcell)
 
 _sandbox_modules = None
@@ -44,29 +44,7 @@ def needs(module):
     return wrap
 
 
-class CellsTestCase(RuncellTestCase):
-    def cells(self, *codes, opts=(), expect_exit=0, n=None, timeout=180):
-        """Runs the cells and checks the exit status and the number of records (default:
-        one per cell); returns the records."""
-        recs, p = run_cells(*codes, opts=opts, timeout=timeout)
-        self.assertEqual(p.returncode, expect_exit,
-                         "exit %d, stderr: %s\nrecords: %s"
-                         % (p.returncode, p.stderr, json.dumps(recs)[:3000]))
-        self.assertEqual(len(recs), len(codes) if n is None else n,
-                         "records: %s" % json.dumps(recs)[:3000])
-        return recs
-
-    def assertOk(self, rec):
-        self.assertStatus(rec, "ok")
-        self.assertIsNone(rec["error"])
-        self.assertEqual(rec["state"], "kept")
-
-    def plain(self, rec):
-        """The text/plain of each result of rec."""
-        return [r["text/plain"] for r in rec["results"]]
-
-
-class StateTest(CellsTestCase):
+class StateTest(CellsCase):
     def test_variables_functions_imports_classes_persist(self):
         recs = self.cells(
             "x = 20\nimport math",
@@ -86,7 +64,7 @@ class StateTest(CellsTestCase):
         self.assertEqual(self.plain(recs[1]), ["43"])
 
 
-class ResultsTest(CellsTestCase):
+class ResultsTest(CellsCase):
     def test_last_expression_repr(self):
         recs = self.cells("1 + 1", "'text'", "[1, 'a', None]", "y = 5", "y")
         self.assertEqual(recs[0]["results"], [{"text/plain": "2"}])
@@ -191,7 +169,7 @@ class ResultsTest(CellsTestCase):
         self.assertEqual([self.figure_size(b) for b in rec["results"]], [(100, 100), (400, 300)])
 
 
-class StreamsTest(CellsTestCase):
+class StreamsTest(CellsCase):
     CODE = "import sys\nprint('one')\nprint('two', file=sys.stderr)\nprint('three')"
 
     def test_stdout_and_stderr_in_the_record(self):
@@ -212,6 +190,48 @@ class StreamsTest(CellsTestCase):
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertEqual(p.stdout, "one\nthree\n'value'\n")
         self.assertEqual(p.stderr, "two\n")
+
+    def test_a_programs_output_keeps_its_place_among_the_cells(self):
+        # The cell's print goes through the channel, a program's output through a pipe: the
+        # kernel syncs with the daemon as the program starts, so that even a daemon that
+        # wakes late (a loaded machine) takes them in the order they were written.
+        rec, = self.cells(
+            "import os, subprocess, sys\n"
+            "for i in range(40):\n"
+            "    print('py', i)\n"
+            "    subprocess.run(['echo', 'child', str(i)])\n"
+            "    os.system('echo system %d' % i)\n"
+            "    print('err', i, file=sys.stderr)\n"
+            "    pid = os.fork()\n"
+            "    if pid == 0:\n"
+            "        print('forked', i, flush=True)\n"
+            "        os._exit(0)\n"
+            "    os.waitpid(pid, 0)\n"
+            "    print('after', i)")
+        self.assertOk(rec)
+        want = []
+        for i in range(40):
+            want += ["py %d" % i, "child %d" % i, "system %d" % i, "forked %d" % i,
+                     "after %d" % i]
+        self.assertEqual(rec["stdout"].splitlines(), want)
+        self.assertEqual(rec["stderr"].splitlines(), ["err %d" % i for i in range(40)])
+
+    def test_interrupted_while_starting_programs(self):
+        # An interrupt that comes while the kernel waits for the daemon's answer to a sync
+        # stops the cell as any other; the answer that comes later is not taken for the
+        # next request.
+        recs = self.cells("x = 41",
+                          "import subprocess\nwhile True:\n    print('.')\n"
+                          "    subprocess.run(['true'])",
+                          "x + 1", "import subprocess\nprint(subprocess.run(['echo', 'ok'], "
+                          "capture_output=True).stdout)",
+                          opts=["--timeout", "2", "--keep-going"], expect_exit=124)
+        self.assertStatus(recs[1], "timeout")
+        self.assertEqual(recs[1]["state"], "kept", recs[1])
+        self.assertEqual(recs[1]["error"]["name"], "KeyboardInterrupt")
+        self.assertEqual(self.plain(recs[2]), ["42"])
+        self.assertOk(recs[3])
+        self.assertEqual(recs[3]["stdout"], "b'ok\\n'\n")
 
     def test_threads_and_child_processes(self):
         rec, = self.cells(
@@ -311,7 +331,7 @@ class StreamsTest(CellsTestCase):
         self.assertTrue(out.endswith(b"4" * 1000 + b"\ndone\nnext\n"), out[-100:])
 
 
-class ErrorsTest(CellsTestCase):
+class ErrorsTest(CellsCase):
     def test_exception_record(self):
         recs = self.cells("x = 1", "y = 2\nd = {}\nd['missing']", expect_exit=1)
         rec = recs[1]
@@ -456,7 +476,7 @@ class ErrorsTest(CellsTestCase):
         self.assertEqual(recs[2]["stdout"], "p False\n")
 
 
-class LimitsTest(CellsTestCase):
+class LimitsTest(CellsCase):
     def test_timeout_keeps_state(self):
         recs = self.cells("x = 41",
                           "import time\nwhile True:\n    time.sleep(0.05)",
@@ -567,7 +587,7 @@ class LimitsTest(CellsTestCase):
         self.assertEqual(recs[0]["stdout"], "py before\nchild before\n")
 
 
-class PackagesTest(CellsTestCase):
+class PackagesTest(CellsCase):
     @needs("pip")
     def test_local_wheel_install_persists(self):
         with TempDir() as d:
@@ -591,7 +611,7 @@ class PackagesTest(CellsTestCase):
         self.assertEqual(self.plain(recs[2]), ["True"])
 
 
-class FilesTest(CellsTestCase):
+class FilesTest(CellsCase):
     def test_files_reported_per_cell(self):
         with TempDir() as d:
             src = os.path.join(d, "input.csv")
@@ -662,7 +682,7 @@ class FilesTest(CellsTestCase):
             self.assertEqual(base64.b64decode(recs[0]["results"][0]["image/png"]), data)
 
 
-class IsolationTest(CellsTestCase):
+class IsolationTest(CellsCase):
     def test_two_sessions_do_not_see_each_other(self):
         a = subprocess.Popen(
             [RUNCELL, "run", "--timeout", "120",

@@ -18,8 +18,8 @@ import subprocess
 import tempfile
 import unittest
 
-from rctest import (HANG, MCP_CLIENTS_DIR, RuncellTestCase, Server, mcp_clients_missing,
-                    shutil_which, wait_until)
+from rctest import (HANG, MCP_CLIENTS_DIR, ServerCase,
+                    mcp_clients_missing, shutil_which, wait_until)
 
 
 def path_of(sid, rest=""):
@@ -80,19 +80,19 @@ class RawConnection:
             return True
 
 
-class CurlCase(RuncellTestCase):
+class CurlCase(ServerCase):
     """One server for the class; curl (Debian's) against it."""
 
     @classmethod
     def setUpClass(cls):
         if not shutil_which("curl"):
             raise unittest.SkipTest("curl is not installed (scripts/install-deps installs it)")
-        cls.srv = Server().start()
+        super().setUpClass()
         cls.tmp = tempfile.mkdtemp(prefix="runcell-conf-")
 
     @classmethod
     def tearDownClass(cls):
-        cls.srv.close()
+        super().tearDownClass()
         subprocess.run(["rm", "-rf", cls.tmp])
 
     def url(self, path):
@@ -274,16 +274,8 @@ class FullWorkspace(CurlCase):
         self.assertEqual(self.srv.ok("GET", path_of(sid, "/files"))["files"], [])
 
 
-class RawSocket(RuncellTestCase):
+class RawSocket(ServerCase):
     """What curl would hide: the connection itself, and headers written by hand."""
-
-    @classmethod
-    def setUpClass(cls):
-        cls.srv = Server().start()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.srv.close()
 
     def conn(self):
         c = RawConnection(self.srv.port)
@@ -425,17 +417,9 @@ class RawSocket(RuncellTestCase):
             self.assertEqual(last["type"] if want.endswith("ndjson") else "done", "done")
 
 
-class McpHttpEdges(RuncellTestCase):
+class McpHttpEdges(ServerCase):
     """MCP over Streamable HTTP at the edges the SDK never reaches: a protocol version that
     differs from the negotiated one, and the legacy HTTP+SSE transport."""
-
-    @classmethod
-    def setUpClass(cls):
-        cls.srv = Server().start()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.srv.close()
 
     def post(self, msg, headers=None):
         h = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
@@ -477,18 +461,14 @@ class McpHttpEdges(RuncellTestCase):
             self.assertIn("Streamable HTTP", r.json()["error"]["message"])
 
 
-class McpClientCase(RuncellTestCase):
+class McpClientCase(ServerCase):
     @classmethod
     def setUpClass(cls):
         why = mcp_clients_missing()
         if why:
             raise unittest.SkipTest(why)
-        cls.srv = Server().start()
+        super().setUpClass()
         cls.url = cls.srv.base_url + "/mcp"
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.srv.close()
 
     def node(self, *args, cwd=MCP_CLIENTS_DIR):
         p = subprocess.run(["node", *args], cwd=cwd, capture_output=True, text=True,

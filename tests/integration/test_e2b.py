@@ -13,9 +13,10 @@ import json
 import os
 import shutil
 import subprocess
+import threading
 import unittest
 
-from rctest import HANG, ROOT, RuncellTestCase, Server, wait_until
+from rctest import HANG, ROOT, RuncellTestCase, Server, ServerCase, wait_until
 
 E2B_DIR = os.path.join(ROOT, "tests", "e2b")
 SCENARIOS = os.path.join(E2B_DIR, "scenarios.mjs")
@@ -35,15 +36,8 @@ def sdk_missing():
 
 
 @unittest.skipIf(sdk_missing(), sdk_missing())
-class E2BSdk(RuncellTestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.srv = Server("--e2b")
-        cls.srv.start()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.srv.close()
+class E2BSdk(ServerCase):
+    server_args = ("--e2b",)
 
     def scenario(self, name, key=None):
         env = dict(os.environ, E2B_API_URL=self.srv.base_url, E2B_SANDBOX_URL=self.srv.base_url,
@@ -281,8 +275,41 @@ class E2BSdk(RuncellTestCase):
             self.assertEqual(out, b"hi\n")
             self.assertEqual(frames[-2][1]["event"]["end"]["exitCode"], 5)
             self.assertEqual(frames[-1], (2, {}))
+            self.check_signal_pid_range(h, h2)
         finally:
             self.assertEqual(self.e2b("DELETE", "/sandboxes/" + sid).status, 204)
+
+    def check_signal_pid_range(self, h, h2):
+        """SendSignal names its process by pid: a pid past 32 bits is no process's, not the
+        running one's after a truncation."""
+        msg = json.dumps({"process": {"cmd": "/bin/bash", "args": ["-c", "sleep 600"]}})
+        env = bytes([0]) + len(msg).to_bytes(4, "big") + msg.encode()
+        done = []
+        t = threading.Thread(target=lambda: done.append(self.srv.request(
+            "POST", "/process.Process/Start", env, headers=h2, token=False)))
+        t.start()
+        try:
+            def running():
+                r = self.srv.request("POST", "/process.Process/List", {}, headers=h, token=False)
+                procs = r.json().get("processes", [])
+                return procs[0]["pid"] if procs else None
+            self.assertTrue(wait_until(running), "the command never showed in List")
+            pid = running()
+            for bad in (pid + (1 << 32), -pid, 0):
+                r = self.srv.request("POST", "/process.Process/SendSignal",
+                                     {"process": {"pid": bad}, "signal": "SIGNAL_SIGKILL"},
+                                     headers=h, token=False)
+                self.assertEqual((r.status, r.json()["code"]), (404, "not_found"), bad)
+                self.assertIn(str(bad), r.json()["message"])
+            self.assertEqual(running(), pid, "a wrong pid stopped the command")
+            r = self.srv.request("POST", "/process.Process/SendSignal",
+                                 {"process": {"pid": pid}, "signal": "SIGNAL_SIGKILL"},
+                                 headers=h, token=False)
+            self.assertEqual(r.status, 200, r.body)
+        finally:
+            t.join(HANG)
+        self.assertFalse(t.is_alive(), "the signalled command's stream did not end")
+        self.assertEqual(done[0].status, 200)
 
 
     def test_limits_and_timeouts(self):
@@ -344,17 +371,9 @@ class E2BSdk(RuncellTestCase):
             self.e2b("DELETE", "/sandboxes/" + sid)
 
 
-class E2BWire(RuncellTestCase):
+class E2BWire(ServerCase):
     """Raw requests only (no SDK): what a hostile or broken client sends."""
-
-    @classmethod
-    def setUpClass(cls):
-        cls.srv = Server("--e2b")
-        cls.srv.start()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.srv.close()
+    server_args = ("--e2b",)
 
     def box(self):
         r = self.srv.request("POST", "/v2/sandboxes", {}, headers={"X-API-KEY": self.srv.token},

@@ -15,8 +15,8 @@ import socket
 import unittest
 
 from mcpclient import StdioClient
-from rctest import (RUNCELL, RestartableServer, RuncellTestCase, Server, TempDir, run_cells,
-                    runcell, wait_until)
+from rctest import (RUNCELL, CellsCase, RestartableServer, RuncellTestCase, Server, ServerCase,
+                    TempDir, runcell, wait_until)
 
 NODE = "/usr/bin/node"
 PNG = bytes([0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A]) + b"\0\0\0\rIHDR"
@@ -28,23 +28,8 @@ def setUpModule():
                                 % NODE)
 
 
-class JsCase(RuncellTestCase):
-    def cells(self, *codes, opts=(), expect_exit=0, n=None):
-        recs, p = run_cells(*codes, opts=("--lang", "javascript", *opts))
-        self.assertEqual(p.returncode, expect_exit,
-                         "exit %d, stderr: %s\nrecords: %s"
-                         % (p.returncode, p.stderr, json.dumps(recs)[:3000]))
-        self.assertEqual(len(recs), len(codes) if n is None else n,
-                         "records: %s" % json.dumps(recs)[:3000])
-        return recs
-
-    def assertOk(self, rec):
-        self.assertStatus(rec, "ok")
-        self.assertIsNone(rec["error"])
-        self.assertEqual(rec["state"], "kept")
-
-    def plain(self, rec):
-        return [r["text/plain"] for r in rec["results"]]
+class JsCase(CellsCase):
+    lang_opts = ("--lang", "javascript")
 
 
 class StateTest(JsCase):
@@ -357,15 +342,7 @@ class PersistTest(RuncellTestCase):
                 srv.stop()
 
 
-class InterfacesTest(RuncellTestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.srv = Server().start()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.srv.close()
-
+class InterfacesTest(ServerCase):
     def test_http_session_language_files_and_a_workspace_package(self):
         srv = self.srv
         sid = srv.create_session(language="javascript")
@@ -406,13 +383,8 @@ class InterfacesTest(RuncellTestCase):
         srv = self.srv
         sid = srv.create_session(language="js")
         self.assertEqual(srv.ok("GET", "/v1/sessions/" + sid)["language"], "javascript")
-        conn = srv.connection()
-        conn.request("POST", "/v1/sessions/%s/execute" % sid,
-                     body=json.dumps({"code": "console.log('a'); await new Promise(r => "
-                                      "setTimeout(r, 10)); console.error('b'); 7"}),
-                     headers=srv.headers({"Accept": "application/x-ndjson"}))
-        events = [json.loads(l) for l in conn.getresponse().read().splitlines()]
-        conn.close()
+        events = srv.stream(sid, "console.log('a'); await new Promise(r => "
+                                 "setTimeout(r, 10)); console.error('b'); 7").rest()
         kinds = [e["type"] for e in events]
         self.assertEqual(kinds, ["stdout", "stderr", "result", "done"], events)
         r = srv.request("POST", "/v1/sessions", {"language": "cobol"})
@@ -427,16 +399,10 @@ class InterfacesTest(RuncellTestCase):
         for code in ("console.log('started'); await new Promise(r => setTimeout(r, 1e9))",
                      "console.log('started'); for (;;) {}"):
             with self.subTest(code=code):
-                conn = srv.connection()
-                conn.request("POST", "/v1/sessions/%s/execute" % sid,
-                             body=json.dumps({"code": code}),
-                             headers=srv.headers({"Accept": "application/x-ndjson"}))
-                resp = conn.getresponse()
-                first = json.loads(resp.readline())
-                self.assertEqual(first, {"type": "stdout", "data": "started\n"})
+                stream = srv.stream(sid, code)
+                self.assertEqual(stream.next(), {"type": "stdout", "data": "started\n"})
                 srv.ok("POST", "/v1/sessions/%s/interrupt" % sid, {})
-                events = [json.loads(l) for l in resp.read().splitlines()]
-                conn.close()
+                events = stream.rest()
                 rec = events[-1]["record"]
                 self.assertEqual(rec["error"]["name"], "KeyboardInterrupt", rec)
                 self.assertEqual(rec["state"], "kept")

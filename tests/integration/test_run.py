@@ -581,6 +581,59 @@ class Help(RuncellTestCase):
             self.assertIn("--package, --index-url and --install-timeout are refused", p.stdout)
 
 
+class OptionErrors(RuncellTestCase):
+    """One parser reads every subcommand's options (src/cli/opttab.c): each says the same of
+    the same mistake, in one line, with exit status 2, and runs nothing."""
+
+    COMMANDS = ("run", "repl", "serve", "mcp", "agent", "review", "doctor")
+
+    def usage_line(self, cmd, *args):
+        p = runcell(cmd, *args, input="")
+        self.assertEqual((p.returncode, p.stdout), (2, ""), "%s %s: %s" % (cmd, args, p.stderr))
+        return one_line(self, p.stderr)
+
+    def test_an_unknown_option(self):
+        for cmd in self.COMMANDS:
+            for opt in ("--bogus", "-x"):
+                self.assertEqual(self.usage_line(cmd, opt),
+                                 "runcell %s: unknown option '%s'; run 'runcell %s --help'"
+                                 % (cmd, opt, cmd))
+
+    def test_a_flag_given_a_value(self):
+        for cmd, flag in (("run", "--json"), ("repl", "--no-persist"), ("serve", "--e2b"),
+                          ("agent", "--json"), ("review", "--json"), ("doctor", "--json")):
+            self.assertEqual(self.usage_line(cmd, flag + "=1"),
+                             "runcell %s: option '%s' takes no value" % (cmd, flag))
+
+    def test_an_option_without_its_value(self):
+        for cmd, opt in (("run", "--timeout"), ("repl", "--resume"), ("serve", "--listen"),
+                         ("mcp", "--max-timeout"), ("agent", "--model"), ("review", "--data"),
+                         ("serve", "--store")):
+            self.assertEqual(self.usage_line(cmd, opt),
+                             "runcell %s: option '%s' needs a value" % (cmd, opt))
+        self.assertEqual(self.usage_line("run", "-c"), "runcell run: -c needs CODE")
+
+    def test_a_shared_option_refused_where_it_does_not_apply(self):
+        self.assertEqual(self.usage_line("serve", "--file", "x"),
+                         "runcell serve: --file and --out do not apply to serve")
+        self.assertIn("options of sessions", self.usage_line("serve", "--package", "x"))
+        self.assertIn("use the write_file and read_file tools",
+                      self.usage_line("mcp", "--out", "x"))
+
+    def test_help_lists_each_table(self):
+        for cmd in self.COMMANDS:
+            p = runcell(cmd, "--help")
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertTrue(p.stdout.startswith("usage: runcell %s" % cmd), p.stdout[:200])
+            self.assertEqual(runcell(cmd, "-h").stdout, p.stdout)
+        run_help = runcell("run", "--help").stdout
+        for opt in ("--lang", "-c CODE", "--json", "--keep-going", "--timeout SEC", "--cpus N",
+                    "--file LOCAL[:DEST]", "--install-timeout SEC"):
+            self.assertIn("\n  " + opt, run_help)
+        for cmd in ("serve", "repl"):  # the store's table, listed by both
+            self.assertIn("\n  --store-max-files N", runcell(cmd, "--help").stdout)
+
+
 class Cleanup(RuncellTestCase):
     def runs(self, env):
         """A mix of endings; returns the pids of the runcell processes."""

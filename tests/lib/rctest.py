@@ -79,6 +79,33 @@ def run_cells(*codes, opts=(), timeout=180, env=None):
     return records, p
 
 
+# A fork bomb for a cell (see fork_probe).
+_FORK_PROBE = """
+import errno, json, os, sys, time
+n, err = 0, None
+while n < %(limit)d:
+    try:
+        pid = os.fork()
+    except OSError as e:
+        err = errno.errorcode[e.errno]
+        break
+    if pid == 0:
+        time.sleep(%(hold)d)
+        os._exit(0)
+    n += 1
+sys.stdout.flush()
+print("\\n" + json.dumps({"forks": n, "error": err}), flush=True)
+"""
+
+
+def fork_probe(limit, hold=60):
+    """Code for a cell that forks children sleeping `hold` seconds until a fork fails (or
+    `limit` forks succeed), then prints, as its last stdout line, a JSON object: how many it
+    made ("forks") and the errno name of the failure ("error"). Self-contained, so the
+    security suite and the VM stage run the same bomb."""
+    return _FORK_PROBE % {"limit": limit, "hold": hold}
+
+
 def png_size(data):
     """(width, height) of PNG bytes, from the IHDR chunk; raises ValueError if not a PNG."""
     if data[:8] != b"\x89PNG\r\n\x1a\n":
@@ -133,6 +160,35 @@ class RuncellTestCase(unittest.TestCase):
     def assertStatus(self, rec, status, msg=None):
         self.assertEqual(rec["status"], status,
                          msg or "record: %s" % json.dumps(rec)[:2000])
+
+
+class CellsCase(RuncellTestCase):
+    """Cells of one `runcell run --json` session; lang_opts go before each test's options
+    (("--lang", "bash") for a bash module)."""
+    lang_opts = ()
+
+    def cells(self, *codes, opts=(), expect_exit=0, n=None, timeout=180):
+        """Runs the cells and checks the exit status and the number of records (default:
+        one per cell); returns the records."""
+        recs, p = run_cells(*codes, opts=tuple(self.lang_opts) + tuple(opts), timeout=timeout)
+        self.assertEqual(p.returncode, expect_exit,
+                         "exit %d, stderr: %s\nrecords: %s"
+                         % (p.returncode, p.stderr, json.dumps(recs)[:3000]))
+        self.assertEqual(len(recs), len(codes) if n is None else n,
+                         "records: %s" % json.dumps(recs)[:3000])
+        return recs
+
+    def assertOk(self, rec, stdout=None):
+        """rec ran to its end without an error, its session kept (and printed stdout)."""
+        self.assertStatus(rec, "ok")
+        self.assertIsNone(rec["error"])
+        self.assertEqual(rec["state"], "kept")
+        if stdout is not None:
+            self.assertEqual(rec["stdout"], stdout)
+
+    def plain(self, rec):
+        """The text/plain of each result of rec."""
+        return [r["text/plain"] for r in rec["results"]]
 
 
 # ---- servers a test starts on 127.0.0.1 (egress tests) ----
@@ -725,6 +781,14 @@ class Server:
     def execute(self, sid, code, **fields):
         return self.ok("POST", "/v1/sessions/%s/execute" % sid, dict(fields, code=code))
 
+    def stream(self, sid, code, **fields):
+        """POST .../execute asking for NDJSON: an EventStream of its events as they come."""
+        conn = self.connection()
+        conn.request("POST", "/v1/sessions/%s/execute" % sid,
+                     body=json.dumps(dict(fields, code=code)),
+                     headers=self.headers({"Accept": "application/x-ndjson"}))
+        return EventStream(conn, conn.getresponse())
+
     def stop(self, sig=None, timeout=HANG):
         """Signals the server (SIGTERM by default) and waits; returns its exit status."""
         if self.proc.poll() is None:
@@ -748,6 +812,38 @@ class Server:
             subprocess.run(["umount", "-l", m])
         if not os.environ.get("RCTEST_KEEP"):
             subprocess.run(["rm", "-rf", "--one-file-system", self.tmp])
+
+
+class EventStream:
+    """The events of a streamed execution (one JSON object a line), read as they come."""
+
+    def __init__(self, conn, resp):
+        self.conn, self.resp = conn, resp
+
+    def next(self):
+        """The next event (waits for it)."""
+        return json.loads(self.resp.readline())
+
+    def rest(self):
+        """Every event to the end of the stream (the last is "done"); closes the connection."""
+        try:
+            return [json.loads(line) for line in self.resp.read().splitlines()]
+        finally:
+            self.conn.close()
+
+
+class ServerCase(RuncellTestCase):
+    """Tests that share one `runcell serve server_args...` (self.srv), started once for
+    their class."""
+    server_args = ()
+
+    @classmethod
+    def setUpClass(cls):
+        cls.srv = Server(*cls.server_args).start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.srv.close()
 
 
 def s3_server_missing():

@@ -18,6 +18,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
                                 "lib"))
 # PY and runcell are re-exported for the test modules.
 from rctest import PY, RUNCELL, run_json, runcell, slow  # noqa: E402,F401
+from rctest import fork_probe  # noqa: E402,F401
 
 BUILD_DIR = os.path.dirname(os.path.dirname(RUNCELL))
 # runcell's runtime directory when it runs as root (the suite's normal setting).
@@ -48,25 +49,6 @@ def report(d):
     sys.stdout.flush()
     print("\n" + json.dumps(d), flush=True)
 '''
-
-
-# Forks children that sleep until a fork fails (or `limit` forks succeed); reports how many
-# were made and the errno of the failure. Run with PRELUDE.
-FORK_PROBE = """
-import time
-n, err = 0, None
-while n < %(limit)d:
-    try:
-        pid = os.fork()
-    except OSError as e:
-        err = errno.errorcode[e.errno]
-        break
-    if pid == 0:
-        time.sleep(60)
-        os._exit(0)
-    n += 1
-report({"forks": n, "error": err})
-"""
 
 
 def probe(test, code, *opts, status="ok", **kw):

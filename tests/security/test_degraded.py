@@ -8,7 +8,7 @@ import subprocess
 import tempfile
 import unittest
 
-from seclib import FORK_PROBE, PRELUDE, RUNCELL, probe
+from seclib import fork_probe, PRELUDE, RUNCELL, probe
 from rctest import RuncellTestCase, is_root
 
 NOBODY = 65534
@@ -119,7 +119,7 @@ report({"caps": [st[k].strip() for k in ("CapEff", "CapPrm", "CapBnd")],
         self.assertEqual(rec["error"]["name"], "MemoryError")  # -c runs as a cell
 
     def test_fork_bomb_is_stopped_by_the_process_limit(self):
-        rec = self.probe(FORK_PROBE % {"limit": 5000}, "--pids", "16")
+        rec = self.probe(fork_probe(5000), "--pids", "16")
         res = report_of(self, rec)
         self.assertEqual(res["error"], "EAGAIN")
         # RLIMIT_NPROC counts every process of nobody on the host, plus the sandbox's.

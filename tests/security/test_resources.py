@@ -7,7 +7,7 @@ import subprocess
 import unittest
 import uuid
 
-from seclib import FORK_PROBE, RUNCELL, host_pids_with, probe, run_json, run_record, runcell_leftovers
+from seclib import fork_probe, RUNCELL, host_pids_with, probe, run_json, run_record, runcell_leftovers
 from rctest import SLOW, RuncellTestCase, cgroups_expected, slow
 
 MiB = 1 << 20
@@ -37,7 +37,7 @@ class Limited(RuncellTestCase):
 
 class ForkBomb(Limited):
     def test_forks_stop_at_the_pids_limit(self):
-        res, _ = probe(self, FORK_PROBE % {"limit": 10000}, "--pids", "16")
+        res, _ = probe(self, fork_probe(10000), "--pids", "16")
         self.assertEqual(res["error"], "EAGAIN")
         self.assertLess(res["forks"], 16)  # init and the payload count too
 

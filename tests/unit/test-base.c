@@ -278,6 +278,69 @@ static int open_fds(void)
     return n;
 }
 
+/* A fresh temporary directory; caller frees the path (the directory is left in /tmp). */
+static char *scratch_dir(void)
+{
+    char tmpl[] = "/tmp/runcell-unit-base-XXXXXX";
+    CHECK(mkdtemp(tmpl) != NULL);
+    return xstrdup(tmpl);
+}
+
+TEST(read_regular_fd_is_capped_and_says_the_size)
+{
+    _cleanup_free_ char *dir = scratch_dir();
+    _cleanup_free_ char *path = xasprintf("%s/f", dir);
+    CHECK(write_file(path, "0123456789", 10, 0600) == 0);
+    _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    CHECK(fd >= 0);
+    struct buf b;
+    uint64_t size = 0;
+    CHECK(read_regular_fd(fd, 10, &b, &size) == 0);
+    CHECK(b.len == 10 && size == 10 && !strcmp(b.data, "0123456789"));
+    CHECK((fcntl(fd, F_GETFL) & O_NONBLOCK) == 0); /* made blocking for the read */
+    buf_release(&b);
+    CHECK(lseek(fd, 0, SEEK_SET) == 0);
+    memset(&b, 0xa5, sizeof(b)); /* whatever was there: it is set up and left released */
+    size = 0;
+    CHECK(read_regular_fd(fd, 9, &b, &size) == -E2BIG);
+    CHECK(size == 10 && b.data == NULL && b.len == 0);
+    /* a cap of 0 takes an empty file only */
+    _cleanup_free_ char *empty = xasprintf("%s/e", dir);
+    CHECK(write_file(empty, "", 0, 0600) == 0);
+    char *data;
+    size_t n;
+    CHECK(read_file(empty, 0, &data, &n) == 0 && n == 0 && data[0] == '\0');
+    free(data);
+    CHECK(read_file(path, 0, &data, &n) == -E2BIG);
+    CHECK(read_file(path, 10, &data, &n) == 0 && n == 10);
+    free(data);
+    CHECK(read_file(path, 4, &data, &n) == -E2BIG);
+    /* kernel files say 0 bytes and have more: the cap holds while reading */
+    CHECK(read_file("/proc/self/status", 16, &data, &n) == -E2BIG);
+    CHECK(read_file("/proc/self/status", 1 << 20, &data, &n) == 0 && strstr(data, "Pid:"));
+    free(data);
+    unlink(path);
+    unlink(empty);
+    rmdir(dir);
+}
+
+TEST(read_file_refuses_what_is_not_a_regular_file)
+{
+    _cleanup_free_ char *dir = scratch_dir();
+    _cleanup_free_ char *fifo = xasprintf("%s/fifo", dir);
+    CHECK(mkfifo(fifo, 0600) == 0);
+    char *data;
+    size_t n;
+    /* nobody writes the FIFO: opened non-blocking and refused, never waited on */
+    CHECK(read_file(fifo, 1 << 20, &data, &n) == -EINVAL);
+    CHECK(read_file(dir, 1 << 20, &data, &n) == -EINVAL);
+    CHECK(read_file("/dev/null", 1 << 20, &data, &n) == -EINVAL);
+    _cleanup_free_ char *missing = xasprintf("%s/missing", dir);
+    CHECK(read_file(missing, 1 << 20, &data, &n) == -ENOENT);
+    unlink(fifo);
+    rmdir(dir);
+}
+
 TEST(rm_rf_of_a_deep_tree_holds_few_fds)
 {
     /* A sandbox can make a tree as deep as its inodes allow; deleting it must not take an

@@ -9,7 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "kernel/kernel.h"
+#include "kernel/kernel-int.h"
 #include "runner.h"
 
 struct seen {
@@ -183,4 +183,37 @@ TEST(a_cell_over_the_frame_cap_is_refused_before_anything_is_sent)
 int main(int argc, char **argv)
 {
     return run_tests(argc, argv);
+}
+
+TEST(a_sync_message_is_an_event_and_its_answer_an_empty_a_frame)
+{
+    struct buf b;
+    buf_init(&b, 1 << 20);
+    frame(&b, 'M', "{\"type\":\"sync\"}");
+    struct seen s = {0};
+    CHECK(kernel_frames_parse(&b, on_event, &s) == 0);
+    CHECK(s.n == 1 && s.types[0] == KEV_SYNC);
+    buf_release(&b);
+
+    int peer;
+    struct kernel *k = channel_kernel(&peer);
+    kernel_answer_sync(k);
+    unsigned char got[8];
+    CHECK(read(peer, got, sizeof(got)) == 5);
+    CHECK(!memcmp(got, "\0\0\0\0A", 5));
+    close(peer);
+    kernel_free(k);
+}
+
+TEST(answers_to_a_kernel_that_reads_none_never_block)
+{
+    /* A kernel that sends syncs without reading their answers fills its socket: the
+     * answers past that are dropped, and the daemon's thread goes on. */
+    int peer;
+    struct kernel *k = channel_kernel(&peer);
+    for (int i = 0; i < 200000; i++)
+        kernel_answer_sync(k);
+    CHECK(write(k->chan_fd, "x", 1) < 0 && errno == EAGAIN); /* it was full: all returned */
+    close(peer);
+    kernel_free(k);
 }

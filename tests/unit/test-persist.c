@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "runner.h"
+#include "sandbox/workspace-int.h" /* a workspace of a plain directory, made here */
 #include "session/session-int.h"
 
 struct fixture {

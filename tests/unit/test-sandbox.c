@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "runner.h"
-#include "sandbox/sandbox.h"
+#include "sandbox/workspace-int.h" /* a workspace of a plain directory, made here */
 
 /* A workspace as the file helpers see it: a plain directory of ours (no host, no mount). */
 static struct workspace *scratch_ws(void)

@@ -33,28 +33,15 @@ import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 from rctest import RUNCELL, RuncellTestCase, free_port, read_line, slow, wait_until  # noqa: E402
+from rctest import fork_probe  # noqa: E402
 
 CG = "/sys/fs/cgroup"
 MiB = 1 << 20
 NOBODY = 65534
 USER_ENV = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8"}
 
-# What a cell reports: the fork count it reached and the error that stopped it.
-FORK_BOMB = """
-import errno, json, os, time
-n, err = 0, None
-while n < 2000:
-    try:
-        pid = os.fork()
-    except OSError as e:
-        err = errno.errorcode[e.errno]
-        break
-    if pid == 0:
-        time.sleep(120)
-        os._exit(0)
-    n += 1
-print(json.dumps({"forks": n, "error": err}))
-"""
+# A fork bomb the pids cap must stop: reports its fork count and errno (rctest.fork_probe).
+FORK_BOMB = fork_probe(2000, hold=120)
 MEMORY_BOMB = "a = []\nwhile True: a.append(bytearray(1 << 20))"
 HOLD = "print('ready', flush=True)\nimport time\ntime.sleep(600)"
 

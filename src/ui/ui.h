@@ -1,0 +1,19 @@
+/* ui.h - the web console's assets (src/ui/assets and the editor), built into the binary by
+ * src/ui/embed.py: the contract routes_ui.c serves them through. */
+#ifndef RUNCELL_UI_H
+#define RUNCELL_UI_H
+
+#include <stddef.h>
+
+struct ui_asset {
+    const char *name; /* below /ui/, e.g. "app.js", "vendor/codemirror/codemirror.js" */
+    const char *mime; /* Content-Type */
+    const char *etag; /* strong, quoted: a hash of the bytes */
+    const char *data; /* static, never freed */
+    size_t size;
+};
+
+/* The asset of that name, or NULL. */
+const struct ui_asset *ui_asset_find(const char *name);
+
+#endif
