@@ -1001,6 +1001,7 @@ class Kernel:
         self.bash = None  # BashShell, from the first bash cell on
         self.bash_pending = None  # a restored snapshot, for the next shell to load
         self.sync = False  # the daemon answers sync messages (the request said so)
+        self.pid = os.getpid()  # a process forked from the kernel's never syncs
 
     # -- output --
     def sync_output(self):
@@ -1010,7 +1011,7 @@ class Kernel:
         The cell's text is sent and the daemon confirms it has it first. Only from the
         cell's own thread, while its code runs, and when the daemon asked for it (other
         threads' programs run alongside the cell anyway)."""
-        if (self.sync and _interrupts.live
+        if (self.sync and _interrupts.live and os.getpid() == self.pid
                 and threading.current_thread() is threading.main_thread()):
             self.flush_streams()
             self.channel.sync()
@@ -1357,7 +1358,9 @@ def main(template_argv=False):
     importlib_invalidate()
 
     def after_fork_in_child():
-        # A forked child (multiprocessing) writes to the real pipes, never to the channel.
+        # A forked child (multiprocessing) writes to the real pipes, never to the channel,
+        # and the programs it starts need no sync (the channel is not its to use).
+        kernel.sync = False
         try:
             os.close(channel.fd)
         except OSError:

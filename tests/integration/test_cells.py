@@ -205,6 +205,7 @@ class StreamsTest(CellsCase):
             "    pid = os.fork()\n"
             "    if pid == 0:\n"
             "        print('forked', i, flush=True)\n"
+            "        subprocess.run(['echo', 'grandchild', str(i)])\n"
             "        os._exit(0)\n"
             "    os.waitpid(pid, 0)\n"
             "    print('after', i)")
@@ -212,7 +213,7 @@ class StreamsTest(CellsCase):
         want = []
         for i in range(40):
             want += ["py %d" % i, "child %d" % i, "system %d" % i, "forked %d" % i,
-                     "after %d" % i]
+                     "grandchild %d" % i, "after %d" % i]
         self.assertEqual(rec["stdout"].splitlines(), want)
         self.assertEqual(rec["stderr"].splitlines(), ["err %d" % i for i in range(40)])
 
