@@ -1002,6 +1002,7 @@ class Kernel:
         self.bash_pending = None  # a restored snapshot, for the next shell to load
         self.sync = False  # the daemon answers sync messages (the request said so)
         self.pid = os.getpid()  # a process forked from the kernel's never syncs
+        self.reserve = _memory_reserve()
 
     # -- output --
     def sync_output(self):
@@ -1039,6 +1040,10 @@ class Kernel:
 
     # -- errors --
     def error_record(self, etype, value, tb, filename):
+        if issubclass(etype, MemoryError):
+            # The cell's objects still hold what it took: the reserve makes room for the
+            # report (formatting it imports traceback, which a lean start left out).
+            self.reserve = None
         # Drop the kernel's own frames wherever they are: the traceback starts at the cell,
         # and the builtins the kernel provides (input) raise from kernel.py.
         tb = _user_frames(tb)
@@ -1176,6 +1181,8 @@ class Kernel:
         except Exception:
             pass
         self.channel.send_json(reply)
+        if self.reserve is None:
+            self.reserve = _memory_reserve()  # once the cell's memory is free again
 
     def variables(self, req):
         """checkpoint or restore: the work runs with SIGINT live, so that the daemon can stop
@@ -1244,6 +1251,17 @@ class Kernel:
                     self.sync = False
             elif req.get("type") in ("checkpoint", "restore"):
                 self.variables(req)
+
+
+def _memory_reserve():
+    """Address space held for the report of a MemoryError (under an address-space limit,
+    where a cell can take all there is): an anonymous mapping, never touched, so it costs no
+    memory, only room. None when even that is not there."""
+    import mmap
+    try:
+        return mmap.mmap(-1, 8 << 20)
+    except (OSError, MemoryError):
+        return None
 
 
 def _sync_before_programs(kernel):
