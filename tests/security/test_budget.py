@@ -62,7 +62,7 @@ class Budget(RuncellTestCase):
             try:
                 os.setpriority(os.PRIO_PROCESS, int(tid), 0)
             except ProcessLookupError:
-                pass  # a thread that ended since the listing (the template's start)
+                pass  # a thread that ended since the listing: nothing to renice
 
     def hostile(self, name, code, failures, checkpoint=False):
         try:
