@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/random.h>
 #include <time.h>
@@ -32,27 +33,15 @@ int fd_set_cloexec(int fd, bool on)
     return fcntl(fd, F_SETFD, fl) < 0 ? -errno : 0;
 }
 
-int write_all(int fd, const void *data, size_t n)
+/* The one loop behind write_all and send_all: short writes and EINTR are retried; with a
+ * deadline (>= 0), EAGAIN waits for room until then. On a socket, send with MSG_NOSIGNAL:
+ * a peer that has gone (a sandbox's kernel that ended, a client of the egress proxy that
+ * closed) gives EPIPE, never a SIGPIPE that would end the whole process. */
+static int put_all(int fd, const void *data, size_t n, double deadline_ms, bool sock)
 {
     const char *p = data;
     while (n) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            return -errno;
-        }
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
-int write_all_by(int fd, const void *data, size_t n, double deadline_ms)
-{
-    const char *p = data;
-    while (n) {
-        ssize_t w = write(fd, p, n);
+        ssize_t w = sock ? send(fd, p, n, MSG_NOSIGNAL) : write(fd, p, n);
         if (w >= 0) {
             p += w;
             n -= (size_t)w;
@@ -60,7 +49,7 @@ int write_all_by(int fd, const void *data, size_t n, double deadline_ms)
         }
         if (errno == EINTR)
             continue;
-        if (errno != EAGAIN)
+        if (errno != EAGAIN || deadline_ms < 0)
             return -errno;
         double left = deadline_ms - now_ms_f();
         if (left <= 0)
@@ -70,6 +59,26 @@ int write_all_by(int fd, const void *data, size_t n, double deadline_ms)
             return -errno;
     }
     return 0;
+}
+
+int write_all(int fd, const void *data, size_t n)
+{
+    return put_all(fd, data, n, -1, false);
+}
+
+int write_all_by(int fd, const void *data, size_t n, double deadline_ms)
+{
+    return put_all(fd, data, n, deadline_ms < 0 ? 0 : deadline_ms, false);
+}
+
+int send_all(int fd, const void *data, size_t n)
+{
+    return put_all(fd, data, n, -1, true);
+}
+
+int send_all_by(int fd, const void *data, size_t n, double deadline_ms)
+{
+    return put_all(fd, data, n, deadline_ms < 0 ? 0 : deadline_ms, true);
 }
 
 int read_all(int fd, struct buf *out)

@@ -26,7 +26,7 @@ static void send_interrupt_frame(struct kernel *k)
 {
     unsigned char hdr[FRAME_HEADER];
     frame_header(hdr, 'I', 0);
-    (void)!write(k->chan_fd, hdr, sizeof(hdr));
+    (void)!send(k->chan_fd, hdr, sizeof(hdr), MSG_NOSIGNAL);
 }
 
 /* One request frame, waiting for room until deadline_ms: a large cell is more than the
@@ -37,9 +37,9 @@ static int send_frame(struct kernel *k, char kind, const char *payload, size_t n
     unsigned char hdr[FRAME_HEADER];
     frame_header(hdr, kind, n);
     pthread_mutex_lock(&k->write_lock);
-    int r = write_all_by(k->chan_fd, hdr, sizeof(hdr), deadline_ms);
+    int r = send_all_by(k->chan_fd, hdr, sizeof(hdr), deadline_ms);
     if (r == 0)
-        r = write_all_by(k->chan_fd, payload, n, deadline_ms);
+        r = send_all_by(k->chan_fd, payload, n, deadline_ms);
     bool owed = atomic_exchange(&k->interrupt_owed, false);
     if (owed && r == 0)
         send_interrupt_frame(k);
@@ -432,7 +432,7 @@ void kernel_answer_sync(struct kernel *k)
     unsigned char hdr[FRAME_HEADER];
     frame_header(hdr, 'A', 0);
     pthread_mutex_lock(&k->write_lock);
-    (void)!write(k->chan_fd, hdr, sizeof(hdr));
+    (void)!send(k->chan_fd, hdr, sizeof(hdr), MSG_NOSIGNAL);
     pthread_mutex_unlock(&k->write_lock);
 }
 

@@ -112,8 +112,8 @@ static void answer(int fd, int status, const char *title, const char *msg)
         xasprintf("HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\n"
                   "X-Runcell-Egress: refused\r\nConnection: close\r\nContent-Length: %zu\r\n\r\n",
                   status, phrase, strlen(body));
-    if (write_all(fd, head, strlen(head)) == 0)
-        (void)write_all(fd, body, strlen(body));
+    if (send_all(fd, head, strlen(head)) == 0)
+        (void)send_all(fd, body, strlen(body));
 }
 
 static const char *status_title(int status)
@@ -320,7 +320,7 @@ static bool pump(struct conn *c)
                 break;
             }
             atomic_fetch_add(i == 0 ? &stat_bytes_out : &stat_bytes_in, (uint64_t)got);
-            if (write_all(fds[1 - i], chunk, (size_t)got) < 0) {
+            if (send_all(fds[1 - i], chunk, (size_t)got) < 0) {
                 open[0] = open[1] = false;
                 break;
             }
@@ -337,7 +337,7 @@ static int send_up(struct egress *e, int fd, const char *data, size_t n)
     if (over_budget(e, n))
         return -EDQUOT;
     atomic_fetch_add(&stat_bytes_out, (uint64_t)n);
-    return write_all(fd, data, n);
+    return send_all(fd, data, n);
 }
 
 static void report_budget(struct conn *c, const struct proxy_request *rq)
@@ -403,7 +403,7 @@ static void serve(struct conn *c)
                                       .address = addr,
                                       .status = 200};
             report(e, &ev);
-            r = rq.connect ? write_all(c->client, "HTTP/1.1 200 Connection established\r\n\r\n", 39)
+            r = rq.connect ? send_all(c->client, "HTTP/1.1 200 Connection established\r\n\r\n", 39)
                            : send_up(e, fd, rq.forward.data, rq.forward.len);
             if (r == 0 && rq.rest_len)
                 r = send_up(e, fd, head.data + head.len - rq.rest_len, rq.rest_len);

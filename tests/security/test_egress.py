@@ -183,6 +183,26 @@ report({"refused": refused, "as_server": as_server,
         self.assertIn(res["unlink"], ("EROFS", "EACCES", "EPERM"))
         self.assertIn(res["plant"], ("EROFS", "EACCES", "EPERM"))
 
+    def test_a_client_that_hangs_up_cannot_end_runcell(self):
+        """A client that sends a request and closes before the answer leaves the proxy
+        writing to a socket with no reader: runcell gets EPIPE on that connection, and the
+        run goes on (a SIGPIPE once ended `runcell run` with no record). 24 hang-ups stay
+        under the cap of 32 connections at once, which counts those not yet closed."""
+        res, rec = self.probe("""
+def hang_up(family, addr, head):
+    s = socket.socket(family, socket.SOCK_STREAM)
+    s.connect(addr)
+    s.sendall(head)
+    s.close()
+for _ in range(12):
+    hang_up(socket.AF_UNIX, "/.runcell-net/egress.sock",
+            b"CONNECT 127.0.0.1:%(other)d HTTP/1.1\\r\\n\\r\\n")
+    hang_up(socket.AF_INET, ("127.0.0.1", 3128), b"GET / HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n")
+report({"after": fetch("http://127.0.0.1:%(p)d/ok.txt")})
+""" % {"other": self.port + 1, "p": self.port}, "127.0.0.1:%d" % self.port)
+        self.assertEqual(res["after"], "200 reached")
+        self.assertEqual(len(self.srv.requests), 1)
+
     def test_oversized_and_malformed_requests(self):
         res, _ = self.probe("""
 def raw(data):
