@@ -31,6 +31,7 @@ from runcell_client import Session  # noqa: E402
 
 GEN = os.path.join(ROOT, "deploy", "haproxy", "gen")
 SHIPPED_CFG = os.path.join(ROOT, "deploy", "haproxy", "haproxy.cfg")
+FEWEST_LUA = os.path.join(ROOT, "deploy", "haproxy", "fewest.lua")
 NODES = ("n1", "n2", "n3")
 LEASE_TTL_S = 2  # a dead node's sessions move after this (and a second of clock skew)
 
@@ -134,7 +135,7 @@ class Router:
         # Checks every 200 ms, down after 2 failures: the test waits for these states.
         subprocess.run([sys.executable, GEN, *specs, "--listen", "127.0.0.1:%d" % self.port,
                         "--stats-socket", self.sock, "--inter", "200ms", "--fall", "2",
-                        "--rise", "1", "--out", self.cfg], check=True)
+                        "--rise", "1", "--lua", FEWEST_LUA, "--out", self.cfg], check=True)
         self.check = subprocess.run(["haproxy", "-c", "-f", self.cfg], capture_output=True,
                                     text=True)
         self.proc = None
@@ -259,6 +260,33 @@ class Fleet(RuncellTestCase):
         r = (via or self.router).request("POST", "/v1/sessions/%s/execute" % sid, {"code": code})
         return r, self.ok(r)
 
+    def counts(self):
+        """{node: sessions}, as each node's own /healthz says."""
+        return {name: self.ok(n.request("GET", "/healthz"))["sessions"]
+                for name, n in self.nodes.items()}
+
+    def router_counts(self):
+        """{node: sessions}, as the router knows them (GET /router/nodes)."""
+        return {name: v["sessions"] for name, v in
+                self.ok(self.router.request("GET", "/router/nodes"))["nodes"].items()}
+
+    def create_on_fewest(self):
+        """A new session through the router, once the router knows what the nodes hold (it
+        asks them every 500 ms): it goes to one of the nodes with the fewest sessions."""
+        counts = {}
+
+        def known():
+            counts.clear()
+            counts.update(self.counts())
+            return self.router_counts() == counts
+        if not wait_until(known, HANG):
+            raise AssertionError("the router never knew the nodes' counts: %r, it has %r"
+                                 % (counts, self.router_counts()))
+        sid = self.create()
+        least = min(counts.values())
+        self.assertIn(node_of(sid), [n for n, c in counts.items() if c == least], counts)
+        return sid
+
     def record(self, sid):
         """The session's record and lease in the shared store (as s3rver keeps it)."""
         path = os.path.join(self.s3.directory, self.s3.bucket, "fleet", "sessions", sid,
@@ -282,8 +310,15 @@ class Fleet(RuncellTestCase):
             self.assertEqual(f.read().split("\n", 2)[2], shipped.split("\n", 2)[2],
                              "deploy/haproxy/haproxy.cfg is not what gen makes: regenerate it")
         # Pod names do not resolve here: HAProxy starts without their addresses (init-addr
-        # none) and learns them from the cluster's DNS.
-        c = subprocess.run(["haproxy", "-c", "-f", SHIPPED_CFG], capture_output=True, text=True)
+        # none) and learns them from the cluster's DNS. fewest.lua is where the router's
+        # ConfigMap puts it there, and in the tree here.
+        with open(SHIPPED_CFG) as f:
+            text = f.read()
+        self.assertIn("lua-load /usr/local/etc/haproxy/fewest.lua\n", text)
+        local = os.path.join(self.tmp, "shipped.cfg")
+        with open(local, "w") as f:
+            f.write(text.replace("/usr/local/etc/haproxy/fewest.lua", FEWEST_LUA))
+        c = subprocess.run(["haproxy", "-c", "-f", local], capture_output=True, text=True)
         self.assertEqual(c.returncode, 0, c.stdout + c.stderr)
         bad = subprocess.run([sys.executable, GEN, "Bad_Name=127.0.0.1:1"], capture_output=True,
                              text=True)
@@ -375,8 +410,9 @@ class Fleet(RuncellTestCase):
     # ---- routing ----
 
     def test_sessions_spread_over_the_nodes_and_each_route_reaches_its_node(self):
-        sids = [self.create() for _ in range(6)]
-        self.assertEqual({node_of(s) for s in sids}, set(NODES), sids)
+        # Each new session goes to a node with the fewest (create_on_fewest asserts it, as
+        # the router knew them when it placed it): the nodes even out.
+        sids = [self.create_on_fewest() for _ in range(6)]
         for sid in sids:
             node = node_of(sid)
             base = "/v1/sessions/" + sid
@@ -400,6 +436,29 @@ class Fleet(RuncellTestCase):
         rec = self.ok(self.router.request("POST", "/v1/execute", {"code": "print(6 * 7)"}))
         self.assertEqual(rec["stdout"], "42\n")
         self.assertIn(self.ok(self.router.request("GET", "/healthz"))["node"], NODES)
+
+    def test_new_sessions_go_to_the_nodes_with_the_fewest(self):
+        """Sessions made on n1 directly (not through the router) count: the router places
+        new ones on the other nodes until n1 is no longer ahead."""
+        direct = []
+        try:
+            while True:
+                c = self.counts()
+                if c["n1"] >= min(c.values()) + 3:
+                    break
+                direct.append(self.ok(self.nodes["n1"].request("POST", "/v1/sessions", {}),
+                                      201)["id"])
+            routed = [self.create_on_fewest() for _ in range(2)]
+            self.assertNotIn("n1", [node_of(s) for s in routed])
+            view = self.ok(self.router.request("GET", "/router/nodes"))["nodes"]
+            self.assertEqual(sorted(view), list(NODES))
+            self.assertEqual({v["status"] for v in view.values()}, {"UP"})
+            self.assertTrue(all(v["age_ms"] < 60000 for v in view.values()), view)
+        finally:
+            for sid in direct:
+                self.ok(self.nodes["n1"].request("DELETE", "/v1/sessions/" + sid))
+        for sid in routed:
+            self.ok(self.router.request("DELETE", "/v1/sessions/" + sid))
 
     def test_e2b_routes_reach_the_sandbox_node(self):
         key = {"X-API-KEY": TOKEN}
@@ -675,9 +734,15 @@ class KubernetesManifests(RuncellTestCase):
         # The router's configuration is deploy/haproxy/haproxy.cfg, naming every pod.
         volume = next(v for v in router["spec"]["template"]["spec"]["volumes"]
                       if "configMap" in v)
-        cfg = self.one("ConfigMap", volume["configMap"]["name"])["data"]["haproxy.cfg"]
+        data = self.one("ConfigMap", volume["configMap"]["name"])["data"]
+        cfg = data["haproxy.cfg"]
         with open(SHIPPED_CFG) as f:
             self.assertEqual(cfg, f.read())
+        mount = next(m["mountPath"] for m in router["spec"]["template"]["spec"]["containers"][0]
+                     ["volumeMounts"] if m["name"] == volume["name"])
+        self.assertIn("lua-load %s/fewest.lua\n" % mount, cfg)
+        with open(FEWEST_LUA) as f:
+            self.assertEqual(data["fewest.lua"], f.read())
         for i in range(sts["spec"]["replicas"]):
             pod = "%s-%d" % (sts["metadata"]["name"], i)
             self.assertIn("server %s %s.%s.%s.svc.cluster.local:%d" % (
