@@ -65,7 +65,10 @@ void persist_free(struct persist *p)
 }
 
 /* The options as the create request spells them: a resume starts from these. */
-static char *options_text(const struct session_opts *o, bool persist)
+/* The options a resume or a takeover starts the session with again: those of the request
+ * that made it, and its network allowlist (checked again against the caps of the server
+ * that resumes it). */
+static char *options_text(const struct session_opts *o, const struct net_policy *net, bool persist)
 {
     json_t *j =
         json_pack("{s:s,s:f,s:f,s:I,s:I,s:I,s:f,s:b}", "language", o->lang ? o->lang : "python",
@@ -73,6 +76,8 @@ static char *options_text(const struct session_opts *o, bool persist)
                   (double)o->idle_timeout_ms / 1000.0, "memory_mb", (json_int_t)o->limits.memory_mb,
                   "pids", (json_int_t)o->limits.pids, "disk_mb", (json_int_t)o->limits.disk_mb,
                   "cpus", (double)o->limits.cpus_milli / 1000.0, "persist", persist);
+    if (net)
+        json_object_set_new(j, "network", net_policy_json(net));
     char *text = json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS);
     json_decref(j);
     return text;
@@ -93,7 +98,7 @@ int session_persist(struct session *s, const struct persist_config *c, const cha
     session_set_persist(s, p);
     if (!c->meta)
         return 0;
-    _cleanup_free_ char *opts = options_text(session_options(s), p->files);
+    _cleanup_free_ char *opts = options_text(session_options(s), session_net_policy(s), p->files);
     _cleanup_free_ char *owner = c->owner ? xstrdup(c->owner) : NULL;
     _cleanup_free_ char *from = resumed_from ? xstrdup(resumed_from) : NULL;
     struct meta_session m = {

@@ -294,9 +294,9 @@ class Fleet(RuncellTestCase):
         with open(path) as f:
             return json.load(f)
 
-    def owner_session(self):
+    def owner_session(self, **opts):
         """A new session, its id, and its node."""
-        sid = self.create()
+        sid = self.create(**opts)
         return sid, self.nodes[node_of(sid)]
 
     # ---- configuration ----
@@ -505,7 +505,9 @@ class Fleet(RuncellTestCase):
     # ---- takeover ----
 
     def test_a_killed_node_s_session_moves_and_comes_back_when_it_restarts(self):
-        sid, home = self.owner_session()
+        # Its network allowlist moves with it (nothing connects: the proxy is not tried).
+        allow = ["127.0.0.1:%d" % free_port()]
+        sid, home = self.owner_session(network={"mode": "allowlist", "allow": allow})
         self.execute(sid, "x = 41\nopen('a.txt', 'w').write('kept')")
         self.ok(self.router.request("POST", "/v1/sessions/%s/checkpoint" % sid, {}))
         self.execute(sid, "y = 2\nopen('b.txt', 'w').write('also kept')")
@@ -531,6 +533,8 @@ class Fleet(RuncellTestCase):
             self.assertNotIn("resumed", rec)
         info = self.ok(self.router.request("GET", "/v1/sessions/" + sid))
         self.assertEqual(info["id"], sid)
+        self.assertEqual((info["network"]["mode"], info["network"]["allow"]),
+                         ("allowlist", allow))
         # The killed node restarts. Its copy of the session died with it; the router sends
         # the session's requests to it again (the id names it), and it asks the successor
         # for the session back: the successor checkpoints and releases it, so what runs is
@@ -544,6 +548,8 @@ class Fleet(RuncellTestCase):
         self.assertEqual((rec["resumed"], rec["previous_node"]), (True, successor))
         self.assertIn("handing a session back to its node",
                       self.nodes[successor].log())
+        info = self.ok(self.router.request("GET", "/v1/sessions/" + sid))
+        self.assertEqual(info["network"]["allow"], allow)
         # The successor no longer runs it, and says who does.
         r = self.nodes[successor].request("POST", "/v1/sessions/%s/execute" % sid,
                                           {"code": "print('stale')"})

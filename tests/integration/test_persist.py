@@ -265,6 +265,20 @@ class TestLocalStore(PersistCase):
         r = self.create(srv, resume_from=s["id"])
         self.assertGreater(int(self.execute(srv, r["id"], "print(n)")["stdout"]), 0)
 
+    def test_a_resumed_session_keeps_its_network_allowlist(self):
+        srv = self.start_server()
+        allow = ["127.0.0.1:%d" % rctest_free_port()]
+        s = self.create(srv, network={"mode": "allowlist", "allow": allow})
+        self.execute(srv, s["id"], "x = 1")
+        self.close_checkpoint(srv, s["id"])
+        r = self.create(srv, resume_from=s["id"])
+        self.assertEqual((r["network"]["mode"], r["network"]["allow"]), ("allowlist", allow))
+        self.assertIn("x", r["restored"]["variables"])
+        # What the request asks for replaces what was stored.
+        self.close_checkpoint(srv, r["id"])
+        r2 = self.create(srv, resume_from=r["id"], network={"mode": "none"})
+        self.assertEqual(r2["network"], {"mode": "none"})
+
     def test_delete_of_a_stored_session_removes_it(self):
         srv = self.start_server()
         s = self.create(srv, idle_timeout_s=1)
