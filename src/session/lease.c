@@ -157,6 +157,15 @@ int fleet_lease_new(struct fleet *f, const char *id, const char *options_json)
     return 0;
 }
 
+long long fleet_lease_generation(struct fleet *f, const char *id)
+{
+    pthread_mutex_lock(&f->lock);
+    struct lease *l = find_locked(f, id);
+    long long g = l && !l->lost ? json_integer_value(json_object_get(l->record, "generation")) : 0;
+    pthread_mutex_unlock(&f->lock);
+    return g;
+}
+
 int fleet_lease_state(struct fleet *f, const char *id)
 {
     pthread_mutex_lock(&f->lock);

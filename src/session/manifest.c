@@ -119,7 +119,8 @@ static char *get_path(json_t *o, const char *key)
     return p;
 }
 
-static json_t *manifest_json(const char *id, const struct manifest *m)
+/* generation: the lease's, in a fleet (0: none, not written). */
+static json_t *manifest_json(const char *id, const struct manifest *m, long long generation)
 {
     char at[32];
     json_t *files = json_array();
@@ -140,9 +141,12 @@ static json_t *manifest_json(const char *id, const struct manifest *m)
         json_array_append_new(files, f);
     }
     format_time_iso(now_realtime_ms(), at);
-    return json_pack("{s:s,s:i,s:s,s:s,s:o,s:O}", "format", MANIFEST_FORMAT, "version", 1,
-                     "session", id, "updated_at", at, "files", files, "variables",
-                     m->variables ? m->variables : json_null());
+    json_t *j = json_pack("{s:s,s:i,s:s,s:s,s:o,s:O}", "format", MANIFEST_FORMAT, "version", 1,
+                          "session", id, "updated_at", at, "files", files, "variables",
+                          m->variables ? m->variables : json_null());
+    if (generation > 0)
+        json_object_set_new(j, "lease_generation", json_integer(generation));
+    return j;
 }
 
 static bool sha_valid(const char *s)
@@ -187,7 +191,7 @@ int manifest_load(struct store *st, const char *id, struct manifest *ret)
     size_t n, alloc = 0;
     json_error_t jerr;
     memset(ret, 0, sizeof(*ret));
-    int r = store_get_buf(st, key, MANIFEST_MAX, &text, &n);
+    int r = store_get_versioned(st, key, MANIFEST_MAX, &text, &n, ret->version);
     if (r == -ENOENT)
         return err_set(ENOENT, "nothing is stored for session %s", id);
     if (r < 0)
@@ -220,6 +224,7 @@ int manifest_load(struct store *st, const char *id, struct manifest *ret)
     if (json_is_object(vars) && sha_valid(json_string_value(json_object_get(vars, "sha256"))))
         ret->variables = json_incref(vars);
     json_decref(j);
+    ret->have_version = true;
     return 0;
 }
 
@@ -442,6 +447,75 @@ static void drop_unused(struct save *sv)
     }
 }
 
+/* The lease generation the stored list of id was written under (0: none, before fleets
+ * stamped it), and its version; -ENOENT when there is none. */
+static int stored_generation(struct store *st, const char *key, long long *ret_gen,
+                             char ret_version[STORE_VERSION_SIZE])
+{
+    char *text;
+    size_t n;
+    int r = store_get_versioned(st, key, MANIFEST_MAX, &text, &n, ret_version);
+    if (r < 0)
+        return r;
+    json_t *j = json_loadb(text, n, 0, NULL);
+    free(text);
+    *ret_gen = json_integer_value(json_object_get(j, "lease_generation"));
+    json_decref(j);
+    return 0;
+}
+
+/* Writes a fleet's file list of id by compare-and-swap from if_version (NULL: only if there
+ * is none), stamped with this node's lease generation, a fencing token. When the store holds
+ * another version: a list of a later generation means another node took the session over,
+ * and nothing is written (-EXDEV); one of an earlier generation was written by a node that
+ * had lost the lease and did not know yet, and this node, which holds it, writes over it;
+ * the same generation is this node's own write whose answer was lost. */
+static int put_fenced(const struct persist_config *c, const char *id, const char *text,
+                      const char *if_version, char ret_version[STORE_VERSION_SIZE])
+{
+    _cleanup_free_ char *key = manifest_key(id);
+    long long mine = fleet_lease_generation(c->fleet, id);
+    char cur[STORE_VERSION_SIZE];
+    if (if_version)
+        snprintf(cur, sizeof(cur), "%s", if_version);
+    bool have = if_version != NULL;
+    for (int tries = 0; tries < 4; tries++) {
+        int r = store_put_if(c->store, key, text, strlen(text), have ? cur : NULL, ret_version);
+        if (r != -ESTALE)
+            return r;
+        long long theirs = 0;
+        r = stored_generation(c->store, key, &theirs, cur);
+        if (r == -ENOENT) {
+            have = false;
+            continue;
+        }
+        if (r < 0)
+            return r;
+        if (theirs > mine || mine == 0)
+            return err_set(EXDEV,
+                           "session %s moved to another node: the file list in the store is "
+                           "of its lease generation %lld, this node's is %lld",
+                           id, theirs, mine);
+        have = true;
+    }
+    return err_set(EAGAIN, "the file list of session %s kept changing in the store", id);
+}
+
+int manifest_claim(const struct persist_config *c, const char *id, struct manifest *m)
+{
+    json_t *j = manifest_json(id, m, fleet_lease_generation(c->fleet, id));
+    char *text = json_dumps(j, JSON_COMPACT);
+    json_decref(j);
+    char nv[STORE_VERSION_SIZE];
+    int r = put_fenced(c, id, text, m->have_version ? m->version : NULL, nv);
+    free(text);
+    if (r == 0) {
+        memcpy(m->version, nv, STORE_VERSION_SIZE);
+        m->have_version = true;
+    }
+    return r;
+}
+
 static int write_manifest(struct save *sv)
 {
     /* In a fleet the file list is written only while this node holds the session's lease,
@@ -452,10 +526,18 @@ static int write_manifest(struct save *sv)
         return -ENOLCK;
     }
     _cleanup_free_ char *key = manifest_key(sv->id);
-    json_t *j = manifest_json(sv->id, &sv->next);
+    json_t *j = manifest_json(sv->id, &sv->next,
+                              sv->c->fleet ? fleet_lease_generation(sv->c->fleet, sv->id) : 0);
     char *text = json_dumps(j, JSON_COMPACT);
     json_decref(j);
-    int r = store_put_buf(sv->c->store, key, text, strlen(text));
+    int r;
+    if (sv->c->fleet) {
+        r = put_fenced(sv->c, sv->id, text, sv->old->have_version ? sv->old->version : NULL,
+                       sv->next.version);
+        sv->next.have_version = r == 0;
+    } else {
+        r = store_put_buf(sv->c->store, key, text, strlen(text));
+    }
     free(text);
     if (r < 0) {
         /* Without the list, none of this save's changes count as stored. */
@@ -492,6 +574,8 @@ int manifest_save(const struct persist_config *c, const char *id, struct manifes
         if (!m->v[i].target)
             json_object_set_new(sv.old_blobs, m->v[i].sha, json_true());
     *ret_error = NULL;
+    memcpy(sv.next.version, m->version, STORE_VERSION_SIZE);
+    sv.next.have_version = m->have_version;
     sv.next.variables = variables ? variables : json_incref(m->variables);
     json_t *vsize = json_object_get(sv.next.variables, "size");
     sv.bytes = json_is_integer(vsize) ? (uint64_t)json_integer_value(vsize) : 0;

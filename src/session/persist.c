@@ -576,12 +576,25 @@ static int do_restore(struct session *s, void *arg)
     }
     if (r < 0)
         return r;
+    bool same_id = !strcmp(x->from, x->p->id);
+    /* A fleet's takeover first makes the stored list its own (stamped with its lease's
+     * generation): the node that ran the session before cannot write over it any more. */
+    if (same_id && x->p->c->fleet && x->p->files &&
+        (r = manifest_claim(x->p->c, x->from, &m)) < 0) {
+        manifest_release(&m);
+        return r;
+    }
     json_t *ok = json_array(), *failed = json_array();
-    /* A takeover resumes under the same id: the stored checkpoint stays its own. */
-    if (!strcmp(x->from, x->p->id) && m.variables) {
+    /* A takeover resumes under the same id: the stored checkpoint stays its own, and the
+     * next save writes over the version it claimed. */
+    if (same_id) {
         pthread_mutex_lock(&x->p->lock);
-        json_decref(x->p->m.variables);
-        x->p->m.variables = json_incref(m.variables);
+        if (m.variables) {
+            json_decref(x->p->m.variables);
+            x->p->m.variables = json_incref(m.variables);
+        }
+        memcpy(x->p->m.version, m.version, STORE_VERSION_SIZE);
+        x->p->m.have_version = m.have_version;
         pthread_mutex_unlock(&x->p->lock);
     }
     manifest_restore_files(x->p->c->store, x->from, &m, session_workspace(s), ok, failed);

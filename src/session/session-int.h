@@ -123,6 +123,10 @@ struct manifest {
     struct mentry *v; /* sorted by path */
     size_t n;
     json_t *variables; /* {sha256, size, saved, modules, skipped, at} or NULL */
+    /* The store's version of this list as read or last written here (a fleet writes it by
+     * compare-and-swap from that version); have_version false: none known. */
+    char version[STORE_VERSION_SIZE];
+    bool have_version;
 };
 
 void manifest_release(struct manifest *m);
@@ -130,6 +134,11 @@ char *manifest_key(const char *id);
 /* Reads the manifest of id. -ENOENT when there is none; -EBADMSG when it is corrupted;
  * other -errno from the store; each with err_msg(). */
 int manifest_load(struct store *st, const char *id, struct manifest *ret);
+/* A fleet's takeover of id: writes the list just loaded into m again, stamped with this
+ * node's lease generation, so that the node that held the session before can no longer
+ * write its own (its compare-and-swap fails, and the later generation tells it why). 0 with
+ * m's version updated, or -errno with err_msg(). */
+int manifest_claim(const struct persist_config *c, const char *id, struct manifest *m);
 /* Distinct blob bytes the manifest holds (files and variables): what counts for the quota. */
 uint64_t manifest_bytes(const struct manifest *m);
 /* Brings the store's copy of session id in line with the workspace (after: a fresh scan),

@@ -381,6 +381,9 @@ int fleet_lease_take(struct fleet *f, const char *id, json_t **ret_record);
  * last checkpoint summary. -EXDEV when another node took it meanwhile; -ECANCELED (the
  * write done) when its home node asks for it back. */
 int fleet_lease_update(struct fleet *f, const char *id, const char *state, json_t *checkpoint);
+/* The generation of the lease this node holds on id (the record's, +1 at each takeover),
+ * or 0 when it holds none: the fencing token written into what it stores for id. */
+long long fleet_lease_generation(struct fleet *f, const char *id);
 /* Ends holding id: with how (e.g. "expired"), the record says the session ended so that a
  * successor may take it at once; how NULL only forgets it (the record was deleted). */
 void fleet_lease_release(struct fleet *f, const char *id, const char *how, json_t *checkpoint);

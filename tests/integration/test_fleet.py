@@ -294,6 +294,13 @@ class Fleet(RuncellTestCase):
         with open(path) as f:
             return json.load(f)
 
+    def stored_list(self, sid):
+        """The session's file list in the shared store (as s3rver keeps it)."""
+        path = os.path.join(self.s3.directory, self.s3.bucket, "fleet", "sessions", sid,
+                            "manifest.json._S3rver_object")
+        with open(path) as f:
+            return json.load(f)
+
     def owner_session(self, **opts):
         """A new session, its id, and its node."""
         sid = self.create(**opts)
@@ -404,6 +411,52 @@ class Fleet(RuncellTestCase):
             with open(os.path.join(d, "store", "sessions", sid, "lease.json")) as f:
                 rec = json.load(f)
             self.assertEqual((rec["state"], rec["expires_ms"]), ("checkpointed", 0))
+        finally:
+            n.stop()
+
+    def test_the_file_list_is_fenced_by_the_lease_generation(self):
+        """What a node stores for a session is stamped with its lease's generation and
+        written by compare-and-swap: a list of a later generation (a successor took the
+        session over while this node did not know yet) is never written over, and one of an
+        earlier generation (a node that had lost the lease) is. The other node's writes are
+        made here by hand, in a shared directory store."""
+        d = os.path.join(self.tmp, "fenced-fleet")
+        n = Node("solo", d, ["--store", os.path.join(d, "store")])
+        n.spawn()
+        try:
+            n.wait_ready()
+            sid = self.ok(n.request("POST", "/v1/sessions", {}), 201)["id"]
+            path = os.path.join(d, "store", "sessions", sid, "manifest.json")
+
+            def execute(code):
+                return self.ok(n.request("POST", "/v1/sessions/%s/execute" % sid,
+                                         {"code": code}))
+
+            def stored():
+                with open(path) as f:
+                    return json.load(f)
+
+            def write_as_another_node(generation, files):
+                m = dict(stored(), lease_generation=generation, files=files)
+                with open(path + ".tmp", "w") as f:
+                    json.dump(m, f)
+                os.rename(path + ".tmp", path)
+
+            execute("open('a.txt', 'w').write('a')")
+            self.assertEqual(stored()["lease_generation"], 1)
+            # An older node's list is replaced by this node's next save.
+            write_as_another_node(0, [])
+            rec = execute("open('b.txt', 'w').write('b')")
+            self.assertNotIn("persist_error", rec)
+            self.assertEqual((stored()["lease_generation"],
+                              sorted(f["path"] for f in stored()["files"])),
+                             (1, ["a.txt", "b.txt"]))
+            # A later generation's list stays: this node's save says why it did not write.
+            write_as_another_node(7, [])
+            rec = execute("open('c.txt', 'w').write('c')")
+            self.assertIn("moved to another node: the file list in the store is of its lease "
+                          "generation 7, this node's is 1", rec["persist_error"])
+            self.assertEqual((stored()["lease_generation"], stored()["files"]), (7, []))
         finally:
             n.stop()
 
@@ -527,6 +580,8 @@ class Fleet(RuncellTestCase):
         self.assertEqual(sorted(rec["restored"]["files"]), ["a.txt", "b.txt"])
         self.assertIn("x", rec["restored"]["variables"])
         self.assertEqual(self.record(sid)["node"], successor)
+        # The successor made the stored file list its own before it ran anything.
+        self.assertEqual(self.stored_list(sid)["lease_generation"], 2)
         for _ in range(3):  # every request of the session goes to that same successor
             r, rec = self.execute(sid, "z = x + 100")
             self.assertEqual(r.headers["X-Runcell-Node"], successor)
@@ -558,6 +613,7 @@ class Fleet(RuncellTestCase):
         self.assertIn("running on node %s" % home.name, r.json()["error"]["message"])
         rec_store = self.record(sid)
         self.assertEqual((rec_store["node"], rec_store["generation"]), (home.name, 3))
+        self.assertEqual(self.stored_list(sid)["lease_generation"], 3)
         self.ok(self.router.request("DELETE", "/v1/sessions/" + sid))
 
     def test_a_node_that_was_stopped_drops_the_session_that_moved(self):
