@@ -55,7 +55,8 @@ static size_t take(struct out_stream *os, char *out, size_t max, bool *ret_finis
 {
     pthread_mutex_lock(&os->lock);
     size_t n = MIN(os->out.len - os->sent, max);
-    memcpy(out, os->out.data + os->sent, n);
+    if (n) /* an empty buffer may have no data at all: memcpy must not get NULL */
+        memcpy(out, os->out.data + os->sent, n);
     os->sent += n;
     if (os->sent == os->out.len) {
         buf_reset(&os->out);

@@ -119,7 +119,8 @@ static bool mstream_open(struct mstream *st)
 static ssize_t copy_out(struct mstream *st, char *out, size_t max)
 {
     size_t n = MIN(st->out.len - st->sent, max);
-    memcpy(out, st->out.data + st->sent, n);
+    if (n) /* an empty buffer may have no data at all: memcpy must not get NULL */
+        memcpy(out, st->out.data + st->sent, n);
     st->sent += n;
     if (st->sent == st->out.len) {
         buf_reset(&st->out);
