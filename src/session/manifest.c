@@ -470,11 +470,10 @@ static int stored_generation(struct store *st, const char *key, long long *ret_g
  * and nothing is written (-EXDEV); one of an earlier generation was written by a node that
  * had lost the lease and did not know yet, and this node, which holds it, writes over it;
  * the same generation is this node's own write whose answer was lost. */
-static int put_fenced(const struct persist_config *c, const char *id, const char *text,
-                      const char *if_version, char ret_version[STORE_VERSION_SIZE])
+static int put_fenced(const struct persist_config *c, const char *id, const char *key,
+                      const char *text, long long mine, const char *if_version,
+                      char ret_version[STORE_VERSION_SIZE])
 {
-    _cleanup_free_ char *key = manifest_key(id);
-    long long mine = fleet_lease_generation(c->fleet, id);
     char cur[STORE_VERSION_SIZE];
     if (if_version)
         snprintf(cur, sizeof(cur), "%s", if_version);
@@ -503,11 +502,13 @@ static int put_fenced(const struct persist_config *c, const char *id, const char
 
 int manifest_claim(const struct persist_config *c, const char *id, struct manifest *m)
 {
-    json_t *j = manifest_json(id, m, fleet_lease_generation(c->fleet, id));
+    long long gen = fleet_lease_generation(c->fleet, id);
+    _cleanup_free_ char *key = manifest_key(id);
+    json_t *j = manifest_json(id, m, gen);
     char *text = json_dumps(j, JSON_COMPACT);
     json_decref(j);
     char nv[STORE_VERSION_SIZE];
-    int r = put_fenced(c, id, text, m->have_version ? m->version : NULL, nv);
+    int r = put_fenced(c, id, key, text, gen, m->have_version ? m->version : NULL, nv);
     free(text);
     if (r == 0) {
         memcpy(m->version, nv, STORE_VERSION_SIZE);
@@ -526,14 +527,14 @@ static int write_manifest(struct save *sv)
         return -ENOLCK;
     }
     _cleanup_free_ char *key = manifest_key(sv->id);
-    json_t *j = manifest_json(sv->id, &sv->next,
-                              sv->c->fleet ? fleet_lease_generation(sv->c->fleet, sv->id) : 0);
+    long long gen = sv->c->fleet ? fleet_lease_generation(sv->c->fleet, sv->id) : 0;
+    json_t *j = manifest_json(sv->id, &sv->next, gen);
     char *text = json_dumps(j, JSON_COMPACT);
     json_decref(j);
     int r;
     if (sv->c->fleet) {
-        r = put_fenced(sv->c, sv->id, text, sv->old->have_version ? sv->old->version : NULL,
-                       sv->next.version);
+        r = put_fenced(sv->c, sv->id, key, text, gen,
+                       sv->old->have_version ? sv->old->version : NULL, sv->next.version);
         sv->next.have_version = r == 0;
     } else {
         r = store_put_buf(sv->c->store, key, text, strlen(text));

@@ -64,10 +64,9 @@ void persist_free(struct persist *p)
     free(p);
 }
 
-/* The options as the create request spells them: a resume starts from these. */
-/* The options a resume or a takeover starts the session with again: those of the request
- * that made it, and its network allowlist (checked again against the caps of the server
- * that resumes it). */
+/* The options as the create request spells them, its network allowlist among them: a resume
+ * or a takeover starts from these (the allowlist checked again against the caps of the
+ * server that resumes it). */
 static char *options_text(const struct session_opts *o, const struct net_policy *net, bool persist)
 {
     json_t *j =

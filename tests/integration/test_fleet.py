@@ -287,19 +287,20 @@ class Fleet(RuncellTestCase):
         self.assertIn(node_of(sid), [n for n, c in counts.items() if c == least], counts)
         return sid
 
-    def record(self, sid):
-        """The session's record and lease in the shared store (as s3rver keeps it)."""
+    def stored(self, sid, name):
+        """sessions/SID/NAME in the shared store, as s3rver keeps it."""
         path = os.path.join(self.s3.directory, self.s3.bucket, "fleet", "sessions", sid,
-                            "lease.json._S3rver_object")
+                            name + "._S3rver_object")
         with open(path) as f:
             return json.load(f)
 
+    def record(self, sid):
+        """The session's record and lease in the shared store."""
+        return self.stored(sid, "lease.json")
+
     def stored_list(self, sid):
-        """The session's file list in the shared store (as s3rver keeps it)."""
-        path = os.path.join(self.s3.directory, self.s3.bucket, "fleet", "sessions", sid,
-                            "manifest.json._S3rver_object")
-        with open(path) as f:
-            return json.load(f)
+        """The session's file list in the shared store."""
+        return self.stored(sid, "manifest.json")
 
     def owner_session(self, **opts):
         """A new session, its id, and its node."""
