@@ -272,11 +272,13 @@ static struct msession *end_locked(struct mcp_http *m, struct msession *ms, cons
 }
 
 /* Idle: no request holds it, no call runs, no GET stream is open, and neither the last
- * request nor the last call's end is more recent than the idle timeout. */
+ * request nor the last call's end is more recent than the idle timeout. now was read
+ * before the lock, so another request or a call's end may have stamped a later time:
+ * that is no idle at all (ms_since), never one that wrapped to forever. */
 static bool idle_expired(struct mcp_http *m, struct msession *ms, uint64_t now)
 {
     uint64_t last = MAX(ms->last_used_ms, mcp_conn_last_active_ms(ms->conn));
-    return !ms->refs && now - last > m->idle_ms && !mcp_conn_busy(ms->conn) &&
+    return !ms->refs && ms_since(now, last) > m->idle_ms && !mcp_conn_busy(ms->conn) &&
            !(ms->get_stream && mstream_open(ms->get_stream));
 }
 

@@ -181,6 +181,10 @@ int rm_rf(const char *path);
 
 /* ---- time ---- */
 uint64_t now_ms(void);
+/* Milliseconds from then to now, 0 when then is later: a time read before another thread
+ * stamped its own is earlier, and the unsigned difference would wrap to about 584 million
+ * years (an idle check would take a thing just used for one idle that long). */
+uint64_t ms_since(uint64_t now, uint64_t then);
 double now_ms_f(void);
 uint64_t now_realtime_ms(void);
 /* The CLOCK_REALTIME instant ms milliseconds from now, for pthread_cond_timedwait. */

@@ -296,6 +296,11 @@ uint64_t now_ms(void)
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
+uint64_t ms_since(uint64_t now, uint64_t then)
+{
+    return now > then ? now - then : 0;
+}
+
 double now_ms_f(void)
 {
     struct timespec ts;

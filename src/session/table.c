@@ -357,16 +357,13 @@ static int reap_idle(struct session_table *t)
         struct session *victim = NULL;
         struct entry *found = NULL;
         pthread_mutex_lock(&t->lock);
-        /* The clock is read for each pass, as retiring the last victim took a while; and a
-         * session used since it was read is not idle (the unsigned difference would wrap
-         * and expire a session just created or just used). */
+        /* The clock is read for each pass, as retiring the last victim took a while; a
+         * session used since it was read is not idle (ms_since). */
         uint64_t now = now_ms();
         for (struct entry *e = t->head; e && !found; e = e->next) {
             if (e->removed || e->refs || session_busy(e->s))
                 continue;
-            uint64_t last = session_last_used_ms(e->s);
-            uint64_t idle = now > last ? now - last : 0;
-            if (idle >= session_options(e->s)->idle_timeout_ms)
+            if (ms_since(now, session_last_used_ms(e->s)) >= session_options(e->s)->idle_timeout_ms)
                 found = e;
         }
         if (found) {

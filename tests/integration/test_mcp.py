@@ -688,6 +688,33 @@ class HttpTest(McpCases, RuncellTestCase):
             urllib.request.urlopen(req, timeout=30)
         self.assertEqual(e.exception.code, 404)
 
+    def test_a_session_used_back_to_back_is_kept(self):
+        # Each request's handler stamps the session's last use as it lets go of it, after
+        # its client has the answer; the next request may read the clock before that stamp
+        # and check idleness after it. That once read as idle for ever: 404 mid-conversation.
+        c = self.fresh()
+        failures = []
+
+        def converse(n):
+            peer = self.new_client()
+            peer.session, peer.version = c.session, c.version
+            for i in range(n):
+                msg = ({"jsonrpc": "2.0", "id": i + 2, "method": "ping"} if i % 2 else
+                       {"jsonrpc": "2.0", "id": i + 2, "method": "tools/call", "params": {
+                           "name": "close_session", "arguments": {"session_id": "none"}}})
+                r = peer.http("POST", msg)
+                if r.status != 200:
+                    failures.append((i, r.status, r.body[:300]))
+                    return
+        threads = [threading.Thread(target=converse, args=(150,)) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(300)
+            self.assertFalse(t.is_alive())
+        self.assertEqual(failures, [])
+        self.close_client(c)
+
     def test_sessions_are_shared_with_the_api(self):
         r = self.c.tool_result("create_session", {})
         sid = r["structuredContent"]["session_id"]

@@ -236,6 +236,15 @@ TEST(realtime_after_ms_carries_nanoseconds)
     CHECK(delta >= 1.999 && delta < 60); /* 60: a generous bound for a descheduled test */
 }
 
+TEST(ms_since_is_zero_for_a_later_stamp)
+{
+    CHECK(ms_since(1000, 400) == 600);
+    CHECK(ms_since(1000, 1000) == 0);
+    /* A stamp taken after now was read (another thread's): no time passed, not 2^64 - 1. */
+    CHECK(ms_since(1000, 1001) == 0);
+    CHECK(ms_since(0, UINT64_MAX) == 0);
+}
+
 TEST(json_measure_counts_depth_values_and_strings)
 {
     struct json_shape sh;
