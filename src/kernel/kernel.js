@@ -7,7 +7,8 @@
  *                     "I"  interrupt (no payload), written just before SIGINT
  *   kernel -> daemon  "O" / "E"  stdout / stderr bytes of console.* (and of display's text)
  *                     "M"  JSON message: hello, display (MIME bundle), done, *_done
- * process.stdout/stderr and child processes write to fds 1 and 2, pipes the daemon reads.
+ * process.stdout/stderr.write are these frames too, so they keep their order with console.*;
+ * child processes (and writes to fd 1 or 2 themselves) use fds 1 and 2, pipes the daemon reads.
  *
  * Cells run in the main context (vm.Script.runInThisContext), as `node`'s own REPL does:
  * every global of a Node script is there (Buffer, timers, fetch, process), values made by
@@ -145,7 +146,7 @@ const channel = {
         while (this.buf.length >= 5) {
             const len = this.buf.readUInt32BE(0);
             if (len > MAX_REQUEST) {
-                process.stderr.write('runcell kernel: request too large\n');
+                fs.writeSync(2, 'runcell kernel: request too large\n');
                 process.exit(70);
             }
             if (this.buf.length < 5 + len)
@@ -196,6 +197,27 @@ function frameStream(kind) {
 
 const cellConsole = new Console({ stdout: frameStream('O'), stderr: frameStream('E'),
                                   colorMode: false });
+
+/* process.stdout and process.stderr write the same frames as console.*, at once: a line
+ * written by one and a line by the other reach the daemon in the order the cell wrote them
+ * (through the pipe, a daemon that woke late read the pipe first). The streams stay what
+ * they are otherwise (fd, isTTY, events); only write changes. */
+function framedWrite(kind) {
+    return function write(chunk, encoding, cb) {
+        if (typeof encoding === 'function') {
+            cb = encoding;
+            encoding = undefined;
+        }
+        const buf = typeof chunk === 'string' ? Buffer.from(chunk, encoding || 'utf8')
+                                              : Buffer.from(chunk.buffer, chunk.byteOffset,
+                                                            chunk.byteLength);
+        for (let off = 0; off < buf.length; off += STREAM_CHUNK)
+            sendFrame(kind, buf.subarray(off, off + STREAM_CHUNK));
+        if (typeof cb === 'function')
+            process.nextTick(cb);
+        return true;
+    };
+}
 
 function safeInspect(v) {
     try {
@@ -539,6 +561,8 @@ async function serve() {
 
 function main() {
     globalThis.console = cellConsole;
+    process.stdout.write = framedWrite('O');
+    process.stderr.write = framedWrite('E');
     globalThis.display = (...objs) => {
         for (const o of objs)
             display(o, false);
