@@ -109,9 +109,31 @@ static int local_get(struct store *st, const char *key, int fd, uint64_t max, ui
     }
 }
 
+/* The exclusive flock of ROOT/.cas-lock that conditional writes take (local_put_if): an fd
+ * that holds it until closed, or -errno. */
+static int cas_lock(struct store *st)
+{
+    _cleanup_free_ char *lock_path = xasprintf("%s/.cas-lock", root_of(st));
+    int lock = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (lock < 0)
+        return err_set(errno, "cannot open %s: %s", lock_path, strerror(errno));
+    while (flock(lock, LOCK_EX) < 0)
+        if (errno != EINTR) {
+            int r = err_set(errno, "cannot lock %s: %s", lock_path, strerror(errno));
+            close(lock);
+            return r;
+        }
+    return lock;
+}
+
 static int local_del(struct store *st, const char *key)
 {
     _cleanup_free_ char *path = xasprintf("%s/%s", root_of(st), key);
+    /* Under the lock of conditional writes, as S3 orders a delete and a conditional write of
+     * one key: one that compared before the delete must not write the object back after. */
+    _cleanup_close_ int lock = cas_lock(st);
+    if (lock < 0)
+        return lock;
     if (unlink(path) < 0 && errno != ENOENT)
         return err_set(errno, "cannot delete object %s: %s", path, strerror(errno));
     /* Empty directories left behind go too, up to (not including) the root. */
@@ -225,13 +247,9 @@ static int local_get_v(struct store *st, const char *key, size_t max, char **ret
 static int local_put_if(struct store *st, const char *key, int fd, uint64_t size, const char *sha,
                         const char *if_version, char ret_version[STORE_VERSION_SIZE])
 {
-    _cleanup_free_ char *lock_path = xasprintf("%s/.cas-lock", root_of(st));
-    _cleanup_close_ int lock = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    _cleanup_close_ int lock = cas_lock(st);
     if (lock < 0)
-        return err_set(errno, "cannot open %s: %s", lock_path, strerror(errno));
-    while (flock(lock, LOCK_EX) < 0)
-        if (errno != EINTR)
-            return err_set(errno, "cannot lock %s: %s", lock_path, strerror(errno));
+        return lock;
     char *cur = NULL, cur_version[STORE_VERSION_SIZE];
     size_t n = 0;
     int r = local_get_v(st, key, 1u << 20, &cur, &n, cur_version);

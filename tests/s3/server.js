@@ -112,7 +112,10 @@ async function conditionalPut(ctx, next) {
   const key = m[2].split('/').map(decodeURIComponent).join('/');
   const id = bucketName + '/' + key;
   const conditional = ctx.method === 'PUT' && (ifNone || ifMatch);
-  const read = (ctx.method === 'GET' || ctx.method === 'HEAD') && conditionalKeys.has(id);
+  // A DELETE joins the chain too: a conditional PUT that checked before it must not write
+  // the object back after it (S3 orders the two).
+  const read = (ctx.method === 'GET' || ctx.method === 'HEAD' || ctx.method === 'DELETE') &&
+    conditionalKeys.has(id);
   if (!conditional && !read) return next();
   if (conditional) conditionalKeys.add(id);
   const before = keyChains.get(id) || Promise.resolve();
