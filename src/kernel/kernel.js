@@ -184,12 +184,17 @@ const channel = {
 
 /* ---- output ---- */
 
+/* buf as frames of kind, STREAM_CHUNK bytes at most each. */
+function sendChunks(kind, buf) {
+    for (let off = 0; off < buf.length; off += STREAM_CHUNK)
+        sendFrame(kind, buf.subarray(off, off + STREAM_CHUNK));
+}
+
 function frameStream(kind) {
     return new Writable({
         decodeStrings: true,
         write(chunk, _enc, cb) {
-            for (let off = 0; off < chunk.length; off += STREAM_CHUNK)
-                sendFrame(kind, chunk.subarray(off, off + STREAM_CHUNK));
+            sendChunks(kind, chunk);
             cb();
         },
     });
@@ -211,8 +216,7 @@ function framedWrite(kind) {
         const buf = typeof chunk === 'string' ? Buffer.from(chunk, encoding || 'utf8')
                                               : Buffer.from(chunk.buffer, chunk.byteOffset,
                                                             chunk.byteLength);
-        for (let off = 0; off < buf.length; off += STREAM_CHUNK)
-            sendFrame(kind, buf.subarray(off, off + STREAM_CHUNK));
+        sendChunks(kind, buf);
         if (typeof cb === 'function')
             process.nextTick(cb);
         return true;
