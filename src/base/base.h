@@ -148,6 +148,9 @@ int write_all_by(int fd, const void *data, size_t n, double deadline_ms);
 /* write_all and write_all_by for a socket: a peer that has gone is -EPIPE, not SIGPIPE. */
 int send_all(int fd, const void *data, size_t n);
 int send_all_by(int fd, const void *data, size_t n, double deadline_ms);
+/* send_all_by of cnt parts, in one sendmsg where the socket has room (iov is consumed). */
+struct iovec;
+int sendv_all_by(int fd, struct iovec *iov, int cnt, double deadline_ms);
 /* Reads until EOF into a capped buffer; -E2BIG past the cap. */
 int read_all(int fd, struct buf *out);
 /* Reads the regular file open on fd, at most cap bytes, into ret (set up here; the caller

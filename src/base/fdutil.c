@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
@@ -34,51 +35,76 @@ int fd_set_cloexec(int fd, bool on)
 }
 
 /* The one loop behind write_all and send_all: short writes and EINTR are retried; with a
- * deadline (>= 0), EAGAIN waits for room until then. On a socket, send with MSG_NOSIGNAL:
+ * deadline (>= 0), EAGAIN waits for room until then. On a socket, sendmsg with MSG_NOSIGNAL:
  * a peer that has gone (a sandbox's kernel that ended, a client of the egress proxy that
- * closed) gives EPIPE, never a SIGPIPE that would end the whole process. */
-static int put_all(int fd, const void *data, size_t n, double deadline_ms, bool sock)
+ * closed) gives EPIPE, never a SIGPIPE that would end the whole process. iov (cnt parts,
+ * consumed as they go) is written in one call where it fits, so that a reader of a frame
+ * wakes once for its header and payload. */
+static int put_all(int fd, struct iovec *iov, int cnt, double deadline_ms, bool sock)
 {
-    const char *p = data;
-    while (n) {
-        ssize_t w = sock ? send(fd, p, n, MSG_NOSIGNAL) : write(fd, p, n);
+    while (cnt && !iov->iov_len) {
+        iov++;
+        cnt--;
+    }
+    while (cnt) {
+        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)cnt};
+        ssize_t w = sock ? sendmsg(fd, &mh, MSG_NOSIGNAL) : writev(fd, iov, cnt);
         if (w >= 0) {
-            p += w;
-            n -= (size_t)w;
+            size_t left = (size_t)w;
+            while (cnt && left >= iov->iov_len) {
+                left -= iov->iov_len;
+                iov++;
+                cnt--;
+            }
+            if (cnt) {
+                iov->iov_base = (char *)iov->iov_base + left;
+                iov->iov_len -= left;
+            }
             continue;
         }
         if (errno == EINTR)
             continue;
         if (errno != EAGAIN || deadline_ms < 0)
             return -errno;
-        double left = deadline_ms - now_ms_f();
-        if (left <= 0)
+        double wait = deadline_ms - now_ms_f();
+        if (wait <= 0)
             return -ETIMEDOUT;
         struct pollfd pfd = {.fd = fd, .events = POLLOUT};
-        if (poll(&pfd, 1, (int)left + 1) < 0 && errno != EINTR)
+        if (poll(&pfd, 1, (int)wait + 1) < 0 && errno != EINTR)
             return -errno;
     }
     return 0;
 }
 
+static int put_one(int fd, const void *data, size_t n, double deadline_ms, bool sock)
+{
+    struct iovec iov = {.iov_base = (void *)data, .iov_len = n};
+    return put_all(fd, &iov, 1, deadline_ms, sock);
+}
+
 int write_all(int fd, const void *data, size_t n)
 {
-    return put_all(fd, data, n, -1, false);
+    return put_one(fd, data, n, -1, false);
 }
 
 int write_all_by(int fd, const void *data, size_t n, double deadline_ms)
 {
-    return put_all(fd, data, n, deadline_ms < 0 ? 0 : deadline_ms, false);
+    return put_one(fd, data, n, deadline_ms < 0 ? 0 : deadline_ms, false);
 }
 
 int send_all(int fd, const void *data, size_t n)
 {
-    return put_all(fd, data, n, -1, true);
+    return put_one(fd, data, n, -1, true);
 }
 
 int send_all_by(int fd, const void *data, size_t n, double deadline_ms)
 {
-    return put_all(fd, data, n, deadline_ms < 0 ? 0 : deadline_ms, true);
+    return put_one(fd, data, n, deadline_ms < 0 ? 0 : deadline_ms, true);
+}
+
+int sendv_all_by(int fd, struct iovec *iov, int cnt, double deadline_ms)
+{
+    return put_all(fd, iov, cnt, deadline_ms < 0 ? 0 : deadline_ms, true);
 }
 
 int read_all(int fd, struct buf *out)

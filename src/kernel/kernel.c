@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #define FRAME_HEADER 5
@@ -36,10 +37,10 @@ static int send_frame(struct kernel *k, char kind, const char *payload, size_t n
 {
     unsigned char hdr[FRAME_HEADER];
     frame_header(hdr, kind, n);
+    struct iovec iov[2] = {{.iov_base = hdr, .iov_len = sizeof(hdr)},
+                           {.iov_base = (void *)payload, .iov_len = n}};
     pthread_mutex_lock(&k->write_lock);
-    int r = send_all_by(k->chan_fd, hdr, sizeof(hdr), deadline_ms);
-    if (r == 0)
-        r = send_all_by(k->chan_fd, payload, n, deadline_ms);
+    int r = sendv_all_by(k->chan_fd, iov, 2, deadline_ms);
     bool owed = atomic_exchange(&k->interrupt_owed, false);
     if (owed && r == 0)
         send_interrupt_frame(k);
@@ -194,7 +195,7 @@ int kernel_pump_channel(struct kernel *k, kernel_event_fn cb, void *ctx)
     char chunk[65536];
     ssize_t n = read(k->chan_fd, chunk, sizeof(chunk));
     if (n < 0)
-        return errno == EAGAIN || errno == EINTR ? 0 : 1;
+        return errno == EINTR ? 0 : errno == EAGAIN ? 2 : 1;
     if (n == 0)
         return 1;
     if (buf_append(&k->in, chunk, (size_t)n) < 0)
@@ -208,7 +209,7 @@ int kernel_pump_pipe(struct kernel *k, int stream, kernel_event_fn cb, void *ctx
     int fd = stream == 1 ? k->out_fd : k->err_fd;
     ssize_t n = read(fd, chunk, sizeof(chunk));
     if (n < 0)
-        return errno == EAGAIN || errno == EINTR ? 0 : 1;
+        return errno == EINTR ? 0 : errno == EAGAIN ? 2 : 1;
     if (n == 0)
         return 1;
     struct kernel_event ev = {
@@ -405,7 +406,7 @@ int kernel_request(struct kernel *k, const char *type, const char *path, uint64_
         /* What the code prints meanwhile (a __reduce__ that talks) is not anyone's output. */
         for (int i = 1; i <= 2; i++)
             if (pfd[i].revents)
-                open_pipe[i] = kernel_pump_pipe(k, i, on_reply, &w) == 0;
+                open_pipe[i] = kernel_pump_pipe(k, i, on_reply, &w) != 1;
         if (pfd[0].revents) {
             r = kernel_pump_channel(k, on_reply, &w);
             if (w.limit) {

@@ -100,7 +100,8 @@ int kernel_frames_parse(struct buf *in, kernel_event_fn cb, void *ctx);
 /* Parses one M payload under the KERNEL_MSG_* caps. 0 with *ret (caller decrefs) and
  * *ret_values; -E2BIG with err_msg() naming the cap; -EPROTO when it is not a JSON object. */
 int kernel_message_parse(const char *p, size_t n, json_t **ret, size_t *ret_values);
-/* Reads what is available on the stdout (stream 1) or stderr (2) pipe; 0, or 1 at EOF. */
+/* Reads what is available on the stdout (stream 1) or stderr (2) pipe: 0 after a chunk (or
+ * EINTR), 1 at EOF, 2 when the pipe is empty. */
 int kernel_pump_pipe(struct kernel *k, int stream, kernel_event_fn cb, void *ctx);
 /* Variables: asks the kernel to pickle its globals into path ("checkpoint") or to load them
  * from path ("restore"; the kernel removes the file), path being as the sandbox sees it, and

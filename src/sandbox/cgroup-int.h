@@ -10,6 +10,10 @@ struct cgroup {
     enum cgroup_mode mode;
     char *dirs[CG_N];     /* v1: one per controller (NULL when absent); v2: dirs[0] */
     int peak_fd;          /* v2: memory.peak, open for the cgroup's life (-1: none) */
+    int usage_fd[3];      /* what cgroup_read_usage reads, open for the cgroup's life (-1:
+                           * none, read by path): v2 cpu.stat, memory.events; v1
+                           * cpuacct.usage, memory.max_usage_in_bytes (read-write: the
+                           * reset), memory.oom_control */
     bool peak_resettable; /* v2: writing peak_fd resets what it reads (Linux 6.12+) */
 };
 

@@ -42,14 +42,23 @@ static int read_small(const char *dir, const char *file, char *out, size_t size)
 }
 
 /* Value of "key N" in a flat keyed file such as memory.events or cpu.stat. */
-static int read_keyed(const char *dir, const char *file, const char *key, uint64_t *ret)
+
+/* read_small through fd, open on dir/file for the cgroup's life (pread from 0: cgroup files
+ * are made anew at each read from the start), or by path when fd is -1 or the read fails. */
+static int pread_small(int fd, const char *dir, const char *file, char *out, size_t size)
 {
-    char text[4096];
-    int r = read_small(dir, file, text, sizeof(text));
-    if (r < 0)
-        return r;
+    ssize_t n = fd >= 0 ? pread(fd, out, size - 1, 0) : -1;
+    if (n < 0)
+        return read_small(dir, file, out, size);
+    out[n] = '\0';
+    return 0;
+}
+
+/* The value of key in the flat keyed text (as in memory.events, cpu.stat). */
+static int keyed_value(const char *text, const char *key, uint64_t *ret)
+{
     size_t klen = strlen(key);
-    for (char *line = text; line && *line;
+    for (const char *line = text; line && *line;
          line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
         if (!strncmp(line, key, klen) && line[klen] == ' ') {
             *ret = strtoull(line + klen + 1, NULL, 10);
@@ -57,6 +66,13 @@ static int read_keyed(const char *dir, const char *file, const char *key, uint64
         }
     }
     return -ENOENT;
+}
+
+static int pread_keyed(int fd, const char *dir, const char *file, const char *key, uint64_t *ret)
+{
+    char text[4096];
+    int r = pread_small(fd, dir, file, text, sizeof(text));
+    return r < 0 ? r : keyed_value(text, key, ret);
 }
 
 /* Whether a comma-separated /proc/PID/cgroup controller list names ctrl. */
@@ -728,6 +744,29 @@ static void open_peak(struct cgroup *cg)
     cg->peak_fd = open(path, O_RDONLY | O_CLOEXEC);
 }
 
+/* What cgroup_read_usage reads, per mode, in usage_fd[] order. */
+static const char *const usage_files_v2[3] = {"cpu.stat", "memory.events", NULL};
+static const char *const usage_files_v1[3] = {"cpuacct.usage", "memory.max_usage_in_bytes",
+                                              "memory.oom_control"};
+static const int usage_dirs_v1[3] = {CG_CPUACCT, CG_MEMORY, CG_MEMORY};
+
+/* Opens the usage files once, so that each execution's two readings cost a read each. */
+static void open_usage(struct cgroup *cg)
+{
+    for (int i = 0; i < 3; i++) {
+        const char *file = cg->mode == CGROUP_V2 ? usage_files_v2[i] : usage_files_v1[i];
+        const char *dir = cg->mode == CGROUP_V2 ? cg->dirs[0] : cg->dirs[usage_dirs_v1[i]];
+        if (!file || !dir)
+            continue;
+        _cleanup_free_ char *path = xasprintf("%s/%s", dir, file);
+        /* v1's peak is reset by a write; where that is refused it is written by path. */
+        if (cg->mode == CGROUP_V1 && i == 1)
+            cg->usage_fd[i] = open(path, O_RDWR | O_CLOEXEC);
+        if (cg->usage_fd[i] < 0)
+            cg->usage_fd[i] = open(path, O_RDONLY | O_CLOEXEC);
+    }
+}
+
 /* mkdir of a sandbox cgroup. On v2 another runcell process sharing the base (in the root
  * cgroup) may have removed it at its exit while empty: make it again, with its controllers. */
 static int make_sandbox_dir(const struct sandbox_host *host, const char *base, const char *dir)
@@ -755,6 +794,8 @@ int cgroup_create(const struct sandbox_host *host, const char *name,
     struct cgroup *cg = xcalloc(1, sizeof(*cg));
     cg->mode = host->cgroup_mode;
     cg->peak_fd = -1;
+    for (int i = 0; i < 3; i++)
+        cg->usage_fd[i] = -1;
     int n = cg->mode == CGROUP_V2 ? 1 : CG_N;
     for (int i = 0; i < n; i++) {
         if (!host->cgroup_base[i])
@@ -776,6 +817,7 @@ int cgroup_create(const struct sandbox_host *host, const char *name,
     }
     if (cg->mode == CGROUP_V2)
         open_peak(cg);
+    open_usage(cg);
     *ret = cg;
     return 0;
 }
@@ -802,23 +844,25 @@ int cgroup_read_usage(const struct cgroup *cg, double *ret_cpu_ms, uint64_t *ret
     *ret_oom_kills = 0;
     if (cg->mode == CGROUP_V2) {
         const char *dir = cg->dirs[0];
-        if (read_keyed(dir, "cpu.stat", "usage_usec", &v) == 0)
+        if (pread_keyed(cg->usage_fd[0], dir, "cpu.stat", "usage_usec", &v) == 0)
             *ret_cpu_ms = (double)v / 1000.0;
         ssize_t n = cg->peak_fd >= 0 ? pread(cg->peak_fd, text, sizeof(text) - 1, 0) : -1;
         if (n > 0)
             text[n] = '\0';
         if (n > 0 || read_small(dir, "memory.current", text, sizeof(text)) == 0)
             *ret_peak_kb = strtoull(text, NULL, 10) / 1024;
-        if (read_keyed(dir, "memory.events", "oom_kill", &v) == 0)
+        if (pread_keyed(cg->usage_fd[1], dir, "memory.events", "oom_kill", &v) == 0)
             *ret_oom_kills = v;
         return 0;
     }
-    if (cg->dirs[CG_CPUACCT] &&
-        read_small(cg->dirs[CG_CPUACCT], "cpuacct.usage", text, sizeof(text)) == 0)
+    if (cg->dirs[CG_CPUACCT] && pread_small(cg->usage_fd[0], cg->dirs[CG_CPUACCT], "cpuacct.usage",
+                                            text, sizeof(text)) == 0)
         *ret_cpu_ms = (double)strtoull(text, NULL, 10) / 1e6;
-    if (read_small(cg->dirs[CG_MEMORY], "memory.max_usage_in_bytes", text, sizeof(text)) == 0)
+    if (pread_small(cg->usage_fd[1], cg->dirs[CG_MEMORY], "memory.max_usage_in_bytes", text,
+                    sizeof(text)) == 0)
         *ret_peak_kb = strtoull(text, NULL, 10) / 1024;
-    if (read_keyed(cg->dirs[CG_MEMORY], "memory.oom_control", "oom_kill", &v) == 0)
+    if (pread_keyed(cg->usage_fd[2], cg->dirs[CG_MEMORY], "memory.oom_control", "oom_kill", &v) ==
+        0)
         *ret_oom_kills = v;
     return 0;
 }
@@ -829,7 +873,8 @@ void cgroup_reset_peak(const struct cgroup *cg)
         if (cg->peak_resettable && write(cg->peak_fd, "reset\n", 6) != 6)
             log_warn("msg=\"cannot reset memory.peak\" path=%s error=\"%s\"", cg->dirs[0],
                      strerror(errno));
-    } else if (cg->dirs[CG_MEMORY]) {
+    } else if (cg->dirs[CG_MEMORY] &&
+               (cg->usage_fd[1] < 0 || pwrite(cg->usage_fd[1], "0", 1, 0) != 1)) {
         (void)write_str(cg->dirs[CG_MEMORY], "memory.max_usage_in_bytes", "0");
     }
 }
@@ -888,6 +933,9 @@ void cgroup_free(struct cgroup *cg)
     cgroup_kill_all(cg);
     if (cg->peak_fd >= 0)
         close(cg->peak_fd);
+    for (int i = 0; i < 3; i++)
+        if (cg->usage_fd[i] >= 0)
+            close(cg->usage_fd[i]);
     for (int i = 0; i < CG_N; i++) {
         if (!cg->dirs[i])
             continue;

@@ -345,15 +345,13 @@ static void emit_rest(struct exec_ctx *x)
     }
 }
 
+/* Reads each pipe until it is empty (at most 1024 chunks: a child that keeps writing cannot
+ * hold the cell's end). */
 static void drain_pipes(struct kernel *k, struct exec_ctx *x)
 {
     for (int stream = 1; stream <= 2; stream++)
-        for (int i = 0; i < 1024 && kernel_pump_pipe(k, stream, on_kernel_event, x) == 0; i++) {
-            int fd = kernel_fd(k, stream == 1 ? KERNEL_FD_STDOUT : KERNEL_FD_STDERR);
-            struct pollfd p = {.fd = fd, .events = POLLIN};
-            if (poll(&p, 1, 0) <= 0)
-                break;
-        }
+        for (int i = 0; i < 1024 && kernel_pump_pipe(k, stream, on_kernel_event, x) == 0; i++)
+            ;
 }
 
 /* Runs the poll loop until the kernel says done, dies, or must be killed. Returns true when
@@ -392,9 +390,9 @@ static bool pump_until_done(struct session *s, struct kernel *k, struct exec_ctx
         /* Pipes first: what a child process wrote before the kernel's next frame is
          * already in the pipe when that frame arrives. */
         if (pfd[1].revents)
-            out_open = kernel_pump_pipe(k, 1, on_kernel_event, x) == 0;
+            out_open = kernel_pump_pipe(k, 1, on_kernel_event, x) != 1;
         if (pfd[2].revents)
-            err_open = kernel_pump_pipe(k, 2, on_kernel_event, x) == 0;
+            err_open = kernel_pump_pipe(k, 2, on_kernel_event, x) != 1;
         if (pfd[0].revents) {
             int r = kernel_pump_channel(k, on_kernel_event, x);
             if (r < 0) {
@@ -569,14 +567,24 @@ static int collect_files(struct session *s, struct exec_record *rec,
  * give back; restoring it needs CAP_SYS_NICE, so without it the thread stays lower. */
 #define SESSION_WORK_NICE 5
 
+/* The thread's id and its priority before the first lowering, read once per thread: only
+ * these two functions change a thread's nice, so the second stays true. */
+static __thread pid_t work_tid;
+static __thread int work_base = INT_MIN;
+
 static int work_priority_lower(void)
 {
-    pid_t tid = gettid();
-    errno = 0;
-    int old = getpriority(PRIO_PROCESS, (id_t)tid);
-    if (errno)
-        return INT_MIN;
-    if (setpriority(PRIO_PROCESS, (id_t)tid,
+    if (!work_tid)
+        work_tid = gettid();
+    if (work_base == INT_MIN) {
+        errno = 0;
+        int base = getpriority(PRIO_PROCESS, (id_t)work_tid);
+        if (errno)
+            return INT_MIN;
+        work_base = base;
+    }
+    int old = work_base;
+    if (setpriority(PRIO_PROCESS, (id_t)work_tid,
                     old + SESSION_WORK_NICE > 19 ? 19 : old + SESSION_WORK_NICE) < 0)
         return INT_MIN;
     return old;
@@ -584,8 +592,8 @@ static int work_priority_lower(void)
 
 static void work_priority_restore(int old)
 {
-    if (old != INT_MIN)
-        setpriority(PRIO_PROCESS, (id_t)gettid(), old);
+    if (old != INT_MIN && setpriority(PRIO_PROCESS, (id_t)work_tid, old) < 0)
+        work_base = INT_MIN; /* it stays lower (no CAP_SYS_NICE): read it again next time */
 }
 
 /* Takes s's event ev (its lock held): 0, or the -errno that refuses it. */

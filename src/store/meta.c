@@ -13,6 +13,12 @@ struct meta_db {
     sqlite3 *db;
     char *path;
     pthread_mutex_t lock; /* one statement sequence at a time; keeps errmsg meaningful */
+    /* exec_stmt's statements, prepared once each (keyed by the SQL text's address: each is
+     * a literal of one call site), so that an execution's update parses nothing. */
+    struct {
+        const char *sql;
+        sqlite3_stmt *st;
+    } prepared[8];
 };
 
 static const char *const state_names[] = {
@@ -91,6 +97,8 @@ void meta_close(struct meta_db *m)
 {
     if (!m)
         return;
+    for (size_t i = 0; i < ARRAY_SIZE(m->prepared); i++)
+        sqlite3_finalize(m->prepared[i].st);
     sqlite3_close_v2(m->db);
     pthread_mutex_destroy(&m->lock);
     free(m->path);
@@ -115,18 +123,45 @@ static void bind_text(sqlite3_stmt *st, int i, const char *v)
         sqlite3_bind_null(st, i);
 }
 
-/* Prepares sql, lets bind fill in its parameters and runs it to completion. Caller holds
- * the lock. */
+/* sql's statement, prepared at its first use and kept (a full cache: prepared for this one
+ * use, *ret_own set, for the caller to finalize). Caller holds the lock. */
+static sqlite3_stmt *prepared(struct meta_db *m, const char *sql, bool *ret_own)
+{
+    size_t i = 0;
+    *ret_own = false;
+    for (; i < ARRAY_SIZE(m->prepared) && m->prepared[i].sql; i++)
+        if (m->prepared[i].sql == sql)
+            return m->prepared[i].st;
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v3(m->db, sql, -1, SQLITE_PREPARE_PERSISTENT, &st, NULL) != SQLITE_OK)
+        return NULL;
+    if (i == ARRAY_SIZE(m->prepared)) {
+        *ret_own = true;
+    } else {
+        m->prepared[i].sql = sql;
+        m->prepared[i].st = st;
+    }
+    return st;
+}
+
+/* Lets bind fill in sql's parameters and runs it to completion. Caller holds the lock. */
 static int exec_stmt(struct meta_db *m, const char *sql, const char *what,
                      void (*bind)(sqlite3_stmt *st, const void *ctx), const void *ctx)
 {
-    sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(m->db, sql, -1, &st, NULL) != SQLITE_OK)
+    bool own;
+    sqlite3_stmt *st = prepared(m, sql, &own);
+    if (!st)
         return db_error(m, what);
     bind(st, ctx);
     int rc = sqlite3_step(st);
-    sqlite3_finalize(st);
-    return rc == SQLITE_DONE ? 0 : db_error(m, what);
+    int r = rc == SQLITE_DONE ? 0 : db_error(m, what); /* before the reset clears errmsg */
+    if (own) {
+        sqlite3_finalize(st);
+    } else {
+        sqlite3_reset(st);
+        sqlite3_clear_bindings(st);
+    }
+    return r;
 }
 
 static void bind_put(sqlite3_stmt *st, const void *ctx)
