@@ -108,17 +108,6 @@ def _write_all(fd, data):
         view = view[n:]
 
 
-def _read_exact(fd, n):
-    chunks = []
-    while n:
-        b = os.read(fd, min(n, 1 << 20))
-        if not b:
-            return None
-        chunks.append(b)
-        n -= len(b)
-    return b"".join(chunks)
-
-
 class _Interrupts:
     """SIGINT in the kernel. It raises KeyboardInterrupt in the main thread while a cell's
     code runs (live), and only then: a SIGINT that comes as a cell ends, or between cells,
@@ -182,6 +171,9 @@ class Channel:
         os.close(fd)
         self.lock = threading.Lock()
         self.held = None  # a frame read while looking for an interrupt, for recv
+        # What was read of the channel and not yet taken: a frame's header and payload come
+        # in one read, and a frame the daemon sent right after it (an interrupt) waits here.
+        self.buf = bytearray()
 
     def send(self, kind, payload):
         frame = struct.pack(">IB", len(payload), kind) + payload
@@ -209,7 +201,8 @@ class Channel:
         self.send_json({"type": "sync"})
         while True:
             if self.held is None:
-                select.select([self.fd], [], [])
+                if not self.buf:
+                    select.select([self.fd], [], [])
                 with _interrupts:
                     self.held = self._recv_frame()
             kind, _ = self.held
@@ -226,7 +219,7 @@ class Channel:
         daemon writes the frame, then signals: called once SIGINT is live, this sees every
         interrupt whose signal came too early to raise KeyboardInterrupt."""
         import select
-        while self.held is None and select.select([self.fd], [], [], 0)[0]:
+        while self.held is None and (self.buf or select.select([self.fd], [], [], 0)[0]):
             kind, payload = self._recv_frame()
             if kind == ord("I"):
                 return True
@@ -237,14 +230,25 @@ class Channel:
         if self.held is not None:
             frame, self.held = self.held, None
             return frame
-        header = _read_exact(self.fd, 5)
-        if header is None:
+        if not self._fill(5):
             return None, None
-        length, kind = struct.unpack(">IB", header)
+        length, kind = struct.unpack_from(">IB", self.buf)
         if length > MAX_REQUEST:
             raise SystemExit("runcell kernel: request too large")
-        payload = _read_exact(self.fd, length) if length else b""
+        if not self._fill(5 + length):
+            return None, None
+        payload = bytes(self.buf[5:5 + length])
+        del self.buf[:5 + length]
         return kind, payload
+
+    def _fill(self, n):
+        """Reads until buf holds n bytes; False at the end of the channel."""
+        while len(self.buf) < n:
+            b = os.read(self.fd, max(65536, min(n - len(self.buf), 1 << 20)))
+            if not b:
+                return False
+            self.buf += b
+        return True
 
 
 def _wire_text(s):
@@ -1161,7 +1165,7 @@ class Kernel:
         reply = {"type": "done", "execution_count": self.count, "status": "ok", "error": None}
         exc = None
         try:
-            importlib_invalidate()
+            add_user_site()
             if req.get("lang", "python") == "bash":
                 err, exc = self.run_bash(req.get("code", ""))
             else:
@@ -1297,15 +1301,68 @@ def _exit_status(code):
     return 1
 
 
-def importlib_invalidate():
-    # Packages installed by a previous cell (pip install --user) become importable.
-    import importlib
-    importlib.invalidate_caches()
+_user_site_probe = None  # (the user site's deepest existing ancestor, its mtime_ns)
+
+
+def add_user_site():
+    """The user site (pip install --user) on sys.path once it exists. Checked before each
+    cell, but by one stat of its deepest existing ancestor (a directory made below it
+    changes its mtime), not of the missing path itself: the workspace is a tmpfs, which
+    keeps no negative dentries, so each lookup of a missing name is a slow one."""
+    global _user_site_probe
     user_site = os.path.join(os.environ.get("PYTHONUSERBASE", ""), "lib",
                              "python%d.%d" % sys.version_info[:2], "site-packages")
-    if os.path.isdir(user_site) and user_site not in sys.path:
+    if user_site in sys.path:
+        return
+    probe = _user_site_probe
+    if probe is not None:
+        try:
+            if os.stat(probe[0]).st_mtime_ns == probe[1]:
+                return
+        except OSError:
+            pass
+    _user_site_probe = None
+    d = user_site
+    while d and d != os.path.dirname(d):  # the ancestor first: a change after it is seen
+        d = os.path.dirname(d)
+        try:
+            _user_site_probe = (d, os.stat(d).st_mtime_ns)
+            break
+        except OSError:
+            continue
+    if os.path.isdir(user_site):
+        _user_site_probe = None
         import site
         site.addsitedir(user_site)
+
+
+def importlib_invalidate():
+    add_user_site()
+    import importlib
+    importlib.invalidate_caches()
+
+
+class _RetryAfterInvalidate:
+    """Last on sys.meta_path: an import that every finder missed is looked for once more
+    after the import system's caches are dropped. A directory's listing is cached until its
+    mtime changes, and a file written within the same clock tick (a package installed, a
+    module uploaded or written by a cell, in the workspace) leaves it unchanged. Dropping
+    the caches before every cell did the same at ~30 us a cell with the data stack loaded;
+    here only a miss pays."""
+
+    def __init__(self):
+        self.local = threading.local()
+
+    def find_spec(self, name, path=None, target=None):
+        if getattr(self.local, "busy", False):
+            return None
+        self.local.busy = True
+        try:
+            importlib_invalidate()
+            import importlib.machinery
+            return importlib.machinery.PathFinder.find_spec(name, path, target)
+        finally:
+            self.local.busy = False
 
 
 def _no_input(prompt=""):
@@ -1374,6 +1431,7 @@ def main(template_argv=False):
     sys.path = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(KERNEL_FILE)]
     sys.path.insert(0, "")
     importlib_invalidate()
+    sys.meta_path.append(_RetryAfterInvalidate())
 
     def after_fork_in_child():
         # A forked child (multiprocessing) writes to the real pipes, never to the channel,

@@ -612,6 +612,27 @@ class PackagesTest(CellsCase):
         self.assertEqual(self.plain(recs[2]), ["True"])
 
 
+    def test_a_module_written_by_a_cell_imports_at_once(self):
+        """A module a cell writes into the workspace imports in that cell, right after an
+        import of it failed, and in the next cell. The import system caches each directory's
+        listing until its mtime changes; the kernel drops those caches when an import finds
+        nothing (not before every cell), so a file written within the same clock tick as the
+        last listing is found too."""
+        cells = []
+        for i in range(8):
+            cells.append("try:\n    import rcsame%d\nexcept ImportError:\n    pass\n"
+                         "open('rcsame%d.py', 'w').write('V = %d')\n"
+                         "import rcsame%d\nrcsame%d.V" % (i, i, i, i, i))
+            cells.append("import json\nopen('rcnext%d.py', 'w').write('V = %d')" % (i, i))
+            cells.append("import rcnext%d\nrcnext%d.V" % (i, i))
+        recs = self.cells(*cells)
+        for i in range(8):
+            for rec in recs[3 * i:3 * i + 3]:
+                self.assertOk(rec)
+            self.assertEqual(self.plain(recs[3 * i]), [str(i)])
+            self.assertEqual(self.plain(recs[3 * i + 2]), [str(i)])
+
+
 class FilesTest(CellsCase):
     def test_files_reported_per_cell(self):
         with TempDir() as d:
