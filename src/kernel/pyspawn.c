@@ -139,6 +139,11 @@ static int session_mounts(const struct helper_config *cfg, int ws_fd, const int 
     return proc_hide("/proc");
 }
 
+/* The seccomp filter, compiled once by the template before its first clone and shared by
+ * every clone (NULL when that failed: each clone then builds its own, and reports why it
+ * cannot). Compiling in each clone allocated all over the heap the template shares. */
+static void *template_filter;
+
 /* Runs in the clone: becomes the session's init. Returns only in the kernel (0), after its
  * lockdown; init itself supervises and exits. */
 static int session_init(struct helper_config *cfg, const int *fds, int n, int sync_fd)
@@ -169,7 +174,7 @@ static int session_init(struct helper_config *cfg, const int *fds, int n, int sy
     }
     if (net_loopback_up() < 0 || session_mounts(cfg, ws_fd, kept + n_cg) < 0 || chdir("/") < 0)
         _exit(1);
-    void *filter = cfg->seccomp ? seccomp_build() : NULL;
+    void *filter = !cfg->seccomp ? NULL : template_filter ? template_filter : seccomp_build();
     if (cfg->seccomp && !filter)
         _exit(1);
     if (cfg->relay_socket && relay_start(cfg, filter) < 0)
@@ -323,6 +328,8 @@ static PyObject *spawn(PyObject *self, PyObject *args)
         close(sync[1]);
         return PyErr_SetFromErrno(PyExc_OSError);
     }
+    if (!template_filter)
+        template_filter = seccomp_compile();
     PyOS_BeforeFork();
     unsigned long flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC |
                           CLONE_NEWUTS | SIGCHLD;

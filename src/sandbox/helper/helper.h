@@ -81,9 +81,11 @@ int lockdown(const struct helper_config *cfg, void *seccomp_filter);
  * forks the relay. 0, or -1 after reporting the failure. */
 int relay_start(const struct helper_config *cfg, void *seccomp_filter);
 
-/* seccomp.c */
+/* seccomp.c: the sandbox's filter, compiled (NULL with errno set; seccomp_build reports
+ * the failure), and installed with no_new_privs (0, or -1 after reporting). */
+void *seccomp_compile(void);
 void *seccomp_build(void);
-int seccomp_install(void *ctx);
+int seccomp_install(void *filter);
 
 /* init.c: PID 1 of the sandbox. Never returns. */
 __attribute__((noreturn)) void init_main(struct helper_config *cfg, int sync_fd);

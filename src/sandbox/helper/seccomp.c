@@ -15,6 +15,8 @@
 #include <seccomp.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -228,31 +230,66 @@ static int install_socket_filter(void)
     return 0;
 }
 
-void *seccomp_build(void)
+/* The filter built with libseccomp and exported as the BPF program the kernel loads:
+ * installing it is then one system call, with no allocation (a clone of the template
+ * installs the one the template compiled once). */
+struct seccomp_prog {
+    struct sock_fprog prog;
+};
+
+void *seccomp_compile(void)
 {
     scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
     if (!ctx) {
-        fail("cannot create the seccomp filter");
+        errno = ENOMEM;
         return NULL;
     }
-    int r = seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS);
+    struct seccomp_prog *p = NULL;
+    int fd = -1, r = seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS);
     if (!r)
         r = add_rules(ctx);
-    if (r < 0) {
-        seccomp_release(ctx);
+    if (!r && (fd = memfd_create("runcell-seccomp", MFD_CLOEXEC)) < 0)
+        r = -errno;
+    if (!r)
+        r = seccomp_export_bpf(ctx, fd);
+    seccomp_release(ctx);
+    off_t len = r ? 0 : lseek(fd, 0, SEEK_END);
+    if (!r && (len <= 0 || len % (off_t)sizeof(struct sock_filter) ||
+               len / (off_t)sizeof(struct sock_filter) > BPF_MAXINSNS))
+        r = -EPROTO;
+    if (!r) {
+        p = xcalloc(1, sizeof(*p));
+        p->prog.len = (unsigned short)(len / (off_t)sizeof(struct sock_filter));
+        p->prog.filter = xmalloc((size_t)len);
+        if (pread(fd, p->prog.filter, (size_t)len, 0) != len)
+            r = -EIO;
+    }
+    if (fd >= 0)
+        close(fd);
+    if (r) {
+        if (p)
+            free(p->prog.filter);
+        free(p);
         errno = -r;
-        fail_errno("cannot build the seccomp filter");
         return NULL;
     }
-    return ctx;
+    return p;
 }
 
-int seccomp_install(void *ctx)
+void *seccomp_build(void)
 {
-    int r = seccomp_load(ctx);
-    if (r < 0) {
-        errno = -r;
+    void *p = seccomp_compile();
+    if (!p)
+        fail_errno("cannot build the seccomp filter");
+    return p;
+}
+
+int seccomp_install(void *filter)
+{
+    const struct seccomp_prog *p = filter;
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+        return fail_errno("cannot set no_new_privs");
+    if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &p->prog) < 0)
         return fail_errno("cannot load the seccomp filter");
-    }
     return install_socket_filter();
 }
