@@ -195,7 +195,7 @@ int kernel_pump_channel(struct kernel *k, kernel_event_fn cb, void *ctx)
     char chunk[65536];
     ssize_t n = read(k->chan_fd, chunk, sizeof(chunk));
     if (n < 0)
-        return errno == EINTR ? 0 : errno == EAGAIN ? 2 : 1;
+        return errno == EAGAIN || errno == EINTR ? 0 : 1;
     if (n == 0)
         return 1;
     if (buf_append(&k->in, chunk, (size_t)n) < 0)
