@@ -41,8 +41,6 @@ static int read_small(const char *dir, const char *file, char *out, size_t size)
     return 0;
 }
 
-/* Value of "key N" in a flat keyed file such as memory.events or cpu.stat. */
-
 /* read_small through fd, open on dir/file for the cgroup's life (pread from 0: cgroup files
  * are made anew at each read from the start), or by path when fd is -1 or the read fails. */
 static int pread_small(int fd, const char *dir, const char *file, char *out, size_t size)
@@ -54,7 +52,7 @@ static int pread_small(int fd, const char *dir, const char *file, char *out, siz
     return 0;
 }
 
-/* The value of key in the flat keyed text (as in memory.events, cpu.stat). */
+/* The value of "key N" in a flat keyed text such as memory.events or cpu.stat. */
 static int keyed_value(const char *text, const char *key, uint64_t *ret)
 {
     size_t klen = strlen(key);
@@ -753,7 +751,7 @@ static const int usage_dirs_v1[3] = {CG_CPUACCT, CG_MEMORY, CG_MEMORY};
 /* Opens the usage files once, so that each execution's two readings cost a read each. */
 static void open_usage(struct cgroup *cg)
 {
-    for (int i = 0; i < 3; i++) {
+    for (size_t i = 0; i < ARRAY_SIZE(cg->usage_fd); i++) {
         const char *file = cg->mode == CGROUP_V2 ? usage_files_v2[i] : usage_files_v1[i];
         const char *dir = cg->mode == CGROUP_V2 ? cg->dirs[0] : cg->dirs[usage_dirs_v1[i]];
         if (!file || !dir)
@@ -794,7 +792,7 @@ int cgroup_create(const struct sandbox_host *host, const char *name,
     struct cgroup *cg = xcalloc(1, sizeof(*cg));
     cg->mode = host->cgroup_mode;
     cg->peak_fd = -1;
-    for (int i = 0; i < 3; i++)
+    for (size_t i = 0; i < ARRAY_SIZE(cg->usage_fd); i++)
         cg->usage_fd[i] = -1;
     int n = cg->mode == CGROUP_V2 ? 1 : CG_N;
     for (int i = 0; i < n; i++) {
@@ -933,7 +931,7 @@ void cgroup_free(struct cgroup *cg)
     cgroup_kill_all(cg);
     if (cg->peak_fd >= 0)
         close(cg->peak_fd);
-    for (int i = 0; i < 3; i++)
+    for (size_t i = 0; i < ARRAY_SIZE(cg->usage_fd); i++)
         if (cg->usage_fd[i] >= 0)
             close(cg->usage_fd[i]);
     for (int i = 0; i < CG_N; i++) {
