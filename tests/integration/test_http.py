@@ -395,6 +395,7 @@ class Sessions(ServerCase):
             if rec["stdout"] == "x" * 10 + "\n":
                 self.assertIn(rec["status"], ("ok", "error"), rec)
             else:
+                self.assertEqual(rec["status"], "error", rec)
                 self.assertEqual(rec["error"]["name"], "KeyboardInterrupt", rec)
         self.assertEqual(self.srv.execute(sid, "kept")["results"], [{"text/plain": "1"}])
         self.assertNotIn("protocol violation", self.srv.log())
@@ -1303,6 +1304,7 @@ class Shutdown(RuncellTestCase):
             if rec["status"] == "killed":
                 self.assertIn("killing the cells that did not stop", srv.log())
             else:
+                self.assertEqual(rec["status"], "error", rec)
                 self.assertEqual(rec["error"]["name"], "KeyboardInterrupt", rec)
             self.assertNothingLeft(srv)
 
