@@ -1461,16 +1461,6 @@ def main(template_argv=False):
 TEMPLATE_PRELOAD = ["numpy", "pandas", "matplotlib", "matplotlib.pyplot", "openpyxl"]
 
 
-def _template_reap(signum, frame):
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-
-
 def template_main():
     """Serves spawn requests from the daemon on fd 3 (a SOCK_SEQPACKET socket): each is a
     session sandbox configuration (JSON) with its fds, which the clone made for it reads; the
@@ -1478,7 +1468,6 @@ def template_main():
     session's kernel."""
     import gc
     import json
-    import signal
     import socket
     t0 = time.monotonic()
     failed = {}
@@ -1494,46 +1483,27 @@ def template_main():
         raise SystemExit("runcell template: a preloaded module started threads; cannot fork")
     gc.collect()
     gc.freeze()  # the imported heap stays shared with the sessions' kernels
-    signal.signal(signal.SIGCHLD, _template_reap)
     ctl.send(json.dumps({"type": "ready", "python": sys.version.split()[0],
                          "import_ms": round((time.monotonic() - t0) * 1000, 1),
                          "failed": failed}).encode())
-    while True:
-        # A request waits (or the daemon closed the channel): the clone reads it, never this
-        # process, whose memory every later session inherits. Peeking one byte takes no fds.
-        if not ctl.recv(1, socket.MSG_PEEK):
-            return
-        try:
-            pid, pidfd, request = _runcell_template.spawn(CHANNEL_FD)
-        except Exception as e:
-            _drop_request(ctl)
-            ctl.send(json.dumps({"error": "%s: %s" % (type(e).__name__, e)}).encode())
-            continue
-        if pid == 0:
-            # The session's kernel: the template's socket is already closed (forget it
-            # without closing a reused fd), the rest is an ordinary kernel.
-            ctl.detach()
-            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-            env, argv = request
-            os.environ.clear()
-            os.environ.update(e.split("=", 1) for e in env if "=" in e)
-            sys.argv = ["-c"] + argv[2:]
-            os.chdir("/workspace")
-            _reseed_after_clone()
-            main(template_argv=True)
-            os._exit(0)
-        socket.send_fds(ctl, [json.dumps({"pid": pid}).encode()], [pidfd])
-        os.close(pidfd)
-
-
-def _drop_request(ctl):
-    """Discards a request no clone took (spawn failed before one could): its fds are closed
-    by the socket, and only its first byte is read here."""
-    import socket
-    try:
-        ctl.recv(1, socket.MSG_DONTWAIT)
-    except BlockingIOError:
-        pass  # the clone had taken it
+    # The loop is C's (_runcell_template.serve): between two clones the template runs no
+    # Python, which would write pages the last clone then kept as its own copies. It
+    # returns None when the daemon closes the channel, and (env, argv) in a session's
+    # kernel, which the clone made for it has read its request.
+    request = _runcell_template.serve(CHANNEL_FD)
+    if request is None:
+        return
+    # The session's kernel: the template's socket is already closed (forget it without
+    # closing a reused fd), the rest is an ordinary kernel.
+    ctl.detach()
+    env, argv = request
+    os.environ.clear()
+    os.environ.update(e.split("=", 1) for e in env if "=" in e)
+    sys.argv = ["-c"] + argv[2:]
+    os.chdir("/workspace")
+    _reseed_after_clone()
+    main(template_argv=True)
+    os._exit(0)
 
 
 def _reseed_after_clone():

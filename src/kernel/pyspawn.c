@@ -1,7 +1,7 @@
 /* pyspawn.c - the _runcell_template Python module: how the template (a Python with the data
  * stack imported) makes a session sandbox by cloning itself.
  *
- * spawn(ctl_fd) clones the template into new user, mount, PID, network, IPC and UTS namespaces
+ * serve(ctl_fd) clones the template into new user, mount, PID, network, IPC and UTS namespaces
  * when a request waits on the daemon's channel; the clone, not the template, reads it (the
  * session's configuration and fds), so no byte of any session's request enters the memory the
  * template passes on to later clones. The clone becomes PID 1 of the session (the same init
@@ -288,45 +288,47 @@ static PyObject *clone_main(int ctl, int sync_fd, int report_fd)
         Py_XDECREF(argv);
         return NULL;
     }
-    return Py_BuildValue("(ii(NN))", 0, -1, env, argv);
+    return Py_BuildValue("(NN)", env, argv);
 }
 
-/* The clone's report; -1 with errno set (and a Python error) when it gave none or refused. */
-static int read_report(int fd, struct clone_report *rep)
+/* The clone's report: 0, or -1 with why in err. */
+static int read_report(int fd, struct clone_report *rep, char *err, size_t n_err)
 {
     ssize_t got;
     do
         got = read(fd, rep, sizeof(*rep));
     while (got < 0 && errno == EINTR);
     if (got != (ssize_t)sizeof(*rep)) {
-        PyErr_Format(PyExc_OSError, "the clone ended before it took the request");
+        snprintf(err, n_err, "the clone ended before it took the request");
         return -1;
     }
     if (rep->err) {
         rep->msg[sizeof(rep->msg) - 1] = '\0';
-        PyErr_Format(PyExc_ValueError, "%s", rep->msg);
+        snprintf(err, n_err, "%s", rep->msg);
         return -1;
     }
     return 0;
 }
 
-/* spawn(ctl_fd): clones the template into a session's namespaces for the request waiting on
- * ctl_fd, which the clone reads. Returns (pid, pidfd, None) in the template, (0, -1,
- * (env, argv)) in the new kernel. The pidfd is opened before the clone may go on (it waits
- * for its id maps), so it cannot be reaped first by the template's SIGCHLD handler. A
- * request still on the channel after an error is the caller's to drop. */
-static PyObject *spawn(PyObject *self, PyObject *args)
+/* Clones the template into a session's namespaces for the request waiting on ctl, which the
+ * clone reads. 0 in the template, with the clone's pid and pidfd; -1 in the template, with
+ * why in err (a request still on the channel is the caller's to drop); 1 in the new kernel,
+ * with its request (env, argv), or NULL and a Python error. The pidfd is
+ * opened before the clone may go on (it waits for its id maps), so the clone cannot be gone
+ * unnoticed by then. */
+static int spawn_one(int ctl, pid_t *ret_pid, int *ret_pidfd, PyObject **ret_request, char *err,
+                     size_t n_err)
 {
-    int ctl, sync[2], report[2];
-    (void)self;
-    if (!PyArg_ParseTuple(args, "i", &ctl))
-        return NULL;
-    if (pipe2(sync, O_CLOEXEC) < 0)
-        return PyErr_SetFromErrno(PyExc_OSError);
+    int sync[2], report[2];
+    if (pipe2(sync, O_CLOEXEC) < 0) {
+        snprintf(err, n_err, "cannot make a pipe: %s", strerror(errno));
+        return -1;
+    }
     if (pipe2(report, O_CLOEXEC) < 0) {
+        snprintf(err, n_err, "cannot make a pipe: %s", strerror(errno));
         close(sync[0]);
         close(sync[1]);
-        return PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
     }
     if (!template_filter)
         template_filter = seccomp_compile();
@@ -335,32 +337,36 @@ static PyObject *spawn(PyObject *self, PyObject *args)
                           CLONE_NEWUTS | SIGCHLD;
     pid_t pid = (pid_t)syscall(SYS_clone, flags, NULL, NULL, NULL, 0);
     if (pid == 0) {
+        signal(SIGCHLD, SIG_DFL); /* the template's children are reaped by the kernel */
         close(sync[1]);
         close(report[0]);
-        return clone_main(ctl, sync[0], report[1]);
+        *ret_request = clone_main(ctl, sync[0], report[1]);
+        return 1;
     }
-    int err = errno;
+    int e = errno;
     PyOS_AfterFork_Parent();
     close(sync[0]);
     close(report[1]);
     if (pid < 0) {
+        snprintf(err, n_err, "cannot clone the template: %s", strerror(e));
         close(sync[1]);
         close(report[0]);
-        errno = err;
-        return PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
     }
     int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
-    err = errno;
+    e = errno;
     struct clone_report rep;
-    int r = read_report(report[0], &rep);
+    int r = read_report(report[0], &rep, err, n_err);
     close(report[0]);
     /* We hold CAP_SETUID in the template's namespace: map the session's root and user to its
      * pair of ids there (and so to its pair of host ids). */
-    if (r == 0 && (pidfd < 0 || write_map(pid, "uid_map", rep.ns_root_uid, rep.ns_uid) < 0 ||
-                   write_map(pid, "gid_map", rep.ns_root_uid, rep.ns_uid) < 0 ||
-                   write(sync[1], "g", 1) != 1)) {
-        errno = pidfd < 0 ? err : errno;
-        PyErr_SetFromErrno(PyExc_OSError);
+    if (r == 0 && pidfd < 0) {
+        snprintf(err, n_err, "cannot open the clone's pidfd: %s", strerror(e));
+        r = -1;
+    } else if (r == 0 && (write_map(pid, "uid_map", rep.ns_root_uid, rep.ns_uid) < 0 ||
+                          write_map(pid, "gid_map", rep.ns_root_uid, rep.ns_uid) < 0 ||
+                          write(sync[1], "g", 1) != 1)) {
+        snprintf(err, n_err, "cannot map the clone's ids: %s", strerror(errno));
         r = -1;
     }
     close(sync[1]);
@@ -368,15 +374,105 @@ static PyObject *spawn(PyObject *self, PyObject *args)
         kill(pid, SIGKILL);
         if (pidfd >= 0)
             close(pidfd);
-        return NULL;
+        return -1;
     }
-    return Py_BuildValue("(iiO)", pid, pidfd, Py_None);
+    *ret_pid = pid;
+    *ret_pidfd = pidfd;
+    return 0;
+}
+
+/* {"error": TEXT}, TEXT escaped for JSON. */
+static void error_json(char *out, size_t n, const char *text)
+{
+    size_t o = (size_t)snprintf(out, n, "{\"error\": \"");
+    for (const unsigned char *p = (const unsigned char *)text; *p && o + 8 < n; p++) {
+        if (*p == '"' || *p == '\\')
+            o += (size_t)snprintf(out + o, n - o, "\\%c", *p);
+        else if (*p < 0x20)
+            o += (size_t)snprintf(out + o, n - o, "\\u%04x", *p);
+        else
+            out[o++] = (char)*p;
+    }
+    snprintf(out + o, n - o, "\"}");
+}
+
+/* Sends text, with fd when it is not -1, as one message on the channel. */
+static int send_reply(int ctl, const char *text, int fd)
+{
+    char cbuf[CMSG_SPACE(sizeof(int))] = {0};
+    struct iovec iov = {.iov_base = (void *)text, .iov_len = strlen(text)};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+    if (fd >= 0) {
+        mh.msg_control = cbuf;
+        mh.msg_controllen = sizeof(cbuf);
+        struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(c), &fd, sizeof(int));
+    }
+    ssize_t r;
+    do
+        r = sendmsg(ctl, &mh, MSG_NOSIGNAL);
+    while (r < 0 && errno == EINTR);
+    return r < 0 ? -1 : 0;
+}
+
+/* serve(ctl_fd): the template's loop, in C so that the template runs no Python between two
+ * clones. Every page it writes after a clone stops being shared with that clone: the loop
+ * in Python (a recv, a call, json.dumps, socket.send_fds) wrote ~0.8 MB of them each time,
+ * and each clone kept its copies. When a request waits on ctl_fd (or the channel closes:
+ * None is returned), the template clones itself; the clone takes the request and its kernel
+ * returns from here with (env, argv). The template answers the daemon with the clone's pidfd
+ * (and its pid), or with {"error": ...} after dropping a request no clone took. The
+ * template's children (the sessions' inits) are reaped by the kernel (SIGCHLD ignored). */
+static PyObject *serve(PyObject *self, PyObject *args)
+{
+    int ctl;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "i", &ctl))
+        return NULL;
+    struct sigaction ign = {.sa_handler = SIG_IGN, .sa_flags = SA_NOCLDWAIT};
+    if (sigaction(SIGCHLD, &ign, NULL) < 0)
+        return PyErr_SetFromErrno(PyExc_OSError);
+    for (;;) {
+        char byte, err[256], text[320];
+        if (PyErr_CheckSignals() < 0)
+            return NULL;
+        ssize_t got = recv(ctl, &byte, 1, MSG_PEEK);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0)
+            return PyErr_SetFromErrno(PyExc_OSError);
+        if (got == 0)
+            Py_RETURN_NONE;
+        pid_t pid = -1;
+        int pidfd = -1, r;
+        PyObject *request = NULL;
+        r = spawn_one(ctl, &pid, &pidfd, &request, err, sizeof(err));
+        if (r == 1)
+            return request;
+        if (r == 0) {
+            snprintf(text, sizeof(text), "{\"pid\": %d}", (int)pid);
+            int sent = send_reply(ctl, text, pidfd);
+            close(pidfd);
+            if (sent < 0)
+                return PyErr_SetFromErrno(PyExc_OSError);
+            continue;
+        }
+        /* Refused or failed: the request goes (its fds are closed with it) if no clone took
+         * it, and the daemon is told why. */
+        (void)recv(ctl, &byte, 1, MSG_DONTWAIT);
+        error_json(text, sizeof(text), err);
+        if (send_reply(ctl, text, -1) < 0)
+            return PyErr_SetFromErrno(PyExc_OSError);
+    }
 }
 
 static PyMethodDef methods[] = {
-    {"spawn", spawn, METH_VARARGS,
-     "spawn(ctl_fd: int) -> (pid, pidfd, None) in the template, (0, -1, (env, argv)) in the "
-     "new kernel"},
+    {"serve", serve, METH_VARARGS,
+     "serve(ctl_fd: int) -> None in the template when the channel closes, (env, argv) in "
+     "each new kernel"},
     {NULL, NULL, 0, NULL},
 };
 

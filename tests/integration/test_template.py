@@ -60,6 +60,15 @@ def cmdline(pid):
         return ""
 
 
+def proc_state(pid):
+    """The state letter of pid ('Z' for a zombie), or None when it is gone."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return None
+
+
 def comm(pid):
     try:
         with open("/proc/%d/comm" % pid) as f:
@@ -356,6 +365,27 @@ class TemplateTest(RuncellTestCase):
                              "['matplotlib', 'numpy', 'pandas']")
             self.assertEqual(self.value(srv.execute(old, "x")), "41")
 
+    def test_ended_sessions_leave_no_zombies_under_the_template(self):
+        # The template's loop runs no Python, so no handler reaps its children (the
+        # sessions' inits): it ignores SIGCHLD and the kernel reaps them as they end.
+        with Server("--pool", "0") as srv:
+            sids = [srv.create_session() for _ in range(3)]
+            [tpl] = templates_of(srv)
+            inits = children_of().get(tpl, [])
+            self.assertEqual(len(inits), 3, inits)
+            for sid in sids:
+                srv.ok("DELETE", "/v1/sessions/" + sid)
+
+            def left():
+                return {p: proc_state(p) for p in inits if proc_state(p) is not None}
+            self.assertTrue(wait_until(lambda: not left()),
+                            "the ended sessions' inits are still there: %s" % left())
+            # The template serves on.
+            sid = srv.create_session()
+            self.assertEqual(self.value(srv.execute(sid, PRELOADED)),
+                             "['matplotlib', 'numpy', 'pandas']")
+            self.assertEqual(templates_of(srv), [tpl])
+
     def test_changed_kernel_retires_the_template(self):
         libexec = tempfile.mkdtemp(prefix="runcell-libexec-")
         self.addCleanup(shutil.rmtree, libexec)
@@ -455,15 +485,15 @@ class TemplateRequestsTest(RuncellTestCase):
     def test_requests_the_clone_cannot_take_get_an_error(self):
         fds_before = len(os.listdir("/proc/%d/fd" % self.proc.pid))
         got, status = self.ask(b"not json", 5)
-        self.assertEqual(got, {"error": "ValueError: bad session configuration"})
+        self.assertEqual(got, {"error": "bad session configuration"})
         self.assertIn("bad sandbox configuration", status)
         got, _ = self.ask(b"{}", 2)
-        self.assertEqual(got, {"error": "ValueError: spawn needs 5 to 32 fds, got 2"})
+        self.assertEqual(got, {"error": "spawn needs 5 to 32 fds, got 2"})
         got, _ = self.ask(b"{}", 0)
-        self.assertEqual(got, {"error": "ValueError: spawn needs 5 to 32 fds, got 0"})
+        self.assertEqual(got, {"error": "spawn needs 5 to 32 fds, got 0"})
         cfg = {"root_dir": "/", "workspace": "/", "argv": ["python3"], "extra_fds": 2}
         got, _ = self.ask(json.dumps(cfg).encode(), 5)
-        self.assertEqual(got, {"error": "ValueError: 5 fds do not fit the configuration"})
+        self.assertEqual(got, {"error": "5 fds do not fit the configuration"})
         # The template holds none of the fds that came with them, made no session, and
         # stops when the channel closes.
         self.assertEqual(len(os.listdir("/proc/%d/fd" % self.proc.pid)), fds_before)
