@@ -1268,14 +1268,15 @@ def _memory_reserve():
         return None
 
 
-def _sync_before_programs(kernel):
-    """Wraps the ways Python code starts a program so that kernel.sync_output runs first:
-    os's now, subprocess's by the function returned.
+def _sync_before_programs():
+    """Wraps the ways Python code starts a program so that the kernel's sync_output runs
+    first: os's now, subprocess's by the function returned.
     (A before-fork hook cannot raise the KeyboardInterrupt that stops a wait for the daemon,
     and subprocess forks without running the hooks.)"""
     def before(fn):
         def wrapper(*args, **kwargs):
-            kernel.sync_output()
+            if _kernel is not None:
+                _kernel.sync_output()
             return fn(*args, **kwargs)
         wrapper.__name__, wrapper.__qualname__ = fn.__name__, fn.__qualname__
         wrapper.__doc__, wrapper.__wrapped__ = fn.__doc__, fn
@@ -1370,12 +1371,46 @@ def _no_input(prompt=""):
                    "answer; pass data in files or variables instead")
 
 
-def _patch_pyplot(module, kernel):
+def _patch_pyplot(module):
     """plt.show() displays the open figures (and closes them) instead of warning that Agg
     cannot show."""
     def show(*args, **kwargs):
-        kernel.flush_figures()
+        _kernel.flush_figures()
     module.show = show
+
+
+def _display(*objs):
+    """Shows each object as a result (a MIME bundle), like IPython's display()."""
+    for obj in objs:
+        _kernel.display(obj)
+
+
+_kernel = None  # this process's Kernel, from main() on
+_prepared = False
+
+
+def _prepare():
+    """What main() sets up the same way in every session. The template does it before it
+    freezes its heap, so that its clones share it rather than each writing its own (~0.3 MB
+    of pages); a kernel started afresh does it in main()."""
+    global _prepared
+    if _prepared:
+        return
+    _prepared = True
+    # sys.stdin stays on fd 0, which the sandbox points at /dev/null.
+    builtins.input = _no_input
+    builtins.display = _display
+    patches = {"matplotlib.pyplot": _patch_pyplot, "linecache": _fill_linecache,
+               "subprocess": _sync_before_programs()}
+    for name in list(patches):
+        if name in sys.modules:  # imported ahead (by the template, or at start)
+            patches.pop(name)(sys.modules[name])
+    if patches:
+        sys.meta_path.insert(0, _AfterImport(patches))
+    # The workspace (cwd) is importable, as in Jupyter; the kernel's own directory is not.
+    sys.path = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(KERNEL_FILE)]
+    sys.path.insert(0, "")
+    sys.meta_path.append(_RetryAfterInvalidate())
 
 
 class _AfterImport:
@@ -1408,35 +1443,18 @@ class _AfterImport:
 
 
 def main(template_argv=False):
+    global _kernel
     channel = Channel(CHANNEL_FD)
-    kernel = Kernel(channel)
+    kernel = _kernel = Kernel(channel)
     _signal.signal(_signal.SIGINT, _sigint_handler)
     sys.stdout, sys.stderr = kernel.stdout, kernel.stderr
-    # sys.stdin stays on fd 0, which the sandbox points at /dev/null.
-    builtins.input = _no_input
-
-    def display(*objs):
-        """Shows each object as a result (a MIME bundle), like IPython's display()."""
-        for obj in objs:
-            kernel.display(obj)
-    builtins.display = display
-    patches = {"matplotlib.pyplot": lambda m: _patch_pyplot(m, kernel),
-               "linecache": _fill_linecache, "subprocess": _sync_before_programs(kernel)}
-    for name in list(patches):
-        if name in sys.modules:  # imported ahead (by the template, or at start)
-            patches.pop(name)(sys.modules[name])
-    if patches:
-        sys.meta_path.insert(0, _AfterImport(patches))
-    # The workspace (cwd) is importable, as in Jupyter; the kernel's own directory is not.
-    sys.path = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(KERNEL_FILE)]
-    sys.path.insert(0, "")
+    _prepare()
     # No caches are dropped here. A clone of the template keeps the template's directory
     # listings (of /usr, which its sandbox sees as the template did); each is checked
     # against its directory's mtime at every import, and a miss drops them all
     # (_RetryAfterInvalidate). Dropping them at start had every listing read again and the
     # old one freed: ~1 MB of the pages a clone shares with the template written.
     add_user_site()
-    sys.meta_path.append(_RetryAfterInvalidate())
 
     def after_fork_in_child():
         # A forked child (multiprocessing) writes to the real pipes, never to the channel,
@@ -1478,6 +1496,7 @@ def template_main():
             failed[name] = "%s: %s" % (type(e).__name__, e)
     sys.path.append(os.path.dirname(KERNEL_FILE))
     import _runcell_template
+    _prepare()
     ctl = socket.socket(fileno=CHANNEL_FD)
     if threading.active_count() != 1:
         raise SystemExit("runcell template: a preloaded module started threads; cannot fork")
