@@ -1195,16 +1195,21 @@ class Observability(ServerCase):
 
         def seen():
             return [m.groups() for m in map(line.match, self.srv.log().splitlines()) if m]
-        # A request's line is written once its reply has gone out: wait for the last one.
-        self.assertTrue(wait_until(lambda: ("GET", "-", "404", "-") in seen()), seen())
+        want = [("POST", "/v1/sessions", "201", sid),
+                ("POST", "/v1/sessions/{id}/execute", "200", sid),
+                ("PUT", "/v1/sessions/{id}/files/{path}", "201", sid),
+                ("GET", "-", "404", "-")]
+
+        def all_there():
+            got = seen()
+            return all(w in got for w in want) and any(g[2] == "401" for g in got)
+        # A request's line is written by its own thread once its reply has gone out, so the
+        # line of one request can come after the next request's: wait for every one.
+        self.assertTrue(wait_until(all_there), "missing from %s: %s" % (
+            seen(), [w for w in want if w not in seen()]))
         log = self.srv.log()
         self.assertNotIn(marker, log)
         self.assertNotIn(TOKEN, log)
-        seen = seen()
-        self.assertIn(("POST", "/v1/sessions/{id}/execute", "200", sid), seen)
-        self.assertIn(("POST", "/v1/sessions", "201", sid), seen)
-        self.assertIn(("PUT", "/v1/sessions/{id}/files/{path}", "201", sid), seen)
-        self.assertTrue([s for s in seen if s[2] == "401"], seen)
 
 
 # ---- shutdown ----
