@@ -151,6 +151,10 @@ int send_all_by(int fd, const void *data, size_t n, double deadline_ms);
 /* send_all_by of cnt parts, in one sendmsg where the socket has room (iov is consumed). */
 struct iovec;
 int sendv_all_by(int fd, struct iovec *iov, int cnt, double deadline_ms);
+/* Sends text as one message on a socket (a SOCK_SEQPACKET channel), with the n fds (at most
+ * 32; none when n is 0) as SCM_RIGHTS; retries on EINTR. 0 or -errno (-EPIPE for a peer
+ * that has gone). */
+int send_with_fds(int fd, const char *text, const int *fds, int n);
 /* Reads until EOF into a capped buffer; -E2BIG past the cap. */
 int read_all(int fd, struct buf *out);
 /* Reads the regular file open on fd, at most cap bytes, into ret (set up here; the caller

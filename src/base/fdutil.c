@@ -107,6 +107,33 @@ int sendv_all_by(int fd, struct iovec *iov, int cnt, double deadline_ms)
     return put_all(fd, iov, cnt, deadline_ms < 0 ? 0 : deadline_ms, true);
 }
 
+int send_with_fds(int fd, const char *text, const int *fds, int n)
+{
+    union {
+        char buf[CMSG_SPACE(sizeof(int) * 32)];
+        struct cmsghdr align;
+    } cbuf;
+    if (n < 0 || n > 32)
+        return -EINVAL;
+    struct iovec iov = {.iov_base = (void *)text, .iov_len = strlen(text)};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+    if (n > 0) {
+        memset(&cbuf, 0, sizeof(cbuf));
+        mh.msg_control = cbuf.buf;
+        mh.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)n);
+        struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)n);
+        memcpy(CMSG_DATA(c), fds, sizeof(int) * (size_t)n);
+    }
+    ssize_t r;
+    do
+        r = sendmsg(fd, &mh, MSG_NOSIGNAL);
+    while (r < 0 && errno == EINTR);
+    return r < 0 ? -errno : 0;
+}
+
 int read_all(int fd, struct buf *out)
 {
     char chunk[65536];

@@ -16,6 +16,7 @@
 #include <Python.h>
 
 #include <errno.h>
+#include <jansson.h>
 #include <fcntl.h>
 #include <grp.h>
 #include <linux/mount.h>
@@ -381,46 +382,9 @@ static int spawn_one(int ctl, pid_t *ret_pid, int *ret_pidfd, PyObject **ret_req
     return 0;
 }
 
-/* {"error": TEXT}, TEXT escaped for JSON. */
-static void error_json(char *out, size_t n, const char *text)
-{
-    size_t o = (size_t)snprintf(out, n, "{\"error\": \"");
-    for (const unsigned char *p = (const unsigned char *)text; *p && o + 8 < n; p++) {
-        if (*p == '"' || *p == '\\')
-            o += (size_t)snprintf(out + o, n - o, "\\%c", *p);
-        else if (*p < 0x20)
-            o += (size_t)snprintf(out + o, n - o, "\\u%04x", *p);
-        else
-            out[o++] = (char)*p;
-    }
-    snprintf(out + o, n - o, "\"}");
-}
-
-/* Sends text, with fd when it is not -1, as one message on the channel. */
-static int send_reply(int ctl, const char *text, int fd)
-{
-    char cbuf[CMSG_SPACE(sizeof(int))] = {0};
-    struct iovec iov = {.iov_base = (void *)text, .iov_len = strlen(text)};
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
-    if (fd >= 0) {
-        mh.msg_control = cbuf;
-        mh.msg_controllen = sizeof(cbuf);
-        struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-        c->cmsg_level = SOL_SOCKET;
-        c->cmsg_type = SCM_RIGHTS;
-        c->cmsg_len = CMSG_LEN(sizeof(int));
-        memcpy(CMSG_DATA(c), &fd, sizeof(int));
-    }
-    ssize_t r;
-    do
-        r = sendmsg(ctl, &mh, MSG_NOSIGNAL);
-    while (r < 0 && errno == EINTR);
-    return r < 0 ? -1 : 0;
-}
-
 /* serve(ctl_fd): the template's loop, in C so that the template runs no Python between two
  * clones. Every page it writes after a clone stops being shared with that clone: the loop
- * in Python (a recv, a call, json.dumps, socket.send_fds) wrote ~0.8 MB of them each time,
+ * in Python (a recv, a call, json.dumps, socket.send_fds) wrote ~330 KB of them each time,
  * and each clone kept its copies. When a request waits on ctl_fd (or the channel closes:
  * None is returned), the template clones itself; the clone takes the request and its kernel
  * returns from here with (env, argv). The template answers the daemon with the clone's pidfd
@@ -436,7 +400,7 @@ static PyObject *serve(PyObject *self, PyObject *args)
     if (sigaction(SIGCHLD, &ign, NULL) < 0)
         return PyErr_SetFromErrno(PyExc_OSError);
     for (;;) {
-        char byte, err[256], text[320];
+        char byte, err[256], text[64];
         if (PyErr_CheckSignals() < 0)
             return NULL;
         ssize_t got = recv(ctl, &byte, 1, MSG_PEEK);
@@ -454,18 +418,26 @@ static PyObject *serve(PyObject *self, PyObject *args)
             return request;
         if (r == 0) {
             snprintf(text, sizeof(text), "{\"pid\": %d}", (int)pid);
-            int sent = send_reply(ctl, text, pidfd);
+            int sent = send_with_fds(ctl, text, &pidfd, 1);
             close(pidfd);
-            if (sent < 0)
+            if (sent < 0) {
+                errno = -sent;
                 return PyErr_SetFromErrno(PyExc_OSError);
+            }
             continue;
         }
         /* Refused or failed: the request goes (its fds are closed with it) if no clone took
          * it, and the daemon is told why. */
         (void)recv(ctl, &byte, 1, MSG_DONTWAIT);
-        error_json(text, sizeof(text), err);
-        if (send_reply(ctl, text, -1) < 0)
+        json_t *reply = json_pack("{s:s}", "error", err);
+        char *json = reply ? json_dumps(reply, 0) : NULL;
+        json_decref(reply);
+        int sent = send_with_fds(ctl, json ? json : "{\"error\": \"spawn failed\"}", NULL, 0);
+        free(json);
+        if (sent < 0) {
+            errno = -sent;
             return PyErr_SetFromErrno(PyExc_OSError);
+        }
     }
 }
 

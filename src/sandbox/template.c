@@ -271,22 +271,6 @@ void template_stop(struct sandbox_host *host)
     pthread_mutex_unlock(&state.lock);
 }
 
-static int send_request(int fd, const char *json, const int *fds, int n)
-{
-    char cbuf[CMSG_SPACE(sizeof(int) * 32)];
-    struct iovec iov = {.iov_base = (void *)json, .iov_len = strlen(json)};
-    struct msghdr mh = {.msg_iov = &iov,
-                        .msg_iovlen = 1,
-                        .msg_control = cbuf,
-                        .msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)n)};
-    struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)n);
-    memcpy(CMSG_DATA(c), fds, sizeof(int) * (size_t)n);
-    return sendmsg(fd, &mh, MSG_NOSIGNAL) < 0 ? -errno : 0;
-}
-
 /* The pid a pidfd refers to, in our PID namespace. */
 static pid_t pidfd_pid(int pidfd)
 {
@@ -307,7 +291,7 @@ static int ask(struct template *t, struct sandbox *sb, const char *json, const i
 {
     char reply[4096];
     int pidfd = -1;
-    int r = send_request(t->ctl_fd, json, fds, n);
+    int r = send_with_fds(t->ctl_fd, json, fds, n);
     if (r == -EPIPE || r == -ECONNRESET)
         return err_set(EPIPE, "cannot reach the template: it exited");
     if (r < 0)

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
@@ -331,6 +332,42 @@ TEST(read_regular_fd_is_capped_and_says_the_size)
     unlink(path);
     unlink(empty);
     rmdir(dir);
+}
+
+TEST(send_with_fds_carries_text_and_fds_in_one_message)
+{
+    int sp[2], pipefd[2];
+    CHECK(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) == 0);
+    CHECK(pipe2(pipefd, O_CLOEXEC) == 0);
+    CHECK(send_with_fds(sp[0], "{\"pid\": 7}", &pipefd[1], 1) == 0);
+    CHECK(send_with_fds(sp[0], "plain", NULL, 0) == 0);
+    int many[33] = {0};
+    CHECK(send_with_fds(sp[0], "x", many, 33) == -EINVAL);
+    for (int round = 0; round < 2; round++) {
+        char text[32] = "", cbuf[CMSG_SPACE(sizeof(int) * 4)];
+        struct iovec iov = {.iov_base = text, .iov_len = sizeof(text) - 1};
+        struct msghdr mh = {
+            .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof(cbuf)};
+        ssize_t n = recvmsg(sp[1], &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+        struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+        if (round == 0) {
+            CHECK(n == 10 && !strcmp(text, "{\"pid\": 7}"));
+            CHECK(c && c->cmsg_type == SCM_RIGHTS && c->cmsg_len == CMSG_LEN(sizeof(int)));
+            int got;
+            memcpy(&got, CMSG_DATA(c), sizeof(int));
+            CHECK(write(got, "y", 1) == 1); /* the pipe's write end came across */
+            char y;
+            CHECK(read(pipefd[0], &y, 1) == 1 && y == 'y');
+            close(got);
+        } else {
+            CHECK(n == 5 && !strcmp(text, "plain") && c == NULL);
+        }
+    }
+    close(sp[1]);
+    CHECK(send_with_fds(sp[0], "gone", NULL, 0) == -EPIPE);
+    close(sp[0]);
+    close(pipefd[0]);
+    close(pipefd[1]);
 }
 
 TEST(read_file_refuses_what_is_not_a_regular_file)
