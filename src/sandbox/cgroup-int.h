@@ -15,6 +15,8 @@ struct cgroup {
                            * cpuacct.usage, memory.max_usage_in_bytes (read-write: the
                            * reset), memory.oom_control */
     bool peak_resettable; /* v2: writing peak_fd resets what it reads (Linux 6.12+) */
+    bool has_applied;     /* applied holds the limits last written in full */
+    struct sandbox_limits applied;
 };
 
 /* Sets host->cgroup_mode and host->cgroup_base[], creating the "runcell" base cgroups.
@@ -26,7 +28,8 @@ void cgroup_host_release(struct sandbox_host *host);
 /* Creates the cgroup named name with limits applied; caller frees with cgroup_free. */
 int cgroup_create(const struct sandbox_host *host, const char *name,
                   const struct sandbox_limits *limits, struct cgroup **ret);
-/* Writes the limits again (a running sandbox's new limits). */
+/* Writes the limits again (a running sandbox's new limits); nothing when they are those
+ * last written (a pooled session handed over with the limits it was made with). */
 int cgroup_apply_limits(struct cgroup *cg, const struct sandbox_limits *limits);
 /* The cgroup.procs files a process writes its pid to, to join; caller frees (strv). */
 char **cgroup_procs_files(const struct cgroup *cg);

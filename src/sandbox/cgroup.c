@@ -681,49 +681,79 @@ void cgroup_host_detect(struct sandbox_host *host)
                         (unsigned)geteuid(), scope_command());
 }
 
-static int v1_limits(struct cgroup *cg, const struct sandbox_limits *l)
+/* Each limit is written when it differs from old (NULL: all of them). */
+static int v1_limits(struct cgroup *cg, const struct sandbox_limits *l,
+                     const struct sandbox_limits *old)
 {
     char v[64];
-    snprintf(v, sizeof(v), "%llu", (unsigned long long)l->memory_mb << 20);
-    int r = write_str(cg->dirs[CG_MEMORY], "memory.limit_in_bytes", v);
-    if (r < 0)
-        return err_set(-r, "cannot set memory.limit_in_bytes in %s: %s", cg->dirs[CG_MEMORY],
-                       strerror(-r));
-    /* Swap accounting may be off; where it is on, swap counts against the same limit. */
-    (void)write_str(cg->dirs[CG_MEMORY], "memory.memsw.limit_in_bytes", v);
-    snprintf(v, sizeof(v), "%llu", (unsigned long long)l->pids);
-    if ((r = write_str(cg->dirs[CG_PIDS], "pids.max", v)) < 0)
-        return err_set(-r, "cannot set pids.max in %s: %s", cg->dirs[CG_PIDS], strerror(-r));
-    if (cg->dirs[CG_CPU]) {
-        (void)write_str(cg->dirs[CG_CPU], "cpu.cfs_period_us", "100000");
+    if (!old || old->memory_mb != l->memory_mb) {
+        snprintf(v, sizeof(v), "%llu", (unsigned long long)l->memory_mb << 20);
+        int r = write_str(cg->dirs[CG_MEMORY], "memory.limit_in_bytes", v);
+        if (r < 0)
+            return err_set(-r, "cannot set memory.limit_in_bytes in %s: %s", cg->dirs[CG_MEMORY],
+                           strerror(-r));
+        /* Swap accounting may be off; where it is on, swap counts against the same limit. */
+        (void)write_str(cg->dirs[CG_MEMORY], "memory.memsw.limit_in_bytes", v);
+    }
+    if (!old || old->pids != l->pids) {
+        snprintf(v, sizeof(v), "%llu", (unsigned long long)l->pids);
+        int r = write_str(cg->dirs[CG_PIDS], "pids.max", v);
+        if (r < 0)
+            return err_set(-r, "cannot set pids.max in %s: %s", cg->dirs[CG_PIDS], strerror(-r));
+    }
+    if (!cg->dirs[CG_CPU])
+        return 0;
+    if (!old || old->cpus_milli != l->cpus_milli) {
+        if (!old)
+            (void)write_str(cg->dirs[CG_CPU], "cpu.cfs_period_us", "100000");
         snprintf(v, sizeof(v), "%llu", (unsigned long long)l->cpus_milli * 100);
-        if ((r = write_str(cg->dirs[CG_CPU], "cpu.cfs_quota_us", v)) < 0)
+        int r = write_str(cg->dirs[CG_CPU], "cpu.cfs_quota_us", v);
+        if (r < 0)
             return err_set(-r, "cannot set cpu.cfs_quota_us in %s: %s", cg->dirs[CG_CPU],
                            strerror(-r));
     }
     return 0;
 }
 
-static int v2_limits(struct cgroup *cg, const struct sandbox_limits *l)
+static int v2_limits(struct cgroup *cg, const struct sandbox_limits *l,
+                     const struct sandbox_limits *old)
 {
     char v[64];
     const char *dir = cg->dirs[0];
-    snprintf(v, sizeof(v), "%llu", (unsigned long long)l->memory_mb << 20);
-    int r = write_str(dir, "memory.max", v);
-    if (r < 0)
-        return err_set(-r, "cannot set memory.max in %s: %s", dir, strerror(-r));
-    (void)write_str(dir, "memory.swap.max", "0");
-    snprintf(v, sizeof(v), "%llu", (unsigned long long)l->pids);
-    if ((r = write_str(dir, "pids.max", v)) < 0)
-        return err_set(-r, "cannot set pids.max in %s: %s", dir, strerror(-r));
-    snprintf(v, sizeof(v), "%llu 100000", (unsigned long long)l->cpus_milli * 100);
-    (void)write_str(dir, "cpu.max", v); /* cpu may not be delegated */
+    if (!old || old->memory_mb != l->memory_mb) {
+        snprintf(v, sizeof(v), "%llu", (unsigned long long)l->memory_mb << 20);
+        int r = write_str(dir, "memory.max", v);
+        if (r < 0)
+            return err_set(-r, "cannot set memory.max in %s: %s", dir, strerror(-r));
+    }
+    if (!old)
+        (void)write_str(dir, "memory.swap.max", "0");
+    if (!old || old->pids != l->pids) {
+        snprintf(v, sizeof(v), "%llu", (unsigned long long)l->pids);
+        int r = write_str(dir, "pids.max", v);
+        if (r < 0)
+            return err_set(-r, "cannot set pids.max in %s: %s", dir, strerror(-r));
+    }
+    /* cpu may not be delegated: then neither file is there. */
+    if (!old || old->cpus_milli != l->cpus_milli) {
+        snprintf(v, sizeof(v), "%llu 100000", (unsigned long long)l->cpus_milli * 100);
+        (void)write_str(dir, "cpu.max", v);
+    }
     return 0;
 }
 
 int cgroup_apply_limits(struct cgroup *cg, const struct sandbox_limits *limits)
 {
-    return cg->mode == CGROUP_V2 ? v2_limits(cg, limits) : v1_limits(cg, limits);
+    /* Only what differs from the limits last written is written again: the sandbox cannot
+     * write its cgroup's files, so what was written is what holds. */
+    const struct sandbox_limits *old = cg->has_applied ? &cg->applied : NULL;
+    cg->has_applied = false;
+    int r = cg->mode == CGROUP_V2 ? v2_limits(cg, limits, old) : v1_limits(cg, limits, old);
+    if (r == 0) {
+        cg->applied = *limits;
+        cg->has_applied = true;
+    }
+    return r;
 }
 
 /* Opens memory.peak once for the cgroup's life. Since Linux 6.12 the file is writable and
