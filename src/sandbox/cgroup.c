@@ -687,13 +687,19 @@ static int v1_limits(struct cgroup *cg, const struct sandbox_limits *l,
 {
     char v[64];
     if (!old || old->memory_mb != l->memory_mb) {
+        /* Where swap is accounted, memory.limit_in_bytes may not exceed
+         * memory.memsw.limit_in_bytes (EINVAL): a raise writes memsw first, a cut after. */
+        bool raise = old && l->memory_mb > old->memory_mb;
         snprintf(v, sizeof(v), "%llu", (unsigned long long)l->memory_mb << 20);
+        if (raise)
+            (void)write_str(cg->dirs[CG_MEMORY], "memory.memsw.limit_in_bytes", v);
         int r = write_str(cg->dirs[CG_MEMORY], "memory.limit_in_bytes", v);
         if (r < 0)
             return err_set(-r, "cannot set memory.limit_in_bytes in %s: %s", cg->dirs[CG_MEMORY],
                            strerror(-r));
         /* Swap accounting may be off; where it is on, swap counts against the same limit. */
-        (void)write_str(cg->dirs[CG_MEMORY], "memory.memsw.limit_in_bytes", v);
+        if (!raise)
+            (void)write_str(cg->dirs[CG_MEMORY], "memory.memsw.limit_in_bytes", v);
     }
     if (!old || old->pids != l->pids) {
         snprintf(v, sizeof(v), "%llu", (unsigned long long)l->pids);

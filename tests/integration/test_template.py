@@ -434,6 +434,17 @@ class TemplateTest(RuncellTestCase):
                                  "    blocks.append(bytearray(1 << 20))\n")
             self.assertStatus(rec, "oom")
 
+    def test_pooled_sessions_take_a_raised_memory_limit(self):
+        """A limit above the pool's is written in the order cgroup v1 takes (memsw, then
+        memory): the pooled session is used, not thrown away, and holds what it was given."""
+        with Server("--pool", "1") as srv:
+            self.assertTrue(wait_until(lambda: metric(srv, "runcell_pool_ready") == 1),
+                            srv.log())
+            s = srv.ok("POST", "/v1/sessions", {"memory_mb": 1536}, status=201)["id"]
+            rec = srv.execute(s, "b = bytearray(1200 << 20)\nlen(b) >> 20")
+            self.assertEqual(self.value(rec), "1200")
+            self.assertNotIn("pooled session unusable", srv.log())
+
 
 
 @unittest.skipIf(SKIP, SKIP)
