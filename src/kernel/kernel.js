@@ -385,6 +385,10 @@ const kernel = {
      * watchdog took (Node passes it on to the process's listeners after the script). */
     frames: 0,
     handled: 0,
+    /* With the watchdog: a frame was read whose SIGINT has not been seen since. The daemon
+     * sends the signal after the frame, through the sandbox's init, and a busy machine may
+     * hold either back for long; a signal that came late would break the next cell. */
+    signalOwed: false,
 };
 
 /* With the watchdog (the usual case): a frame read while the event loop runs stops the
@@ -392,9 +396,11 @@ const kernel = {
  * cannot break the next cell. A frame read only after a synchronous loop was broken is the
  * signal's own and stops nothing more. Without the watchdog (a Node without the internal
  * binding), frames stop cells that have not started and a SIGINT listener stops waiting
- * cells. Between cells a frame is dropped. */
+ * cells. Between cells a frame is dropped, and the next cell waits for its signal first. */
 channel.onInterrupt = () => {
     kernel.frames++;
+    if (contextify)
+        kernel.signalOwed = true;
     if (!kernel.running) {
         kernel.handled = kernel.frames;
     } else if (contextify || !kernel.running.started) {
@@ -403,24 +409,32 @@ channel.onInterrupt = () => {
     }
 };
 
-const SIGNAL_WAIT_MS = 500;
+/* Calls done once the owed SIGINT has reached the watchdog, taking its note (a start and a
+ * stop of the watchdog clear it), however long that takes: the daemon always sends one,
+ * and ends a cell that outlasts its time anyway. A SIGINT listener of the cell's own takes
+ * the signal from the watchdog (libuv installs its handler over it): then none comes here,
+ * and none can break a later cell. */
+function whenSignalSeen(done) {
+    const poll = () => {
+        if (!kernel.signalOwed || process.listenerCount('SIGINT') > 0 ||
+            contextify.watchdogHasPendingSigint()) {
+            contextify.startSigintWatchdog();
+            contextify.stopSigintWatchdog();
+            kernel.signalOwed = false;
+            done();
+        } else {
+            setTimeout(poll, 1);
+        }
+    };
+    poll();
+}
 
-/* Ends the cell as interrupted once the interrupt's SIGINT has come (or after
- * SIGNAL_WAIT_MS: the daemon always sends one, but a cell's own listener may take it). */
+/* Ends the cell as interrupted once the interrupt's SIGINT has come. */
 function afterSignal(running, done) {
     running.stopping = true;
     if (!contextify)
         return done();
-    if (!running.started)
-        new vm.Script('0').runInThisContext({ breakOnSigint: true }); /* clears an old note */
-    const until = Date.now() + SIGNAL_WAIT_MS;
-    const poll = () => {
-        if (contextify.watchdogHasPendingSigint() || Date.now() >= until)
-            done();
-        else
-            setTimeout(poll, 1);
-    };
-    poll();
+    whenSignalSeen(done);
 }
 
 if (!contextify) {
@@ -478,31 +492,41 @@ function runCell(code, filename) {
         channel.drain();
         if (settled || running.stopping)
             return; /* an interrupt frame came before the code started */
-        running.started = true;
-        let value;
-        try {
-            value = compiled.script.runInThisContext({ breakOnSigint: true, displayErrors: false });
-        } catch (e) {
-            if (e && e.code === 'ERR_SCRIPT_EXECUTION_INTERRUPTED') {
-                channel.drain(); /* the frame of the signal the watchdog took */
-                kernel.handled = kernel.frames;
-                return finish({ err: new Interrupted() });
-            }
-            return finish({ err: e });
-        }
-        /* One turn of the event loop first: a promise the cell rejected and left unhandled is
-         * reported (unhandledRejection) while the cell is still the one running. */
-        if (!compiled.wrapped)
-            return setImmediate(() => finish({ value, has: value !== undefined }));
-        Promise.resolve(value).then(
-            (r) => {
-                if (compiled.wrapped === 'plain')
-                    finish({ value: undefined, has: false });
-                else
-                    finish({ value: r && r.value, has: r !== undefined && r.value !== undefined });
-            },
-            (e) => finish({ err: e }));
+        if (contextify && kernel.signalOwed)
+            return whenSignalSeen(() => run(running, compiled, finish)); /* one from between cells */
+        run(running, compiled, finish);
     });
+}
+
+/* Runs a compiled cell's code, unless an interrupt stopped it first. */
+function run(running, compiled, finish) {
+    if (running.stopping)
+        return; /* an interrupt frame came while it waited */
+    running.started = true;
+    let value;
+    try {
+        value = compiled.script.runInThisContext({ breakOnSigint: true, displayErrors: false });
+    } catch (e) {
+        if (e && e.code === 'ERR_SCRIPT_EXECUTION_INTERRUPTED') {
+            channel.drain(); /* the frame of the signal the watchdog took */
+            kernel.handled = kernel.frames;
+            kernel.signalOwed = false;
+            return finish({ err: new Interrupted() });
+        }
+        return finish({ err: e });
+    }
+    /* One turn of the event loop first: a promise the cell rejected and left unhandled is
+     * reported (unhandledRejection) while the cell is still the one running. */
+    if (!compiled.wrapped)
+        return setImmediate(() => finish({ value, has: value !== undefined }));
+    Promise.resolve(value).then(
+        (r) => {
+            if (compiled.wrapped === 'plain')
+                finish({ value: undefined, has: false });
+            else
+                finish({ value: r && r.value, has: r !== undefined && r.value !== undefined });
+        },
+        (e) => finish({ err: e }));
 }
 
 async function execute(req) {

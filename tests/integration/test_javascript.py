@@ -11,12 +11,14 @@ the tests are about) or only stop hangs.
 import base64
 import json
 import os
+import select
+import signal
 import socket
 import unittest
 
 from mcpclient import StdioClient
 from rctest import (RUNCELL, CellsCase, RestartableServer, RuncellTestCase, Server, ServerCase,
-                    TempDir, runcell, wait_until)
+                    TempDir, procs_with, runcell, wait_until)
 
 NODE = "/usr/bin/node"
 PNG = bytes([0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A]) + b"\0\0\0\rIHDR"
@@ -410,6 +412,36 @@ class InterfacesTest(ServerCase):
                 self.assertTrue(wait_until(lambda: srv.ok("GET", "/v1/sessions/" + sid)
                                            ["status"] == "idle"))
         self.assertEqual(srv.execute(sid, "here")["results"], [{"text/plain": "'still'"}])
+        srv.ok("DELETE", "/v1/sessions/" + sid)
+
+    def test_an_interrupt_whose_signal_comes_late_stops_only_its_own_cell(self):
+        # The daemon's SIGINT follows the interrupt frame through the sandbox's init, which a
+        # busy machine may hold back: here init is stopped. The cell ends only once the
+        # signal has come, so that the signal cannot break the next cell instead.
+        srv = self.srv
+        before = set(procs_with("/.runcell/kernel.js"))
+        sid = srv.create_session(language="javascript")
+        srv.execute(sid, "let here = 'still'")
+        kernels = set(procs_with("/.runcell/kernel.js")) - before
+        self.assertEqual(len(kernels), 1, kernels)
+        with open("/proc/%d/stat" % kernels.pop()) as f:
+            init = int(f.read().rsplit(")", 1)[1].split()[1])
+        stream = srv.stream(sid, "console.log('started'); await new Promise(r => setTimeout(r, 1e9))")
+        self.assertEqual(stream.next(), {"type": "stdout", "data": "started\n"})
+        os.kill(init, signal.SIGSTOP)
+        try:
+            srv.ok("POST", "/v1/sessions/%s/interrupt" % sid, {})
+            # Held back longer than the kernel once waited (0.5 s): nothing ends meanwhile.
+            ready, _, _ = select.select([stream.resp.fp], [], [], 2.0)
+            self.assertEqual(ready, [], "the cell ended before its interrupt's signal came")
+        finally:
+            os.kill(init, signal.SIGCONT)
+        rec = stream.rest()[-1]["record"]
+        self.assertEqual((rec["error"]["name"], rec["state"]), ("KeyboardInterrupt", "kept"), rec)
+        self.assertTrue(wait_until(lambda: srv.ok("GET", "/v1/sessions/" + sid)["status"] == "idle"))
+        rec = srv.execute(sid, "console.log('second'); let n = 0; for (let i = 0; i < 3e7; i++) n++; here")
+        self.assertEqual((rec["status"], rec["stdout"]), ("ok", "second\n"), rec)
+        self.assertEqual(rec["results"], [{"text/plain": "'still'"}])
         srv.ok("DELETE", "/v1/sessions/" + sid)
 
     def test_http_one_shot_execute(self):
