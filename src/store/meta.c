@@ -8,6 +8,16 @@
 #include <string.h>
 
 #define BUSY_TIMEOUT_MS 10000
+/* An execution's update of its session's row (meta_touch) is written at once when none was
+ * written this long before; later ones wait for the next write, at most this long, and go
+ * in one transaction. */
+#define TOUCH_WRITE_MS 1000
+
+struct touch {
+    char *id;
+    uint64_t last_used_ms;
+    long count;
+};
 
 struct meta_db {
     sqlite3 *db;
@@ -19,6 +29,14 @@ struct meta_db {
         const char *sql;
         sqlite3_stmt *st;
     } prepared[8];
+    /* Touches not yet written, one per session (the newest), and the thread that writes
+     * them TOUCH_WRITE_MS after the last write; started at the first touch kept back. */
+    struct touch *owed;
+    size_t n_owed, owed_alloc;
+    uint64_t written_ms; /* now_ms() of the last write of touches */
+    pthread_cond_t wake;
+    pthread_t writer;
+    bool writer_running, stopping;
 };
 
 static const char *const state_names[] = {
@@ -66,6 +84,7 @@ int meta_open(const char *path, struct meta_db **ret)
     char *errmsg = NULL;
     m->path = xstrdup(path);
     pthread_mutex_init(&m->lock, NULL);
+    pthread_cond_init(&m->wake, NULL);
     /* The records name owners and hold variables' checkpoints: for the server's user only. */
     int r0 = db_file_make_private(path);
     if (r0 < 0) {
@@ -93,14 +112,31 @@ int meta_open(const char *path, struct meta_db **ret)
     return 0;
 }
 
+static int write_owed_locked(struct meta_db *m);
+
 void meta_close(struct meta_db *m)
 {
     if (!m)
         return;
+    pthread_mutex_lock(&m->lock);
+    m->stopping = true;
+    pthread_cond_broadcast(&m->wake);
+    pthread_mutex_unlock(&m->lock);
+    if (m->writer_running)
+        pthread_join(m->writer, NULL);
+    if (m->db) {
+        pthread_mutex_lock(&m->lock);
+        write_owed_locked(m);
+        pthread_mutex_unlock(&m->lock);
+    }
+    for (size_t i = 0; i < m->n_owed; i++)
+        free(m->owed[i].id);
+    free(m->owed);
     for (size_t i = 0; i < ARRAY_SIZE(m->prepared); i++)
         sqlite3_finalize(m->prepared[i].st);
     sqlite3_close_v2(m->db);
     pthread_mutex_destroy(&m->lock);
+    pthread_cond_destroy(&m->wake);
     free(m->path);
     free(m);
 }
@@ -164,6 +200,14 @@ static int exec_stmt(struct meta_db *m, const char *sql, const char *what,
     return r;
 }
 
+/* Takes the lock, the touches owed written first: a reader sees them, and a later write
+ * (a state, a whole record) comes after them as it came after them in time. */
+static void lock_written(struct meta_db *m)
+{
+    pthread_mutex_lock(&m->lock);
+    write_owed_locked(m);
+}
+
 static void bind_put(sqlite3_stmt *st, const void *ctx)
 {
     const struct meta_session *s = ctx;
@@ -182,7 +226,7 @@ static void bind_put(sqlite3_stmt *st, const void *ctx)
 
 int meta_put(struct meta_db *m, const struct meta_session *s)
 {
-    pthread_mutex_lock(&m->lock);
+    lock_written(m);
     int r = exec_stmt(m,
                       "INSERT OR REPLACE INTO sessions (id, owner, options, resumed_from, "
                       "checkpoint, created_ms, last_used_ms, execution_count, state, persist, "
@@ -192,12 +236,6 @@ int meta_put(struct meta_db *m, const struct meta_session *s)
     return r;
 }
 
-struct touch {
-    const char *id;
-    uint64_t last_used_ms;
-    long count;
-};
-
 static void bind_touch(sqlite3_stmt *st, const void *ctx)
 {
     const struct touch *t = ctx;
@@ -206,12 +244,92 @@ static void bind_touch(sqlite3_stmt *st, const void *ctx)
     bind_text(st, 3, t->id);
 }
 
+static int exec_plain(struct meta_db *m, const char *sql, const char *what)
+{
+    return sqlite3_exec(m->db, sql, NULL, NULL, NULL) == SQLITE_OK ? 0 : db_error(m, what);
+}
+
+/* Writes the owed touches, several in one transaction. What could not be written stays
+ * owed (the next write tries again) and is logged. Caller holds the lock. */
+static int write_owed_locked(struct meta_db *m)
+{
+    if (!m->n_owed)
+        return 0;
+    bool several = m->n_owed > 1;
+    int r = several ? exec_plain(m, "BEGIN IMMEDIATE", "cannot update the sessions") : 0;
+    for (size_t i = 0; !r && i < m->n_owed; i++)
+        r = exec_stmt(m, "UPDATE sessions SET last_used_ms=?, execution_count=? WHERE id=?",
+                      "cannot update a session", bind_touch, &m->owed[i]);
+    if (several && !r)
+        r = exec_plain(m, "COMMIT", "cannot update the sessions");
+    if (several && r < 0)
+        sqlite3_exec(m->db, "ROLLBACK", NULL, NULL, NULL);
+    m->written_ms = now_ms();
+    if (r < 0) {
+        log_warn("msg=\"cannot update the sessions' records; tried again later\" sessions=%zu "
+                 "error=\"%s\"",
+                 m->n_owed, err_msg());
+        return r;
+    }
+    for (size_t i = 0; i < m->n_owed; i++)
+        free(m->owed[i].id);
+    m->n_owed = 0;
+    return 0;
+}
+
+static void *writer_main(void *arg)
+{
+    struct meta_db *m = arg;
+    pthread_mutex_lock(&m->lock);
+    while (!m->stopping) {
+        uint64_t since = ms_since(now_ms(), m->written_ms);
+        if (!m->n_owed) {
+            pthread_cond_wait(&m->wake, &m->lock);
+        } else if (since < TOUCH_WRITE_MS) {
+            struct timespec until;
+            realtime_after_ms(&until, TOUCH_WRITE_MS - since);
+            pthread_cond_timedwait(&m->wake, &m->lock, &until);
+        } else {
+            write_owed_locked(m);
+        }
+    }
+    pthread_mutex_unlock(&m->lock);
+    return NULL;
+}
+
+/* The session's owed touch, made if there is none. Caller holds the lock. */
+static struct touch *owed_touch(struct meta_db *m, const char *id)
+{
+    for (size_t i = 0; i < m->n_owed; i++)
+        if (!strcmp(m->owed[i].id, id))
+            return &m->owed[i];
+    if (m->n_owed == m->owed_alloc) {
+        m->owed_alloc = m->owed_alloc ? 2 * m->owed_alloc : 16;
+        m->owed = xrealloc(m->owed, m->owed_alloc * sizeof(*m->owed));
+    }
+    struct touch *t = &m->owed[m->n_owed++];
+    t->id = xstrdup(id);
+    return t;
+}
+
 int meta_touch(struct meta_db *m, const char *id, uint64_t last_used_ms, long execution_count)
 {
-    struct touch t = {.id = id, .last_used_ms = last_used_ms, .count = execution_count};
     pthread_mutex_lock(&m->lock);
-    int r = exec_stmt(m, "UPDATE sessions SET last_used_ms=?, execution_count=? WHERE id=?",
-                      "cannot update a session", bind_touch, &t);
+    bool none_owed = !m->n_owed;
+    struct touch *t = owed_touch(m, id);
+    t->last_used_ms = last_used_ms;
+    t->count = execution_count;
+    int r = 0;
+    if (ms_since(now_ms(), m->written_ms) >= TOUCH_WRITE_MS) {
+        r = write_owed_locked(m);
+    } else if (!m->writer_running) {
+        int e = pthread_create(&m->writer, NULL, writer_main, m);
+        m->writer_running = e == 0;
+        if (e) /* then written now, as without the thread */
+            r = write_owed_locked(m);
+    } else if (none_owed) { /* the thread waits for the first */
+        pthread_cond_signal(&m->wake);
+    }
     pthread_mutex_unlock(&m->lock);
     return r;
 }
@@ -237,7 +355,7 @@ int meta_set_state(struct meta_db *m, const char *id, enum meta_state state, boo
 {
     struct set_state s = {
         .id = id, .state = state, .has_variables = has_variables, .checkpoint = checkpoint};
-    pthread_mutex_lock(&m->lock);
+    lock_written(m);
     int r = exec_stmt(m,
                       "UPDATE sessions SET state=?, has_variables=?, "
                       "checkpoint=COALESCE(?3, checkpoint) WHERE id=?4",
@@ -279,7 +397,7 @@ int meta_get(struct meta_db *m, const char *id, struct meta_session *ret)
     _cleanup_free_ char *sql = xasprintf("%sWHERE id=?", select_cols);
     sqlite3_stmt *st = NULL;
     int r = 0;
-    pthread_mutex_lock(&m->lock);
+    lock_written(m);
     if (sqlite3_prepare_v2(m->db, sql, -1, &st, NULL) != SQLITE_OK) {
         r = db_error(m, "cannot read a session");
         goto out;
@@ -307,7 +425,7 @@ static int select_rows(struct meta_db *m, const char *where, size_t limit,
     struct meta_session *v = NULL;
     size_t n = 0, alloc = 0;
     int rc, r = 0;
-    pthread_mutex_lock(&m->lock);
+    lock_written(m);
     if (sqlite3_prepare_v2(m->db, sql, -1, &st, NULL) != SQLITE_OK) {
         r = db_error(m, "cannot list sessions");
         goto out;

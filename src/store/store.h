@@ -146,6 +146,10 @@ int meta_recover(struct meta_db *m, bool (*alive)(const char *owner));
 int meta_put(struct meta_db *m, const struct meta_session *s);
 /* -ENOENT when there is no such id. *ret released with meta_session_release. */
 int meta_get(struct meta_db *m, const char *id, struct meta_session *ret);
+/* An execution's update of its record. Written at once when none was written in the last
+ * second; else kept and written within a second of the last write (by a thread of m's), or
+ * before any other call on m reads or writes: a process that crashes loses at most that
+ * second of these updates; another process reading the file sees them that much later. */
 int meta_touch(struct meta_db *m, const char *id, uint64_t last_used_ms, long execution_count);
 /* checkpoint: JSON text, or NULL to keep the current one. */
 int meta_set_state(struct meta_db *m, const char *id, enum meta_state state, bool has_variables,

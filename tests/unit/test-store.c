@@ -386,6 +386,62 @@ TEST(meta_records_sessions)
     free(dir);
 }
 
+static long count_seen(struct meta_db *reader, const char *id)
+{
+    struct meta_session got;
+    if (meta_get(reader, id, &got) < 0)
+        return -1;
+    long n = got.execution_count;
+    meta_session_release(&got);
+    return n;
+}
+
+/* Waits, at most 10 s (a hang), for another handle on the file to see count. */
+static bool seen_within(struct meta_db *reader, const char *id, long count)
+{
+    for (int i = 0; i < 1000; i++) {
+        if (count_seen(reader, id) == count)
+            return true;
+        usleep(10000);
+    }
+    return false;
+}
+
+TEST(meta_touches_kept_back_are_written_within_a_second_and_before_any_other_call)
+{
+    char *dir = scratch_dir();
+    _cleanup_free_ char *path = xasprintf("%s/sessions.db", dir);
+    struct meta_db *m, *other; /* other: as another process would read the file */
+    CHECK(meta_open(path, &m) == 0);
+    CHECK(meta_open(path, &other) == 0);
+    char id[] = "aaa", opts[] = "{}";
+    struct meta_session s = {
+        .id = id, .options = opts, .created_ms = 1, .last_used_ms = 1, .state = META_LIVE};
+    CHECK(meta_put(m, &s) == 0);
+    /* A burst: the first is written at once, the rest by m's thread, with no call on m. */
+    CHECK(meta_touch(m, id, 100, 1) == 0);
+    CHECK(count_seen(other, id) == 1);
+    for (long i = 2; i <= 50; i++)
+        CHECK(meta_touch(m, id, 100 + (uint64_t)i, i) == 0);
+    CHECK(seen_within(other, id, 50));
+    /* Kept back touches come before a read and a write of m's own. */
+    CHECK(meta_touch(m, id, 200, 51) == 0);
+    CHECK(count_seen(m, id) == 51);
+    CHECK(meta_touch(m, id, 201, 52) == 0);
+    CHECK(meta_set_state(m, id, META_CLOSED, false, NULL) == 0);
+    struct meta_session got;
+    CHECK(meta_get(other, id, &got) == 0);
+    CHECK(got.execution_count == 52 && got.last_used_ms == 201 && got.state == META_CLOSED);
+    meta_session_release(&got);
+    /* and a close writes what is owed. */
+    CHECK(meta_touch(m, id, 202, 53) == 0);
+    meta_close(m);
+    CHECK(count_seen(other, id) == 53);
+    meta_close(other);
+    rm_rf(dir);
+    free(dir);
+}
+
 TEST(meta_reports_an_unusable_file)
 {
     char *dir = scratch_dir();
