@@ -566,15 +566,46 @@ static void shutdown_gracefully(struct server *srv)
 }
 
 /* Each session holds a few descriptors here (its kernel's channel and pipes, its sandbox's
- * status pipe and pidfd, its uid slot lock): a thousand sessions need more than the usual
- * soft limit of 1024. */
-static void raise_fd_limit(void)
+ * status pipe and pidfd, its uid slot lock, its cgroup usage files: 8.6 a Python session,
+ * measured), each connection one: the soft limit is raised to the hard one, and the hard
+ * one to what max_sessions needs where the server may (CAP_SYS_RESOURCE, up to
+ * fs.nr_open); a limit still short of that is logged. */
+#define FDS_PER_SESSION     10
+#define FDS_BESIDE_SESSIONS 64
+
+static void raise_fd_limit(const struct server_limits *l)
 {
     struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-        rl.rlim_cur = rl.rlim_max;
-        setrlimit(RLIMIT_NOFILE, &rl);
+    if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+        return;
+    size_t max_sessions = l->max_sessions;
+    rlim_t want = (rlim_t)max_sessions * FDS_PER_SESSION + l->max_connections + FDS_BESIDE_SESSIONS;
+    unsigned long nr_open = 0;
+    _cleanup_free_ char *text = NULL;
+    if (read_file("/proc/sys/fs/nr_open", 64, &text, NULL) == 0)
+        nr_open = strtoul(text, NULL, 10);
+    if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < want && nr_open) {
+        struct rlimit more = {.rlim_cur = MIN(want, (rlim_t)nr_open),
+                              .rlim_max = MIN(want, (rlim_t)nr_open)};
+        if (more.rlim_max > rl.rlim_max && setrlimit(RLIMIT_NOFILE, &more) == 0)
+            rl = more;
     }
+    if (rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+            getrlimit(RLIMIT_NOFILE, &rl);
+    }
+    if (rl.rlim_cur < want)
+        log_warn(
+            "msg=\"the open files limit allows fewer sessions than --max-sessions\" "
+            "open_files_max=%llu sessions_max=%zu sessions_about=%llu "
+            "fix=\"raise the limit (ulimit -n, LimitNOFILE= under systemd) to %llu\"",
+            (unsigned long long)rl.rlim_cur, max_sessions,
+            rl.rlim_cur > l->max_connections + FDS_BESIDE_SESSIONS
+                ? (unsigned long long)((rl.rlim_cur - l->max_connections - FDS_BESIDE_SESSIONS) /
+                                       FDS_PER_SESSION)
+                : 0ULL,
+            (unsigned long long)want);
 }
 
 /* The session records (DATA/sessions.db) and the store (DATA/store unless told). */
@@ -606,7 +637,7 @@ static int open_persistence(struct server *srv)
 
 static int prepare(struct server *srv, struct sockaddr_storage *addr)
 {
-    raise_fd_limit();
+    raise_fd_limit(&srv->cfg->limits);
     socklen_t alen;
     bool generated;
     int r = parse_listen(srv->cfg->listen, addr, &alen);

@@ -340,6 +340,11 @@ int sandbox_start(struct sandbox_host *host, struct workspace *ws, const struct 
             *ret = sb;
             return 0;
         }
+        /* Out of descriptors, a start from scratch would fail the same way, only later. */
+        if (r == -EMFILE || r == -ENFILE) {
+            sandbox_free(sb);
+            return r;
+        }
         /* The template could not serve: make this one from scratch. */
         log_warn("msg=\"template could not make the sandbox; starting from scratch\" "
                  "error=\"%s\"",

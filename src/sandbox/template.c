@@ -60,7 +60,12 @@ static char *profile_of(const struct sandbox_host *host)
     for (const char **f = files; *f; f++) {
         _cleanup_free_ char *pattern = xasprintf("%s/%s", host->libexec_dir, *f);
         glob_t g;
-        if (glob(pattern, 0, NULL, &g) != 0)
+        int r = glob(pattern, 0, NULL, &g);
+        if (r == GLOB_ABORTED || r == GLOB_NOSPACE) { /* not looked at (out of fds): unknown */
+            buf_release(&b);
+            return NULL;
+        }
+        if (r != 0)
             continue;
         for (size_t i = 0; i < g.gl_pathc; i++) {
             struct stat st;
@@ -109,6 +114,15 @@ static ssize_t recv_msg(int fd, char *buf, size_t size, int *ret_fd, int timeout
     for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
         if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && ret_fd)
             memcpy(ret_fd, CMSG_DATA(c), sizeof(int));
+    /* The kernel drops an fd it cannot install here (this process at its open files limit)
+     * and says so only in this flag. */
+    if (mh.msg_flags & MSG_CTRUNC) {
+        if (ret_fd && *ret_fd >= 0)
+            close(*ret_fd);
+        if (ret_fd)
+            *ret_fd = -1;
+        return -EMFILE;
+    }
     return n;
 }
 
@@ -221,7 +235,7 @@ static int current_template(struct sandbox_host *host, struct template **ret)
     if (t) {
         _cleanup_free_ char *profile = profile_of(host);
         bool alive = sandbox_poll_status(t->sb) == 0 && !t->sb->exited;
-        if (alive && !strcmp(profile, t->profile)) {
+        if (alive && (!profile || !t->profile || !strcmp(profile, t->profile))) {
             *ret = t;
             return 0;
         }
@@ -301,6 +315,9 @@ static int ask(struct template *t, struct sandbox *sb, const char *json, const i
      * it exits on its own. */
     if (len == 0 || len == -ECONNRESET)
         return err_set(EPIPE, "the template did not answer: it exited");
+    if (len == -EMFILE) /* the clone, never given its id maps, exits on its own */
+        return err_set(EMFILE, "the template's reply lost its descriptors: this process is "
+                               "out of open files");
     if (len < 0)
         return err_set(EIO, "the template did not answer: %s", strerror((int)-len));
     json_t *j = json_loads(reply, 0, NULL);

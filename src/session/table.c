@@ -4,9 +4,12 @@
 #include "session/session.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <sys/resource.h>
 #include <pthread.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define TOMBSTONES 4096
 
@@ -144,6 +147,57 @@ int session_table_create(struct session_table *t, const struct session_opts *opt
     return session_table_create_ex(t, &rq, ret_id, NULL);
 }
 
+/* A session that could not be made for want of descriptors says whose limit it met and
+ * what to do. */
+static int out_of_files(int r, size_t live)
+{
+    _cleanup_free_ char *why = xstrdup(err_msg());
+    struct rlimit rl = {0};
+    getrlimit(RLIMIT_NOFILE, &rl);
+    if (r == -ENFILE)
+        return err_set(ENFILE,
+                       "%s: the system is out of open files (fs.file-max) with %zu live "
+                       "sessions here; raise fs.file-max or lower --max-sessions",
+                       why, live);
+    return err_set(EMFILE,
+                   "%s: the server is out of open files at %zu live sessions (its limit is "
+                   "%llu); raise it (ulimit -n, LimitNOFILE= under systemd) or lower "
+                   "--max-sessions",
+                   why, live, (unsigned long long)rl.rlim_cur);
+}
+
+/* Descriptors a new session may take while it starts (its own, the spawn request's, the
+ * template's reply) with some left for connections: fewer free than this, and it is not
+ * begun, rather than fail part-way. */
+#define FDS_TO_START 48
+
+/* Whether fewer than FDS_TO_START descriptors are free. fds are taken lowest first, so the
+ * lowest free one is close to the count in use unless sessions ended below it; only near
+ * the limit are the free ones counted, by taking them (a dup each) and giving them back. A
+ * hole lower down can still make this say "enough" for a start that then fails. */
+static bool fds_short(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY)
+        return false;
+    int lowest = -1;
+    for (int fd = 0; fd <= 2 && lowest < 0; fd++)
+        lowest = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (lowest < 0)
+        return errno == EMFILE;
+    if ((rlim_t)lowest + 2 * FDS_TO_START <= rl.rlim_cur) {
+        close(lowest);
+        return false;
+    }
+    int taken[FDS_TO_START], n = 0;
+    taken[n++] = lowest;
+    while (n < FDS_TO_START && (taken[n] = fcntl(lowest, F_DUPFD_CLOEXEC, 0)) >= 0)
+        n++;
+    for (int i = 0; i < n; i++)
+        close(taken[i]);
+    return n < FDS_TO_START;
+}
+
 int session_table_create_ex(struct session_table *t, const struct session_create *rq, char **ret_id,
                             json_t **ret_restored)
 {
@@ -158,6 +212,13 @@ int session_table_create_ex(struct session_table *t, const struct session_create
                        "the server holds its maximum of %zu live sessions; close one "
                        "or wait for idle ones to expire",
                        t->max_sessions);
+    if (fds_short()) {
+        pthread_mutex_lock(&t->lock);
+        size_t live = --t->count;
+        pthread_mutex_unlock(&t->lock);
+        err_set(EMFILE, "too few descriptors left to start a session");
+        return out_of_files(-EMFILE, live);
+    }
     _cleanup_free_ char *hex = random_hex(12);
     _cleanup_free_ char *id = rq->id    ? xstrdup(rq->id)
                               : t->node ? xasprintf("%s-%s", t->node, hex)
@@ -170,9 +231,9 @@ int session_table_create_ex(struct session_table *t, const struct session_create
     }
     if (r < 0) {
         pthread_mutex_lock(&t->lock);
-        t->count--;
+        size_t live = --t->count;
         pthread_mutex_unlock(&t->lock);
-        return r;
+        return r == -EMFILE || r == -ENFILE ? out_of_files(r, live) : r;
     }
     struct entry *e = xcalloc(1, sizeof(*e));
     e->id = xstrdup(id);

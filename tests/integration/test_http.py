@@ -24,7 +24,7 @@ import unittest
 import uuid
 
 import rctest
-from rctest import (HANG, RUNCELL, TOKEN, RuncellTestCase, Server, cgroups_of, free_port,
+from rctest import (HANG, RUNCELL, TOKEN, RuncellTestCase, Server, TempDir, cgroups_of, free_port,
                     is_root, mounts_below, procs_with, run_dir_entries, wait_until)
 
 NDJSON = {"Accept": "application/x-ndjson"}
@@ -865,6 +865,70 @@ class Limits(RuncellTestCase):
             self.assertIn("maximum of 2 live sessions", r.json()["error"]["message"])
             srv.ok("DELETE", path_of(a))
             srv.create_session()
+
+    def test_out_of_open_files_is_503_and_loses_nothing(self):
+        # The server's own limit, lowered under it: sessions are refused before they are
+        # begun, with what to do; those it has go on, the template is kept, and a closed
+        # session's descriptors serve the next one.
+        with Server("--max-sessions", "500") as srv:
+            first = srv.create_session()
+            srv.execute(first, "x = 41")
+            limit = len(os.listdir("/proc/%d/fd" % srv.pid)) + 150
+            subprocess.run(["prlimit", "--pid", str(srv.pid), "--nofile=%d:%d" % (limit, limit)],
+                           check=True)
+            made = []
+            for _ in range(100):
+                r = srv.request("POST", "/v1/sessions", {})
+                if r.status != 201:
+                    break
+                made.append(r.json()["id"])
+            self.assertEqual((r.status, r.error_code), (503, "sandbox_error"), r)
+            message = r.json()["error"]["message"]
+            self.assertIn("out of open files", message)
+            self.assertIn("(its limit is %d)" % limit, message)
+            self.assertIn("ulimit -n", message)
+            self.assertGreater(len(made), 3)
+            self.assertEqual(srv.execute(first, "x + 1")["results"], [{"text/plain": "42"}])
+            self.assertEqual(srv.request("GET", "/healthz").status, 200)
+            for sid in made[:3]:
+                srv.ok("DELETE", path_of(sid))
+            again = srv.create_session()
+            self.assertEqual(srv.execute(again, "1 + 1")["results"], [{"text/plain": "2"}])
+            log = srv.log()
+            for sign in ("replacing the template", "starting from scratch"):
+                self.assertNotIn(sign, log)
+
+    def test_the_open_files_limit_is_raised_for_max_sessions_or_named(self):
+        # 1000 sessions need ~11000 descriptors: a hard limit of 2048 is raised where the
+        # server may (CAP_SYS_RESOURCE), and else named in a warning with what to set.
+        with TempDir() as d:
+            log_path = os.path.join(d, "log")
+            with open(log_path, "wb") as log:
+                p = subprocess.Popen(
+                    ["prlimit", "--nofile=2048:2048", RUNCELL, "serve", "--listen",
+                     "127.0.0.1:0", "--data", os.path.join(d, "data"), "--token", TOKEN,
+                     "--no-template", "--max-sessions", "1000"],
+                    stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                    env=dict(os.environ, RUNCELL_RUNDIR=d))
+            try:
+                deadline = time.monotonic() + HANG
+                while "listening" not in open(log_path).read():
+                    self.assertIsNone(p.poll(), open(log_path).read())
+                    self.assertLess(time.monotonic(), deadline, open(log_path).read())
+                    time.sleep(0.05)
+                limits = open("/proc/%d/limits" % p.pid).read()
+                soft = int(re.search(r"Max open files\s+(\d+)", limits).group(1))
+                text = open(log_path).read()
+                if soft < 11088:
+                    self.assertEqual(soft, 2048, limits)
+                    self.assertRegex(text, r'open files limit allows fewer sessions.*'
+                                           r'open_files_max=2048 sessions_max=1000 '
+                                           r'sessions_about=96 fix="raise the limit .* to 11088"')
+                else:
+                    self.assertNotIn("open files limit allows fewer", text)
+            finally:
+                p.terminate()
+                self.assertEqual(p.wait(timeout=HANG), 0)
 
     def test_max_executions_is_429(self):
         with Server("--max-executions", "1") as srv:

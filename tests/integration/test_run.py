@@ -174,6 +174,14 @@ class ExitStatus(RuncellTestCase):
         self.assertStatus(rec, "sandbox_error")
         self.assertIn("RUNCELL_LIBEXEC", rec["message"])
 
+    def test_a_low_open_files_limit_is_kept_not_refused(self):
+        # The sandbox's own limit (1024) is above this hard one, which only
+        # CAP_SYS_RESOURCE of the host could raise: the sandbox takes the lower one.
+        p = subprocess.run(["prlimit", "--nofile=512:512", RUNCELL, "run", "-c",
+                            "import resource; print(resource.getrlimit(resource.RLIMIT_NOFILE))"],
+                           capture_output=True, text=True, timeout=HANG)
+        self.assertEqual((p.returncode, p.stdout), (0, "(512, 512)\n"), p.stderr)
+
     def test_sigterm_to_runcell_kills_the_sandbox(self):
         token = uuid.uuid4().hex
         p = subprocess.Popen([RUNCELL, "run", "--json", "--lang", "bash", "-c",

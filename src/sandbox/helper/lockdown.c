@@ -69,8 +69,14 @@ static int set_rlimit(int resource, uint64_t value, const char *name)
 
 static int rlimits(const struct helper_config *cfg)
 {
+    /* Never above the server's own hard limit, which only CAP_SYS_RESOURCE could raise. */
+    struct rlimit own;
+    uint64_t nofile = cfg->rl_nofile;
+    if (getrlimit(RLIMIT_NOFILE, &own) == 0 && own.rlim_max != RLIM_INFINITY &&
+        own.rlim_max < nofile)
+        nofile = own.rlim_max;
     if (set_rlimit(RLIMIT_CORE, 0, "core size") < 0 ||
-        set_rlimit(RLIMIT_NOFILE, cfg->rl_nofile, "open files") < 0)
+        set_rlimit(RLIMIT_NOFILE, nofile, "open files") < 0)
         return -1;
     if (cfg->rl_nproc && set_rlimit(RLIMIT_NPROC, cfg->rl_nproc, "process count") < 0)
         return -1;
