@@ -15,6 +15,7 @@ struct cgroup {
                            * cpuacct.usage, memory.max_usage_in_bytes (read-write: the
                            * reset), memory.oom_control */
     bool peak_resettable; /* v2: writing peak_fd resets what it reads (Linux 6.12+) */
+    bool usage_closed;    /* peak_fd and usage_fd[] closed while the sandbox is idle */
     bool has_applied;     /* applied holds the limits last written in full */
     struct sandbox_limits applied;
 };
@@ -40,6 +41,9 @@ void cgroup_kill_all(const struct cgroup *cg);
  * through the cgroup's own descriptor, where the kernel lets it (the reset counts only for
  * reads through that descriptor). */
 void cgroup_reset_peak(const struct cgroup *cg);
+/* Closes the usage files (an idle sandbox's descriptors back), and opens them again. */
+void cgroup_usage_close(struct cgroup *cg);
+void cgroup_usage_reopen(struct cgroup *cg);
 /* Whether the peak cgroup_read_usage reports is since the last reset ("cell") or since the
  * cgroup was made ("session": v2 before Linux 6.12). */
 bool cgroup_peak_per_cell(const struct cgroup *cg);

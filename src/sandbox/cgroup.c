@@ -960,16 +960,35 @@ static void remove_dir(const char *dir)
     log_warn("msg=\"cannot remove cgroup\" path=%s error=\"%s\"", dir, strerror(errno));
 }
 
+void cgroup_usage_close(struct cgroup *cg)
+{
+    if (cg->peak_fd >= 0)
+        close(cg->peak_fd);
+    cg->peak_fd = -1;
+    for (size_t i = 0; i < ARRAY_SIZE(cg->usage_fd); i++) {
+        if (cg->usage_fd[i] >= 0)
+            close(cg->usage_fd[i]);
+        cg->usage_fd[i] = -1;
+    }
+    cg->usage_closed = true;
+}
+
+void cgroup_usage_reopen(struct cgroup *cg)
+{
+    if (!cg->usage_closed)
+        return;
+    cg->usage_closed = false;
+    if (cg->mode == CGROUP_V2)
+        open_peak(cg);
+    open_usage(cg);
+}
+
 void cgroup_free(struct cgroup *cg)
 {
     if (!cg)
         return;
     cgroup_kill_all(cg);
-    if (cg->peak_fd >= 0)
-        close(cg->peak_fd);
-    for (size_t i = 0; i < ARRAY_SIZE(cg->usage_fd); i++)
-        if (cg->usage_fd[i] >= 0)
-            close(cg->usage_fd[i]);
+    cgroup_usage_close(cg);
     for (int i = 0; i < CG_N; i++) {
         if (!cg->dirs[i])
             continue;

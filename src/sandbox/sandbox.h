@@ -361,6 +361,9 @@ int sandbox_set_limits(struct sandbox *sb, const struct sandbox_limits *limits);
 /* Starts a new peak-memory measurement (cgroup v1 max_usage, v2 memory.peak where the
  * kernel lets it be reset: Linux 6.12+); best effort. sandbox_usage says which it got. */
 void sandbox_reset_peak(struct sandbox *sb);
+/* Gives back the descriptors kept for sandbox_usage while the sandbox is idle; the next
+ * sandbox_usage or sandbox_reset_peak opens them again. Not while either runs. */
+void sandbox_usage_idle(struct sandbox *sb);
 
 /* Kills what is left, reaps, removes the cgroup and the root directory; NULL is a no-op. */
 void sandbox_free(struct sandbox *sb);

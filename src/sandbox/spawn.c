@@ -441,6 +441,7 @@ int sandbox_usage(struct sandbox *sb, struct sandbox_usage *ret)
         return sb->state == SANDBOX_EXITED ? 0 : -ENODATA;
     }
     uint64_t ooms = 0;
+    cgroup_usage_reopen(sb->cgroup);
     cgroup_read_usage(sb->cgroup, &ret->cpu_ms, &ret->memory_peak_kb, &ooms);
     ret->oom_killed = ooms > sb->oom_kills_at_start;
     ret->memory_peak_scope = cgroup_peak_per_cell(sb->cgroup) ? "cell" : "session";
@@ -454,8 +455,16 @@ int sandbox_set_limits(struct sandbox *sb, const struct sandbox_limits *limits)
 
 void sandbox_reset_peak(struct sandbox *sb)
 {
-    if (sb->cgroup)
+    if (sb->cgroup) {
+        cgroup_usage_reopen(sb->cgroup);
         cgroup_reset_peak(sb->cgroup);
+    }
+}
+
+void sandbox_usage_idle(struct sandbox *sb)
+{
+    if (sb->cgroup && !sb->cgroup->usage_closed)
+        cgroup_usage_close(sb->cgroup);
 }
 
 void sandbox_free(struct sandbox *sb)

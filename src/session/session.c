@@ -811,6 +811,18 @@ uint64_t session_last_used_ms(struct session *s)
     return v;
 }
 
+void session_idle_release(struct session *s, uint64_t idle_ms)
+{
+    pthread_mutex_lock(&s->lock);
+    /* Idle, and so no execution reads the usage files: none can begin while this is held. */
+    if ((s->state == SESSION_IDLE || s->state == SESSION_ARMED) &&
+        ms_since(now_ms(), s->last_used_ms) >= idle_ms) {
+        for (struct kernel *k = s->k, *next = s->other; k; k = next, next = NULL)
+            sandbox_usage_idle(kernel_sandbox(k));
+    }
+    pthread_mutex_unlock(&s->lock);
+}
+
 bool session_busy(struct session *s)
 {
     pthread_mutex_lock(&s->lock);

@@ -218,6 +218,10 @@ uint64_t session_created_ms(struct session *s);
 /* Milliseconds (monotonic) of the last execution's end, or of creation. */
 uint64_t session_last_used_ms(struct session *s);
 bool session_busy(struct session *s);
+/* Gives back what a session idle for idle_ms keeps open only to measure its next execution
+ * (its sandboxes' cgroup usage files: three descriptors each); they are opened again when
+ * it runs. */
+void session_idle_release(struct session *s, uint64_t idle_ms);
 long session_execution_count(struct session *s);
 const char *session_python_version(struct session *s);
 const struct session_opts *session_options(struct session *s);

@@ -930,6 +930,37 @@ class Limits(RuncellTestCase):
                 p.terminate()
                 self.assertEqual(p.wait(timeout=HANG), 0)
 
+    def test_an_idle_session_gives_back_its_usage_files_and_measures_its_next_cell(self):
+        # A session idle for 10 s closes the cgroup files it keeps open to measure a cell
+        # (what lets 2500 idle sessions fit in 20000 descriptors); its next cell opens them
+        # again and is measured as before.
+        def usage_files(pid):
+            n = 0
+            for fd in os.listdir("/proc/%d/fd" % pid):
+                try:
+                    target = os.readlink("/proc/%d/fd/%s" % (pid, fd))
+                except OSError:
+                    continue
+                n += target.startswith("/sys/fs/cgroup/")
+            return n
+
+        with Server("--pool", "0") as srv:
+            sid = srv.create_session()
+            srv.execute(sid, "x = 1")
+            held = usage_files(srv.pid)
+            self.assertGreaterEqual(held, 3)
+            # three of them: v1 cpuacct.usage, memory.max_usage_in_bytes, memory.oom_control;
+            # v2 cpu.stat, memory.events, memory.peak
+            self.assertTrue(wait_until(lambda: usage_files(srv.pid) == held - 3, HANG),
+                            "still %d cgroup files open of %d" % (usage_files(srv.pid), held))
+            rec = srv.execute(sid, "big = bytearray(60 << 20)\n"
+                                   "for i in range(0, len(big), 4096): big[i] = 1\n"
+                                   "sum(range(3000000))")
+            self.assertEqual(rec["results"], [{"text/plain": str(sum(range(3000000)))}])
+            self.assertGreaterEqual(rec["usage"]["memory_peak_kb"], 60 << 10, rec)
+            self.assertGreater(rec["usage"]["cpu_ms"], 0, rec)
+            self.assertEqual(usage_files(srv.pid), held)
+
     def test_max_executions_is_429(self):
         with Server("--max-executions", "1") as srv:
             a, b = srv.create_session(), srv.create_session()
