@@ -901,6 +901,10 @@ class Limits(RuncellTestCase):
     def test_the_open_files_limit_is_raised_for_max_sessions_or_named(self):
         # 1000 sessions need ~11000 descriptors: a hard limit of 2048 is raised where the
         # server may (CAP_SYS_RESOURCE), and else named in a warning with what to set.
+        def read(path):
+            with open(path) as f:
+                return f.read()
+
         with TempDir() as d:
             log_path = os.path.join(d, "log")
             with open(log_path, "wb") as log:
@@ -912,13 +916,13 @@ class Limits(RuncellTestCase):
                     env=dict(os.environ, RUNCELL_RUNDIR=d))
             try:
                 deadline = time.monotonic() + HANG
-                while "listening" not in open(log_path).read():
-                    self.assertIsNone(p.poll(), open(log_path).read())
-                    self.assertLess(time.monotonic(), deadline, open(log_path).read())
+                while "listening" not in read(log_path):
+                    self.assertIsNone(p.poll(), read(log_path))
+                    self.assertLess(time.monotonic(), deadline, read(log_path))
                     time.sleep(0.05)
-                limits = open("/proc/%d/limits" % p.pid).read()
+                limits = read("/proc/%d/limits" % p.pid)
                 soft = int(re.search(r"Max open files\s+(\d+)", limits).group(1))
-                text = open(log_path).read()
+                text = read(log_path)
                 if soft < 11088:
                     self.assertEqual(soft, 2048, limits)
                     self.assertRegex(text, r'open files limit allows fewer sessions.*'
