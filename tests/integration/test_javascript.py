@@ -18,7 +18,7 @@ import unittest
 
 from mcpclient import StdioClient
 from rctest import (RUNCELL, CellsCase, RestartableServer, RuncellTestCase, Server, ServerCase,
-                    TempDir, procs_with, runcell, wait_until)
+                    TempDir, descendants, procs_with, runcell, wait_until)
 
 NODE = "/usr/bin/node"
 PNG = bytes([0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A]) + b"\0\0\0\rIHDR"
@@ -419,10 +419,11 @@ class InterfacesTest(ServerCase):
         # busy machine may hold back: here init is stopped. The cell ends only once the
         # signal has come, so that the signal cannot break the next cell instead.
         srv = self.srv
-        before = set(procs_with("/.runcell/kernel.js"))
+        # This server's (other work on the machine may run kernels of its own).
+        before = set(procs_with("/.runcell/kernel.js")) & descendants(srv.pid)
         sid = srv.create_session(language="javascript")
         srv.execute(sid, "let here = 'still'")
-        kernels = set(procs_with("/.runcell/kernel.js")) - before
+        kernels = (set(procs_with("/.runcell/kernel.js")) & descendants(srv.pid)) - before
         self.assertEqual(len(kernels), 1, kernels)
         with open("/proc/%d/stat" % kernels.pop()) as f:
             init = int(f.read().rsplit(")", 1)[1].split()[1])

@@ -448,6 +448,24 @@ def mounts_below(prefix):
         return [l.split()[4] for l in f if l.split()[4].startswith(prefix)]
 
 
+def descendants(pid):
+    """The live processes below pid (children, their children, ...)."""
+    parent = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open("/proc/%s/stat" % d) as f:
+                    parent[int(d)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except OSError:
+                pass
+    below, grew = set(), True
+    while grew:
+        more = {p for p, pp in parent.items() if (pp == pid or pp in below) and p not in below}
+        below |= more
+        grew = bool(more)
+    return below
+
+
 def procs_with(token, but=()):
     """Live (non-zombie) processes whose command line holds token, except the pids in but
     (runcell's own command line holds the code too)."""
