@@ -176,6 +176,14 @@ static void print_json_record(const struct exec_record *rec)
  * record, as it does for every other sandbox failure. */
 static int host_setup(struct sandbox_host *host, bool json)
 {
+    /* Before the host is set up, which may start processes: a signal from then on ends the
+     * run with its record (128 + N), never the default death. */
+    if (pipe2(cancel_pipe, O_CLOEXEC | O_NONBLOCK) == 0) {
+        struct sigaction sa = {.sa_handler = on_signal};
+        sigaction(SIGINT, &sa, NULL);
+        sigaction(SIGTERM, &sa, NULL);
+        sigaction(SIGHUP, &sa, NULL);
+    }
     if (sandbox_host_init(host) < 0) {
         fprintf(stderr, "runcell: %s\n", err_msg());
         if (json) {
@@ -192,12 +200,6 @@ static int host_setup(struct sandbox_host *host, bool json)
     if (host->degraded_reason)
         fprintf(stderr, "runcell: warning: resource limits are degraded: %s\n",
                 host->degraded_reason);
-    if (pipe2(cancel_pipe, O_CLOEXEC | O_NONBLOCK) == 0) {
-        struct sigaction sa = {.sa_handler = on_signal};
-        sigaction(SIGINT, &sa, NULL);
-        sigaction(SIGTERM, &sa, NULL);
-        sigaction(SIGHUP, &sa, NULL);
-    }
     return 0;
 }
 
