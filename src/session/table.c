@@ -198,6 +198,15 @@ static bool fds_short(void)
     return n < FDS_TO_START;
 }
 
+/* Gives back the place a create reserved; returns how many sessions are left. */
+static size_t give_back_place(struct session_table *t)
+{
+    pthread_mutex_lock(&t->lock);
+    size_t live = --t->count;
+    pthread_mutex_unlock(&t->lock);
+    return live;
+}
+
 int session_table_create_ex(struct session_table *t, const struct session_create *rq, char **ret_id,
                             json_t **ret_restored)
 {
@@ -213,11 +222,8 @@ int session_table_create_ex(struct session_table *t, const struct session_create
                        "or wait for idle ones to expire",
                        t->max_sessions);
     if (fds_short()) {
-        pthread_mutex_lock(&t->lock);
-        size_t live = --t->count;
-        pthread_mutex_unlock(&t->lock);
         err_set(EMFILE, "too few descriptors left to start a session");
-        return out_of_files(-EMFILE, live);
+        return out_of_files(-EMFILE, give_back_place(t));
     }
     _cleanup_free_ char *hex = random_hex(12);
     _cleanup_free_ char *id = rq->id    ? xstrdup(rq->id)
@@ -230,9 +236,7 @@ int session_table_create_ex(struct session_table *t, const struct session_create
         s = NULL;
     }
     if (r < 0) {
-        pthread_mutex_lock(&t->lock);
-        size_t live = --t->count;
-        pthread_mutex_unlock(&t->lock);
+        size_t live = give_back_place(t);
         return r == -EMFILE || r == -ENFILE ? out_of_files(r, live) : r;
     }
     struct entry *e = xcalloc(1, sizeof(*e));
