@@ -154,9 +154,9 @@ static int save_locked(struct persist *p, struct workspace *ws, const struct ws_
 void persist_after_execute(struct persist *p, struct workspace *ws, const struct ws_listing *after,
                            struct exec_record *rec)
 {
-    if (p->c->meta && meta_touch(p->c->meta, p->id, now_realtime_ms(), rec->execution_count) < 0)
-        log_warn("msg=\"cannot update the session's record\" session=%s error=\"%s\"", p->id,
-                 err_msg());
+    /* A write that fails is logged by the records, and kept to be tried again. */
+    if (p->c->meta)
+        (void)meta_touch(p->c->meta, p->id, now_realtime_ms(), rec->execution_count);
     if (!p->files)
         return;
     pthread_mutex_lock(&p->lock);
