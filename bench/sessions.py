@@ -262,16 +262,28 @@ def python_pss():
 
 # ---- many idle sessions ----
 
+# Below this much available memory the bench stops making sessions (and says so), so that
+# asking for more than the machine holds ends the bench, not the machine.
+HOLD_RESERVE_MB = 1536
+
+
 def hold_sessions(runcell, n, creators=4):
     srv = Server(runcell, "--pool", "4")
     errors = []
     made = []
     lock = threading.Lock()
+    stopped = []
 
     def worker(count):
         local = Server.__new__(Server)
         local.__dict__.update(port=srv.port, token=srv.token, conn=None)
         for _ in range(count):
+            avail = meminfo_mb("MemAvailable")
+            if avail < HOLD_RESERVE_MB:
+                with lock:
+                    stopped.append("stopped at %d sessions: %.0f MB available (reserve %d MB)"
+                                   % (len(made), avail, HOLD_RESERVE_MB))
+                return
             try:
                 s = local.call("POST", "/v1/sessions", {"memory_mb": 256})
                 local.call("POST", "/v1/sessions/%s/execute" % s["id"], {"code": "x = 1"})
@@ -296,7 +308,7 @@ def hold_sessions(runcell, n, creators=4):
             lat.append((time.perf_counter() - t) * 1000)
         used = meminfo_used_mb() - mem0
         t0 = time.time()
-        return {"held": len(made), "errors": errors[:3], "create_s": created_s,
+        return {"held": len(made), "errors": (stopped[:1] + errors)[:3], "create_s": created_s,
                 "healthz_p50": pct(lat, 50), "healthz_p99": pct(lat, 99),
                 "healthz_max": max(lat),
                 "memory_mb": used}
@@ -308,12 +320,16 @@ def hold_sessions(runcell, n, creators=4):
             print("  (closing %d sessions at shutdown took %.1f s)" % (len(made), stop_s))
 
 
-def meminfo_used_mb():
+def meminfo_mb(*keys):
     info = {}
     for line in open("/proc/meminfo"):
         k, v = line.split(":")
         info[k] = int(v.split()[0])
-    return (info["MemTotal"] - info["MemAvailable"]) / 1024.0
+    return sum(info[k] for k in keys) / 1024.0
+
+
+def meminfo_used_mb():
+    return meminfo_mb("MemTotal") - meminfo_mb("MemAvailable")
 
 
 def main(argv):
