@@ -1500,6 +1500,7 @@ def template_main():
     ctl = socket.socket(fileno=CHANNEL_FD)
     if threading.active_count() != 1:
         raise SystemExit("runcell template: a preloaded module started threads; cannot fork")
+    _warm_up()
     gc.collect()
     gc.freeze()  # the imported heap stays shared with the sessions' kernels
     ctl.send(json.dumps({"type": "ready", "python": sys.version.split()[0],
@@ -1522,6 +1523,40 @@ def template_main():
     _reseed_after_clone()
     main(template_argv=True)
     os._exit(0)
+
+
+WARM_UP_CELLS = 64
+
+
+def _warm_up():
+    """Runs a kernel on WARM_UP_CELLS throwaway cells over a socketpair, in the template
+    before it freezes its heap. CPython 3.11 counts the calls of each function, then
+    rewrites its bytecode in place (quickened, then specialised): without this, each
+    session's kernel rewrote the code objects of its per-cell path (execute, mime_bundle,
+    _wire_safe, the channel's) in the pages it shares with the template. Leaves nothing
+    behind: the kernel and its namespace are dropped, the SIGINT handler its cells set is
+    put back, and the cells' source and the user site's probe are forgotten."""
+    global _user_site_probe
+    import socket
+    sigint = _signal.getsignal(_signal.SIGINT)
+    here, there = socket.socketpair()
+    try:
+        request = json_dumps({"type": "execute", "code": "_ = 1\n_ + 1", "execution_count": 1})
+        request = request.encode("utf-8")
+        # ~6 kB in all, and the replies ~10 kB: both fit the socket's buffers
+        there.sendall((struct.pack(">IB", len(request), ord("M")) + request) * WARM_UP_CELLS)
+        there.shutdown(socket.SHUT_WR)
+        kernel = Kernel(Channel(os.dup(here.fileno())))
+        kernel.serve()  # returns at the end of the requests
+        os.close(kernel.channel.fd)
+    finally:
+        here.close()
+        there.close()
+        _signal.signal(_signal.SIGINT, sigint)
+        _sources.pop("<cell 1>", None)
+        if "linecache" in sys.modules:
+            sys.modules["linecache"].cache.pop("<cell 1>", None)
+        _user_site_probe = None  # the template's workspace, not a session's
 
 
 def _set_environ(env):
