@@ -18,7 +18,8 @@ own when /proc/PID/pagemap gives it another frame than the template's at the sam
     given back), which is still a copy.
 It also lists the code objects written (their warm-up counter and quickened bytecode), by
 file and name. The types are read from the template's copy, so a block freed and used
-again for another object is named after its old one. Used for docs/PERFORMANCE.md.
+again for another object is named after its old one, and a page the init wrote before it
+forked the kernel shows in both. Used for docs/PERFORMANCE.md.
 """
 import bisect
 import collections
