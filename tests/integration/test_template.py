@@ -340,6 +340,25 @@ class TemplateTest(RuncellTestCase):
             self.assertEqual(self.value(srv.execute(b, PRELOADED)),
                              "['matplotlib', 'numpy', 'pandas']")
 
+    def test_the_templates_own_warm_up_cells_leave_nothing_in_a_session(self):
+        # The template runs a kernel on throwaway cells before its first clone (to have
+        # CPython rewrite its bytecode there once): a session starts as if none had run.
+        with Server("--pool", "1") as srv:
+            rec = srv.execute(srv.create_session(),
+                              "import signal, sys\n"
+                              "[sorted(k for k in globals() if not k.startswith('__')),"
+                              " signal.getsignal(signal.SIGINT).__qualname__,"
+                              " sys.modules['linecache'].cache['<cell 1>'][2][0].strip()]")
+            self.assertEqual(rec["execution_count"], 1)
+            self.assertEqual(self.value(rec), "[['signal', 'sys'], '_Interrupts.handler', "
+                                              "'import signal, sys']")
+            # A first cell's error shows that cell's own line.
+            rec = srv.execute(srv.create_session(), "x = 1\ny = x / 0  # rctest-line\n")
+            self.assertStatus(rec, "error")
+            self.assertIn("y = x / 0  # rctest-line", rec["error"]["traceback"])
+            self.assertEqual(self.value(srv.execute(srv.create_session(), PRELOADED)),
+                             "['matplotlib', 'numpy', 'pandas']")
+
     def test_killed_template_is_replaced_and_its_sessions_live_on(self):
         with Server("--pool", "0") as srv:
             old = srv.create_session()
