@@ -199,10 +199,10 @@ static int session_init(struct helper_config *cfg, const int *fds, int n, int sy
 /* The clone reads and parses its request in memory of its own, mapped for it and unmapped
  * once the request is parsed, not in the heap it shares with the template: jansson's values
  * went to the template's free chunks, scattered over its heap, and each session kept its
- * own copies of ~50 of those pages (~200 KB; /proc/PID/pagemap of a clone against the
+ * own copies of ~50 of those pages (/proc/PID/pagemap of a clone against the
  * template's). Pages of the mapping cost memory only as they are touched; a request that
  * needs more than it holds takes the rest from malloc. */
-#define PARSE_ARENA_SIZE ((size_t)16 << 20)
+#define PARSE_ARENA_SIZE ((size_t)4 << 20)
 static char *arena_base, *arena_next;
 
 static void *arena_alloc(size_t n)

@@ -524,6 +524,12 @@ class TemplateRequestsTest(RuncellTestCase):
         cfg = {"root_dir": "/", "workspace": "/", "argv": ["python3"], "extra_fds": 2}
         got, _ = self.ask(json.dumps(cfg).encode(), 5)
         self.assertEqual(got, {"error": "5 fds do not fit the configuration"})
+        # A request whose parse takes more than the clone's mapping for it (jansson's values
+        # of 200000 strings, ~13 MB) goes on in malloc, and is answered the same way.
+        big = json.dumps(dict(cfg, unused=["a"] * 200000), separators=(",", ":")).encode()
+        self.ctl.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+        got, _ = self.ask(big, 5)
+        self.assertEqual(got, {"error": "5 fds do not fit the configuration"})
         # The template holds none of the fds that came with them, made no session, and
         # stops when the channel closes.
         self.assertEqual(len(os.listdir("/proc/%d/fd" % self.proc.pid)), fds_before)
