@@ -2,6 +2,7 @@
  * authentication, request bodies, one log line per request, and a graceful shutdown. */
 #include "api/api-int.h"
 #include "api/e2b.h"
+#include "kernel/kernel.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -544,11 +545,13 @@ static void shutdown_gracefully(struct server *srv)
         if (!wait_idle(srv, now_ms_f() + (double)d->interrupt_grace_ms)) {
             /* Interrupt first, kill after, as for a timeout: each client still gets its
              * record. A one-shot still starting its kernel has nothing to kill yet; its cell
-             * is interrupted as it starts, so the wait is bounded by the start timeout. */
+             * is interrupted as it starts, so the wait is bounded by the start timeout (as
+             * long as it is for the lowest CPU limit). */
             log_info("msg=\"interrupt grace over; killing the cells that did not stop\"");
             session_table_kill_all(srv->table);
             oneshots_kill(srv);
-            wait_idle(srv, now_ms_f() + (double)d->start_timeout_ms + 3000);
+            wait_idle(srv,
+                      now_ms_f() + (double)d->start_timeout_ms * KERNEL_START_SCALE_MAX + 3000);
         }
     }
     mcp_http_free(srv->mcp);

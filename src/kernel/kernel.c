@@ -234,6 +234,16 @@ static void on_hello(void *ctx, const struct kernel_event *ev)
     w->k->python_version = xstrdup(v ? v : "");
 }
 
+uint64_t kernel_start_wait_ms(uint64_t start_timeout_ms, uint64_t cpus_milli)
+{
+    if (!cpus_milli || cpus_milli >= 1000)
+        return start_timeout_ms;
+    uint64_t scale_milli = 1000 * 1000 / cpus_milli;
+    if (scale_milli > KERNEL_START_SCALE_MAX * 1000)
+        scale_milli = KERNEL_START_SCALE_MAX * 1000;
+    return start_timeout_ms * scale_milli / 1000;
+}
+
 /* Waits for the hello; kernel output before it (import warnings) goes to the log. */
 static int wait_hello(struct kernel *k, uint64_t timeout_ms)
 {
@@ -346,7 +356,7 @@ int kernel_start(struct sandbox_host *host, struct workspace *ws,
     fd_set_nonblock(k->chan_fd, true);
     fd_set_nonblock(k->out_fd, true);
     fd_set_nonblock(k->err_fd, true);
-    if ((r = wait_hello(k, start_timeout_ms)) < 0)
+    if ((r = wait_hello(k, kernel_start_wait_ms(start_timeout_ms, limits->cpus_milli))) < 0)
         goto fail;
     *ret = k;
     return 0;

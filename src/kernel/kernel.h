@@ -81,10 +81,15 @@ struct kernel_env {
     uint16_t relay_port;
     bool javascript; /* kernel.js on /usr/bin/node, not kernel.py (no template) */
 };
+/* A kernel's start is CPU work done under its sandbox's CPU limit: below one core it takes
+ * longer in proportion, so the wait for its hello grows by 1000 / cpus_milli, at most
+ * KERNEL_START_SCALE_MAX times (none at one core or more, or without a limit). */
+#define KERNEL_START_SCALE_MAX 8
+uint64_t kernel_start_wait_ms(uint64_t start_timeout_ms, uint64_t cpus_milli);
 /* Starts a kernel in a new sandbox on ws, with extra (may be NULL) applied to the sandbox,
- * and waits (up to start_timeout_ms) for its hello. args (may be NULL) become the cells'
- * sys.argv[1:] (process.argv.slice(2) for JavaScript). 0 or -errno with err_msg(); *ret owned by
- * the caller (kernel_free). */
+ * and waits (up to kernel_start_wait_ms(start_timeout_ms, its CPU limit)) for its hello. args (may
+ * be NULL) become the cells' sys.argv[1:] (process.argv.slice(2) for JavaScript). 0 or -errno with
+ * err_msg(); *ret owned by the caller (kernel_free). */
 int kernel_start(struct sandbox_host *host, struct workspace *ws,
                  const struct sandbox_limits *limits, char *const *args, uint64_t start_timeout_ms,
                  const struct kernel_env *extra, struct kernel **ret);

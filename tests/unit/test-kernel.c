@@ -217,3 +217,14 @@ TEST(answers_to_a_kernel_that_reads_none_never_block)
     close(peer);
     kernel_free(k);
 }
+
+TEST(the_wait_for_a_start_grows_below_one_core_up_to_its_cap)
+{
+    CHECK(kernel_start_wait_ms(30000, 0) == 30000);    /* no limit */
+    CHECK(kernel_start_wait_ms(30000, 1000) == 30000); /* one core */
+    CHECK(kernel_start_wait_ms(30000, 4000) == 30000); /* more: never shorter */
+    CHECK(kernel_start_wait_ms(30000, 500) == 60000);
+    CHECK(kernel_start_wait_ms(30000, 250) == 120000);
+    CHECK(kernel_start_wait_ms(30000, 300) == 99990); /* 3.333x */
+    CHECK(kernel_start_wait_ms(30000, 1) == 30000 * KERNEL_START_SCALE_MAX);
+}
