@@ -217,7 +217,8 @@ static void *arena_alloc(size_t n)
 
 static void arena_free(void *p)
 {
-    if ((char *)p < arena_base || (char *)p >= arena_base + PARSE_ARENA_SIZE)
+    /* As addresses: p may be malloc's, which a pointer comparison may not be made with. */
+    if ((uintptr_t)p - (uintptr_t)arena_base >= PARSE_ARENA_SIZE)
         free(p);
 }
 
