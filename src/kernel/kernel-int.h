@@ -13,9 +13,13 @@ struct kernel {
     struct buf in;
     char *python_version;
     /* Writes to chan_fd: a request and an interrupt frame never interleave. An interrupt
-     * that comes while a request is being written is owed, and sent right after it. */
+     * that comes while a request is being written is owed, and sent right after it (its
+     * frame, then its one SIGINT), never with a later request. owed_lock guards the two
+     * flags and is never held across a write. */
     pthread_mutex_t write_lock;
-    atomic_bool interrupt_owed;
+    pthread_mutex_t owed_lock;
+    bool writing_request;
+    bool interrupt_owed;
 };
 
 #endif

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #define FRAME_HEADER 5
@@ -40,13 +41,22 @@ static int send_frame(struct kernel *k, char kind, const char *payload, size_t n
     struct iovec iov[2] = {{.iov_base = hdr, .iov_len = sizeof(hdr)},
                            {.iov_base = (void *)payload, .iov_len = n}};
     pthread_mutex_lock(&k->write_lock);
+    pthread_mutex_lock(&k->owed_lock);
+    k->writing_request = true;
+    pthread_mutex_unlock(&k->owed_lock);
     int r = sendv_all_by(k->chan_fd, iov, 2, deadline_ms);
-    bool owed = atomic_exchange(&k->interrupt_owed, false);
-    if (owed && r == 0)
+    /* Decided under owed_lock: an interrupt either finds the request still being written
+     * and leaves its frame and signal to this writer, or finds it done and sends them. */
+    pthread_mutex_lock(&k->owed_lock);
+    k->writing_request = false;
+    bool owed = k->interrupt_owed && r == 0;
+    k->interrupt_owed = false;
+    pthread_mutex_unlock(&k->owed_lock);
+    if (owed)
         send_interrupt_frame(k);
     pthread_mutex_unlock(&k->write_lock);
-    if (owed && r == 0)
-        sandbox_signal(k->sb, SIGINT); /* the one sent meanwhile found SIGINT ignored */
+    if (owed && k->sb)
+        sandbox_signal(k->sb, SIGINT);
     return r;
 }
 
@@ -302,6 +312,7 @@ int kernel_start(struct sandbox_host *host, struct workspace *ws,
 
     k->chan_fd = k->out_fd = k->err_fd = -1;
     pthread_mutex_init(&k->write_lock, NULL);
+    pthread_mutex_init(&k->owed_lock, NULL);
     buf_init(&k->in, KERNEL_MAX_FRAME + 4096);
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) < 0 || pipe2(out, O_CLOEXEC) < 0 ||
         pipe2(err, O_CLOEXEC) < 0) {
@@ -447,17 +458,32 @@ void kernel_answer_sync(struct kernel *k)
     pthread_mutex_unlock(&k->write_lock);
 }
 
+/* One interrupt is one I frame, then one SIGINT, both after the request of the cell it
+ * stops: the kernels match each frame to its signal, and a signal more would break the
+ * next cell (test-kernel.c). */
 void kernel_interrupt(struct kernel *k)
 {
-    if (!k || !k->sb)
+    if (!k)
         return;
-    if (pthread_mutex_trylock(&k->write_lock) == 0) {
-        send_interrupt_frame(k);
-        pthread_mutex_unlock(&k->write_lock);
-    } else {
-        atomic_store(&k->interrupt_owed, true); /* a request is being written */
+    for (;;) {
+        pthread_mutex_lock(&k->owed_lock);
+        if (k->writing_request) {
+            k->interrupt_owed = true; /* the writer sends both once the request is out */
+            pthread_mutex_unlock(&k->owed_lock);
+            return;
+        }
+        pthread_mutex_unlock(&k->owed_lock);
+        if (pthread_mutex_trylock(&k->write_lock) == 0)
+            break;
+        /* Held for a frame of a few bytes (a sync answer), or by a request's writer about
+         * to begin or just done: look again in a moment. */
+        struct timespec pause = {.tv_nsec = 100 * 1000};
+        nanosleep(&pause, NULL);
     }
-    sandbox_signal(k->sb, SIGINT);
+    send_interrupt_frame(k);
+    pthread_mutex_unlock(&k->write_lock);
+    if (k->sb)
+        sandbox_signal(k->sb, SIGINT);
 }
 
 void kernel_free(struct kernel *k)

@@ -126,7 +126,9 @@ function sendJson(obj) {
 }
 
 /* Frames from the daemon: requests are queued for the main loop; an interrupt frame marks
- * the running cell (or, between cells, is dropped: it was meant for a cell that ended). */
+ * the running cell, or a request read with it and not yet run (the daemon sends a cell's
+ * interrupt after its request), or, between cells, is dropped: it was meant for a cell
+ * that ended. */
 const channel = {
     buf: Buffer.alloc(0),
     pending: [],      /* chunks not yet joined to buf: a large request is joined once */
@@ -156,7 +158,7 @@ const channel = {
             this.buf = this.buf.subarray(5 + len);
             if (kind === 'I') {
                 if (this.onInterrupt)
-                    this.onInterrupt();
+                    this.onInterrupt(this.requests[this.requests.length - 1]);
             } else if (kind === 'M') {
                 this.requests.push(Buffer.from(payload));
             }
@@ -397,12 +399,14 @@ const kernel = {
  * signal's own and stops nothing more. Without the watchdog (a Node without the internal
  * binding), frames stop cells that have not started and a SIGINT listener stops waiting
  * cells. Between cells a frame is dropped, and the next cell waits for its signal first. */
-channel.onInterrupt = () => {
+channel.onInterrupt = (queued) => {
     kernel.frames++;
     if (contextify)
         kernel.signalOwed = true;
     if (!kernel.running) {
         kernel.handled = kernel.frames;
+        if (queued)
+            queued.interrupted = true; /* its cell stops before it starts */
     } else if (contextify || !kernel.running.started) {
         kernel.handled = kernel.frames;
         kernel.running.interruptAfterSignal();
@@ -464,8 +468,9 @@ process.on('uncaughtException', (e) => {
         cellConsole.error('Uncaught ' + errorRecord(e).traceback.trimEnd());
 });
 
-/* Runs one cell; resolves to {err} or {value, has}. */
-function runCell(code, filename) {
+/* Runs one cell; resolves to {err} or {value, has}. stopped: an interrupt frame came
+ * after its request, before it ran. */
+function runCell(code, filename, stopped) {
     return new Promise((resolve) => {
         let settled = false;
         const finish = (r) => {
@@ -483,6 +488,8 @@ function runCell(code, filename) {
             reject: (e) => finish({ err: e }),
         };
         kernel.running = running;
+        if (stopped)
+            return running.interruptAfterSignal();
         let compiled;
         try {
             compiled = compile(code, filename);
@@ -529,7 +536,7 @@ function run(running, compiled, finish) {
         (e) => finish({ err: e }));
 }
 
-async function execute(req) {
+async function execute(req, stopped) {
     const count = req.execution_count;
     kernel.count = Number.isInteger(count) && count > 0 ? count : kernel.count + 1;
     const reply = { type: 'done', execution_count: kernel.count, status: 'ok', error: null };
@@ -539,7 +546,8 @@ async function execute(req) {
         r = { err: { name: 'LanguageError', message: `this is a JavaScript kernel: it cannot run ` +
                      `${lang}; use a session whose language is ${lang}`, stack: '' } };
     else
-        r = await runCell(typeof req.code === 'string' ? req.code : '', `<cell ${kernel.count}>`);
+        r = await runCell(typeof req.code === 'string' ? req.code : '', `<cell ${kernel.count}>`,
+                          stopped);
     if (r.err !== undefined) {
         reply.status = 'error';
         reply.error = errorRecord(r.err);
@@ -571,14 +579,15 @@ async function serve() {
     busy = true;
     try {
         while (channel.requests.length) {
+            const raw = channel.requests.shift();
             let req;
             try {
-                req = JSON.parse(channel.requests.shift().toString('utf8'));
+                req = JSON.parse(raw.toString('utf8'));
             } catch (e) {
                 continue;
             }
             if (req && req.type === 'execute')
-                await execute(req);
+                await execute(req, raw.interrupted === true);
             else if (req && (req.type === 'checkpoint' || req.type === 'restore'))
                 variables(req);
         }

@@ -32,6 +32,10 @@ struct session {
      * reached the kernel (while it started, or before the request was written) is owed to it
      * (ARMED, INTERRUPTING), and sent once the request is out. */
     enum session_state state;
+    /* The running cell's request is out (from send_owed_interrupt to end): only then does
+     * an interrupt go to the kernel at once. Before, it is left to send_owed_interrupt, so
+     * that a cell gets one interrupt's frame and signal, not one now and one owed. */
+    bool cell_sent;
     _Atomic bool killed; /* session_kill: what dies now was stopped by runcell, not itself */
     long execution_count;
     uint64_t last_used_ms;
@@ -616,6 +620,8 @@ static int begin_within(struct session *s, uint64_t wait_ms)
            pthread_cond_timedwait(&s->idle, &s->lock, &until) == 0)
         ;
     int r = transition_locked(s, SESSION_EV_BEGIN);
+    if (r == 0)
+        s->cell_sent = false;
     pthread_mutex_unlock(&s->lock);
     if (r == -EBUSY)
         err_set(EBUSY, "the session is busy running another execution; wait for it or "
@@ -634,6 +640,7 @@ static void end(struct session *s)
 {
     pthread_mutex_lock(&s->lock);
     (void)transition_locked(s, SESSION_EV_END);
+    s->cell_sent = false;
     s->last_used_ms = now_ms();
     pthread_cond_broadcast(&s->idle);
     pthread_mutex_unlock(&s->lock);
@@ -643,6 +650,7 @@ static void end(struct session *s)
 static void send_owed_interrupt(struct session *s, struct kernel *k)
 {
     pthread_mutex_lock(&s->lock);
+    s->cell_sent = true;
     if (s->state == SESSION_INTERRUPTING)
         kernel_interrupt(k);
     pthread_mutex_unlock(&s->lock);
@@ -760,8 +768,9 @@ int session_interrupt(struct session *s)
     pthread_mutex_lock(&s->lock);
     bool busy = session_state_busy(s->state);
     (void)transition_locked(s, SESSION_EV_INTERRUPT);
-    /* The idle one of two kernels drops the interrupt (it runs no cell). */
-    if (busy) {
+    /* The idle one of two kernels drops the interrupt (it runs no cell). Before the cell's
+     * request is out, the state owes it (send_owed_interrupt). */
+    if (busy && s->cell_sent) {
         if (s->k)
             kernel_interrupt(s->k);
         if (s->other)
@@ -776,7 +785,7 @@ void session_interrupt_first_cell(struct session *s)
     pthread_mutex_lock(&s->lock);
     bool busy = session_state_busy(s->state);
     (void)transition_locked(s, SESSION_EV_INTERRUPT_NEXT);
-    if (busy && s->k)
+    if (busy && s->cell_sent && s->k)
         kernel_interrupt(s->k);
     pthread_mutex_unlock(&s->lock);
 }

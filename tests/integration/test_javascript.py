@@ -17,7 +17,7 @@ import socket
 import unittest
 
 from mcpclient import StdioClient
-from rctest import (RUNCELL, CellsCase, RestartableServer, RuncellTestCase, Server, ServerCase,
+from rctest import (ROOT, RUNCELL, CellsCase, RestartableServer, RuncellTestCase, Server, ServerCase,
                     TempDir, descendants, procs_with, runcell, wait_until)
 
 NODE = "/usr/bin/node"
@@ -342,6 +342,70 @@ class PersistTest(RuncellTestCase):
                 self.assertEqual(rec["results"], [{"text/plain": "[ 'js', 'undefined' ]"}], rec)
             finally:
                 srv.stop()
+
+
+class KernelChannelTest(unittest.TestCase):
+    """kernel.js on a socket pair of its own (no sandbox), spoken to as the daemon does."""
+
+    def setUp(self):
+        import subprocess
+        self.ours, theirs = socket.socketpair()
+        # The channel on fd 3, as in the sandbox; the shell execs node (same pid).
+        self.proc = subprocess.Popen(
+            ["/bin/sh", "-c", 'exec "$0" --expose-internals "$1" 3<&%d' % theirs.fileno(), NODE,
+             os.path.join(ROOT, "src", "kernel", "kernel.js")],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            pass_fds=(theirs.fileno(),))
+        theirs.close()
+        self.buf = b""
+        self.assertEqual(self.message()["type"], "hello")
+
+    def tearDown(self):
+        self.ours.close()
+        self.proc.kill()
+        self.proc.wait()
+
+    def frame(self, kind, payload=b""):
+        return len(payload).to_bytes(4, "big") + kind + payload
+
+    def execute(self, code, count):
+        return self.frame(b"M", json.dumps({"type": "execute", "code": code,
+                                            "execution_count": count}).encode())
+
+    def message(self):
+        """The next M frame's JSON (O and E frames are kept in self.out)."""
+        while True:
+            while len(self.buf) < 5 or len(self.buf) < 5 + int.from_bytes(self.buf[:4], "big"):
+                ready, _, _ = select.select([self.ours], [], [], 120)
+                self.assertTrue(ready, "the kernel said nothing for 120 s")
+                chunk = self.ours.recv(65536)
+                self.assertTrue(chunk, "the kernel closed its channel")
+                self.buf += chunk
+            n = int.from_bytes(self.buf[:4], "big")
+            kind, payload, self.buf = self.buf[4:5], self.buf[5:5 + n], self.buf[5 + n:]
+            if kind == b"M":
+                return json.loads(payload)
+            self.out = getattr(self, "out", b"") + payload
+
+    def test_an_interrupt_read_with_its_request_stops_that_cell_before_it_runs(self):
+        # The daemon sends an interrupt owed to a cell right after the cell's request; read
+        # in one chunk with it, the frame stops that cell (it was dropped, and the cell ran).
+        self.ours.sendall(self.execute("console.log('ran'); 1", 1) + self.frame(b"I"))
+        self.proc.send_signal(signal.SIGINT)  # the frame's signal, as the daemon sends it
+        done = self.message()
+        self.assertEqual(done["type"], "done", "the interrupted cell ran: %r" % done)
+        self.assertEqual((done["status"], done["error"]["name"]), ("error", "KeyboardInterrupt"),
+                         done)
+        self.assertNotIn(b"ran", getattr(self, "out", b""))
+        # Its signal is taken: the next cell runs whole.
+        self.ours.sendall(self.execute("console.log('next'); 6 * 7", 2))
+        while True:
+            msg = self.message()
+            if msg["type"] == "done":
+                break
+            self.assertEqual(msg["data"]["text/plain"], "42", msg)
+        self.assertEqual((msg["status"], msg["error"]), ("ok", None), msg)
+        self.assertEqual(self.out, b"next\n")
 
 
 class InterfacesTest(ServerCase):

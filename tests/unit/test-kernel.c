@@ -5,6 +5,8 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -105,6 +107,7 @@ static struct kernel *channel_kernel(int *ret_peer)
     CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) == 0);
     struct kernel *k = xcalloc(1, sizeof(*k));
     pthread_mutex_init(&k->write_lock, NULL);
+    pthread_mutex_init(&k->owed_lock, NULL);
     k->chan_fd = sp[0];
     k->out_fd = k->err_fd = -1;
     buf_init(&k->in, KERNEL_MAX_FRAME + 4096);
@@ -144,6 +147,147 @@ TEST(a_cell_larger_than_the_socket_goes_in_pieces)
     pthread_join(t, NULL);
     CHECK(r.got > size && r.got < size + 200); /* the header and the JSON around the code */
     free(code);
+    close(peer);
+    kernel_free(k);
+}
+
+struct sender {
+    struct kernel *k;
+    const char *code;
+    int r;
+};
+
+static void *send_cell(void *arg)
+{
+    struct sender *w = arg;
+    w->r = kernel_send_execute(w->k, w->code, "python", 1, 60000);
+    return NULL;
+}
+
+struct collector {
+    int fd;
+    struct buf got;
+};
+
+static void *collect_all(void *arg)
+{
+    struct collector *c = arg;
+    char chunk[65536];
+    ssize_t n;
+    while ((n = read(c->fd, chunk, sizeof(chunk))) > 0)
+        CHECK(buf_append(&c->got, chunk, (size_t)n) == 0);
+    return NULL;
+}
+
+/* The kinds of the frames in b, in order, as a string ("MIM"). */
+static void frame_kinds(const struct buf *b, char *kinds, size_t cap)
+{
+    size_t at = 0, n = 0;
+    while (at + 5 <= b->len && n + 1 < cap) {
+        uint32_t len;
+        memcpy(&len, b->data + at, 4);
+        kinds[n++] = (char)b->data[at + 4];
+        at += 5 + ntohl(len);
+    }
+    CHECK(at == b->len); /* whole frames only */
+    kinds[n] = '\0';
+}
+
+TEST(an_interrupt_during_a_request_is_one_frame_right_after_it_and_never_after_the_next)
+{
+    /* A kernel's code may already run while the daemon still writes (its last bytes are
+     * out, the writer not yet done): the frame owed then goes after this request, once,
+     * and the next request carries none (it would stop a cell nobody interrupted). */
+    int peer;
+    struct kernel *k = channel_kernel(&peer);
+    size_t size = 8u << 20;
+    char *code = xmalloc(size + 1);
+    memset(code, 'x', size);
+    code[size] = '\0';
+    struct sender w = {.k = k, .code = code};
+    pthread_t writer, reader;
+    CHECK(pthread_create(&writer, NULL, send_cell, &w) == 0);
+    struct collector c = {.fd = peer};
+    buf_init(&c.got, 64u << 20);
+    char first[65536];
+    size_t have = 0;
+    while (have < sizeof(first)) { /* the writer is past its start, far from its end */
+        ssize_t n = read(peer, first + have, sizeof(first) - have);
+        CHECK(n > 0);
+        have += (size_t)n;
+    }
+    CHECK(buf_append(&c.got, first, have) == 0);
+    kernel_interrupt(k); /* returns at once: the request's writer owes it */
+    CHECK(pthread_create(&reader, NULL, collect_all, &c) == 0);
+    pthread_join(writer, NULL);
+    CHECK(w.r == 0);
+    CHECK(kernel_send_execute(k, "1", "python", 2, 60000) == 0);
+    kernel_interrupt(k); /* nothing being written: at once, after the second request */
+    shutdown(k->chan_fd, SHUT_WR);
+    pthread_join(reader, NULL);
+    char kinds[8];
+    frame_kinds(&c.got, kinds, sizeof(kinds));
+    CHECK_STREQ(kinds, "MIMI");
+    buf_release(&c.got);
+    free(code);
+    close(peer);
+    kernel_free(k);
+}
+
+struct interrupter {
+    struct kernel *k;
+    atomic_int tid;
+    atomic_bool done;
+};
+
+static void *interrupt_it(void *arg)
+{
+    struct interrupter *t = arg;
+    atomic_store(&t->tid, (int)gettid());
+    kernel_interrupt(t->k);
+    atomic_store(&t->done, true);
+    return NULL;
+}
+
+/* The scheduler state of thread tid of this process ('S': sleeping), or 0. */
+static char thread_state(int tid)
+{
+    char path[64], line[512];
+    snprintf(path, sizeof(path), "/proc/self/task/%d/stat", tid);
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return 0;
+    char *got = fgets(line, sizeof(line), f);
+    fclose(f);
+    char *end = got ? strrchr(line, ')') : NULL;
+    return end && end[1] == ' ' ? end[2] : 0;
+}
+
+TEST(an_interrupt_that_finds_a_short_write_waits_for_it_rather_than_ride_the_next_request)
+{
+    /* The channel held for a frame of a few bytes (here by the test, as a sync answer
+     * holds it): the interrupt's frame goes as soon as it is free. Left owed, it went
+     * out after the next cell's request and stopped that cell instead. */
+    int peer;
+    struct kernel *k = channel_kernel(&peer);
+    pthread_mutex_lock(&k->write_lock);
+    struct interrupter t = {.k = k};
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, interrupt_it, &t) == 0);
+    /* Until the interrupt waits (asleep between looks) or has returned. */
+    while (!atomic_load(&t.done) && (!atomic_load(&t.tid) || thread_state(t.tid) != 'S'))
+        sched_yield();
+    pthread_mutex_unlock(&k->write_lock);
+    pthread_join(th, NULL);
+    CHECK(kernel_send_execute(k, "1", "python", 1, 60000) == 0);
+    shutdown(k->chan_fd, SHUT_WR);
+    struct collector c = {.fd = peer};
+    buf_init(&c.got, 1u << 20);
+    collect_all(&c);
+    char kinds[8];
+    frame_kinds(&c.got, kinds, sizeof(kinds));
+    CHECK_STREQ(kinds, "IM");
+    buf_release(&c.got);
     close(peer);
     kernel_free(k);
 }
