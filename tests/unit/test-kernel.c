@@ -116,6 +116,15 @@ static struct kernel *channel_kernel(int *ret_peer)
     return k;
 }
 
+/* A cell of size bytes of code (freed by the caller). */
+static char *cell_of(size_t size)
+{
+    char *code = xmalloc(size + 1);
+    memset(code, 'x', size);
+    code[size] = '\0';
+    return code;
+}
+
 struct reader {
     int fd;
     size_t got;
@@ -136,9 +145,7 @@ TEST(a_cell_larger_than_the_socket_goes_in_pieces)
     int peer;
     struct kernel *k = channel_kernel(&peer);
     size_t size = 8u << 20; /* far more than a socket buffer holds */
-    char *code = xmalloc(size + 1);
-    memset(code, 'x', size);
-    code[size] = '\0';
+    char *code = cell_of(size);
     struct reader r = {.fd = peer};
     pthread_t t;
     CHECK(pthread_create(&t, NULL, read_all_of, &r) == 0);
@@ -179,11 +186,12 @@ static void *collect_all(void *arg)
     return NULL;
 }
 
-/* The kinds of the frames in b, in order, as a string ("MIM"). */
-static void frame_kinds(const struct buf *b, char *kinds, size_t cap)
+/* b holds whole frames of the kinds want, in order ("MIM"); b is released. */
+static void check_frames(struct buf *b, const char *want)
 {
+    char kinds[16];
     size_t at = 0, n = 0;
-    while (at + 5 <= b->len && n + 1 < cap) {
+    while (at + 5 <= b->len && n + 1 < sizeof(kinds)) {
         uint32_t len;
         memcpy(&len, b->data + at, 4);
         kinds[n++] = (char)b->data[at + 4];
@@ -191,6 +199,8 @@ static void frame_kinds(const struct buf *b, char *kinds, size_t cap)
     }
     CHECK(at == b->len); /* whole frames only */
     kinds[n] = '\0';
+    CHECK_STREQ(kinds, want);
+    buf_release(b);
 }
 
 TEST(an_interrupt_during_a_request_is_one_frame_right_after_it_and_never_after_the_next)
@@ -200,10 +210,7 @@ TEST(an_interrupt_during_a_request_is_one_frame_right_after_it_and_never_after_t
      * and the next request carries none (it would stop a cell nobody interrupted). */
     int peer;
     struct kernel *k = channel_kernel(&peer);
-    size_t size = 8u << 20;
-    char *code = xmalloc(size + 1);
-    memset(code, 'x', size);
-    code[size] = '\0';
+    char *code = cell_of(8u << 20);
     struct sender w = {.k = k, .code = code};
     pthread_t writer, reader;
     CHECK(pthread_create(&writer, NULL, send_cell, &w) == 0);
@@ -225,10 +232,7 @@ TEST(an_interrupt_during_a_request_is_one_frame_right_after_it_and_never_after_t
     kernel_interrupt(k); /* nothing being written: at once, after the second request */
     shutdown(k->chan_fd, SHUT_WR);
     pthread_join(reader, NULL);
-    char kinds[8];
-    frame_kinds(&c.got, kinds, sizeof(kinds));
-    CHECK_STREQ(kinds, "MIMI");
-    buf_release(&c.got);
+    check_frames(&c.got, "MIMI");
     free(code);
     close(peer);
     kernel_free(k);
@@ -284,10 +288,7 @@ TEST(an_interrupt_that_finds_a_short_write_waits_for_it_rather_than_ride_the_nex
     struct collector c = {.fd = peer};
     buf_init(&c.got, 1u << 20);
     collect_all(&c);
-    char kinds[8];
-    frame_kinds(&c.got, kinds, sizeof(kinds));
-    CHECK_STREQ(kinds, "IM");
-    buf_release(&c.got);
+    check_frames(&c.got, "IM");
     close(peer);
     kernel_free(k);
 }
@@ -296,10 +297,7 @@ TEST(a_kernel_that_reads_nothing_fails_the_send_at_the_timeout)
 {
     int peer;
     struct kernel *k = channel_kernel(&peer);
-    size_t size = 8u << 20;
-    char *code = xmalloc(size + 1);
-    memset(code, 'x', size);
-    code[size] = '\0';
+    char *code = cell_of(8u << 20);
     CHECK(kernel_send_execute(k, code, "python", 1, 200) == -ETIMEDOUT);
     CHECK(strstr(err_msg(), "took no more of the cell") != NULL);
     free(code);
@@ -311,10 +309,7 @@ TEST(a_cell_over_the_frame_cap_is_refused_before_anything_is_sent)
 {
     int peer;
     struct kernel *k = channel_kernel(&peer);
-    size_t size = KERNEL_MAX_FRAME + 1;
-    char *code = xmalloc(size + 1);
-    memset(code, 'x', size);
-    code[size] = '\0';
+    char *code = cell_of(KERNEL_MAX_FRAME + 1);
     CHECK(kernel_send_execute(k, code, "python", 1, 1000) == -E2BIG);
     CHECK(strstr(err_msg(), "48 MiB") != NULL);
     char c;
