@@ -357,7 +357,7 @@ class KernelChannelTest(unittest.TestCase):
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             pass_fds=(theirs.fileno(),))
         theirs.close()
-        self.buf = b""
+        self.buf = self.out = b""
         self.assertEqual(self.message()["type"], "hello")
 
     def tearDown(self):
@@ -385,7 +385,7 @@ class KernelChannelTest(unittest.TestCase):
             kind, payload, self.buf = self.buf[4:5], self.buf[5:5 + n], self.buf[5 + n:]
             if kind == b"M":
                 return json.loads(payload)
-            self.out = getattr(self, "out", b"") + payload
+            self.out += payload
 
     def test_an_interrupt_read_with_its_request_stops_that_cell_before_it_runs(self):
         # The daemon sends an interrupt owed to a cell right after the cell's request; read
@@ -396,7 +396,7 @@ class KernelChannelTest(unittest.TestCase):
         self.assertEqual(done["type"], "done", "the interrupted cell ran: %r" % done)
         self.assertEqual((done["status"], done["error"]["name"]), ("error", "KeyboardInterrupt"),
                          done)
-        self.assertNotIn(b"ran", getattr(self, "out", b""))
+        self.assertNotIn(b"ran", self.out)
         # Its signal is taken: the next cell runs whole.
         self.ours.sendall(self.execute("console.log('next'); 6 * 7", 2))
         while True:
