@@ -10,7 +10,9 @@ Measures:
                (execute with reply=True, and execute_interactive, which also waits for the
                kernel's idle status as a client collecting outputs must);
   throughput   K sessions (K kernels) in parallel, one client thread each, `x += 1` as fast
-               as they answer for S seconds: executions per second in total;
+               as they answer for S seconds: executions per second in total, and the CPU
+               each execution took, of this client and of the server (runcell serve and
+               its sandboxes; the Jupyter kernels), from /proc over the same window;
   start        a new session ready to run: POST /v1/sessions, beside a kernel start
                (KernelManager.start_kernel + wait_for_ready).
 
@@ -152,9 +154,41 @@ def runcell_starts(rc, n):
     return times
 
 
-def throughput(workers, seconds):
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu_s(root_pid, with_root=True):
+    """CPU seconds (user + system) of a process (unless not with_root) and all its live
+    descendants, from /proc."""
+    parent, cpu = {}, {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % d) as f:
+                rest = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        parent[int(d)] = int(rest[1])
+        cpu[int(d)] = (int(rest[11]) + int(rest[12])) / CLK_TCK
+    children = {}
+    for pid, ppid in parent.items():
+        children.setdefault(ppid, []).append(pid)
+    total, todo = 0.0, [root_pid]
+    if not with_root:
+        todo = list(children.get(root_pid, ()))
+    while todo:
+        pid = todo.pop()
+        total += cpu.get(pid, 0.0)
+        todo.extend(children.get(pid, ()))
+    return total
+
+
+def throughput(workers, seconds, cpu_of=None):
     """Runs each worker (a callable doing one execution) in a thread of its own for
-    `seconds`; returns executions per second in total."""
+    `seconds`; returns executions per second in total, and, with cpu_of (a callable giving
+    CPU seconds of the server's processes), the CPU per execution in ms of this client
+    process and of the server over the same window."""
     counts = [0] * len(workers)
     stop = threading.Event()
     go = threading.Barrier(len(workers) + 1)
@@ -169,11 +203,15 @@ def throughput(workers, seconds):
         t.start()
     go.wait()
     t0 = time.perf_counter()
+    c0, s0, n0 = time.process_time(), cpu_of() if cpu_of else 0.0, sum(counts)
     time.sleep(seconds)
+    c1, s1, n1 = time.process_time(), cpu_of() if cpu_of else 0.0, sum(counts)
     stop.set()
     for t in threads:
         t.join(120)
-    return sum(counts) / (time.perf_counter() - t0)
+    rate = sum(counts) / (time.perf_counter() - t0)
+    n = max(1, n1 - n0)
+    return rate, {"client_cpu_ms": (c1 - c0) * 1000 / n, "server_cpu_ms": (s1 - s0) * 1000 / n}
 
 
 def runcell_throughput(rc, k, seconds):
@@ -185,11 +223,11 @@ def runcell_throughput(rc, k, seconds):
         rc.call(conn, "POST", path, {"code": "x = 0"})
         workers.append(lambda c=conn, p=path: rc.call(c, "POST", p, {"code": "x += 1"}))
         cleanup.append((conn, sid))
-    rate = throughput(workers, seconds)
+    rate, cpu = throughput(workers, seconds, lambda: tree_cpu_s(rc.proc.pid))
     for conn, sid in cleanup:
         rc.call(conn, "DELETE", "/v1/sessions/" + sid)
         conn.close()
-    return rate
+    return rate, cpu
 
 
 # ---- jupyter_client ----
@@ -225,8 +263,10 @@ class Jupyter:
         return timed_rounds(one, rounds)
 
     def throughput(self, seconds):
+        # The kernels are this process's children.
         return throughput([lambda c=kc: c.execute("x += 1", reply=True, timeout=60)
-                           for kc in self.kcs], seconds)
+                           for kc in self.kcs], seconds,
+                          lambda: tree_cpu_s(os.getpid(), with_root=False))
 
     def close(self):
         for km in self.kms:
@@ -280,12 +320,12 @@ def main(argv):
         rt = runcell_round_trips(rc, rounds)
         rt_client = client_round_trips(rc, rounds)
         starts = runcell_starts(rc, 30)
-        rc_rate = runcell_throughput(rc, k, seconds)
+        rc_rate, rc_cpu = runcell_throughput(rc, k, seconds)
         if jupyter_client:
             jp = Jupyter(k)
             jrt = jp.round_trips(rounds, interactive=False)
             jrti = jp.round_trips(rounds, interactive=True)
-            jp_rate = jp.throughput(seconds)
+            jp_rate, jp_cpu = jp.throughput(seconds)
         rows.append(("x += 1 round trip", "runcell HTTP (http.client)", rt))
         rows.append(("x += 1 round trip", "runcell HTTP (runcell_client)", rt_client))
         if jp:
@@ -313,12 +353,17 @@ def main(argv):
                                                           pct(xs, 0.9), statistics.fmean(xs),
                                                           ratio))
     print()
-    print("%-20s %-30s %12s" % ("throughput", "tool", "exec/s"))
-    print("%-20s %-30s %12.0f" % ("%d sessions" % k, "runcell HTTP", rc_rate))
+    # CPU per execution over the window, this client's and the server's (runcell: serve and
+    # every sandbox below it; Jupyter: the kernels): where two cores' worth of time went.
+    print("%-20s %-30s %12s %18s %18s" % ("throughput", "tool", "exec/s", "client CPU ms/exec",
+                                          "server CPU ms/exec"))
+    print("%-20s %-30s %12.0f %18.3f %18.3f" % ("%d sessions" % k, "runcell HTTP", rc_rate,
+                                                rc_cpu["client_cpu_ms"],
+                                                rc_cpu["server_cpu_ms"]))
     if jp:
-        print("%-20s %-30s %12.0f   runcell/jupyter %.1fx" % ("%d kernels" % k,
-                                                            "jupyter execute(reply=True)",
-                                                            jp_rate, rc_rate / jp_rate))
+        print("%-20s %-30s %12.0f %18.3f %18.3f   runcell/jupyter %.1fx" % (
+            "%d kernels" % k, "jupyter execute(reply=True)", jp_rate, jp_cpu["client_cpu_ms"],
+            jp_cpu["server_cpu_ms"], rc_rate / jp_rate))
     p50 = statistics.median(rt)
     print("\ntarget: x += 1 over HTTP p50 <= 1 ms: %.3f ms, %s" %
           (p50, "met" if p50 <= 1.0 else "NOT met"))
@@ -328,6 +373,8 @@ def main(argv):
             json.dump({"round_trip_ms": p50, "sessions": k,
                        "jupyter_round_trip_ms": statistics.median(jrt) if jp else None,
                        "exec_per_s": rc_rate, "jupyter_exec_per_s": jp_rate if jp else None,
+                       "exec_client_cpu_ms": rc_cpu["client_cpu_ms"],
+                       "exec_server_cpu_ms": rc_cpu["server_cpu_ms"],
                        "jupyter_kernels": len(jp.start_ms) if jp else 0}, f)
     return 0
 
