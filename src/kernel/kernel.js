@@ -26,7 +26,7 @@ const path = require('path');
 const util = require('util');
 const vm = require('vm');
 const { Console } = require('console');
-const { Writable } = require('stream');
+const { EventEmitter } = require('events');
 const { createRequire, builtinModules } = require('module');
 const { pathToFileURL } = require('url');
 
@@ -192,17 +192,18 @@ function sendChunks(kind, buf) {
         sendFrame(kind, buf.subarray(off, off + STREAM_CHUNK));
 }
 
-function frameStream(kind) {
-    return new Writable({
-        decodeStrings: true,
-        write(chunk, _enc, cb) {
-            sendChunks(kind, chunk);
-            cb();
-        },
-    });
+/* What console.* writes to: an EventEmitter (Console adds and removes an error listener
+ * around each write) whose write sends the frames at once. Not a Writable: an interrupt
+ * stops a cell's code wherever it is, and a Writable stopped inside its own bookkeeping
+ * (its write's callback not yet run) holds every later write in its buffer, so that no cell
+ * after it printed anything with console.* (tests/integration/test_javascript.py). */
+function frameSink(kind) {
+    const sink = new EventEmitter();
+    sink.write = framedWrite(kind);
+    return sink;
 }
 
-const cellConsole = new Console({ stdout: frameStream('O'), stderr: frameStream('E'),
+const cellConsole = new Console({ stdout: frameSink('O'), stderr: frameSink('E'),
                                   colorMode: false });
 
 /* process.stdout and process.stderr write the same frames as console.*, at once: a line
@@ -220,7 +221,7 @@ function framedWrite(kind) {
                                                             chunk.byteLength);
         sendChunks(kind, buf);
         if (typeof cb === 'function')
-            process.nextTick(cb);
+            process.nextTick(cb, null); /* null: Console's callback reads an error otherwise */
         return true;
     };
 }

@@ -372,20 +372,53 @@ class KernelChannelTest(unittest.TestCase):
         return self.frame(b"M", json.dumps({"type": "execute", "code": code,
                                             "execution_count": count}).encode())
 
+    def next_frame(self):
+        """The next frame from the kernel: (kind, payload)."""
+        while len(self.buf) < 5 or len(self.buf) < 5 + int.from_bytes(self.buf[:4], "big"):
+            ready, _, _ = select.select([self.ours], [], [], 120)
+            self.assertTrue(ready, "the kernel said nothing for 120 s")
+            chunk = self.ours.recv(65536)
+            self.assertTrue(chunk, "the kernel closed its channel")
+            self.buf += chunk
+        n = int.from_bytes(self.buf[:4], "big")
+        kind, payload, self.buf = self.buf[4:5], self.buf[5:5 + n], self.buf[5 + n:]
+        return kind, payload
+
     def message(self):
         """The next M frame's JSON (O and E frames are kept in self.out)."""
         while True:
-            while len(self.buf) < 5 or len(self.buf) < 5 + int.from_bytes(self.buf[:4], "big"):
-                ready, _, _ = select.select([self.ours], [], [], 120)
-                self.assertTrue(ready, "the kernel said nothing for 120 s")
-                chunk = self.ours.recv(65536)
-                self.assertTrue(chunk, "the kernel closed its channel")
-                self.buf += chunk
-            n = int.from_bytes(self.buf[:4], "big")
-            kind, payload, self.buf = self.buf[4:5], self.buf[5:5 + n], self.buf[5 + n:]
+            kind, payload = self.next_frame()
             if kind == b"M":
                 return json.loads(payload)
             self.out += payload
+
+    def test_console_prints_after_a_cell_interrupted_inside_console_log(self):
+        # An interrupt stops a busy cell wherever it is, here mostly inside console.log:
+        # console's stream must come out of it whole. (A Writable stopped inside its own
+        # bookkeeping kept every later write in its buffer: the next cells printed nothing.)
+        for count in range(1, 11, 2):
+            self.out = b""
+            self.ours.sendall(self.execute("for (;;) { console.log('x'); console.error('y') }",
+                                           count))
+            kind, payload = self.next_frame()
+            self.assertIn(kind, (b"O", b"E"), (kind, payload))
+            self.ours.sendall(self.frame(b"I"))
+            self.proc.send_signal(signal.SIGINT)
+            done = self.message()
+            self.assertEqual(done["error"]["name"], "KeyboardInterrupt", done)
+            self.out = b""
+            done = self.message_after(self.execute("console.log('after'); console.error('err')",
+                                                   count + 1))
+            self.assertEqual((done["status"], done["error"]), ("ok", None), done)
+            self.assertEqual(self.out, b"after\nerr\n", "round %d" % (count // 2 + 1))
+
+    def message_after(self, request):
+        """Sends a request; the done it gets (O and E frames are kept in self.out)."""
+        self.ours.sendall(request)
+        while True:
+            msg = self.message()
+            if msg["type"] == "done":
+                return msg
 
     def test_an_interrupt_read_with_its_request_stops_that_cell_before_it_runs(self):
         # The daemon sends an interrupt owed to a cell right after the cell's request; read
