@@ -397,7 +397,6 @@ class KernelChannelTest(unittest.TestCase):
         # console's stream must come out of it whole. (A Writable stopped inside its own
         # bookkeeping kept every later write in its buffer: the next cells printed nothing.)
         for count in range(1, 11, 2):
-            self.out = b""
             self.ours.sendall(self.execute("for (;;) { console.log('x'); console.error('y') }",
                                            count))
             kind, payload = self.next_frame()
