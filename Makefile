@@ -7,9 +7,10 @@ BUILD      ?= build
 BUILD_ASAN ?= build-asan
 BUILD_FUZZ ?= build-fuzz
 PY         := /usr/bin/python3
-# What the demo needs built: runcell, its helper and the template's module (named by Python).
+# What the demo needs built: runcell, runcell-full (its other commands), its helper and the
+# template's module (named by Python).
 EXT_SUFFIX := $(shell $(PY) -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
-PROGRAMS   := src/runcell src/runcell-sandbox src/kernel/_runcell_template$(EXT_SUFFIX)
+PROGRAMS   := src/runcell src/runcell-full src/runcell-sandbox src/kernel/_runcell_template$(EXT_SUFFIX)
 
 .PHONY: all deps deps-demo test-deps check-format build programs asan fuzz test test-unit test-asan \
         test-integration test-vm test-loaded demo bench format clean

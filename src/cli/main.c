@@ -1,22 +1,61 @@
-/* main.c - runcell's entry point: dispatches to the subcommands. */
+/* main.c - the entry point of runcell and of runcell-full: dispatches to the subcommands.
+ *
+ * Built twice. runcell-full has every command. runcell (RUNCELL_FRONT) has only `run`, so
+ * that a one-shot run loads none of the libraries the others link (libcurl with its TLS,
+ * Kerberos and LDAP chain, libmicrohttpd, SQLite, libedit: ~17 ms of CPU at each start,
+ * docs/PERFORMANCE.md); for any other command it execs runcell-full with the same
+ * arguments, in the same process. */
+#include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/base.h"
 #include "cli/cli.h"
 
+#ifdef RUNCELL_FRONT
+#define IN_FULL(fn) NULL /* in runcell-full */
+#else
+#define IN_FULL(fn) fn
+#endif
+
 static const struct command commands[] = {
     {"run", cmd_run, "run code in a fresh sandbox, stateless"},
-    {"repl", cmd_repl, "interactive stateful Python session in a terminal"},
-    {"serve", cmd_serve, "the HTTP/JSON API server"},
-    {"mcp", cmd_mcp, "the MCP server on stdin/stdout"},
-    {"agent", cmd_agent, "a language model solves a task by running code in a sandbox"},
-    {"review", cmd_review, "the human review queue of failed agent runs"},
-    {"doctor", cmd_doctor,
+    {"repl", IN_FULL(cmd_repl), "interactive stateful Python session in a terminal"},
+    {"serve", IN_FULL(cmd_serve), "the HTTP/JSON API server"},
+    {"mcp", IN_FULL(cmd_mcp), "the MCP server on stdin/stdout"},
+    {"agent", IN_FULL(cmd_agent), "a language model solves a task by running code in a sandbox"},
+    {"review", IN_FULL(cmd_review), "the human review queue of failed agent runs"},
+    {"doctor", IN_FULL(cmd_doctor),
      "what this host gives runcell (cgroups, Landlock, ...) and what to change"},
 };
+
+#ifdef RUNCELL_FRONT
+/* Replaces this process with runcell-full: the one beside this program (the build
+ * directory), else the installed one in libexecdir. Returns only on failure, after saying
+ * what to do. */
+static int exec_full(char **argv)
+{
+    char path[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - sizeof("/runcell-full"));
+    char *slash = n > 0 ? memrchr(path, '/', (size_t)n) : NULL;
+    if (slash) {
+        strcpy(slash, "/runcell-full");
+        if (access(path, X_OK) == 0)
+            execv(path, argv);
+    }
+    snprintf(path, sizeof(path), "%s/runcell-full", RUNCELL_LIBEXECDIR);
+    execv(path, argv);
+    fprintf(stderr,
+            "runcell %s: cannot start %s, the program with this command: %s; "
+            "reinstall runcell (`meson install` puts it there)\n",
+            argv[1], path, strerror(errno));
+    return 127;
+}
+#endif
 
 static void print_usage(FILE *f)
 {
@@ -105,11 +144,17 @@ int main(int argc, char **argv)
         printf("runcell %s\n", RUNCELL_VERSION);
         return 0;
     }
-    if (makes_sandboxes(argc, argv))
-        (void)sandbox_scope_reexec(argc, argv);
-    for (size_t i = 0; i < ARRAY_SIZE(commands); i++)
-        if (!strcmp(argv[1], commands[i].name))
-            return commands[i].fn(argc - 1, argv + 1);
+    for (size_t i = 0; i < ARRAY_SIZE(commands); i++) {
+        if (strcmp(argv[1], commands[i].name))
+            continue;
+#ifdef RUNCELL_FRONT
+        if (!commands[i].fn)
+            return exec_full(argv);
+#endif
+        if (makes_sandboxes(argc, argv))
+            (void)sandbox_scope_reexec(argc, argv);
+        return commands[i].fn(argc - 1, argv + 1);
+    }
     fprintf(stderr, "runcell: unknown command '%s'; run 'runcell --help' for the list\n", argv[1]);
     return EXIT_USAGE;
 }

@@ -54,7 +54,7 @@ bool session_stores_files(struct session *s)
     return p && p->files;
 }
 
-void persist_free(struct persist *p)
+static void persist_free(struct persist *p)
 {
     if (!p)
         return;
@@ -82,6 +82,14 @@ static char *options_text(const struct session_opts *o, const struct net_policy 
     return text;
 }
 
+static void persist_after_execute(struct persist *p, struct workspace *ws,
+                                  const struct ws_listing *after, struct exec_record *rec);
+
+static const struct persist_ops persist_ops = {
+    .after_execute = persist_after_execute,
+    .free = persist_free,
+};
+
 int session_persist(struct session *s, const struct persist_config *c, const char *id,
                     bool store_files, const char *resumed_from)
 {
@@ -94,7 +102,7 @@ int session_persist(struct session *s, const struct persist_config *c, const cha
     p->id = xstrdup(id);
     p->files = store_files && c->store;
     pthread_mutex_init(&p->lock, NULL);
-    session_set_persist(s, p);
+    session_set_persist(s, p, &persist_ops);
     if (!c->meta)
         return 0;
     _cleanup_free_ char *opts = options_text(session_options(s), session_net_policy(s), p->files);
@@ -151,8 +159,8 @@ static int save_locked(struct persist *p, struct workspace *ws, const struct ws_
     return r;
 }
 
-void persist_after_execute(struct persist *p, struct workspace *ws, const struct ws_listing *after,
-                           struct exec_record *rec)
+static void persist_after_execute(struct persist *p, struct workspace *ws,
+                                  const struct ws_listing *after, struct exec_record *rec)
 {
     /* A write that fails is logged by the records, and kept to be tried again. */
     if (p->c->meta)

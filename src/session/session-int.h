@@ -170,11 +170,16 @@ int store_discard(struct store *st, const char *id);
  * manifest). Best effort. */
 void store_collect_garbage(struct store *st, const char *id, const struct manifest *m);
 
-/* persist.c, called by session.c: after each execution (the session busy, `after` the
- * workspace as the execution left it), and when the session is freed. */
-void persist_after_execute(struct persist *p, struct workspace *ws, const struct ws_listing *after,
-                           struct exec_record *rec);
-void persist_free(struct persist *p);
+/* What session.c calls of persist.c, through the pointers session_persist hands it rather
+ * than by name: a program that never persists (runcell run) then links none of the store and
+ * loads neither libcurl, SQLite nor libcrypto at its start (docs/PERFORMANCE.md). */
+struct persist_ops {
+    /* After each execution, the session busy, `after` the workspace as it left it. */
+    void (*after_execute)(struct persist *p, struct workspace *ws, const struct ws_listing *after,
+                          struct exec_record *rec);
+    /* When the session is freed. */
+    void (*free)(struct persist *p);
+};
 /* The lists named by keys (NULL-terminated) of a kernel's reply as they may be kept: at
  * most REPLY_MAX_ITEMS items of short strings (or small objects of them), and
  * "lists_cut_at" when items were left out. Caller owns it. */
@@ -182,7 +187,7 @@ json_t *persist_capped_reply(json_t *reply, const char *const *keys);
 
 /* session.c, for persist.c. */
 struct persist *session_get_persist(struct session *s);
-void session_set_persist(struct session *s, struct persist *p);
+void session_set_persist(struct session *s, struct persist *p, const struct persist_ops *ops);
 /* Marks s busy (waiting up to wait_ms for a running cell: 0 = not at all), runs fn, marks
  * it idle again. -EBUSY when a cell still runs, -ESHUTDOWN when closed, else fn's result. */
 int session_run_exclusive(struct session *s, uint64_t wait_ms,

@@ -49,7 +49,8 @@ struct session {
     struct sandbox_net net; /* the egress proxy, while the session lives */
     struct event_log events;
     json_t *packages_report;
-    struct persist *persist; /* NULL unless session_persist was called */
+    struct persist *persist;               /* NULL unless session_persist was called */
+    const struct persist_ops *persist_ops; /* set with persist */
 };
 
 void session_opts_fill_defaults(struct session_opts *o)
@@ -756,7 +757,7 @@ int session_execute(struct session *s, const struct exec_request *req, const str
     if (s->persist && scan_err < 0)
         rec->persist_error = xasprintf("files not saved: %s", err_msg());
     else if (s->persist)
-        persist_after_execute(s->persist, s->ws, &after, rec);
+        s->persist_ops->after_execute(s->persist, s->ws, &after, rec);
     ws_listing_release(&after);
     work_priority_restore(prio);
     end(s);
@@ -900,9 +901,10 @@ struct persist *session_get_persist(struct session *s)
     return s->persist;
 }
 
-void session_set_persist(struct session *s, struct persist *p)
+void session_set_persist(struct session *s, struct persist *p, const struct persist_ops *ops)
 {
     s->persist = p;
+    s->persist_ops = ops;
 }
 
 int session_run_exclusive(struct session *s, uint64_t wait_ms,
@@ -945,7 +947,8 @@ void session_free(struct session *s)
     (void)transition_locked(s, SESSION_EV_CLOSE);
     pthread_cond_broadcast(&s->idle);
     pthread_mutex_unlock(&s->lock);
-    persist_free(s->persist);
+    if (s->persist)
+        s->persist_ops->free(s->persist);
     stop_kernel(s);
     /* The proxy goes before the workspace its socket lives in. */
     sandbox_net_stop(&s->net);

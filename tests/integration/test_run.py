@@ -268,6 +268,65 @@ class LiveOutput(RuncellTestCase):
         self.assertEqual(p.returncode, 0)
 
 
+# What runcell (src/cli/main.c) must not load for `run`: the libraries only runcell-full's
+# commands use, each ~ms of its start.
+SERVER_LIBS = ("libcurl", "libsqlite3", "libmicrohttpd", "libedit", "libcrypto", "libssl")
+
+
+class Front(RuncellTestCase):
+    """runcell has only `run`; every other command is runcell-full, exec'd in its place."""
+
+    def test_a_running_one_shot_has_none_of_the_server_libraries_mapped(self):
+        code = WAIT_FOR_USR1 + 'print("ready", flush=True)\n' + AWAIT_USR1
+        p = subprocess.Popen([RUNCELL, "run", "-c", code], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)
+        try:
+            line, _ = read_line(p.stdout)  # the loader has mapped all it will by now
+            with open("/proc/%d/maps" % p.pid) as f:
+                maps = f.read()
+            self.assertEqual(release_waiting_cells(p.pid), 1, "the cell was not waiting")
+            p.communicate(timeout=HANG)
+        finally:
+            p.kill()
+        self.assertEqual(line, b"ready\n")
+        self.assertIn("libjansson", maps)  # what it does load is seen
+        self.assertEqual([lib for lib in SERVER_LIBS if lib in maps], [])
+
+    def test_another_command_is_runcell_full_in_the_same_process(self):
+        srv = subprocess.Popen([RUNCELL, "mcp"], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            srv.stdin.write(b'{"jsonrpc":"2.0","id":1,"method":"ping"}\n')
+            srv.stdin.flush()
+            reply, _ = read_line(srv.stdout)
+            exe = os.readlink("/proc/%d/exe" % srv.pid)
+            with open("/proc/%d/maps" % srv.pid) as f:
+                maps = f.read()
+        finally:
+            srv.kill()
+            srv.communicate()
+        self.assertEqual(json.loads(reply)["id"], 1)
+        self.assertEqual(exe, os.path.join(os.path.dirname(os.path.realpath(RUNCELL)),
+                                           "runcell-full"))
+        self.assertIn("libsqlite3", maps)
+
+    def test_a_missing_runcell_full_is_named_with_what_to_do(self):
+        if os.path.exists("/usr/local/libexec/runcell/runcell-full"):
+            self.skipTest("an installed runcell-full would be found (/usr/local/libexec)")
+        with TempDir() as d:
+            alone = os.path.join(d, "runcell")
+            shutil.copy(RUNCELL, alone)
+            p = subprocess.run([alone, "doctor"], capture_output=True, text=True,
+                               timeout=HANG)
+            ran = subprocess.run([alone, "--version"], capture_output=True, text=True,
+                                 timeout=HANG)
+        self.assertEqual(p.returncode, 127, p.stderr)
+        self.assertIn("runcell doctor: cannot start /usr/local/libexec/runcell/runcell-full",
+                      p.stderr)
+        self.assertIn("reinstall runcell", p.stderr)
+        self.assertEqual((ran.returncode, ran.stdout.split()[0]), (0, "runcell"))
+
+
 class Record(RuncellTestCase):
     FIELDS = {"status", "stdout", "stderr", "truncated", "results", "error", "files",
               "exit_code", "signal", "usage", "limits_degraded"}
@@ -767,7 +826,7 @@ class DegradedMode(RuncellTestCase):
         # The binaries must be reachable by that uid: copy them next to each other.
         cls.dir = tempfile.mkdtemp(prefix="runcell-degraded-")
         os.chmod(cls.dir, 0o755)
-        for name in ("runcell", "runcell-sandbox"):
+        for name in ("runcell", "runcell-full", "runcell-sandbox"):
             shutil.copy2(os.path.join(os.path.dirname(RUNCELL), name), cls.dir)
         shutil.copytree(os.path.join(os.path.dirname(RUNCELL), "kernel"),
                         os.path.join(cls.dir, "kernel"))
