@@ -86,6 +86,9 @@ uint64_t drain_max(const struct request *rq);
 enum route_flags {
     ROUTE_NO_AUTH = 1 << 0,
     ROUTE_STREAM_BODY = 1 << 1, /* the body goes to route->upload, not into rq->body */
+    /* runs a cell: the thread keeps the lower priority of session work between such
+     * requests (session_work_priority_reset); every other route gets it back first */
+    ROUTE_EXECUTES = 1 << 2,
 };
 
 struct route {

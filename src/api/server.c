@@ -27,7 +27,7 @@ static const struct route routes[] = {
     {"GET", "/v1/sessions", h_session_list, 0, NULL},
     {"GET", "/v1/sessions/{id}", h_session_get, 0, NULL},
     {"DELETE", "/v1/sessions/{id}", h_session_delete, 0, NULL},
-    {"POST", "/v1/sessions/{id}/execute", h_execute, 0, NULL},
+    {"POST", "/v1/sessions/{id}/execute", h_execute, ROUTE_EXECUTES, NULL},
     {"POST", "/v1/sessions/{id}/interrupt", h_session_interrupt, 0, NULL},
     {"POST", "/v1/sessions/{id}/restart", h_session_restart, 0, NULL},
     {"POST", "/v1/sessions/{id}/checkpoint", h_session_checkpoint, 0, NULL},
@@ -60,7 +60,7 @@ static const struct route routes[] = {
     {"POST", "/sandboxes/{id}/fork", h_e2b_refused, ROUTE_E2B_API, NULL},
     {"POST", "/sandboxes/{id}/snapshots", h_e2b_refused, ROUTE_E2B_API, NULL},
     {"GET", "/health", h_e2b_health, ROUTE_E2B_BOX, NULL},
-    {"POST", "/execute", h_e2b_execute, ROUTE_E2B_BOX, NULL},
+    {"POST", "/execute", h_e2b_execute, ROUTE_E2B_BOX | ROUTE_EXECUTES, NULL},
     {"GET", "/contexts", h_e2b_contexts_list, ROUTE_E2B_BOX_ID, NULL},
     {"POST", "/contexts", h_e2b_context_create, ROUTE_E2B_BOX_ID, NULL},
     {"DELETE", "/contexts/{id}", h_e2b_context_delete, ROUTE_E2B_BOX_ID, NULL},
@@ -383,6 +383,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         snprintf(rq->method, sizeof(rq->method), "%s", method);
         rq->http10 = !strcmp(version, MHD_HTTP_VERSION_1_0);
         enum MHD_Result r = route_request(rq, url, method);
+        if (!rq->route || !(rq->route->flags & ROUTE_EXECUTES))
+            session_work_priority_reset();
         rq->phase = PHASE_BODY;
         return r;
     }

@@ -34,6 +34,8 @@ int cgroup_create(const struct sandbox_host *host, const char *name,
 int cgroup_apply_limits(struct cgroup *cg, const struct sandbox_limits *limits);
 /* The cgroup.procs files a process writes its pid to, to join; caller frees (strv). */
 char **cgroup_procs_files(const struct cgroup *cg);
+/* The CPU time of cg alone (cgroup_read_usage's first figure, one read). 0 or -ENODATA. */
+int cgroup_read_cpu(const struct cgroup *cg, double *ret_cpu_ms);
 int cgroup_read_usage(const struct cgroup *cg, double *ret_cpu_ms, uint64_t *ret_peak_kb,
                       uint64_t *ret_oom_kills);
 void cgroup_kill_all(const struct cgroup *cg);

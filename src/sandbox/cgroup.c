@@ -901,6 +901,24 @@ int cgroup_read_usage(const struct cgroup *cg, double *ret_cpu_ms, uint64_t *ret
     return 0;
 }
 
+int cgroup_read_cpu(const struct cgroup *cg, double *ret_cpu_ms)
+{
+    char text[128];
+    uint64_t v = 0;
+    *ret_cpu_ms = 0;
+    if (cg->mode == CGROUP_V2) {
+        if (pread_keyed(cg->usage_fd[0], cg->dirs[0], "cpu.stat", "usage_usec", &v) < 0)
+            return -ENODATA;
+        *ret_cpu_ms = (double)v / 1000.0;
+        return 0;
+    }
+    if (!cg->dirs[CG_CPUACCT] ||
+        pread_small(cg->usage_fd[0], cg->dirs[CG_CPUACCT], "cpuacct.usage", text, sizeof(text)) < 0)
+        return -ENODATA;
+    *ret_cpu_ms = (double)strtoull(text, NULL, 10) / 1e6;
+    return 0;
+}
+
 void cgroup_reset_peak(const struct cgroup *cg)
 {
     if (cg->mode == CGROUP_V2) {

@@ -355,6 +355,8 @@ struct sandbox_usage {
     bool oom_killed;
 };
 int sandbox_usage(struct sandbox *sb, struct sandbox_usage *ret);
+/* sandbox_usage's cpu_ms alone, with one read: what a cell's start needs. */
+double sandbox_cpu_ms(struct sandbox *sb);
 /* Applies new memory, pids and CPU limits to a running sandbox's cgroup. 0 or -errno;
  * -ENODATA without a cgroup. */
 int sandbox_set_limits(struct sandbox *sb, const struct sandbox_limits *limits);

@@ -448,6 +448,16 @@ int sandbox_usage(struct sandbox *sb, struct sandbox_usage *ret)
     return 0;
 }
 
+double sandbox_cpu_ms(struct sandbox *sb)
+{
+    double ms = sb->ru_cpu_ms;
+    if (sb->cgroup) {
+        cgroup_usage_reopen(sb->cgroup);
+        (void)cgroup_read_cpu(sb->cgroup, &ms);
+    }
+    return ms;
+}
+
 int sandbox_set_limits(struct sandbox *sb, const struct sandbox_limits *limits)
 {
     return sb->cgroup ? cgroup_apply_limits(sb->cgroup, limits) : -ENODATA;

@@ -568,37 +568,42 @@ static int collect_files(struct session *s, struct exec_record *rec,
 /* A session's own work in the daemon (reading its kernel's frames, scanning and saving its
  * workspace) runs at a lower priority than the rest of the daemon (nice is per thread on
  * Linux), so that on a busy machine the sessions that cost it most cannot starve
- * /healthz, the other sessions' requests or the reaper of the CPU. Returns the priority to
- * give back; restoring it needs CAP_SYS_NICE, so without it the thread stays lower. */
+ * /healthz, the other sessions' requests or the reaper of the CPU. Giving the priority
+ * back needs CAP_SYS_NICE: without it, a thread once lowered stays lower. */
 #define SESSION_WORK_NICE 5
 
-/* The thread's id and its priority before the first lowering, read once per thread: only
- * these two functions change a thread's nice, so the second stays true. */
+/* The daemon's priority, read once by the first lowering (before it: a thread started by a
+ * lowered thread is born lowered, so no thread's own nice will do); the thread's id, and
+ * whether it is lowered now. */
+static pthread_once_t work_base_once = PTHREAD_ONCE_INIT;
+static int work_base = INT_MIN;
 static __thread pid_t work_tid;
-static __thread int work_base = INT_MIN;
+static __thread bool work_lowered;
 
-static int work_priority_lower(void)
+static void read_work_base(void)
 {
-    if (!work_tid)
-        work_tid = gettid();
-    if (work_base == INT_MIN) {
-        errno = 0;
-        int base = getpriority(PRIO_PROCESS, (id_t)work_tid);
-        if (errno)
-            return INT_MIN;
+    errno = 0;
+    int base = getpriority(PRIO_PROCESS, (id_t)getpid());
+    if (!errno)
         work_base = base;
-    }
-    int old = work_base;
-    if (setpriority(PRIO_PROCESS, (id_t)work_tid,
-                    old + SESSION_WORK_NICE > 19 ? 19 : old + SESSION_WORK_NICE) < 0)
-        return INT_MIN;
-    return old;
 }
 
-static void work_priority_restore(int old)
+static void work_priority_lower(void)
 {
-    if (old != INT_MIN && setpriority(PRIO_PROCESS, (id_t)work_tid, old) < 0)
-        work_base = INT_MIN; /* it stays lower (no CAP_SYS_NICE): read it again next time */
+    pthread_once(&work_base_once, read_work_base);
+    if (work_lowered || work_base == INT_MIN)
+        return;
+    if (!work_tid)
+        work_tid = gettid();
+    if (setpriority(PRIO_PROCESS, (id_t)work_tid,
+                    work_base + SESSION_WORK_NICE > 19 ? 19 : work_base + SESSION_WORK_NICE) == 0)
+        work_lowered = true;
+}
+
+void session_work_priority_reset(void)
+{
+    if (work_lowered && setpriority(PRIO_PROCESS, (id_t)work_tid, work_base) == 0)
+        work_lowered = false;
 }
 
 /* Takes s's event ev (its lock held): 0, or the -errno that refuses it. */
@@ -663,13 +668,13 @@ static void run_cell(struct session *s, struct kernel *k, const struct exec_requ
 {
     struct exec_ctx x = {.k = k, .rec = rec, .sink = sink};
     struct ws_listing before;
-    struct sandbox_usage u0 = {0}, u1 = {0};
+    struct sandbox_usage u1 = {0};
     enum stop stop = STOP_NONE;
     double t0 = now_ms_f();
     uint64_t seq0 = event_log_seq(&s->events);
 
     workspace_scan(s->ws, &before);
-    sandbox_usage(kernel_sandbox(k), &u0);
+    double cpu0 = sandbox_cpu_ms(kernel_sandbox(k));
     sandbox_reset_peak(kernel_sandbox(k));
     int sent = kernel_send_execute(k, req->code, req->lang ? lang_name(req->lang) : s->lang,
                                    s->execution_count + 1,
@@ -694,7 +699,7 @@ static void run_cell(struct session *s, struct kernel *k, const struct exec_requ
     if (rec->state != STATE_LOST)
         sandbox_usage(kernel_sandbox(k), &u1);
     rec->wall_ms = now_ms_f() - t0;
-    rec->cpu_ms = u1.cpu_ms - u0.cpu_ms;
+    rec->cpu_ms = u1.cpu_ms - cpu0;
     rec->memory_peak_kb = u1.memory_peak_kb;
     rec->memory_peak_scope = u1.memory_peak_scope;
     rec->limits_degraded = sandbox_limits_degraded(kernel_sandbox(k));
@@ -746,7 +751,10 @@ int session_execute(struct session *s, const struct exec_request *req, const str
     }
     struct ws_listing after = {0};
     int scan_err = 0;
-    int prio = work_priority_lower();
+    /* The thread stays lowered after the execution: on an HTTP connection the next request
+     * is most often another one, and the server gives the priority back before any other
+     * (session_work_priority_reset), which saves two system calls per execution. */
+    work_priority_lower();
     run_cell(s, *kernel_slot(s, lang), req, sink, rec, &after, &scan_err);
     if (rec->state == STATE_LOST) {
         /* Only the kernel that was lost is replaced; the other keeps its variables. */
@@ -759,7 +767,6 @@ int session_execute(struct session *s, const struct exec_request *req, const str
     else if (s->persist)
         s->persist_ops->after_execute(s->persist, s->ws, &after, rec);
     ws_listing_release(&after);
-    work_priority_restore(prio);
     end(s);
     return 0;
 }
@@ -913,9 +920,11 @@ int session_run_exclusive(struct session *s, uint64_t wait_ms,
     int r = begin_within(s, wait_ms);
     if (r < 0)
         return r;
-    int prio = work_priority_lower();
+    bool lowered = work_lowered; /* by an execution before: then it stays so */
+    work_priority_lower();
     r = fn(s, ctx);
-    work_priority_restore(prio);
+    if (!lowered)
+        session_work_priority_reset();
     end(s);
     return r;
 }

@@ -203,6 +203,10 @@ int session_new(struct sandbox_host *host, const struct session_opts *opts, stru
  * record says state "lost". */
 int session_execute(struct session *s, const struct exec_request *req, const struct exec_sink *sink,
                     struct exec_record *rec);
+/* session_execute runs its work at a lower priority (nice +5) and leaves the calling thread
+ * so; this gives it back, for a thread that goes on to other work (the HTTP server calls it
+ * before each request that is not an execution). Nothing when the thread is not lowered. */
+void session_work_priority_reset(void);
 /* Interrupts the running cell, if any (KeyboardInterrupt), also one whose interpreter is
  * still starting. Safe from any thread. */
 int session_interrupt(struct session *s);

@@ -78,6 +78,8 @@ static int db_error(struct meta_db *m, const char *what)
     return err_set(EIO, "session records %s: %s: %s", m->path, what, sqlite3_errmsg(m->db));
 }
 
+static void *writer_main(void *arg);
+
 int meta_open(const char *path, struct meta_db **ret)
 {
     struct meta_db *m = xcalloc(1, sizeof(*m));
@@ -108,6 +110,11 @@ int meta_open(const char *path, struct meta_db **ret)
         meta_close(m);
         return r;
     }
+    /* The writer of delayed touches starts here, from the thread that opens the records:
+     * started later by an execution, it would inherit that thread's lower priority of
+     * session work (nice is per thread) and keep it. Without it, touches are written at
+     * once (meta_touch). */
+    m->writer_running = pthread_create(&m->writer, NULL, writer_main, m) == 0;
     *ret = m;
     return 0;
 }
@@ -322,11 +329,8 @@ int meta_touch(struct meta_db *m, const char *id, uint64_t last_used_ms, long ex
     int r = 0;
     if (ms_since(now_ms(), m->written_ms) >= TOUCH_WRITE_MS) {
         r = write_owed_locked(m);
-    } else if (!m->writer_running) {
-        int e = pthread_create(&m->writer, NULL, writer_main, m);
-        m->writer_running = e == 0;
-        if (e) /* then written now, as without the thread */
-            r = write_owed_locked(m);
+    } else if (!m->writer_running) { /* no thread (meta_open could not start it) */
+        r = write_owed_locked(m);
     } else if (none_owed) { /* the thread waits for the first */
         pthread_cond_signal(&m->wake);
     }

@@ -1058,6 +1058,47 @@ class Limits(RuncellTestCase):
 
 # ---- many clients ----
 
+def nice_of(pid, tid):
+    with open("/proc/%d/task/%d/stat" % (pid, tid)) as f:
+        return int(f.read().rsplit(")", 1)[1].split()[16])
+
+
+def lowered_threads(pid):
+    """The threads of pid whose nice is above its main thread's (session work, nice +5)."""
+    base = nice_of(pid, pid)
+    return {t: nice_of(pid, t) - base for t in map(int, os.listdir("/proc/%d/task" % pid))
+            if nice_of(pid, t) != base}
+
+
+class WorkPriority(RuncellTestCase):
+    """Session work runs 5 nice steps below the rest of the daemon. The thread of an HTTP
+    connection keeps that between executions and gets its priority back before any other
+    request, on the same connection."""
+
+    def test_an_execution_leaves_its_connection_lowered_and_any_other_request_restores_it(self):
+        with Server("--pool", "0") as srv:  # no refill thread: only this connection works
+            sid = srv.create_session()
+            conn = srv.connection()
+            self.addCleanup(conn.close)
+
+            def call(method, path, body=None):
+                conn.request(method, path, body=json.dumps(body) if body else None,
+                             headers=srv.headers())
+                r = conn.getresponse()
+                data = r.read()
+                self.assertEqual(r.status, 200, data)
+            self.assertEqual(lowered_threads(srv.pid), {})
+            call("POST", path_of(sid, "/execute"), {"code": "x = 1"})
+            self.assertEqual(list(lowered_threads(srv.pid).values()), [5])
+            call("POST", path_of(sid, "/execute"), {"code": "x += 1"})
+            self.assertEqual(list(lowered_threads(srv.pid).values()), [5])
+            call("GET", "/healthz")
+            self.assertEqual(lowered_threads(srv.pid), {})
+            call("POST", path_of(sid, "/execute"), {"code": "x += 1"})
+            call("GET", path_of(sid))
+            self.assertEqual(lowered_threads(srv.pid), {})
+
+
 class Concurrency(ServerCase):
     def test_20_sessions_execute_in_parallel(self):
         n = 20
