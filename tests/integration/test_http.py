@@ -1064,10 +1064,18 @@ def nice_of(pid, tid):
 
 
 def lowered_threads(pid):
-    """The threads of pid whose nice is above its main thread's (session work, nice +5)."""
+    """The threads of pid whose nice is above its main thread's (session work, nice +5);
+    a thread that ends while they are read (a closed connection's) is left out."""
     base = nice_of(pid, pid)
-    return {t: nice_of(pid, t) - base for t in map(int, os.listdir("/proc/%d/task" % pid))
-            if nice_of(pid, t) != base}
+    found = {}
+    for t in map(int, os.listdir("/proc/%d/task" % pid)):
+        try:
+            n = nice_of(pid, t)
+        except FileNotFoundError:
+            continue
+        if n != base:
+            found[t] = n - base
+    return found
 
 
 class WorkPriority(RuncellTestCase):
