@@ -184,7 +184,9 @@ static int host_setup(struct sandbox_host *host, bool json)
         sigaction(SIGTERM, &sa, NULL);
         sigaction(SIGHUP, &sa, NULL);
     }
-    if (sandbox_host_init(host) < 0) {
+    /* One sandbox, then the end: no trial of user namespaces in a child (the helper names
+     * the cause if the sandbox's clone fails). */
+    if (sandbox_host_init_with(host, SANDBOX_HOST_ONE_SHOT) < 0) {
         fprintf(stderr, "runcell: %s\n", err_msg());
         if (json) {
             struct exec_record rec;

@@ -194,6 +194,11 @@ static void sweep_run_dir(const struct sandbox_host *host)
 
 int sandbox_host_init(struct sandbox_host *host)
 {
+    return sandbox_host_init_with(host, 0);
+}
+
+int sandbox_host_init_with(struct sandbox_host *host, unsigned flags)
+{
     unsigned long long start = 0;
     memset(host, 0, sizeof(*host));
     host->libexec_dir = find_libexec_dir();
@@ -220,7 +225,7 @@ int sandbox_host_init(struct sandbox_host *host)
     if (r < 0)
         return r;
     host->run_dir = TAKE_PTR(top);
-    sandbox_kernel_probe(&host->kernel);
+    sandbox_kernel_probe(&host->kernel, !(flags & SANDBOX_HOST_ONE_SHOT));
     sandbox_kernel_log(&host->kernel);
     cgroup_host_detect(host);
     if (!host->privileged && !host->degraded_reason)

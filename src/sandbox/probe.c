@@ -131,7 +131,7 @@ const char *sandbox_userns_verdict(long max_user_namespaces, long unprivileged_u
 
 /* Whether this process can make a user namespace, tried in a child (unshare would change
  * us). 0, or -errno of the unshare. */
-static int try_userns(void)
+static int try_userns_in_child(void)
 {
     int pfd[2];
     if (pipe2(pfd, O_CLOEXEC) < 0)
@@ -174,7 +174,7 @@ static bool has_filesystem(const char *name)
     return false;
 }
 
-void sandbox_kernel_probe(struct sandbox_kernel *k)
+void sandbox_kernel_probe(struct sandbox_kernel *k, bool try_userns)
 {
     struct utsname u;
     memset(k, 0, sizeof(*k));
@@ -196,7 +196,8 @@ void sandbox_kernel_probe(struct sandbox_kernel *k)
     k->unprivileged_userns_clone = read_sysctl("/proc/sys/kernel/unprivileged_userns_clone");
     k->apparmor_restrict_userns =
         read_sysctl("/proc/sys/kernel/apparmor_restrict_unprivileged_userns");
-    k->userns_errno = -try_userns();
+    k->userns_tried = try_userns;
+    k->userns_errno = try_userns ? -try_userns_in_child() : 0;
     k->userns_reason = sandbox_userns_verdict(k->max_user_namespaces, k->unprivileged_userns_clone,
                                               k->apparmor_restrict_userns, geteuid() == 0);
     k->tmpfs = has_filesystem("tmpfs");
@@ -219,6 +220,9 @@ void sandbox_kernel_log(const struct sandbox_kernel *k)
         log_info("msg=\"Landlock ABI %d: these rights are not enforced by this kernel\" "
                  "unavailable=\"%s\" kernel=%s",
                  k->landlock_abi, missing, k->release);
+    if (!k->userns_tried && k->userns_reason)
+        log_warn("msg=\"user namespaces are restricted: sandboxes may not start\" reason=\"%s\"",
+                 k->userns_reason);
     if (k->userns_errno)
         log_warn("msg=\"cannot make user namespaces: sandboxes will not start\" error=\"%s\" "
                  "reason=\"%s\"",

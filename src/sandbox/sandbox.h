@@ -68,14 +68,17 @@ struct sandbox_kernel {
     long max_user_namespaces;           /* user.max_user_namespaces; -1 when absent */
     long unprivileged_userns_clone;     /* Debian's kernel.unprivileged_userns_clone; -1 absent */
     long apparmor_restrict_userns;      /* Ubuntu's kernel.apparmor_restrict_unprivileged_userns */
-    int userns_errno;                   /* 0 when this process could make a user namespace */
+    bool userns_tried;                  /* a child made one (not in a one-shot run) */
+    int userns_errno;                   /* 0 when it could, or when not tried */
     const char *userns_reason;      /* which sysctl stops it, and the fix; NULL when none does */
     bool tmpfs, overlayfs, cgroup2; /* in /proc/filesystems (runcell mounts tmpfs only) */
 };
 
 /* Probes this kernel: system calls by calling them with arguments they reject, Landlock by
- * its version query, user namespaces by making one in a child, sysctls by reading them. */
-void sandbox_kernel_probe(struct sandbox_kernel *ret);
+ * its version query, sysctls by reading them, and with TRY_USERNS user namespaces by making
+ * one in a child (a fork: ~3 ms, which a one-shot run leaves out; its helper names the cause
+ * when the sandbox's clone fails). */
+void sandbox_kernel_probe(struct sandbox_kernel *ret, bool try_userns);
 /* Logs, once, what the kernel lacks: Landlock rights it cannot enforce (info), no Landlock,
  * no user namespaces, missing system calls (warnings). */
 void sandbox_kernel_log(const struct sandbox_kernel *k);
@@ -117,6 +120,11 @@ struct sandbox_host {
  * cgroup v2 or v1 and whether they can be written, and sweeps what dead runcell processes
  * left behind (cgroups, mounts, directories). 0 or -errno with err_msg(). */
 int sandbox_host_init(struct sandbox_host *host);
+/* What a process that starts one sandbox and ends may leave out of sandbox_host_init. */
+enum {
+    SANDBOX_HOST_ONE_SHOT = 1, /* no trial of user namespaces in a child (sandbox_kernel_probe) */
+};
+int sandbox_host_init_with(struct sandbox_host *host, unsigned flags);
 /* Removes this process's runtime directory; call at exit after freeing all sandboxes. */
 void sandbox_host_release(struct sandbox_host *host);
 /* Whether the process an owner id names ("<pid>-<starttime>", as host->owner_id) still runs. */

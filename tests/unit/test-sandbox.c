@@ -285,8 +285,9 @@ TEST(userns_verdict_names_the_sysctl)
 
 TEST(kernel_probe_agrees_with_the_kernel)
 {
-    struct sandbox_kernel k;
-    sandbox_kernel_probe(&k);
+    struct sandbox_kernel k, quick;
+    sandbox_kernel_probe(&k, true);
+    sandbox_kernel_probe(&quick, false); /* a one-shot run's: no child */
     struct utsname u;
     CHECK(uname(&u) == 0);
     CHECK_STREQ(k.release, u.release);
@@ -303,7 +304,9 @@ TEST(kernel_probe_agrees_with_the_kernel)
         fclose(f);
     }
     CHECK(k.max_user_namespaces == max);
-    CHECK((k.userns_errno == 0) == (unshare_userns_in_child() == 0));
+    CHECK(k.userns_tried && (k.userns_errno == 0) == (unshare_userns_in_child() == 0));
+    CHECK(!quick.userns_tried && quick.userns_errno == 0);
+    CHECK(quick.max_user_namespaces == max && quick.landlock_abi == k.landlock_abi);
 }
 
 int main(int argc, char **argv)
