@@ -1521,14 +1521,19 @@ def template_main():
     sys.argv = ["-c"] + argv[2:]
     os.chdir("/workspace")
     _reseed_after_clone()
+    # The pages the first cell's path writes (shared with the template until then) are
+    # written here, while the clone waits in the pool, rather than in the user's first cell.
+    _warm_up(CLONE_WARM_UP_CELLS)
+    gc.collect()  # the throwaway kernel's cycles (the frozen heap is not traversed)
     main(template_argv=True)
     os._exit(0)
 
 
 WARM_UP_CELLS = 64
+CLONE_WARM_UP_CELLS = 2
 
 
-def _warm_up():
+def _warm_up(cells=WARM_UP_CELLS):
     """Runs a kernel on WARM_UP_CELLS throwaway cells over a socketpair, in the template
     before it freezes its heap. CPython 3.11 counts the calls of each function, then
     rewrites its bytecode in place (quickened, then specialised): without this, each
@@ -1544,7 +1549,7 @@ def _warm_up():
         request = json_dumps({"type": "execute", "code": "_ = 1\n_ + 1", "execution_count": 1})
         request = request.encode("utf-8")
         # ~6 kB in all, and the replies ~10 kB: both fit the socket's buffers
-        there.sendall((struct.pack(">IB", len(request), ord("M")) + request) * WARM_UP_CELLS)
+        there.sendall((struct.pack(">IB", len(request), ord("M")) + request) * cells)
         there.shutdown(socket.SHUT_WR)
         kernel = Kernel(Channel(os.dup(here.fileno())))
         kernel.serve()  # returns at the end of the requests
