@@ -342,16 +342,21 @@ class TemplateTest(RuncellTestCase):
 
     def test_the_templates_own_warm_up_cells_leave_nothing_in_a_session(self):
         # The template runs a kernel on throwaway cells before its first clone (to have
-        # CPython rewrite its bytecode there once): a session starts as if none had run.
+        # CPython rewrite its bytecode there once), and each clone does again before its
+        # main loop (to write the pages of that path while it waits in the pool): a
+        # session starts as if none had run, with one kernel alive, its own.
         with Server("--pool", "1") as srv:
             rec = srv.execute(srv.create_session(),
-                              "import signal, sys\n"
+                              "import gc, signal, sys\n"
                               "[sorted(k for k in globals() if not k.startswith('__')),"
                               " signal.getsignal(signal.SIGINT).__qualname__,"
-                              " sys.modules['linecache'].cache['<cell 1>'][2][0].strip()]")
+                              " sys.modules['linecache'].cache['<cell 1>'][2][0].strip(),"
+                              " len([o for o in gc.get_objects()"
+                              "      if type(o).__name__ in ('Kernel', 'Channel')]),"
+                              " hasattr(__builtins__, '_')]")
             self.assertEqual(rec["execution_count"], 1)
-            self.assertEqual(self.value(rec), "[['signal', 'sys'], '_Interrupts.handler', "
-                                              "'import signal, sys']")
+            self.assertEqual(self.value(rec), "[['gc', 'signal', 'sys'], '_Interrupts.handler', "
+                                              "'import gc, signal, sys', 2, False]")
             # A first cell's error shows that cell's own line.
             rec = srv.execute(srv.create_session(), "x = 1\ny = x / 0  # rctest-line\n")
             self.assertStatus(rec, "error")
