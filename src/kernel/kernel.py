@@ -1530,7 +1530,7 @@ def template_main():
 
 
 WARM_UP_CELLS = 64
-CLONE_WARM_UP_CELLS = 2
+CLONE_WARM_UP_CELLS = 1
 
 
 def _warm_up(cells=WARM_UP_CELLS):

@@ -342,7 +342,7 @@ class TemplateTest(RuncellTestCase):
 
     def test_the_templates_own_warm_up_cells_leave_nothing_in_a_session(self):
         # The template runs a kernel on throwaway cells before its first clone (to have
-        # CPython rewrite its bytecode there once), and each clone does again before its
+        # CPython rewrite its bytecode there once), and each clone runs one before its
         # main loop (to write the pages of that path while it waits in the pool): a
         # session starts as if none had run, with one kernel alive, its own.
         with Server("--pool", "1") as srv:
