@@ -1523,7 +1523,12 @@ def template_main():
     _reseed_after_clone()
     # The pages the first cell's path writes (shared with the template until then) are
     # written here, while the clone waits in the pool, rather than in the user's first cell.
-    _warm_up(CLONE_WARM_UP_CELLS)
+    # Only a saving: a clone that cannot (no descriptor left under the session's limits)
+    # starts as it did without.
+    try:
+        _warm_up(CLONE_WARM_UP_CELLS)
+    except Exception:
+        pass
     gc.collect()  # the throwaway kernel's cycles (the frozen heap is not traversed)
     main(template_argv=True)
     os._exit(0)
@@ -1534,10 +1539,12 @@ CLONE_WARM_UP_CELLS = 1
 
 
 def _warm_up(cells=WARM_UP_CELLS):
-    """Runs a kernel on WARM_UP_CELLS throwaway cells over a socketpair, in the template
-    before it freezes its heap. CPython 3.11 counts the calls of each function, then
-    rewrites its bytecode in place (quickened, then specialised): without this, each
-    session's kernel rewrote the code objects of its per-cell path (execute, mime_bundle,
+    """Runs a kernel on CELLS throwaway cells over a socketpair: in the template before it
+    freezes its heap (WARM_UP_CELLS), and in each clone before its main loop (one: the
+    pages of the per-cell path it shares with the template are written while it waits in
+    the pool, not in the user's first cell). CPython 3.11 counts the calls of each
+    function, then rewrites its bytecode in place (quickened, then specialised): without
+    this, each session's kernel rewrote the code objects of its per-cell path (execute, mime_bundle,
     _wire_safe, the channel's) in the pages it shares with the template. Leaves nothing
     behind: the kernel and its namespace are dropped, the SIGINT handler its cells set is
     put back, and the cells' source and the user site's probe are forgotten."""
