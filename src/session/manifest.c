@@ -28,6 +28,7 @@ static void mentry_release(struct mentry *e)
 {
     free(e->path);
     free(e->target);
+    free(e->json);
 }
 
 void manifest_release(struct manifest *m)
@@ -49,6 +50,7 @@ static void push(struct manifest *m, size_t *alloc, const struct mentry *e)
     *d = *e;
     d->path = xstrdup(e->path);
     d->target = e->target ? xstrdup(e->target) : NULL;
+    d->json = e->json ? xstrdup(e->json) : NULL;
 }
 
 static const struct mentry *find(const struct manifest *m, const char *path)
@@ -119,34 +121,65 @@ static char *get_path(json_t *o, const char *key)
     return p;
 }
 
-/* generation: the lease's, in a fleet (0: none, not written). */
-static json_t *manifest_json(const char *id, const struct manifest *m, long long generation)
+/* An entry's JSON object, compact; what the list holds of it. */
+static char *entry_text(const struct mentry *e)
+{
+    json_t *f = json_object();
+    set_path(f, "path", e->path);
+    json_object_set_new(f, "mtime_ns", json_integer(e->mtime_ns));
+    if (e->target) {
+        json_object_set_new(f, "type", json_string("symlink"));
+        set_path(f, "target", e->target);
+    } else {
+        json_object_set_new(f, "type", json_string("file"));
+        json_object_set_new(f, "mode", json_integer(e->mode & 07777));
+        json_object_set_new(f, "size", json_integer((json_int_t)e->size));
+        json_object_set_new(f, "sha256", json_string(e->sha));
+    }
+    char *text = json_dumps(f, JSON_COMPACT);
+    json_decref(f);
+    return text;
+}
+
+static void append_json(struct buf *b, json_t *v)
+{
+    char *text = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+    buf_append(b, text, strlen(text));
+    free(text);
+    json_decref(v);
+}
+
+/* The list as the store keeps it (generation: the lease's, in a fleet; 0: none, not
+ * written). An entry's text is made once and kept with it (e->json): a save rewrites the
+ * whole list, and most of it is what the last save wrote, so only changed entries are
+ * serialised again. */
+static char *manifest_text(const char *id, struct manifest *m, long long generation)
 {
     char at[32];
-    json_t *files = json_array();
-    for (size_t i = 0; i < m->n; i++) {
-        const struct mentry *e = &m->v[i];
-        json_t *f = json_object();
-        set_path(f, "path", e->path);
-        json_object_set_new(f, "mtime_ns", json_integer(e->mtime_ns));
-        if (e->target) {
-            json_object_set_new(f, "type", json_string("symlink"));
-            set_path(f, "target", e->target);
-        } else {
-            json_object_set_new(f, "type", json_string("file"));
-            json_object_set_new(f, "mode", json_integer(e->mode & 07777));
-            json_object_set_new(f, "size", json_integer((json_int_t)e->size));
-            json_object_set_new(f, "sha256", json_string(e->sha));
-        }
-        json_array_append_new(files, f);
-    }
+    struct buf b;
+    buf_init(&b, 0);
     format_time_iso(now_realtime_ms(), at);
-    json_t *j = json_pack("{s:s,s:i,s:s,s:s,s:o,s:O}", "format", MANIFEST_FORMAT, "version", 1,
-                          "session", id, "updated_at", at, "files", files, "variables",
-                          m->variables ? m->variables : json_null());
+    buf_printf(&b, "{\"format\":");
+    append_json(&b, json_string(MANIFEST_FORMAT));
+    buf_printf(&b, ",\"version\":1,\"session\":");
+    append_json(&b, json_string(id));
+    buf_printf(&b, ",\"updated_at\":");
+    append_json(&b, json_string(at));
+    buf_printf(&b, ",\"files\":[");
+    for (size_t i = 0; i < m->n; i++) {
+        struct mentry *e = &m->v[i];
+        if (!e->json)
+            e->json = entry_text(e);
+        if (i)
+            buf_append(&b, ",", 1);
+        buf_append(&b, e->json, strlen(e->json));
+    }
+    buf_printf(&b, "],\"variables\":");
+    append_json(&b, m->variables ? json_incref(m->variables) : json_null());
     if (generation > 0)
-        json_object_set_new(j, "lease_generation", json_integer(generation));
-    return j;
+        buf_printf(&b, ",\"lease_generation\":%lld", generation);
+    buf_append(&b, "}", 1);
+    return buf_detach(&b, NULL);
 }
 
 static bool sha_valid(const char *s)
@@ -504,9 +537,7 @@ int manifest_claim(const struct persist_config *c, const char *id, struct manife
 {
     long long gen = fleet_lease_generation(c->fleet, id);
     _cleanup_free_ char *key = manifest_key(id);
-    json_t *j = manifest_json(id, m, gen);
-    char *text = json_dumps(j, JSON_COMPACT);
-    json_decref(j);
+    char *text = manifest_text(id, m, gen);
     char nv[STORE_VERSION_SIZE];
     int r = put_fenced(c, id, key, text, gen, m->have_version ? m->version : NULL, nv);
     free(text);
@@ -528,9 +559,7 @@ static int write_manifest(struct save *sv)
     }
     _cleanup_free_ char *key = manifest_key(sv->id);
     long long gen = sv->c->fleet ? fleet_lease_generation(sv->c->fleet, sv->id) : 0;
-    json_t *j = manifest_json(sv->id, &sv->next, gen);
-    char *text = json_dumps(j, JSON_COMPACT);
-    json_decref(j);
+    char *text = manifest_text(sv->id, &sv->next, gen);
     int r;
     if (sv->c->fleet) {
         r = put_fenced(sv->c, sv->id, key, text, gen,

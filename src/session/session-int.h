@@ -117,6 +117,7 @@ struct mentry {
     uint64_t ino; /* as last scanned; 0 after a load */
     mode_t mode;  /* with the file type bits */
     char sha[SHA256_HEX_SIZE];
+    char *json; /* its text in the stored list, once made (manifest.c); NULL before */
 };
 
 struct manifest {

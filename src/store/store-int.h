@@ -7,6 +7,8 @@
 
 struct store_ops {
     int (*put)(struct store *st, const char *key, int fd, uint64_t size, const char *sha256_hex);
+    /* Optional: the same from memory, where a backend does it cheaper than from a memfd. */
+    int (*put_buf)(struct store *st, const char *key, const void *data, size_t n);
     int (*get)(struct store *st, const char *key, int fd, uint64_t max, uint64_t *ret_size);
     int (*del)(struct store *st, const char *key);
     int (*list)(struct store *st, const char *prefix, struct store_listing *ret);

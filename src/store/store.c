@@ -109,6 +109,8 @@ int store_memfd_of(const void *data, size_t n)
 int store_put_buf(struct store *st, const char *key, const void *data, size_t n)
 {
     char sha[SHA256_HEX_SIZE];
+    if (st->ops->put_buf)
+        return store_key_valid(key) ? st->ops->put_buf(st, key, data, n) : bad_key(key);
     _cleanup_close_ int fd = store_memfd_of(data, n);
     if (fd < 0)
         return fd;

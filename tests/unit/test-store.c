@@ -1,7 +1,9 @@
 /* test-store.c - unit tests for src/store: keys, the local backend, SigV4 against the
  * examples AWS publishes, and the session records. The S3 backend against a real server is
  * tested in tests/integration/test_persist.py. */
+#include <dirent.h>
 #include <errno.h>
+#include <stdlib.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
@@ -130,6 +132,66 @@ TEST(local_conditional_writes)
     CHECK(strstr(err_msg(), "another writer"));
     CHECK(store_put_if(st, "sessions/a-2/lease.json", "x", 1, v2, v) == -ESTALE); /* absent */
     CHECK(store_check_conditional(st, "node-a") == 0);
+    store_free(st);
+    rm_rf(dir);
+    free(dir);
+}
+
+/* The names in dir (dot names too), sorted, joined by spaces. */
+static char *names_in(const char *dir)
+{
+    struct buf b;
+    buf_init(&b, 0);
+    struct dirent **v;
+    int n = scandir(dir, &v, NULL, alphasort);
+    CHECK(n >= 0);
+    for (int i = 0; i < n; i++) {
+        if (strcmp(v[i]->d_name, ".") && strcmp(v[i]->d_name, ".."))
+            buf_printf(&b, "%s%s", b.len ? " " : "", v[i]->d_name);
+        free(v[i]);
+    }
+    free(v);
+    return buf_detach(&b, NULL);
+}
+
+/* An object written again takes the place of the old one (exchanged, then the old one
+ * removed) and leaves no temporary; a key where a directory is fails as a rename would, and
+ * moves nothing. */
+TEST(local_put_replaces_and_leaves_no_temporary)
+{
+    char *dir, *data;
+    size_t n;
+    struct store *st = local_store(&dir);
+    _cleanup_free_ char *sdir = xasprintf("%s/sessions/s1", dir);
+    CHECK(store_put_buf(st, "sessions/s1/manifest.json", "first", 5) == 0); /* dirs made */
+    for (int i = 0; i < 3; i++) {
+        _cleanup_free_ char *text = xasprintf("version %d", i);
+        CHECK(store_put_buf(st, "sessions/s1/manifest.json", text, strlen(text)) == 0);
+        CHECK(store_get_buf(st, "sessions/s1/manifest.json", 100, &data, &n) == 0);
+        CHECK_STREQ(data, text);
+        free(data);
+    }
+    int fd = memfd_create("t", MFD_CLOEXEC);
+    char sha[SHA256_HEX_SIZE];
+    CHECK(write_all(fd, "from an fd", 10) == 0 && sha256_fd(fd, 10, sha) == 0);
+    CHECK(store_put_fd(st, "sessions/s1/manifest.json", fd, 10, sha) == 0);
+    close(fd);
+    CHECK(store_get_buf(st, "sessions/s1/manifest.json", 100, &data, &n) == 0);
+    CHECK(n == 10 && !strcmp(data, "from an fd"));
+    free(data);
+    _cleanup_free_ char *names = names_in(sdir);
+    CHECK_STREQ(names, "manifest.json");
+
+    CHECK(store_put_buf(st, "sessions/s1/blobs/b", "x", 1) == 0);
+    CHECK(store_put_buf(st, "sessions/s1", "over a directory", 16) == -EISDIR);
+    CHECK(strstr(err_msg(), "sessions/s1"));
+    _cleanup_free_ char *after = names_in(sdir);
+    CHECK_STREQ(after, "blobs manifest.json");
+    _cleanup_free_ char *top = names_in(dir);
+    CHECK_STREQ(top, "sessions");
+    _cleanup_free_ char *under = xasprintf("%s/sessions", dir);
+    _cleanup_free_ char *in_sessions = names_in(under);
+    CHECK_STREQ(in_sessions, "s1");
     store_free(st);
     rm_rf(dir);
     free(dir);
