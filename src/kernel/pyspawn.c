@@ -364,7 +364,7 @@ static int spawn_one(int ctl, pid_t *ret_pid, int *ret_pidfd, PyObject **ret_req
         return -1;
     }
     if (!template_filter)
-        template_filter = seccomp_compile();
+        template_filter = seccomp_build();
     PyOS_BeforeFork();
     unsigned long flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC |
                           CLONE_NEWUTS | SIGCHLD;

@@ -81,9 +81,8 @@ int lockdown(const struct helper_config *cfg, void *seccomp_filter);
  * forks the relay. 0, or -1 after reporting the failure. */
 int relay_start(const struct helper_config *cfg, void *seccomp_filter);
 
-/* seccomp.c: the sandbox's filter, compiled (NULL with errno set; seccomp_build reports
- * the failure), and installed with no_new_privs (0, or -1 after reporting). */
-void *seccomp_compile(void);
+/* seccomp.c: the sandbox's filter, compiled when runcell was built (never NULL), and
+ * installed with no_new_privs (0, or -1 after reporting). */
 void *seccomp_build(void);
 int seccomp_install(void *filter);
 
