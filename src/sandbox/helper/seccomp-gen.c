@@ -4,6 +4,7 @@
  * usage: seccomp-gen OUTPUT.h */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "sandbox/helper/seccomp-rules.h"
@@ -33,6 +34,8 @@ int main(int argc, char **argv)
         fprintf(f, "    {0x%04x, %u, %u, 0x%08x},\n", p->filter[i].code, p->filter[i].jt,
                 p->filter[i].jf, p->filter[i].k);
     fprintf(f, "};\n");
+    free(p->filter);
+    free(p);
     if (fclose(f) != 0) {
         fprintf(stderr, "seccomp-gen: cannot write %s: %s\n", argv[1], strerror(errno));
         return 1;
