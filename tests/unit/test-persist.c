@@ -122,6 +122,27 @@ TEST(saves_changes_and_shares_equal_contents)
     CHECK_STREQ(loaded.v[2].path, "link");
     CHECK_STREQ(loaded.v[2].target, "a.txt");
     CHECK((loaded.v[0].mode & 0777) == 0640);
+    /* The list as written names what each file holds now: the changed one's new content,
+     * and the kept one's, whose text the last save reused from the one before. */
+    char sha[SHA256_HEX_SIZE];
+    sha256_hex("changed", 7, sha);
+    CHECK_STREQ(loaded.v[0].sha, sha);
+    CHECK(loaded.v[0].size == 7);
+    CHECK_STREQ(loaded.v[1].path, "dir/b.txt");
+    sha256_hex("same", 4, sha);
+    CHECK_STREQ(loaded.v[1].sha, sha);
+    CHECK(loaded.v[1].mtime_ns == m.v[1].mtime_ns && loaded.v[1].size == 4);
+    manifest_release(&loaded);
+
+    /* From a list just loaded (no entry's text made yet), a change is saved as well. */
+    CHECK(manifest_load(f.store, "abc", &loaded) == 0);
+    put(f.ws, "dir/b.txt", "again");
+    CHECK(save(&f, &loaded, &error) == 0 && !error);
+    manifest_release(&loaded);
+    CHECK(manifest_load(f.store, "abc", &loaded) == 0);
+    sha256_hex("again", 5, sha);
+    CHECK(loaded.n == 3 && !strcmp(loaded.v[1].path, "dir/b.txt"));
+    CHECK_STREQ(loaded.v[1].sha, sha);
     manifest_release(&loaded);
     manifest_release(&m);
     teardown(&f);
