@@ -11,7 +11,9 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/mount.h>
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #define UID_SLOTS 65536
@@ -41,6 +43,18 @@ static int uid_slot_take(struct sandbox_host *host, unsigned *ret_slot, int *ret
     return err_set(EAGAIN, "all %d sandbox uids are in use", UID_SLOTS);
 }
 
+/* The file system the workspace is on, from now on: a scan (every execution's two) need not
+ * ask it again. Its own mount, or runcell's directory, neither of which a sandbox can
+ * replace. */
+static void note_dev(struct workspace *ws)
+{
+    struct stat st;
+    struct statfs fs;
+    if (stat(ws->dir, &st) == 0)
+        ws->dev = st.st_dev;
+    ws->tmpfs = ws->dev && statfs(ws->dir, &fs) == 0 && fs.f_type == TMPFS_MAGIC;
+}
+
 int workspace_new(struct sandbox_host *host, uint64_t disk_mb, struct workspace **ret)
 {
     uint64_t seq = atomic_fetch_add(&host->seq, 1);
@@ -58,6 +72,7 @@ int workspace_new(struct sandbox_host *host, uint64_t disk_mb, struct workspace 
     if (!host->privileged || !disk_mb) {
         ws->uid = ws->root_uid = geteuid();
         ws->gid = getegid();
+        note_dev(ws);
         *ret = ws;
         return 0;
     }
@@ -78,6 +93,7 @@ int workspace_new(struct sandbox_host *host, uint64_t disk_mb, struct workspace 
         goto fail;
     }
     ws->mounted = true;
+    note_dev(ws);
     *ret = ws;
     return 0;
 fail:

@@ -350,13 +350,18 @@ static void emit_rest(struct exec_ctx *x)
     }
 }
 
-/* Reads each pipe until it is empty (at most 1024 chunks: a child that keeps writing cannot
- * hold the cell's end). */
+/* Reads each pipe that holds something until it is empty (at most 1024 chunks: a child that
+ * keeps writing cannot hold the cell's end). One poll asks both first: most cells leave
+ * nothing there, and a read of each would be two system calls that find nothing. */
 static void drain_pipes(struct kernel *k, struct exec_ctx *x)
 {
-    for (int stream = 1; stream <= 2; stream++)
-        for (int i = 0; i < 1024 && kernel_pump_pipe(k, stream, on_kernel_event, x) == 0; i++)
-            ;
+    struct pollfd pfd[2] = {{.fd = kernel_fd(k, KERNEL_FD_STDOUT), .events = POLLIN},
+                            {.fd = kernel_fd(k, KERNEL_FD_STDERR), .events = POLLIN}};
+    int n = poll(pfd, 2, 0);
+    for (int stream = 1; n != 0 && stream <= 2; stream++)
+        if (n < 0 || pfd[stream - 1].revents)
+            for (int i = 0; i < 1024 && kernel_pump_pipe(k, stream, on_kernel_event, x) == 0; i++)
+                ;
 }
 
 /* Runs the poll loop until the kernel says done, dies, or must be killed. Returns true when

@@ -7,7 +7,9 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include "runner.h"
@@ -152,6 +154,53 @@ TEST(scan_lists_files_and_links_and_skips_tool_state)
     CHECK_STREQ(l.v[2].path, "l");
     CHECK(S_ISLNK(l.v[2].mode));
     ws_listing_release(&l);
+    workspace_free(ws);
+}
+
+/* On a tmpfs, a scan reads each directory once when that read left room for another entry
+ * (workspace.tmpfs); directories that take several reads, and empty ones, are listed whole
+ * all the same, as a scan that reads until getdents64 says the end. */
+TEST(scan_of_a_tmpfs_lists_every_entry_of_directories_of_any_size)
+{
+    struct statfs fs;
+    if (statfs("/dev/shm", &fs) < 0 || fs.f_type != TMPFS_MAGIC)
+        SKIP("/dev/shm is not a tmpfs here");
+    char tmpl[] = "/dev/shm/runcell-unit-XXXXXX";
+    struct workspace *ws = xcalloc(1, sizeof(*ws));
+    CHECK(mkdtemp(tmpl) != NULL);
+    ws->base = xstrdup(tmpl);
+    ws->dir = xasprintf("%s/work", tmpl);
+    ws->uid = ws->root_uid = geteuid();
+    ws->gid = getegid();
+    ws->uid_lock_fd = -1;
+    CHECK(mkdir(ws->dir, 0700) == 0);
+    /* 3000 names of ~60 bytes: ~240 KB of entries, eight reads of 32 KB */
+    for (int i = 0; i < 3000; i++) {
+        char *p = xasprintf("%s/file-with-a-long-name-to-fill-the-buffer-sooner-%05d", ws->dir, i);
+        int fd = open(p, O_WRONLY | O_CREAT | O_EXCL, 0600);
+        CHECK(fd >= 0);
+        close(fd);
+        free(p);
+    }
+    char *sub = ws_path(ws, "sub"), *empty = ws_path(ws, "sub/empty");
+    CHECK(mkdir(sub, 0700) == 0 && mkdir(empty, 0700) == 0);
+    CHECK(workspace_copy_in(ws, "/etc/hostname", "sub/f") == 0);
+    free(sub);
+    free(empty);
+
+    struct ws_listing every, whole;
+    CHECK(workspace_scan(ws, &every) == 0); /* dev unknown: reads until the end */
+    struct stat st;
+    CHECK(stat(ws->dir, &st) == 0);
+    ws->dev = st.st_dev;
+    ws->tmpfs = true;
+    CHECK(workspace_scan(ws, &whole) == 0);
+    CHECK(every.n == 3001 && whole.n == 3001 && !every.truncated && !whole.truncated);
+    for (size_t i = 0; i < every.n; i++)
+        CHECK(!strcmp(every.v[i].path, whole.v[i].path));
+    CHECK_STREQ(whole.v[3000].path, "sub/f");
+    ws_listing_release(&every);
+    ws_listing_release(&whole);
     workspace_free(ws);
 }
 
