@@ -14,9 +14,6 @@ struct workspace {
     int uid_lock_fd; /* flock held on the uid slot while the workspace lives */
     bool mounted;
     dev_t dev; /* its file system, where a scan stays (0: unknown, asked at each scan) */
-    /* That file system is a tmpfs, whose getdents64 fills the buffer up to the directory's
-     * end: a read that left room for another entry read the whole rest (wsfiles.c). */
-    bool tmpfs;
 };
 
 /* Makes name (in dirfd, a directory of the workspace; a link itself, never followed) belong

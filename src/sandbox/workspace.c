@@ -11,9 +11,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/mount.h>
-#include <linux/magic.h>
 #include <sys/stat.h>
-#include <sys/vfs.h>
 #include <unistd.h>
 
 #define UID_SLOTS 65536
@@ -49,10 +47,8 @@ static int uid_slot_take(struct sandbox_host *host, unsigned *ret_slot, int *ret
 static void note_dev(struct workspace *ws)
 {
     struct stat st;
-    struct statfs fs;
     if (stat(ws->dir, &st) == 0)
         ws->dev = st.st_dev;
-    ws->tmpfs = ws->dev && statfs(ws->dir, &fs) == 0 && fs.f_type == TMPFS_MAGIC;
 }
 
 int workspace_new(struct sandbox_host *host, uint64_t disk_mb, struct workspace **ret)

@@ -7,7 +7,6 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/openat2.h>
-#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -283,7 +282,6 @@ struct scan {
     size_t entries; /* files, links and directories seen */
     int depth;
     double deadline_ms;
-    bool whole; /* dir_reader.whole for every directory of this scan (one file system) */
 };
 
 /* Whether the scan may go on with one more entry of path_len bytes; past a budget it
@@ -331,8 +329,6 @@ struct dir_reader {
     int fd;
     char *buf;
     size_t len, pos;
-    bool whole; /* the file system fills each read up to the end (workspace.tmpfs) */
-    bool ended; /* the last read left room for one more entry: there is none */
 };
 
 struct kdirent64 {
@@ -344,21 +340,16 @@ struct kdirent64 {
 };
 
 #define DIR_READER_BUF 32768
-/* The largest entry getdents64 returns: its header and a NAME_MAX name, NUL, 8-aligned. */
-#define DIRENT_MAX ((offsetof(struct kdirent64, d_name) + NAME_MAX + 1 + 7) & ~(size_t)7)
 
 /* The next entry's name, or NULL at the end or on an error. */
 static const char *dir_next(struct dir_reader *r)
 {
     if (r->pos >= r->len) {
-        if (r->ended)
-            return NULL; /* no read that would only say so: one system call per directory */
         ssize_t n = getdents64(r->fd, r->buf, DIR_READER_BUF);
         if (n <= 0)
             return NULL;
         r->len = (size_t)n;
         r->pos = 0;
-        r->ended = r->whole && DIR_READER_BUF - r->len >= DIRENT_MAX;
     }
     const struct kdirent64 *e = (const struct kdirent64 *)(r->buf + r->pos);
     r->pos += e->d_reclen;
@@ -367,7 +358,7 @@ static const char *dir_next(struct dir_reader *r)
 
 static void scan_dir(struct scan *s, int dfd, const char *prefix, dev_t dev)
 {
-    struct dir_reader d = {.fd = dfd, .buf = xmalloc(DIR_READER_BUF), .whole = s->whole};
+    struct dir_reader d = {.fd = dfd, .buf = xmalloc(DIR_READER_BUF)};
     const char *name;
     size_t plen = strlen(prefix);
     while ((name = dir_next(&d)) && !s->l->truncated) {
@@ -418,7 +409,7 @@ int workspace_scan(const struct workspace *ws, struct ws_listing *ret)
             close(dfd);
         return err_set(e, "cannot read workspace %s: %s", ws->dir, strerror(e));
     }
-    struct scan s = {.l = ret, .deadline_ms = now_ms_f() + WS_SCAN_MAX_MS, .whole = ws->tmpfs};
+    struct scan s = {.l = ret, .deadline_ms = now_ms_f() + WS_SCAN_MAX_MS};
     scan_dir(&s, dfd, "", st.st_dev);
     if (ret->n)
         qsort(ret->v, ret->n, sizeof(*ret->v), entry_cmp);

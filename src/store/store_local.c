@@ -77,14 +77,16 @@ static int open_temporary(struct store *st, const char *key, char **ret_tmp)
     return fd;
 }
 
-/* Puts the whole temporary file tmp in the place of ROOT/key. An object that is there is
- * exchanged with it (RENAME_EXCHANGE), then the old one removed under the temporary name:
- * ext4 writes back the data of a file renamed over another before the rename returns
- * (auto_da_alloc), up to ~0.6 ms here for a file list rewritten at every save, a cost an
- * exchange does not take. Readers see the old object or the new one, never neither. */
-static int into_place(const char *tmp, const char *path)
+/* Puts the whole temporary file tmp in the place of ROOT/key: renamed there, or, where
+ * exchange (an object written from memory, such as a session's file list at every save),
+ * first exchanged with the object there (RENAME_EXCHANGE), which is then removed. ext4
+ * writes back the data of a file renamed over another before the rename returns
+ * (auto_da_alloc), up to ~0.6 ms here for a file list rewritten at each save; an exchange
+ * does not, so that list may be lost to a power cut soon after (docs/PERSISTENCE.md).
+ * Readers see the old object or the new one, never neither. */
+static int into_place(const char *tmp, const char *path, bool exchange)
 {
-    if (renameat2(AT_FDCWD, tmp, AT_FDCWD, path, RENAME_EXCHANGE) == 0) {
+    if (exchange && renameat2(AT_FDCWD, tmp, AT_FDCWD, path, RENAME_EXCHANGE) == 0) {
         if (unlink(tmp) == 0 || errno != EISDIR)
             return 0; /* the old object is gone (or left under a dot name, never a key) */
         /* A directory was there, where rename fails: it goes back, and so does this. */
@@ -92,7 +94,7 @@ static int into_place(const char *tmp, const char *path)
             unlink(tmp);
         return -EISDIR;
     }
-    if (errno != ENOENT && errno != EINVAL && errno != ENOSYS)
+    if (exchange && errno != ENOENT && errno != EINVAL && errno != ENOSYS)
         return -errno;
     return rename(tmp, path) < 0 ? -errno : 0; /* a new key, or no exchange here */
 }
@@ -113,8 +115,8 @@ static int local_put(struct store *st, const char *key, int fd, uint64_t size, c
     if (out < 0)
         return out;
     int r = copy_hashed(fd, out, size, sha);
-    if (!r)
-        r = into_place(tmp, path);
+    if (!r) /* blobs (new names) and conditional writes: a rename */
+        r = into_place(tmp, path, false);
     return r < 0 ? put_failed(st, key, tmp, r) : 0;
 }
 
@@ -128,7 +130,7 @@ static int local_put_buf(struct store *st, const char *key, const void *data, si
         return out;
     int r = write_all(out, data, n);
     if (!r)
-        r = into_place(tmp, path);
+        r = into_place(tmp, path, true);
     return r < 0 ? put_failed(st, key, tmp, r) : 0;
 }
 

@@ -7,7 +7,9 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/personality.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -37,8 +39,13 @@ TEST(embedded_filter_refuses_and_allows)
     if (pid == 0) {
         if (seccomp_install(seccomp_build()) < 0)
             _exit(10);
-        if (unshare(CLONE_NEWNS) == 0 || errno != EPERM)
+        /* each refused by the filter alone: allowed to anyone without it */
+        if (personality(PER_LINUX32) != -1 || errno != EPERM)
             _exit(11);
+        if (syscall(SYS_clone3, NULL, 0) != -1 || errno != ENOSYS)
+            _exit(16);
+        if (unshare(CLONE_NEWNS) == 0 || errno != EPERM) /* as root, only the filter */
+            _exit(17);
         if (socket(AF_PACKET, SOCK_RAW, 0) >= 0 || errno != EAFNOSUPPORT)
             _exit(12);
         if (socket(AF_INET, SOCK_RAW, 1) >= 0 || errno != EPROTONOSUPPORT)

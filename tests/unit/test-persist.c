@@ -243,6 +243,10 @@ TEST(a_corrupted_manifest_is_reported)
     CHECK(store_put_buf(f.store, "sessions/abc/manifest.json", "{\"files\": 3", 11) == 0);
     CHECK(manifest_load(f.store, "abc", &m) == -EBADMSG);
     CHECK(strstr(err_msg(), "corrupted") && strstr(err_msg(), "manifest.json"));
+    /* what a power cut can leave of a list the file system had not written yet */
+    CHECK(store_put_buf(f.store, "sessions/abc/manifest.json", "", 0) == 0);
+    CHECK(manifest_load(f.store, "abc", &m) == -EBADMSG);
+    CHECK(strstr(err_msg(), "corrupted") && strstr(err_msg(), "manifest.json"));
     teardown(&f);
 }
 

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <seccomp.h>
 #include <string.h>
 
 #include "sandbox/helper/seccomp-rules.h"
@@ -14,6 +15,14 @@ int main(int argc, char **argv)
     if (argc != 2) {
         fprintf(stderr, "usage: seccomp-gen OUTPUT.h\n");
         return 2;
+    }
+    /* The program must not depend on what the building machine's kernel offers (a
+     * container without seccomp, an emulator of a cross build): libseccomp is told the
+     * level runcell needs (3: SECCOMP_RET_KILL_PROCESS, since Linux 4.14); a kernel
+     * without it refuses the filter when a sandbox loads it, and says so. */
+    if (seccomp_api_set(3) != 0) {
+        fprintf(stderr, "seccomp-gen: libseccomp cannot take API level 3\n");
+        return 1;
     }
     struct sock_fprog *p = seccomp_compile();
     if (!p) {
