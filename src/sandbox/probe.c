@@ -82,16 +82,23 @@ static bool has_syscall(long nr, long a, long b, long c)
 
 /* CLONE_INTO_CGROUP (5.7) asked with a cgroup fd that cannot be open: a kernel that knows
  * the flag looks the fd up and answers EBADF; an older one rejects the flag (EINVAL) or the
- * larger clone_args (E2BIG) before anything is made. */
+ * larger clone_args (E2BIG) before anything is made. The kernel looks the fd up only after
+ * it has copied the caller for the child, so the child would share the caller's memory,
+ * files and handlers: nothing to copy (0.6-0.8 ms here for a copy of the memory map, 5 us
+ * shared). CLONE_VFORK keeps the impossible success safe: the child runs alone on the
+ * shared stack, to its _exit. */
 static bool probe_clone_into_cgroup(void)
 {
     struct {
         uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid,
             set_tid_size, cgroup;
-    } args = {.flags = 0x200000000ULL, .exit_signal = SIGCHLD, .cgroup = 0x7fffffff};
+    } args = {.flags = 0x200000000ULL | CLONE_VM | CLONE_VFORK | CLONE_FS | CLONE_FILES |
+                       CLONE_SIGHAND,
+              .exit_signal = SIGCHLD,
+              .cgroup = 0x7fffffff};
     long r = syscall(SYS_clone3, &args, sizeof(args));
     if (r == 0)
-        _exit(0); /* cannot happen: no fd has that number */
+        _exit(0); /* cannot happen: no fd has that number (RLIMIT_NOFILE stays below it) */
     if (r > 0)
         waitpid((pid_t)r, NULL, 0);
     return r < 0 && errno == EBADF;
@@ -158,16 +165,13 @@ static int try_userns_in_child(void)
     return -e;
 }
 
-static bool has_filesystem(const char *name)
+/* Whether /proc/filesystems (its text) lists the file system NAME. */
+static bool has_filesystem(const char *text, const char *name)
 {
-    _cleanup_free_ char *text = NULL;
-    size_t len;
-    if (read_file("/proc/filesystems", 65536, &text, &len) < 0)
-        return false;
     size_t n = strlen(name);
-    for (char *line = text; line && *line;
+    for (const char *line = text; line && *line;
          line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
-        char *tab = strchr(line, '\t');
+        const char *tab = strchr(line, '\t');
         if (tab && !strncmp(tab + 1, name, n) && (tab[1 + n] == '\n' || tab[1 + n] == '\0'))
             return true;
     }
@@ -200,9 +204,13 @@ void sandbox_kernel_probe(struct sandbox_kernel *k, bool try_userns)
     k->userns_errno = try_userns ? -try_userns_in_child() : 0;
     k->userns_reason = sandbox_userns_verdict(k->max_user_namespaces, k->unprivileged_userns_clone,
                                               k->apparmor_restrict_userns, geteuid() == 0);
-    k->tmpfs = has_filesystem("tmpfs");
-    k->overlayfs = has_filesystem("overlay");
-    k->cgroup2 = has_filesystem("cgroup2");
+    _cleanup_free_ char *fs = NULL;
+    size_t len;
+    if (read_file("/proc/filesystems", 65536, &fs, &len) == 0) {
+        k->tmpfs = has_filesystem(fs, "tmpfs");
+        k->overlayfs = has_filesystem(fs, "overlay");
+        k->cgroup2 = has_filesystem(fs, "cgroup2");
+    }
 }
 
 void sandbox_kernel_log(const struct sandbox_kernel *k)
