@@ -92,8 +92,8 @@ static bool probe_clone_into_cgroup(void)
     struct {
         uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid,
             set_tid_size, cgroup;
-    } args = {.flags = 0x200000000ULL | CLONE_VM | CLONE_VFORK | CLONE_FS | CLONE_FILES |
-                       CLONE_SIGHAND,
+    } args = {.flags =
+                  0x200000000ULL | CLONE_VM | CLONE_VFORK | CLONE_FS | CLONE_FILES | CLONE_SIGHAND,
               .exit_signal = SIGCHLD,
               .cgroup = 0x7fffffff};
     long r = syscall(SYS_clone3, &args, sizeof(args));
