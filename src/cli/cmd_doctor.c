@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -222,6 +223,39 @@ static void report_kernel(struct doctor *d)
                                   "cgroup2", k->cgroup2));
 }
 
+/* The file system of the run directory: each sandbox makes and removes a few directories
+ * there (its workspace's mount point, its root's), cheap on a tmpfs (what /run is on most
+ * hosts), ~1 ms a sandbox on a disk that discards freed blocks (docs/PERFORMANCE.md). A
+ * note for speed, not a fix: limits do not depend on it. */
+static void report_run_dir(struct doctor *d)
+{
+    static const struct {
+        unsigned long magic;
+        const char *name;
+    } known[] = {{0x01021994, "tmpfs"}, {0xEF53, "ext2/3/4"},      {0x58465342, "xfs"},
+                 {0x9123683E, "btrfs"}, {0x794c7630, "overlayfs"}, {0x2fc12fc1, "zfs"}};
+    struct statfs st;
+    json_t *rd = json_object();
+    json_object_set_new(rd, "path", json_string(d->host.run_dir));
+    if (statfs(d->host.run_dir, &st) == 0) {
+        char hex[32];
+        const char *name = NULL;
+        for (size_t i = 0; i < ARRAY_SIZE(known) && !name; i++)
+            if ((unsigned long)st.f_type == known[i].magic)
+                name = known[i].name;
+        if (!name) {
+            snprintf(hex, sizeof(hex), "0x%lx", (unsigned long)st.f_type);
+            name = hex;
+        }
+        json_object_set_new(rd, "filesystem", json_string(name));
+        json_object_set_new(rd, "tmpfs", json_boolean(st.f_type == 0x01021994));
+    } else {
+        json_object_set_new(rd, "filesystem", json_null());
+        json_object_set_new(rd, "tmpfs", json_null());
+    }
+    json_object_set_new(d->out, "run_dir", rd);
+}
+
 /* Runs /usr/bin/python3 -c py_check on the host, capped in time and output. */
 static void report_python(struct doctor *d)
 {
@@ -400,6 +434,17 @@ static void print_text(json_t *o)
            json_is_true(json_object_get(fs, "tmpfs")) ? "yes" : "no",
            json_is_true(json_object_get(fs, "overlayfs")) ? "yes" : "no",
            json_is_true(json_object_get(fs, "cgroup2")) ? "yes" : "no");
+    json_t *rd = json_object_get(o, "run_dir");
+    if (rd) {
+        const char *fsname = json_string_value(json_object_get(rd, "filesystem"));
+        printf("%-17s %s on %s%s\n", "run directory",
+               json_string_value(json_object_get(rd, "path")),
+               fsname ? fsname : "an unknown file system",
+               json_is_false(json_object_get(rd, "tmpfs"))
+                   ? " (not a tmpfs: the directories each sandbox makes and removes there cost "
+                     "more; a tmpfs, as /run is on most hosts, is faster: RUNCELL_RUNDIR)"
+                   : "");
+    }
     json_t *sb = json_object_get(o, "sandbox");
     if (json_is_true(json_object_get(sb, "ok")))
         printf("%-17s starts (%.0f ms for print('ok'))\n", "sandbox",
@@ -450,6 +495,7 @@ int cmd_doctor(int argc, char **argv)
         d.full = false;
     } else {
         report_kernel(&d);
+        report_run_dir(&d);
         report_cgroups(&d);
         report_sandbox(&d);
         report_template(&d, o.no_template);

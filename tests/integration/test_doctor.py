@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 import unittest
 
 from rctest import (HANG, RUNCELL, RuncellTestCase, TempDir, _cgroup_mount, _own_cgroup,
@@ -144,6 +145,25 @@ class Report(RuncellTestCase):
         limit_fixes = [f for f in self.rep["fixes"] if not f.startswith("the template ")]
         self.assertEqual(self.rep["full_limits"], limit_fixes == [], self.rep["fixes"])
 
+    def test_run_dir_is_named_with_its_file_system(self):
+        rd = self.rep["run_dir"]
+        self.assertEqual(rd["path"], self.dir)
+        magic = subprocess.run(["stat", "-f", "-c", "%t", self.dir], capture_output=True,
+                               text=True, check=True).stdout.strip()
+        self.assertEqual(rd["tmpfs"], magic == "1021994", (magic, rd))
+        # on a tmpfs (where /dev/shm is one), it is named so, and the text has no advice
+        magic = subprocess.run(["stat", "-f", "-c", "%t", "/dev/shm"], capture_output=True,
+                               text=True).stdout.strip()
+        if magic != "1021994":
+            return
+        with tempfile.TemporaryDirectory(dir="/dev/shm") as d:
+            os.chmod(d, 0o711)
+            rep, _ = doctor_json("--no-template", env=dict(os.environ, RUNCELL_RUNDIR=d))
+            p = doctor("--no-template", env=dict(os.environ, RUNCELL_RUNDIR=d))
+        self.assertEqual((rep["run_dir"]["path"], rep["run_dir"]["filesystem"],
+                          rep["run_dir"]["tmpfs"]), (d, "tmpfs", True))
+        self.assertIn("run directory     %s on tmpfs\n" % d, p.stdout)
+
     def test_leaves_nothing_behind(self):
         self.assertEqual(run_dir_entries(self.dir), [])
         self.assertEqual(cgroups_of(self.p.pid), [])
@@ -153,7 +173,8 @@ class Report(RuncellTestCase):
         p = doctor("--no-template", env=self.env)
         self.assertIn(p.returncode, (0, 1), p.stderr)
         for part in ("kernel", "cgroups", "placement", "Landlock", "seccomp",
-                     "user namespaces", "system calls", "file systems", "sandbox", "template",
+                     "user namespaces", "system calls", "file systems", "run directory",
+                     "sandbox", "template",
                      "Python stack", "full limits: "):
             self.assertIn(part, p.stdout)
         self.assertIn("not tried: --no-template", p.stdout)
