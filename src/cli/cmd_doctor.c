@@ -225,7 +225,7 @@ static void report_kernel(struct doctor *d)
 
 /* The file system of the run directory: each sandbox makes and removes a few directories
  * there (its workspace's mount point, its root's), cheap on a tmpfs (what /run is on most
- * hosts), ~1 ms a sandbox on a disk that discards freed blocks (docs/PERFORMANCE.md). A
+ * hosts), 0.7-0.9 ms a sandbox on a disk that discards freed blocks (docs/PERFORMANCE.md). A
  * note for speed, not a fix: limits do not depend on it. */
 static void report_run_dir(struct doctor *d)
 {
