@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <linux/magic.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
@@ -232,23 +233,24 @@ static void report_run_dir(struct doctor *d)
     static const struct {
         unsigned long magic;
         const char *name;
-    } known[] = {{0x01021994, "tmpfs"}, {0xEF53, "ext2/3/4"},      {0x58465342, "xfs"},
-                 {0x9123683E, "btrfs"}, {0x794c7630, "overlayfs"}, {0x2fc12fc1, "zfs"}};
+    } known[] = {{TMPFS_MAGIC, "tmpfs"},
+                 {EXT4_SUPER_MAGIC, "ext2/3/4"},
+                 {XFS_SUPER_MAGIC, "xfs"},
+                 {BTRFS_SUPER_MAGIC, "btrfs"},
+                 {OVERLAYFS_SUPER_MAGIC, "overlayfs"},
+                 {0x2fc12fc1, "zfs"}}; /* not in linux/magic.h */
     struct statfs st;
     json_t *rd = json_object();
     json_object_set_new(rd, "path", json_string(d->host.run_dir));
     if (statfs(d->host.run_dir, &st) == 0) {
         char hex[32];
-        const char *name = NULL;
-        for (size_t i = 0; i < ARRAY_SIZE(known) && !name; i++)
+        snprintf(hex, sizeof(hex), "0x%lx", (unsigned long)st.f_type);
+        const char *name = hex;
+        for (size_t i = 0; i < ARRAY_SIZE(known); i++)
             if ((unsigned long)st.f_type == known[i].magic)
                 name = known[i].name;
-        if (!name) {
-            snprintf(hex, sizeof(hex), "0x%lx", (unsigned long)st.f_type);
-            name = hex;
-        }
         json_object_set_new(rd, "filesystem", json_string(name));
-        json_object_set_new(rd, "tmpfs", json_boolean(st.f_type == 0x01021994));
+        json_object_set_new(rd, "tmpfs", json_boolean(st.f_type == TMPFS_MAGIC));
     } else {
         json_object_set_new(rd, "filesystem", json_null());
         json_object_set_new(rd, "tmpfs", json_null());
