@@ -79,6 +79,8 @@ def json_loads(text):
 
 def json_dumps(obj):
     """json.dumps(obj, ensure_ascii=False, allow_nan=False)."""
+    # A new encoder each time, as json.dumps makes: its table of the objects being written
+    # (which finds a cycle) is left holding them when a value cannot be written.
     enc = _json.make_encoder({}, _json_default, _json.encode_basestring, None, ": ", ", ",
                              False, False, False)
     return "".join(enc(obj, 0))
@@ -180,8 +182,10 @@ class Channel:
         with _interrupts, self.lock:
             _write_all(self.fd, frame)
 
-    def send_json(self, obj):
-        text = json_dumps(_wire_safe(obj))
+    def send_json(self, obj, plain=False):
+        """plain: obj holds only the kernel's own strings and small integers (no user data),
+        which the daemon takes as they are."""
+        text = json_dumps(obj if plain else _wire_safe(obj))
         self.send(ord("M"), text.encode("utf-8"))
 
     def recv(self):
@@ -326,6 +330,8 @@ class FrameStream(io.TextIOBase):
                 self.flush()
 
     def flush(self):
+        if not self._pending:  # nothing written since the last flush: the common case
+            return
         # Held across taking the text and sending it, so that an interrupt neither loses
         # the text nor cuts its frame.
         with _interrupts, self._lock:
@@ -1184,7 +1190,8 @@ class Kernel:
             self.flush_streams()
         except Exception:
             pass
-        self.channel.send_json(reply)
+        # Without an error, the reply holds nothing of the cell's.
+        self.channel.send_json(reply, plain=not err)
         if self.reserve is None:
             self.reserve = _memory_reserve()  # once the cell's memory is free again
 
@@ -1303,6 +1310,7 @@ def _exit_status(code):
 
 
 _user_site_probe = None  # (the user site's deepest existing ancestor, its mtime_ns)
+_user_site_of = (None, None)  # (PYTHONUSERBASE, the user site under it)
 
 
 def add_user_site():
@@ -1310,9 +1318,12 @@ def add_user_site():
     cell, but by one stat of its deepest existing ancestor (a directory made below it
     changes its mtime), not of the missing path itself: the workspace is a tmpfs, which
     keeps no negative dentries, so each lookup of a missing name is a slow one."""
-    global _user_site_probe
-    user_site = os.path.join(os.environ.get("PYTHONUSERBASE", ""), "lib",
-                             "python%d.%d" % sys.version_info[:2], "site-packages")
+    global _user_site_probe, _user_site_of
+    base = os.environ.get("PYTHONUSERBASE", "")
+    if _user_site_of[0] != base:
+        _user_site_of = (base, os.path.join(base, "lib", "python%d.%d" % sys.version_info[:2],
+                                            "site-packages"))
+    user_site = _user_site_of[1]
     if user_site in sys.path:
         return
     probe = _user_site_probe
