@@ -4,6 +4,17 @@
 
 #include "sandbox/sandbox.h"
 
+#include <pthread.h>
+
+/* The workspace's directory, kept open from one scan to the next (an execution makes two):
+ * a scan then starts with an lseek where it would walk the path and open it. -1 until the
+ * first scan, and again once the session is idle. A scan that finds it in use by another
+ * (a file listing beside an execution) opens the directory for itself. */
+struct ws_scan_dir {
+    pthread_mutex_t lock;
+    int fd;
+};
+
 struct workspace {
     char *dir;  /* host path of the directory bound at /workspace */
     char *base; /* host directory holding dir and the sandbox roots */
@@ -14,7 +25,11 @@ struct workspace {
     int uid_lock_fd; /* flock held on the uid slot while the workspace lives */
     bool mounted;
     dev_t dev; /* its file system, where a scan stays (0: unknown, asked at each scan) */
+    struct ws_scan_dir *scan;
 };
+
+/* Gives ws a kept directory for its scans (none yet open); workspace_free frees it. */
+void workspace_scan_dir_init(struct workspace *ws);
 
 /* Makes name (in dirfd, a directory of the workspace; a link itself, never followed) belong
  * to the sandbox user. 0 or -errno (never when the sandbox user is runcell's own uid). */

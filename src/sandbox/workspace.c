@@ -57,6 +57,7 @@ int workspace_new(struct sandbox_host *host, uint64_t disk_mb, struct workspace 
     struct workspace *ws = xcalloc(1, sizeof(*ws));
     int r;
     ws->uid_lock_fd = -1;
+    workspace_scan_dir_init(ws);
     ws->base = xasprintf("%s/%s/w%llu", host->run_dir, host->owner_id, (unsigned long long)seq);
     ws->dir = xasprintf("%s/work", ws->base);
     /* base is traversable (not listable) so that the sandbox's root id can reach the
@@ -97,10 +98,34 @@ fail:
     return r;
 }
 
+void workspace_scan_dir_init(struct workspace *ws)
+{
+    ws->scan = xcalloc(1, sizeof(*ws->scan));
+    pthread_mutex_init(&ws->scan->lock, NULL);
+    ws->scan->fd = -1;
+}
+
+void workspace_scan_idle(struct workspace *ws)
+{
+    if (!ws->scan)
+        return;
+    pthread_mutex_lock(&ws->scan->lock);
+    if (ws->scan->fd >= 0)
+        close(ws->scan->fd);
+    ws->scan->fd = -1;
+    pthread_mutex_unlock(&ws->scan->lock);
+}
+
 void workspace_free(struct workspace *ws)
 {
     if (!ws)
         return;
+    if (ws->scan) { /* first: the tmpfs is freed at its unmount only once nothing holds it */
+        if (ws->scan->fd >= 0)
+            close(ws->scan->fd);
+        pthread_mutex_destroy(&ws->scan->lock);
+        free(ws->scan);
+    }
     if (ws->mounted && umount2(ws->dir, MNT_DETACH) < 0)
         log_warn("msg=\"cannot unmount workspace\" path=%s error=\"%s\"", ws->dir, strerror(errno));
     if (ws->base)

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <linux/openat2.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -356,7 +357,8 @@ static const char *dir_next(struct dir_reader *r)
     return e->d_name;
 }
 
-static void scan_dir(struct scan *s, int dfd, const char *prefix, dev_t dev)
+/* Scans dfd, which it closes unless it is the workspace's kept one (own false). */
+static void scan_dir(struct scan *s, int dfd, const char *prefix, dev_t dev, bool own)
 {
     struct dir_reader d = {.fd = dfd, .buf = xmalloc(DIR_READER_BUF)};
     const char *name;
@@ -384,13 +386,14 @@ static void scan_dir(struct scan *s, int dfd, const char *prefix, dev_t dev)
                       : openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (sub >= 0) {
             s->depth++;
-            scan_dir(s, sub, path, dev);
+            scan_dir(s, sub, path, dev, true);
             s->depth--;
         }
         free(path);
     }
     free(d.buf);
-    close(dfd);
+    if (own)
+        close(dfd);
 }
 
 static int entry_cmp(const void *a, const void *b)
@@ -398,19 +401,42 @@ static int entry_cmp(const void *a, const void *b)
     return strcmp(((const struct ws_entry *)a)->path, ((const struct ws_entry *)b)->path);
 }
 
+/* The workspace's directory for a scan, read from its start: the kept fd (*ret_kept set, its
+ * lock held), or one opened for this scan alone (a workspace made without workspace_new
+ * keeps none). -1 with errno on failure. */
+static int scan_open(const struct workspace *ws, bool *ret_kept)
+{
+    *ret_kept = false;
+    if (ws->scan && pthread_mutex_trylock(&ws->scan->lock) == 0) {
+        if (ws->scan->fd < 0)
+            ws->scan->fd = open(ws->dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (ws->scan->fd >= 0 && lseek(ws->scan->fd, 0, SEEK_SET) == 0) {
+            *ret_kept = true;
+            return ws->scan->fd;
+        }
+        pthread_mutex_unlock(&ws->scan->lock);
+    }
+    return open(ws->dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+}
+
 int workspace_scan(const struct workspace *ws, struct ws_listing *ret)
 {
     struct stat st = {.st_dev = ws->dev};
+    bool kept;
     memset(ret, 0, sizeof(*ret));
-    int dfd = open(ws->dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    int dfd = scan_open(ws, &kept);
     if (dfd < 0 || (!ws->dev && fstat(dfd, &st) < 0)) {
         int e = errno;
-        if (dfd >= 0)
+        if (kept)
+            pthread_mutex_unlock(&ws->scan->lock);
+        else if (dfd >= 0)
             close(dfd);
         return err_set(e, "cannot read workspace %s: %s", ws->dir, strerror(e));
     }
     struct scan s = {.l = ret, .deadline_ms = now_ms_f() + WS_SCAN_MAX_MS};
-    scan_dir(&s, dfd, "", st.st_dev);
+    scan_dir(&s, dfd, "", st.st_dev, !kept);
+    if (kept)
+        pthread_mutex_unlock(&ws->scan->lock);
     if (ret->n)
         qsort(ret->v, ret->n, sizeof(*ret->v), entry_cmp);
     return 0;

@@ -841,6 +841,8 @@ void session_idle_release(struct session *s, uint64_t idle_ms)
         ms_since(now_ms(), s->last_used_ms) >= idle_ms) {
         for (struct kernel *k = s->k, *next = s->other; k; k = next, next = NULL)
             sandbox_usage_idle(kernel_sandbox(k));
+        if (s->ws)
+            workspace_scan_idle(s->ws);
     }
     pthread_mutex_unlock(&s->lock);
 }

@@ -24,6 +24,7 @@ static struct workspace *scratch_ws(void)
     ws->uid = ws->root_uid = geteuid();
     ws->gid = getegid();
     ws->uid_lock_fd = -1;
+    workspace_scan_dir_init(ws); /* as workspace_new: scans keep the directory open */
     CHECK(mkdir(ws->dir, 0700) == 0);
     return ws;
 }
@@ -152,6 +153,62 @@ TEST(scan_lists_files_and_links_and_skips_tool_state)
     CHECK_STREQ(l.v[2].path, "l");
     CHECK(S_ISLNK(l.v[2].mode));
     ws_listing_release(&l);
+    workspace_free(ws);
+}
+
+static bool listing_is(const struct ws_listing *l, const char *const *paths, size_t n)
+{
+    if (l->n != n || l->truncated)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(l->v[i].path, paths[i]))
+            return false;
+    return true;
+}
+
+/* An execution scans twice; the workspace's directory stays open between scans, each read
+ * from its start again. Each scan sees the changes made since the one before; one that
+ * finds the kept directory in use (a file listing beside an execution) opens its own; an
+ * idle session's is closed and opened again by the next scan. */
+TEST(scan_keeps_the_directory_open_and_sees_each_change)
+{
+    struct workspace *ws = scratch_ws();
+    struct ws_listing l;
+    CHECK(workspace_scan(ws, &l) == 0 && listing_is(&l, NULL, 0));
+    ws_listing_release(&l);
+    int kept = ws->scan->fd;
+    CHECK(kept >= 0);
+
+    CHECK(workspace_copy_in(ws, "/etc/hostname", "a") == 0);
+    CHECK(workspace_scan(ws, &l) == 0 && listing_is(&l, (const char *[]){"a"}, 1));
+    ws_listing_release(&l);
+    CHECK(ws->scan->fd == kept);
+
+    char *a = ws_path(ws, "a");
+    CHECK(unlink(a) == 0);
+    free(a);
+    CHECK(workspace_copy_in(ws, "/etc/hostname", "b/c") == 0);
+    CHECK(workspace_copy_in(ws, "/etc/hostname", "d") == 0);
+    CHECK(workspace_scan(ws, &l) == 0 && listing_is(&l, (const char *[]){"b/c", "d"}, 2));
+    ws_listing_release(&l);
+
+    /* in use by another scan: this one opens the directory itself, and leaves the kept one
+     * where it was */
+    CHECK(pthread_mutex_lock(&ws->scan->lock) == 0);
+    off_t at = lseek(kept, 0, SEEK_CUR);
+    CHECK(workspace_scan(ws, &l) == 0 && listing_is(&l, (const char *[]){"b/c", "d"}, 2));
+    ws_listing_release(&l);
+    CHECK(lseek(kept, 0, SEEK_CUR) == at);
+    CHECK(pthread_mutex_unlock(&ws->scan->lock) == 0);
+
+    workspace_scan_idle(ws);
+    CHECK(ws->scan->fd == -1 && fcntl(kept, F_GETFD) == -1 && errno == EBADF);
+    char *d = ws_path(ws, "d");
+    CHECK(unlink(d) == 0);
+    free(d);
+    CHECK(workspace_scan(ws, &l) == 0 && listing_is(&l, (const char *[]){"b/c"}, 1));
+    ws_listing_release(&l);
+    CHECK(ws->scan->fd >= 0);
     workspace_free(ws);
 }
 
