@@ -36,6 +36,7 @@ int cgroup_apply_limits(struct cgroup *cg, const struct sandbox_limits *limits);
 char **cgroup_procs_files(const struct cgroup *cg);
 /* The CPU time of cg alone (cgroup_read_usage's first figure, one read). 0 or -ENODATA. */
 int cgroup_read_cpu(const struct cgroup *cg, double *ret_cpu_ms);
+/* CPU time, peak memory and (unless ret_oom_kills is NULL) the OOM kills so far. */
 int cgroup_read_usage(const struct cgroup *cg, double *ret_cpu_ms, uint64_t *ret_peak_kb,
                       uint64_t *ret_oom_kills);
 void cgroup_kill_all(const struct cgroup *cg);

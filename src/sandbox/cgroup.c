@@ -893,7 +893,8 @@ int cgroup_read_usage(const struct cgroup *cg, double *ret_cpu_ms, uint64_t *ret
     uint64_t v = 0;
     (void)cgroup_read_cpu(cg, ret_cpu_ms);
     *ret_peak_kb = 0;
-    *ret_oom_kills = 0;
+    if (ret_oom_kills)
+        *ret_oom_kills = 0;
     if (cg->mode == CGROUP_V2) {
         const char *dir = cg->dirs[0];
         ssize_t n = cg->peak_fd >= 0 ? pread(cg->peak_fd, text, sizeof(text) - 1, 0) : -1;
@@ -901,15 +902,16 @@ int cgroup_read_usage(const struct cgroup *cg, double *ret_cpu_ms, uint64_t *ret
             text[n] = '\0';
         if (n > 0 || read_small(dir, "memory.current", text, sizeof(text)) == 0)
             *ret_peak_kb = strtoull(text, NULL, 10) / 1024;
-        if (pread_keyed(cg->usage_fd[1], dir, "memory.events", "oom_kill", &v) == 0)
+        if (ret_oom_kills &&
+            pread_keyed(cg->usage_fd[1], dir, "memory.events", "oom_kill", &v) == 0)
             *ret_oom_kills = v;
         return 0;
     }
     if (pread_small(cg->usage_fd[1], cg->dirs[CG_MEMORY], "memory.max_usage_in_bytes", text,
                     sizeof(text)) == 0)
         *ret_peak_kb = strtoull(text, NULL, 10) / 1024;
-    if (pread_keyed(cg->usage_fd[2], cg->dirs[CG_MEMORY], "memory.oom_control", "oom_kill", &v) ==
-        0)
+    if (ret_oom_kills && pread_keyed(cg->usage_fd[2], cg->dirs[CG_MEMORY], "memory.oom_control",
+                                     "oom_kill", &v) == 0)
         *ret_oom_kills = v;
     return 0;
 }

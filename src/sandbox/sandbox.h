@@ -366,6 +366,9 @@ struct sandbox_usage {
     bool oom_killed;
 };
 int sandbox_usage(struct sandbox *sb, struct sandbox_usage *ret);
+/* sandbox_usage for a payload that lives on (a kernel that answered): without the count of
+ * OOM kills, one read fewer (oom_killed is false). */
+int sandbox_usage_alive(struct sandbox *sb, struct sandbox_usage *ret);
 /* sandbox_usage's cpu_ms alone, with one read: what a cell's start needs. */
 double sandbox_cpu_ms(struct sandbox *sb);
 /* Applies new memory, pids and CPU limits to a running sandbox's cgroup. 0 or -errno;

@@ -429,7 +429,7 @@ void sandbox_kill(struct sandbox *sb)
         cgroup_kill_all(sb->cgroup);
 }
 
-int sandbox_usage(struct sandbox *sb, struct sandbox_usage *ret)
+static int usage(struct sandbox *sb, struct sandbox_usage *ret, bool oom)
 {
     memset(ret, 0, sizeof(*ret));
     if (!sb->cgroup) {
@@ -442,10 +442,20 @@ int sandbox_usage(struct sandbox *sb, struct sandbox_usage *ret)
     }
     uint64_t ooms = 0;
     cgroup_usage_reopen(sb->cgroup);
-    cgroup_read_usage(sb->cgroup, &ret->cpu_ms, &ret->memory_peak_kb, &ooms);
+    cgroup_read_usage(sb->cgroup, &ret->cpu_ms, &ret->memory_peak_kb, oom ? &ooms : NULL);
     ret->oom_killed = ooms > sb->oom_kills_at_start;
     ret->memory_peak_scope = cgroup_peak_per_cell(sb->cgroup) ? "cell" : "session";
     return 0;
+}
+
+int sandbox_usage(struct sandbox *sb, struct sandbox_usage *ret)
+{
+    return usage(sb, ret, true);
+}
+
+int sandbox_usage_alive(struct sandbox *sb, struct sandbox_usage *ret)
+{
+    return usage(sb, ret, false);
 }
 
 double sandbox_cpu_ms(struct sandbox *sb)

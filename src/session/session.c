@@ -702,7 +702,7 @@ static void run_cell(struct session *s, struct kernel *k, const struct exec_requ
         record_lost(s, k, rec, stop, &x, &u1);
     }
     if (rec->state != STATE_LOST)
-        sandbox_usage(kernel_sandbox(k), &u1);
+        sandbox_usage_alive(kernel_sandbox(k), &u1);
     rec->wall_ms = now_ms_f() - t0;
     rec->cpu_ms = u1.cpu_ms - cpu0;
     rec->memory_peak_kb = u1.memory_peak_kb;
