@@ -120,23 +120,31 @@ int cgroup_parse_own(const char *text, const char *controller, char **ret_path)
     return -ENOENT;
 }
 
-/* Our own cgroup path in the hierarchy that lists `controller` ("" for the v2 line). */
-static char *own_cgroup_path(const char *controller)
+/* Our own cgroup path in the hierarchy that lists `controller` ("" for the v2 line), from
+ * text, /proc/self/cgroup as read by the caller (NULL: read here). */
+static char *own_cgroup_path_in(const char *text, const char *controller)
 {
-    _cleanup_free_ char *text = NULL;
+    _cleanup_free_ char *own = NULL;
     char *path = NULL;
-    size_t len;
-    if (read_file("/proc/self/cgroup", 65536, &text, &len) < 0 ||
-        cgroup_parse_own(text, controller, &path) < 0)
+    if (!text && read_file("/proc/self/cgroup", 65536, &own, NULL) < 0)
+        return NULL;
+    if (cgroup_parse_own(text ? text : own, controller, &path) < 0)
         return NULL;
     return path;
 }
 
-/* Mount point of the cgroup file system carrying `controller` (v1), or of cgroup2 when
- * controller is NULL. */
-static char *cgroup_mount(const char *controller)
+static char *own_cgroup_path(const char *controller)
 {
-    FILE *f = fopen("/proc/self/mountinfo", "re");
+    return own_cgroup_path_in(NULL, controller);
+}
+
+/* Mount point of the cgroup file system carrying `controller` (v1), or of cgroup2 when
+ * controller is NULL; from mountinfo, /proc/self/mountinfo as read by the caller (NULL:
+ * read here). */
+static char *cgroup_mount_in(const char *mountinfo, const char *controller)
+{
+    FILE *f = mountinfo ? fmemopen((void *)mountinfo, strlen(mountinfo), "r")
+                        : fopen("/proc/self/mountinfo", "re");
     char line[4096];
     char *found = NULL;
     if (!f)
@@ -163,6 +171,11 @@ static char *cgroup_mount(const char *controller)
     }
     fclose(f);
     return found;
+}
+
+static char *cgroup_mount(const char *controller)
+{
+    return cgroup_mount_in(NULL, controller);
 }
 
 char *cgroup_mount_point(const char *controller)
@@ -628,9 +641,14 @@ void cgroup_host_release(struct sandbox_host *host)
 
 static bool detect_v1(struct sandbox_host *host)
 {
+    /* Each read once for every controller (~20 us a read here; a start made ten). */
+    _cleanup_free_ char *mountinfo = NULL, *own_text = NULL;
+    if (read_file("/proc/self/mountinfo", 1 << 20, &mountinfo, NULL) < 0 ||
+        read_file("/proc/self/cgroup", 65536, &own_text, NULL) < 0)
+        return false;
     for (int i = 0; i < CG_N; i++) {
-        _cleanup_free_ char *mnt = cgroup_mount(v1_names[i]);
-        _cleanup_free_ char *own = own_cgroup_path(v1_names[i]);
+        _cleanup_free_ char *mnt = cgroup_mount_in(mountinfo, v1_names[i]);
+        _cleanup_free_ char *own = own_cgroup_path_in(own_text, v1_names[i]);
         if (!mnt || !own)
             continue;
         char *base = join_base(mnt, own);
@@ -1002,7 +1020,9 @@ void cgroup_free(struct cgroup *cg)
 {
     if (!cg)
         return;
-    cgroup_kill_all(cg);
+    /* No sweep first: a sandbox's cgroup is freed once its init is reaped, and init's end
+     * took every process of its PID namespace with it. One still there (an error path)
+     * makes rmdir fail with EBUSY, and remove_dir kills it then. */
     cgroup_usage_close(cg);
     for (int i = 0; i < CG_N; i++) {
         if (!cg->dirs[i])
