@@ -571,11 +571,12 @@ static void shutdown_gracefully(struct server *srv)
 }
 
 /* Each session holds a few descriptors here (its kernel's channel and pipes, its sandbox's
- * status pipe and pidfd, its uid slot lock, its cgroup usage files: 8.6 a Python session,
- * measured), each connection one: the soft limit is raised to the hard one, and the hard
- * one to what max_sessions needs where the server may (CAP_SYS_RESOURCE, up to
+ * status pipe and pidfd, its uid slot lock, its cgroup usage files and its workspace's
+ * directory, the last two closed when it is idle: 9.6 a Python session that has run a
+ * cell, measured), each connection one: the soft limit is raised to the hard one, and the
+ * hard one to what max_sessions needs where the server may (CAP_SYS_RESOURCE, up to
  * fs.nr_open); a limit still short of that is logged. */
-#define FDS_PER_SESSION     10
+#define FDS_PER_SESSION     11
 #define FDS_BESIDE_SESSIONS 64
 
 static void raise_fd_limit(const struct server_limits *l)
