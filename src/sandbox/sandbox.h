@@ -224,7 +224,8 @@ struct ws_listing {
  * runcell's own (.runcell: variables' checkpoints on their way to and from the store). */
 int workspace_scan(const struct workspace *ws, struct ws_listing *ret);
 /* Closes what a scan keeps open for the next one (the workspace's directory), as an idle
- * session's cgroup files are; the next scan opens it again. */
+ * session's cgroup files are; the next scan opens it again. Never waits: while a scan runs,
+ * nothing is closed. */
 void workspace_scan_idle(struct workspace *ws);
 void ws_listing_release(struct ws_listing *l);
 /* Paths created, modified (size, mtime or inode changed) and deleted between two scans;

@@ -107,9 +107,11 @@ void workspace_scan_dir_init(struct workspace *ws)
 
 void workspace_scan_idle(struct workspace *ws)
 {
-    if (!ws->scan)
+    /* A scan in progress (a listing of a large workspace can take seconds) keeps it: the
+     * caller holds its session's lock, which must not wait on that; the next idle pass
+     * closes it. */
+    if (!ws->scan || pthread_mutex_trylock(&ws->scan->lock) != 0)
         return;
-    pthread_mutex_lock(&ws->scan->lock);
     if (ws->scan->fd >= 0)
         close(ws->scan->fd);
     ws->scan->fd = -1;

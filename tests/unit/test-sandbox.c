@@ -193,12 +193,14 @@ TEST(scan_keeps_the_directory_open_and_sees_each_change)
     ws_listing_release(&l);
 
     /* in use by another scan: this one opens the directory itself, and leaves the kept one
-     * where it was */
+     * where it was; going idle then waits for nothing and closes nothing */
     CHECK(pthread_mutex_lock(&ws->scan->lock) == 0);
     off_t at = lseek(kept, 0, SEEK_CUR);
     CHECK(workspace_scan(ws, &l) == 0 && listing_is(&l, (const char *[]){"b/c", "d"}, 2));
     ws_listing_release(&l);
     CHECK(lseek(kept, 0, SEEK_CUR) == at);
+    workspace_scan_idle(ws);
+    CHECK(ws->scan->fd == kept);
     CHECK(pthread_mutex_unlock(&ws->scan->lock) == 0);
 
     workspace_scan_idle(ws);
