@@ -330,7 +330,10 @@ class FrameStream(io.TextIOBase):
                 self.flush()
 
     def flush(self):
-        if not self._pending:  # nothing written since the last flush: the common case
+        # Nothing pending: nothing written since the last flush, and no flush under way in
+        # another thread (the text leaves _pending only once it is sent), so nothing this
+        # flush could have to wait for. The common case, without the locks.
+        if not self._pending:
             return
         # Held across taking the text and sending it, so that an interrupt neither loses
         # the text nor cuts its frame.
@@ -338,9 +341,9 @@ class FrameStream(io.TextIOBase):
             if not self._pending:
                 return
             data = b"".join(self._pending)
-            self._pending, self._size = [], 0
             for i in range(0, len(data), STREAM_CHUNK):
                 self._channel.send(self._kind, data[i:i + STREAM_CHUNK])
+            self._pending, self._size = [], 0
 
 
 class _BinaryFrameStream(io.RawIOBase):
