@@ -1020,9 +1020,11 @@ void cgroup_free(struct cgroup *cg)
 {
     if (!cg)
         return;
-    /* No sweep first: a sandbox's cgroup is freed once its init is reaped, and init's end
-     * took every process of its PID namespace with it. One still there (an error path)
-     * makes rmdir fail with EBUSY, and remove_dir kills it then. */
+    /* No sweep first: a sandbox's cgroup is freed once its init has ended or been killed
+     * (reaped here; a template's clone, which the template reaps, may still be going), and
+     * init is its PID namespace's first process: its end takes every other with it. One
+     * still there (exiting, or an error path's) makes rmdir fail with EBUSY, and remove_dir
+     * kills it and tries again. */
     cgroup_usage_close(cg);
     for (int i = 0; i < CG_N; i++) {
         if (!cg->dirs[i])
