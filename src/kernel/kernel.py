@@ -18,13 +18,15 @@ very process and may change any of it.
 A fresh kernel (`runcell run -c`, sessions without the template) pays for every module it
 imports before its first cell, so at start it imports only what a cell needs, and C modules
 where the Python ones would bring `re` and `enum` along: `_ast` for `ast`, `_signal` for
-`signal`, `_json` through the small codec below for `json`, `binascii` for `base64`. The rest
-(`traceback`, `pickle`, `subprocess`, ...) is imported where it is used. `linecache` is fed
+`signal`, `_json` through the small codec below for `json`, `binascii` for `base64`,
+`_thread` for `threading`. The rest (`traceback`, `pickle`, `subprocess`, ...) is imported
+where it is used. `linecache` is fed
 from the kernel's own table of cell sources once anything imports it (_AfterImport).
 """
 import _ast
 import _json
 import _signal
+import _thread
 import binascii
 import builtins
 import io
@@ -32,7 +34,6 @@ import marshal
 import os
 import struct
 import sys
-import threading
 import time
 import types
 
@@ -134,14 +135,14 @@ class _Interrupts:
         raise KeyboardInterrupt
 
     def __enter__(self):
-        if threading.current_thread() is threading.main_thread():
+        if _in_main_thread():
             if not self.depth:
                 self.hit = False
             self.depth += 1
         return self
 
     def __exit__(self, exc_type, exc, tb):
-        if threading.current_thread() is not threading.main_thread():
+        if not _in_main_thread():
             return
         self.depth -= 1
         if not self.depth and self.hit and exc_type is None and self.live:
@@ -149,6 +150,23 @@ class _Interrupts:
             raise KeyboardInterrupt
 
 
+# The thread that runs cells, as threading.main_thread() names it but without importing
+# threading (~2 ms of CPU at a fresh kernel's start, with _weakrefset): the thread the
+# kernel started in, and in a child of os.fork the thread that forked, as threading has it
+# there. A template's clone runs its kernel on the template's main thread.
+_main_ident = _thread.get_ident()
+
+
+def _in_main_thread():
+    return _thread.get_ident() == _main_ident
+
+
+def _forked_from_this_thread():
+    global _main_ident
+    _main_ident = _thread.get_ident()
+
+
+os.register_at_fork(after_in_child=_forked_from_this_thread)
 _interrupts = _Interrupts()
 _sigint_handler = _interrupts.handler  # one bound method, so that `is` can recognise it
 
@@ -171,7 +189,7 @@ class Channel:
         # Out of the way of user code, and not inherited by programs the code runs.
         self.fd = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 100)
         os.close(fd)
-        self.lock = threading.Lock()
+        self.lock = _thread.allocate_lock()
         self.held = None  # a frame read while looking for an interrupt, for recv
         # What was read of the channel and not yet taken: a frame's header and payload come
         # in one read, and a frame the daemon sent right after it (an interrupt) waits here.
@@ -300,7 +318,7 @@ class FrameStream(io.TextIOBase):
         self._fd = fd
         self._pending = []
         self._size = 0
-        self._lock = threading.RLock()
+        self._lock = _thread.RLock()
         self.buffer = _BinaryFrameStream(self)
 
     encoding = "utf-8"
@@ -1026,7 +1044,7 @@ class Kernel:
         cell's own thread, while its code runs, and when the daemon asked for it (other
         threads' programs run alongside the cell anyway)."""
         if (self.sync and _interrupts.live and os.getpid() == self.pid
-                and threading.current_thread() is threading.main_thread()):
+                and _in_main_thread()):
             self.flush_streams()
             self.channel.sync()
 
@@ -1366,7 +1384,7 @@ class _RetryAfterInvalidate:
     here only a miss pays."""
 
     def __init__(self):
-        self.local = threading.local()
+        self.local = _thread._local()
 
     def find_spec(self, name, path=None, target=None):
         if getattr(self.local, "busy", False):
@@ -1501,6 +1519,7 @@ def template_main():
     import gc
     import json
     import socket
+    import threading
     t0 = time.monotonic()
     failed = {}
     for name in TEMPLATE_PRELOAD:
