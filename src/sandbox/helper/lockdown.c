@@ -102,9 +102,14 @@ static int drop_privileges(const struct helper_config *cfg)
         return fail_errno("cannot drop supplementary groups");
     if (setresgid(SANDBOX_GID, SANDBOX_GID, SANDBOX_GID) < 0)
         return fail_errno("cannot switch to the sandbox group");
-    for (int cap = 0; cap <= 63; cap++)
-        if (prctl(PR_CAPBSET_DROP, cap) < 0 && errno != EINVAL)
-            return fail_errno("cannot drop capability %d from the bounding set", cap);
+    /* Up to the first the kernel does not know (EINVAL: past CAP_LAST_CAP, the rest too). */
+    for (int cap = 0; cap <= 63; cap++) {
+        if (prctl(PR_CAPBSET_DROP, cap) == 0)
+            continue;
+        if (errno == EINVAL)
+            break;
+        return fail_errno("cannot drop capability %d from the bounding set", cap);
+    }
     if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 && errno != EINVAL)
         return fail_errno("cannot clear ambient capabilities");
     if (setresuid(SANDBOX_UID, SANDBOX_UID, SANDBOX_UID) < 0)
