@@ -20,8 +20,8 @@ imports before its first cell, so at start it imports only what a cell needs, an
 where the Python ones would bring `re` and `enum` along: `_ast` for `ast`, `_signal` for
 `signal`, `_json` through the small codec below for `json`, `binascii` for `base64`,
 `_thread` for `threading`. The rest (`traceback`, `pickle`, `subprocess`, ...) is imported
-where it is used. `linecache` is fed
-from the kernel's own table of cell sources once anything imports it (_AfterImport).
+where it is used. `linecache` is fed from the kernel's own table of cell sources once
+anything imports it (_AfterImport).
 """
 import _ast
 import _json
