@@ -11,13 +11,12 @@ import re
 import shutil
 import signal
 import subprocess
-import tempfile
 import unittest
 import uuid
 
 from rctest import (HANG, RUNCELL, RuncellTestCase, TempDir, cgroup_bases, cgroups_expected,
-                    cgroups_of, is_root, mounts_below, procs_with, read_line, run_dir_entries,
-                    run_json, runcell, wait_until)
+                    cgroups_of, is_root, mounts_below, procs_with, reachable_build, read_line,
+                    run_dir_entries, run_json, runcell, wait_until)
 
 
 def rec_of(p):
@@ -825,14 +824,8 @@ class DegradedMode(RuncellTestCase):
         if probe.returncode != 0:
             raise unittest.SkipTest("unprivileged user namespaces are unavailable here: "
                                     + probe.stderr.strip())
-        # The binaries must be reachable by that uid: copy them next to each other.
-        cls.dir = tempfile.mkdtemp(prefix="runcell-degraded-")
-        os.chmod(cls.dir, 0o755)
-        for name in ("runcell", "runcell-full", "runcell-sandbox"):
-            shutil.copy2(os.path.join(os.path.dirname(RUNCELL), name), cls.dir)
-        shutil.copytree(os.path.join(os.path.dirname(RUNCELL), "kernel"),
-                        os.path.join(cls.dir, "kernel"))
-        subprocess.run(["chmod", "-R", "a+rX", cls.dir], check=True)
+        # The binaries must be reachable by that uid.
+        cls.dir, _ = reachable_build()
         cls.run_dir = os.path.join(cls.dir, "run")
         os.mkdir(cls.run_dir, 0o700)
         os.chown(cls.run_dir, UNPRIV, UNPRIV)

@@ -154,6 +154,22 @@ class TempDir:
         subprocess.run(["rm", "-rf", self.path])
 
 
+def reachable_build(runcell=RUNCELL):
+    """A copy of runcell with what it runs beside it (runcell-full, the sandbox helper, the
+    kernel's directory) in a new directory every user can search and read, for tests that
+    run it as another uid: a clone or a build in a 0700 directory (one `mktemp -d` made) is
+    out of that uid's reach. Returns (the directory, the copy's runcell); the caller removes
+    the directory."""
+    import shutil
+    src = os.path.dirname(os.path.realpath(runcell))
+    top = tempfile.mkdtemp(prefix="runcell-reachable-")
+    for name in ("runcell", "runcell-full", "runcell-sandbox"):
+        shutil.copy2(os.path.join(src, name), top)
+    shutil.copytree(os.path.join(src, "kernel"), os.path.join(top, "kernel"))
+    subprocess.run(["chmod", "-R", "a+rX", top], check=True)
+    return top, os.path.join(top, "runcell")
+
+
 class RuncellTestCase(unittest.TestCase):
     maxDiff = 4000
 
