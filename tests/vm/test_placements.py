@@ -32,7 +32,8 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
-from rctest import RUNCELL, RuncellTestCase, free_port, read_line, slow, wait_until  # noqa: E402
+from rctest import (RUNCELL, RuncellTestCase, free_port, reachable_build, read_line,  # noqa: E402
+                    slow, wait_until)
 from rctest import fork_probe  # noqa: E402
 
 CG = "/sys/fs/cgroup"
@@ -132,11 +133,31 @@ def in_cgroup(cgdir, argv, uid=None):
     return wrap + list(argv)
 
 
+_reachable = {}
+
+
+def runcell_for(uid):
+    """runcell as uid reaches it: the build's own for root; for another uid a copy
+    (rctest.reachable_build, made once), whatever the mode of the directories above the
+    tree under test (a clone in a 0700 `mktemp -d` directory, shared as it is)."""
+    if uid is None:
+        return RUNCELL
+    if not _reachable:
+        _reachable["dir"], _reachable["runcell"] = reachable_build(RUNCELL)
+    return _reachable["runcell"]
+
+
+def tearDownModule():
+    if _reachable:
+        shutil.rmtree(_reachable["dir"], ignore_errors=True)
+
+
 def doctor(test, cgdir, uid=None):
     """`runcell doctor --json --no-template` run in the placement: its report (a dict).
     Skips, saying so, in a build that has no doctor command yet."""
     env = USER_ENV if uid is not None else None
-    p = subprocess.run(in_cgroup(cgdir, [RUNCELL, "doctor", "--json", "--no-template"], uid),
+    argv = [runcell_for(uid), "doctor", "--json", "--no-template"]
+    p = subprocess.run(in_cgroup(cgdir, argv, uid),
                        capture_output=True, text=True, timeout=slow(120), env=env, cwd="/")
     if not p.stdout.lstrip().startswith("{"):
         if "unknown command" in p.stderr.lower() or "usage" in p.stderr.lower():
@@ -182,8 +203,8 @@ class Placement(RuncellTestCase):
         return dict(USER_ENV) if self.uid is not None else None
 
     def run_json(self, code, *opts):
-        p = subprocess.run(in_cgroup(self.where, [RUNCELL, "run", "--json", *opts, "-c", code],
-                                     self.uid), capture_output=True, text=True,
+        argv = [runcell_for(self.uid), "run", "--json", *opts, "-c", code]
+        p = subprocess.run(in_cgroup(self.where, argv, self.uid), capture_output=True, text=True,
                            timeout=slow(180), env=self.env(), cwd="/")
         lines = [l for l in p.stdout.splitlines() if l.startswith("{")]
         self.assertTrue(lines, "no JSON record; exit %d, stderr: %s" % (p.returncode, p.stderr))
@@ -191,8 +212,8 @@ class Placement(RuncellTestCase):
 
     def held_run(self, *opts):
         """A run whose cell prints 'ready' then sleeps; returns the Popen once it is ready."""
-        p = subprocess.Popen(in_cgroup(self.where, [RUNCELL, "run", "--timeout", "900", *opts,
-                                                    "-c", HOLD], self.uid),
+        argv = [runcell_for(self.uid), "run", "--timeout", "900", *opts, "-c", HOLD]
+        p = subprocess.Popen(in_cgroup(self.where, argv, self.uid),
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self.env(),
                              cwd="/")
         self.addCleanup(self.stop, p)
@@ -243,8 +264,8 @@ class Placement(RuncellTestCase):
         placement: under TCG a start costs seconds): the first stops at the pids cap, the
         second ends as oom, and the run with it."""
         p = subprocess.run(in_cgroup(self.where, [
-            RUNCELL, "run", "--json", "--memory", "64", "--pids", "16", "--timeout",
-            str(int(slow(30))), "-c", FORK_BOMB, "-c", MEMORY_BOMB], self.uid),
+            runcell_for(self.uid), "run", "--json", "--memory", "64", "--pids", "16",
+            "--timeout", str(int(slow(30))), "-c", FORK_BOMB, "-c", MEMORY_BOMB], self.uid),
             capture_output=True, text=True, timeout=slow(240), env=self.env(), cwd="/")
         recs = [json.loads(l) for l in p.stdout.splitlines() if l.startswith("{")]
         self.assertEqual(len(recs), 2, "exit %d, stdout %s, stderr %s"
