@@ -170,6 +170,20 @@ def reachable_build(runcell=RUNCELL):
     return top, os.path.join(top, "runcell")
 
 
+_reachable = {}
+
+
+def reachable_runcell():
+    """reachable_build's copy of RUNCELL, made once per test process and removed as it
+    exits: for a module whose every run as another uid can share it."""
+    if not _reachable:
+        import atexit
+        import shutil
+        _reachable["dir"], _reachable["runcell"] = reachable_build(RUNCELL)
+        atexit.register(shutil.rmtree, _reachable["dir"], True)
+    return _reachable["runcell"]
+
+
 class RuncellTestCase(unittest.TestCase):
     maxDiff = 4000
 

@@ -9,25 +9,9 @@ import tempfile
 import unittest
 
 from seclib import fork_probe, PRELUDE, RUNCELL, probe
-from rctest import RuncellTestCase, is_root, reachable_build
+from rctest import RuncellTestCase, is_root, reachable_runcell
 
 NOBODY = 65534
-
-
-_reachable = {}
-
-
-def nobody_runcell():
-    """runcell where nobody can reach it, whatever the mode of the directories above the
-    build (a copy, rctest.reachable_build; made once, removed by tearDownModule)."""
-    if not _reachable:
-        _reachable["dir"], _reachable["runcell"] = reachable_build(RUNCELL)
-    return _reachable["runcell"]
-
-
-def tearDownModule():
-    if _reachable:
-        shutil.rmtree(_reachable["dir"], ignore_errors=True)
 
 
 def as_nobody(*args, env=None, timeout=180, exe=False):
@@ -35,7 +19,8 @@ def as_nobody(*args, env=None, timeout=180, exe=False):
     clean environment and no cgroups; returns (record or None, completed process)."""
     e = {"PATH": "/usr/bin:/bin", "RUNCELL_NO_CGROUPS": "1"}
     e.update(env or {})
-    argv = list(args) if exe else [nobody_runcell(), *args]
+    # runcell as nobody reaches it, whatever the mode of the directories above the build.
+    argv = list(args) if exe else [reachable_runcell(), *args]
     p = subprocess.run(["setpriv", "--reuid=%d" % NOBODY, "--regid=%d" % NOBODY,
                         "--clear-groups", *argv], env=e, cwd="/",
                        capture_output=True, text=True, timeout=timeout)

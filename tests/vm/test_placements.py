@@ -32,8 +32,8 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
-from rctest import (RUNCELL, RuncellTestCase, free_port, reachable_build, read_line,  # noqa: E402
-                    slow, wait_until)
+from rctest import (RUNCELL, RuncellTestCase, free_port, reachable_runcell,  # noqa: E402
+                    read_line, slow, wait_until)
 from rctest import fork_probe  # noqa: E402
 
 CG = "/sys/fs/cgroup"
@@ -133,23 +133,11 @@ def in_cgroup(cgdir, argv, uid=None):
     return wrap + list(argv)
 
 
-_reachable = {}
-
-
 def runcell_for(uid):
     """runcell as uid reaches it: the build's own for root; for another uid a copy
-    (rctest.reachable_build, made once), whatever the mode of the directories above the
-    tree under test (a clone in a 0700 `mktemp -d` directory, shared as it is)."""
-    if uid is None:
-        return RUNCELL
-    if not _reachable:
-        _reachable["dir"], _reachable["runcell"] = reachable_build(RUNCELL)
-    return _reachable["runcell"]
-
-
-def tearDownModule():
-    if _reachable:
-        shutil.rmtree(_reachable["dir"], ignore_errors=True)
+    (rctest.reachable_runcell), whatever the mode of the directories above the tree under
+    test (a clone in a 0700 `mktemp -d` directory, shared as it is)."""
+    return RUNCELL if uid is None else reachable_runcell()
 
 
 def doctor(test, cgdir, uid=None):
