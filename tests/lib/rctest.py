@@ -2,12 +2,14 @@
 
 Tests drive the real binary. RUNCELL_BIN names it; the default is build/src/runcell.
 """
+import atexit
 import base64
 import hashlib
 import http.client
 import json
 import os
 import select
+import shutil
 import signal
 import socket
 import struct
@@ -160,7 +162,6 @@ def reachable_build(runcell=RUNCELL):
     run it as another uid: a clone or a build in a 0700 directory (one `mktemp -d` made) is
     out of that uid's reach. Returns (the directory, the copy's runcell); the caller removes
     the directory."""
-    import shutil
     src = os.path.dirname(os.path.realpath(runcell))
     top = tempfile.mkdtemp(prefix="runcell-reachable-")
     for name in ("runcell", "runcell-full", "runcell-sandbox"):
@@ -177,8 +178,6 @@ def reachable_runcell():
     """reachable_build's copy of RUNCELL, made once per test process and removed as it
     exits: for a module whose every run as another uid can share it."""
     if not _reachable:
-        import atexit
-        import shutil
         _reachable["dir"], _reachable["runcell"] = reachable_build(RUNCELL)
         atexit.register(shutil.rmtree, _reachable["dir"], True)
     return _reachable["runcell"]
@@ -929,7 +928,6 @@ def mcp_clients_missing():
 
 
 def shutil_which(name):
-    import shutil
     return shutil.which(name)
 
 
