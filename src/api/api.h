@@ -1,66 +1,76 @@
-/* api.h - runcell's HTTP/JSON server (`runcell serve`): the contract for the CLI. */
+/* api.h - runcell's own REST API (/v1/...): its route table and what its files share. A
+ * surface over the session layer (session.h) on the HTTP core (http.h). */
 #ifndef RUNCELL_API_H
 #define RUNCELL_API_H
 
-#include <stdbool.h>
-#include <stdint.h>
+#include "http/http.h"
 
-#include "agent/agent.h"
-#include "session/session.h"
-#include "store/store.h"
+/* The native API's routes, for the server's table of surfaces. */
+extern const struct surface api_surface;
 
-/* What a request may ask for at most, and how much the server takes on. */
-struct server_limits {
-    size_t max_sessions;
-    size_t max_executions; /* running at once, across sessions and one-shot runs */
-    size_t max_connections;
-    size_t max_connections_per_peer; /* from one client address; 0: no cap */
-    size_t max_unauthenticated;      /* open without having shown the token; 0: no cap */
-    uint64_t header_timeout_ms;      /* idle time allowed before the token is shown */
-    uint64_t max_body_bytes;         /* JSON request bodies */
-    uint64_t max_upload_bytes;       /* one file upload */
-    uint64_t max_memory_mb;
-    uint64_t max_pids;
-    uint64_t max_disk_mb;
-    uint64_t max_cpus_milli;
-    uint64_t max_timeout_ms;
-    uint64_t max_idle_timeout_ms;
-    uint64_t max_net_connections; /* per session, through the egress proxy at once */
-    uint64_t max_net_bytes;       /* per session, through the egress proxy in all */
-    uint64_t max_install_timeout_ms;
-};
-void server_limits_fill_defaults(struct server_limits *l);
+/* ---- route handlers ---- */
+enum MHD_Result h_session_create(struct request *rq);
+enum MHD_Result h_session_list(struct request *rq);
+enum MHD_Result h_session_get(struct request *rq);
+enum MHD_Result h_session_delete(struct request *rq);
+enum MHD_Result h_session_interrupt(struct request *rq);
+enum MHD_Result h_session_restart(struct request *rq);
+enum MHD_Result h_session_events(struct request *rq);
+enum MHD_Result h_execute(struct request *rq);
+enum MHD_Result h_oneshot(struct request *rq);
+enum MHD_Result h_files_list(struct request *rq);
+enum MHD_Result h_file_get(struct request *rq);
+enum MHD_Result h_file_put(struct request *rq);
+int h_file_put_chunk(struct request *rq, const char *data, size_t n);
+bool h_file_put_admit(struct request *rq, uint64_t declared);
+enum MHD_Result h_file_delete(struct request *rq);
+enum MHD_Result h_agent_run(struct request *rq);
+enum MHD_Result h_review_list(struct request *rq);
+enum MHD_Result h_review_get(struct request *rq);
+enum MHD_Result h_review_resolve(struct request *rq);
+/* Frees what h_file_put_chunk left behind when the request ends early. */
+void upload_abort(struct request *rq);
 
-struct server_config {
-    const char *listen;   /* "HOST:PORT", default 127.0.0.1:8080 */
-    const char *data_dir; /* token and state; created 0700 */
-    const char *token;    /* NULL: RUNCELL_TOKEN, then DATA/token, else generated */
-    struct server_limits limits;
-    struct session_opts defaults;           /* for sessions that do not say */
-    uint64_t shutdown_grace_ms;             /* running cells get this long on SIGTERM */
-    bool no_template;                       /* make every session from scratch */
-    size_t pool_size;                       /* sessions kept ready (made with the defaults) */
-    const struct net_policy *net_allow_max; /* what network allowlists may name at most;
-                                             * NULL: anything */
-    char *const *mcp_origins;   /* Origins allowed on /mcp besides loopback ones (NULL-ended) */
-    struct store_config store;  /* url NULL: DATA/store */
-    uint64_t store_max_files;   /* per session; 0 = DEFAULT_STORE_MAX_FILES */
-    uint64_t store_quota_bytes; /* per session; 0 = no limit */
-    struct llm_config agent;    /* the model endpoint of POST /v1/agent/runs */
-    const char *review_webhook; /* review incidents are also POSTed here, or NULL */
-    bool e2b;                   /* serve E2B's routes too (docs/E2B.md) */
-    const char *node;           /* named in session ids; NULL: the host name */
-    bool fleet;                 /* share the store with other nodes: take leases */
-    uint64_t lease_ttl_ms;      /* a lease not renewed for this long may be taken over */
-};
-#define DEFAULT_LEASE_TTL_MS 15000
+/* Takes a reference on the {id} session, or replies 404/expired and returns NULL. */
+struct session *acquire_session(struct request *rq);
+/* ---- stored sessions (routes_persist.c) ---- */
+/* Replies 404 for the {id} session that is not live (err from session_table_acquire),
+ * saying whether it is stored and resumable. */
+enum MHD_Result reply_not_live(struct request *rq, int err);
 
-/* Runs the server until SIGTERM or SIGINT, then shuts down gracefully. Returns the process
- * exit status (0 after a clean shutdown), printing what failed to stderr otherwise. */
-int server_run(const struct server_config *cfg);
-
-/* The default data directory: RUNCELL_DATA, else /var/lib/runcell as root, else
- * $XDG_DATA_HOME/runcell or ~/.local/share/runcell. Caller frees. */
-char *default_data_dir(void);
+/* ---- the fleet (routes_fleet.c) ---- */
+/* This node's name: --node, else the host name's first label, lower-cased. 0 or -EINVAL
+ * with err_msg(); caller frees. */
+int fleet_node_name(const char *given, char **ret);
+/* Opens the fleet of srv (--fleet): leases in its store, renewed from now on. */
+int fleet_open(struct server *srv);
+/* For a session id not live here: takes it over when the shared store says it ran on a node
+ * that is gone (its lease expired or was released by a shutdown), resuming it under the
+ * same id; true when handled: *ret (a reference) set, or NULL after an error reply. false:
+ * not a session of the fleet (the caller replies 404). */
+bool fleet_takeover(struct request *rq, const char *id, struct session **ret);
+/* Whether this node still holds s's lease; false with s put: after replying 503 (the lease
+ * could not be renewed), or without a reply when another node took it (s is dropped). */
+bool fleet_check(struct request *rq, const char *id, struct session *s);
+/* Returns once no session is being handed back (before the table goes). */
+void fleet_wait_handovers(struct server *srv);
+/* POST /v1/sessions/{id}/checkpoint */
+enum MHD_Result h_session_checkpoint(struct request *rq);
+/* With resume_from in *body: checks it and puts the stored session's options under the
+ * body's own (*body replaced). False after replying 400/404. */
+bool resume_options(struct request *rq, json_t **body);
+/* A session's JSON description. */
+json_t *session_info(const char *id, struct session *s);
+/* Session options from a create (or one-shot) body, validated against the server's maxima;
+ * false after replying 400. */
+bool session_opts_from_json(struct request *rq, json_t *body, struct session_opts *o);
+/* The NDJSON event for an execution event; caller decrefs. */
+json_t *exec_event_json(const struct exec_event *ev);
+/* True when the client asked for NDJSON events (Accept: application/x-ndjson). */
+bool wants_ndjson(struct request *rq);
+/* Interrupts the running one-shot executions (shutdown). */
+void oneshots_interrupt(struct server *srv);
+/* Kills the one-shot executions still running (shutdown, after the interrupt grace). */
+void oneshots_kill(struct server *srv);
 
 #endif

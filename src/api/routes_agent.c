@@ -1,6 +1,6 @@
 /* routes_agent.c - agent runs over HTTP (one JSON outcome, or NDJSON progress events ending
  * with the outcome) and the review queue. */
-#include "api/api-int.h"
+#include "api/api.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,6 +1,6 @@
 /* routes_exec.c - executing code: in a session (one JSON record, or NDJSON events as they
  * happen) and one-shot (a throwaway session with files in and out). */
-#include "api/api-int.h"
+#include "api/api.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,6 +1,6 @@
 /* routes_files.c - the workspace over HTTP: list, download, upload (streamed to a temporary
  * file, then renamed into place), delete. Never follows a link planted in the workspace. */
-#include "api/api-int.h"
+#include "api/api.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -354,6 +354,7 @@ static int upload_begin(struct request *rq)
     struct upload *u = xcalloc(1, sizeof(*u));
     u->file = (struct ws_newfile){.fd = -1, .dirfd = -1};
     rq->upload = u;
+    rq->on_free = upload_abort;
     if (!path_is_safe_relative(path))
         return u->err = -EINVAL;
     int err;

@@ -1,6 +1,6 @@
 /* routes_fleet.c - a node of a fleet: its name, its leases, taking over the sessions of a
  * node that is gone (under the same id, saying what was lost), and checkpoints on demand. */
-#include "api/api-int.h"
+#include "api/api.h"
 
 #include <ctype.h>
 #include <errno.h>

@@ -1,7 +1,7 @@
 /* routes_persist.c - sessions that are stored but not live: 404s that say whether a session
  * can be resumed, resuming with the stored options, and closing with or without a
  * checkpoint. */
-#include "api/api-int.h"
+#include "api/api.h"
 
 #include <errno.h>
 #include <string.h>

@@ -1,6 +1,6 @@
 /* routes_sessions.c - create, list, describe, close, interrupt and restart sessions; the
  * health and metrics endpoints. */
-#include "api/api-int.h"
+#include "api/api.h"
 
 #include <errno.h>
 #include <string.h>

@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "agent/agent.h"
-#include "api/api.h"
+#include "http/serve.h"
 #include "cli/cli.h"
 
 #define CODE_LINES_SHOWN   25

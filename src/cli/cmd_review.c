@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "agent/agent.h"
-#include "api/api.h"
+#include "http/serve.h"
 #include "cli/cli.h"
 
 static const char review_usage[] =

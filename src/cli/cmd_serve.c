@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "api/api.h"
+#include "http/serve.h"
 #include "cli/cli.h"
 
 struct serve_cli {

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "api/api.h"
+#include "http/serve.h"
 #include "cli/cli.h"
 
 int repl_keep_open(struct repl_keep *k, const char *data_dir, const struct store_opts *so,

@@ -119,6 +119,17 @@ void mcp_conn_free(struct mcp_conn *c);
  * missing session): one line of JSON, the message repaired to UTF-8. Caller frees. */
 char *mcp_error_json(int code, const char *message);
 
+/* ---- the Streamable HTTP transport (http.c), a surface of `runcell serve` ---- */
+struct server;
+struct mcp_http;
+/* /mcp's routes, for the server's table of surfaces. */
+extern const struct surface mcp_surface;
+/* The MCP sessions of srv's /mcp. */
+struct mcp_http *mcp_http_new(struct server *srv);
+/* Ends every MCP session (running calls are interrupted, open streams end) and waits for the
+ * requests that still use one; call before the HTTP daemon stops. NULL is a no-op. */
+void mcp_http_free(struct mcp_http *m);
+
 /* ---- the parser, exposed for unit tests and fuzzing ---- */
 
 enum mcp_msg_kind { MCP_MSG_REQUEST, MCP_MSG_NOTIFICATION, MCP_MSG_RESPONSE };

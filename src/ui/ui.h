@@ -1,5 +1,5 @@
 /* ui.h - the web console's assets (src/ui/assets and the editor), built into the binary by
- * src/ui/embed.py: the contract routes_ui.c serves them through. */
+ * src/ui/embed.py: the contract routes.c serves them through. */
 #ifndef RUNCELL_UI_H
 #define RUNCELL_UI_H
 
@@ -15,5 +15,12 @@ struct ui_asset {
 
 /* The asset of that name, or NULL. */
 const struct ui_asset *ui_asset_find(const char *name);
+
+struct request;
+struct server;
+/* The console's routes (routes.c): / and /ui redirect to /ui/, which serves its files. */
+extern const struct surface ui_surface;
+/* Prints the console's login URL on stderr, once at start (docs/OPERATING.md). */
+void ui_print_login(const struct server *srv);
 
 #endif

@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "agent/agent-int.h"
-#include "api/api-int.h"
+#include "api/api.h"
 #include "fuzz.h"
 #include "kernel/kernel-int.h"
 #include "session/session-int.h"

@@ -12,7 +12,8 @@
  * it with tests/fuzz/replay.c, which replays the corpora as a unit test. */
 #include <string.h>
 
-#include "api/api-int.h"
+#include "api/api.h"
+#include "e2b/e2b.h"
 #include "fuzz.h"
 
 static struct server_config cfg;
@@ -77,7 +78,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     char *params[2] = {NULL, NULL};
     struct buf allow;
     buf_init(&allow, 0);
-    const struct route *r = route_match(url, method, params, &allow);
+    const struct surface *sf;
+    if (!srv.e2b)
+        srv.e2b = e2b_new(); /* E2B's routes too, as with --e2b */
+    const struct route *r = route_match(&srv, url, method, params, &sf, &allow);
     check_route(r, method, params);
     if (r && (r->handle == h_session_create || r->handle == h_oneshot) && nl)
         check_body(nl + 1, (size_t)(end - nl - 1));

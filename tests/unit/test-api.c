@@ -4,7 +4,8 @@
 #include <errno.h>
 #include <string.h>
 
-#include "api/api-int.h"
+#include "api/api.h"
+#include "e2b/e2b.h"
 #include "runner.h"
 
 static const struct route *match(const char *url, const char *method, char *params[2],
@@ -12,7 +13,11 @@ static const struct route *match(const char *url, const char *method, char *para
 {
     params[0] = params[1] = NULL;
     buf_init(allow, 4096);
-    return route_match(url, method, params, allow);
+    static struct server srv;
+    const struct surface *sf;
+    if (!srv.e2b)
+        srv.e2b = e2b_new(); /* E2B's routes too, as with --e2b */
+    return route_match(&srv, url, method, params, &sf, allow);
 }
 
 static void release(char *params[2], struct buf *allow)

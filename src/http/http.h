@@ -1,17 +1,19 @@
-/* api-int.h - internals of the HTTP server, shared by its files only. */
-#ifndef RUNCELL_API_INT_H
-#define RUNCELL_API_INT_H
+/* http.h - the HTTP core every surface stands on: the server's state, requests, route tables
+ * per surface, replies, the one error table, request-body checks and streamed responses. */
+#ifndef RUNCELL_HTTP_H
+#define RUNCELL_HTTP_H
 
 #include <jansson.h>
 #include <microhttpd.h>
 #include <pthread.h>
 #include <stdatomic.h>
 
-#include "api/api.h"
+#include "http/serve.h"
 
 struct metrics;
 struct mcp_http;
 struct e2b;
+struct surface;
 
 struct server {
     const struct server_config *cfg;
@@ -52,13 +54,17 @@ struct request {
     struct server *srv;
     struct MHD_Connection *conn;
     const struct route *route;
-    char method[16];       /* for the log */
-    bool url_has_nul;      /* "%00" in the raw URL: the decoded URL was cut short */
-    bool http10;           /* an HTTP/1.0 request (no Host needed) */
-    bool authenticated;    /* it carried the token */
-    char *params[2];       /* {id}, {path} as matched */
-    struct buf body;       /* JSON request body, capped */
-    struct upload *upload; /* PUT of a file: streamed to disk */
+    char method[16];               /* for the log */
+    bool url_has_nul;              /* "%00" in the raw URL: the decoded URL was cut short */
+    bool http10;                   /* an HTTP/1.0 request (no Host needed) */
+    bool authenticated;            /* it carried the token */
+    const struct surface *surface; /* whose route it is (NULL when no route matched) */
+    char *params[2];               /* {id}, {path} as matched */
+    struct buf body;               /* JSON request body, capped */
+    struct upload *upload;         /* a route's streamed body (see on_free) */
+    /* Set by a route that keeps something in rq (an upload's partial file): called when the
+     * request ends, whether or not the route's handler ran. */
+    void (*on_free)(struct request *rq);
     enum request_phase phase;
     /* A reply made before the body has arrived waits for it (read and dropped, up to
      * DRAIN_MAX bytes), so that a client that sends its whole body before reading still
@@ -89,7 +95,10 @@ enum route_flags {
     /* runs a cell: the thread keeps the lower priority of session work between such
      * requests (session_work_priority_reset); every other route gets it back first */
     ROUTE_EXECUTES = 1 << 2,
+    /* a Connect RPC (E2B's envd): errors in Connect's shape, {"code": "name", "message"} */
+    ROUTE_CONNECT = 1 << 3,
 };
+/* Bits from 1 << 8 up are the surface's own (e2b.h's authentication kinds). */
 
 struct route {
     const char *method;
@@ -104,13 +113,38 @@ struct route {
     bool (*admit)(struct request *rq, uint64_t declared);
 };
 
-/* The route for method on url (server.c), its {id} and {path} in params (caller frees); or
- * NULL, and allow lists the methods the path takes (empty for a path no route has). */
-const struct route *route_match(const char *url, const char *method, char *params[2],
+/* How a surface's errors look on the wire: reply.c's one table maps each api_err onto each. */
+enum err_shape {
+    SHAPE_NATIVE, /* {"error": {"code": "not_found", "message"}} */
+    SHAPE_E2B,    /* E2B's {"code": 404, "message"} (ROUTE_CONNECT routes: Connect's) */
+    SHAPE_MCP,    /* a JSON-RPC error response with id null */
+};
+
+/* A protocol served on the listener: a table of routes, how their requests authenticate,
+ * and the shape of their errors. Adding a protocol is adding one of these (server.c's
+ * surfaces[]). */
+struct surface {
+    const char *name; /* "api", "e2b", "mcp", "ui", "core": for the log */
+    const struct route *routes;
+    size_t n_routes;
+    enum err_shape shape;
+    /* Authenticates a request for one of the routes (those without ROUTE_NO_AUTH); NULL:
+     * the server's bearer token. False after replying. */
+    bool (*authorize)(struct request *rq);
+    /* Whether the server offers the surface at all (E2B's only with --e2b); NULL: always. */
+    bool (*enabled)(const struct server *srv);
+};
+
+/* The route for method on url among srv's surfaces (server.c), its {id} and {path} in params
+ * (caller frees), its surface in *ret_surface; or NULL, and allow lists the methods the path
+ * takes (empty for a path no route has). */
+const struct route *route_match(const struct server *srv, const char *url, const char *method,
+                                char *params[2], const struct surface **ret_surface,
                                 struct buf *allow);
 
-/* ---- replies (http.c): every error goes through api_error, the one place that maps
- * internal errors to an HTTP status and a JSON error code. ---- */
+/* ---- replies (reply.c): every error goes through api_error, and reply.c's one table maps
+ * each internal error onto the shape of the request's surface (enum err_shape): an HTTP
+ * status and a code for each. ---- */
 enum api_err {
     AE_BAD_REQUEST,    /* 400 bad_request */
     AE_BAD_PATH,       /* 400 bad_path */
@@ -119,14 +153,34 @@ enum api_err {
     AE_EXPIRED,        /* 404 expired */
     AE_METHOD,         /* 405 method_not_allowed */
     AE_BUSY,           /* 409 busy */
+    AE_EXISTS,         /* 409 exists */
     AE_TOO_LARGE,      /* 413 too_large */
+    AE_NO_SPACE,       /* 413 too_large (E2B: 507) */
     AE_LIMIT,          /* 429 limit_exceeded */
     AE_INTERNAL,       /* 500 internal */
+    AE_UNIMPLEMENTED,  /* 501 not_implemented */
+    AE_NOT_RUNNING,    /* 404 not_found (E2B: 502, its "sandbox not running") */
     AE_SANDBOX,        /* 503 sandbox_error */
     AE_SHUTTING_DOWN,  /* 503 shutting_down */
     AE_NOT_CONFIGURED, /* 503 agent_not_configured */
     AE_MOVED,          /* 409 session_moved: another node of the fleet runs it */
+    AE_DEADLINE,       /* 504 timeout: a deadline the client set passed */
+    AE_CANCELLED,      /* 499 cancelled: the client or an interrupt stopped it */
+    AE_N_ERRORS,
 };
+/* The status and codes of e: for the native shape, E2B's, Connect's (its name and the HTTP
+ * status of a unary reply) and JSON-RPC's. */
+struct api_err_info {
+    unsigned status;     /* native, and MCP's HTTP status */
+    const char *code;    /* native */
+    unsigned e2b_status; /* E2B's REST routes */
+    const char *connect; /* Connect's code */
+    unsigned connect_status;
+    int jsonrpc;
+};
+const struct api_err_info *api_err_info(enum api_err e);
+/* The HTTP status rq's surface answers e with. */
+unsigned api_err_status(const struct request *rq, enum api_err e);
 enum MHD_Result api_error(struct request *rq, enum api_err e, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* api_error with one more response header (405's Allow). */
@@ -173,22 +227,6 @@ bool get_seconds(struct request *rq, json_t *obj, const char *name, uint64_t max
                  uint64_t *ret_ms);
 bool get_count(struct request *rq, json_t *obj, const char *name, uint64_t max, uint64_t *ret);
 
-/* ---- route handlers ---- */
-enum MHD_Result h_session_create(struct request *rq);
-enum MHD_Result h_session_list(struct request *rq);
-enum MHD_Result h_session_get(struct request *rq);
-enum MHD_Result h_session_delete(struct request *rq);
-enum MHD_Result h_session_interrupt(struct request *rq);
-enum MHD_Result h_session_restart(struct request *rq);
-enum MHD_Result h_session_events(struct request *rq);
-enum MHD_Result h_execute(struct request *rq);
-enum MHD_Result h_oneshot(struct request *rq);
-enum MHD_Result h_files_list(struct request *rq);
-enum MHD_Result h_file_get(struct request *rq);
-enum MHD_Result h_file_put(struct request *rq);
-int h_file_put_chunk(struct request *rq, const char *data, size_t n);
-bool h_file_put_admit(struct request *rq, uint64_t declared);
-enum MHD_Result h_file_delete(struct request *rq);
 /* conns.c: connections that have not authenticated are capped at max_unauth (0: no cap);
  * a new one past the cap closes the oldest of them. Pass conn_guard_notify with the guard
  * as MHD_OPTION_NOTIFY_CONNECTION. */
@@ -206,64 +244,11 @@ void conn_guard_authenticated(struct conn_guard *g, struct MHD_Connection *conn,
 uint64_t conn_guard_evicted(struct conn_guard *g);
 
 enum MHD_Result h_healthz(struct request *rq);
-/* The web console (routes_ui.c): / and /ui redirect to /ui/, which serves its files. */
-enum MHD_Result h_ui_root(struct request *rq);
-enum MHD_Result h_ui_asset(struct request *rq);
-/* Prints the console's login URL on stderr, once at start (docs/OPERATING.md). */
-void ui_print_login(const struct server *srv);
 enum MHD_Result h_metrics(struct request *rq);
-enum MHD_Result h_agent_run(struct request *rq);
-enum MHD_Result h_review_list(struct request *rq);
-enum MHD_Result h_review_get(struct request *rq);
-enum MHD_Result h_review_resolve(struct request *rq);
-/* Frees what h_file_put_chunk left behind when the request ends early. */
-void upload_abort(struct request *rq);
-
 /* The client's socket, for noticing a hang-up (POLLRDHUP); -1 when unknown. */
 int client_fd(struct request *rq);
-/* Takes a reference on the {id} session, or replies 404/expired and returns NULL. */
-struct session *acquire_session(struct request *rq);
-/* ---- stored sessions (routes_persist.c) ---- */
-/* Replies 404 for the {id} session that is not live (err from session_table_acquire),
- * saying whether it is stored and resumable. */
-enum MHD_Result reply_not_live(struct request *rq, int err);
 
-/* ---- the fleet (routes_fleet.c) ---- */
-/* This node's name: --node, else the host name's first label, lower-cased. 0 or -EINVAL
- * with err_msg(); caller frees. */
-int fleet_node_name(const char *given, char **ret);
-/* Opens the fleet of srv (--fleet): leases in its store, renewed from now on. */
-int fleet_open(struct server *srv);
-/* For a session id not live here: takes it over when the shared store says it ran on a node
- * that is gone (its lease expired or was released by a shutdown), resuming it under the
- * same id; true when handled: *ret (a reference) set, or NULL after an error reply. false:
- * not a session of the fleet (the caller replies 404). */
-bool fleet_takeover(struct request *rq, const char *id, struct session **ret);
-/* Whether this node still holds s's lease; false with s put: after replying 503 (the lease
- * could not be renewed), or without a reply when another node took it (s is dropped). */
-bool fleet_check(struct request *rq, const char *id, struct session *s);
-/* Returns once no session is being handed back (before the table goes). */
-void fleet_wait_handovers(struct server *srv);
-/* POST /v1/sessions/{id}/checkpoint */
-enum MHD_Result h_session_checkpoint(struct request *rq);
-/* With resume_from in *body: checks it and puts the stored session's options under the
- * body's own (*body replaced). False after replying 400/404. */
-bool resume_options(struct request *rq, json_t **body);
-/* A session's JSON description. */
-json_t *session_info(const char *id, struct session *s);
-/* Session options from a create (or one-shot) body, validated against the server's maxima;
- * false after replying 400. */
-bool session_opts_from_json(struct request *rq, json_t *body, struct session_opts *o);
-/* The NDJSON event for an execution event; caller decrefs. */
-json_t *exec_event_json(const struct exec_event *ev);
-/* True when the client asked for NDJSON events (Accept: application/x-ndjson). */
-bool wants_ndjson(struct request *rq);
-/* Interrupts the running one-shot executions (shutdown). */
-void oneshots_interrupt(struct server *srv);
-/* Kills the one-shot executions still running (shutdown, after the interrupt grace). */
-void oneshots_kill(struct server *srv);
-
-/* ---- a response body made by a worker thread as it goes (outstream.c) ---- */
+/* ---- a response body made by a worker thread as it goes (stream.c) ---- */
 struct out_stream {
     pthread_mutex_t lock;
     struct buf out; /* not sent yet */
@@ -313,15 +298,6 @@ struct metrics_gauges {
     uint64_t connections_evicted; /* unauthenticated connections closed to make room */
 };
 char *metrics_render(struct metrics *m, const struct metrics_gauges *g);
-
-/* ---- MCP over Streamable HTTP (routes_mcp.c) ---- */
-struct mcp_http *mcp_http_new(struct server *srv);
-/* Ends every MCP session (running calls are interrupted, open streams end) and waits for the
- * requests that still use one; call before the HTTP daemon stops. NULL is a no-op. */
-void mcp_http_free(struct mcp_http *m);
-enum MHD_Result h_mcp_post(struct request *rq);
-enum MHD_Result h_mcp_get(struct request *rq);
-enum MHD_Result h_mcp_delete(struct request *rq);
 
 /* ---- auth (auth.c) ---- */
 /* The server's token: cfg->token, RUNCELL_TOKEN, DATA/token, or a new one written to

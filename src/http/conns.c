@@ -1,6 +1,6 @@
 /* conns.c - who holds the server's connections: a cap on those that have not shown the
  * token yet, with the oldest of them closed to make room for a new one. */
-#include "api/api-int.h"
+#include "http/http.h"
 
 #include <pthread.h>
 #include <stdlib.h>

@@ -1,11 +1,11 @@
-/* routes_mcp.c - /mcp: the MCP server (src/mcp) over Streamable HTTP. POST carries one
+/* http.c - /mcp: the MCP server (src/mcp) over Streamable HTTP. POST carries one
  * message (answered with JSON, or with an SSE stream when a tool call runs and the client
  * takes text/event-stream); GET opens a stream for messages outside any request; DELETE ends
  * the session. Sessions are named by the Mcp-Session-Id header given out by initialize.
  * Auth is the API's bearer token (the route table checks it); the Origin header is checked
  * here against DNS rebinding. */
-#include "api/api-int.h"
 #include "mcp/mcp.h"
+#include "http/http.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -646,7 +646,7 @@ static enum MHD_Result post_initialize(struct request *rq)
     return ret;
 }
 
-enum MHD_Result h_mcp_post(struct request *rq)
+static enum MHD_Result h_mcp_post(struct request *rq)
 {
     if (!check_request(rq) || !check_post(rq))
         return MHD_YES;
@@ -664,7 +664,7 @@ enum MHD_Result h_mcp_post(struct request *rq)
 
 /* ---- GET: a stream for messages outside any request ---- */
 
-enum MHD_Result h_mcp_get(struct request *rq)
+static enum MHD_Result h_mcp_get(struct request *rq)
 {
     if (!check_request(rq))
         return MHD_YES;
@@ -709,7 +709,7 @@ enum MHD_Result h_mcp_get(struct request *rq)
 
 /* ---- DELETE: the client ends its session ---- */
 
-enum MHD_Result h_mcp_delete(struct request *rq)
+static enum MHD_Result h_mcp_delete(struct request *rq)
 {
     if (!check_request(rq))
         return MHD_YES;
@@ -727,3 +727,12 @@ enum MHD_Result h_mcp_delete(struct request *rq)
     struct MHD_Response *r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
     return reply_response(rq, 204, r);
 }
+
+static const struct route mcp_routes[] = {
+    {"POST", "/mcp", h_mcp_post, 0, NULL},
+    {"GET", "/mcp", h_mcp_get, 0, NULL},
+    {"DELETE", "/mcp", h_mcp_delete, 0, NULL},
+};
+
+const struct surface mcp_surface = {
+    .name = "mcp", .routes = mcp_routes, .n_routes = ARRAY_SIZE(mcp_routes)};

@@ -12,7 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "api/api-int.h"
+#include "http/http.h"
 
 int out_stream_init(struct out_stream *os, int client_fd, int keepalive_ms,
                     void (*keepalive)(struct out_stream *os))

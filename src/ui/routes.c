@@ -1,7 +1,7 @@
-/* routes_ui.c - the web console: its assets under /ui/ from the binary's own memory (ui.h),
+/* routes.c - the web console: its assets under /ui/ from the binary's own memory (ui.h),
  * with the headers that keep a hostile cell's output from running in its origin. */
-#include "api/api-int.h"
 #include "ui/ui.h"
+#include "http/http.h"
 
 #include <string.h>
 #include <stdio.h>
@@ -74,12 +74,12 @@ static enum MHD_Result redirect(struct request *rq, const char *to)
     return reply_response(rq, 302, r);
 }
 
-enum MHD_Result h_ui_root(struct request *rq)
+static enum MHD_Result h_ui_root(struct request *rq)
 {
     return redirect(rq, "/ui/");
 }
 
-enum MHD_Result h_ui_asset(struct request *rq)
+static enum MHD_Result h_ui_asset(struct request *rq)
 {
     /* {path} was taken for a session id by the router: not one, and not for the log. */
     free(rq->session_id);
@@ -137,3 +137,14 @@ void ui_print_login(const struct server *srv)
                 base, base);
     }
 }
+
+/* The console's files carry no secret: no token. */
+static const struct route ui_routes[] = {
+    {"GET", "/", h_ui_root, ROUTE_NO_AUTH, NULL},
+    {"GET", "/ui", h_ui_root, ROUTE_NO_AUTH, NULL},
+    {"GET", "/ui/", h_ui_asset, ROUTE_NO_AUTH, NULL},
+    {"GET", "/ui/{path}", h_ui_asset, ROUTE_NO_AUTH, NULL},
+};
+
+const struct surface ui_surface = {
+    .name = "ui", .routes = ui_routes, .n_routes = ARRAY_SIZE(ui_routes)};

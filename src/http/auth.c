@@ -1,5 +1,5 @@
 /* auth.c - the server's bearer token: where it comes from and how it is compared. */
-#include "api/api-int.h"
+#include "http/http.h"
 
 #include <errno.h>
 #include <fcntl.h>

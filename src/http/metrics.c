@@ -1,5 +1,5 @@
 /* metrics.c - counters and histograms in the Prometheus text format. */
-#include "api/api-int.h"
+#include "http/http.h"
 
 #include <pthread.h>
 #include <string.h>

@@ -1,6 +1,6 @@
-/* http.c - JSON replies, the one error mapping, and request-body field checks. */
-#include "api/api-int.h"
-#include "api/e2b.h"
+/* reply.c - JSON replies, the one table that maps internal errors onto every surface's
+ * shape, and request-body field checks. */
+#include "http/http.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -9,25 +9,68 @@
 #include <string.h>
 #include <strings.h>
 
-static const struct {
-    unsigned status;
-    const char *code;
-} api_errs[] = {
-    [AE_BAD_REQUEST] = {400, "bad_request"},
-    [AE_BAD_PATH] = {400, "bad_path"},
-    [AE_UNAUTHORIZED] = {401, "unauthorized"},
-    [AE_NOT_FOUND] = {404, "not_found"},
-    [AE_EXPIRED] = {404, "expired"},
-    [AE_METHOD] = {405, "method_not_allowed"},
-    [AE_BUSY] = {409, "busy"},
-    [AE_TOO_LARGE] = {413, "too_large"},
-    [AE_LIMIT] = {429, "limit_exceeded"},
-    [AE_INTERNAL] = {500, "internal"},
-    [AE_SANDBOX] = {503, "sandbox_error"},
-    [AE_SHUTTING_DOWN] = {503, "shutting_down"},
-    [AE_NOT_CONFIGURED] = {503, "agent_not_configured"},
-    [AE_MOVED] = {409, "session_moved"},
+/* Connect's HTTP statuses for a unary error are the protocol's own mapping; a streamed one
+ * is always 200 with the error in its end-of-stream message. */
+static const struct api_err_info api_errs[AE_N_ERRORS] = {
+    [AE_BAD_REQUEST] = {400, "bad_request", 400, "invalid_argument", 400, -32602},
+    [AE_BAD_PATH] = {400, "bad_path", 400, "invalid_argument", 400, -32602},
+    [AE_UNAUTHORIZED] = {401, "unauthorized", 401, "unauthenticated", 401, -32001},
+    [AE_NOT_FOUND] = {404, "not_found", 404, "not_found", 404, -32002},
+    [AE_EXPIRED] = {404, "expired", 404, "not_found", 404, -32002},
+    [AE_METHOD] = {405, "method_not_allowed", 405, "unimplemented", 501, -32601},
+    [AE_BUSY] = {409, "busy", 409, "failed_precondition", 400, -32000},
+    [AE_EXISTS] = {409, "exists", 409, "already_exists", 409, -32000},
+    [AE_TOO_LARGE] = {413, "too_large", 413, "resource_exhausted", 429, -32600},
+    [AE_NO_SPACE] = {413, "too_large", 507, "resource_exhausted", 429, -32000},
+    [AE_LIMIT] = {429, "limit_exceeded", 429, "resource_exhausted", 429, -32000},
+    [AE_INTERNAL] = {500, "internal", 500, "internal", 500, -32603},
+    [AE_UNIMPLEMENTED] = {501, "not_implemented", 501, "unimplemented", 501, -32601},
+    [AE_NOT_RUNNING] = {404, "not_found", 502, "unavailable", 503, -32002},
+    [AE_SANDBOX] = {503, "sandbox_error", 503, "unavailable", 503, -32603},
+    [AE_SHUTTING_DOWN] = {503, "shutting_down", 503, "unavailable", 503, -32000},
+    [AE_NOT_CONFIGURED] = {503, "agent_not_configured", 503, "unavailable", 503, -32603},
+    [AE_MOVED] = {409, "session_moved", 409, "unavailable", 503, -32000},
+    [AE_DEADLINE] = {504, "timeout", 504, "deadline_exceeded", 504, -32000},
+    [AE_CANCELLED] = {499, "cancelled", 499, "canceled", 499, -32800},
 };
+
+const struct api_err_info *api_err_info(enum api_err e)
+{
+    return &api_errs[e < AE_N_ERRORS ? e : AE_INTERNAL];
+}
+
+static bool connect_route(const struct request *rq)
+{
+    return rq->route && (rq->route->flags & ROUTE_CONNECT);
+}
+
+unsigned api_err_status(const struct request *rq, enum api_err e)
+{
+    const struct api_err_info *i = api_err_info(e);
+    if (connect_route(rq))
+        return i->connect_status;
+    if (rq->surface && rq->surface->shape == SHAPE_E2B)
+        return i->e2b_status;
+    return i->status;
+}
+
+/* The error body of rq's surface for e and msg (UTF-8, n bytes). */
+static json_t *error_body(const struct request *rq, enum api_err e, const char *msg, size_t n)
+{
+    const struct api_err_info *i = api_err_info(e);
+    if (connect_route(rq))
+        return json_pack("{s:s,s:s%}", "code", i->connect, "message", msg, n);
+    switch (rq->surface ? rq->surface->shape : SHAPE_NATIVE) {
+    case SHAPE_E2B:
+        return json_pack("{s:i,s:s%}", "code", (int)i->e2b_status, "message", msg, n);
+    case SHAPE_MCP:
+        return json_pack("{s:s,s:n,s:{s:i,s:s%}}", "jsonrpc", "2.0", "id", "error", "code",
+                         i->jsonrpc, "message", msg, n);
+    case SHAPE_NATIVE:
+        break;
+    }
+    return json_pack("{s:{s:s,s:s%}}", "error", "code", i->code, "message", msg, n);
+}
 
 enum MHD_Result reply_response(struct request *rq, unsigned status, struct MHD_Response *r)
 {
@@ -83,15 +126,12 @@ static enum MHD_Result api_verror(struct request *rq, enum api_err e, json_t *ex
     vsnprintf(msg, sizeof(msg), fmt, ap);
     size_t n;
     char *clean = utf8_sanitize(msg, strlen(msg), &n);
-    json_t *j =
-        rq->route && (rq->route->flags & ROUTE_E2B_ANY)
-            ? e2b_error_body(rq, api_errs[e].status, clean, n)
-            : json_pack("{s:{s:s,s:s%}}", "error", "code", api_errs[e].code, "message", clean, n);
+    json_t *j = error_body(rq, e, clean, n);
     free(clean);
     if (extra)
         json_object_update_missing(j, extra);
     json_decref(extra);
-    return reply_json_header(rq, api_errs[e].status, j, name, value);
+    return reply_json_header(rq, api_err_status(rq, e), j, name, value);
 }
 
 enum MHD_Result api_error(struct request *rq, enum api_err e, const char *fmt, ...)
@@ -123,42 +163,32 @@ enum MHD_Result api_error_with(struct request *rq, enum api_err e, json_t *extra
     return r;
 }
 
+/* -errno onto api_err: what a session operation's error means to a client. */
+static const struct {
+    int err;
+    enum api_err e;
+} errno_errs[] = {
+    {EINVAL, AE_BAD_REQUEST},  {ELOOP, AE_BAD_PATH},          {EXDEV, AE_BAD_PATH},
+    {ENOTDIR, AE_BAD_PATH},    {EISDIR, AE_BAD_PATH},         {ENAMETOOLONG, AE_BAD_PATH},
+    {ENOENT, AE_NOT_FOUND},    {ETIME, AE_EXPIRED},           {EBUSY, AE_BUSY},
+    {EEXIST, AE_EXISTS},       {ENOTEMPTY, AE_EXISTS},        {E2BIG, AE_TOO_LARGE},
+    {EFBIG, AE_TOO_LARGE},     {ENOSPC, AE_NO_SPACE},         {EDQUOT, AE_NO_SPACE},
+    {EAGAIN, AE_LIMIT},        {ESHUTDOWN, AE_SHUTTING_DOWN}, {EIO, AE_SANDBOX},
+    {ETIMEDOUT, AE_SANDBOX},   {ENOSYS, AE_UNIMPLEMENTED},    {EOPNOTSUPP, AE_UNIMPLEMENTED},
+    {ECANCELED, AE_CANCELLED},
+};
+
 enum api_err api_err_of(int err)
 {
-    switch (-err) {
-    case EINVAL:
-        return AE_BAD_REQUEST;
-    case ELOOP:
-    case EXDEV:
-    case ENOTDIR:
-    case EISDIR:
-        return AE_BAD_PATH;
-    case ENOENT:
-        return AE_NOT_FOUND;
-    case ETIME:
-        return AE_EXPIRED;
-    case EBUSY:
-        return AE_BUSY;
-    case E2BIG:
-    case EFBIG:
-    case ENOSPC:
-    case EDQUOT:
-        return AE_TOO_LARGE;
-    case EAGAIN:
-        return AE_LIMIT;
-    case ESHUTDOWN:
-        return AE_SHUTTING_DOWN;
-    case EIO:
-    case ETIMEDOUT:
-        return AE_SANDBOX;
-    default:
-        return AE_INTERNAL;
-    }
+    for (size_t i = 0; i < ARRAY_SIZE(errno_errs); i++)
+        if (errno_errs[i].err == -err)
+            return errno_errs[i].e;
+    return AE_INTERNAL;
 }
 
 const char *api_err_code(enum api_err e)
 {
-    return api_errs[e].code;
+    return api_err_info(e)->code;
 }
 
 /* How well one media range of an Accept header ("type/sub", "type/ *" or "* / *", with

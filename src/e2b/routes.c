@@ -1,4 +1,4 @@
-/* routes_e2b.c - E2B's wire protocol over runcell's sessions (`runcell serve --e2b`).
+/* routes.c - E2B's wire protocol over runcell's sessions (`runcell serve --e2b`).
  *
  * An E2B sandbox is a runcell session. The control plane (E2B_API_URL) creates, lists,
  * times out and kills them; the sandbox's ports (E2B_SANDBOX_URL, one URL for every
@@ -7,8 +7,8 @@
  * filesystem services over Connect RPC with the JSON codec). What cannot map onto runcell
  * is refused in E2B's error shape {code, message}, naming the field. docs/E2B.md has the
  * table. */
-#include "api/api-int.h"
-#include "api/e2b.h"
+#include "e2b/e2b.h"
+#include "http/http.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -20,6 +20,15 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+/* Route flags (beside http.h's): these routes authenticate as E2B's SDK does, not by
+ * runcell's bearer token, and exist only with --e2b. */
+#define ROUTE_E2B_API (1u << 8) /* control plane: X-API-KEY (or Bearer) is runcell's token */
+#define ROUTE_E2B_BOX (1u << 9) /* a sandbox's ports: E2b-Sandbox-Id + X-Access-Token */
+/* A sandbox route that E2B's SDK calls without its access token (the code interpreter's
+ * /contexts): the sandbox id, 96 random bits, is the credential. */
+#define ROUTE_E2B_BOX_ID (1u << 10)
+#define ROUTE_E2B_ANY    (ROUTE_E2B_API | ROUTE_E2B_BOX | ROUTE_E2B_BOX_ID)
 
 /* What the SDK is told envd is: 0.4.0 and later need no user name on requests; below 0.5.7
  * file uploads are multipart (never gzip), below 0.5.2 the SDK itself refuses closeStdin. */
@@ -112,6 +121,8 @@ static void box_forget(struct e2b *e, const char *id)
 
 /* ---- replies in E2B's shapes ---- */
 
+static json_t *e2b_error_body(const struct request *rq, unsigned status, const char *msg, size_t n);
+
 /* The control plane's and envd's error: {"code": STATUS, "message": ...}. */
 static enum MHD_Result e2b_error(struct request *rq, unsigned status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -197,7 +208,7 @@ static void expire_if_due(struct request *rq, const char *id)
     }
 }
 
-bool e2b_authorize(struct request *rq)
+static bool e2b_authorize(struct request *rq)
 {
     struct e2b *e = rq->srv->e2b;
     unsigned flags = rq->route->flags;
@@ -462,7 +473,7 @@ static bool template_known(const char *t)
     return false;
 }
 
-enum MHD_Result h_e2b_create(struct request *rq)
+static enum MHD_Result h_e2b_create(struct request *rq)
 {
     json_t *body = e2b_body(rq);
     struct session_opts o;
@@ -575,12 +586,12 @@ static enum MHD_Result reply_box(struct request *rq, unsigned status, bool with_
     return reply_json(rq, status, j);
 }
 
-enum MHD_Result h_e2b_get(struct request *rq)
+static enum MHD_Result h_e2b_get(struct request *rq)
 {
     return reply_box(rq, 200, false);
 }
 
-enum MHD_Result h_e2b_connect(struct request *rq)
+static enum MHD_Result h_e2b_connect(struct request *rq)
 {
     json_t *body = e2b_body(rq);
     if (!body)
@@ -651,7 +662,7 @@ static bool box_matches(const struct e2b_box *b, json_t *want, const char *tmpl)
     return true;
 }
 
-enum MHD_Result h_e2b_list(struct request *rq)
+static enum MHD_Result h_e2b_list(struct request *rq)
 {
     const char *state = MHD_lookup_connection_value(rq->conn, MHD_GET_ARGUMENT_KIND, "state");
     const char *meta = MHD_lookup_connection_value(rq->conn, MHD_GET_ARGUMENT_KIND, "metadata");
@@ -688,7 +699,7 @@ enum MHD_Result h_e2b_list(struct request *rq)
     return reply_json(rq, 200, arr);
 }
 
-enum MHD_Result h_e2b_kill(struct request *rq)
+static enum MHD_Result h_e2b_kill(struct request *rq)
 {
     const char *id = rq->params[0];
     struct e2b *e = rq->srv->e2b;
@@ -703,7 +714,7 @@ enum MHD_Result h_e2b_kill(struct request *rq)
     return reply_empty(rq, 204);
 }
 
-enum MHD_Result h_e2b_timeout(struct request *rq)
+static enum MHD_Result h_e2b_timeout(struct request *rq)
 {
     json_t *body = e2b_body(rq);
     if (!body)
@@ -739,7 +750,7 @@ enum MHD_Result h_e2b_timeout(struct request *rq)
     return reply_empty(rq, 204);
 }
 
-enum MHD_Result h_e2b_refused(struct request *rq)
+static enum MHD_Result h_e2b_refused(struct request *rq)
 {
     return e2b_error(rq, 400,
                      "%s %s is not supported by runcell's E2B endpoint (pause, resume, "
@@ -747,7 +758,7 @@ enum MHD_Result h_e2b_refused(struct request *rq)
                      rq->method, rq->route->pattern);
 }
 
-enum MHD_Result h_e2b_health(struct request *rq)
+static enum MHD_Result h_e2b_health(struct request *rq)
 {
     const char *id = header(rq, "E2b-Sandbox-Id");
     struct session *s = box_session(rq, id);
@@ -1125,7 +1136,7 @@ static const char *map_language(const char *lang)
     return lang_name(lang);
 }
 
-enum MHD_Result h_e2b_execute(struct request *rq)
+static enum MHD_Result h_e2b_execute(struct request *rq)
 {
     const char *box = header(rq, "E2b-Sandbox-Id");
     json_t *body = e2b_body(rq);
@@ -1196,12 +1207,12 @@ static json_t *box_contexts(struct e2b *e, const char *box)
     return j;
 }
 
-enum MHD_Result h_e2b_contexts_list(struct request *rq)
+static enum MHD_Result h_e2b_contexts_list(struct request *rq)
 {
     return reply_json(rq, 200, box_contexts(rq->srv->e2b, header(rq, "E2b-Sandbox-Id")));
 }
 
-enum MHD_Result h_e2b_context_create(struct request *rq)
+static enum MHD_Result h_e2b_context_create(struct request *rq)
 {
     const char *box = header(rq, "E2b-Sandbox-Id");
     json_t *body = e2b_body(rq);
@@ -1291,12 +1302,12 @@ static enum MHD_Result context_change(struct request *rq, bool remove)
     return reply_empty(rq, 204);
 }
 
-enum MHD_Result h_e2b_context_delete(struct request *rq)
+static enum MHD_Result h_e2b_context_delete(struct request *rq)
 {
     return context_change(rq, true);
 }
 
-enum MHD_Result h_e2b_context_restart(struct request *rq)
+static enum MHD_Result h_e2b_context_restart(struct request *rq)
 {
     return context_change(rq, false);
 }
@@ -1363,7 +1374,7 @@ static unsigned path_status(int err)
     }
 }
 
-enum MHD_Result h_e2b_files_get(struct request *rq)
+static enum MHD_Result h_e2b_files_get(struct request *rq)
 {
     const char *box = header(rq, "E2b-Sandbox-Id");
     const char *p = MHD_lookup_connection_value(rq->conn, MHD_GET_ARGUMENT_KIND, "path");
@@ -1479,7 +1490,7 @@ static enum MHD_Result write_one(struct request *rq, struct workspace *ws, const
 
 #define E2B_MAX_PARTS 256
 
-enum MHD_Result h_e2b_files_post(struct request *rq)
+static enum MHD_Result h_e2b_files_post(struct request *rq)
 {
     const char *box = header(rq, "E2b-Sandbox-Id");
     const char *path = MHD_lookup_connection_value(rq->conn, MHD_GET_ARGUMENT_KIND, "path");
@@ -1546,7 +1557,7 @@ static const struct {
     {"unavailable", 503},         {"unauthenticated", 401}, {"resource_exhausted", 429},
 };
 
-json_t *e2b_error_body(const struct request *rq, unsigned status, const char *msg, size_t n)
+static json_t *e2b_error_body(const struct request *rq, unsigned status, const char *msg, size_t n)
 {
     const char *p = rq->route->pattern;
     if (!str_has_prefix(p, "/process.Process/") && !str_has_prefix(p, "/filesystem.Filesystem/"))
@@ -1803,7 +1814,7 @@ static enum MHD_Result process_signal(struct request *rq, json_t *msg, const cha
     return reply_json(rq, 200, json_object());
 }
 
-enum MHD_Result h_e2b_process_rpc(struct request *rq)
+static enum MHD_Result h_e2b_process_rpc(struct request *rq)
 {
     const char *box = header(rq, "E2b-Sandbox-Id"), *method = rq->params[0];
     json_t *msg = connect_request(rq);
@@ -1993,7 +2004,7 @@ static enum MHD_Result fs_call(struct request *rq, const char *method, json_t *m
     return fs_reply_entry(rq, ws, drel, dst);
 }
 
-enum MHD_Result h_e2b_filesystem_rpc(struct request *rq)
+static enum MHD_Result h_e2b_filesystem_rpc(struct request *rq)
 {
     static const char *const methods[] = {"Stat", "ListDir", "MakeDir", "Remove", "Move"};
     const char *box = header(rq, "E2b-Sandbox-Id"), *method = rq->params[0];
@@ -2019,3 +2030,44 @@ enum MHD_Result h_e2b_filesystem_rpc(struct request *rq)
     json_decref(msg);
     return ret;
 }
+
+static const struct route e2b_routes[] = {
+    /* the control plane (E2B_API_URL) */
+    {"POST", "/sandboxes", h_e2b_create, ROUTE_E2B_API, NULL},
+    {"POST", "/v2/sandboxes", h_e2b_create, ROUTE_E2B_API, NULL},
+    {"GET", "/sandboxes", h_e2b_list, ROUTE_E2B_API, NULL},
+    {"GET", "/v2/sandboxes", h_e2b_list, ROUTE_E2B_API, NULL},
+    {"GET", "/sandboxes/{id}", h_e2b_get, ROUTE_E2B_API, NULL},
+    {"DELETE", "/sandboxes/{id}", h_e2b_kill, ROUTE_E2B_API, NULL},
+    {"POST", "/sandboxes/{id}/timeout", h_e2b_timeout, ROUTE_E2B_API, NULL},
+    {"POST", "/sandboxes/{id}/connect", h_e2b_connect, ROUTE_E2B_API, NULL},
+    {"POST", "/v2/sandboxes/{id}/connect", h_e2b_connect, ROUTE_E2B_API, NULL},
+    {"POST", "/sandboxes/{id}/pause", h_e2b_refused, ROUTE_E2B_API, NULL},
+    {"POST", "/sandboxes/{id}/resume", h_e2b_refused, ROUTE_E2B_API, NULL},
+    {"POST", "/sandboxes/{id}/fork", h_e2b_refused, ROUTE_E2B_API, NULL},
+    {"POST", "/sandboxes/{id}/snapshots", h_e2b_refused, ROUTE_E2B_API, NULL},
+    /* a sandbox's ports (E2B_SANDBOX_URL): envd and the code interpreter */
+    {"GET", "/health", h_e2b_health, ROUTE_E2B_BOX, NULL},
+    {"POST", "/execute", h_e2b_execute, ROUTE_E2B_BOX | ROUTE_EXECUTES, NULL},
+    {"GET", "/contexts", h_e2b_contexts_list, ROUTE_E2B_BOX_ID, NULL},
+    {"POST", "/contexts", h_e2b_context_create, ROUTE_E2B_BOX_ID, NULL},
+    {"DELETE", "/contexts/{id}", h_e2b_context_delete, ROUTE_E2B_BOX_ID, NULL},
+    {"POST", "/contexts/{id}/restart", h_e2b_context_restart, ROUTE_E2B_BOX_ID, NULL},
+    {"GET", "/files", h_e2b_files_get, ROUTE_E2B_BOX, NULL},
+    {"POST", "/files", h_e2b_files_post, ROUTE_E2B_BOX, NULL},
+    {"POST", "/process.Process/{id}", h_e2b_process_rpc, ROUTE_E2B_BOX | ROUTE_CONNECT, NULL},
+    {"POST", "/filesystem.Filesystem/{id}", h_e2b_filesystem_rpc, ROUTE_E2B_BOX | ROUTE_CONNECT,
+     NULL},
+};
+
+static bool e2b_enabled(const struct server *srv)
+{
+    return srv->e2b != NULL;
+}
+
+const struct surface e2b_surface = {.name = "e2b",
+                                    .routes = e2b_routes,
+                                    .n_routes = ARRAY_SIZE(e2b_routes),
+                                    .shape = SHAPE_E2B,
+                                    .authorize = e2b_authorize,
+                                    .enabled = e2b_enabled};

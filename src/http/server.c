@@ -1,8 +1,11 @@
 /* server.c - `runcell serve`: libmicrohttpd with a thread per connection, the route table,
  * authentication, request bodies, one log line per request, and a graceful shutdown. */
-#include "api/api-int.h"
-#include "api/e2b.h"
+#include "http/http.h"
+#include "api/api.h"
+#include "e2b/e2b.h"
 #include "kernel/kernel.h"
+#include "mcp/mcp.h"
+#include "ui/ui.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -15,60 +18,17 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static const struct route routes[] = {
+/* The server's own routes: health and metrics. */
+static const struct route core_routes[] = {
     {"GET", "/healthz", h_healthz, ROUTE_NO_AUTH, NULL},
-    /* The web console (routes_ui.c): static files, no secret in them, so no token. */
-    {"GET", "/", h_ui_root, ROUTE_NO_AUTH, NULL},
-    {"GET", "/ui", h_ui_root, ROUTE_NO_AUTH, NULL},
-    {"GET", "/ui/", h_ui_asset, ROUTE_NO_AUTH, NULL},
-    {"GET", "/ui/{path}", h_ui_asset, ROUTE_NO_AUTH, NULL},
     {"GET", "/metrics", h_metrics, 0, NULL},
-    {"POST", "/v1/sessions", h_session_create, 0, NULL},
-    {"GET", "/v1/sessions", h_session_list, 0, NULL},
-    {"GET", "/v1/sessions/{id}", h_session_get, 0, NULL},
-    {"DELETE", "/v1/sessions/{id}", h_session_delete, 0, NULL},
-    {"POST", "/v1/sessions/{id}/execute", h_execute, ROUTE_EXECUTES, NULL},
-    {"POST", "/v1/sessions/{id}/interrupt", h_session_interrupt, 0, NULL},
-    {"POST", "/v1/sessions/{id}/restart", h_session_restart, 0, NULL},
-    {"POST", "/v1/sessions/{id}/checkpoint", h_session_checkpoint, 0, NULL},
-    {"GET", "/v1/sessions/{id}/events", h_session_events, 0, NULL},
-    {"GET", "/v1/sessions/{id}/files", h_files_list, 0, NULL},
-    {"GET", "/v1/sessions/{id}/files/{path}", h_file_get, 0, NULL},
-    {"PUT", "/v1/sessions/{id}/files/{path}", h_file_put, ROUTE_STREAM_BODY, h_file_put_chunk,
-     h_file_put_admit},
-    {"DELETE", "/v1/sessions/{id}/files/{path}", h_file_delete, 0, NULL},
-    {"POST", "/v1/execute", h_oneshot, 0, NULL},
-    {"POST", "/mcp", h_mcp_post, 0, NULL},
-    {"GET", "/mcp", h_mcp_get, 0, NULL},
-    {"DELETE", "/mcp", h_mcp_delete, 0, NULL},
-    {"POST", "/v1/agent/runs", h_agent_run, 0, NULL},
-    {"GET", "/v1/reviews", h_review_list, 0, NULL},
-    {"GET", "/v1/reviews/{id}", h_review_get, 0, NULL},
-    {"POST", "/v1/reviews/{id}/resolve", h_review_resolve, 0, NULL},
-    /* E2B-compatible routes (--e2b; routes_e2b.c, docs/E2B.md) */
-    {"POST", "/sandboxes", h_e2b_create, ROUTE_E2B_API, NULL},
-    {"POST", "/v2/sandboxes", h_e2b_create, ROUTE_E2B_API, NULL},
-    {"GET", "/sandboxes", h_e2b_list, ROUTE_E2B_API, NULL},
-    {"GET", "/v2/sandboxes", h_e2b_list, ROUTE_E2B_API, NULL},
-    {"GET", "/sandboxes/{id}", h_e2b_get, ROUTE_E2B_API, NULL},
-    {"DELETE", "/sandboxes/{id}", h_e2b_kill, ROUTE_E2B_API, NULL},
-    {"POST", "/sandboxes/{id}/timeout", h_e2b_timeout, ROUTE_E2B_API, NULL},
-    {"POST", "/sandboxes/{id}/connect", h_e2b_connect, ROUTE_E2B_API, NULL},
-    {"POST", "/v2/sandboxes/{id}/connect", h_e2b_connect, ROUTE_E2B_API, NULL},
-    {"POST", "/sandboxes/{id}/pause", h_e2b_refused, ROUTE_E2B_API, NULL},
-    {"POST", "/sandboxes/{id}/resume", h_e2b_refused, ROUTE_E2B_API, NULL},
-    {"POST", "/sandboxes/{id}/fork", h_e2b_refused, ROUTE_E2B_API, NULL},
-    {"POST", "/sandboxes/{id}/snapshots", h_e2b_refused, ROUTE_E2B_API, NULL},
-    {"GET", "/health", h_e2b_health, ROUTE_E2B_BOX, NULL},
-    {"POST", "/execute", h_e2b_execute, ROUTE_E2B_BOX | ROUTE_EXECUTES, NULL},
-    {"GET", "/contexts", h_e2b_contexts_list, ROUTE_E2B_BOX_ID, NULL},
-    {"POST", "/contexts", h_e2b_context_create, ROUTE_E2B_BOX_ID, NULL},
-    {"DELETE", "/contexts/{id}", h_e2b_context_delete, ROUTE_E2B_BOX_ID, NULL},
-    {"POST", "/contexts/{id}/restart", h_e2b_context_restart, ROUTE_E2B_BOX_ID, NULL},
-    {"GET", "/files", h_e2b_files_get, ROUTE_E2B_BOX, NULL},
-    {"POST", "/files", h_e2b_files_post, ROUTE_E2B_BOX, NULL},
-    {"POST", "/process.Process/{id}", h_e2b_process_rpc, ROUTE_E2B_BOX, NULL},
-    {"POST", "/filesystem.Filesystem/{id}", h_e2b_filesystem_rpc, ROUTE_E2B_BOX, NULL},
+};
+static const struct surface core_surface = {
+    .name = "core", .routes = core_routes, .n_routes = ARRAY_SIZE(core_routes)};
+
+/* Every protocol the listener speaks, in the order their routes are matched. */
+static const struct surface *const surfaces[] = {
+    &core_surface, &ui_surface, &api_surface, &mcp_surface, &e2b_surface,
 };
 
 void server_limits_fill_defaults(struct server_limits *l)
@@ -142,7 +102,8 @@ fail:
 
 static void request_free(struct request *rq)
 {
-    upload_abort(rq);
+    if (rq->on_free)
+        rq->on_free(rq);
     if (rq->held)
         MHD_destroy_response(rq->held);
     buf_release(&rq->body);
@@ -191,25 +152,33 @@ static bool hold_early_replies(struct request *rq)
     return te != NULL || !cl;
 }
 
-const struct route *route_match(const char *url, const char *method, char *params[2],
+const struct route *route_match(const struct server *srv, const char *url, const char *method,
+                                char *params[2], const struct surface **ret_surface,
                                 struct buf *allow)
 {
-    for (size_t i = 0; i < ARRAY_SIZE(routes); i++) {
-        char *p[2] = {NULL, NULL};
-        if (!match(routes[i].pattern, url, p))
+    for (size_t k = 0; k < ARRAY_SIZE(surfaces); k++) {
+        const struct surface *sf = surfaces[k];
+        if (sf->enabled && !sf->enabled(srv))
             continue;
-        /* HEAD is GET without the body (RFC 9110 9.3.2): libmicrohttpd leaves the body out. */
-        if (!strcmp(routes[i].method, method) ||
-            (!strcmp(method, "HEAD") && !strcmp(routes[i].method, "GET"))) {
-            params[0] = p[0];
-            params[1] = p[1];
-            return &routes[i];
+        for (size_t i = 0; i < sf->n_routes; i++) {
+            const struct route *rt = &sf->routes[i];
+            char *p[2] = {NULL, NULL};
+            if (!match(rt->pattern, url, p))
+                continue;
+            /* HEAD is GET without the body (RFC 9110 9.3.2): libmicrohttpd leaves it out. */
+            if (!strcmp(rt->method, method) ||
+                (!strcmp(method, "HEAD") && !strcmp(rt->method, "GET"))) {
+                params[0] = p[0];
+                params[1] = p[1];
+                *ret_surface = sf;
+                return rt;
+            }
+            buf_printf(allow, "%s%s", allow->len ? ", " : "", rt->method);
+            if (!strcmp(rt->method, "GET"))
+                buf_printf(allow, ", HEAD");
+            free(p[0]);
+            free(p[1]);
         }
-        buf_printf(allow, "%s%s", allow->len ? ", " : "", routes[i].method);
-        if (!strcmp(routes[i].method, "GET"))
-            buf_printf(allow, ", HEAD");
-        free(p[0]);
-        free(p[1]);
     }
     return NULL;
 }
@@ -258,14 +227,7 @@ static enum MHD_Result route_request(struct request *rq, const char *url, const 
     struct server *srv = rq->srv;
     struct buf allow;
     buf_init(&allow, 0);
-    rq->route = route_match(url, method, rq->params, &allow);
-    if (rq->route && (rq->route->flags & ROUTE_E2B_ANY) && !srv->e2b) {
-        rq->route = NULL; /* E2B's routes exist with --e2b only */
-        free(rq->params[0]);
-        free(rq->params[1]);
-        rq->params[0] = rq->params[1] = NULL;
-        buf_reset(&allow);
-    }
+    rq->route = route_match(srv, url, method, rq->params, &rq->surface, &allow);
     bool path_known = rq->route || allow.len;
     if (rq->route && rq->params[0])
         rq->session_id = xstrdup(rq->params[0]);
@@ -283,10 +245,10 @@ static enum MHD_Result route_request(struct request *rq, const char *url, const 
         return r;
     }
     bool needs_auth = !rq->route || !(rq->route->flags & ROUTE_NO_AUTH);
-    if (rq->route && (rq->route->flags & ROUTE_E2B_ANY)) {
-        /* E2B's SDK authenticates its own way (e2b.h); past that, as any request. */
+    if (needs_auth && rq->route && rq->surface->authorize) {
+        /* A surface that authenticates its own way (E2B's SDK); past that, as any request. */
         needs_auth = false;
-        if (!e2b_authorize(rq)) {
+        if (!rq->surface->authorize(rq)) {
             buf_release(&allow);
             return MHD_YES;
         }
