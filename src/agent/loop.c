@@ -206,7 +206,7 @@ static char *remember_failure(struct run *r, const struct exec_record *rec, cons
     _cleanup_free_ char *err_text = outcap_render(&rec->err, &n);
     const char *dir = r->o.no_memory ? NULL : r->o.data_dir;
     if (failmem_note(dir, r->env.key, r->fingerprint, f, err_text, r->env.packages, &k) < 0)
-        log_warn("msg=\"failure memory unavailable\" error=\"%s\"", err_msg());
+        log_warn("msg=\"failure memory unavailable\" error=%s", log_quote(err_msg()));
     char *note = NULL;
     if (k.unfixable) {
         _cleanup_free_ char *seen =
@@ -301,7 +301,7 @@ static void after_success(struct run *r, const char *tool)
     r->last_sig[0] = '\0';
     if (r->fix_sig[0] && r->o.data_dir && !r->o.no_memory &&
         failmem_fixed(r->o.data_dir, r->env.key, r->fingerprint, r->fix_sig, tool) < 0)
-        log_warn("msg=\"failure memory unavailable\" error=\"%s\"", err_msg());
+        log_warn("msg=\"failure memory unavailable\" error=%s", log_quote(err_msg()));
     r->fix_sig[0] = '\0';
 }
 
@@ -570,7 +570,7 @@ static void check_history(struct run *r)
     if (!r->o.data_dir || r->o.no_memory)
         return;
     if (task_history_get(r->o.data_dir, r->env.key, r->fingerprint, &h) < 0) {
-        log_warn("msg=\"failure memory unavailable\" error=\"%s\"", err_msg());
+        log_warn("msg=\"failure memory unavailable\" error=%s", log_quote(err_msg()));
         return;
     }
     if (h.doomed && !r->o.retry_doomed) {
@@ -618,7 +618,7 @@ static void remember_task(struct run *r)
         return;
     if (task_history_put(r->o.data_dir, r->env.key, r->fingerprint, stop_reason_name(r->stop),
                          exhausted(r->stop), r->last_code, r->last_error) < 0)
-        log_warn("msg=\"failure memory unavailable\" error=\"%s\"", err_msg());
+        log_warn("msg=\"failure memory unavailable\" error=%s", log_quote(err_msg()));
 }
 
 /* Files the run produced: created or changed in the workspace, and weak-mode outputs. */
@@ -634,7 +634,8 @@ static json_t *produced_files(struct run *r)
                 for (char **f = pass ? modified : created; *f; f++) {
                     if (r->o.out_dir &&
                         workspace_copy_out(session_workspace(r->s), *f, r->o.out_dir) < 0)
-                        log_warn("msg=\"cannot copy out\" file=\"%s\" error=\"%s\"", *f, err_msg());
+                        log_warn("msg=\"cannot copy out\" file=%s error=%s", log_quote(*f),
+                                 log_quote(err_msg()));
                     json_array_append_new(files, json_string(*f));
                 }
             ws_listing_release(&after);

@@ -96,8 +96,8 @@ int fleet_open(struct server *srv)
     if (r < 0)
         return err_set(-r, "--fleet: %s", err_msg());
     srv->persist.fleet = srv->fleet;
-    log_info("msg=\"fleet node\" node=%s lease_ttl_ms=%llu store=\"%s\"", srv->node,
-             (unsigned long long)ttl, store_describe(srv->store));
+    log_info("msg=\"fleet node\" node=%s lease_ttl_ms=%llu store=%s", srv->node,
+             (unsigned long long)ttl, log_quote(store_describe(srv->store)));
     return fleet_start(srv->fleet, on_lost, srv);
 }
 

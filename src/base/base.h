@@ -64,6 +64,14 @@ void log_msg(enum log_level level, const char *fmt, ...) __attribute__((format(p
 #define log_info(...)  log_msg(LOG_INFO, __VA_ARGS__)
 #define log_warn(...)  log_msg(LOG_WARN, __VA_ARGS__)
 #define log_error(...) log_msg(LOG_ERROR, __VA_ARGS__)
+/* A value for a log field (key=%s): in double quotes, with '"' and '\\' escaped, so that no
+ * value can end its field and forge another (log_msg escapes control characters after);
+ * NULL is "-", and a value longer than LOG_QUOTE_MAX bytes is cut, marked "...". The text
+ * lives in a ring of LOG_QUOTE_SLOTS buffers of this thread: valid until that many later
+ * calls. */
+const char *log_quote(const char *s);
+#define LOG_QUOTE_MAX   512
+#define LOG_QUOTE_SLOTS 4
 
 /* ---- growable byte buffer with a hard cap (curl's dynbuf idea). ---- */
 struct buf {

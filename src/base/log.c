@@ -122,3 +122,27 @@ void log_msg(enum log_level level, const char *fmt, ...)
     (void)write_all(2, line, len);
     errno = saved;
 }
+
+const char *log_quote(const char *s)
+{
+    static __thread char ring[LOG_QUOTE_SLOTS][2 * LOG_QUOTE_MAX + 8];
+    static __thread unsigned next;
+    char *out = ring[next++ % LOG_QUOTE_SLOTS];
+    size_t o = 0;
+    if (!s)
+        return "-";
+    out[o++] = '"';
+    for (size_t i = 0; s[i]; i++) {
+        if (i >= LOG_QUOTE_MAX) {
+            memcpy(out + o, "...", 3);
+            o += 3;
+            break;
+        }
+        if (s[i] == '"' || s[i] == '\\')
+            out[o++] = '\\';
+        out[o++] = s[i];
+    }
+    out[o++] = '"';
+    out[o] = '\0';
+    return out;
+}

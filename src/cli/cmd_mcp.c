@@ -243,7 +243,7 @@ int cmd_mcp(int argc, char **argv)
         return 125;
     }
     if (host.degraded_reason)
-        log_warn("msg=\"resource limits are degraded\" reason=\"%s\"", host.degraded_reason);
+        log_warn("msg=\"resource limits are degraded\" reason=%s", log_quote(host.degraded_reason));
     struct mcp_config cfg = {
         .defaults = {.limits = o.common.limits,
                      .timeout_ms = o.common.timeout_ms,

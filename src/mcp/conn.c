@@ -154,8 +154,8 @@ static void m_initialize(struct mcp_conn *c, const struct mcp_msg *m, struct rep
                             json_string("A sandboxed, stateful Python and bash interpreter"));
     const char *client =
         json_string_value(json_object_get(json_object_get(m->params, "clientInfo"), "name"));
-    log_info("msg=\"mcp client initialized\" client=\"%s\" protocol=%s asked=%s",
-             client ? client : "?", v->name, asked);
+    log_info("msg=\"mcp client initialized\" client=%s protocol=%s asked=%s",
+             log_quote(client ? client : "?"), v->name, log_quote(asked));
     reply_respond(r,
                   rpc_result(m->id, json_pack("{s:s,s:{s:{s:b}},s:o,s:s}", "protocolVersion",
                                               v->name, "capabilities", "tools", "listChanged", 0,
@@ -251,8 +251,8 @@ static void m_cancelled(struct mcp_conn *c, const struct mcp_msg *m, struct repl
         return;
     bool found = call_cancel(c, id);
     char *text = json_dumps(id, JSON_ENCODE_ANY | JSON_COMPACT);
-    log_info("msg=\"mcp request cancelled\" id=%s found=%d reason=\"%s\"", text ? text : "?", found,
-             reason ? reason : "");
+    log_info("msg=\"mcp request cancelled\" id=%s found=%d reason=%s", text ? text : "?", found,
+             log_quote(reason ? reason : ""));
     free(text);
 }
 
@@ -311,7 +311,7 @@ static void dispatch_notification(struct mcp_conn *c, const struct mcp_msg *m, s
             return;
         }
     }
-    log_debug("msg=\"mcp notification ignored\" method=\"%s\"", m->method);
+    log_debug("msg=\"mcp notification ignored\" method=%s", log_quote(m->method));
 }
 
 /* Handles one message object: MCP_IN_REQUEST when a response was (or will be) sent for
@@ -322,7 +322,7 @@ static enum mcp_input handle_one(struct mcp_conn *c, json_t *v, struct reply *r,
     _cleanup_free_ char *err = NULL;
     int code = mcp_msg_check(v, &m, &err);
     if (code && m.kind == MCP_MSG_NOTIFICATION) {
-        log_info("msg=\"mcp notification dropped\" error=\"%s\"", err);
+        log_info("msg=\"mcp notification dropped\" error=%s", log_quote(err));
         return MCP_IN_NONE; /* notifications are never answered, not even with an error */
     }
     if (code) {

@@ -74,10 +74,10 @@ static uint64_t max_bytes(const struct egress *e)
 /* Logs an event and passes it to the session, without counting it. */
 static void tell(struct egress *e, const struct egress_event *ev)
 {
-    log_info("msg=\"egress %s\" method=%s host=\"%s\" port=%u address=%s status=%d%s%s%s",
-             ev->allowed ? "allowed" : "refused", ev->method ? ev->method : "-",
-             ev->host ? ev->host : "-", ev->port, ev->address ? ev->address : "-", ev->status,
-             ev->reason ? " reason=\"" : "", ev->reason ? ev->reason : "", ev->reason ? "\"" : "");
+    log_info("msg=\"egress %s\" method=%s host=%s port=%u address=%s status=%d%s%s",
+             ev->allowed ? "allowed" : "refused", log_quote(ev->method ? ev->method : "-"),
+             log_quote(ev->host ? ev->host : "-"), ev->port, ev->address ? ev->address : "-",
+             ev->status, ev->reason ? " reason=" : "", ev->reason ? log_quote(ev->reason) : "");
     if (e->fn)
         e->fn(e->ctx, ev);
 }
@@ -486,7 +486,8 @@ static void admit(struct egress *e, int fd)
     int r = pthread_create(&t, &attr, conn_thread, c);
     pthread_attr_destroy(&attr);
     if (r) {
-        log_warn("msg=\"egress: cannot start a connection thread\" error=\"%s\"", strerror(r));
+        log_warn("msg=\"egress: cannot start a connection thread\" error=%s",
+                 log_quote(strerror(r)));
         c->upstream = -1;
         conn_end(c);
     }

@@ -49,7 +49,7 @@ static void hosts_file_lookup(const char *path, const char *host, uint16_t port,
     char *data;
     size_t len;
     if (read_file(path, HOSTS_FILE_MAX, &data, &len) < 0) {
-        log_warn("msg=\"cannot read RUNCELL_NET_HOSTS\" path=\"%s\"", path);
+        log_warn("msg=\"cannot read RUNCELL_NET_HOSTS\" path=%s", log_quote(path));
         return;
     }
     char *save = NULL;

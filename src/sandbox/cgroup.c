@@ -377,8 +377,8 @@ static void v2_unplace(struct sandbox_host *host)
         host->cgroup_enabled[0] = '\0';
     }
     if (move_self(host->cgroup_own_dir) < 0 || rmdir(host->cgroup_leaf_dir) < 0)
-        log_warn("msg=\"cannot remove the daemon's cgroup\" path=%s error=\"%s\"",
-                 host->cgroup_leaf_dir, strerror(errno));
+        log_warn("msg=\"cannot remove the daemon's cgroup\" path=%s error=%s",
+                 host->cgroup_leaf_dir, log_quote(strerror(errno)));
     free(host->cgroup_leaf_dir);
     host->cgroup_leaf_dir = NULL;
 }
@@ -616,7 +616,7 @@ int sandbox_scope_reexec(int argc, char **argv)
              own, systemd_run, user ? " --user" : "");
     execv(systemd_run, args);
     r = -errno;
-    log_warn("msg=\"cannot run %s\" error=\"%s\"", systemd_run, strerror(errno));
+    log_warn("msg=\"cannot run %s\" error=%s", systemd_run, log_quote(strerror(errno)));
     unsetenv("RUNCELL_SCOPED");
     return r;
 }
@@ -628,8 +628,8 @@ void cgroup_host_release(struct sandbox_host *host)
          * goes (cgroup_create makes it again for them). */
         if (host->cgroup_base[0] && rmdir(host->cgroup_base[0]) < 0 && errno != ENOENT &&
             errno != EBUSY && errno != ENOTEMPTY)
-            log_warn("msg=\"cannot remove cgroup\" path=%s error=\"%s\"", host->cgroup_base[0],
-                     strerror(errno));
+            log_warn("msg=\"cannot remove cgroup\" path=%s error=%s", host->cgroup_base[0],
+                     log_quote(strerror(errno)));
         v2_unplace(host);
     }
     for (int i = 0; i < CG_N; i++) {
@@ -938,8 +938,8 @@ void cgroup_reset_peak(const struct cgroup *cg)
 {
     if (cg->mode == CGROUP_V2) {
         if (cg->peak_resettable && write(cg->peak_fd, "reset\n", 6) != 6)
-            log_warn("msg=\"cannot reset memory.peak\" path=%s error=\"%s\"", cg->dirs[0],
-                     strerror(errno));
+            log_warn("msg=\"cannot reset memory.peak\" path=%s error=%s", cg->dirs[0],
+                     log_quote(strerror(errno)));
     } else if (cg->dirs[CG_MEMORY] &&
                (cg->usage_fd[1] < 0 || pwrite(cg->usage_fd[1], "0", 1, 0) != 1)) {
         (void)write_str(cg->dirs[CG_MEMORY], "memory.max_usage_in_bytes", "0");
@@ -990,7 +990,7 @@ static void remove_dir(const char *dir)
         kill_procs(dir);
         usleep(10000);
     }
-    log_warn("msg=\"cannot remove cgroup\" path=%s error=\"%s\"", dir, strerror(errno));
+    log_warn("msg=\"cannot remove cgroup\" path=%s error=%s", dir, log_quote(strerror(errno)));
 }
 
 void cgroup_usage_close(struct cgroup *cg)

@@ -169,8 +169,8 @@ static void unmount_below(const char *prefix)
         if (!deepest)
             return;
         if (umount2(deepest, MNT_DETACH) < 0)
-            log_warn("msg=\"cannot unmount leftover\" path=%s error=\"%s\"", deepest,
-                     strerror(errno));
+            log_warn("msg=\"cannot unmount leftover\" path=%s error=%s", deepest,
+                     log_quote(strerror(errno)));
         free(deepest);
     }
 }

@@ -226,15 +226,16 @@ void sandbox_kernel_log(const struct sandbox_kernel *k)
                  k->release);
     else if (*missing)
         log_info("msg=\"Landlock ABI %d: these rights are not enforced by this kernel\" "
-                 "unavailable=\"%s\" kernel=%s",
-                 k->landlock_abi, missing, k->release);
+                 "unavailable=%s kernel=%s",
+                 k->landlock_abi, log_quote(missing), k->release);
     if (!k->userns_tried && k->userns_reason)
-        log_warn("msg=\"user namespaces are restricted: sandboxes may not start\" reason=\"%s\"",
-                 k->userns_reason);
+        log_warn("msg=\"user namespaces are restricted: sandboxes may not start\" reason=%s",
+                 log_quote(k->userns_reason));
     if (k->userns_errno)
-        log_warn("msg=\"cannot make user namespaces: sandboxes will not start\" error=\"%s\" "
-                 "reason=\"%s\"",
-                 strerror(k->userns_errno), k->userns_reason ? k->userns_reason : "unknown");
+        log_warn("msg=\"cannot make user namespaces: sandboxes will not start\" error=%s "
+                 "reason=%s",
+                 log_quote(strerror(k->userns_errno)),
+                 log_quote(k->userns_reason ? k->userns_reason : "unknown"));
     if (!k->openat2 || !k->pidfd_open || !k->open_tree)
         log_warn("msg=\"kernel %s lacks system calls runcell needs (openat2 %s, pidfd_open %s, "
                  "open_tree %s): Linux 5.6 or later is required\"",

@@ -347,8 +347,8 @@ int sandbox_start(struct sandbox_host *host, struct workspace *ws, const struct 
         }
         /* The template could not serve: make this one from scratch. */
         log_warn("msg=\"template could not make the sandbox; starting from scratch\" "
-                 "error=\"%s\"",
-                 err_msg());
+                 "error=%s",
+                 log_quote(err_msg()));
         sandbox_free(sb);
         if ((r = sandbox_prepare(host, spec, &sb)) < 0)
             return r;

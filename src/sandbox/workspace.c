@@ -129,7 +129,8 @@ void workspace_free(struct workspace *ws)
         free(ws->scan);
     }
     if (ws->mounted && umount2(ws->dir, MNT_DETACH) < 0)
-        log_warn("msg=\"cannot unmount workspace\" path=%s error=\"%s\"", ws->dir, strerror(errno));
+        log_warn("msg=\"cannot unmount workspace\" path=%s error=%s", ws->dir,
+                 log_quote(strerror(errno)));
     if (ws->base)
         rm_rf(ws->base);
     if (ws->uid_lock_fd >= 0)

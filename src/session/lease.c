@@ -424,8 +424,8 @@ int fleet_lease_update(struct fleet *f, const char *id, const char *state, json_
 void fleet_lease_release(struct fleet *f, const char *id, const char *how, json_t *checkpoint)
 {
     if (how && fleet_lease_update(f, id, how, checkpoint) < 0)
-        log_warn("msg=\"cannot release the session's lease\" session=%s error=\"%s\"", id,
-                 err_msg());
+        log_warn("msg=\"cannot release the session's lease\" session=%s error=%s", id,
+                 log_quote(err_msg()));
     lease_free(unhold(f, id));
 }
 
@@ -447,7 +447,7 @@ static char **renew_all(struct fleet *f, char ***handbacks)
         else if (r == -ECANCELED)
             *handbacks = strv_push(*handbacks, *id);
         else if (r < 0)
-            log_warn("msg=\"cannot renew a lease\" session=%s error=\"%s\"", *id, err_msg());
+            log_warn("msg=\"cannot renew a lease\" session=%s error=%s", *id, log_quote(err_msg()));
     }
     strv_free(ids);
     return lost;

@@ -469,7 +469,8 @@ static void drop_unused(struct save *sv)
             continue;
         _cleanup_free_ char *key = blob_key(sv->id, e->sha);
         if (store_delete(sv->c->store, key) < 0)
-            log_warn("msg=\"cannot delete an unused blob\" key=%s error=\"%s\"", key, err_msg());
+            log_warn("msg=\"cannot delete an unused blob\" key=%s error=%s", key,
+                     log_quote(err_msg()));
         json_object_set_new(sv->blobs, e->sha, json_integer(0)); /* once is enough */
     }
     const char *vsha = json_string_value(json_object_get(sv->old->variables, "sha256"));

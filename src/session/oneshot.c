@@ -245,7 +245,8 @@ static void collect_files(struct exec_record *rec, struct workspace *ws,
             if (workspace_copy_out(ws, *f, out_dir) == 0)
                 rec->copied_out = strv_push(rec->copied_out, *f);
             else
-                log_warn("msg=\"cannot copy out\" file=\"%s\" error=\"%s\"", *f, err_msg());
+                log_warn("msg=\"cannot copy out\" file=%s error=%s", log_quote(*f),
+                         log_quote(err_msg()));
         }
 }
 

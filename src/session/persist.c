@@ -120,7 +120,7 @@ int session_persist(struct session *s, const struct persist_config *c, const cha
     };
     /* The session works without its record; the log says why it has none. */
     if (meta_put(c->meta, &m) < 0)
-        log_warn("msg=\"cannot record the session\" session=%s error=\"%s\"", id, err_msg());
+        log_warn("msg=\"cannot record the session\" session=%s error=%s", id, log_quote(err_msg()));
     /* In a fleet, what is stored is run by one node at a time (a takeover holds its lease). */
     if (c->fleet && p->files && !(resumed_from && !strcmp(resumed_from, id)))
         return fleet_lease_new(c->fleet, id, opts);
@@ -154,8 +154,8 @@ static int save_locked(struct persist *p, struct workspace *ws, const struct ws_
     }
     int r = manifest_save(p->c, p->id, &p->m, ws, after, variables, ret_error);
     if (r < 0)
-        log_warn("msg=\"files not saved\" session=%s error=\"%s\"", p->id,
-                 *ret_error ? *ret_error : err_msg());
+        log_warn("msg=\"files not saved\" session=%s error=%s", p->id,
+                 log_quote(*ret_error ? *ret_error : err_msg()));
     return r;
 }
 
@@ -417,8 +417,8 @@ static void discard(struct persist *p, json_t *report)
     p->discarded = true;
     pthread_mutex_unlock(&p->lock);
     if (store_discard(p->c->store, p->id) < 0) {
-        log_warn("msg=\"cannot discard the stored files\" session=%s error=\"%s\"", p->id,
-                 err_msg());
+        log_warn("msg=\"cannot discard the stored files\" session=%s error=%s", p->id,
+                 log_quote(err_msg()));
         json_object_set_new(report, "error", json_string(err_msg()));
     }
 }
@@ -466,8 +466,8 @@ void session_retire(struct session *s, enum session_end how, json_t **ret_report
         bool has_vars = p->files && !p->discarded && p->m.variables;
         if (meta_set_state(p->c->meta, p->id, end_state(how), has_vars,
                            how == SESSION_END_CLOSE ? NULL : text) < 0)
-            log_warn("msg=\"cannot update the session's record\" session=%s error=\"%s\"", p->id,
-                     err_msg());
+            log_warn("msg=\"cannot update the session's record\" session=%s error=%s", p->id,
+                     log_quote(err_msg()));
     }
     if (p && p->c->fleet && p->files && !p->fenced)
         fleet_lease_release(p->c->fleet, p->id,
@@ -675,7 +675,7 @@ json_t *session_stored_list(const struct persist_config *c, size_t limit)
 {
     json_t *a = json_array();
     if (c->meta && meta_foreach(c->meta, limit, add_stored, a) < 0)
-        log_warn("msg=\"cannot list the session records\" error=\"%s\"", err_msg());
+        log_warn("msg=\"cannot list the session records\" error=%s", log_quote(err_msg()));
     return a;
 }
 

@@ -49,7 +49,7 @@ static void *refill_main(void *arg)
         int r = session_new(p->host, &p->opts, &s);
         pthread_mutex_lock(&p->lock);
         if (r < 0) {
-            log_warn("msg=\"cannot fill the session pool\" error=\"%s\"", err_msg());
+            log_warn("msg=\"cannot fill the session pool\" error=%s", log_quote(err_msg()));
             p->failures++;
             struct timespec ts;
             realtime_after_ms(&ts, 1000u * MIN(60, 1u << MIN(p->failures, 6u)));
@@ -103,7 +103,7 @@ struct session *session_pool_take(struct session_pool *p, const struct session_o
     pthread_cond_signal(&p->wake);
     pthread_mutex_unlock(&p->lock);
     if (s && session_adopt(s, opts) < 0) {
-        log_warn("msg=\"pooled session unusable\" error=\"%s\"", err_msg());
+        log_warn("msg=\"pooled session unusable\" error=%s", log_quote(err_msg()));
         session_free(s);
         return NULL;
     }

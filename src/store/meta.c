@@ -274,8 +274,8 @@ static int write_owed_locked(struct meta_db *m)
     m->written_ms = now_ms();
     if (r < 0) {
         log_warn("msg=\"cannot update the sessions' records; tried again later\" sessions=%zu "
-                 "error=\"%s\"",
-                 m->n_owed, err_msg());
+                 "error=%s",
+                 m->n_owed, log_quote(err_msg()));
         return r;
     }
     for (size_t i = 0; i < m->n_owed; i++)
