@@ -262,10 +262,50 @@ class Session:
                      "error": on_error}
         return self._stream(body, callbacks)
 
+    def start(self, code, timeout=None, language=None):
+        """Submits a cell that runs on whatever the client does (on_disconnect "continue"):
+        returns {"execution_id", "phase"} at once; read its events with attach()."""
+        body = {"code": code, "on_disconnect": "continue"}
+        if timeout is not None:
+            body["timeout_s"] = timeout
+        if language:
+            body["language"] = language
+        conn, resp = self.client._send("POST", self._path("/execute"), json.dumps(body).encode(),
+                                       {"Content-Type": "application/json",
+                                        "Accept": "application/x-ndjson"})
+        try:
+            if resp.status >= 400:
+                raise _error_of(resp.status, resp.read())
+            start = _next_event(resp)
+            return {"execution_id": start["execution_id"], "phase": start["phase"]}
+        finally:
+            conn.close()  # the cell runs on: it was submitted to continue
+
+    def attach(self, execution_id, after=0, on_stdout=None, on_stderr=None, on_result=None,
+               on_error=None):
+        """Reads an execution's events again (those after seq `after`), live until it ends,
+        calling the on_* callbacks as run() does; returns its record."""
+        callbacks = {"stdout": on_stdout, "stderr": on_stderr, "result": on_result,
+                     "error": on_error}
+        conn, resp = self.client._send(
+            "GET", self._path("/executions/%s/events?after=%d" % (execution_id, after)))
+        return self._read_events(conn, resp, callbacks)
+
+    def executions(self):
+        """The executions the session keeps, oldest first: [{id, phase, status, ...}]."""
+        return self.client.request("GET", self._path("/executions"))["executions"]
+
+    def cancel(self, execution_id):
+        """Takes a waiting execution out of the queue, or interrupts it while it runs."""
+        return self.client.request("POST", self._path("/executions/%s/cancel" % execution_id))
+
     def _stream(self, body, callbacks):
         conn, resp = self.client._send("POST", self._path("/execute"), json.dumps(body).encode(),
                                        {"Content-Type": "application/json",
                                         "Accept": "application/x-ndjson"})
+        return self._read_events(conn, resp, callbacks)
+
+    def _read_events(self, conn, resp, callbacks):
         try:
             if resp.status >= 400:
                 raise _error_of(resp.status, resp.read())

@@ -47,9 +47,24 @@ struct agent_job {
     bool keep;
     struct session_opts so;
     char *session_error;
-    bool inline_files; /* return produced files in the outcome (default) */
-    int out_fd;        /* streaming: the write end of the events pipe */
+    bool inline_files;        /* return produced files in the outcome (default) */
+    struct agent_stream *out; /* streaming: where the events go, or NULL */
 };
+
+/* A streamed run's events: written by the run's thread, read by the response; freed by
+ * whichever of the two lets go last. */
+struct agent_stream {
+    struct out_stream os;
+    atomic_int refs;
+};
+
+static void agent_stream_unref(struct agent_stream *as)
+{
+    if (as && atomic_fetch_sub(&as->refs, 1) == 1) {
+        out_stream_release(&as->os);
+        free(as);
+    }
+}
 
 static void job_free(struct agent_job *j)
 {
@@ -67,8 +82,10 @@ static void job_free(struct agent_job *j)
     free(j->session_error);
     llm_client_free(j->llm);
     json_decref(j->body);
-    if (j->out_fd >= 0)
-        close(j->out_fd);
+    if (j->out) {
+        out_stream_finish(&j->out->os); /* the response ends once it has sent what is there */
+        agent_stream_unref(j->out);
+    }
     free(j);
 }
 
@@ -228,7 +245,7 @@ static bool open_session(struct request *rq, json_t *opts, struct agent_job *j)
                       err == -ETIME ? " (it expired)" : "");
             return false;
         }
-        if (session_busy(j->s)) {
+        if (session_active(j->s)) {
             api_error(rq, AE_BUSY, "session %s is busy; wait for its run to end", id);
             return false;
         }
@@ -320,9 +337,10 @@ static void write_event(void *ctx, json_t *ev)
     char *line = json_dumps(ev, JSON_COMPACT);
     if (!line)
         return;
-    /* A client that left makes this fail (EPIPE); the run notices through its cancel fd. */
-    if (write_all(j->out_fd, line, strlen(line)) == 0)
-        (void)write_all(j->out_fd, "\n", 1);
+    /* A client that left does not stop these: the run notices through its cancel fd. */
+    size_t n = strlen(line);
+    line[n] = '\n';
+    out_stream_append(&j->out->os, line, n + 1);
     free(line);
 }
 
@@ -355,75 +373,70 @@ static void *job_main(void *arg)
     json_t *outcome = run_job(j, &ev);
     write_event(j, outcome);
     json_decref(outcome);
-    struct server *srv = j->srv;
     free_file_paths(j);
-    job_free(j); /* closes the pipe: the response ends */
-    atomic_fetch_sub(&srv->executions, 1);
+    job_free(j); /* the stream finishes: the response ends */
     return NULL;
 }
 
-struct pipe_reader {
-    int fd;
-    int client_fd;
+static int agent_pull(void *src, struct buf *out)
+{
+    return out_stream_pull(&((struct agent_stream *)src)->os, out);
+}
+
+static int agent_wait_fd(void *src)
+{
+    return ((struct agent_stream *)src)->os.notify[0];
+}
+
+static void agent_clear(void *src)
+{
+    out_stream_clear(&((struct agent_stream *)src)->os);
+}
+
+static void agent_left(void *src)
+{
+    out_stream_cancel(&((struct agent_stream *)src)->os); /* the run stops at its next step */
+}
+
+static void agent_free(void *src)
+{
+    agent_stream_unref(src);
+}
+
+static const struct http_source_ops agent_source_ops = {
+    .pull = agent_pull,
+    .wait_fd = agent_wait_fd,
+    .clear = agent_clear,
+    .left = agent_left,
+    .free = agent_free,
 };
-
-static ssize_t pipe_read(void *cls, uint64_t pos, char *out, size_t max)
-{
-    struct pipe_reader *p = cls;
-    (void)pos;
-    for (;;) {
-        struct pollfd pfd[2] = {{.fd = p->fd, .events = POLLIN},
-                                {.fd = p->client_fd, .events = POLLRDHUP}};
-        if (poll(pfd, 2, -1) < 0)
-            continue;
-        if (pfd[1].revents & (POLLRDHUP | POLLHUP | POLLERR))
-            return MHD_CONTENT_READER_END_WITH_ERROR; /* closing our end cancels the run */
-        if (!pfd[0].revents)
-            continue;
-        ssize_t n = read(p->fd, out, max);
-        if (n > 0)
-            return n;
-        if (n == 0)
-            return MHD_CONTENT_READER_END_OF_STREAM;
-        if (errno != EINTR && errno != EAGAIN)
-            return MHD_CONTENT_READER_END_WITH_ERROR;
-    }
-}
-
-static void pipe_free(void *cls)
-{
-    struct pipe_reader *p = cls;
-    close(p->fd);
-    free(p);
-}
 
 static enum MHD_Result start_streaming(struct request *rq, struct agent_job *j)
 {
-    int p[2];
     pthread_t t;
-    if (pipe2(p, O_CLOEXEC) < 0)
-        return api_error(rq, AE_INTERNAL, "cannot create a pipe: %s", strerror(errno));
-    j->out_fd = p[1];
-    /* The write end reports an error (POLLERR) once the reader is gone: that cancels. */
-    j->ao.cancel =
-        (struct agent_cancel){.fd = p[1], .events = POLLIN, .flag = &rq->srv->shutting_down};
-    struct pipe_reader *pr = xcalloc(1, sizeof(*pr));
-    pr->fd = p[0];
-    pr->client_fd = client_fd(rq);
+    struct agent_stream *as = xcalloc(1, sizeof(*as));
+    if (out_stream_init(&as->os) < 0) {
+        free(as);
+        job_free(j);
+        return api_error(rq, AE_INTERNAL, "%s", err_msg());
+    }
+    atomic_init(&as->refs, 2); /* the run's and the response's */
+    j->out = as;
+    /* The cancel pipe is written once the reader is gone: that cancels. */
+    j->ao.cancel = (struct agent_cancel){
+        .fd = as->os.cancel[0], .events = POLLIN, .flag = &rq->srv->shutting_down};
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     int r = pthread_create(&t, &attr, job_main, j);
     pthread_attr_destroy(&attr);
     if (r) {
-        pipe_free(pr);
+        free_file_paths(j);
+        job_free(j);
+        agent_stream_unref(as);
         return api_error(rq, AE_INTERNAL, "cannot start the run: %s", strerror(r));
     }
-    struct MHD_Response *resp =
-        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, pipe_read, pr, pipe_free);
-    MHD_add_response_header(resp, "Content-Type", "application/x-ndjson");
-    MHD_add_response_header(resp, "Cache-Control", "no-store");
-    return reply_response(rq, 200, resp);
+    return http_stream(rq, 200, "application/x-ndjson", &agent_source_ops, as, 0);
 }
 
 static enum MHD_Result run_blocking(struct request *rq, struct agent_job *j)
@@ -435,7 +448,6 @@ static enum MHD_Result run_blocking(struct request *rq, struct agent_job *j)
     enum MHD_Result ret = reply_json(rq, bad ? 400 : 200, outcome);
     free_file_paths(j);
     job_free(j);
-    execution_slot_give(rq);
     return ret;
 }
 
@@ -447,7 +459,6 @@ enum MHD_Result h_agent_run(struct request *rq)
     struct agent_job *j = xcalloc(1, sizeof(*j));
     j->srv = rq->srv;
     j->body = body;
-    j->out_fd = -1;
     json_t *opts = json_object_get(body, "options");
     j->ao.task = json_string_value(json_object_get(body, "task"));
     if (!check_fields(rq, body, run_fields, ARRAY_SIZE(run_fields)) ||
@@ -461,12 +472,9 @@ enum MHD_Result h_agent_run(struct request *rq)
         api_errno(rq, -EINVAL);
         goto fail;
     }
-    if (!execution_slot_take(rq))
+    if (!open_session(rq, opts, j))
         goto fail;
-    if (!open_session(rq, opts, j)) {
-        execution_slot_give(rq);
-        goto fail;
-    }
+    request_owes_reply(rq);
     if (j->session_id)
         rq->session_id = xstrdup(j->session_id);
     if (wants_ndjson(rq))

@@ -11,30 +11,10 @@
 
 #define ONESHOT_OUTPUTS_CAP (16u << 20)
 
-static const struct field execute_fields[] = {
-    {"code", F_STRING}, {"timeout_s", F_NUMBER}, {"language", F_STRING}};
-
-bool execution_slot_take(struct request *rq)
-{
-    size_t max = rq->srv->cfg->limits.max_executions;
-    size_t n = atomic_fetch_add(&rq->srv->executions, 1);
-    if (n < max) {
-        rq->owes_reply = true;
-        atomic_fetch_add(&rq->srv->replies_owed, 1);
-        return true;
-    }
-    atomic_fetch_sub(&rq->srv->executions, 1);
-    api_error(rq, AE_LIMIT,
-              "the server is running its maximum of %zu executions; retry "
-              "shortly",
-              max);
-    return false;
-}
-
-void execution_slot_give(struct request *rq)
-{
-    atomic_fetch_sub(&rq->srv->executions, 1);
-}
+static const struct field execute_fields[] = {{"code", F_STRING},
+                                              {"timeout_s", F_NUMBER},
+                                              {"language", F_STRING},
+                                              {"on_disconnect", F_STRING}};
 
 json_t *exec_event_json(const struct exec_event *ev)
 {
@@ -52,6 +32,8 @@ json_t *exec_event_json(const struct exec_event *ev)
         return json_pack("{s:s,s:O}", "type", "result", "data", ev->json);
     case EV_ERROR:
         return json_pack("{s:s,s:O}", "type", "error", "error", ev->json);
+    case EV_DONE:
+        break;
     }
     return NULL;
 }
@@ -63,13 +45,16 @@ int client_fd(struct request *rq)
     return ci ? ci->connect_fd : -1;
 }
 
-/* Parses an execute body into req (code borrowed from body); false after replying 400. */
-static bool parse_execute(struct request *rq, json_t *body, struct exec_request *req)
+/* Parses an execute body into req (code borrowed from body) and whether the client leaving
+ * interrupts the cell (*ret_interrupt); false after replying 400. */
+static bool parse_execute(struct request *rq, json_t *body, struct exec_request *req,
+                          bool *ret_interrupt)
 {
     if (!check_fields(rq, body, execute_fields, ARRAY_SIZE(execute_fields)))
         return false;
     req->code = json_string_value(json_object_get(body, "code"));
     req->lang = json_string_value(json_object_get(body, "language"));
+    const char *leave = json_string_value(json_object_get(body, "on_disconnect"));
     if (!req->code) {
         api_error(rq, AE_BAD_REQUEST, "field 'code' is required: the code to run, a string");
         return false;
@@ -81,105 +66,64 @@ static bool parse_execute(struct request *rq, json_t *body, struct exec_request 
                   req->lang);
         return false;
     }
+    if (leave && strcmp(leave, "interrupt") && strcmp(leave, "continue")) {
+        api_error(rq, AE_BAD_REQUEST,
+                  "field 'on_disconnect': '%s' is not 'interrupt' (the default: the cell is "
+                  "interrupted when the client goes away) or 'continue' (it runs on; re-attach "
+                  "with GET .../executions/ID/events)",
+                  leave);
+        return false;
+    }
+    *ret_interrupt = !leave || !strcmp(leave, "interrupt");
     return get_seconds(rq, body, "timeout_s", rq->srv->cfg->limits.max_timeout_ms,
                        &req->timeout_ms);
 }
 
-/* ---- streaming: the cell runs on its own thread; the response reads its events ---- */
+/* ---- the native NDJSON encoder: {"type", ..., "seq"} a line ---- */
 
-struct stream {
-    struct server *srv;
-    struct session *s;
-    json_t *body; /* keeps req.code alive */
-    struct exec_request req;
-    pthread_t thread;
-    struct out_stream os;
-};
-
-static void stream_push(struct stream *st, json_t *j)
+static void put_line(struct buf *out, json_t *j)
 {
     char *line = json_dumps(j, JSON_COMPACT);
     json_decref(j);
-    size_t n = strlen(line);
-    line = xrealloc(line, n + 1);
-    line[n] = '\n';
-    out_stream_append(&st->os, line, n + 1);
+    if (!line)
+        return;
+    buf_append(out, line, strlen(line));
+    buf_append(out, "\n", 1);
     free(line);
 }
 
-static void stream_event(void *ctx, const struct exec_event *ev)
+static void ndjson_begin(void *ctx, struct execution *x, struct buf *out)
 {
-    json_t *j = exec_event_json(ev);
-    if (j)
-        stream_push(ctx, j);
+    (void)ctx;
+    put_line(out, json_pack("{s:s,s:s,s:s,s:i}", "type", "start", "execution_id", execution_id(x),
+                            "phase", exec_phase_name(execution_phase(x)), "seq", 0));
 }
 
-static void *stream_main(void *arg)
+static void ndjson_event(void *ctx, struct execution *x, const struct exec_item *it,
+                         struct buf *out)
 {
-    struct stream *st = arg;
-    struct exec_record rec;
-    struct exec_sink sink = {.fn = stream_event, .ctx = st};
-    exec_record_init(&rec, session_options(st->s)->output_cap);
-    int r = session_execute(st->s, &st->req, &sink, &rec);
-    /* Not running any more, from now: not when the response is freed, which comes after the
-     * session is idle again (and, for a client that hung up, whenever the server notices). */
-    atomic_fetch_sub(&st->srv->executions, 1);
-    json_t *done;
-    if (r < 0) {
-        done = json_pack("{s:s,s:{s:s,s:s}}", "type", "done", "error", "code",
-                         api_err_code(api_err_of(r)), "message", err_msg());
+    (void)ctx;
+    (void)x;
+    json_t *j;
+    if (it->type == EV_DONE) {
+        j = json_deep_copy(it->json);
+        json_object_set_new(j, "type", json_string("done"));
     } else {
-        metrics_execution(st->srv->metrics, rec.status, rec.wall_ms / 1000.0);
-        done = json_pack("{s:s,s:o}", "type", "done", "record", exec_record_json(&rec));
+        struct exec_event ev = {
+            .type = it->type, .data = it->data, .len = it->len, .json = it->json};
+        j = exec_event_json(&ev);
     }
-    exec_record_release(&rec);
-    stream_push(st, done);
-    out_stream_finish(&st->os);
-    return NULL;
+    if (!j)
+        return;
+    json_object_set_new(j, "seq", json_integer((json_int_t)it->seq));
+    put_line(out, j);
 }
 
-static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max)
-{
-    (void)pos;
-    return out_stream_read(&((struct stream *)cls)->os, out, max);
-}
-
-static void stream_free(void *cls)
-{
-    struct stream *st = cls;
-    out_stream_end(&st->os); /* the cell must not run on unseen */
-    pthread_join(st->thread, NULL);
-    session_table_put(st->srv->table, st->s);
-    out_stream_release(&st->os);
-    json_decref(st->body);
-    free(st);
-}
-
-static enum MHD_Result execute_streaming(struct request *rq, struct session *s, json_t *body,
-                                         const struct exec_request *req)
-{
-    struct stream *st = xcalloc(1, sizeof(*st));
-    st->srv = rq->srv;
-    st->s = s;
-    st->body = body;
-    st->req = *req;
-    int e = out_stream_init(&st->os, client_fd(rq), 0, NULL);
-    st->req.cancel_fd = st->os.cancel[0];
-    st->req.cancel_events = POLLIN;
-    if (e < 0 || pthread_create(&st->thread, NULL, stream_main, st)) {
-        out_stream_release(&st->os);
-        free(st);
-        execution_slot_give(rq);
-        session_table_put(rq->srv->table, s);
-        json_decref(body);
-        return MHD_NO;
-    }
-    struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024,
-                                                               stream_read, st, stream_free);
-    MHD_add_response_header(r, "Content-Type", "application/x-ndjson");
-    MHD_add_response_header(r, "Cache-Control", "no-store");
-    return reply_response(rq, 200, r);
-}
+static const struct exec_encoder ndjson_encoder = {
+    .content_type = "application/x-ndjson",
+    .begin = ndjson_begin,
+    .event = ndjson_event,
+};
 
 bool wants_ndjson(struct request *rq)
 {
@@ -190,13 +134,26 @@ bool wants_ndjson(struct request *rq)
            q >= accept_q(rq, "application/json");
 }
 
+/* The reply for an execution that did not run (cancelled, its session closed, the queue
+ * full). */
+static enum MHD_Result reply_not_run(struct request *rq, struct execution *x)
+{
+    const char *msg;
+    int r = execution_failure(x, &msg);
+    return api_error(rq, api_err_of(r ? r : -EIO), "execution %s did not run: %s", execution_id(x),
+                     msg ? msg : "unknown");
+}
+
 enum MHD_Result h_execute(struct request *rq)
 {
     json_t *body = body_json(rq);
     struct exec_request req = {0};
+    struct execution *x = NULL;
+    bool interrupt_on_leave = true;
+    enum MHD_Result ret = MHD_YES;
     if (!body)
         return MHD_YES;
-    if (!parse_execute(rq, body, &req)) {
+    if (!parse_execute(rq, body, &req, &interrupt_on_leave)) {
         json_decref(body);
         return MHD_YES;
     }
@@ -205,34 +162,121 @@ enum MHD_Result h_execute(struct request *rq)
         json_decref(body);
         return MHD_YES;
     }
-    if (!execution_slot_take(rq)) {
-        session_table_put(rq->srv->table, s);
-        json_decref(body);
-        return MHD_YES;
+    bool stream = wants_ndjson(rq);
+    if (!stream && interrupt_on_leave) {
+        /* Run here: a client that hangs up is noticed as the cell runs (or before it). */
+        req.cancel_fd = client_fd(rq);
+        req.cancel_events = POLLRDHUP;
+    } else {
+        req.cancel_fd = -1;
     }
-    /* A stream's status is sent before the cell starts: say "busy" now while it can still
-     * be a 409 (a race lost after this check ends the stream with a busy error instead). */
-    if (wants_ndjson(rq) && !session_busy(s))
-        return execute_streaming(rq, s, body, &req); /* owns s, body and the slot now */
-
-    /* A client that hangs up interrupts the cell. */
-    req.cancel_fd = client_fd(rq);
-    req.cancel_events = POLLRDHUP;
-    struct exec_record rec;
-    exec_record_init(&rec, session_options(s)->output_cap);
-    int r = session_execute(s, &req, NULL, &rec);
-    enum MHD_Result ret;
+    int r = session_submit(rq->srv->table, s, &req, &x);
+    json_decref(body);
     if (r < 0) {
         ret = api_errno(rq, r);
-    } else {
-        metrics_execution(rq->srv->metrics, rec.status, rec.wall_ms / 1000.0);
-        ret = reply_json(rq, 200, exec_record_json(&rec));
+        session_table_put(rq->srv->table, s);
+        return ret;
     }
-    exec_record_release(&rec);
-    execution_slot_give(rq);
+    request_owes_reply(rq);
+    if (stream) {
+        if (execution_spawn(x) < 0) {
+            session_table_put(rq->srv->table, s);
+            ret = api_errno(rq, -EIO);
+            execution_unref(x);
+            return ret;
+        }
+        struct exec_stream_opts o = {
+            .interrupt_on_leave = interrupt_on_leave, .table = rq->srv->table, .session = s};
+        return http_stream_execution(rq, x, 0, &ndjson_encoder, NULL, &o);
+    }
+    /* A client that chose "continue" and leaves: this thread still runs the cell to its end
+     * (the connection's thread stays until its handler returns), and keeps its events. */
+    execution_run(x, NULL);
+    const struct exec_record *rec = execution_record(x);
+    if (rec)
+        ret = reply_json_header(rq, 200, exec_record_json(rec), "X-Runcell-Execution",
+                                execution_id(x));
+    else
+        ret = reply_not_run(rq, x);
+    execution_unref(x);
     session_table_put(rq->srv->table, s);
-    json_decref(body);
     return ret;
+}
+
+/* ---- executions: list, describe, re-attach, cancel ---- */
+
+/* The {id} session's execution named by the second parameter (a reference), or NULL after
+ * replying 404; the session's reference in *ret_s (put it after). */
+static struct execution *acquire_execution(struct request *rq, struct session **ret_s)
+{
+    struct session *s = acquire_session(rq);
+    if (!s)
+        return NULL;
+    struct execution *x = session_execution_find(s, rq->params[1]);
+    if (!x) {
+        session_table_put(rq->srv->table, s);
+        api_error(rq, AE_NOT_FOUND,
+                  "session %s keeps no execution %s (finished ones are kept for %u minutes, "
+                  "the last %d of them)",
+                  rq->params[0], rq->params[1], EXEC_KEEP_MS / 60000, EXEC_KEEP);
+        return NULL;
+    }
+    *ret_s = s;
+    return x;
+}
+
+enum MHD_Result h_executions_list(struct request *rq)
+{
+    struct session *s = acquire_session(rq);
+    if (!s)
+        return MHD_YES;
+    json_t *j = json_pack("{s:o}", "executions", session_executions_json(s));
+    session_table_put(rq->srv->table, s);
+    return reply_json(rq, 200, j);
+}
+
+enum MHD_Result h_execution_get(struct request *rq)
+{
+    struct session *s;
+    struct execution *x = acquire_execution(rq, &s);
+    if (!x)
+        return MHD_YES;
+    json_t *j = execution_json(x);
+    const struct exec_record *rec = execution_record(x);
+    if (rec)
+        json_object_set_new(j, "record", exec_record_json(rec));
+    execution_unref(x);
+    session_table_put(rq->srv->table, s);
+    return reply_json(rq, 200, j);
+}
+
+enum MHD_Result h_execution_events(struct request *rq)
+{
+    const char *a = MHD_lookup_connection_value(rq->conn, MHD_GET_ARGUMENT_KIND, "after");
+    uint64_t after = 0;
+    if (a && parse_u64(a, &after) < 0)
+        return api_error(rq, AE_BAD_REQUEST,
+                         "query 'after' must be a sequence number (0 for every event)");
+    struct session *s;
+    struct execution *x = acquire_execution(rq, &s);
+    if (!x)
+        return MHD_YES;
+    /* A reader that leaves stops nothing: whoever started the execution decides that. */
+    struct exec_stream_opts o = {.table = rq->srv->table, .session = s};
+    return http_stream_execution(rq, x, after, &ndjson_encoder, NULL, &o);
+}
+
+enum MHD_Result h_execution_cancel(struct request *rq)
+{
+    struct session *s;
+    struct execution *x = acquire_execution(rq, &s);
+    if (!x)
+        return MHD_YES;
+    execution_cancel(x);
+    json_t *j = execution_json(x);
+    execution_unref(x);
+    session_table_put(rq->srv->table, s);
+    return reply_json(rq, 202, j);
 }
 
 /* ---- one-shot ---- */
@@ -347,21 +391,22 @@ enum MHD_Result h_oneshot(struct request *rq)
         ret = api_error(rq, AE_BAD_REQUEST, "field 'code' is required: the code to run");
         goto out;
     }
-    if (!execution_slot_take(rq))
-        goto out;
+    request_owes_reply(rq);
     int r = session_new(&rq->srv->host, &o, &s);
     if (r < 0) {
         metrics_sandbox_failure(rq->srv->metrics);
         ret = api_error(rq, AE_SANDBOX, "cannot start a sandbox: %s", err_msg());
-        goto slot;
+        goto out;
     }
+    /* Its cell passes the server's gate as every other: it counts among the running. */
+    session_set_gate(s, session_table_gate(rq->srv->table));
     const char *name;
     json_t *v;
     json_object_foreach(json_object_get(body, "files"), name, v)
     {
         if ((r = write_input(session_workspace(s), name, v)) < 0) {
             ret = api_errno(rq, r);
-            goto slot;
+            goto out;
         }
     }
     req.cancel_fd = client_fd(rq);
@@ -381,8 +426,6 @@ enum MHD_Result h_oneshot(struct request *rq)
         ret = reply_json(rq, 200, j);
     }
     exec_record_release(&rec);
-slot:
-    execution_slot_give(rq);
 out:
     session_free(s);
     json_decref(body);

@@ -183,15 +183,15 @@ static json_t *session_info_base(const char *id, struct session *s)
     format_time_iso(last_used, used);
     format_time_iso(last_used + o->idle_timeout_ms, expires);
     return json_pack(
-        "{s:s,s:s,s:s,s:s,s:s,s:s,s:I,s:s,s:f,s:f,s:{s:I,s:I,s:I,s:f},s:b,s:b}", "id", id,
-        "language", o->lang ? o->lang : "python", "status", session_busy(s) ? "busy" : "idle",
-        "created_at", created, "last_used_at", used, "expires_at", expires, "execution_count",
-        (json_int_t)session_execution_count(s), "python_version", session_python_version(s),
-        "timeout_s", (double)o->timeout_ms / 1000.0, "idle_timeout_s",
-        (double)o->idle_timeout_ms / 1000.0, "limits", "memory_mb", (json_int_t)o->limits.memory_mb,
-        "pids", (json_int_t)o->limits.pids, "disk_mb", (json_int_t)o->limits.disk_mb, "cpus",
-        (double)o->limits.cpus_milli / 1000.0, "limits_degraded", session_limits_degraded(s),
-        "persist", session_stores_files(s));
+        "{s:s,s:s,s:s,s:I,s:s,s:s,s:s,s:I,s:s,s:f,s:f,s:{s:I,s:I,s:I,s:f},s:b,s:b}", "id", id,
+        "language", o->lang ? o->lang : "python", "status", session_active(s) ? "busy" : "idle",
+        "queued", (json_int_t)session_queued(s), "created_at", created, "last_used_at", used,
+        "expires_at", expires, "execution_count", (json_int_t)session_execution_count(s),
+        "python_version", session_python_version(s), "timeout_s", (double)o->timeout_ms / 1000.0,
+        "idle_timeout_s", (double)o->idle_timeout_ms / 1000.0, "limits", "memory_mb",
+        (json_int_t)o->limits.memory_mb, "pids", (json_int_t)o->limits.pids, "disk_mb",
+        (json_int_t)o->limits.disk_mb, "cpus", (double)o->limits.cpus_milli / 1000.0,
+        "limits_degraded", session_limits_degraded(s), "persist", session_stores_files(s));
 }
 
 struct session *acquire_session(struct request *rq)
@@ -345,7 +345,8 @@ enum MHD_Result h_metrics(struct request *rq)
     struct server *srv = rq->srv;
     struct metrics_gauges g = {
         .live_sessions = session_table_count(srv->table),
-        .running_executions = atomic_load(&srv->executions),
+        .running_executions = exec_gate_running(session_table_gate(srv->table)),
+        .queued_executions = exec_gate_waiting(session_table_gate(srv->table)),
         .pool_ready = session_pool_ready(srv->pool),
         .template_ready_ms = sandbox_host_template_ready_ms(&srv->host),
         .connections_evicted = conn_guard_evicted(srv->conns),

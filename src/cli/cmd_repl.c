@@ -290,6 +290,8 @@ static void on_event(void *ctx, const struct exec_event *ev)
             fputs(tb, stderr);
         break;
     }
+    case EV_DONE:
+        break;
     }
 }
 

@@ -298,6 +298,8 @@ static void print_cell_event(void *ctx, const struct exec_event *ev)
             fputs(tb, stderr);
         break;
     }
+    case EV_DONE:
+        break;
     }
 }
 
@@ -322,7 +324,8 @@ static void copy_outputs(struct workspace *ws, const struct ws_listing *before, 
                 buf_printf(&names, " %s", *f);
                 n++;
             } else {
-                log_warn("msg=\"cannot copy out\" file=\"%s\" error=\"%s\"", *f, err_msg());
+                log_warn("msg=\"cannot copy out\" file=%s error=%s", log_quote(*f),
+                         log_quote(err_msg()));
             }
     fprintf(stderr, "runcell: %zu file%s written to %s%s%s\n", n, n == 1 ? "" : "s", dir,
             n ? ":" : "", names.data ? names.data : "");

@@ -32,10 +32,9 @@ struct server {
     struct MHD_Daemon *mhd;
     struct conn_guard *conns;
     char *token;
-    bool token_generated;     /* made at this start (and printed): the login URL may show it */
-    atomic_size_t executions; /* running now */
-    /* Requests that took an execution slot and whose response is not sent yet: a shutdown
-     * waits for these too, or it would hang up on a reply its cell has made. */
+    bool token_generated; /* made at this start (and printed): the login URL may show it */
+    /* Requests that run an execution and whose response is not sent yet: a shutdown waits
+     * for these too, or it would hang up on a reply its cell has made. */
     atomic_size_t replies_owed;
     atomic_bool shutting_down;
     /* One-shot runs in flight: no session of the table, but a shutdown interrupts them
@@ -248,39 +247,78 @@ enum MHD_Result h_metrics(struct request *rq);
 /* The client's socket, for noticing a hang-up (POLLRDHUP); -1 when unknown. */
 int client_fd(struct request *rq);
 
-/* ---- a response body made by a worker thread as it goes (stream.c) ---- */
+/* ---- streamed responses (stream.c): one reader over pluggable sources ---- */
+
+/* A source of a streamed response's bytes. The reader calls clear, then pull; when pull gave
+ * nothing, it waits for wait_fd to be readable (sending keepalive's bytes every keepalive_ms
+ * of quiet) or for the client to hang up (left). free comes once, when the response is over
+ * (left too, first, when it ended before the source was over). */
+struct http_source_ops {
+    /* Appends what is ready to out: 1 when that was the last of it, else 0. */
+    int (*pull)(void *src, struct buf *out);
+    int (*wait_fd)(void *src);
+    void (*clear)(void *src);                      /* may be NULL */
+    void (*keepalive)(void *src, struct buf *out); /* may be NULL */
+    void (*left)(void *src);                       /* may be NULL */
+    void (*free)(void *src);
+};
+/* Replies to rq with status and the source's bytes as they come (src owned by the response
+ * from now: ops->free frees it, also when this fails). keepalive_ms 0: none. */
+enum MHD_Result http_stream(struct request *rq, unsigned status, const char *content_type,
+                            const struct http_source_ops *ops, void *src, int keepalive_ms);
+
+/* How a surface writes an execution's events (exec_item) on the wire: NDJSON lines, E2B's
+ * messages, Connect envelopes. ctx is the encoder's state for one response. */
+struct exec_encoder {
+    const char *content_type;
+    /* The stream's first bytes, before any event (may be NULL). */
+    void (*begin)(void *ctx, struct execution *x, struct buf *out);
+    /* The wire form of one event (EV_DONE last), appended to out; may append nothing. */
+    void (*event)(void *ctx, struct execution *x, const struct exec_item *it, struct buf *out);
+    /* What a quiet stream sends (may be NULL). */
+    void (*keepalive)(void *ctx, struct buf *out);
+    void (*free)(void *ctx); /* may be NULL */
+};
+struct exec_stream_opts {
+    /* The client leaving before the end stops the execution (execution_cancel): the
+     * surface's default, or what the request asked (docs/API.md, on_disconnect). */
+    bool interrupt_on_leave;
+    int keepalive_ms;
+    /* A reference on session, dropped when the response is over (table NULL: none). */
+    struct session_table *table;
+    struct session *session;
+};
+/* Replies with x's events after seq `after`, following x to its end, as enc writes them. x's
+ * reference, enc_ctx and o's session reference are the response's from now (also when this
+ * fails). */
+enum MHD_Result http_stream_execution(struct request *rq, struct execution *x, uint64_t after,
+                                      const struct exec_encoder *enc, void *enc_ctx,
+                                      const struct exec_stream_opts *o);
+
+/* A queue of bytes a worker thread appends to, for http_stream (out_stream_pull is its
+ * pull, notify[0] its wait_fd, out_stream_clear its clear); the worker watches cancel[0],
+ * written by out_stream_cancel when the client goes. */
 struct out_stream {
     pthread_mutex_t lock;
-    struct buf out; /* not sent yet */
-    size_t sent;
+    struct buf out; /* not pulled yet */
     bool finished;
     bool ready;
     int notify[2]; /* a byte per append: wakes the reader */
-    int cancel[2]; /* written when the client goes away: the worker's cancel fd is [0] */
-    int client_fd;
-    int keepalive_ms;
-    void (*keepalive)(struct out_stream *os); /* appends something after keepalive_ms idle */
+    int cancel[2];
 };
-/* keepalive may be NULL (the reader then waits as long as the worker is quiet). 0, or
- * -errno with err_msg(). */
-int out_stream_init(struct out_stream *os, int client_fd, int keepalive_ms,
-                    void (*keepalive)(struct out_stream *os));
+/* 0, or -errno with err_msg(). */
+int out_stream_init(struct out_stream *os);
 void out_stream_append(struct out_stream *os, const void *data, size_t n);
 /* The worker is done: the reader ends the body once it has sent what is there. */
 void out_stream_finish(struct out_stream *os);
-/* A libmicrohttpd content reader's answer: bytes, the end, or an error when the client hung
- * up (the cancel pipe is written then). */
-ssize_t out_stream_read(struct out_stream *os, char *out, size_t max);
+int out_stream_pull(struct out_stream *os, struct buf *out);
+void out_stream_clear(struct out_stream *os);
 void out_stream_cancel(struct out_stream *os);
-/* The response is over (sent, or the client left): cancels a worker that is not done, so
- * that it does not go on unseen; whether it was done. */
-bool out_stream_end(struct out_stream *os);
 void out_stream_release(struct out_stream *os);
-/* Takes one of the server's execution slots; false after replying 429. The slot is given
- * back as soon as the cell is over, before its last byte is sent, so a client that has read
- * its reply may run the next cell at once; the request owes its reply until completed. */
-bool execution_slot_take(struct request *rq);
-void execution_slot_give(struct request *rq);
+
+/* The request owes its client a reply that a shutdown must wait for (an execution's): counted
+ * in srv->replies_owed until the request completes. */
+void request_owes_reply(struct request *rq);
 
 /* ---- metrics (metrics.c) ---- */
 struct metrics *metrics_new(void);
@@ -292,7 +330,7 @@ void metrics_request(struct metrics *m, unsigned status);
 /* Prometheus text exposition; caller frees. */
 /* Gauges read at render time from the server's parts, not kept by struct metrics. */
 struct metrics_gauges {
-    size_t live_sessions, running_executions;
+    size_t live_sessions, running_executions, queued_executions;
     size_t pool_ready;            /* sessions made ahead and waiting to be handed out */
     double template_ready_ms;     /* how long the running template took to start; 0: none */
     uint64_t connections_evicted; /* unauthenticated connections closed to make room */

@@ -132,6 +132,10 @@ char *metrics_render(struct metrics *m, const struct metrics_gauges *g)
                "# TYPE runcell_executions_running gauge\nruncell_executions_running %zu\n",
                g->running_executions);
     buf_printf(&b,
+               "# HELP runcell_executions_queued Executions waiting for their turn.\n"
+               "# TYPE runcell_executions_queued gauge\nruncell_executions_queued %zu\n",
+               g->queued_executions);
+    buf_printf(&b,
                "# HELP runcell_pool_ready Sessions made ahead, waiting to be handed out.\n"
                "# TYPE runcell_pool_ready gauge\nruncell_pool_ready %zu\n",
                g->pool_ready);

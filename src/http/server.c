@@ -38,6 +38,8 @@ void server_limits_fill_defaults(struct server_limits *l)
         l->max_sessions = 1000;
     if (!l->max_executions)
         l->max_executions = 64;
+    if (!l->max_queued_executions)
+        l->max_queued_executions = EXEC_GATE_DEFAULT_WAITING;
     if (!l->max_connections)
         l->max_connections = 1024;
     if (!l->max_connections_per_peer)
@@ -389,8 +391,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
         atomic_fetch_sub(&srv->replies_owed, 1);
     metrics_request(srv->metrics, (unsigned)rq->status);
     log_info("method=%s route=%s status=%d duration_ms=%.1f session=%s client=%s%s",
-             rq->method[0] ? rq->method : "-", rq->route ? rq->route->pattern : "-", rq->status,
-             now_ms_f() - rq->t0_ms, rq->session_id ? rq->session_id : "-", addr,
+             log_quote(rq->method[0] ? rq->method : "-"), rq->route ? rq->route->pattern : "-",
+             rq->status, now_ms_f() - rq->t0_ms, log_quote(rq->session_id), addr,
              toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " aborted=1");
     request_free(rq);
     *req_cls = NULL;
@@ -482,9 +484,23 @@ char *default_data_dir(void)
 /* Waits until nothing runs and every execution's reply is sent, or until deadline_ms;
  * true when so. A cell gives its slot back before its reply goes out (and a one-shot run
  * before its sandbox is torn down): stopping the daemon then would hang up on that reply. */
+static size_t running_executions(struct server *srv)
+{
+    struct exec_gate *g = srv->table ? session_table_gate(srv->table) : NULL;
+    return g ? exec_gate_running(g) + exec_gate_waiting(g) : 0;
+}
+
+void request_owes_reply(struct request *rq)
+{
+    if (rq->owes_reply)
+        return;
+    rq->owes_reply = true;
+    atomic_fetch_add(&rq->srv->replies_owed, 1);
+}
+
 static bool wait_idle(struct server *srv, double deadline_ms)
 {
-    while (atomic_load(&srv->executions) > 0 || atomic_load(&srv->replies_owed) > 0) {
+    while (running_executions(srv) > 0 || atomic_load(&srv->replies_owed) > 0) {
         if (now_ms_f() >= deadline_ms)
             return false;
         usleep(20000);
@@ -498,7 +514,7 @@ static void shutdown_gracefully(struct server *srv)
     int lfd = (int)MHD_quiesce_daemon(srv->mhd);
     if (lfd >= 0)
         close(lfd);
-    size_t running = atomic_load(&srv->executions);
+    size_t running = running_executions(srv);
     log_info("msg=\"shutting down\" running_executions=%zu grace_ms=%llu", running,
              (unsigned long long)srv->cfg->shutdown_grace_ms);
     const struct session_opts *d = &srv->cfg->defaults;
@@ -576,6 +592,12 @@ static void raise_fd_limit(const struct server_limits *l)
             (unsigned long long)want);
 }
 
+/* Every execution that ran, whichever surface submitted it, in the metrics. */
+static void observe_execution(void *ctx, const struct exec_record *rec)
+{
+    metrics_execution(ctx, rec->status, rec->wall_ms / 1000.0);
+}
+
 /* The session records (DATA/sessions.db) and the store (DATA/store unless told). */
 static int open_persistence(struct server *srv)
 {
@@ -598,8 +620,8 @@ static int open_persistence(struct server *srv)
                                            .quota_bytes = cfg->store_quota_bytes,
                                            .max_files = cfg->store_max_files,
                                            .owner = srv->host.owner_id};
-    log_info("msg=\"sessions are kept\" store=\"%s\" records=%s quota_mb=%.1f",
-             store_describe(srv->store), db, (double)cfg->store_quota_bytes / 1048576.0);
+    log_info("msg=\"sessions are kept\" store=%s records=%s quota_mb=%.1f",
+             log_quote(store_describe(srv->store)), db, (double)cfg->store_quota_bytes / 1048576.0);
     return 0;
 }
 
@@ -638,19 +660,23 @@ static int prepare(struct server *srv, struct sockaddr_storage *addr)
     if ((r = sandbox_host_init(&srv->host)) < 0)
         return r;
     if (srv->host.degraded_reason)
-        log_warn("msg=\"resource limits are degraded\" reason=\"%s\"", srv->host.degraded_reason);
+        log_warn("msg=\"resource limits are degraded\" reason=%s",
+                 log_quote(srv->host.degraded_reason));
     if ((r = open_persistence(srv)) < 0)
         return r;
     if (!srv->cfg->no_template && srv->host.privileged && srv->host.cgroup_mode != CGROUP_NONE &&
         sandbox_host_start_template(&srv->host) < 0)
-        log_warn("msg=\"no template; sessions start from scratch\" error=\"%s\"", err_msg());
+        log_warn("msg=\"no template; sessions start from scratch\" error=%s", log_quote(err_msg()));
     srv->pool = session_pool_new(&srv->host, &srv->cfg->defaults, srv->cfg->pool_size);
     srv->table = session_table_new(&srv->host, srv->cfg->limits.max_sessions, srv->pool);
+    session_table_set_exec_limits(srv->table, srv->cfg->limits.max_executions,
+                                  srv->cfg->limits.max_queued_executions);
     session_table_set_node(srv->table, srv->node);
     if (srv->cfg->fleet && (r = fleet_open(srv)) < 0)
         return r;
     session_table_set_persistence(srv->table, &srv->persist);
     srv->metrics = metrics_new();
+    session_table_set_observer(srv->table, observe_execution, srv->metrics);
     srv->mcp = mcp_http_new(srv);
     if (srv->cfg->e2b)
         srv->e2b = e2b_new();

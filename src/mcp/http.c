@@ -227,8 +227,6 @@ struct mcp_http *mcp_http_new(struct server *srv)
         .defaults = srv->cfg->defaults,
         .max_timeout_ms = srv->cfg->limits.max_timeout_ms,
         .server_version = RUNCELL_VERSION,
-        .executions = &srv->executions,
-        .max_executions = srv->cfg->limits.max_executions,
         .on_execution = on_execution,
         .ctx = srv->metrics,
     };

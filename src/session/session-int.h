@@ -40,6 +40,55 @@ bool session_state_busy(enum session_state st);
 /* "idle", "armed", ... for messages and tests. */
 const char *session_state_name(enum session_state st);
 
+/* ---- the gate's inside (gate.c), for session.c ---- */
+/* An execution starts waiting (in a session's queue): -EAGAIN when the waiting room is full.
+ * g NULL: 0. */
+int exec_gate_wait_begin(struct exec_gate *g);
+void exec_gate_wait_end(struct exec_gate *g);
+/* Takes a running place, waiting for one (until *cancelled turns true: false then). */
+bool exec_gate_enter(struct exec_gate *g, const _Atomic bool *cancelled);
+/* Takes a running place if one is free now. */
+bool exec_gate_try_enter(struct exec_gate *g);
+void exec_gate_leave(struct exec_gate *g);
+/* Wakes those waiting in exec_gate_enter (one of them was cancelled). */
+void exec_gate_wake(struct exec_gate *g);
+
+/* ---- a place in a session's queue (session.c) ---- */
+struct exec_turn {
+    struct exec_turn *next;
+    _Atomic bool cancelled; /* leave the queue without running */
+    bool queued;            /* in the session's queue (its lock) */
+    bool waiting;           /* counted by the gate as waiting */
+    /* Called (no lock held) once the turn has come and the session is its, before the cell
+     * is sent; may be NULL. */
+    void (*on_start)(struct exec_turn *t);
+};
+/* Takes t's place at the end of s's queue. 0, -EAGAIN (full), -ESHUTDOWN, with err_msg(). */
+int session_enqueue(struct session *s, struct exec_turn *t);
+/* Runs req as session_execute does, in t's place (enqueued by the caller, and out of the
+ * queue when this returns). */
+int session_execute_turn(struct session *s, struct exec_turn *t, const struct exec_request *req,
+                         const struct exec_sink *sink, struct exec_record *rec);
+/* Cancels t (queued, or waiting for the gate): it leaves without running. */
+void session_turn_cancel(struct session *s, struct exec_turn *t);
+/* Stops t: cancelled while it waits, its cell interrupted while it runs (nothing once it has
+ * ended: the interrupt never reaches the execution after it). */
+void session_turn_stop(struct session *s, struct exec_turn *t);
+
+/* ---- the executions a session keeps (exec.c) ---- */
+struct execution;
+struct exec_registry {
+    pthread_mutex_t lock;
+    struct execution *head, *tail; /* oldest first */
+    size_t n;
+    /* Set by the first session_submit, called by session_free: the session goes, and its
+     * executions are forgotten (those still referenced live on without a session). Through
+     * a pointer, as persist_ops, so that a program that never submits (runcell run) links
+     * none of exec.c, nor through it the session table and the store. */
+    void (*release)(struct exec_registry *r);
+};
+struct exec_registry *session_registry(struct session *s);
+
 /* ---- event log (events.c): a capped, thread-safe ring of JSON events ---- */
 struct event_log {
     pthread_mutex_t lock;

@@ -51,6 +51,13 @@ struct session {
     json_t *packages_report;
     struct persist *persist;               /* NULL unless session_persist was called */
     const struct persist_ops *persist_ops; /* set with persist */
+    struct exec_gate *gate;                /* borrowed; NULL: none */
+    /* The executions waiting for their turn, oldest first (lock); the head runs next. */
+    struct exec_turn *queue_head, *queue_tail;
+    size_t queued;
+    struct exec_turn *running_turn; /* whose cell runs now (lock), or NULL */
+    bool closing;                   /* being closed: nothing more is queued or begun */
+    struct exec_registry execs;     /* durable executions kept (exec.c) */
 };
 
 void session_opts_fill_defaults(struct session_opts *o)
@@ -202,6 +209,7 @@ int session_new(struct sandbox_host *host, const struct session_opts *opts, stru
     set_opts(s, opts);
     own_net_opts(s, &opts->net);
     event_log_init(&s->events);
+    pthread_mutex_init(&s->execs.lock, NULL);
     s->last_used_ms = now_ms();
     s->created_ms = now_realtime_ms();
     r = workspace_new(host, s->opts.limits.disk_mb, &s->ws);
@@ -263,7 +271,37 @@ static void emit(struct exec_ctx *x, enum exec_event_type type, const char *data
     x->sink->fn(x->sink->ctx, &ev);
 }
 
-/* A MIME bundle from the kernel keeps only string values (application/json: any JSON). */
+/* ---- what the kernel sends, made into typed records (once, here: no surface reads the
+ * kernel's JSON) ---- */
+
+/* A MIME type as a bundle's key: "type/subtype", each of [a-z0-9] then [a-z0-9.+_-]
+ * (RFC 6838's restricted names, lower-case), at most 127 bytes. A key that is not one
+ * (E2B's "type", a control character, a quote) never reaches a surface. */
+static bool mime_key_ok(const char *k)
+{
+    size_t n = strlen(k);
+    const char *slash = strchr(k, '/');
+    if (!slash || n > 127 || slash == k || !slash[1] || strchr(slash + 1, '/'))
+        return false;
+    for (const char *p = k; *p; p++) {
+        bool first = p == k || p == slash + 1;
+        bool alnum = (*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9');
+        if (p != slash && !alnum && (first || !strchr(".+_-", *p)))
+            return false;
+    }
+    return true;
+}
+
+/* Whether a MIME type's value may be any JSON (application/json and the +json types), not
+ * only text. */
+static bool mime_is_json(const char *k)
+{
+    size_t n = strlen(k);
+    return !strcmp(k, "application/json") || (n > 5 && !strcmp(k + n - 5, "+json"));
+}
+
+/* A MIME bundle from the kernel: MIME-type keys only; each value a string, or for a JSON
+ * type any JSON; text/plain always there. */
 static json_t *clean_bundle(json_t *data)
 {
     json_t *out = json_object();
@@ -271,11 +309,54 @@ static json_t *clean_bundle(json_t *data)
     json_t *v;
     json_object_foreach(data, mime, v)
     {
-        if (json_is_string(v) || !strcmp(mime, "application/json"))
+        if (mime_key_ok(mime) && (json_is_string(v) || mime_is_json(mime)))
             json_object_set(out, mime, v);
     }
-    if (!json_object_get(out, "text/plain"))
+    if (!json_is_string(json_object_get(out, "text/plain")))
         json_object_set_new(out, "text/plain", json_string(""));
+    return out;
+}
+
+/* The string member `key` of o, or dflt. */
+static const char *member_string(json_t *o, const char *key, const char *dflt)
+{
+    const char *v = json_string_value(json_object_get(o, key));
+    return v ? v : dflt;
+}
+
+/* A cell's error as the record keeps it: {name, value, traceback}, each a string (a
+ * traceback sent as a list of lines is joined), and a syntax error's lineno and offset; a
+ * member missing or of another type is "Error", "" and "" (name, value, traceback), and no
+ * other member is kept. NULL when err is not an object. */
+static json_t *clean_error(json_t *err)
+{
+    if (!json_is_object(err))
+        return NULL;
+    json_t *tb = json_object_get(err, "traceback");
+    json_t *text;
+    if (json_is_array(tb)) {
+        struct buf b;
+        size_t i;
+        json_t *line;
+        buf_init(&b, 0);
+        json_array_foreach(tb, i, line) if (json_is_string(line)) buf_printf(
+            &b, "%s%s", json_string_value(line), i + 1 < json_array_size(tb) ? "\n" : "");
+        text = json_string(b.data ? b.data : "");
+        buf_release(&b);
+    } else {
+        text = json_string(member_string(err, "traceback", ""));
+    }
+    const char *name = member_string(err, "name", "Error");
+    json_t *out =
+        json_pack("{s:s,s:s,s:o}", "name", *name ? name : "Error", "value",
+                  member_string(err, "value", ""), "traceback", text ? text : json_string(""));
+    /* A syntax error's place, when the kernel said it as numbers a line can have. */
+    static const char *const places[] = {"lineno", "offset"};
+    for (size_t i = 0; i < ARRAY_SIZE(places); i++) {
+        json_t *v = json_object_get(err, places[i]);
+        if (json_is_integer(v) && json_integer_value(v) >= 0 && json_integer_value(v) <= INT_MAX)
+            json_object_set(out, places[i], v);
+    }
     return out;
 }
 
@@ -407,8 +488,8 @@ static bool pump_until_done(struct session *s, struct kernel *k, struct exec_ctx
             int r = kernel_pump_channel(k, on_kernel_event, x);
             if (r < 0) {
                 x->violation = xstrdup(err_msg());
-                log_warn("msg=\"kernel protocol violation; killing it\" error=\"%s\"",
-                         x->violation);
+                log_warn("msg=\"kernel protocol violation; killing it\" error=%s",
+                         log_quote(x->violation));
                 stop = STOP_PROTOCOL;
             }
             if (r != 0)
@@ -452,17 +533,20 @@ static void finish_ctx(struct exec_ctx *x)
 static void record_done(struct exec_record *rec, json_t *done, enum stop stop, const char *limit)
 {
     const char *status = json_string_value(json_object_get(done, "status"));
-    json_t *error = json_object_get(done, "error");
+    json_t *error = clean_error(json_object_get(done, "error"));
     json_t *code = json_object_get(done, "exit_code");
-    rec->execution_count = (long)json_integer_value(json_object_get(done, "execution_count"));
+    json_int_t count = json_integer_value(json_object_get(done, "execution_count"));
+    /* A count the kernel made up (0 when absent) leaves the session's own: run_cell. */
+    rec->execution_count = count > 0 && count < LONG_MAX ? (long)count : 0;
     rec->state = STATE_KEPT;
-    if (json_is_object(error)) {
-        rec->error = json_incref(error);
+    if (error) {
+        rec->error = error;
         rec->status = EXEC_ERROR;
     } else {
         rec->status = status && !strcmp(status, "ok") ? EXEC_OK : EXEC_ERROR;
     }
-    if (json_is_integer(code)) {
+    /* An exit status is what a process can have: 0 to 255 (a signal is not one). */
+    if (json_is_integer(code) && json_integer_value(code) >= 0 && json_integer_value(code) <= 255) {
         rec->has_exit_code = true;
         rec->exit_code = (int)json_integer_value(code);
     }
@@ -652,6 +736,7 @@ static void end(struct session *s)
     pthread_mutex_lock(&s->lock);
     (void)transition_locked(s, SESSION_EV_END);
     s->cell_sent = false;
+    s->running_turn = NULL;
     s->last_used_ms = now_ms();
     pthread_cond_broadcast(&s->idle);
     pthread_mutex_unlock(&s->lock);
@@ -734,24 +819,240 @@ int session_record_from_channel(struct kernel *k, const struct exec_sink *sink,
     return r;
 }
 
-int session_execute(struct session *s, const struct exec_request *req, const struct exec_sink *sink,
-                    struct exec_record *rec)
+/* ---- the queue: one execution at a time, in the order they came ---- */
+
+void session_set_gate(struct session *s, struct exec_gate *g)
+{
+    s->gate = g;
+}
+
+struct exec_registry *session_registry(struct session *s)
+{
+    return &s->execs;
+}
+
+int session_enqueue(struct session *s, struct exec_turn *t)
+{
+    int r = 0;
+    t->next = NULL;
+    t->queued = t->waiting = false;
+    pthread_mutex_lock(&s->lock);
+    if (s->state == SESSION_CLOSED || s->closing)
+        r = err_set(ESHUTDOWN, "the session is closed");
+    else if (s->queued >= SESSION_QUEUE_MAX)
+        r = err_set(EAGAIN,
+                    "the session has its maximum of %d executions waiting; wait for them, "
+                    "or interrupt the running one",
+                    SESSION_QUEUE_MAX);
+    else if ((r = exec_gate_wait_begin(s->gate)) == 0) {
+        t->waiting = s->gate != NULL;
+        t->queued = true;
+        if (s->queue_tail)
+            s->queue_tail->next = t;
+        else
+            s->queue_head = t;
+        s->queue_tail = t;
+        s->queued++;
+    }
+    pthread_mutex_unlock(&s->lock);
+    return r;
+}
+
+/* Takes t out of s's queue (its lock held) and lets the next one look. */
+static void dequeue_locked(struct session *s, struct exec_turn *t)
+{
+    if (!t->queued)
+        return;
+    struct exec_turn *prev = NULL;
+    for (struct exec_turn *q = s->queue_head; q; prev = q, q = q->next) {
+        if (q != t)
+            continue;
+        if (prev)
+            prev->next = t->next;
+        else
+            s->queue_head = t->next;
+        if (s->queue_tail == t)
+            s->queue_tail = prev;
+        break;
+    }
+    t->queued = false;
+    s->queued--;
+    if (t->waiting) {
+        exec_gate_wait_end(s->gate);
+        t->waiting = false;
+    }
+    pthread_cond_broadcast(&s->idle);
+}
+
+/* Whether fd is ready for events (poll, not waiting): a client gone before its turn. */
+static bool cancel_ready(const struct exec_request *req)
+{
+    bool has = req->cancel_fd > 0 || (req->cancel_fd == 0 && req->cancel_events);
+    if (!has)
+        return false;
+    struct pollfd p = {.fd = req->cancel_fd,
+                       .events = req->cancel_events ? req->cancel_events : POLLIN};
+    return poll(&p, 1, 0) > 0 && p.revents;
+}
+
+/* Waits until t heads the queue, the session is free and the gate has room, then marks the
+ * session busy (t leaves the queue). 0 with *ret_gated (a gate place to give back), or
+ * -ECANCELED, -ESHUTDOWN. */
+static int wait_turn(struct session *s, struct exec_turn *t, const struct exec_request *req,
+                     bool *ret_gated)
+{
+    int r;
+    *ret_gated = false;
+    pthread_mutex_lock(&s->lock);
+    for (;;) {
+        if (t->cancelled) {
+            r = -ECANCELED;
+            break;
+        }
+        if (s->state == SESSION_CLOSED || s->closing) {
+            r = -ESHUTDOWN;
+            break;
+        }
+        bool free_now = session_state_next(s->state, SESSION_EV_BEGIN) >= 0;
+        if (s->queue_head == t && free_now) {
+            if (cancel_ready(req)) {
+                r = -ECANCELED;
+                break;
+            }
+            if (!*ret_gated && !exec_gate_try_enter(s->gate)) {
+                /* Every running place is taken: wait for one without holding the session
+                 * (its interrupt, restart and others must go on), then look again. */
+                pthread_mutex_unlock(&s->lock);
+                *ret_gated = exec_gate_enter(s->gate, &t->cancelled);
+                pthread_mutex_lock(&s->lock);
+                continue;
+            }
+            *ret_gated = true;
+            (void)transition_locked(s, SESSION_EV_BEGIN);
+            s->cell_sent = false;
+            s->running_turn = t;
+            r = 0;
+            break;
+        }
+        pthread_cond_wait(&s->idle, &s->lock);
+    }
+    dequeue_locked(s, t);
+    pthread_mutex_unlock(&s->lock);
+    if (r < 0 && *ret_gated) {
+        exec_gate_leave(s->gate);
+        *ret_gated = false;
+    }
+    if (r == 0 && t->on_start)
+        t->on_start(t);
+    if (r == -ECANCELED)
+        err_set(ECANCELED, "cancelled before it ran");
+    else if (r == -ESHUTDOWN)
+        err_set(ESHUTDOWN, "the session is closed");
+    return r;
+}
+
+void session_turn_cancel(struct session *s, struct exec_turn *t)
+{
+    t->cancelled = true;
+    pthread_mutex_lock(&s->lock);
+    pthread_cond_broadcast(&s->idle);
+    pthread_mutex_unlock(&s->lock);
+    exec_gate_wake(s->gate);
+}
+
+void session_cancel_queued(struct session *s)
+{
+    pthread_mutex_lock(&s->lock);
+    s->closing = true;
+    pthread_cond_broadcast(&s->idle);
+    pthread_mutex_unlock(&s->lock);
+    exec_gate_wake(s->gate);
+}
+
+/* The interrupt of session_interrupt (its lock held). */
+static void interrupt_locked(struct session *s)
+{
+    bool busy = session_state_busy(s->state);
+    (void)transition_locked(s, SESSION_EV_INTERRUPT);
+    /* The idle one of two kernels drops the interrupt (it runs no cell). Before the cell's
+     * request is out, the state owes it (send_owed_interrupt). */
+    if (busy && s->cell_sent) {
+        if (s->k)
+            kernel_interrupt(s->k);
+        if (s->other)
+            kernel_interrupt(s->other);
+    }
+}
+
+void session_turn_stop(struct session *s, struct exec_turn *t)
+{
+    pthread_mutex_lock(&s->lock);
+    if (t->queued)
+        t->cancelled = true;
+    else if (s->running_turn == t)
+        interrupt_locked(s);
+    pthread_cond_broadcast(&s->idle);
+    pthread_mutex_unlock(&s->lock);
+    exec_gate_wake(s->gate);
+}
+
+size_t session_queued(struct session *s)
+{
+    pthread_mutex_lock(&s->lock);
+    size_t n = s->queued;
+    pthread_mutex_unlock(&s->lock);
+    return n;
+}
+
+bool session_active(struct session *s)
+{
+    pthread_mutex_lock(&s->lock);
+    bool v = s->queued || session_state_busy(s->state);
+    pthread_mutex_unlock(&s->lock);
+    return v;
+}
+
+static int check_request(const struct exec_request *req)
 {
     if (!req->code)
         return err_set(EINVAL, "no code to execute");
     if (req->lang && !lang_supported(req->lang))
         return err_set(EINVAL, "unknown language '%s': use python, bash or javascript", req->lang);
+    return 0;
+}
+
+int session_execute(struct session *s, const struct exec_request *req, const struct exec_sink *sink,
+                    struct exec_record *rec)
+{
+    struct exec_turn t = {0};
+    int r = check_request(req);
+    if (r < 0 || (r = session_enqueue(s, &t)) < 0)
+        return r;
+    return session_execute_turn(s, &t, req, sink, rec);
+}
+
+int session_execute_turn(struct session *s, struct exec_turn *t, const struct exec_request *req,
+                         const struct exec_sink *sink, struct exec_record *rec)
+{
+    bool gated;
+    int r = check_request(req);
+    if (r < 0) {
+        session_turn_cancel(s, t);
+        (void)wait_turn(s, t, req, &gated);
+        return err_set(-r, "%s", err_msg());
+    }
     /* The Python kernel runs python and bash cells, the Node kernel JavaScript ones; a cell
      * in the language of neither the session's kernel nor its other one starts that. */
     const char *lang = req->lang ? lang_name(req->lang) : s->lang;
-    int r = begin(s);
-    if (r < 0)
+    if ((r = wait_turn(s, t, req, &gated)) < 0)
         return r;
     if (!*kernel_slot(s, lang) && start_kernel_for(s, lang) < 0) {
         rec->status = EXEC_SANDBOX_ERROR;
         rec->state = STATE_LOST;
         rec->message = xasprintf("cannot start the interpreter: %s", err_msg());
         end(s);
+        if (gated)
+            exec_gate_leave(s->gate);
         return 0;
     }
     struct ws_listing after = {0};
@@ -765,7 +1066,7 @@ int session_execute(struct session *s, const struct exec_request *req, const str
         /* Only the kernel that was lost is replaced; the other keeps its variables. */
         stop_kernel_for(s, lang);
         if (start_kernel_for(s, lang) < 0)
-            log_warn("msg=\"cannot restart the kernel\" error=\"%s\"", err_msg());
+            log_warn("msg=\"cannot restart the kernel\" error=%s", log_quote(err_msg()));
     }
     if (s->persist && scan_err < 0)
         rec->persist_error = xasprintf("files not saved: %s", err_msg());
@@ -773,22 +1074,15 @@ int session_execute(struct session *s, const struct exec_request *req, const str
         s->persist_ops->after_execute(s->persist, s->ws, &after, rec);
     ws_listing_release(&after);
     end(s);
+    if (gated)
+        exec_gate_leave(s->gate);
     return 0;
 }
 
 int session_interrupt(struct session *s)
 {
     pthread_mutex_lock(&s->lock);
-    bool busy = session_state_busy(s->state);
-    (void)transition_locked(s, SESSION_EV_INTERRUPT);
-    /* The idle one of two kernels drops the interrupt (it runs no cell). Before the cell's
-     * request is out, the state owes it (send_owed_interrupt). */
-    if (busy && s->cell_sent) {
-        if (s->k)
-            kernel_interrupt(s->k);
-        if (s->other)
-            kernel_interrupt(s->other);
-    }
+    interrupt_locked(s);
     pthread_mutex_unlock(&s->lock);
     return 0;
 }
@@ -948,7 +1242,7 @@ int session_kernel_request(struct session *s, const char *type, const char *path
         char *msg = xstrdup(err_msg());
         stop_kernel(s);
         if (start_kernel(s) < 0)
-            log_warn("msg=\"cannot restart the kernel\" error=\"%s\"", err_msg());
+            log_warn("msg=\"cannot restart the kernel\" error=%s", log_quote(err_msg()));
         err_set(-r, "%s", msg);
         free(msg);
     }
@@ -963,6 +1257,9 @@ void session_free(struct session *s)
     (void)transition_locked(s, SESSION_EV_CLOSE);
     pthread_cond_broadcast(&s->idle);
     pthread_mutex_unlock(&s->lock);
+    if (s->execs.release)
+        s->execs.release(&s->execs);
+    pthread_mutex_destroy(&s->execs.lock);
     if (s->persist)
         s->persist_ops->free(s->persist);
     stop_kernel(s);

@@ -9,6 +9,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/stat.h>
 
 #include "base/base.h"
 #include "net/net.h"
@@ -167,7 +168,16 @@ void session_opts_fill_defaults(struct session_opts *o);
  * for the duration of the callback. Each stream goes out live up to half the output cap;
  * what came after (a marker when bytes were dropped, then the tail) follows at the end of
  * the execution, before EV_ERROR. */
-enum exec_event_type { EV_STDOUT, EV_STDERR, EV_RESULT, EV_ERROR };
+enum exec_event_type {
+    EV_STDOUT,
+    EV_STDERR,
+    EV_RESULT,
+    EV_ERROR,
+    /* Only in an execution's kept events (exec.c), never to a sink: the execution ended;
+     * json is {"record": RECORD} or, when it could not run, {"error": {"code", "message"}}
+     * with code "cancelled", "closed", "busy" or "failed". */
+    EV_DONE,
+};
 struct exec_event {
     enum exec_event_type type;
     const char *data;
@@ -195,14 +205,23 @@ struct session;
 /* Creates a session: a workspace and a kernel running in a sandbox on it. 0 or -errno with
  * err_msg(); *ret owned by the caller (session_free). */
 int session_new(struct sandbox_host *host, const struct session_opts *opts, struct session **ret);
-/* Runs one cell and fills rec (initialised by the caller). Returns 0 when rec describes the
- * execution (whatever its status), -EBUSY when another execution is running (never queued),
- * -ESHUTDOWN when the session is closed, -EINVAL for a bad request (err_msg() says why).
+/* Runs one cell and fills rec (initialised by the caller), after the executions already
+ * waiting in the session's queue (FIFO; one runs at a time) and once the session's gate has
+ * room. Returns 0 when rec describes the execution (whatever its status), -EAGAIN when the
+ * queue or the gate's waiting room is full, -ECANCELED when req->cancel_fd was ready before
+ * its turn came, -ESHUTDOWN when the session is closed, -EINVAL for a bad request (err_msg()
+ * says why).
  * sink may be NULL; req->cancel_fd interrupts the cell. A kernel that dies (timeout past the
  * grace, out of memory, crash) is replaced by a fresh one on the same workspace, and the
  * record says state "lost". */
 int session_execute(struct session *s, const struct exec_request *req, const struct exec_sink *sink,
                     struct exec_record *rec);
+/* Whether an execution runs or waits in s's queue. */
+bool session_active(struct session *s);
+/* Executions waiting in s's queue now. */
+size_t session_queued(struct session *s);
+/* Every execution waiting in s's queue gives up (-ECANCELED): the session is being closed. */
+void session_cancel_queued(struct session *s);
 /* session_execute runs its work at a lower priority (nice +5) and leaves the calling thread
  * so; this gives it back, for a thread that goes on to other work (the HTTP server calls it
  * before each request that is not an execution). Nothing when the thread is not lowered. */
@@ -249,6 +268,165 @@ bool session_limits_degraded(struct session *s);
 void session_kill(struct session *s);
 /* Kills the kernel and removes the workspace; NULL is a no-op. */
 void session_free(struct session *s);
+
+/* ---- the gate (gate.c): executions running at once across a server, and waiting ----
+ *
+ * Each execution of a session with a gate passes it when its turn in the session's queue
+ * comes: at most max_running run at once (the others wait, in no particular order between
+ * sessions), and at most max_waiting wait in all the queues together (more are refused with
+ * -EAGAIN). One gate per server, shared by every surface. */
+struct exec_gate;
+/* max_running 0: no limit on running; max_waiting 0: EXEC_GATE_DEFAULT_WAITING. */
+struct exec_gate *exec_gate_new(size_t max_running, size_t max_waiting);
+void exec_gate_free(struct exec_gate *g);
+size_t exec_gate_running(struct exec_gate *g);
+size_t exec_gate_waiting(struct exec_gate *g);
+size_t exec_gate_max_running(struct exec_gate *g);
+#define EXEC_GATE_DEFAULT_WAITING 1024
+/* Executions waiting in one session's queue at most (more are refused with -EAGAIN). */
+#define SESSION_QUEUE_MAX 64
+/* The gate s's executions pass (g borrowed, outliving s; NULL: none). */
+void session_set_gate(struct session *s, struct exec_gate *g);
+
+/* ---- durable executions (exec.c) ----
+ *
+ * An execution is one cell submitted to a session: it has an id, takes its place in the
+ * session's FIFO queue when submitted, runs on whatever thread execution_run is called on,
+ * and keeps its events (each stream's chunks, results, its error, then EV_DONE with the
+ * record) while it runs and for a while after, so that a client that went away re-attaches
+ * and reads them again from any point. Its events are what session_execute emits, so they
+ * are bounded as the record is (the head of each stream live, its marker and tail at the
+ * end, RESULTS_CAP of results). A session keeps the running and queued ones and, of the
+ * finished ones, the last EXEC_KEEP within EXEC_KEEP_BYTES and EXEC_KEEP_MS.
+ *
+ * Executions are reference-counted; every function may be called from any thread. */
+#define EXEC_KEEP       16
+#define EXEC_KEEP_BYTES (64u << 20)
+#define EXEC_KEEP_MS    (15u * 60 * 1000)
+#define EXEC_ID_SIZE    17 /* 16 hex digits and the NUL */
+/* Readers of one execution at once (watchers). */
+#define EXEC_WATCHERS_MAX 16
+
+struct execution;
+struct session_table;
+enum exec_phase { EXEC_QUEUED, EXEC_RUNNING, EXEC_DONE };
+
+/* One kept event, as execution_read copies it (the caller releases it with
+ * exec_items_release). seq counts from 1. */
+struct exec_item {
+    uint64_t seq;
+    enum exec_event_type type;
+    char *data; /* EV_STDOUT, EV_STDERR: the bytes */
+    size_t len;
+    json_t *json; /* EV_RESULT, EV_ERROR, EV_DONE (a reference) */
+};
+void exec_items_release(struct exec_item *items, size_t n);
+
+/* Submits req (copied; a cancel_fd in it is polled only by the thread that runs it, so pass
+ * -1 for one that execution_spawn runs: see execution_cancel) to s: the execution takes its
+ * place in s's queue now. With t, it holds a reference on s (s must be t's and the
+ * caller must hold one) until it ends. 0 and *ret (a reference, the caller's), -EAGAIN when
+ * s's queue is full, -ESHUTDOWN when s is closed, -EINVAL for a bad request; each with
+ * err_msg(). */
+int session_submit(struct session_table *t, struct session *s, const struct exec_request *req,
+                   struct execution **ret);
+/* Waits for x's turn and runs it on this thread; also (may be NULL) gets each event as it
+ * happens. Returns when x is done (its record, or why it did not run, in its EV_DONE). Call
+ * once. */
+void execution_run(struct execution *x, const struct exec_sink *also);
+/* execution_run on a thread of its own. 0, or -errno (x then ends as "failed"). */
+int execution_spawn(struct execution *x);
+/* Stops x: one still queued will not run (it ends as "cancelled"), a running one is
+ * interrupted as a client's interrupt would (variables kept when the cell stops). */
+void execution_cancel(struct execution *x);
+struct execution *execution_ref(struct execution *x);
+/* NULL is a no-op. */
+void execution_unref(struct execution *x);
+const char *execution_id(const struct execution *x);
+enum exec_phase execution_phase(struct execution *x);
+const char *exec_phase_name(enum exec_phase p);
+/* Waits until x is done (or timeout_ms passes; 0 = forever). True when done. */
+bool execution_wait(struct execution *x, uint64_t timeout_ms);
+/* x's record once done and run (NULL before, or when it did not run): borrowed, valid while
+ * the caller holds its reference. */
+const struct exec_record *execution_record(struct execution *x);
+/* Why x did not run, once done without a record (-ECANCELED, -ESHUTDOWN, -EAGAIN, ...), with
+ * its message; 0 when it ran or is not done. */
+int execution_failure(struct execution *x, const char **ret_message);
+/* Copies up to max of x's events after seq `after` into items; returns how many. */
+size_t execution_read(struct execution *x, uint64_t after, struct exec_item *items, size_t max);
+/* The seq of x's last event so far. */
+uint64_t execution_last_seq(struct execution *x);
+/* The seq of the first event x still holds (events before it were dropped: a stream of one
+ * execution past EXEC_ITEMS_MAX chunks); 1 when none was. */
+uint64_t execution_first_seq(struct execution *x);
+#define EXEC_ITEMS_MAX 200000
+/* {id, phase, language, submitted_at, started_at, ended_at, status, last_seq}: caller owns. */
+json_t *execution_json(struct execution *x);
+
+/* A reader's wake-up: its descriptor (eventfd) becomes readable when x has something new
+ * (events, its end) after the reader last called exec_watch_clear. At most
+ * EXEC_WATCHERS_MAX at once per execution (-EAGAIN). */
+struct exec_watch;
+int execution_watch(struct execution *x, struct exec_watch **ret);
+int exec_watch_fd(const struct exec_watch *w);
+void exec_watch_clear(struct exec_watch *w);
+/* NULL is a no-op. */
+void exec_watch_free(struct exec_watch *w);
+
+/* One of s's kept executions by id (a reference), or NULL. */
+struct execution *session_execution_find(struct session *s, const char *id);
+/* s's kept executions, oldest first, as execution_json. Caller owns. */
+json_t *session_executions_json(struct session *s);
+
+/* ---- a session's files (files.c): what every surface reads and writes of a workspace ----
+ *
+ * Paths are relative to the workspace ("" is the workspace itself where a directory is
+ * asked for), safe (path_is_safe_relative); nothing follows a link the sandbox planted or
+ * leaves the workspace. A change is saved to the store (when the session keeps its files)
+ * before the call returns; a store that fails is retried by the next save. Each returns 0 (or
+ * an fd) or -errno with err_msg() saying what failed on which path. */
+enum session_file_type { SFILE_FILE, SFILE_DIR, SFILE_LINK, SFILE_OTHER };
+struct session_file {
+    char *path; /* relative to the workspace */
+    enum session_file_type type;
+    uint64_t size;
+    mode_t mode; /* permission bits */
+    int64_t mtime_ns;
+};
+struct session_file_list {
+    struct session_file *v;
+    size_t n;
+    size_t bytes; /* charged: each path's length and SESSION_LIST_ENTRY_COST */
+};
+/* A listing's caps, whoever asks: more entries or bytes is -E2BIG (never a listing cut
+ * short without saying so), deeper is cut to the maximum depth, a walk longer than
+ * WS_SCAN_MAX_MS is -ETIMEDOUT. */
+#define SESSION_LIST_MAX_ENTRIES 20000
+#define SESSION_LIST_MAX_BYTES   (8u << 20)
+#define SESSION_LIST_MAX_DEPTH   64
+#define SESSION_LIST_ENTRY_COST  64
+int session_file_stat(struct session *s, const char *rel, struct session_file *ret);
+/* The entries below directory rel, to depth levels (1: its own), parents before children;
+ * the top's .runcell is never listed. */
+int session_file_list(struct session *s, const char *rel, unsigned depth,
+                      struct session_file_list *ret);
+void session_file_release(struct session_file *f);
+void session_file_list_release(struct session_file_list *l);
+/* Opens regular file rel for reading (blocking reads; never a FIFO, socket or device: -EINVAL,
+ * a directory: -EISDIR); its stat in *ret_st. The fd (caller closes), or -errno. */
+int session_file_open(struct session *s, const char *rel, struct stat *ret_st);
+/* Writes n bytes to rel (parents made), replacing it whole (see workspace_write). */
+int session_file_write(struct session *s, const char *rel, const void *data, size_t n);
+int session_file_mkdir(struct session *s, const char *rel);
+/* Removes rel; a directory only with recursive (-EISDIR otherwise), with what it holds. */
+int session_file_remove(struct session *s, const char *rel, bool recursive);
+/* Moves from to to (to's parents made), replacing what is at to. */
+int session_file_rename(struct session *s, const char *from, const char *to);
+/* A sentence for -errno err on rel, as these functions put it (this thread's buffer). */
+const char *session_file_error(const char *rel, int err);
+/* What a file of this mode is, for messages ("a named pipe (FIFO)", ...). */
+const char *session_file_kind(mode_t mode);
 
 /* ---- a pool of ready sessions: creation becomes a hand-over ---- */
 
@@ -411,6 +589,19 @@ struct session_table;
  * creations first. *ret owned by the caller. */
 struct session_table *session_table_new(struct sandbox_host *host, size_t max_sessions,
                                         struct session_pool *pool);
+/* The table's gate (executions running and waiting at once across its sessions, see
+ * exec_gate): sessions it creates pass it. Call before the first session is created. */
+void session_table_set_exec_limits(struct session_table *t, size_t max_running, size_t max_waiting);
+/* The table's gate (NULL until set), for sessions made outside it (one-shot runs). */
+struct exec_gate *session_table_gate(struct session_table *t);
+/* Tells fn (from the thread that ran it) of each execution submitted with t that ran:
+ * metrics. */
+void session_table_set_observer(struct session_table *t,
+                                void (*fn)(void *ctx, const struct exec_record *rec), void *ctx);
+void session_table_observe(struct session_table *t, const struct exec_record *rec);
+/* Takes one more reference on s, which is t's and of which the caller holds one (drop it
+ * with session_table_put). */
+void session_table_ref(struct session_table *t, struct session *s);
 /* Starts the idle reaper thread (checks every interval_ms). */
 int session_table_start_reaper(struct session_table *t, uint64_t interval_ms);
 /* Creates and registers a session. Returns 0 and its id (caller frees), -EAGAIN when the

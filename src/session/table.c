@@ -1,7 +1,7 @@
 /* table.c - a server's sessions by id: references so a close never frees a session under
  * a running request, an idle reaper, tombstones so an expired id says "expired", and a wait
  * so that whoever asks for a session being retired hears its final record. */
-#include "session/session.h"
+#include "session/session-int.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -35,6 +35,9 @@ struct session_table {
     size_t count;
     char *tombstones[TOMBSTONES]; /* ids expired for idleness, most recent last (a ring) */
     size_t tomb_next;
+    struct exec_gate *gate; /* NULL until set_exec_limits */
+    void (*observer)(void *ctx, const struct exec_record *rec);
+    void *observer_ctx;
     pthread_t reaper;
     bool reaper_running;
     bool stopping;
@@ -106,6 +109,39 @@ static struct session *unlink_entry(struct session_table *t, struct entry *e)
     free(e->id);
     free(e);
     return s;
+}
+
+void session_table_set_exec_limits(struct session_table *t, size_t max_running, size_t max_waiting)
+{
+    exec_gate_free(t->gate);
+    t->gate = exec_gate_new(max_running, max_waiting);
+}
+
+void session_table_set_observer(struct session_table *t,
+                                void (*fn)(void *ctx, const struct exec_record *rec), void *ctx)
+{
+    t->observer = fn;
+    t->observer_ctx = ctx;
+}
+
+void session_table_observe(struct session_table *t, const struct exec_record *rec)
+{
+    if (t->observer)
+        t->observer(t->observer_ctx, rec);
+}
+
+struct exec_gate *session_table_gate(struct session_table *t)
+{
+    return t->gate;
+}
+
+void session_table_ref(struct session_table *t, struct session *s)
+{
+    pthread_mutex_lock(&t->lock);
+    struct entry *e = find_session(t, s);
+    if (e)
+        e->refs++;
+    pthread_mutex_unlock(&t->lock);
 }
 
 void session_table_set_persistence(struct session_table *t, const struct persist_config *c)
@@ -239,6 +275,7 @@ int session_table_create_ex(struct session_table *t, const struct session_create
         size_t live = give_back_place(t);
         return r == -EMFILE || r == -ENFILE ? out_of_files(r, live) : r;
     }
+    session_set_gate(s, t->gate);
     struct entry *e = xcalloc(1, sizeof(*e));
     e->id = xstrdup(id);
     e->s = s;
@@ -347,8 +384,9 @@ static int close_as(struct session_table *t, const char *id, enum session_end ho
     struct entry *e = find(t, id);
     struct session *s = e ? e->s : NULL;
     if (e) {
-        /* A running cell stops now; we hold a reference while the session is retired, and
-         * whoever drops the last one frees it. */
+        /* A running cell stops now, and nothing queued starts; we hold a reference while
+         * the session is retired, and whoever drops the last one frees it. */
+        session_cancel_queued(e->s);
         session_interrupt(e->s);
         retire_begin_locked(t, e);
     }
@@ -366,6 +404,7 @@ int session_table_drop(struct session_table *t, const char *id)
     struct entry *e = find(t, id);
     struct session *s = e ? e->s : NULL;
     if (e) {
+        session_cancel_queued(s);
         session_interrupt(s);
         retire_begin_locked(t, e);
     }
@@ -426,7 +465,7 @@ static int reap_idle(struct session_table *t)
          * session used since it was read is not idle (ms_since). */
         uint64_t now = now_ms();
         for (struct entry *e = t->head; e && !found; e = e->next) {
-            if (e->removed || e->refs || session_busy(e->s))
+            if (e->removed || e->refs || session_active(e->s))
                 continue;
             if (ms_since(now, session_last_used_ms(e->s)) >= session_options(e->s)->idle_timeout_ms)
                 found = e;
@@ -505,6 +544,8 @@ void session_table_free(struct session_table *t)
     /* Kept sessions checkpoint first (their kernels must still run); then every kernel is
      * killed at once, so the namespaces are torn down in parallel, and each is reaped. */
     for (struct entry *e = t->head; e; e = e->next)
+        session_cancel_queued(e->s);
+    for (struct entry *e = t->head; e; e = e->next)
         if (!e->removed)
             session_retire(e->s, SESSION_END_SHUTDOWN, NULL);
     for (struct entry *e = t->head; e; e = e->next)
@@ -519,6 +560,7 @@ void session_table_free(struct session_table *t)
     for (size_t i = 0; i < TOMBSTONES; i++)
         free(t->tombstones[i]);
     free(t->node);
+    exec_gate_free(t->gate);
     pthread_cond_destroy(&t->wake);
     pthread_cond_destroy(&t->retired);
     pthread_mutex_destroy(&t->lock);

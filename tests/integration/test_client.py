@@ -161,7 +161,7 @@ class Streaming(ClientCase):
         self.assertEqual(errors, [rec["error"]])
         self.assertEqual(errors[0]["name"], "ZeroDivisionError")
 
-    def test_busy_while_streaming(self):
+    def test_a_run_while_one_streams_waits_its_turn(self):
         s = self.session()
         started = threading.Event()
         result = {}
@@ -172,13 +172,34 @@ class Streaming(ClientCase):
         t = threading.Thread(target=run)
         t.start()
         self.assertTrue(started.wait(HANG))
-        for kw in ({}, {"on_stdout": print}):
-            with self.assertRaises(RuncellError) as cm:
-                s.run("1", **kw)
-            self.assertEqual((cm.exception.status, cm.exception.code), (409, "busy"))
+        queued = {}
+        waiters = [threading.Thread(target=lambda kw=kw, i=i: queued.update(
+            {i: s.run("%d" % i, **kw)})) for i, kw in enumerate(({}, {"on_stdout": print}))]
+        for w in waiters:
+            w.start()
+        self.assertTrue(wait_until(lambda: s.info()["queued"] == 2))
         s.upload("go", b"")
         t.join(HANG)
+        for w in waiters:
+            w.join(HANG)
         self.assertStatus(result["rec"], "ok")
+        self.assertEqual([queued[i]["results"] for i in (0, 1)],
+                         [[{"text/plain": "0"}], [{"text/plain": "1"}]])
+
+    def test_a_cell_left_running_is_read_again(self):
+        """on_disconnect="continue": the stream is left, the cell runs on, and the client
+        reads its events again from the start with attach()."""
+        s = self.session()
+        ex = s.start("import time\nfor i in range(3):\n    print(i, flush=True)\n"
+                     "    time.sleep(0.2)\n'end'")
+        self.assertIn(ex["phase"], ("queued", "running"))
+        out = []
+        rec = s.attach(ex["execution_id"], on_stdout=out.append)
+        self.assertEqual("".join(out), "0\n1\n2\n")
+        self.assertEqual(rec["results"], [{"text/plain": "'end'"}])
+        listed = s.executions()
+        self.assertEqual(listed[-1]["id"], ex["execution_id"])
+        self.assertEqual(listed[-1]["status"], "ok")
 
     def test_interrupt_from_another_thread(self):
         s = self.session()

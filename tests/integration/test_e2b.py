@@ -346,21 +346,26 @@ class E2BSdk(ServerCase):
                                  {"path": "/home/user/many", "depth": 1}, headers=hc, token=False)
             self.assertEqual((r.status, r.json()["code"]), (429, "resource_exhausted"))
             self.assertIn("more than 20000 entries", r.json()["message"])
-            # one thing at a time: a command while a cell runs is refused, not queued
+            self.assertIn("list a subdirectory", r.json()["message"])
+            # one thing at a time: a cell sent while one runs waits its turn, then runs
             wait = "import os, time\nwhile not os.path.exists('go'):\n    time.sleep(0.02)\n"
             conn = self.srv.connection()
             conn.request("POST", "/execute", body=json.dumps({"code": "print('in', flush=True)\n"
                                                                       + wait}), headers=h)
             resp = conn.getresponse()
             self.assertIn(b'"stdout"', resp.readline())
-            r = self.srv.request("POST", "/execute", {"code": "1"}, headers=h, token=False)
-            self.assertEqual((r.status, r.json()["code"]), (409, 409))
+            second = self.srv.connection()
+            second.request("POST", "/execute", body=json.dumps({"code": "'second'"}), headers=h)
+            queued = second.getresponse()
+            self.assertEqual(queued.status, 200)
             r = self.srv.request("POST", "/files?path=go", b"", token=False,
                                  headers=dict(h, **{"Content-Type": "application/octet-stream"}))
             self.assertEqual(r.status, 200, r)
             rest = resp.read()
             self.assertIn(b"end_of_execution", rest)
             conn.close()
+            self.assertIn(b"'second'", queued.read())
+            second.close()
             # setTimeout shorter than the create's: the sandbox is gone once it is past
             r = self.e2b("POST", "/sandboxes/%s/timeout" % sid, {"timeout": 1})
             self.assertEqual(r.status, 204)

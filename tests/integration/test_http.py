@@ -38,19 +38,31 @@ def path_of(sid, rest=""):
 
 
 class Stream:
-    """A streamed execute: the events as they arrive, on a connection of its own."""
+    """A streamed execute: the events as they arrive, on a connection of its own. Its first
+    line (type "start", the execution's id) is read at once, into self.start; each event
+    after it carries a "seq" one above the last, which next() checks and takes off."""
 
     def __init__(self, srv, sid, code, **fields):
         self.conn = srv.connection()
         self.conn.request("POST", path_of(sid, "/execute"),
                           body=json.dumps(dict(fields, code=code)), headers=srv.headers(NDJSON))
         self.resp = self.conn.getresponse()
+        self.start, self.seq = None, 0
+        if self.resp.status == 200:
+            self.start = json.loads(self.resp.readline())
+            if self.start.get("type") != "start" or self.start.get("seq") != 0:
+                raise AssertionError("the stream did not begin with its start: %r" % self.start)
+            self.execution_id = self.start["execution_id"]
 
     def next(self):
         line = self.resp.readline()
         if not line:
             raise AssertionError("the stream ended without a done event")
-        return json.loads(line)
+        event = json.loads(line)
+        if event.pop("seq", None) != self.seq + 1:
+            raise AssertionError("event out of sequence after %d: %s" % (self.seq, line))
+        self.seq += 1
+        return event
 
     def rest(self):
         """Every event up to and including done."""
@@ -400,18 +412,30 @@ class Sessions(ServerCase):
         self.assertEqual(self.srv.execute(sid, "kept")["results"], [{"text/plain": "1"}])
         self.assertNotIn("protocol violation", self.srv.log())
 
-    def test_busy_is_409(self):
+    def test_a_busy_session_queues_in_order(self):
+        """Executions sent while one runs wait their turn, first come first run, as a
+        Jupyter kernel's do; a restart is still refused while a cell runs."""
         sid = self.session()
-        st = Stream(self.srv, sid, "print('up', flush=True)\n" + WAIT_FOR_GO)
+        st = Stream(self.srv, sid, "order = []\nprint('up', flush=True)\n" + WAIT_FOR_GO)
         self.assertEqual(st.next()["type"], "stdout")
-        for headers in ({}, NDJSON):
-            r = self.srv.request("POST", path_of(sid, "/execute"), {"code": "1"},
-                                 headers=headers)
-            self.assertError(r, 409, "busy", "busy")
+        queued = [Stream(self.srv, sid, "order.append(%d); order" % i) for i in range(3)]
+        for q in queued:
+            self.assertEqual(q.start["phase"], "queued")
         self.assertError(self.srv.request("POST", path_of(sid, "/restart")), 409, "busy")
-        self.assertEqual(self.srv.ok("GET", path_of(sid))["status"], "busy")
+        info = self.srv.ok("GET", path_of(sid))
+        self.assertEqual((info["status"], info["queued"]), ("busy", 3), info)
+        # JSON, not streamed: it waits too, on a thread of its own.
+        reply = {}
+        waiter = threading.Thread(target=lambda: reply.update(
+            r=self.srv.ok("POST", path_of(sid, "/execute"), {"code": "order"})))
+        waiter.start()
         self.srv.ok("PUT", path_of(sid, "/files/go"), b"", status=201)
         self.assertStatus(st.rest()[-1]["record"], "ok")
+        for i, q in enumerate(queued):
+            record = q.rest()[-1]["record"]
+            self.assertEqual(record["results"], [{"text/plain": repr(list(range(i + 1)))}])
+        waiter.join(HANG)
+        self.assertEqual(reply["r"]["results"], [{"text/plain": "[0, 1, 2]"}])
 
     def test_unknown_session(self):
         for method, route in ROUTES:
@@ -965,19 +989,27 @@ class Limits(RuncellTestCase):
             self.assertGreater(rec["usage"]["cpu_ms"], 0, rec)
             self.assertEqual(usage_files(srv.pid), held)
 
-    def test_max_executions_is_429(self):
-        with Server("--max-executions", "1") as srv:
-            a, b = srv.create_session(), srv.create_session()
+    def test_max_executions_waits_and_max_queued_is_429(self):
+        """Past --max-executions an execution waits for a place; past
+        --max-queued-executions waiting ones, a new one is refused with 429."""
+        with Server("--max-executions", "1", "--max-queued-executions", "1") as srv:
+            a, b, c = srv.create_session(), srv.create_session(), srv.create_session()
             st = Stream(srv, a, "print('up', flush=True)\n" + WAIT_FOR_GO)
             st.next()
-            for path, body in ((path_of(b, "/execute"), {"code": "1"}),
+            waiting = Stream(srv, b, "print('b ran')")
+            self.assertEqual(waiting.start["phase"], "queued")
+            for path, body in ((path_of(c, "/execute"), {"code": "1"}),
                                ("/v1/execute", {"code": "1"})):
                 r = srv.request("POST", path, body)
                 self.assertEqual((r.status, r.error_code), (429, "limit_exceeded"), r)
-                self.assertIn("maximum of 1 executions", r.json()["error"]["message"])
+                self.assertIn("maximum of 1 executions waiting", r.json()["error"]["message"])
+            metrics = srv.request("GET", "/metrics").body.decode()
+            self.assertIn("runcell_executions_running 1\n", metrics)
+            self.assertIn("runcell_executions_queued 1\n", metrics)
             srv.ok("PUT", path_of(a, "/files/go"), b"", status=201)
             st.rest()
-            self.assertStatus(srv.execute(b, "1"), "ok")
+            self.assertEqual(waiting.rest()[-1]["record"]["stdout"], "b ran\n")
+            self.assertStatus(srv.execute(c, "1"), "ok")
 
     def test_max_body_is_413(self):
         with Server("--max-body", "1") as srv:

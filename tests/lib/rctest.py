@@ -862,19 +862,36 @@ class Server:
 
 
 class EventStream:
-    """The events of a streamed execution (one JSON object a line), read as they come."""
+    """The events of a streamed execution (one JSON object a line), read as they come. The
+    first line (type "start", with the execution's id) is read at once, into self.start;
+    each event after it carries a "seq" one above the last, which next() and rest() check
+    and take off."""
 
     def __init__(self, conn, resp):
         self.conn, self.resp = conn, resp
+        self.start, self.seq = None, 0
+        if resp.status == 200:
+            self.start = json.loads(resp.readline())
+            if self.start.get("type") != "start" or self.start.get("seq") != 0:
+                raise AssertionError("the stream did not begin with its start: %r"
+                                     % (self.start,))
+            self.execution_id = self.start["execution_id"]
+
+    def _event(self, line):
+        event = json.loads(line)
+        if event.pop("seq", None) != self.seq + 1:
+            raise AssertionError("event out of sequence after %d: %r" % (self.seq, line))
+        self.seq += 1
+        return event
 
     def next(self):
         """The next event (waits for it)."""
-        return json.loads(self.resp.readline())
+        return self._event(self.resp.readline())
 
     def rest(self):
         """Every event to the end of the stream (the last is "done"); closes the connection."""
         try:
-            return [json.loads(line) for line in self.resp.read().splitlines()]
+            return [self._event(line) for line in self.resp.read().splitlines()]
         finally:
             self.conn.close()
 

@@ -9,7 +9,7 @@ const IMAGE_TYPES = ['image/png', 'image/jpeg', 'image/gif', 'image/webp'];
 const B64 = /^[A-Za-z0-9+/=\s]*$/;
 
 // The only HTML sink of the console, and the only Trusted Types policy the page's CSP
-// allows (routes_ui.c): it is used for nothing but the srcdoc of a sandboxed frame.
+// allows (src/ui/routes.c): it is used for nothing but the srcdoc of a sandboxed frame.
 const policy = window.trustedTypes
   ? window.trustedTypes.createPolicy('runcell-cell-html', {createHTML: (s) => s})
   : {createHTML: (s) => s};

@@ -1,0 +1,325 @@
+/* control.c - E2B's control plane (E2B_API_URL): create, list, describe, connect, time out
+ * and kill sandboxes, each an E2B sandbox over one runcell session. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "e2b/e2b-int.h"
+
+/* ---- control plane ---- */
+
+static json_t *box_json(const struct e2b_box *b, struct session *s, bool with_token)
+{
+    char started[32], end[32];
+    const struct session_opts *o = session_options(s);
+    uint64_t mono_now = now_ms(), real_now = now_realtime_ms();
+    uint64_t last_used = real_now - (mono_now - session_last_used_ms(s));
+    uint64_t end_ms = last_used + o->idle_timeout_ms;
+    if (b->deadline_ms && b->deadline_ms < end_ms)
+        end_ms = b->deadline_ms;
+    format_time_iso(b->started_ms, started);
+    format_time_iso(end_ms, end);
+    const struct net_policy *np = session_net_policy(s);
+    json_t *j = json_pack("{s:s,s:s,s:s,s:s,s:O,s:s,s:s,s:s,s:I,s:I,s:I,s:b}", "sandboxID", b->id,
+                          "templateID", b->template_id, "clientID", "runcell", "envdVersion",
+                          E2B_ENVD_VERSION, "metadata", b->metadata, "startedAt", started, "endAt",
+                          end, "state", "running", "cpuCount",
+                          (json_int_t)((o->limits.cpus_milli ? o->limits.cpus_milli : 1000) / 1000),
+                          "memoryMB", (json_int_t)o->limits.memory_mb, "diskSizeMB",
+                          (json_int_t)o->limits.disk_mb, "allowInternetAccess", false);
+    if (np && np->n) {
+        json_t *pj = net_policy_json(np), *allow = json_object_get(pj, "allow");
+        json_object_set_new(j, "network",
+                            allow ? json_pack("{s:O}", "allowOut", allow)
+                                  : json_pack("{s:[]}", "allowOut"));
+        json_decref(pj);
+    }
+    if (with_token)
+        json_object_set_new(j, "envdAccessToken", json_string(b->token));
+    return j;
+}
+
+/* The parsed create's allowOut onto runcell's allowlist (rq->net), within the server's cap;
+ * false after a 400. */
+static bool create_network(struct request *rq, const struct e2b_create *cr, struct session_opts *o)
+{
+    if (cr->internet) {
+        e2b_error(rq, 400,
+                  "field 'allow_internet_access': runcell gives no sandbox the whole "
+                  "internet; name the hosts with network.allowOut (e.g. [\"pypi.org\"]), or "
+                  "leave it false");
+        return false;
+    }
+    if (!cr->allow_out || !cr->allow_out[0])
+        return true;
+    int r = net_policy_parse((const char **)cr->allow_out, strv_len(cr->allow_out), &rq->net);
+    if (r < 0) {
+        e2b_error(rq, 400, "field 'network.allowOut': %s", err_msg());
+        return false;
+    }
+    const struct net_policy *max = rq->srv->cfg->net_allow_max;
+    if (max && !net_policy_within(rq->net, max)) {
+        e2b_error(rq, 400,
+                  "field 'network.allowOut' names hosts this server does not allow "
+                  "(see runcell serve --net-allow-max)");
+        return false;
+    }
+    o->net.policy = rq->net;
+    return true;
+}
+
+/* Makes the sandbox's envVars the kernel's environment (bash cells and commands inherit
+ * it): one quiet cell before anything else runs. */
+static int apply_env(struct session *s, json_t *env)
+{
+    if (!env || !json_object_size(env))
+        return 0;
+    const char *k;
+    json_t *v;
+    json_object_foreach(env, k, v) if (!e2b_env_name_ok(k)) return err_set(
+        EINVAL, "field 'envVars': '%s' is not an environment variable name", k);
+    char *lit = json_dumps(env, JSON_COMPACT);
+    _cleanup_free_ char *code = xasprintf("__import__('os').environ.update(%s)", lit);
+    free(lit);
+    struct exec_request req = {.code = code, .cancel_fd = -1};
+    struct exec_record rec;
+    exec_record_init(&rec, 4096);
+    int r = session_execute(s, &req, NULL, &rec);
+    if (r == 0 && rec.status != EXEC_OK)
+        r = err_set(EIO, "could not set envVars in the sandbox");
+    exec_record_release(&rec);
+    return r;
+}
+
+enum MHD_Result h_e2b_create(struct request *rq)
+{
+    json_t *body = e2b_body(rq);
+    struct session_opts o;
+    char *id = NULL;
+    enum MHD_Result ret = MHD_YES;
+    if (!body)
+        return MHD_YES;
+    o = rq->srv->cfg->defaults;
+    struct e2b_create cr;
+    char why[512];
+    if (e2b_create_parse(body, rq->srv->cfg->limits.max_idle_timeout_ms / 1000, &cr, why) < 0) {
+        ret = e2b_error(rq, 400, "%s", why);
+        goto out;
+    }
+    bool net_ok = create_network(rq, &cr, &o);
+    strv_free(cr.allow_out);
+    if (!net_ok)
+        goto out;
+    const char *tmpl = cr.template_id;
+    json_t *metadata = cr.metadata, *env = cr.env;
+    uint64_t timeout_s = cr.timeout_s;
+    /* E2B's timeout is runcell's idle expiry: a sandbox left alone that long is reaped. A
+     * cell may run as long as the server allows; the client's own timeout interrupts it. */
+    o.idle_timeout_ms = (uint64_t)timeout_s * 1000;
+    o.timeout_ms = rq->srv->cfg->limits.max_timeout_ms;
+    struct session_create create = {.opts = &o, .no_persist = true};
+    int r = session_table_create_ex(rq->srv->table, &create, &id, NULL);
+    if (r < 0) {
+        if (r != -EAGAIN)
+            metrics_sandbox_failure(rq->srv->metrics);
+        ret = r == -EAGAIN ? e2b_error(rq, 429, "%s", err_msg())
+                           : e2b_error(rq, 503, "cannot create the sandbox: %s", err_msg());
+        goto out;
+    }
+    rq->session_id = xstrdup(id);
+    int err;
+    struct session *s = session_table_acquire(rq->srv->table, id, &err);
+    if (!s) {
+        ret = e2b_error(rq, 503, "sandbox %s was closed as it was created", id);
+        goto out;
+    }
+    if ((r = apply_env(s, env)) < 0) {
+        session_table_put(rq->srv->table, s);
+        session_table_close(rq->srv->table, id, false, NULL);
+        ret = e2b_error(rq, r == -EINVAL ? 400 : 503, "%s", err_msg());
+        goto out;
+    }
+    struct e2b_box *b = xcalloc(1, sizeof(*b));
+    b->id = xstrdup(id);
+    b->token = random_hex(16);
+    b->template_id = xstrdup(tmpl);
+    b->metadata = json_is_object(metadata) ? json_deep_copy(metadata) : json_object();
+    b->contexts =
+        json_pack("[{s:s,s:s,s:s}]", "id", "default", "language", "python", "cwd", E2B_HOME);
+    b->started_ms = now_realtime_ms();
+    b->next_pid = 1000;
+    json_t *info = box_json(b, s, true);
+    session_table_put(rq->srv->table, s);
+    struct e2b *e = rq->srv->e2b;
+    pthread_mutex_lock(&e->lock);
+    b->next = e->boxes;
+    e->boxes = b;
+    pthread_mutex_unlock(&e->lock);
+    ret = reply_json(rq, 201, info);
+out:
+    free(id);
+    json_decref(body);
+    return ret;
+}
+
+/* The {id} sandbox's description (a 404 in E2B's shape when it is gone). */
+static enum MHD_Result reply_box(struct request *rq, unsigned status, bool with_token)
+{
+    const char *id = rq->params[0];
+    e2b_expire_if_due(rq, id);
+    int err;
+    struct session *s = session_table_acquire(rq->srv->table, id, &err);
+    struct e2b *e = rq->srv->e2b;
+    pthread_mutex_lock(&e->lock);
+    struct e2b_box *b = e2b_box_find(e, id);
+    json_t *j = b && s ? box_json(b, s, with_token) : NULL;
+    pthread_mutex_unlock(&e->lock);
+    if (s)
+        session_table_put(rq->srv->table, s);
+    if (!j) {
+        if (b)
+            e2b_box_forget(e, id);
+        return e2b_error(rq, 404, "sandbox %s not found", id);
+    }
+    return reply_json(rq, status, j);
+}
+
+enum MHD_Result h_e2b_get(struct request *rq)
+{
+    return reply_box(rq, 200, false);
+}
+
+enum MHD_Result h_e2b_connect(struct request *rq)
+{
+    json_t *body = e2b_body(rq);
+    if (!body)
+        return MHD_YES;
+    json_decref(body);
+    return reply_box(rq, 200, true);
+}
+
+static bool box_matches(const struct e2b_box *b, json_t *want, const char *tmpl)
+{
+    const char *k;
+    json_t *v;
+    if (tmpl && strcmp(tmpl, b->template_id))
+        return false;
+    json_object_foreach(want, k, v)
+    {
+        json_t *have = json_object_get(b->metadata, k);
+        if (!have || !json_equal(have, v))
+            return false;
+    }
+    return true;
+}
+
+enum MHD_Result h_e2b_list(struct request *rq)
+{
+    const char *state = MHD_lookup_connection_value(rq->conn, MHD_GET_ARGUMENT_KIND, "state");
+    const char *meta = MHD_lookup_connection_value(rq->conn, MHD_GET_ARGUMENT_KIND, "metadata");
+    const char *tmpl = MHD_lookup_connection_value(rq->conn, MHD_GET_ARGUMENT_KIND, "template");
+    json_t *arr = json_array();
+    if (state && !strstr(state, "running"))
+        return reply_json(rq, 200, arr); /* runcell keeps no paused sandboxes */
+    char why[256];
+    json_t *want = meta && *meta ? e2b_metadata_parse(meta, why) : json_object();
+    if (!want) {
+        json_decref(arr);
+        return e2b_error(rq, 400, "query 'metadata': %s", why);
+    }
+    struct e2b *e = rq->srv->e2b;
+    _cleanup_strv_ char **ids = NULL;
+    pthread_mutex_lock(&e->lock);
+    for (struct e2b_box *b = e->boxes; b; b = b->next)
+        ids = strv_push(ids, b->id);
+    pthread_mutex_unlock(&e->lock);
+    for (char **id = ids; id && *id; id++) {
+        int err;
+        struct session *s = session_table_acquire(rq->srv->table, *id, &err);
+        if (!s) {
+            e2b_box_forget(e, *id);
+            continue;
+        }
+        pthread_mutex_lock(&e->lock);
+        struct e2b_box *b = e2b_box_find(e, *id);
+        if (b && box_matches(b, want, tmpl && *tmpl ? tmpl : NULL))
+            json_array_append_new(arr, box_json(b, s, false));
+        pthread_mutex_unlock(&e->lock);
+        session_table_put(rq->srv->table, s);
+    }
+    json_decref(want);
+    return reply_json(rq, 200, arr);
+}
+
+enum MHD_Result h_e2b_kill(struct request *rq)
+{
+    const char *id = rq->params[0];
+    struct e2b *e = rq->srv->e2b;
+    pthread_mutex_lock(&e->lock);
+    bool known = e2b_box_find(e, id) != NULL;
+    pthread_mutex_unlock(&e->lock);
+    if (!known)
+        return e2b_error(rq, 404, "sandbox %s not found", id);
+    e2b_box_forget(e, id);
+    if (session_table_close(rq->srv->table, id, false, NULL) < 0)
+        return e2b_error(rq, 404, "sandbox %s not found (it had expired)", id);
+    return e2b_reply_empty(rq, 204);
+}
+
+enum MHD_Result h_e2b_timeout(struct request *rq)
+{
+    json_t *body = e2b_body(rq);
+    if (!body)
+        return MHD_YES;
+    json_t *t = json_object_get(body, "timeout");
+    json_int_t secs = json_is_integer(t) ? json_integer_value(t) : -1;
+    json_decref(body);
+    if (secs <= 0)
+        return e2b_error(rq, 400, "field 'timeout' must be a whole number of seconds above 0");
+    const char *id = rq->params[0];
+    int err;
+    struct session *s = session_table_acquire(rq->srv->table, id, &err);
+    struct e2b *e = rq->srv->e2b;
+    pthread_mutex_lock(&e->lock);
+    struct e2b_box *b = s ? e2b_box_find(e, id) : NULL;
+    uint64_t idle_ms = s ? session_options(s)->idle_timeout_ms : 0;
+    bool longer = (uint64_t)secs > idle_ms / 1000; /* in seconds: ms could wrap */
+    if (b && !longer)
+        b->deadline_ms = now_realtime_ms() + (uint64_t)secs * 1000;
+    else if (b)
+        b->deadline_ms = 0;
+    pthread_mutex_unlock(&e->lock);
+    if (s)
+        session_table_put(rq->srv->table, s);
+    if (!b)
+        return e2b_error(rq, 404, "sandbox %s not found", id);
+    if (longer)
+        return e2b_error(rq, 400,
+                         "field 'timeout': %lld s is longer than the timeout the "
+                         "sandbox was created with (%llu s), which runcell keeps as its idle "
+                         "expiry; create it with the longer timeout",
+                         (long long)secs, (unsigned long long)(idle_ms / 1000));
+    return e2b_reply_empty(rq, 204);
+}
+
+enum MHD_Result h_e2b_refused(struct request *rq)
+{
+    return e2b_error(rq, 400,
+                     "%s %s is not supported by runcell's E2B endpoint (pause, resume, "
+                     "snapshots, forks and logs have no runcell counterpart yet; docs/E2B.md)",
+                     rq->method, rq->route->pattern);
+}
+
+enum MHD_Result h_e2b_health(struct request *rq)
+{
+    const char *id = e2b_header(rq, "E2b-Sandbox-Id");
+    struct session *s = e2b_box_session(rq, id);
+    if (!s)
+        return MHD_YES;
+    session_table_put(rq->srv->table, s);
+    return e2b_reply_empty(rq, 204);
+}

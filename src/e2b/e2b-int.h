@@ -1,0 +1,175 @@
+/* e2b-int.h - what the files of the E2B surface share (routes.c, control.c, interp.c, envd.c,
+ * stream.c, wire.c); nothing outside src/e2b includes it but the fuzz targets, for wire.c's
+ * parsers.
+ *
+ * An E2B sandbox is a runcell session. The control plane (E2B_API_URL) creates, lists,
+ * times out and kills them; the sandbox's ports (E2B_SANDBOX_URL, one URL for every
+ * sandbox: the E2b-Sandbox-Id and E2b-Sandbox-Port headers say which) are the code
+ * interpreter (/execute NDJSON, /contexts) and envd (/health, /files, and the process and
+ * filesystem services over Connect RPC with the JSON codec). What cannot map onto runcell
+ * is refused in E2B's error shape {code, message}, naming the field. docs/E2B.md has the
+ * table. */
+#ifndef RUNCELL_E2B_INT_H
+#define RUNCELL_E2B_INT_H
+
+#include <jansson.h>
+#include <pthread.h>
+
+#include "e2b/e2b.h"
+#include "http/http.h"
+
+/* Route flags (beside http.h's): these routes authenticate as E2B's SDK does, not by
+ * runcell's bearer token, and exist only with --e2b. */
+#define ROUTE_E2B_API (1u << 8) /* control plane: X-API-KEY (or Bearer) is runcell's token */
+#define ROUTE_E2B_BOX (1u << 9) /* a sandbox's ports: E2b-Sandbox-Id + X-Access-Token */
+/* A sandbox route that E2B's SDK calls without its access token (the code interpreter's
+ * /contexts): the sandbox id, 96 random bits, is the credential. */
+#define ROUTE_E2B_BOX_ID (1u << 10)
+#define ROUTE_E2B_ANY    (ROUTE_E2B_API | ROUTE_E2B_BOX | ROUTE_E2B_BOX_ID)
+
+/* What the SDK is told envd is: 0.4.0 and later need no user name on requests; below 0.5.7
+ * file uploads are multipart (never gzip), below 0.5.2 the SDK itself refuses closeStdin. */
+#define E2B_ENVD_VERSION      "0.4.0"
+#define E2B_DEFAULT_TIMEOUT_S 300
+#define E2B_HOME              "/home/user" /* E2B's working directory: runcell's /workspace */
+#define E2B_MAX_CONTEXTS      32
+#define E2B_MAX_LISTDIR       20000 /* entries of one ListDir reply */
+#define E2B_KEEPALIVE_MS      30000 /* a quiet stream sends a keepalive this often */
+
+#define E2B_MAX_PARTS 256 /* files of one multipart upload */
+
+struct e2b_box {
+    char *id;
+    char *token; /* envd access token: the sandbox routes' credential */
+    char *template_id;
+    json_t *metadata;     /* object of strings */
+    json_t *contexts;     /* [{id, language, cwd}], the default python context first */
+    uint64_t started_ms;  /* realtime */
+    uint64_t deadline_ms; /* realtime; 0: only the session's idle expiry */
+    unsigned next_pid;
+    unsigned running_pid; /* the command running now (0: none) */
+    json_t *running_cfg;  /* its ProcessConfig */
+    int signalled;        /* the signal SendSignal stopped it with (0: none) */
+    struct e2b_box *next;
+};
+
+struct e2b {
+    pthread_mutex_t lock;
+    struct e2b_box *boxes;
+};
+
+/* ---- routes.c: the registry, replies, authentication ---- */
+/* Under e->lock: the sandbox of that id (compared in constant time), or NULL. */
+struct e2b_box *e2b_box_find(struct e2b *e, const char *id);
+void e2b_box_forget(struct e2b *e, const char *id);
+/* The control plane's and envd's error: {"code": STATUS, "message": ...} (Connect's shape on
+ * its routes). */
+enum MHD_Result e2b_error(struct request *rq, unsigned status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* A Connect error {code, message} with the status Connect gives code. */
+enum MHD_Result e2b_connect_error(struct request *rq, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* The E2B status and Connect code for -errno err, from the one table (reply.c). */
+unsigned e2b_status_of(int err);
+const char *e2b_errno_code(int err);
+enum MHD_Result e2b_reply_empty(struct request *rq, unsigned status);
+/* The body as an object, or NULL after a 400 in E2B's shape. */
+json_t *e2b_body(struct request *rq);
+const char *e2b_header(struct request *rq, const char *name);
+/* A sandbox past the deadline setTimeout gave it is killed when next touched. */
+void e2b_expire_if_due(struct request *rq, const char *id);
+/* The session of the request's sandbox (a reference), or NULL after replying 502. */
+struct session *e2b_box_session(struct request *rq, const char *id);
+
+/* ---- control.c ---- */
+bool e2b_env_name_ok(const char *k);
+/* Whether a field asks for something (null, false and empty do not). */
+bool e2b_asks_for(json_t *v);
+enum MHD_Result h_e2b_create(struct request *rq);
+enum MHD_Result h_e2b_list(struct request *rq);
+enum MHD_Result h_e2b_get(struct request *rq);
+enum MHD_Result h_e2b_kill(struct request *rq);
+enum MHD_Result h_e2b_timeout(struct request *rq);
+enum MHD_Result h_e2b_connect(struct request *rq);
+enum MHD_Result h_e2b_refused(struct request *rq);
+enum MHD_Result h_e2b_health(struct request *rq);
+
+/* ---- wire.c: parsers without a request around them ---- */
+/* Percent-decodes s in place ('+' a space too when form is true). */
+void e2b_url_decode(char *s, bool form);
+/* The list's metadata filter, "k=v&k2=v2" as the SDK sends it (keys and values URI-encoded
+ * once more), as an object; NULL with why. */
+json_t *e2b_metadata_parse(const char *q, char why[256]);
+/* The workspace-relative path for an E2B path ("" for the workspace itself), or NULL with
+ * why. E2B's /home/user and runcell's /workspace are the same directory. */
+char *e2b_ws_path(const char *p, char why[512]);
+/* The E2B path of a workspace-relative one; caller frees. */
+char *e2b_abs(const char *rel);
+/* E2B's status for a failed path operation. */
+unsigned e2b_path_status(int err);
+/* One part of a multipart/form-data body. */
+struct e2b_part {
+    const char *data;
+    size_t len;
+    char filename[1024];
+};
+/* The parts of body (at most max), split on boundary; -1 when it is not well formed, -2 when
+ * a file name is longer than struct e2b_part keeps. */
+int e2b_multipart_parts(const char *body, size_t n, const char *boundary, struct e2b_part *parts,
+                        int max);
+/* A Connect request's message: the body (unary), or the body's one envelope (stream): a JSON
+ * object (an empty body is {}); NULL with why. */
+json_t *e2b_connect_message(const char *data, size_t n, bool stream, char why[256]);
+void e2b_shell_quote(struct buf *b, const char *s);
+/* The bash cell that runs a ProcessConfig {cmd, args, envs, cwd}; NULL with why. */
+char *e2b_process_command(json_t *cfg, char why[512]);
+
+/* A create's body, checked: the fields runcell takes and none it refuses. */
+struct e2b_create {
+    const char *template_id; /* borrowed from the body */
+    json_t *metadata;        /* borrowed: an object of strings, or NULL */
+    json_t *env;             /* borrowed: an object of strings with variable names, or NULL */
+    uint64_t timeout_s;
+    bool internet;    /* allow_internet_access: true */
+    char **allow_out; /* network.allowOut (owned; strv_free), or NULL */
+};
+/* 0, or -EINVAL with why (naming the field). */
+int e2b_create_parse(json_t *body, uint64_t max_timeout_s, struct e2b_create *ret, char why[512]);
+
+/* ---- envd.c and interp.c ---- */
+bool e2b_is_connect_stream(struct request *rq);
+/* The request message, or NULL after replying. */
+json_t *e2b_connect_request(struct request *rq);
+enum MHD_Result h_e2b_execute(struct request *rq);
+enum MHD_Result h_e2b_contexts_list(struct request *rq);
+enum MHD_Result h_e2b_context_create(struct request *rq);
+enum MHD_Result h_e2b_context_delete(struct request *rq);
+enum MHD_Result h_e2b_context_restart(struct request *rq);
+enum MHD_Result h_e2b_files_get(struct request *rq);
+enum MHD_Result h_e2b_files_post(struct request *rq);
+enum MHD_Result h_e2b_process_rpc(struct request *rq);
+enum MHD_Result h_e2b_filesystem_rpc(struct request *rq);
+
+/* ---- stream.c ---- */
+extern const struct exec_encoder e2b_execute_encoder;
+/* A fresh state for e2b_execute_encoder (freed by the encoder). */
+void *e2b_execute_state(void);
+extern const struct exec_encoder e2b_process_encoder;
+/* envd's process.Process/Start stream: Connect envelopes. */
+struct process_enc {
+    struct server *srv;
+    char *box;
+    unsigned pid;
+    bool ended;
+};
+/* Sets (or with pid 0 clears, when it is still pid `only`) the running command; returns the
+ * signal it was stopped with. */
+int e2b_box_set_running(struct server *srv, const char *id, unsigned pid, json_t *cfg,
+                        unsigned only);
+/* Submits code to s (its reference, owned now) and replies with the stream of its events as
+ * enc writes them (enc_ctx owned now). */
+enum MHD_Result e2b_start_stream(struct request *rq, struct session *s, const char *code,
+                                 const char *lang, uint64_t timeout_ms,
+                                 const struct exec_encoder *enc, void *enc_ctx);
+
+#endif

@@ -1,0 +1,451 @@
+/* wire.c - E2B's wire formats parsed without a request or a session around them (the fuzz
+ * targets call these): paths, list filters, multipart uploads, Connect envelopes, commands. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "e2b/e2b-int.h"
+
+static int hex_digit(char c)
+{
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                  : -1;
+}
+
+/* Percent-decodes s in place ('+' a space too when form is true). */
+void e2b_url_decode(char *s, bool form)
+{
+    char *o = s;
+    for (char *p = s; *p; p++) {
+        if (*p == '%' && hex_digit(p[1]) >= 0 && hex_digit(p[2]) >= 0) {
+            *o++ = (char)(hex_digit(p[1]) * 16 + hex_digit(p[2]));
+            p += 2;
+        } else {
+            *o++ = form && *p == '+' ? ' ' : *p;
+        }
+    }
+    *o = '\0';
+}
+
+json_t *e2b_metadata_parse(const char *q, char why[256])
+{
+    json_t *want = json_object();
+    _cleanup_free_ char *copy = xstrdup(q);
+    char *save = NULL;
+    for (char *pair = strtok_r(copy, "&", &save); pair; pair = strtok_r(NULL, "&", &save)) {
+        char *eq = strchr(pair, '=');
+        if (!eq) {
+            json_decref(want);
+            snprintf(why, 256, "'%.100s' is not key=value", pair);
+            return NULL;
+        }
+        *eq = '\0';
+        e2b_url_decode(pair, true);
+        e2b_url_decode(eq + 1, true);
+        e2b_url_decode(pair, false);
+        e2b_url_decode(eq + 1, false);
+        /* Decoding may have made a NUL: the key ends there, as the SDK's would. */
+        json_t *v = json_string(eq + 1);
+        if (!v || json_object_set_new(want, pair, v) < 0) {
+            json_decref(want);
+            snprintf(why, 256, "a key or value is not UTF-8 text");
+            return NULL;
+        }
+    }
+    return want;
+}
+
+/* The workspace-relative path for an E2B path ("" for the workspace itself), or NULL with
+ * why in err. */
+char *e2b_ws_path(const char *p, char err[512])
+{
+    static const char *const roots[] = {E2B_HOME, "/workspace"};
+    if (!p || !*p) {
+        snprintf(err, 512, "no path given");
+        return NULL;
+    }
+    const char *rel = p;
+    if (*p == '/') {
+        rel = NULL;
+        for (size_t i = 0; i < ARRAY_SIZE(roots) && !rel; i++) {
+            size_t n = strlen(roots[i]);
+            if (!strncmp(p, roots[i], n) && (p[n] == '/' || !p[n]))
+                rel = p + n;
+        }
+        if (!rel) {
+            snprintf(err, 512,
+                     "'%.180s' is outside %s: only the sandbox's workspace (%s, "
+                     "which is /workspace) is reachable",
+                     p, E2B_HOME, E2B_HOME);
+            return NULL;
+        }
+        while (*rel == '/')
+            rel++;
+    }
+    char *out = xstrdup(rel);
+    size_t n = strlen(out);
+    while (n && out[n - 1] == '/')
+        out[--n] = '\0';
+    if (*out && !path_is_safe_relative(out)) {
+        snprintf(err, 512, "bad path '%.180s': no '..', '.' or empty parts", p);
+        free(out);
+        return NULL;
+    }
+    return out;
+}
+
+char *e2b_abs(const char *rel)
+{
+    return *rel ? xasprintf("%s/%s", E2B_HOME, rel) : xstrdup(E2B_HOME);
+}
+
+unsigned e2b_path_status(int err)
+{
+    switch (-err) {
+    case ENOENT:
+        return 404;
+    case EEXIST:
+        return 409;
+    case ENOSPC:
+    case EDQUOT:
+    case EFBIG:
+        return 507;
+    default:
+        return 400;
+    }
+}
+
+/* The parts of body (at most max), split on boundary; -1 when it is not well formed, -2 when
+ * a file name is longer than struct e2b_part keeps. */
+int e2b_multipart_parts(const char *body, size_t n, const char *boundary, struct e2b_part *parts,
+                        int max)
+{
+    _cleanup_free_ char *delim = xasprintf("--%s", boundary);
+    size_t dl = strlen(delim);
+    const char *end = body + n;
+    const char *p = memmem(body, n, delim, dl);
+    int count = 0;
+    while (p) {
+        p += dl;
+        if (end - p >= 2 && p[0] == '-' && p[1] == '-')
+            return count; /* the closing delimiter */
+        if (end - p < 2 || p[0] != '\r' || p[1] != '\n' || count >= max)
+            return -1;
+        p += 2;
+        const char *hend = memmem(p, (size_t)(end - p), "\r\n\r\n", 4);
+        if (!hend)
+            return -1;
+        struct e2b_part *pt = &parts[count];
+        pt->filename[0] = '\0';
+        const char *fn = memmem(p, (size_t)(hend - p), "filename=\"", 10);
+        if (fn) {
+            fn += 10;
+            const char *q = memchr(fn, '"', (size_t)(hend - fn));
+            if (!q)
+                return -1;
+            if ((size_t)(q - fn) >= sizeof(pt->filename))
+                return -2; /* cut, it would name another file */
+            snprintf(pt->filename, sizeof(pt->filename), "%.*s", (int)(q - fn), fn);
+        }
+        const char *data = hend + 4;
+        _cleanup_free_ char *next_delim = xasprintf("\r\n%s", delim);
+        const char *next = memmem(data, (size_t)(end - data), next_delim, dl + 2);
+        if (!next)
+            return -1;
+        pt->data = data;
+        pt->len = (size_t)(next - data);
+        count++;
+        p = next + 2;
+    }
+    return -1;
+}
+
+json_t *e2b_connect_message(const char *data, size_t n, bool stream, char why[256])
+{
+    if (stream) {
+        const unsigned char *h = (const unsigned char *)data;
+        size_t len =
+            n >= 5 ? ((size_t)h[1] << 24 | (size_t)h[2] << 16 | (size_t)h[3] << 8 | h[4]) : 0;
+        if (n < 5 || len != n - 5 || (h[0] & 1)) {
+            snprintf(why, 256, "the request is not one uncompressed Connect envelope");
+            return NULL;
+        }
+        data += 5;
+        n = len;
+    }
+    if (!n)
+        return json_object();
+    json_error_t jerr;
+    json_t *j = json_loadb(data, n, JSON_REJECT_DUPLICATES, &jerr);
+    if (!j || !json_is_object(j)) {
+        json_decref(j);
+        snprintf(why, 256, "the request message is not a JSON object");
+        return NULL;
+    }
+    return j;
+}
+
+/* A name the environment takes: [A-Za-z_][A-Za-z0-9_]*. */
+bool e2b_env_name_ok(const char *k)
+{
+    if (!*k || (*k >= '0' && *k <= '9'))
+        return false;
+    for (const char *p = k; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+              *p == '_'))
+            return false;
+    return true;
+}
+
+/* Single-quoted for bash. */
+void e2b_shell_quote(struct buf *b, const char *s)
+{
+    buf_append(b, "'", 1);
+    for (const char *p = s; *p; p++) {
+        if (*p == '\'')
+            buf_append(b, "'\\''", 4);
+        else
+            buf_append(b, p, 1);
+    }
+    buf_append(b, "'", 1);
+}
+
+/* It runs in a subshell, as E2B runs each command in a process of its own: the session's
+ * kept shell neither takes the command's cd and variables nor is replaced by its exec. */
+char *e2b_process_command(json_t *cfg, char why[512])
+{
+    const char *cmd = json_string_value(json_object_get(cfg, "cmd"));
+    const char *cwd = json_string_value(json_object_get(cfg, "cwd"));
+    json_t *args = json_object_get(cfg, "args"), *envs = json_object_get(cfg, "envs");
+    if (!cmd || !*cmd) {
+        snprintf(why, 512, "process.cmd is required");
+        return NULL;
+    }
+    char pwhy[512];
+    _cleanup_free_ char *rel = e2b_ws_path(cwd && *cwd ? cwd : E2B_HOME, pwhy);
+    if (!rel) {
+        snprintf(why, 512, "process.cwd: %.400s", pwhy);
+        return NULL;
+    }
+    struct buf b;
+    buf_init(&b, 0);
+    _cleanup_free_ char *dir = xasprintf("/workspace%s%s", *rel ? "/" : "", rel);
+    buf_printf(&b, "(cd -- ");
+    e2b_shell_quote(&b, dir);
+    buf_printf(&b, " && exec env --");
+    const char *k;
+    json_t *v;
+    json_object_foreach(json_is_object(envs) ? envs : NULL, k, v)
+    {
+        if (!e2b_env_name_ok(k) || !json_is_string(v)) {
+            buf_release(&b);
+            snprintf(why, 512, "process.envs: '%.100s' is not a variable name with a string value",
+                     k);
+            return NULL;
+        }
+        _cleanup_free_ char *kv = xasprintf("%s=%s", k, json_string_value(v));
+        buf_append(&b, " ", 1);
+        e2b_shell_quote(&b, kv);
+    }
+    buf_append(&b, " ", 1);
+    e2b_shell_quote(&b, cmd);
+    size_t i;
+    json_array_foreach(json_is_array(args) ? args : NULL, i, v)
+    {
+        if (!json_is_string(v)) {
+            buf_release(&b);
+            snprintf(why, 512, "process.args[%zu] is not a string", i);
+            return NULL;
+        }
+        buf_append(&b, " ", 1);
+        e2b_shell_quote(&b, json_string_value(v));
+    }
+    buf_append(&b, ")", 2); /* with the NUL */
+    return buf_detach(&b, NULL);
+}
+
+/* ---- a create's body ---- */
+
+static const char *const e2b_templates[] = {"code-interpreter-v1", "code-interpreter", "base"};
+
+/* Fields of a create body that runcell takes, and those it must refuse when they ask for
+ * something (null, false and empty mean "not asked"). */
+static const char *const create_known[] = {
+    "templateID", "timeout", "metadata", "envVars", "secure", "allow_internet_access", "network"};
+static const char *const create_refused[] = {
+    "mcp", "iam", "autoPause", "autoPauseMemory", "autoResume", "volumeMounts", "alias"};
+
+bool e2b_asks_for(json_t *v)
+{
+    if (!v || json_is_null(v) || json_is_false(v))
+        return false;
+    if (json_is_object(v))
+        return json_object_size(v) > 0;
+    if (json_is_array(v))
+        return json_array_size(v) > 0;
+    return true;
+}
+
+static bool create_fields_ok(json_t *body, char why[512])
+{
+    const char *k;
+    json_t *v;
+    json_object_foreach(body, k, v)
+    {
+        bool known = false;
+        for (size_t i = 0; i < ARRAY_SIZE(create_known) && !known; i++)
+            known = !strcmp(k, create_known[i]);
+        for (size_t i = 0; i < ARRAY_SIZE(create_refused) && !known; i++) {
+            if (!strcmp(k, create_refused[i])) {
+                if (e2b_asks_for(v)) {
+                    snprintf(why, 512,
+                             "field '%s' is not supported by runcell's E2B endpoint (docs/E2B.md "
+                             "lists what is)",
+                             k);
+                    return false;
+                }
+                known = true;
+            }
+        }
+        if (!known && e2b_asks_for(v)) {
+            snprintf(why, 512, "unknown field '%.200s'", k);
+            return false;
+        }
+    }
+    return true;
+}
+
+static bool strings_object(json_t *v, const char *field, char why[512])
+{
+    const char *k;
+    json_t *x;
+    if (!v || json_is_null(v))
+        return true;
+    if (!json_is_object(v)) {
+        snprintf(why, 512, "field '%s' must be an object of strings", field);
+        return false;
+    }
+    json_object_foreach(v, k, x)
+    {
+        if (!json_is_string(x)) {
+            snprintf(why, 512, "field '%s': the value of '%.200s' must be a string", field, k);
+            return false;
+        }
+    }
+    return true;
+}
+
+/* network: {allowOut: [hosts]}, the only member runcell maps; into ret->allow_out. */
+static bool create_network_parse(json_t *body, struct e2b_create *ret, char why[512])
+{
+    json_t *net = json_object_get(body, "network");
+    if (!net || json_is_null(net))
+        return true;
+    if (!json_is_object(net)) {
+        snprintf(why, 512, "field 'network' must be an object");
+        return false;
+    }
+    const char *k;
+    json_t *v;
+    json_object_foreach(net, k, v)
+    {
+        if (strcmp(k, "allowOut") && !json_is_null(v)) {
+            snprintf(why, 512,
+                     "field 'network.%.100s' is not supported by runcell; only network.allowOut "
+                     "(hosts, *.domains, host:port) maps onto its egress allowlist",
+                     k);
+            return false;
+        }
+    }
+    json_t *allow = json_object_get(net, "allowOut");
+    if (!allow || json_is_null(allow))
+        return true;
+    if (!json_is_array(allow) || json_array_size(allow) > 1000) {
+        snprintf(why, 512, "field 'network.allowOut' must be an array of at most 1000 hosts");
+        return false;
+    }
+    ret->allow_out = xcalloc(1, sizeof(char *));
+    size_t i;
+    json_array_foreach(allow, i, v)
+    {
+        if (!json_is_string(v)) {
+            snprintf(why, 512, "field 'network.allowOut': entry %zu is not a string", i);
+            return false;
+        }
+        ret->allow_out = strv_push(ret->allow_out, json_string_value(v));
+    }
+    return true;
+}
+
+int e2b_create_parse(json_t *body, uint64_t max_timeout_s, struct e2b_create *ret, char why[512])
+{
+    memset(ret, 0, sizeof(*ret));
+    ret->template_id = "code-interpreter-v1";
+    ret->timeout_s = E2B_DEFAULT_TIMEOUT_S;
+    if (!json_is_object(body)) {
+        snprintf(why, 512, "the request body must be a JSON object");
+        return -EINVAL;
+    }
+    if (!create_fields_ok(body, why))
+        return -EINVAL;
+    json_t *tv = json_object_get(body, "templateID");
+    if (tv && !json_is_null(tv) && !json_is_string(tv)) {
+        snprintf(why, 512, "field 'templateID' must be a string");
+        return -EINVAL;
+    }
+    if (json_is_string(tv))
+        ret->template_id = json_string_value(tv);
+    bool known = false;
+    for (size_t i = 0; i < ARRAY_SIZE(e2b_templates) && !known; i++)
+        known = !strcmp(ret->template_id, e2b_templates[i]);
+    if (!known) {
+        snprintf(why, 512,
+                 "field 'templateID': template '%.100s' is not known here; runcell serves one "
+                 "template, Python with the data stack and bash, under the names "
+                 "code-interpreter-v1, code-interpreter and base",
+                 ret->template_id);
+        return -EINVAL;
+    }
+    ret->metadata = json_object_get(body, "metadata");
+    ret->env = json_object_get(body, "envVars");
+    if (!strings_object(ret->metadata, "metadata", why) ||
+        !strings_object(ret->env, "envVars", why))
+        return -EINVAL;
+    if (!json_is_object(ret->metadata))
+        ret->metadata = NULL;
+    if (!json_is_object(ret->env))
+        ret->env = NULL;
+    const char *k;
+    json_t *v;
+    json_object_foreach(ret->env, k, v)
+    {
+        if (!e2b_env_name_ok(k)) {
+            snprintf(why, 512, "field 'envVars': '%.200s' is not an environment variable name", k);
+            return -EINVAL;
+        }
+    }
+    json_t *tj = json_object_get(body, "timeout");
+    if (tj && !json_is_null(tj)) {
+        json_int_t t = json_is_integer(tj) ? json_integer_value(tj) : -1;
+        /* compared in seconds: in milliseconds a huge one wraps to a tiny one */
+        if (t <= 0 || (uint64_t)t > max_timeout_s) {
+            snprintf(why, 512, "field 'timeout' must be a whole number of seconds from 1 to %llu",
+                     (unsigned long long)max_timeout_s);
+            return -EINVAL;
+        }
+        ret->timeout_s = (uint64_t)t;
+    }
+    ret->internet = json_is_true(json_object_get(body, "allow_internet_access"));
+    if (!create_network_parse(body, ret, why)) {
+        strv_free(ret->allow_out);
+        ret->allow_out = NULL;
+        return -EINVAL;
+    }
+    return 0;
+}
