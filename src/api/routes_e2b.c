@@ -508,6 +508,7 @@ enum MHD_Result h_e2b_create(struct request *rq)
      * cell may run as long as the server allows; the client's own timeout interrupts it. */
     o.idle_timeout_ms = (uint64_t)timeout_s * 1000;
     o.timeout_ms = rq->srv->cfg->limits.max_timeout_ms;
+    o.home_dir = E2B_HOME; /* HOME and every start directory, as in E2B */
     struct session_create create = {.opts = &o, .no_persist = true};
     int r = session_table_create_ex(rq->srv->table, &create, &id, NULL);
     if (r < 0) {
@@ -1668,7 +1669,7 @@ static char *process_cell(struct request *rq, json_t *cfg)
     }
     struct buf b;
     buf_init(&b, 0);
-    _cleanup_free_ char *dir = xasprintf("/workspace%s%s", *rel ? "/" : "", rel);
+    _cleanup_free_ char *dir = xasprintf("%s%s%s", E2B_HOME, *rel ? "/" : "", rel);
     buf_printf(&b, "(cd -- ");
     shell_quote(&b, dir);
     buf_printf(&b, " && exec env --");

@@ -7,10 +7,11 @@ Frames are [u32 big-endian payload length][u8 kind][payload]:
                     b"I"  interrupt (see Channel.interrupted)
                     b"A"  the answer to a sync message (see Kernel.sync_output)
                           {"type": "checkpoint" | "restore", "path": ...} (variables, see below)
+                          {"type": "set_home", "path": ...} (HOME and the working directory)
   kernel -> daemon  b"O"  stdout bytes written by Python code (sys.stdout)
                     b"E"  stderr bytes written by Python code (sys.stderr)
                     b"M"  JSON message: hello, display (MIME bundle), done, checkpoint_done,
-                          restore_done, sync
+                          restore_done, set_home_done, sync
 Output of child processes and C code goes to fds 1 and 2, which are pipes the daemon reads
 directly. The daemon treats everything arriving here as untrusted: user code runs in this
 very process and may change any of it.
@@ -1283,6 +1284,24 @@ class Kernel:
                     self.sync = False
             elif req.get("type") in ("checkpoint", "restore"):
                 self.variables(req)
+            elif req.get("type") == "set_home":
+                self.set_home(req.get("path", ""))
+
+    def set_home(self, home):
+        """HOME and the working directory become home (the workspace by another path), for
+        the kernel, for its shell if one runs, and so for what they start."""
+        reply = {"type": "set_home_done", "ok": True}
+        try:
+            os.chdir(home)
+            os.environ["HOME"] = self.home = home
+            if self.bash is not None:
+                status, _ = self.bash.run("\\builtin cd -- %s && \\builtin export HOME=%s"
+                                          % (_sh_quote(home), _sh_quote(home)))
+                if status:
+                    raise OSError("the shell could not enter %s (status %d)" % (home, status))
+        except (OSError, ShellGone) as e:
+            reply = {"type": "set_home_done", "ok": False, "error": str(e)}
+        self.channel.send_json(reply)
 
 
 def _memory_reserve():
@@ -1552,7 +1571,8 @@ def template_main():
     env, argv = request
     _set_environ(dict(e.split("=", 1) for e in env if "=" in e))
     sys.argv = ["-c"] + argv[2:]
-    os.chdir("/workspace")
+    # The working directory is the session's (its lockdown entered it: /workspace or
+    # /home/user, the same files).
     _reseed_after_clone()
     # The pages the first cell's path writes (shared with the template until then) are
     # written here, while the clone waits in the pool, rather than in the user's first cell.
