@@ -1672,7 +1672,7 @@ static char *process_cell(struct request *rq, json_t *cfg)
     _cleanup_free_ char *dir = xasprintf("%s%s%s", E2B_HOME, *rel ? "/" : "", rel);
     buf_printf(&b, "(cd -- ");
     shell_quote(&b, dir);
-    buf_printf(&b, " && exec env --");
+    buf_printf(&b, " &&");
     const char *k;
     json_t *v;
     json_object_foreach(json_is_object(envs) ? envs : NULL, k, v)
@@ -1685,11 +1685,13 @@ static char *process_cell(struct request *rq, json_t *cfg)
                           k);
             return NULL;
         }
+        /* exported by the subshell itself: one program fewer than env(1) (~2.5 ms here) */
         _cleanup_free_ char *kv = xasprintf("%s=%s", k, json_string_value(v));
-        buf_append(&b, " ", 1);
+        buf_append(&b, " export ", 8);
         shell_quote(&b, kv);
+        buf_append(&b, " &&", 3);
     }
-    buf_append(&b, " ", 1);
+    buf_append(&b, " exec ", 6);
     shell_quote(&b, cmd);
     size_t i;
     json_array_foreach(json_is_array(args) ? args : NULL, i, v)

@@ -126,7 +126,7 @@ static const struct {
 } msg_types[] = {
     {"display", KEV_DISPLAY},       {"done", KEV_DONE},          {"hello", KEV_HELLO},
     {"checkpoint_done", KEV_REPLY}, {"restore_done", KEV_REPLY}, {"sync", KEV_SYNC},
-    {"set_home_done", KEV_REPLY},
+    {"set_home_done", KEV_REPLY},   {"start_shell_done", KEV_REPLY},
 };
 
 static int handle_message(const char *p, size_t n, kernel_event_fn cb, void *ctx)
@@ -476,6 +476,20 @@ int kernel_set_home(struct kernel *k, const char *home, uint64_t timeout_ms)
     const char *error = json_string_value(json_object_get(reply, "error"));
     if (!json_is_true(json_object_get(reply, "ok")))
         r = err_set(EIO, "the kernel could not make %s its home: %s", home,
+                    error ? error : "it did not say why");
+    json_decref(reply);
+    return r;
+}
+
+int kernel_start_shell(struct kernel *k, uint64_t timeout_ms)
+{
+    json_t *reply = NULL;
+    int r = kernel_request(k, "start_shell", "", timeout_ms, timeout_ms, &reply);
+    if (r < 0)
+        return r;
+    const char *error = json_string_value(json_object_get(reply, "error"));
+    if (!json_is_true(json_object_get(reply, "ok")))
+        r = err_set(EIO, "the kernel could not start its shell: %s",
                     error ? error : "it did not say why");
     json_decref(reply);
     return r;

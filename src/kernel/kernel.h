@@ -123,6 +123,10 @@ int kernel_request(struct kernel *k, const char *type, const char *path, uint64_
  * gets when a session made ahead is handed over. Waits up to timeout_ms for the kernel's
  * answer. 0, or -errno with err_msg() as kernel_request (and -EIO when the kernel could not). */
 int kernel_set_home(struct kernel *k, const char *home, uint64_t timeout_ms);
+/* Starts a Python kernel's bash shell ahead of its first bash cell (what a session made
+ * ahead gets, so that its first shell command costs what a later one does); waits up to
+ * timeout_ms. 0, or -errno with err_msg() as kernel_set_home. */
+int kernel_start_shell(struct kernel *k, uint64_t timeout_ms);
 /* Asks the kernel to stop the running cell (KeyboardInterrupt): an interrupt frame on the
  * channel, then SIGINT. The frame reaches a cell whose code has not started yet (the
  * kernel ignores SIGINT between cells and looks for the frame as the code starts); the

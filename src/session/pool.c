@@ -47,6 +47,10 @@ static void *refill_main(void *arg)
         pthread_mutex_unlock(&p->lock);
         struct session *s = NULL;
         int r = session_new(p->host, &p->opts, &s);
+        /* The shell too, outside the lock: a first shell command (an E2B command, a bash
+         * cell) is then as quick as a later one. Best effort. */
+        if (r == 0 && session_start_shell(s) < 0)
+            log_warn("msg=\"cannot start a pooled session's shell\" error=\"%s\"", err_msg());
         pthread_mutex_lock(&p->lock);
         if (r < 0) {
             log_warn("msg=\"cannot fill the session pool\" error=\"%s\"", err_msg());

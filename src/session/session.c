@@ -187,6 +187,13 @@ static void set_opts(struct session *s, const struct session_opts *opts)
         s->opts.home_dir = "/workspace";
 }
 
+int session_start_shell(struct session *s)
+{
+    if (lang_is_javascript(s->lang) || !s->k)
+        return err_set(EINVAL, "only a Python kernel runs a shell");
+    return kernel_start_shell(s->k, s->opts.start_timeout_ms);
+}
+
 int session_adopt(struct session *s, const struct session_opts *opts)
 {
     struct session_opts o = *opts;

@@ -272,6 +272,9 @@ size_t session_pool_ready(struct session_pool *p);
 /* Stops the refill thread and frees the ready sessions; NULL is a no-op. */
 void session_pool_free(struct session_pool *p);
 
+/* Starts the bash shell of a session's Python kernel before its first bash cell (the pool
+ * does, for the sessions it makes ahead). 0 or -errno with err_msg(). Not while a cell runs. */
+int session_start_shell(struct session *s);
 /* Makes a session built with other options follow opts (the pool's hand-over). 0 or
  * -errno. */
 int session_adopt(struct session *s, const struct session_opts *opts);
