@@ -124,9 +124,10 @@ static const struct {
     const char *type;
     enum kernel_event_type ev;
 } msg_types[] = {
-    {"display", KEV_DISPLAY},       {"done", KEV_DONE},          {"hello", KEV_HELLO},
-    {"checkpoint_done", KEV_REPLY}, {"restore_done", KEV_REPLY}, {"sync", KEV_SYNC},
-    {"set_home_done", KEV_REPLY},   {"start_shell_done", KEV_REPLY},
+    {"display", KEV_DISPLAY},     {"done", KEV_DONE},
+    {"hello", KEV_HELLO},         {"checkpoint_done", KEV_REPLY},
+    {"restore_done", KEV_REPLY},  {"sync", KEV_SYNC},
+    {"set_home_done", KEV_REPLY}, {"start_shell_done", KEV_REPLY},
 };
 
 static int handle_message(const char *p, size_t n, kernel_event_fn cb, void *ctx)
