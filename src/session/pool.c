@@ -28,8 +28,8 @@ struct session_pool {
     bool stopping;
     pthread_t threads[POOL_THREADS];
     int n_threads;
-    unsigned failures; /* in a row: backs off so a broken host is not hammered */
-    uint64_t taken_ms; /* now_ms() of the last hand-over */
+    unsigned failures;  /* in a row: backs off so a broken host is not hammered */
+    uint64_t taken_ms;  /* now_ms() of the last hand-over */
     uint64_t missed_ms; /* now_ms() of the last take that found the pool empty */
 };
 
