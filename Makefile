@@ -88,6 +88,7 @@ bench: build
 	bench/run $(BUILD)/src/runcell
 	bench/mcp $(BUILD)/src/runcell
 	bench/fleet.py $(BUILD)/src/runcell
+	bench/leaderboard.py $(BUILD)/src/runcell
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')

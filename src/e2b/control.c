@@ -121,6 +121,7 @@ enum MHD_Result h_e2b_create(struct request *rq)
      * cell may run as long as the server allows; the client's own timeout interrupts it. */
     o.idle_timeout_ms = (uint64_t)timeout_s * 1000;
     o.timeout_ms = rq->srv->cfg->limits.max_timeout_ms;
+    o.home_dir = E2B_HOME; /* HOME and every start directory, as in E2B */
     struct session_create create = {.opts = &o, .no_persist = true};
     int r = session_table_create_ex(rq->srv->table, &create, &id, NULL);
     if (r < 0) {

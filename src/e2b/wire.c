@@ -235,10 +235,10 @@ char *e2b_process_command(json_t *cfg, char why[512])
     }
     struct buf b;
     buf_init(&b, 0);
-    _cleanup_free_ char *dir = xasprintf("/workspace%s%s", *rel ? "/" : "", rel);
+    _cleanup_free_ char *dir = xasprintf("%s%s%s", E2B_HOME, *rel ? "/" : "", rel);
     buf_printf(&b, "(cd -- ");
     e2b_shell_quote(&b, dir);
-    buf_printf(&b, " && exec env --");
+    buf_printf(&b, " &&");
     const char *k;
     json_t *v;
     json_object_foreach(json_is_object(envs) ? envs : NULL, k, v)
@@ -249,11 +249,13 @@ char *e2b_process_command(json_t *cfg, char why[512])
                      k);
             return NULL;
         }
+        /* exported by the subshell itself: one program fewer than env(1) (~2.5 ms here) */
         _cleanup_free_ char *kv = xasprintf("%s=%s", k, json_string_value(v));
-        buf_append(&b, " ", 1);
+        buf_append(&b, " export ", 8);
         e2b_shell_quote(&b, kv);
+        buf_append(&b, " &&", 3);
     }
-    buf_append(&b, " ", 1);
+    buf_append(&b, " exec ", 6);
     e2b_shell_quote(&b, cmd);
     size_t i;
     json_array_foreach(json_is_array(args) ? args : NULL, i, v)

@@ -124,8 +124,10 @@ static const struct {
     const char *type;
     enum kernel_event_type ev;
 } msg_types[] = {
-    {"display", KEV_DISPLAY},       {"done", KEV_DONE},          {"hello", KEV_HELLO},
-    {"checkpoint_done", KEV_REPLY}, {"restore_done", KEV_REPLY}, {"sync", KEV_SYNC},
+    {"display", KEV_DISPLAY},     {"done", KEV_DONE},
+    {"hello", KEV_HELLO},         {"checkpoint_done", KEV_REPLY},
+    {"restore_done", KEV_REPLY},  {"sync", KEV_SYNC},
+    {"set_home_done", KEV_REPLY}, {"start_shell_done", KEV_REPLY},
 };
 
 static int handle_message(const char *p, size_t n, kernel_event_fn cb, void *ctx)
@@ -296,6 +298,16 @@ static void close_fds(int *fds, int n)
             close(fds[i]);
 }
 
+/* env with its HOME= entry made home's (a fresh vector: caller frees). */
+static char **env_with_home(char *const *env, const char *home)
+{
+    _cleanup_free_ char *entry = xasprintf("HOME=%s", home);
+    char **v = xcalloc(1, sizeof(char *));
+    for (char *const *e = env; e && *e; e++)
+        v = strv_push(v, strncmp(*e, "HOME=", 5) ? *e : entry);
+    return v;
+}
+
 int kernel_start(struct sandbox_host *host, struct workspace *ws,
                  const struct sandbox_limits *limits, char *const *args, uint64_t start_timeout_ms,
                  const struct kernel_env *extra, struct kernel **ret)
@@ -340,10 +352,16 @@ int kernel_start(struct sandbox_host *host, struct workspace *ws,
         binds[nb++] = b[1];
     }
     binds[nb] = NULL;
+    const char *home = extra && extra->home_dir ? extra->home_dir : NULL;
+    if (home) {
+        char **with_home = env_with_home(extra && extra->env ? extra->env : env, home);
+        strv_free(env);
+        env = with_home;
+    }
     int extra_fds[] = {sp[1]};
     struct sandbox_spec spec = {
         .argv = argv,
-        .env = extra && extra->env ? extra->env : env,
+        .env = extra && extra->env && !home ? extra->env : env,
         .limits = *limits,
         .stdin_fd = devnull,
         .stdout_fd = out[1],
@@ -354,6 +372,7 @@ int kernel_start(struct sandbox_host *host, struct workspace *ws,
         .relay_socket = extra ? extra->relay_socket : NULL,
         .relay_port = extra ? extra->relay_port : 0,
         .from_template = !js, /* the template is a Python process */
+        .work_dir = home,
     };
     if ((r = sandbox_start(host, ws, &spec, &k->sb)) < 0)
         goto fail;
@@ -447,6 +466,34 @@ int kernel_request(struct kernel *k, const char *type, const char *path, uint64_
     }
     *ret_reply = w.reply;
     return 0;
+}
+
+int kernel_set_home(struct kernel *k, const char *home, uint64_t timeout_ms)
+{
+    json_t *reply = NULL;
+    int r = kernel_request(k, "set_home", home, timeout_ms, timeout_ms, &reply);
+    if (r < 0)
+        return r;
+    const char *error = json_string_value(json_object_get(reply, "error"));
+    if (!json_is_true(json_object_get(reply, "ok")))
+        r = err_set(EIO, "the kernel could not make %s its home: %s", home,
+                    error ? error : "it did not say why");
+    json_decref(reply);
+    return r;
+}
+
+int kernel_start_shell(struct kernel *k, uint64_t timeout_ms)
+{
+    json_t *reply = NULL;
+    int r = kernel_request(k, "start_shell", "", timeout_ms, timeout_ms, &reply);
+    if (r < 0)
+        return r;
+    const char *error = json_string_value(json_object_get(reply, "error"));
+    if (!json_is_true(json_object_get(reply, "ok")))
+        r = err_set(EIO, "the kernel could not start its shell: %s",
+                    error ? error : "it did not say why");
+    json_decref(reply);
+    return r;
 }
 
 void kernel_answer_sync(struct kernel *k)

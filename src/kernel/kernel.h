@@ -79,7 +79,9 @@ struct kernel_env {
     const char *const *ro_binds; /* further binds, pairs as in sandbox_spec; may be NULL */
     const char *relay_socket;    /* as in sandbox_spec */
     uint16_t relay_port;
-    bool javascript; /* kernel.js on /usr/bin/node, not kernel.py (no template) */
+    bool javascript;      /* kernel.js on /usr/bin/node, not kernel.py (no template) */
+    const char *home_dir; /* HOME and the kernel's working directory: "/workspace" (NULL) or
+                           * SANDBOX_HOME_DIR (see kernel_set_home) */
 };
 /* A kernel's start is CPU work done under its sandbox's CPU limit: below one core it takes
  * longer in proportion, so the wait for its hello grows by 1000 / cpus_milli, at most
@@ -116,6 +118,15 @@ int kernel_pump_pipe(struct kernel *k, int stream, kernel_event_fn cb, void *ctx
  * -EPIPE (the kernel died), -EPROTO (it broke the protocol; kill it). */
 int kernel_request(struct kernel *k, const char *type, const char *path, uint64_t timeout_ms,
                    uint64_t grace_ms, json_t **ret_reply);
+/* Makes a running Python kernel's HOME and working directory (and its shell's, when it has
+ * one) home, one of the paths kernel_env.home_dir takes: what a kernel started with another
+ * gets when a session made ahead is handed over. Waits up to timeout_ms for the kernel's
+ * answer. 0, or -errno with err_msg() as kernel_request (and -EIO when the kernel could not). */
+int kernel_set_home(struct kernel *k, const char *home, uint64_t timeout_ms);
+/* Starts a Python kernel's bash shell ahead of its first bash cell (what a session made
+ * ahead gets, so that its first shell command costs what a later one does); waits up to
+ * timeout_ms. 0, or -errno with err_msg() as kernel_set_home. */
+int kernel_start_shell(struct kernel *k, uint64_t timeout_ms);
 /* Asks the kernel to stop the running cell (KeyboardInterrupt): an interrupt frame on the
  * channel, then SIGINT. The frame reaches a cell whose code has not started yet (the
  * kernel ignores SIGINT between cells and looks for the frame as the code starts); the

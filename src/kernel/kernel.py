@@ -7,10 +7,12 @@ Frames are [u32 big-endian payload length][u8 kind][payload]:
                     b"I"  interrupt (see Channel.interrupted)
                     b"A"  the answer to a sync message (see Kernel.sync_output)
                           {"type": "checkpoint" | "restore", "path": ...} (variables, see below)
+                          {"type": "set_home", "path": ...} (HOME and the working directory)
+                          {"type": "start_shell"} (the bash shell, before its first cell)
   kernel -> daemon  b"O"  stdout bytes written by Python code (sys.stdout)
                     b"E"  stderr bytes written by Python code (sys.stderr)
                     b"M"  JSON message: hello, display (MIME bundle), done, checkpoint_done,
-                          restore_done, sync
+                          restore_done, set_home_done, start_shell_done, sync
 Output of child processes and C code goes to fds 1 and 2, which are pipes the daemon reads
 directly. The daemon treats everything arriving here as untrusted: user code runs in this
 very process and may change any of it.
@@ -848,6 +850,7 @@ class BashShell:
             os.close(self.fd_err)
         self.buf = b""
         self.count = 0
+        self.environ = dict(os.environ)  # what the shell took; see environ_changes
         # the names of the variables the shell starts with: ${!A*} ${!B*} ... (no fork)
         names = " ".join("${!%s*}" % c for c in _NAME_STARTS)
         self.send(_BASH_DRIVER.replace("@STATUS@", str(self.fd_status)).replace("@NAMES@", names))
@@ -924,14 +927,29 @@ class BashShell:
         os.makedirs(self.dir, mode=0o700, exist_ok=True)
         return os.path.join(self.dir, name)
 
+    def environ_changes(self):
+        """Commands that bring the shell's environment up to the kernel's os.environ: what
+        Python changed since the shell started or was last told (a sandbox's envVars, set
+        after a pooled session's shell started), as one line's prefix; "" for none."""
+        now = dict(os.environ)
+        if now == self.environ:
+            return ""
+        words = ["\\builtin unset -v %s;" % k for k in self.environ
+                 if k not in now and k.isascii() and k.isidentifier()]
+        words += ["\\builtin export %s;" % _sh_quote("%s=%s" % (k, v)) for k, v in now.items()
+                  if self.environ.get(k) != v and k.isascii() and k.isidentifier()]
+        self.environ = now
+        return " ".join(words) + " "
+
     def run_cell(self, code):
         self.count += 1
         path = self.path("cell-%d" % self.count)
         with open(path, "w", encoding="utf-8", errors="surrogateescape") as f:
             f.write(code)
         try:
-            return self.run("\\builtin source %s </dev/null 2>&%d %d>&- %d>&-" % (
-                _sh_quote(path), self.fd_err, self.fd_err, self.fd_status))
+            return self.run("%s\\builtin source %s </dev/null 2>&%d %d>&- %d>&-" % (
+                self.environ_changes(), _sh_quote(path), self.fd_err, self.fd_err,
+                self.fd_status))
         finally:
             try:
                 os.unlink(path)
@@ -1180,9 +1198,11 @@ class Kernel:
         if self.bash is None:
             with _interrupts:  # not half started
                 self.bash = BashShell(self.home, os.environ.get("TMPDIR") or "/tmp")
-            if self.bash_pending is not None:
-                script, self.bash_pending = self.bash_pending, None
-                self.bash.restore(script)
+        if self.bash_pending is not None:
+            # a restored snapshot: into the new shell, or the one a pooled session started
+            # before it was restored
+            script, self.bash_pending = self.bash_pending, None
+            self.bash.restore(script)
         return self.bash
 
     def execute(self, req):
@@ -1283,6 +1303,38 @@ class Kernel:
                     self.sync = False
             elif req.get("type") in ("checkpoint", "restore"):
                 self.variables(req)
+            elif req.get("type") == "set_home":
+                self.set_home(req.get("path", ""))
+            elif req.get("type") == "start_shell":
+                self.start_shell()
+
+    def start_shell(self):
+        """Starts the shell now, before its first cell (a session made ahead, in the pool):
+        that cell, or command, then costs what a later one does."""
+        reply = {"type": "start_shell_done", "ok": True}
+        try:
+            if self.bash is None:
+                with _interrupts:
+                    self.bash = BashShell(self.home, os.environ.get("TMPDIR") or "/tmp")
+        except (OSError, ShellGone) as e:
+            reply = {"type": "start_shell_done", "ok": False, "error": str(e)}
+        self.channel.send_json(reply)
+
+    def set_home(self, home):
+        """HOME and the working directory become home (the workspace by another path), for
+        the kernel, for its shell if one runs, and so for what they start."""
+        reply = {"type": "set_home_done", "ok": True}
+        try:
+            os.chdir(home)
+            os.environ["HOME"] = self.home = home
+            if self.bash is not None:
+                status, _ = self.bash.run("\\builtin cd -- %s && \\builtin export HOME=%s"
+                                          % (_sh_quote(home), _sh_quote(home)))
+                if status:
+                    raise OSError("the shell could not enter %s (status %d)" % (home, status))
+        except (OSError, ShellGone) as e:
+            reply = {"type": "set_home_done", "ok": False, "error": str(e)}
+        self.channel.send_json(reply)
 
 
 def _memory_reserve():
@@ -1552,7 +1604,8 @@ def template_main():
     env, argv = request
     _set_environ(dict(e.split("=", 1) for e in env if "=" in e))
     sys.argv = ["-c"] + argv[2:]
-    os.chdir("/workspace")
+    # The working directory is the session's (its lockdown entered it: /workspace or
+    # /home/user, the same files).
     _reseed_after_clone()
     # The pages the first cell's path writes (shared with the template until then) are
     # written here, while the clone waits in the pool, rather than in the user's first cell.

@@ -100,17 +100,19 @@ static int arrange_fds(const int *fds, int n, int n_extra, int *ret_ws, int *ret
     return 0;
 }
 
-static int join_cgroup(const int *cg, int n)
+/* cg: n cgroup.procs fds of the session's cgroup, then (when leaf) its leaf's. */
+static int join_cgroup(const int *cg, int n, bool leaf)
 {
     for (int i = 0; i < n; i++) {
         if (write(cg[i], "0", 1) != 1)
             return fail_errno("cannot join the session's cgroup");
         close(cg[i]);
     }
-    /* Only now, so that the namespace's root is the session's own cgroup. */
+    /* Only now, so that the namespace's root is the session's own cgroup; the leaf below
+     * it, named after the sandbox, is what /proc/self/cgroup then shows. */
     if (n && unshare(CLONE_NEWCGROUP) < 0)
         return fail_errno("cannot create the cgroup namespace");
-    return 0;
+    return leaf ? cgroup_leaf_join(cg[n]) : 0;
 }
 
 static int attach(int fd, const char *dst)
@@ -125,12 +127,11 @@ static int session_mounts(const struct helper_config *cfg, int ws_fd, const int 
 {
     if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
         return fail_errno("cannot make the session's mounts private");
-    if (mount_tmpfs("/tmp", MS_NOSUID | MS_NODEV, "mode=1777,size=%llum,nr_inodes=%llu",
-                    (unsigned long long)cfg->tmp_mb, (unsigned long long)cfg->tmp_inodes) < 0 ||
+    if (scratch_mounts(cfg, "/") < 0 ||
         mount_tmpfs("/dev/shm", MS_NOSUID | MS_NODEV, "mode=1777,size=%llum,nr_inodes=4096",
                     (unsigned long long)cfg->shm_mb) < 0)
         return -1;
-    if (attach(ws_fd, "/workspace") < 0)
+    if (attach(ws_fd, "/workspace") < 0 || home_bind("/") < 0)
         return -1;
     for (int i = 0; cfg->template_binds[i]; i++)
         if (attach(bind_fds[i], cfg->template_binds[i]) < 0)
@@ -138,7 +139,7 @@ static int session_mounts(const struct helper_config *cfg, int ws_fd, const int 
     /* PID 1 of the new PID namespace mounts the /proc that shows only the session. */
     if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
         return fail_errno("cannot mount /proc in the session");
-    return proc_hide("/proc");
+    return proc_hide("/proc", cfg->instance);
 }
 
 /* The seccomp filter, compiled once by the template before its first clone and shared by
@@ -152,11 +153,11 @@ static int session_init(struct helper_config *cfg, const int *fds, int n, int sy
 {
     char go, comm[16] = "";
     int ws_fd = -1, kept[16], n_cg = (int)strv_len(cfg->cgroup_procs);
-    int n_binds = (int)strv_len(cfg->template_binds);
+    int n_leaf = cfg->cgroup_leaf_procs ? 1 : 0, n_binds = (int)strv_len(cfg->template_binds);
     if (read(sync_fd, &go, 1) != 1)
         _exit(1);
     close(sync_fd);
-    if (arrange_fds(fds, n, cfg->extra_fds, &ws_fd, kept, n_cg + n_binds) < 0)
+    if (arrange_fds(fds, n, cfg->extra_fds, &ws_fd, kept, n_cg + n_leaf + n_binds) < 0)
         _exit(1);
     setsid();
     /* Named like the init runcell-sandbox makes, not like the template it was cloned from;
@@ -168,19 +169,21 @@ static int session_init(struct helper_config *cfg, const int *fds, int n, int sy
         _exit(1);
     }
     prctl(PR_SET_DUMPABLE, 0);
-    if (join_cgroup(kept, n_cg) < 0)
+    if (join_cgroup(kept, n_cg, n_leaf) < 0)
         _exit(1);
     if (sethostname(cfg->hostname, strlen(cfg->hostname)) < 0) {
         fail_errno("cannot set the session's host name");
         _exit(1);
     }
-    if (net_loopback_up() < 0 || session_mounts(cfg, ws_fd, kept + n_cg) < 0 || chdir("/") < 0)
+    if (net_loopback_up() < 0 || session_mounts(cfg, ws_fd, kept + n_cg + n_leaf) < 0 ||
+        chdir("/") < 0)
         _exit(1);
     void *filter = !cfg->seccomp ? NULL : template_filter ? template_filter : seccomp_build();
     if (cfg->seccomp && !filter)
         _exit(1);
     if (cfg->relay_socket && relay_start(cfg, filter) < 0)
         _exit(1);
+    cfg->retitle = true; /* init's command line is the template's until it writes its own */
     if (init_fork_payload(cfg) != 0)
         _exit(1);
     /* The kernel. */
@@ -272,11 +275,12 @@ static int take_request(int ctl, struct helper_config *cfg, int *fds, int *ret_n
         }
     }
     munmap(area, MAX_REQUEST + PARSE_ARENA_SIZE);
-    if (r == 0 && strv_len(cfg->cgroup_procs) + strv_len(cfg->template_binds) > 16) {
+    int n_leaf = r == 0 && cfg->cgroup_leaf_procs ? 1 : 0;
+    if (r == 0 && strv_len(cfg->cgroup_procs) + n_leaf + strv_len(cfg->template_binds) > 16) {
         r = -EINVAL;
         snprintf(rep->msg, sizeof(rep->msg), "too many cgroups and binds");
     } else if (r == 0 && n != FD_FIXED + cfg->extra_fds + (int)strv_len(cfg->cgroup_procs) +
-                                  (int)strv_len(cfg->template_binds)) {
+                                  n_leaf + (int)strv_len(cfg->template_binds)) {
         r = -EINVAL;
         snprintf(rep->msg, sizeof(rep->msg), "%d fds do not fit the configuration", n);
     }

@@ -9,6 +9,9 @@ enum { CG_MEMORY, CG_PIDS, CG_CPU, CG_CPUACCT, CG_N };
 struct cgroup {
     enum cgroup_mode mode;
     char *dirs[CG_N];     /* v1: one per controller (NULL when absent); v2: dirs[0] */
+    char *leaf_dir;       /* the sandbox's processes' own cgroup below dirs[] in one hierarchy
+                           * (v1 pids, v2 the unified one), named after the sandbox: what its
+                           * cgroup namespace, rooted at dirs[], shows inside; NULL: none */
     int peak_fd;          /* v2: memory.peak, open for the cgroup's life (-1: none) */
     int usage_fd[3];      /* what cgroup_read_usage reads, open for the cgroup's life (-1:
                            * none, read by path): v2 cpu.stat, memory.events; v1
@@ -26,14 +29,18 @@ void cgroup_host_detect(struct sandbox_host *host);
 /* Undoes what cgroup_host_detect made: the base (when empty), and on v2 the daemon's leaf
  * (moving us back into our cgroup and disabling the controllers we enabled there). */
 void cgroup_host_release(struct sandbox_host *host);
-/* Creates the cgroup named name with limits applied; caller frees with cgroup_free. */
-int cgroup_create(const struct sandbox_host *host, const char *name,
+/* Creates the cgroup named name with limits applied, and in it the leaf named leaf (which
+ * carries no limits of its own: its parent's hold); caller frees with cgroup_free. */
+int cgroup_create(const struct sandbox_host *host, const char *name, const char *leaf,
                   const struct sandbox_limits *limits, struct cgroup **ret);
 /* Writes the limits again (a running sandbox's new limits); nothing when they are those
  * last written (a pooled session handed over with the limits it was made with). */
 int cgroup_apply_limits(struct cgroup *cg, const struct sandbox_limits *limits);
-/* The cgroup.procs files a process writes its pid to, to join; caller frees (strv). */
+/* The cgroup.procs files a process writes its pid to, to join; caller frees (strv). The
+ * sandbox's init joins them, makes its cgroup namespace (rooted there), then moves into the
+ * leaf through cgroup_leaf_procs_file (NULL when there is none; caller frees). */
 char **cgroup_procs_files(const struct cgroup *cg);
+char *cgroup_leaf_procs_file(const struct cgroup *cg);
 /* The CPU time of cg alone (cgroup_read_usage's first figure, one read). 0 or -ENODATA. */
 int cgroup_read_cpu(const struct cgroup *cg, double *ret_cpu_ms);
 /* CPU time, peak memory and (unless ret_oom_kills is NULL) the OOM kills so far. */

@@ -840,7 +840,15 @@ static int make_sandbox_dir(const struct sandbox_host *host, const char *base, c
     return -errno;
 }
 
-int cgroup_create(const struct sandbox_host *host, const char *name,
+/* The hierarchy the leaf is made in: one is enough to tell sandboxes apart, and the pids
+ * controller's cgroups cost the least to make (a cpu one would also lengthen the walk of
+ * every task group that each CPU quota written makes). */
+static int leaf_index(const struct cgroup *cg)
+{
+    return cg->mode == CGROUP_V2 ? 0 : CG_PIDS;
+}
+
+int cgroup_create(const struct sandbox_host *host, const char *name, const char *leaf,
                   const struct sandbox_limits *limits, struct cgroup **ret)
 {
     struct cgroup *cg = xcalloc(1, sizeof(*cg));
@@ -867,6 +875,16 @@ int cgroup_create(const struct sandbox_host *host, const char *name,
         cgroup_free(cg);
         return r;
     }
+    if (leaf && cg->dirs[leaf_index(cg)]) {
+        char *dir = xasprintf("%s/%s", cg->dirs[leaf_index(cg)], leaf);
+        if (mkdir(dir, 0755) < 0) {
+            r = err_set(errno, "cannot create cgroup %s: %s", dir, strerror(errno));
+            free(dir);
+            cgroup_free(cg);
+            return r;
+        }
+        cg->leaf_dir = dir;
+    }
     if (cg->mode == CGROUP_V2)
         open_peak(cg);
     open_usage(cg);
@@ -884,6 +902,11 @@ char **cgroup_procs_files(const struct cgroup *cg)
         v = strv_push(v, p);
     }
     return v;
+}
+
+char *cgroup_leaf_procs_file(const struct cgroup *cg)
+{
+    return cg->leaf_dir ? xasprintf("%s/cgroup.procs", cg->leaf_dir) : NULL;
 }
 
 int cgroup_read_cpu(const struct cgroup *cg, double *ret_cpu_ms)
@@ -977,6 +1000,8 @@ void cgroup_kill_all(const struct cgroup *cg)
     for (int i = 0; i < CG_N; i++)
         if (cg->dirs[i])
             kill_procs(cg->dirs[i]);
+    if (cg->leaf_dir)
+        kill_procs(cg->leaf_dir);
 }
 
 static void remove_dir(const char *dir)
@@ -991,6 +1016,22 @@ static void remove_dir(const char *dir)
         usleep(10000);
     }
     log_warn("msg=\"cannot remove cgroup\" path=%s error=%s", dir, log_quote(strerror(errno)));
+}
+
+/* Removes dir's child cgroups (a sandbox's leaf), then dir. */
+static void remove_tree(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        if (e->d_type != DT_DIR || e->d_name[0] == '.')
+            continue;
+        _cleanup_free_ char *child = xasprintf("%s/%s", dir, e->d_name);
+        remove_dir(child);
+    }
+    if (d)
+        closedir(d);
+    remove_dir(dir);
 }
 
 void cgroup_usage_close(struct cgroup *cg)
@@ -1026,6 +1067,9 @@ void cgroup_free(struct cgroup *cg)
      * still there (exiting, or an error path's) makes rmdir fail with EBUSY, and remove_dir
      * kills it and tries again. */
     cgroup_usage_close(cg);
+    if (cg->leaf_dir)
+        remove_dir(cg->leaf_dir);
+    free(cg->leaf_dir);
     for (int i = 0; i < CG_N; i++) {
         if (!cg->dirs[i])
             continue;
@@ -1061,7 +1105,7 @@ void cgroup_sweep(const struct sandbox_host *host)
             if (host->cgroup_mode == CGROUP_V2)
                 (void)write_str(dir, "cgroup.kill", "1");
             kill_procs(dir);
-            remove_dir(dir);
+            remove_tree(dir);
             log_info("msg=\"removed leftover cgroup\" path=%s", dir);
         }
         closedir(d);

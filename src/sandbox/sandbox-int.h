@@ -11,6 +11,10 @@
 #define SANDBOX_UID 1000
 #define SANDBOX_GID 1000
 
+/* How many hex digits of a sandbox's instance (128 random bits, its boot id) name its cgroup
+ * leaf and stand in its PID 1's command line. */
+#define SANDBOX_INSTANCE_SHORT 16
+
 /* Status lines, helper -> daemon, one per line:
  *   "pid N"          the sandbox init's pid in the daemon's PID namespace (outer helper)
  *   "ready"          the root is built; the payload is about to exec

@@ -292,6 +292,10 @@ int workspace_mkdir(const struct workspace *ws, const char *rel, mode_t mode);
  * is only a string here, nothing follows it. 0 or -errno. */
 int workspace_symlink(const struct workspace *ws, const char *target, const char *rel);
 
+/* E2B's home and working directory: in every sandbox, the workspace again (a bind of the
+ * same mount), beside /workspace. */
+#define SANDBOX_HOME_DIR "/home/user"
+
 /* Where a session's egress proxy socket directory is bound (see net/net.h). Sandboxes made
  * by the template can only take binds at mount points its root has: this one and
  * /.runcell. */
@@ -315,6 +319,8 @@ struct sandbox_spec {
                                   * ro_binds): a relay inside listens on 127.0.0.1:relay_port
                                   * and forwards to it; NULL for none */
     uint16_t relay_port;
+    const char *work_dir; /* the payload's working directory: "/workspace" (NULL) or
+                           * SANDBOX_HOME_DIR, the same files by another path */
 };
 
 /* The clean environment of a sandboxed program; caller frees with strv_free. */

@@ -4,12 +4,17 @@
 
 #include <jansson.h>
 
+#include "sandbox/sandbox-int.h"
 #include "sandbox/sandbox.h"
 #include "sandbox/workspace-int.h"
 
 struct sandbox {
     struct sandbox_host *host;
     char *name;
+    /* 128 random bits in hex, one sandbox's own: its boot id, and (the first 64) the name of
+     * its cgroup leaf and the argument of its PID 1, so that each sandbox looks new inside,
+     * as a fresh machine does (docs/SECURITY.md) */
+    char instance[33];
     char *root_dir;
     pid_t init_pid; /* in our PID namespace; 0 until known */
     int pidfd;

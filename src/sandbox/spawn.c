@@ -64,11 +64,18 @@ json_t *sandbox_config(const struct sandbox *sb, const struct workspace *ws,
     char **procs = sb->cgroup ? cgroup_procs_files(sb->cgroup) : NULL;
     json_object_set_new(o, "cgroup_procs", strv_json(procs));
     strv_free(procs);
+    char *leaf = sb->cgroup ? cgroup_leaf_procs_file(sb->cgroup) : NULL;
+    if (leaf)
+        json_object_set_new(o, "cgroup_leaf_procs", json_string(leaf));
+    free(leaf);
+    json_object_set_new(o, "instance", json_string(sb->instance));
     /* v2: the helper clones init straight into it (RUNCELL_NO_CLONE_INTO_CGROUP forces the
      * attach, to test and measure the fallback). */
     if (sb->cgroup && sb->cgroup->mode == CGROUP_V2 && !getenv("RUNCELL_NO_CLONE_INTO_CGROUP"))
         json_object_set_new(o, "cgroup_dir", json_string(sb->cgroup->dirs[0]));
     json_object_set_new(o, "argv", strv_json(spec->argv));
+    if (spec->work_dir)
+        json_object_set_new(o, "cwd", json_string(spec->work_dir));
     json_object_set_new(o, "env", strv_json(spec->env));
     json_object_set_new(o, "tmp_mb", json_integer((json_int_t)l->disk_mb));
     json_object_set_new(o, "tmp_inodes", json_integer((json_int_t)MAX(4096, l->disk_mb * 64)));
@@ -135,7 +142,11 @@ static int spawn_helper(const struct sandbox *sb, const struct sandbox_spec *spe
     for (int i = 0; i < n; i++)
         posix_spawn_file_actions_adddup2(&fa, base + i, i);
     posix_spawn_file_actions_addclosefrom_np(&fa, n);
-    char *argv[] = {(char *)"runcell-sandbox", NULL};
+    /* PID 1 of the sandbox is a fork of the helper: its command line names the sandbox. */
+    char title[SANDBOX_INSTANCE_SHORT + 1];
+    memcpy(title, sb->instance, SANDBOX_INSTANCE_SHORT);
+    title[SANDBOX_INSTANCE_SHORT] = '\0';
+    char *argv[] = {(char *)"runcell-sandbox", title, NULL};
     char *envp[] = {NULL};
     int r = posix_spawn(ret_pid, sb->host->helper_path, &fa, NULL, argv, envp);
     posix_spawn_file_actions_destroy(&fa);
@@ -249,9 +260,14 @@ int sandbox_prepare(struct sandbox_host *host, const struct sandbox_spec *spec,
     sb->started_ms = now_ms_f();
     buf_init(&sb->status_buf, 65536);
     sb->name = xasprintf("%s-%llu", host->owner_id, (unsigned long long)seq);
+    _cleanup_free_ char *instance = random_hex(16);
+    snprintf(sb->instance, sizeof(sb->instance), "%s", instance);
+    char leaf[SANDBOX_INSTANCE_SHORT + 1];
+    memcpy(leaf, sb->instance, SANDBOX_INSTANCE_SHORT);
+    leaf[SANDBOX_INSTANCE_SHORT] = '\0';
     sb->limits_degraded = host->cgroup_mode == CGROUP_NONE || !host->privileged;
     if (host->cgroup_mode != CGROUP_NONE &&
-        (r = cgroup_create(host, sb->name, &spec->limits, &sb->cgroup)) < 0) {
+        (r = cgroup_create(host, sb->name, leaf, &spec->limits, &sb->cgroup)) < 0) {
         sandbox_free(sb);
         return r;
     }

@@ -349,6 +349,11 @@ static int open_request_fds(struct sandbox *sb, const struct sandbox_spec *spec,
                             json_t **ret_binds)
 {
     _cleanup_strv_ char **procs = sb->cgroup ? cgroup_procs_files(sb->cgroup) : NULL;
+    /* the leaf's after the cgroup's: the clone joins it once its cgroup namespace is made */
+    char *leaf = sb->cgroup ? cgroup_leaf_procs_file(sb->cgroup) : NULL;
+    if (leaf)
+        procs = strv_push(procs, leaf);
+    free(leaf);
     *ret_binds = json_array();
     for (char **p = procs; p && *p; p++) {
         int fd = open(*p, O_WRONLY | O_CLOEXEC);

@@ -160,8 +160,14 @@ struct session_opts {
     const struct input_file *files; /* copied into the workspace first (before packages are
                                      * installed: a requirements.txt among them counts) */
     size_t n_files;
+    const char *home_dir; /* HOME and the working directory of the kernels, their shell and
+                           * the programs they start: "/workspace" (NULL, runcell's own) or
+                           * SANDBOX_HOME_DIR ("/home/user", E2B's), the same files */
 };
 void session_opts_fill_defaults(struct session_opts *o);
+/* The home a session_opts.home_dir names: "/workspace" or SANDBOX_HOME_DIR (static strings),
+ * or NULL for any other value. */
+const char *session_home_dir(const char *home_dir);
 
 /* What an execution streams while it runs (for live output). data/len are the bytes of a
  * stream chunk; json is a MIME bundle (EV_RESULT) or the error object (EV_ERROR), borrowed
@@ -444,6 +450,9 @@ size_t session_pool_ready(struct session_pool *p);
 /* Stops the refill thread and frees the ready sessions; NULL is a no-op. */
 void session_pool_free(struct session_pool *p);
 
+/* Starts the bash shell of a session's Python kernel before its first bash cell (the pool
+ * does, for the sessions it makes ahead). 0 or -errno with err_msg(). Not while a cell runs. */
+int session_start_shell(struct session *s);
 /* Makes a session built with other options follow opts (the pool's hand-over). 0 or
  * -errno. */
 int session_adopt(struct session *s, const struct session_opts *opts);

@@ -132,13 +132,14 @@ class E2BSdk(ServerCase):
         # The command could only end once its first line had reached onStdout.
         self.assertEqual(out["live"]["stdout"], "ready\ndone\n")
         self.assertEqual(out["live"]["streamed"][0], "ready\n")
-        self.assertEqual(out["ok"], {"exitCode": 0, "stdout": "one\nhi there\n/workspace\n",
+        # E2B's home is the working directory of commands (the workspace, by its E2B path)
+        self.assertEqual(out["ok"], {"exitCode": 0, "stdout": "one\nhi there\n/home/user\n",
                                      "stderr": "two\n"})
         self.assertEqual("".join(d for k, d in out["out"] if k == "out"),
-                         "one\nhi there\n/workspace\n")
+                         "one\nhi there\n/home/user\n")
         self.assertEqual("".join(d for k, d in out["out"] if k == "err"), "two\n")
         self.assertEqual(out["failed"], {"isExit": True, "exitCode": 3, "stdout": "before\n"})
-        self.assertEqual(out["cwd"], "/workspace/sub\n")
+        self.assertEqual(out["cwd"], "/home/user/sub\n")
         self.assertEqual(out["env"], "wide\n")  # the sandbox's envs reach commands
         self.assertIn("made-by-files.txt", out["ls"].split())
         self.assertEqual(out["procs"], [])

@@ -30,12 +30,15 @@ class HostFromBash(RuncellTestCase):
         with open(host_tmp, "w") as f:
             f.write("secret")
         self.addCleanup(os.unlink, host_tmp)
-        paths = "/etc/shadow /etc/sudoers /etc/ssh /root /home /var /run /boot /srv /sys"
+        # /home, /var, /run, /srv are the sandbox's own (test_filesystem): only the workspace
+        # at /home/user, an empty tmpfs at /var/tmp, and empty directories
+        paths = "/etc/shadow /etc/sudoers /etc/ssh /root /boot /sys /var/lib /var/log /home/$USER"
         recs = bash_cells(
             self, "cd /",  # the shell's cwd moves; the next cell starts from there
             "for p in %s; do [ -e \"$p\" ] && echo \"visible $p\"; done; "
-            "find /tmp /workspace /dev /etc /usr -name %s 2>/dev/null; echo scanned from $PWD"
-            % (paths, name))
+            "find /tmp /var/tmp /workspace /dev /etc /usr /home /run /srv -name %s 2>/dev/null; "
+            "echo scanned from $PWD" % (paths.replace("$USER", os.environ.get("USER", "root")),
+                                        name))
         self.assertEqual(recs[1]["stdout"], "scanned from /\n")
 
     def test_proc_1_links_are_denied(self):

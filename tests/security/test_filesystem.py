@@ -14,11 +14,41 @@ from rctest import RuncellTestCase, TempDir
 
 class HostSecrets(RuncellTestCase):
     def test_shadow_root_home_and_other_host_trees_are_absent(self):
-        paths = ["/etc/shadow", "/etc/gshadow", "/etc/sudoers", "/etc/ssh", "/root", "/home",
-                 "/var", "/run", "/boot", "/srv", "/opt", "/mnt", "/media", "/sys"]
+        paths = ["/etc/shadow", "/etc/gshadow", "/etc/sudoers", "/etc/ssh", "/root", "/boot",
+                 "/sys", "/var/lib", "/var/log", "/home/" + os.environ.get("USER", "root")]
         res, _ = probe(self, "report({p: oserr(os.stat, p) for p in %r})" % paths)
         for p in paths:
             self.assertEqual(res[p], "ENOENT", "%s is visible in the sandbox" % p)
+
+    def test_usual_root_directories_are_the_sandboxs_own(self):
+        # /var/tmp is a fresh capped tmpfs, /home/user the workspace again; the rest are empty
+        # and read-only: nothing of the host's trees of the same names
+        name = "rc-canary-" + uuid.uuid4().hex
+        host_var_tmp = os.path.join("/var/tmp", name)
+        with open(host_var_tmp, "w") as f:
+            f.write("secret")
+        self.addCleanup(os.unlink, host_var_tmp)
+        code = """
+import subprocess
+ws, home = os.stat("/workspace"), os.stat("/home/user")
+open("/var/tmp/x", "w").write("1")
+df = subprocess.run(["df", "-k", "--output=fstype,size", "/var/tmp"], capture_output=True,
+                    text=True).stdout.split()
+report({"lists": {d: sorted(os.listdir(d)) for d in ("/var", "/home", "/run", "/srv", "/opt",
+                                                    "/mnt", "/media")},
+        "var_tmp": os.listdir("/var/tmp"), "var_tmp_fs": df[2:],
+        "home_is_workspace": (ws.st_dev, ws.st_ino) == (home.st_dev, home.st_ino),
+        "write_run": oserr(open, "/run/x", "w"), "write_opt": oserr(open, "/opt/x", "w"),
+        "write_var": oserr(open, "/var/x", "w")})
+"""
+        res, _ = probe(self, code)
+        self.assertEqual(res["lists"], {"/var": ["tmp"], "/home": ["user"], "/run": [],
+                                        "/srv": [], "/opt": [], "/mnt": [], "/media": []})
+        self.assertEqual(res["var_tmp"], ["x"])
+        self.assertEqual(res["var_tmp_fs"][0], "tmpfs")
+        self.assertTrue(res["home_is_workspace"])
+        for k in ("write_run", "write_opt", "write_var"):
+            self.assertIn(res[k], ("EROFS", "EACCES"), k)
 
     def test_canaries_in_host_tmp_and_start_dir_are_invisible(self):
         name = "rc-canary-" + uuid.uuid4().hex

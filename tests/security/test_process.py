@@ -14,7 +14,7 @@ import unittest
 import uuid
 
 from seclib import PRELUDE, PY, RUN_DIR, RUNCELL, LiveRun, host_pids_with, probe, runcell
-from rctest import Server, TempDir, RuncellTestCase, is_root
+from rctest import Server, TempDir, RuncellTestCase, cgroups_expected, is_root
 
 SECBITS_LOCKED = 0xEF  # NOROOT, NO_SETUID_FIXUP, KEEP_CAPS_LOCKED, NO_CAP_AMBIENT_RAISE + locks
 
@@ -197,12 +197,47 @@ report({"pids": pids, "comms": comms, "me": os.getpid(), "child": child.pid,
             self.assertEqual(res["host_pid"], "ENOENT")
 
 
+    def test_each_sandbox_looks_new(self):
+        """As a fresh machine would: a boot id of its own (a version 4 UUID, read-only, not
+        the host's), a cgroup path of its own as /proc/self/cgroup shows it, and a PID 1
+        whose command line names the sandbox. Nothing of the host's ids shows."""
+        code = """
+def read(p):
+    with open(p, "rb") as f:
+        return f.read().decode()
+report({"boot_id": read("/proc/sys/kernel/random/boot_id"),
+        "cgroup": read("/proc/self/cgroup"), "pid1": read("/proc/1/cmdline"),
+        "write": oserr(lambda: open("/proc/sys/kernel/random/boot_id", "w").write("x")),
+        "umount": sc(166, b"/proc/sys/kernel/random/boot_id", 2)})
+"""
+        a, rec = probe(self, code)
+        b, _ = probe(self, code)
+        with_cgroups = cgroups_expected()[0] and not rec.get("limits_degraded")
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            host_boot_id = f.read()
+        for r in (a, b):
+            self.assertRegex(r["boot_id"], r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-"
+                                           r"[0-9a-f]{12}\n$")
+            self.assertNotEqual(r["boot_id"], host_boot_id)
+            self.assertIn(r["write"], ("EROFS", "EACCES"))
+            self.assertEqual(r["umount"], "EPERM")
+            self.assertTrue(r["pid1"].startswith("runcell-sandbox\0"), r["pid1"])
+            # the cgroup namespace is rooted at the sandbox's cgroup: one line shows its leaf
+            leaves = [l.split(":", 2)[2] for l in r["cgroup"].splitlines()
+                      if l.split(":", 2)[2] != "/"]
+            if with_cgroups:
+                self.assertEqual(len(leaves), 1, r["cgroup"])
+        self.assertNotEqual(a["boot_id"], b["boot_id"])
+        self.assertNotEqual(a["pid1"], b["pid1"])
+        if with_cgroups:
+            self.assertNotEqual(a["cgroup"], b["cgroup"])
+
     def test_host_wide_proc_entries_are_empty(self):
-        """The kernel command line, the host's boot id, pressure stall information and the
-        host's memory, disk, interrupt and device statistics read as empty; the entries
-        runtimes use (cpu count, memory, load) still answer. The covers cannot be taken
-        off or written through."""
-        hidden = ["cmdline", "sys/kernel/random/boot_id", "vmstat", "diskstats", "partitions",
+        """The kernel command line, pressure stall information and the host's memory, disk,
+        interrupt and device statistics read as empty (the boot id is the sandbox's own:
+        test_each_sandbox_looks_new); the entries runtimes use (cpu count, memory, load)
+        still answer. The covers cannot be taken off or written through."""
+        hidden = ["cmdline", "vmstat", "diskstats", "partitions",
                   "swaps", "interrupts", "softirqs", "zoneinfo", "buddyinfo", "schedstat",
                   "modules", "devices", "misc", "key-users", "locks", "consoles", "cgroups",
                   "crypto"]

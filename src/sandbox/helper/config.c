@@ -40,6 +40,8 @@ void config_release(struct helper_config *cfg)
     free(cfg->cwd);
     free(cfg->hostname);
     free(cfg->relay_socket);
+    free(cfg->cgroup_leaf_procs);
+    free(cfg->instance);
     strv_free(cfg->template_binds);
     strv_free(cfg->cgroup_procs);
     free(cfg->cgroup_dir);
@@ -66,6 +68,9 @@ static int config_fill(json_t *o, struct helper_config *cfg)
     cfg->privileged = json_is_true(json_object_get(o, "privileged"));
     cfg->cgroup_procs = strv_from_json(json_object_get(o, "cgroup_procs"));
     cfg->cgroup_dir = str_or(o, "cgroup_dir", NULL);
+    cfg->cgroup_leaf_procs = str_or(o, "cgroup_leaf_procs", NULL);
+    cfg->cgroup_leaf_fd = -1;
+    cfg->instance = str_or(o, "instance", "");
     cfg->argv = strv_from_json(json_object_get(o, "argv"));
     cfg->env = strv_from_json(json_object_get(o, "env"));
     cfg->tmp_mb = u64_or(o, "tmp_mb", 512);
@@ -106,6 +111,9 @@ static int config_fill(json_t *o, struct helper_config *cfg)
     if (cfg->relay_socket && (cfg->relay_socket[0] != '/' || !cfg->relay_port))
         return fail("bad sandbox configuration: relay_socket needs an absolute path and "
                     "relay_port");
+    for (const char *c = cfg->instance; *c; c++)
+        if (!((*c >= '0' && *c <= '9') || (*c >= 'a' && *c <= 'f')) || c - cfg->instance >= 32)
+            return fail("bad sandbox configuration: instance is up to 32 lower-case hex digits");
     if (cfg->extra_fds < 0 || cfg->extra_fds > 16)
         return fail("bad sandbox configuration: extra_fds out of range");
     return 0;

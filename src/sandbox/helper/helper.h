@@ -7,6 +7,7 @@
 #include <sys/types.h>
 
 #include "sandbox/sandbox-int.h"
+#include "sandbox/sandbox.h"
 
 /* One read-only or writable bind from the host into the sandbox root. */
 struct bind {
@@ -21,11 +22,15 @@ struct helper_config {
     char *workspace; /* host directory bound at /workspace */
     uid_t host_uid;  /* host uid and gid the sandbox user 1000 maps to */
     gid_t host_gid;
-    uid_t host_root_uid; /* host uid and gid the sandbox's root maps to (privileged only) */
-    bool privileged;     /* the daemon is root: full id maps, setgroups allowed */
-    char **cgroup_procs; /* cgroup.procs files to join before cloning */
-    char *cgroup_dir;    /* v2: the sandbox's cgroup, to clone straight into (clone3) */
-    bool cgroup_ns_late; /* init was cloned into its cgroup: it makes its cgroup namespace */
+    uid_t host_root_uid;     /* host uid and gid the sandbox's root maps to (privileged only) */
+    bool privileged;         /* the daemon is root: full id maps, setgroups allowed */
+    char **cgroup_procs;     /* cgroup.procs files to join before cloning */
+    char *cgroup_dir;        /* v2: the sandbox's cgroup, to clone straight into (clone3) */
+    bool cgroup_ns_late;     /* init was cloned into its cgroup: it makes its cgroup namespace */
+    char *cgroup_leaf_procs; /* the leaf init moves into once its cgroup namespace is made */
+    int cgroup_leaf_fd;      /* ... opened on it before the clone (-1: none) */
+    char *instance;          /* the sandbox's 128 random bits in hex (see spawn-int.h) */
+    bool retitle;            /* init is a clone of the template: write its command line */
     char **argv;
     char **env;
     char *cwd;
@@ -64,9 +69,21 @@ int become_sandbox_root(struct helper_config *cfg);
 int mount_tmpfs(const char *dst, unsigned long flags, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 int rootfs_setup(struct helper_config *cfg);
+/* The sandbox's own /tmp and /var/tmp below root ("" for the cwd, or "/"): a tmpfs each,
+ * of cfg->tmp_mb and cfg->tmp_inodes. 0, or -1 after reporting. */
+int scratch_mounts(const struct helper_config *cfg, const char *root);
+/* Binds root's workspace at its SANDBOX_HOME_DIR. 0, or -1 after reporting. */
+int home_bind(const char *root);
 /* Covers the host-wide entries of the procfs mounted at proc that the sandbox has no use
  * for with empty read-only ones (0, or -1 after reporting). */
-int proc_hide(const char *proc);
+int proc_hide(const char *proc, const char *instance);
+/* Moves the calling process into the leaf cgroup through fd (then closed), after its cgroup
+ * namespace was made: 0, or -1 after reporting. */
+int cgroup_leaf_join(int fd);
+/* Overwrites the calling process's command line (as /proc/PID/cmdline shows it) in place with
+ * "runcell-sandbox" and the first SANDBOX_INSTANCE_SHORT digits of instance, as much as fits;
+ * best effort. */
+void init_retitle(const char *instance);
 int net_loopback_up(void);
 
 /* lockdown.c: in the payload, every step from setsid to seccomp (0, or -1 after reporting);

@@ -7,6 +7,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/signalfd.h>
 #include <string.h>
@@ -118,6 +119,8 @@ void init_main(struct helper_config *cfg, int sync_fd)
         fail_errno("cannot create the cgroup namespace");
         _exit(1);
     }
+    if (cfg->cgroup_leaf_fd >= 0 && cgroup_leaf_join(cfg->cgroup_leaf_fd) < 0)
+        _exit(1);
     /* Until supervise() watches the status pipe, the parent-death signal covers a daemon
      * that dies during setup. */
     prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -149,6 +152,50 @@ void init_main(struct helper_config *cfg, int sync_fd)
     _exit(1);
 }
 
+int cgroup_leaf_join(int fd)
+{
+    int r = write(fd, "0", 1) == 1 ? 0 : fail_errno("cannot move into the sandbox's cgroup leaf");
+    close(fd);
+    return r;
+}
+
+/* Fields 48 and 49 of /proc/self/stat: where the kernel reads the command line from. */
+static int cmdline_area(unsigned long *ret_start, unsigned long *ret_end)
+{
+    char buf[1024];
+    int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd < 0 ? -1 : read(fd, buf, sizeof(buf) - 1);
+    if (fd >= 0)
+        close(fd);
+    if (n <= 0)
+        return -1;
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')'); /* comm may hold spaces and parens */
+    for (int field = 2; p && field < 48; field++)
+        p = strchr(p + 1, ' ');
+    if (!p || sscanf(p + 1, "%lu %lu", ret_start, ret_end) != 2 || *ret_end <= *ret_start)
+        return -1;
+    return 0;
+}
+
+void init_retitle(const char *instance)
+{
+    unsigned long start, end;
+    char title[64];
+    if (cmdline_area(&start, &end) < 0)
+        return;
+    /* The area ends with a NUL the kernel looks for: keep one there, and the rest NULs. */
+    size_t room = end - start, n;
+    n = (size_t)snprintf(title, sizeof(title), "runcell-sandbox%c%.*s", 0, SANDBOX_INSTANCE_SHORT,
+                         instance) +
+        1;
+    if (n > room)
+        n = room;
+    memset((char *)start, 0, room);
+    memcpy((char *)start, title, n);
+    ((char *)start)[room - 1] = '\0';
+}
+
 int init_fork_payload(const struct helper_config *cfg)
 {
     sigset_t set;
@@ -169,5 +216,7 @@ int init_fork_payload(const struct helper_config *cfg)
         return 0;
     }
     stdio_to_null(cfg->extra_fds);
+    if (cfg->retitle)
+        init_retitle(cfg->instance);
     supervise(payload, &set, cfg->template_profile);
 }

@@ -184,7 +184,7 @@ static int landlock_apply(const struct helper_config *cfg)
         r = landlock_allow(ruleset, "/dev",
                            read | LANDLOCK_ACCESS_FS_WRITE_FILE |
                                (abi >= 5 ? LANDLOCK_ACCESS_FS_IOCTL_DEV : 0));
-    const char *writable[] = {"/workspace", "/tmp", "/dev/shm"};
+    const char *writable[] = {"/workspace", "/tmp", "/var/tmp", "/dev/shm"};
     for (size_t i = 0; !r && i < ARRAY_SIZE(writable); i++)
         r = landlock_allow(ruleset, writable[i], rw);
     for (size_t i = 0; !r && i < cfg->n_binds; i++)

@@ -139,6 +139,11 @@ static int start_sandbox(struct helper_config *cfg)
     int sync_pipe[2];
     if (pipe2(sync_pipe, O_CLOEXEC) < 0)
         return fail_errno("pipe"), 1;
+    /* Opened here, as the daemon's uid in its cgroup namespace: the kernel checks a cgroup
+     * move against the credentials the file was opened with. */
+    if (cfg->cgroup_leaf_procs &&
+        (cfg->cgroup_leaf_fd = open(cfg->cgroup_leaf_procs, O_WRONLY | O_CLOEXEC)) < 0)
+        return fail_errno("cannot open %s", cfg->cgroup_leaf_procs), 1;
     pid_t child = cfg->cgroup_dir ? clone_into_cgroup(cfg) : -ENOSYS;
     if (child == -ENOSYS || child == -EINVAL || child == -E2BIG) {
         if ((child = clone_then_attach(cfg)) == REPORTED)

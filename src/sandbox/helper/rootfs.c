@@ -35,6 +35,13 @@ static const char *const top_links[] = {"bin", "sbin", "lib", "lib32", "lib64", 
 
 static const char *const dev_nodes[] = {"null", "zero", "full", "random", "urandom"};
 
+/* The directories of a usual Linux root that programs (and probes that tell a fresh machine
+ * from a reused one) expect to find: empty and read-only here, nothing of the host's. /var/tmp
+ * (a capped tmpfs of its own) and /home/user (the workspace again) are mounted on two of them,
+ * in a sandbox made from scratch and in each made by the template alike. */
+static const char *const root_dirs[] = {"var", "var/tmp", "home", "home/user", "run",
+                                        "srv", "opt",     "mnt",  "media"};
+
 /* Flags of an existing mount that a remount must carry over: in a user namespace the kernel
  * locks them, and a remount that would clear one fails with EPERM. */
 static unsigned long locked_flags(const char *path)
@@ -242,7 +249,8 @@ int become_sandbox_root(struct helper_config *cfg)
 
 /* Host-wide /proc entries the interpreters have no use for and that say things about the
  * host or its other tenants: the kernel command line, the boot id (one per host boot, the
- * same in every sandbox), pressure stall and memory, disk, interrupt and scheduler
+ * same in every sandbox: each sandbox reads one of its own instead, see proc_hide), pressure
+ * stall and memory, disk, interrupt and scheduler
  * statistics, devices, modules, locks and keys. Each is covered by an empty read-only file
  * or directory; the few runtimes read (cpuinfo, meminfo, stat, loadavg, uptime, version)
  * stay, as SECURITY.md says. Entries this kernel lacks are skipped. */
@@ -307,7 +315,36 @@ static int cover_legacy(const char *proc, const char *dst, bool dir)
     return r; /* -1 with errno set */
 }
 
-int proc_hide(const char *proc)
+#define BOOT_ID "sys/kernel/random/boot_id"
+
+/* The boot id a sandbox reads, from its instance (32 hex digits): a version 4 UUID, as the
+ * kernel makes one per boot. out holds 38 bytes. */
+static void boot_id_text(const char *instance, char *out)
+{
+    char hex[33];
+    snprintf(hex, sizeof(hex), "%s%.*s", instance, (int)(32 - strnlen(instance, 32)),
+             "00000000000000000000000000000000");
+    hex[12] = '4';
+    hex[16] = "89ab"[(hex[16] >= 'a' ? hex[16] - 'a' + 10 : hex[16] - '0') & 3];
+    snprintf(out, 38, "%.8s-%.4s-%.4s-%.4s-%.12s\n", hex, hex + 8, hex + 12, hex + 16, hex + 20);
+}
+
+/* Legacy kernels: the boot id file is bound from the private tmpfs, attached for the moment
+ * at the hidden directory fs/ (covered right after, like the rest). 0, or -1 with errno. */
+static int boot_id_legacy(int mnt, const char *proc, const char *dst)
+{
+    char src[256];
+    snprintf(src, sizeof(src), "%s/fs", proc);
+    if (syscall(SYS_move_mount, mnt, "", AT_FDCWD, src, MOVE_MOUNT_F_EMPTY_PATH) < 0)
+        return -1;
+    snprintf(src, sizeof(src), "%s/fs/boot_id", proc);
+    if (mount(src, dst, NULL, MS_BIND, NULL) < 0)
+        return -1;
+    return mount(NULL, dst, NULL,
+                 MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
+}
+
+int proc_hide(const char *proc, const char *instance)
 {
     /* The empty file and directory live on a tmpfs that is never attached anywhere: no
      * path in the sandbox leads to it but the covers themselves. */
@@ -322,6 +359,11 @@ int proc_hide(const char *proc)
     _cleanup_close_ int f = openat(mnt, "empty", O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0444);
     if (f < 0 || mkdirat(mnt, "emptydir", 0555) < 0)
         return fail_errno("cannot create the empty file that hides host /proc entries");
+    char boot_id[38];
+    boot_id_text(instance, boot_id);
+    _cleanup_close_ int b = openat(mnt, "boot_id", O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0444);
+    if (b < 0 || write(b, boot_id, 37) != 37)
+        return fail_errno("cannot write the sandbox's boot id");
     char dst[256];
     bool legacy = false;
     for (size_t i = 0; i < ARRAY_SIZE(proc_hidden_files) + ARRAY_SIZE(proc_hidden_dirs); i++) {
@@ -332,18 +374,43 @@ int proc_hide(const char *proc)
         snprintf(dst, sizeof(dst), "%s/%s", proc, name);
         if (lstat(dst, &st) < 0 || !!S_ISDIR(st.st_mode) != dir)
             continue; /* not in this kernel */
-        if (!legacy && cover_with(mnt, dir ? "emptydir" : "empty", dst) == 0)
+        bool own = !strcmp(name, BOOT_ID);
+        if (!legacy && cover_with(mnt, dir ? "emptydir" : own ? "boot_id" : "empty", dst) == 0)
             continue;
         /* Older kernels (Debian 12's 6.1) refuse to clone a detached mount (EINVAL): cover
          * the way container runtimes do, /dev/null over files, an empty read-only tmpfs
          * over directories. */
         if (legacy || errno == EINVAL) {
             legacy = true;
-            if (cover_legacy(proc, dst, dir) == 0)
+            if (own ? boot_id_legacy(mnt, proc, dst) == 0 : cover_legacy(proc, dst, dir) == 0)
                 continue;
         }
         return fail_errno("cannot hide %s in the sandbox", dst);
     }
+    return 0;
+}
+
+int scratch_mounts(const struct helper_config *cfg, const char *root)
+{
+    const char *const dirs[] = {"tmp", "var/tmp"};
+    char dst[64];
+    for (size_t i = 0; i < ARRAY_SIZE(dirs); i++) {
+        snprintf(dst, sizeof(dst), "%s%s", root, dirs[i]);
+        if (mount_tmpfs(dst, MS_NOSUID | MS_NODEV, "mode=1777,size=%llum,nr_inodes=%llu",
+                        (unsigned long long)cfg->tmp_mb, (unsigned long long)cfg->tmp_inodes) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+int home_bind(const char *root)
+{
+    char src[64], dst[64];
+    /* The same mount again (its flags come with it), not a second copy of the files. */
+    snprintf(src, sizeof(src), "%sworkspace", root);
+    snprintf(dst, sizeof(dst), "%s%s", root, SANDBOX_HOME_DIR + 1);
+    if (mount(src, dst, NULL, MS_BIND, NULL) < 0)
+        return fail_errno("cannot bind the workspace at %s", SANDBOX_HOME_DIR);
     return 0;
 }
 
@@ -358,10 +425,12 @@ int rootfs_setup(struct helper_config *cfg)
         return fail_errno("chdir %s", cfg->root_dir);
     if (bind_path("/usr", "usr", false) < 0 || top_level_links() < 0 || etc_files(cfg) < 0)
         return -1;
-    if (bind_path(cfg->workspace, "workspace", true) < 0)
+    for (size_t i = 0; i < ARRAY_SIZE(root_dirs); i++)
+        if (mkdir(root_dirs[i], 0755) < 0)
+            return fail_errno("cannot create /%s in the sandbox", root_dirs[i]);
+    if (bind_path(cfg->workspace, "workspace", true) < 0 || home_bind("") < 0)
         return -1;
-    if (mount_tmpfs("tmp", MS_NOSUID | MS_NODEV, "mode=1777,size=%llum,nr_inodes=%llu",
-                    (unsigned long long)cfg->tmp_mb, (unsigned long long)cfg->tmp_inodes) < 0)
+    if (scratch_mounts(cfg, "") < 0)
         return -1;
     if (dev_setup(cfg) < 0)
         return -1;
@@ -370,7 +439,7 @@ int rootfs_setup(struct helper_config *cfg)
         return fail_errno("cannot mount /proc in the sandbox");
     /* Not in the template: its sessions mount a /proc of their own (and hide its entries
      * there), which the kernel allows only while this one has no covers over files. */
-    if (!cfg->template_profile && proc_hide("proc") < 0)
+    if (!cfg->template_profile && proc_hide("proc", cfg->instance) < 0)
         return -1;
     for (size_t i = 0; i < cfg->n_binds; i++)
         if (bind_path(cfg->binds[i].src, cfg->binds[i].dst + 1, cfg->binds[i].rw) < 0)
