@@ -14,6 +14,7 @@ static const struct route api_routes[] = {
     {"POST", "/v1/sessions/{id}/executions/{eid}/cancel", h_execution_cancel, 0, NULL},
     {"POST", "/v1/sessions/{id}/interrupt", h_session_interrupt, 0, NULL},
     {"POST", "/v1/sessions/{id}/restart", h_session_restart, 0, NULL},
+    {"POST", "/v1/sessions/{id}/undo", h_session_undo, 0, NULL},
     {"POST", "/v1/sessions/{id}/checkpoint", h_session_checkpoint, 0, NULL},
     {"GET", "/v1/sessions/{id}/events", h_session_events, 0, NULL},
     {"GET", "/v1/sessions/{id}/files", h_files_list, 0, NULL},

@@ -19,6 +19,7 @@ static const struct field create_fields[] = {
     {"install_timeout_s", F_NUMBER},
     {"persist", F_BOOL},
     {"resume_from", F_STRING},
+    {"history", F_INT},
 };
 
 /* Strings of a JSON array into a fresh vector; false after replying 400. */
@@ -133,6 +134,17 @@ bool session_opts_from_json(struct request *rq, json_t *body, struct session_opt
         !get_count(rq, body, "pids", max->max_pids, &o->limits.pids) ||
         !get_count(rq, body, "disk_mb", max->max_disk_mb, &o->limits.disk_mb))
         return false;
+    json_t *hist = json_object_get(body, "history");
+    if (json_is_integer(hist)) {
+        json_int_t h = json_integer_value(hist);
+        if (h < 0 || h > SESSION_HISTORY_MAX) {
+            api_error(rq, AE_BAD_REQUEST,
+                      "field 'history' is %lld: the cells a session can undo are 0 to %d",
+                      (long long)h, SESSION_HISTORY_MAX);
+            return false;
+        }
+        o->history = (unsigned)h;
+    }
     json_t *cpus = json_object_get(body, "cpus");
     if (cpus && !json_is_null(cpus)) {
         double c = json_number_value(cpus);
@@ -166,6 +178,7 @@ json_t *session_info(const char *id, struct session *s)
 {
     json_t *info = session_info_base(id, s);
     json_object_set_new(info, "network", net_policy_json(session_net_policy(s)));
+    json_object_set_new(info, "history", json_integer(session_options(s)->history));
     if (session_packages(s))
         json_object_set(info, "packages", session_packages(s));
     return info;
@@ -356,4 +369,30 @@ enum MHD_Result h_metrics(struct request *rq)
         MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
     MHD_add_response_header(r, "Content-Type", "text/plain; version=0.0.4");
     return reply_response(rq, 200, r);
+}
+
+enum MHD_Result h_session_undo(struct request *rq)
+{
+    static const struct field fields[] = {{"before", F_INT}};
+    json_t *body = body_json(rq), *report = NULL;
+    if (!body)
+        return MHD_YES;
+    if (!check_fields(rq, body, fields, ARRAY_SIZE(fields))) {
+        json_decref(body);
+        return MHD_YES;
+    }
+    json_int_t before = json_integer_value(json_object_get(body, "before"));
+    json_decref(body);
+    if (before < 0)
+        return api_error(rq, AE_BAD_REQUEST, "field 'before' must be an execution count");
+    struct session *s = acquire_session(rq);
+    if (!s)
+        return MHD_YES;
+    int r = session_undo(s, (long)before, &report);
+    session_table_put(rq->srv->table, s);
+    if (r == -ENOENT)
+        return api_error(rq, AE_NOT_FOUND, "%s", err_msg());
+    if (r < 0)
+        return api_errno(rq, r);
+    return reply_json(rq, 200, report);
 }

@@ -591,6 +591,13 @@ int manifest_save(const struct persist_config *c, const char *id, struct manifes
                   struct workspace *ws, const struct ws_listing *after, json_t *variables,
                   char **ret_error)
 {
+    return manifest_save_keep(c, id, m, ws, after, variables, NULL, ret_error);
+}
+
+int manifest_save_keep(const struct persist_config *c, const char *id, struct manifest *m,
+                       struct workspace *ws, const struct ws_listing *after, json_t *variables,
+                       struct manifest *ret_old, char **ret_error)
+{
     struct save sv = {.c = c,
                       .id = id,
                       .ws = ws,
@@ -644,11 +651,16 @@ int manifest_save(const struct persist_config *c, const char *id, struct manifes
     if (sv.next.n > n_seen)
         qsort(sv.next.v, sv.next.n, sizeof(*sv.next.v), path_cmp);
     int r = 0;
-    if (stored_differs(&sv.next, m) && (r = write_manifest(&sv)) == 0)
+    bool differs = stored_differs(&sv.next, m);
+    if (differs && (r = write_manifest(&sv)) == 0 && !ret_old)
         drop_unused(&sv);
     if (!r) {
-        /* Also when only inode numbers moved (after a load): the next save compares to them. */
-        manifest_release(m);
+        /* Also when only inode numbers moved (after a load): the next save compares to them.
+         * A caller that keeps the old list (a history) gets it, blobs and all. */
+        if (ret_old && differs)
+            *ret_old = *m;
+        else
+            manifest_release(m);
         *m = sv.next;
         memset(&sv.next, 0, sizeof(sv.next));
     }
@@ -753,6 +765,15 @@ static int restore_file(struct store *st, const char *from_id, const struct ment
     return 0;
 }
 
+int manifest_restore_entry(struct store *st, const char *from_id, const struct mentry *e,
+                           struct workspace *ws)
+{
+    return str_has_prefix(e->path, ".runcell/")
+               ? err_set(EINVAL, "the name is reserved for runcell")
+           : e->target ? restore_link(e, ws)
+                       : restore_file(st, from_id, e, ws);
+}
+
 void manifest_restore_files(struct store *st, const char *from_id, const struct manifest *m,
                             struct workspace *ws, json_t *ok, json_t *failed)
 {
@@ -788,17 +809,50 @@ int store_discard(struct store *st, const char *id)
     return r;
 }
 
-void store_collect_garbage(struct store *st, const char *id, const struct manifest *m)
+/* Adds the blobs m names to named (sha -> true). */
+static void name_blobs(const struct manifest *m, json_t *named)
 {
-    _cleanup_free_ char *prefix = xasprintf("sessions/%s/blobs/", id);
-    struct store_listing l;
-    json_t *named = json_object();
     for (size_t i = 0; i < m->n; i++)
         if (!m->v[i].target)
             json_object_set_new(named, m->v[i].sha, json_true());
     const char *vsha = json_string_value(json_object_get(m->variables, "sha256"));
     if (vsha)
         json_object_set_new(named, vsha, json_true());
+}
+
+void manifest_drop_blobs(const struct persist_config *c, const char *id,
+                         const struct manifest *gone, const struct manifest *keep, size_t n_keep)
+{
+    json_t *named = json_object();
+    for (size_t i = 0; i < n_keep; i++)
+        name_blobs(&keep[i], named);
+    json_t *dropped = json_object();
+    for (size_t i = 0; i < gone->n; i++) {
+        const struct mentry *e = &gone->v[i];
+        if (e->target || json_object_get(named, e->sha) || json_object_get(dropped, e->sha))
+            continue;
+        json_object_set_new(dropped, e->sha, json_true());
+        _cleanup_free_ char *key = blob_key(id, e->sha);
+        if (store_delete(c->store, key) < 0)
+            log_warn("msg=\"cannot delete an unused blob\" key=%s error=%s", key,
+                     log_quote(err_msg()));
+    }
+    json_decref(named);
+    json_decref(dropped);
+}
+
+void store_collect_garbage(struct store *st, const char *id, const struct manifest *m)
+{
+    store_collect_garbage_of(st, id, m, 1);
+}
+
+void store_collect_garbage_of(struct store *st, const char *id, const struct manifest *ms, size_t n)
+{
+    _cleanup_free_ char *prefix = xasprintf("sessions/%s/blobs/", id);
+    struct store_listing l;
+    json_t *named = json_object();
+    for (size_t i = 0; i < n; i++)
+        name_blobs(&ms[i], named);
     if (store_list(st, prefix, &l) == 0) {
         for (size_t i = 0; i < l.n; i++)
             if (!json_object_get(named, l.v[i].key + strlen(prefix)))

@@ -198,6 +198,15 @@ uint64_t manifest_bytes(const struct manifest *m);
 int manifest_save(const struct persist_config *c, const char *id, struct manifest *m,
                   struct workspace *ws, const struct ws_listing *after, json_t *variables,
                   char **ret_error);
+/* As manifest_save; with ret_old, the list that was replaced (when it differs) is handed
+ * there rather than freed, and no blob is deleted: a history keeps naming them (see
+ * manifest_drop_blobs). */
+int manifest_save_keep(const struct persist_config *c, const char *id, struct manifest *m,
+                       struct workspace *ws, const struct ws_listing *after, json_t *variables,
+                       struct manifest *ret_old, char **ret_error);
+/* Deletes the blobs of gone that none of keep (n_keep lists) names. Best effort, logged. */
+void manifest_drop_blobs(const struct persist_config *c, const char *id,
+                         const struct manifest *gone, const struct manifest *keep, size_t n_keep);
 /* Writes m's files from session from_id's blobs into ws; appends restored paths to ok and
  * {path, error} to failed. */
 void manifest_restore_files(struct store *st, const char *from_id, const struct manifest *m,
@@ -219,6 +228,13 @@ int store_discard(struct store *st, const char *id);
 /* Removes blobs of id that m does not name (left by a crash between a blob and its
  * manifest). Best effort. */
 void store_collect_garbage(struct store *st, const char *id, const struct manifest *m);
+/* The same, keeping what any of the n lists ms names. */
+void store_collect_garbage_of(struct store *st, const char *id, const struct manifest *ms,
+                              size_t n);
+/* Restores one entry of a manifest (file from from_id's blob, or link) into ws. 0 or -errno
+ * with err_msg(). */
+int manifest_restore_entry(struct store *st, const char *from_id, const struct mentry *e,
+                           struct workspace *ws);
 
 /* What session.c calls of persist.c, through the pointers session_persist hands it rather
  * than by name: a program that never persists (runcell run) then links none of the store and
@@ -229,6 +245,9 @@ struct persist_ops {
                           struct exec_record *rec);
     /* When the session is freed. */
     void (*free)(struct persist *p);
+    /* Puts the workspace back as it was before execution `before` (the session busy): a
+     * report {restored, removed, failed} or {kept: false, why}; may be NULL. */
+    json_t *(*undo_files)(struct persist *p, struct workspace *ws, long before);
 };
 /* The lists named by keys (NULL-terminated) of a kernel's reply as they may be kept: at
  * most REPLY_MAX_ITEMS items of short strings (or small objects of them), and

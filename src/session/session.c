@@ -106,6 +106,10 @@ static int start_kernel_for(struct session *s, const char *lang)
     int r = kernel_start(s->host, s->ws, &l, s->argv, s->opts.start_timeout_ms, &extra, &k);
     if (r < 0)
         return r;
+    /* A kernel that cannot keep its history still runs: an undo says what is missing. */
+    if (s->opts.history && !extra.javascript &&
+        kernel_history(k, s->opts.history, s->opts.start_timeout_ms) < 0)
+        log_warn("msg=\"the kernel keeps no history\" error=%s", log_quote(err_msg()));
     pthread_mutex_lock(&s->lock);
     *kernel_slot(s, lang) = k;
     pthread_mutex_unlock(&s->lock);
@@ -217,6 +221,9 @@ int session_adopt(struct session *s, const struct session_opts *opts)
     /* Made ahead with the pool's home; the kernel is told the new one (~0.1 ms). The pool
      * hands over Python sessions, whose only kernel is s->k. */
     if (strcmp(home, s->opts.home_dir) && (r = kernel_set_home(s->k, home, o.start_timeout_ms)) < 0)
+        return r;
+    if (o.history != s->opts.history && !lang_is_javascript(s->lang) &&
+        (r = kernel_history(s->k, MIN(o.history, SESSION_HISTORY_MAX), o.start_timeout_ms)) < 0)
         return r;
     set_opts(s, opts);
     s->created_ms = now_realtime_ms();
@@ -1125,6 +1132,75 @@ void session_interrupt_first_cell(struct session *s)
     if (busy && s->cell_sent && s->k)
         kernel_interrupt(s->k);
     pthread_mutex_unlock(&s->lock);
+}
+
+/* ---- undo ---- */
+
+struct undo_ctx {
+    long before;
+    json_t *report;
+};
+
+static int do_undo(struct session *s, void *arg)
+{
+    struct undo_ctx *u = arg;
+    long count = 0;
+    json_t *kept = NULL;
+    if (!s->k)
+        return err_set(ENOENT, "the interpreter was lost with its history; nothing to undo");
+    if (u->before <= 0)
+        u->before = s->execution_count;
+    if (u->before <= 0)
+        return err_set(ENOENT, "no cell has run yet: nothing to undo");
+    int r = kernel_undo(s->k, u->before, s->opts.timeout_ms, &count, &kept);
+    if (r == -ENOENT)
+        return r;
+    if (r < 0) {
+        /* The kernel broke off or lied: as after a kernel lost, a fresh one, files kept. */
+        char *msg = xstrdup(err_msg());
+        stop_kernel_for(s, s->lang);
+        if (start_kernel_for(s, s->lang) < 0)
+            log_warn("msg=\"cannot restart the kernel\" error=%s", log_quote(err_msg()));
+        s->execution_count = 0;
+        err_set(EIO,
+                "the undo failed (%s); the interpreter was restarted and its variables are "
+                "lost (files are kept)",
+                msg);
+        free(msg);
+        return -EIO;
+    }
+    s->execution_count = count;
+    u->report = json_pack("{s:I,s:s,s:s,s:o}", "execution_count", (json_int_t)count, "variables",
+                          "restored", "shell", "restarted", "kept", kept);
+    if (s->persist && s->persist_ops->undo_files)
+        json_object_set_new(u->report, "files",
+                            s->persist_ops->undo_files(s->persist, s->ws, u->before));
+    else
+        json_object_set_new(u->report, "files",
+                            json_pack("{s:b,s:s}", "kept", 0, "why",
+                                      "the session keeps no files in a store: its files are as "
+                                      "the cells left them"));
+    return 0;
+}
+
+int session_undo(struct session *s, long before, json_t **ret_report)
+{
+    if (lang_is_javascript(s->lang))
+        return err_set(EINVAL, "a JavaScript session keeps no history: undo is for Python "
+                               "sessions");
+    if (!s->opts.history)
+        return err_set(EINVAL,
+                       "this session keeps no history: create it with history (the "
+                       "number of cells it can undo, up to %d)",
+                       SESSION_HISTORY_MAX);
+    struct undo_ctx u = {.before = before};
+    int r = session_run_exclusive(s, s->opts.timeout_ms, do_undo, &u);
+    if (r < 0) {
+        json_decref(u.report);
+        return r;
+    }
+    *ret_report = u.report;
+    return 0;
 }
 
 int session_restart(struct session *s)

@@ -163,7 +163,10 @@ struct session_opts {
     const char *home_dir; /* HOME and the working directory of the kernels, their shell and
                            * the programs they start: "/workspace" (NULL, runcell's own) or
                            * SANDBOX_HOME_DIR ("/home/user", E2B's), the same files */
+    unsigned history;     /* cells whose state before them is kept for session_undo (a Python
+                           * session's; 0: none), at most SESSION_HISTORY_MAX */
 };
+#define SESSION_HISTORY_MAX 100
 void session_opts_fill_defaults(struct session_opts *o);
 /* The home a session_opts.home_dir names: "/workspace" or SANDBOX_HOME_DIR (static strings),
  * or NULL for any other value. */
@@ -232,6 +235,16 @@ void session_cancel_queued(struct session *s);
  * so; this gives it back, for a thread that goes on to other work (the HTTP server calls it
  * before each request that is not an execution). Nothing when the thread is not lowered. */
 void session_work_priority_reset(void);
+/* Takes s back to its state before execution `before` (0: before the last one): the Python
+ * kernel's whole memory as it was then (a copy of the process kept since, see
+ * docs/ARCHITECTURE.md "Undo"), and, when s keeps its files in a store, the files that cell
+ * and those after it created, changed and deleted. Waits for a running cell up to its
+ * timeout (-EBUSY past it). 0 with *ret_report: {execution_count, variables: "restored",
+ * files: {restored: [...], removed: [...], failed: [{path, error}]} or {kept: false, why},
+ * shell: "restarted" or absent, kept: [cells still undoable]} (caller decrefs); -ENOENT when
+ * the state before that cell is not kept (with what is, in err_msg()); -EINVAL for a
+ * session that keeps no history (or a JavaScript one). */
+int session_undo(struct session *s, long before, json_t **ret_report);
 /* Interrupts the running cell, if any (KeyboardInterrupt), also one whose interpreter is
  * still starting. Safe from any thread. */
 int session_interrupt(struct session *s);
