@@ -35,4 +35,26 @@ int proxy_parse_request(const char *head, size_t len, struct proxy_request *rq);
  * system resolver. At most NET_MAX_ADDRS. 0 or -errno with err_msg(). */
 int net_resolve(const char *host, uint16_t port, struct sockaddr_storage *ret, size_t *ret_n);
 
+/* ---- allowlist entries, one at a time (policy.c) ---- */
+
+/* Parses one allowlist entry (see net_policy_parse) into e; -EINVAL with err_msg(). e is
+ * zeroed first, so net_entry_release may be called whatever the result. */
+int net_entry_parse(const char *given, struct net_entry *e);
+void net_entry_release(struct net_entry *e);
+void net_entry_copy(struct net_entry *dst, const struct net_entry *src);
+/* Whether e names host (any port), compared as net_policy_match does. */
+bool net_entry_names(const struct net_entry *e, const char *host);
+
+/* ---- the secrets of a request (secrets.c) ---- */
+
+/* Whether some secret is for host:port, over TLS or (tls false) plain HTTP. */
+bool net_secrets_for_host(const struct net_secrets *s, const char *host, uint16_t port, bool tls);
+/* The secrets a request to host:port for path (path_len bytes, its query included or not)
+ * gets: at most one per header name (the longest matching path prefix wins), at most max,
+ * into ret. A path with a '.' or '..' segment (also percent-encoded) or a backslash gets no
+ * secret that has a path prefix. Returns how many. */
+size_t net_secrets_select(const struct net_secrets *s, const char *host, uint16_t port, bool tls,
+                          const char *path, size_t path_len, const struct net_secret **ret,
+                          size_t max);
+
 #endif

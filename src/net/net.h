@@ -86,6 +86,78 @@ json_t *net_policy_json(const struct net_policy *p);
  * HTTPS_PROXY, ALL_PROXY, NO_PROXY and their lower-case twins); returns the vector. */
 char **net_proxy_env(const struct net_policy *p, char **env);
 
+/* The entry of p that covers every host e names at port (see net_policy_within), or NULL. */
+const struct net_entry *net_policy_covering(const struct net_policy *p, const struct net_entry *e,
+                                            uint16_t port);
+
+/* ---- secrets: credentials the proxy adds to a host's requests (secrets.c) ----
+ *
+ * A secret names its host as an allowlist entry does ("api.example.com", "*.example.com",
+ * "host:8443", an IP), optionally a path prefix, and what is sent: a header (name and value,
+ * such as Authorization: Bearer ...) or basic auth. The proxy adds it to every request for a
+ * matching host (port: the entry's, else 443; plain HTTP on the entry's port, else 80, only
+ * with allow_http) whose path starts with the prefix, in place of any header of that name
+ * the client sent. A secret does not allow its host: the allowlist must name it. Values are
+ * wiped when freed and never appear in what this module prints (net_secrets_json, errors,
+ * events, log lines). */
+
+#define NET_MAX_SECRETS      64
+#define NET_SECRET_VALUE_MAX 8192 /* bytes of a header value (basic: of user and password) */
+
+enum net_secret_kind { NET_SECRET_HEADER, NET_SECRET_BASIC };
+
+struct net_secret {
+    struct net_entry host;
+    char *path_prefix; /* requests whose path starts with it; NULL: every path */
+    enum net_secret_kind kind;
+    char *header;    /* the header's name as given (basic: "Authorization") */
+    char *value;     /* the header's value as sent (basic: "Basic BASE64(user:password)") */
+    char *token;     /* the value past its scheme ("Bearer X": X), for net_secrets_scrub; or NULL */
+    char *password;  /* basic: the password alone, for net_secrets_scrub; or NULL */
+    bool allow_http; /* also over plain HTTP (sent in clear text on the way) */
+};
+
+struct net_secrets {
+    struct net_secret *v;
+    size_t n;
+};
+
+/* Parses a JSON array of secrets, every surface's one way in:
+ *   [{"host": H, "header": NAME, "value": V} | {"host": H, "basic": {"user": U, "password": P}},
+ *    optional "path_prefix": "/v1/", "allow_http": false]
+ * and checks that allow (the session's allowlist; NULL for none) names each secret's host at
+ * its port. arr NULL or JSON null: *ret = NULL. 0 or -EINVAL with err_msg() naming the field
+ * ("secrets[1].header: ...") and never quoting a value; *ret owned by the caller. */
+int net_secrets_from_json(const json_t *arr, const struct net_policy *allow,
+                          struct net_secrets **ret);
+/* Whether allow names each secret's host at its port; -EINVAL with err_msg() otherwise. */
+int net_secrets_check(const struct net_secrets *s, const struct net_policy *allow);
+struct net_secrets *net_secrets_copy(const struct net_secrets *s);
+/* Wipes every value (explicit_bzero) and frees; NULL is a no-op. */
+void net_secrets_free(struct net_secrets *s);
+/* What may be shown of secrets: [{"host", "header", "kind": "header"|"basic", "path_prefix",
+ * "allow_http"}], never a value or a user name; an empty array for NULL. Caller owns it. */
+json_t *net_secrets_json(const struct net_secrets *s);
+/* Overwrites with '*' every occurrence of a secret's value (and of its token or password
+ * alone, when 8 bytes or longer) in buf; returns how many it masked. */
+size_t net_secrets_scrub(const struct net_secrets *s, char *buf, size_t len);
+/* Zeroes the values, user names and passwords in a JSON array of secrets (as parsed from a
+ * request) once they have been copied out of it. */
+void net_secrets_json_wipe(json_t *arr);
+
+/* A change of a running session's rules, from JSON (every surface's one way in):
+ *   {"allow": [...]} replaces the allowlist; {"allow_add": [...], "allow_remove": [...]}
+ *   edit it; {"secrets": [...]} replaces the secrets; {"secrets_add": [...],
+ *   "secrets_remove": [{"host": H, "header": NAME, "path_prefix": P}]} edit them (header and
+ *   path_prefix narrow what is removed; a removal that matches nothing is an error).
+ * The result is checked as a new session's would be: entries within max (NULL: no cap), each
+ * secret's host on the allowlist. Caps (max_connections, max_bytes) stay p's. 0 with *ret_p
+ * and *ret_s (NULL when none are left; both owned by the caller), or -EINVAL with err_msg()
+ * naming the field; p and s are not changed. */
+int net_rules_change(const struct net_policy *p, const struct net_secrets *s, const json_t *change,
+                     const struct net_policy *max, struct net_policy **ret_p,
+                     struct net_secrets **ret_s);
+
 /* ---- the egress proxy of one session ---- */
 
 /* One attempt through the proxy, allowed or refused. Strings are borrowed for the callback. */

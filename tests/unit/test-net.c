@@ -402,6 +402,306 @@ TEST(heads_with_nul_or_bare_cr_are_refused)
     buf_release(&rq.forward);
 }
 
+/* ---- secrets ---- */
+
+static struct net_secrets *secrets(const char *json, const char *allow)
+{
+    json_error_t jerr;
+    json_t *j = json_loads(json, 0, &jerr);
+    CHECK(j != NULL);
+    struct net_policy *p = allow ? policy(allow) : NULL;
+    struct net_secrets *s = NULL;
+    int r = net_secrets_from_json(j, p, &s);
+    json_decref(j);
+    net_policy_free(p);
+    return r == 0 ? s : NULL;
+}
+
+/* The error a secret gets, which must never quote its value. */
+static const char *secret_error(const char *json, const char *allow)
+{
+    CHECK(secrets(json, allow) == NULL);
+    CHECK(strstr(err_msg(), "TOPSECRET") == NULL);
+    return err_msg();
+}
+
+TEST(secrets_parse_headers_and_basic_auth)
+{
+    struct net_secrets *s = secrets(
+        "[{\"host\": \"API.example.test\", \"header\": \"Authorization\", \"value\": \"Bearer "
+        "TOPSECRET-1\", \"path_prefix\": \"/v1/\"},"
+        " {\"host\": \"*.files.test:8443\", \"basic\": {\"user\": \"me\", \"password\": "
+        "\"TOPSECRET-2\"}, \"allow_http\": true}]",
+        "api.example.test,*.files.test:8443");
+    CHECK(s && s->n == 2);
+    CHECK_STREQ(s->v[0].host.text, "api.example.test");
+    CHECK_STREQ(s->v[0].header, "Authorization");
+    CHECK_STREQ(s->v[0].value, "Bearer TOPSECRET-1");
+    CHECK_STREQ(s->v[0].path_prefix, "/v1/");
+    CHECK(!s->v[0].allow_http);
+    CHECK(s->v[1].kind == NET_SECRET_BASIC);
+    CHECK_STREQ(s->v[1].header, "Authorization");
+    /* base64("me:TOPSECRET-2") */
+    CHECK_STREQ(s->v[1].value, "Basic bWU6VE9QU0VDUkVULTI=");
+    CHECK(s->v[1].allow_http);
+    /* What may be shown holds no value, no user. */
+    json_t *shown = net_secrets_json(s);
+    char *text = json_dumps(shown, JSON_SORT_KEYS);
+    CHECK_STREQ(text, "[{\"allow_http\": false, \"header\": \"Authorization\", \"host\": "
+                      "\"api.example.test\", \"kind\": \"header\", \"path_prefix\": \"/v1/\"}, "
+                      "{\"allow_http\": true, \"header\": \"Authorization\", \"host\": "
+                      "\"*.files.test:8443\", \"kind\": \"basic\"}]");
+    free(text);
+    json_decref(shown);
+    struct net_secrets *c = net_secrets_copy(s);
+    net_secrets_free(s);
+    CHECK_STREQ(c->v[1].value, "Basic bWU6VE9QU0VDUkVULTI=");
+    net_secrets_free(c);
+    net_secrets_free(NULL);
+    json_t *none = json_null();
+    CHECK(net_secrets_from_json(none, NULL, &s) == 0 && s == NULL);
+    json_decref(none);
+}
+
+TEST(bad_secrets_are_refused_naming_the_field_never_the_value)
+{
+    const char *allow = "api.test";
+    CHECK(strstr(secret_error("{}", allow), "secrets must be an array"));
+    CHECK(strstr(secret_error("[1]", allow), "secrets[0] must be an object"));
+    CHECK(strstr(secret_error("[{\"host\": \"api.test\", \"value\": \"TOPSECRET\"}]", allow),
+                 "secrets[0] needs \"header\" and \"value\""));
+    CHECK(strstr(secret_error("[{\"header\": \"X-Key\", \"value\": \"TOPSECRET\"}]", allow),
+                 "secrets[0].host is missing"));
+    CHECK(strstr(secret_error("[{\"host\": \"a..b\", \"header\": \"X\", \"value\": "
+                              "\"TOPSECRET\"}]",
+                              allow),
+                 "secrets[0].host: "));
+    CHECK(strstr(secret_error("[{\"host\": \"api.test\", \"header\": \"X-Key\", \"value\": "
+                              "\"TOPSECRET\\r\\nX-Evil: 1\"}]",
+                              allow),
+                 "secrets[0].value holds a control character"));
+    CHECK(strstr(secret_error("[{\"host\": \"api.test\", \"header\": \"Host\", \"value\": "
+                              "\"TOPSECRET\"}]",
+                              allow),
+                 "secrets[0].header: a secret cannot set 'Host'"));
+    CHECK(strstr(secret_error("[{\"host\": \"api.test\", \"header\": \"X Key\", \"value\": "
+                              "\"TOPSECRET\"}]",
+                              allow),
+                 "secrets[0].header: 'X Key' is not a header name"));
+    CHECK(strstr(secret_error("[{\"host\": \"api.test\", \"header\": \"X\", \"value\": "
+                              "\" TOPSECRET\"}]",
+                              allow),
+                 "white space"));
+    CHECK(strstr(secret_error("[{\"host\": \"api.test\", \"header\": \"X\", \"value\": "
+                              "\"TOPSECRET\", \"vaule\": 1}]",
+                              allow),
+                 "secrets[0]: unknown field 'vaule'"));
+    CHECK(strstr(secret_error("[{\"host\": \"api.test\", \"header\": \"X\", \"value\": "
+                              "\"TOPSECRET\", \"path_prefix\": \"/v1/../admin\"}]",
+                              allow),
+                 "secrets[0].path_prefix"));
+    CHECK(strstr(secret_error("[{\"host\": \"api.test\", \"basic\": {\"user\": \"a:b\", "
+                              "\"password\": \"TOPSECRET\"}}]",
+                              allow),
+                 "secrets[0].basic.user cannot hold ':'"));
+    CHECK(strstr(secret_error("[{\"host\": \"api.test\", \"header\": \"X\", \"value\": "
+                              "\"TOPSECRET\", \"basic\": {\"user\": \"a\", \"password\": \"b\"}}]",
+                              allow),
+                 "either \"basic\""));
+    CHECK(strstr(secret_error("[{\"host\": \"api.test\", \"header\": \"X\", \"value\": "
+                              "\"TOPSECRET\", \"allow_http\": 1}]",
+                              allow),
+                 "secrets[0].allow_http must be true or false"));
+    CHECK(strstr(
+        secret_error("[{\"host\": \"api.test\", \"header\": \"X\", \"value\": \"TOPSECRET\"},"
+                     " {\"host\": \"API.test\", \"header\": \"x\", \"value\": \"TOPSECRET\"}]",
+                     allow),
+        "secrets[1] sets the same header"));
+    /* A secret does not allow its host: the allowlist must name it at its port. */
+    CHECK(strstr(secret_error("[{\"host\": \"other.test\", \"header\": \"X\", \"value\": "
+                              "\"TOPSECRET\"}]",
+                              allow),
+                 "other.test port 443 is not on the network allowlist; add 'other.test'"));
+    CHECK(strstr(secret_error("[{\"host\": \"api.test:8443\", \"header\": \"X\", \"value\": "
+                              "\"TOPSECRET\"}]",
+                              allow),
+                 "api.test:8443 port 8443 is not on the network allowlist"));
+    CHECK(strstr(secret_error("[{\"host\": \"api.test\", \"header\": \"X\", \"value\": "
+                              "\"TOPSECRET\"}]",
+                              NULL),
+                 "the session has no network"));
+    /* A wildcard entry covers the names below it. */
+    struct net_secrets *s =
+        secrets("[{\"host\": \"a.b.test\", \"header\": \"X\", \"value\": \"v\"}]", "*.b.test");
+    CHECK(s != NULL);
+    net_secrets_free(s);
+    char big[NET_SECRET_VALUE_MAX + 200];
+    snprintf(big, sizeof(big), "[{\"host\": \"api.test\", \"header\": \"X\", \"value\": \"%0*d\"}]",
+             NET_SECRET_VALUE_MAX + 1, 0);
+    CHECK(strstr(secret_error(big, allow), "at most 8192"));
+    struct buf many;
+    buf_init(&many, 0);
+    buf_printf(&many, "[");
+    for (int i = 0; i <= NET_MAX_SECRETS; i++)
+        buf_printf(&many, "%s{\"host\": \"api.test\", \"header\": \"X-%d\", \"value\": \"v\"}",
+                   i ? "," : "", i);
+    buf_printf(&many, "]");
+    CHECK(strstr(secret_error(many.data, allow), "at most 64 secrets"));
+    buf_release(&many);
+}
+
+static const char *chosen(const struct net_secrets *s, const char *host, uint16_t port, bool tls,
+                          const char *path)
+{
+    static char out[256];
+    const struct net_secret *v[8];
+    size_t n = net_secrets_select(s, host, port, tls, path, strlen(path), v, 8);
+    out[0] = '\0';
+    for (size_t i = 0; i < n; i++)
+        snprintf(out + strlen(out), sizeof(out) - strlen(out), "%s%s=%s", i ? "," : "",
+                 v[i]->header, v[i]->value);
+    return n ? out : "none";
+}
+
+TEST(a_request_gets_the_secrets_of_its_host_port_and_path)
+{
+    struct net_secrets *s = secrets(
+        "[{\"host\": \"api.test\", \"header\": \"Authorization\", \"value\": \"A\"},"
+        " {\"host\": \"api.test\", \"header\": \"Authorization\", \"value\": \"B\", "
+        "\"path_prefix\": \"/v2/\"},"
+        " {\"host\": \"api.test\", \"header\": \"X-Org\", \"value\": \"O\", \"path_prefix\": "
+        "\"/v2/\"},"
+        " {\"host\": \"*.cdn.test\", \"header\": \"X-Key\", \"value\": \"K\", \"allow_http\": "
+        "true},"
+        " {\"host\": \"alt.test:8443\", \"header\": \"X-Key\", \"value\": \"P\"}]",
+        "api.test,*.cdn.test,alt.test:8443");
+    CHECK(s != NULL);
+    CHECK_STREQ(chosen(s, "api.test", 443, true, "/v1/x"), "Authorization=A");
+    CHECK_STREQ(chosen(s, "API.test.", 443, true, "/v2/x?q=1"), "Authorization=B,X-Org=O");
+    CHECK_STREQ(chosen(s, "api.test", 8443, true, "/v1/x"), "none");
+    /* Plain HTTP only with allow_http. */
+    CHECK_STREQ(chosen(s, "api.test", 80, false, "/v1/x"), "none");
+    CHECK_STREQ(chosen(s, "a.cdn.test", 80, false, "/"), "X-Key=K");
+    CHECK_STREQ(chosen(s, "a.cdn.test", 443, true, "/"), "X-Key=K");
+    CHECK_STREQ(chosen(s, "cdn.test", 443, true, "/"), "none");
+    CHECK_STREQ(chosen(s, "alt.test", 8443, true, "/"), "X-Key=P");
+    CHECK_STREQ(chosen(s, "alt.test", 443, true, "/"), "none");
+    /* A name that resolves to the same place is another name; an address is not a name. */
+    CHECK_STREQ(chosen(s, "api.test.evil", 443, true, "/"), "none");
+    CHECK_STREQ(chosen(s, "127.0.0.1", 443, true, "/"), "none");
+    /* A path that climbs out of the prefix (as servers resolve it) gets no prefixed secret. */
+    CHECK_STREQ(chosen(s, "api.test", 443, true, "/v2/../admin"), "Authorization=A");
+    CHECK_STREQ(chosen(s, "api.test", 443, true, "/v2/%2e%2E/admin"), "Authorization=A");
+    CHECK_STREQ(chosen(s, "api.test", 443, true, "/v2/..%2fadmin"), "Authorization=A");
+    CHECK_STREQ(chosen(s, "api.test", 443, true, "/v2/.\\admin"), "Authorization=A");
+    CHECK_STREQ(chosen(s, "api.test", 443, true, "/v2/a..b/c"), "Authorization=B,X-Org=O");
+    CHECK_STREQ(chosen(s, "api.test", 443, true, "/v2"), "Authorization=A");
+    CHECK(net_secrets_for_host(s, "api.test", 443, true));
+    CHECK(!net_secrets_for_host(s, "api.test", 80, false));
+    CHECK(net_secrets_for_host(s, "x.cdn.test", 80, false));
+    net_secrets_free(s);
+}
+
+TEST(secret_values_are_masked_in_text_and_wiped_from_json)
+{
+    const char *json = "[{\"host\": \"api.test\", \"header\": \"Authorization\", \"value\": "
+                       "\"Bearer tok-0123456789\"}, {\"host\": \"api.test\", \"basic\": {\"user\": "
+                       "\"u\", \"password\": \"pass-0123456789\"}, \"path_prefix\": \"/b/\"}]";
+    json_t *j = json_loads(json, 0, NULL);
+    struct net_policy *p = policy("api.test");
+    struct net_secrets *s = NULL;
+    CHECK(net_secrets_from_json(j, p, &s) == 0);
+    char text[] = "got Bearer tok-0123456789 and tok-0123456789 and pass-0123456789 and "
+                  "dTpwYXNzLTAxMjM0NTY3ODk=, not tok-01234";
+    CHECK(net_secrets_scrub(s, text, strlen(text)) == 4);
+    CHECK_STREQ(text, "got ********************* and ************** and *************** and "
+                      "************************, not tok-01234");
+    net_secrets_json_wipe(j);
+    const char *v = json_string_value(json_object_get(json_array_get(j, 0), "value"));
+    CHECK(v[0] == '\0' && v[5] == '\0');
+    v = json_string_value(
+        json_object_get(json_object_get(json_array_get(j, 1), "basic"), "password"));
+    CHECK(v[0] == '\0');
+    json_decref(j);
+    net_secrets_free(s);
+    net_policy_free(p);
+}
+
+/* Applies change (JSON) to rules allow + secrets_json; returns the result as text, or
+ * "error: MESSAGE". */
+static char *changed(const char *allow, const char *secrets_json, const char *change,
+                     const char *max)
+{
+    struct net_policy *p = policy(allow), *m = max ? policy(max) : NULL, *np = NULL;
+    struct net_secrets *s = secrets_json ? secrets(secrets_json, allow) : NULL, *ns = NULL;
+    json_t *c = json_loads(change, 0, NULL);
+    CHECK(c != NULL);
+    p->max_connections = 7;
+    char *out;
+    if (net_rules_change(p, s, c, m, &np, &ns) == 0) {
+        json_t *j = net_policy_json(np);
+        json_object_set_new(j, "secrets", net_secrets_json(ns));
+        CHECK(json_integer_value(json_object_get(j, "max_connections")) == 7);
+        json_object_del(j, "max_connections");
+        json_object_del(j, "max_bytes");
+        out = json_dumps(j, JSON_SORT_KEYS | JSON_COMPACT);
+        json_decref(j);
+    } else {
+        out = xasprintf("error: %s", err_msg());
+    }
+    json_decref(c);
+    net_policy_free(p);
+    net_policy_free(m);
+    net_policy_free(np);
+    net_secrets_free(s);
+    net_secrets_free(ns);
+    return out;
+}
+
+#define CHECK_CHANGE(allow, secrets_json, change, max, want)                                       \
+    do {                                                                                           \
+        char *got_ = changed(allow, secrets_json, change, max);                                    \
+        if (strncmp(got_, want, strlen(want))) {                                                   \
+            fprintf(stderr, "%s:%d: got %s\n  want %s\n", __FILE__, __LINE__, got_, want);         \
+            exit(1);                                                                               \
+        }                                                                                          \
+        free(got_);                                                                                \
+    } while (0)
+
+TEST(a_running_sessions_rules_change_as_asked)
+{
+    const char *one = "[{\"host\": \"a.test\", \"header\": \"X\", \"value\": \"v\"}]";
+    CHECK_CHANGE("a.test", NULL, "{\"allow_add\": [\"b.test:8443\"]}", NULL,
+                 "{\"allow\":[\"a.test\",\"b.test:8443\"],\"mode\":\"allowlist\",\"secrets\":[]}");
+    CHECK_CHANGE("a.test,b.test", NULL, "{\"allow_remove\": [\"B.test\"]}", NULL,
+                 "{\"allow\":[\"a.test\"],");
+    CHECK_CHANGE("a.test", NULL, "{\"allow\": []}", NULL, "{\"allow\":[],");
+    CHECK_CHANGE("a.test", NULL,
+                 "{\"secrets_add\": [{\"host\": \"a.test\", \"header\": \"X\", \"value\": \"v\"}]}",
+                 NULL,
+                 "{\"allow\":[\"a.test\"],\"mode\":\"allowlist\",\"secrets\":[{\"allow_http\":"
+                 "false,\"header\":\"X\",\"host\":\"a.test\",\"kind\":\"header\"}]}");
+    CHECK_CHANGE("a.test", one, "{\"secrets_remove\": [{\"host\": \"a.test\"}]}", NULL,
+                 "{\"allow\":[\"a.test\"],\"mode\":\"allowlist\",\"secrets\":[]}");
+    CHECK_CHANGE("a.test", one, "{\"secrets\": []}", NULL, "{\"allow\":[\"a.test\"],");
+    CHECK_CHANGE("a.test", one, "{\"secrets_remove\": [{\"host\": \"a.test\", \"header\": \"Y\"}]}",
+                 NULL, "error: secrets_remove[0]: no secret for a.test with header Y matches");
+    CHECK_CHANGE("a.test", NULL, "{\"allow_remove\": [\"c.test\"]}", NULL,
+                 "error: allow_remove[0]: 'c.test' is not on the allowlist");
+    /* Removing the host of a secret leaves the secret with nowhere to go: refused. */
+    CHECK_CHANGE("a.test,b.test", one, "{\"allow_remove\": [\"a.test\"]}", NULL,
+                 "error: secret for a.test: a.test port 443 is not on the network allowlist");
+    CHECK_CHANGE("a.test", NULL, "{\"allow_add\": [\"c.test\"]}", "a.test,b.test",
+                 "error: network allowlist entry 'c.test' is outside what this server allows");
+    CHECK_CHANGE("a.test", NULL, "{\"allow\": [\"b.test\"], \"allow_add\": [\"c.test\"]}", NULL,
+                 "error: give either \"allow\"");
+    CHECK_CHANGE("a.test", NULL, "{\"allowed\": []}", NULL,
+                 "error: network change: unknown field 'allowed'");
+    CHECK_CHANGE("a.test", NULL, "[]", NULL, "error: a network change is an object");
+    CHECK_CHANGE("a.test", NULL, "{\"allow_add\": [\"a..b\"]}", NULL,
+                 "error: network allowlist entry 'a..b'");
+}
+
 int main(int argc, char **argv)
 {
     return run_tests(argc, argv);
