@@ -15,6 +15,7 @@
 
 #include "base/base.h"
 #include "cli/cli.h"
+#include "net/net.h"
 
 #ifdef RUNCELL_FRONT
 #define IN_FULL(fn) NULL /* in runcell-full */
@@ -150,6 +151,8 @@ int main(int argc, char **argv)
 #ifdef RUNCELL_FRONT
         if (!commands[i].fn)
             return exec_full(argv);
+#else
+        net_tls_enable();
 #endif
         if (makes_sandboxes(argc, argv))
             (void)sandbox_scope_reexec(argc, argv);

@@ -550,3 +550,17 @@ char **net_proxy_env(const struct net_policy *p, char **env)
     }
     return env;
 }
+
+char **net_ca_env(char **env)
+{
+    /* The bundle (this host's roots plus the session CA) for the clients that take one file
+     * in place of the system's; Node adds NODE_EXTRA_CA_CERTS to its own roots. */
+    static const char *const bundle_vars[] = {"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE",
+                                              "CURL_CA_BUNDLE", "GIT_SSL_CAINFO", "PIP_CERT"};
+    char line[128];
+    for (size_t i = 0; i < ARRAY_SIZE(bundle_vars); i++) {
+        snprintf(line, sizeof(line), "%s=%s", bundle_vars[i], NET_SANDBOX_BUNDLE);
+        env = strv_push(env, line);
+    }
+    return strv_push(env, "NODE_EXTRA_CA_CERTS=" NET_SANDBOX_CA);
+}

@@ -293,9 +293,10 @@ int workspace_mkdir(const struct workspace *ws, const char *rel, mode_t mode);
 int workspace_symlink(const struct workspace *ws, const char *target, const char *rel);
 
 /* Where a session's egress proxy socket directory is bound (see net/net.h). Sandboxes made
- * by the template can only take binds at mount points its root has: this one and
- * /.runcell. */
-#define SANDBOX_NET_DIR "/.runcell-net"
+ * by the template can only take binds at mount points its root has: this one, /.runcell,
+ * and the system trust store (a session CA's bundle goes over it). */
+#define SANDBOX_NET_DIR     "/.runcell-net"
+#define SANDBOX_TRUST_STORE "/etc/ssl/certs/ca-certificates.crt"
 
 /* What to run in a sandbox. */
 struct sandbox_spec {

@@ -7,14 +7,17 @@
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 static void on_egress(void *ctx, const struct egress_event *ev)
 {
     struct event_log *log = ctx;
-    json_t *j = json_pack("{s:s,s:s?,s:s?,s:i,s:b,s:s?,s:s?,s:s?,s:i}", "type", "network", "method",
-                          ev->method, "host", ev->host, "port", (int)ev->port, "allowed",
+    json_t *j = json_pack("{s:s,s:s?,s:s?,s:i,s:b,s:s?,s:s?,s:s?,s:i,s:s*,s:s*}", "type", "network",
+                          "method", ev->method, "host", ev->host, "port", (int)ev->port, "allowed",
                           ev->allowed, "rule", ev->rule, "address", ev->address, "reason",
-                          ev->reason, "status", ev->status);
+                          ev->reason, "status", ev->status, "path", ev->path, "secret", ev->secret);
+    if (j && ev->intercepted)
+        json_object_set_new(j, "intercepted", json_true());
     if (j)
         event_log_add(log, j);
 }
@@ -28,12 +31,22 @@ int sandbox_net_start(struct sandbox_net *sn, const struct net_opts *n, struct w
     if (!n->policy)
         return 0;
     _cleanup_free_ char *dir = workspace_aside_path(ws, "egress");
-    int r = egress_new(dir, n->policy, on_egress, log, &sn->egress);
+    int r = egress_new(dir, n->policy, n->secrets, on_egress, log, &sn->egress);
     if (r < 0)
         return r;
     sn->binds[0] = egress_dir(sn->egress);
     sn->binds[1] = NET_SANDBOX_DIR;
     sn->env_extra = net_proxy_env(n->policy, sn->env_extra);
+    if (egress_has_ca(sn->egress)) {
+        /* The session's CA, trusted in the sandbox alone: its bundle (this host's roots plus
+         * the CA) over the system's, and the variables clients read. */
+        sn->env_extra = net_ca_env(sn->env_extra);
+        if (access(NET_SYSTEM_BUNDLE, F_OK) == 0) {
+            sn->bundle = xasprintf("%s/%s", egress_dir(sn->egress), NET_BUNDLE_NAME);
+            sn->binds[2] = sn->bundle;
+            sn->binds[3] = NET_SYSTEM_BUNDLE;
+        }
+    }
     if (n->index_url) {
         _cleanup_free_ char *line = xasprintf("PIP_INDEX_URL=%s", n->index_url);
         sn->env_extra = strv_push(sn->env_extra, line);
@@ -45,6 +58,7 @@ void sandbox_net_stop(struct sandbox_net *sn)
 {
     egress_free(sn->egress);
     strv_free(sn->env_extra);
+    free(sn->bundle);
     memset(sn, 0, sizeof(*sn));
 }
 
@@ -58,9 +72,13 @@ char **sandbox_net_apply(const struct sandbox_net *sn, struct sandbox_spec *spec
         binds_storage[n++] = b[0];
         binds_storage[n++] = b[1];
     }
+    for (size_t i = 0;
+         sn && sn->egress && i + 1 < ARRAY_SIZE(sn->binds) && sn->binds[i] && n + 3 < storage_len;
+         i += 2) {
+        binds_storage[n++] = sn->binds[i];
+        binds_storage[n++] = sn->binds[i + 1];
+    }
     if (sn && sn->egress) {
-        binds_storage[n++] = sn->binds[0];
-        binds_storage[n++] = sn->binds[1];
         spec->relay_socket = NET_SANDBOX_SOCKET;
         spec->relay_port = NET_RELAY_PORT;
     }

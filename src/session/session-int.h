@@ -60,7 +60,9 @@ json_t *event_log_since(struct event_log *l, uint64_t after_seq, const char *typ
 struct sandbox_net {
     struct egress *egress; /* the proxy; NULL when the policy is "none" */
     struct event_log *log; /* where its attempts go (borrowed) */
-    const char *binds[3];  /* its socket directory at NET_SANDBOX_DIR, for sandbox_spec */
+    const char *binds[5];  /* pairs for sandbox_spec: its directory at NET_SANDBOX_DIR, and
+                            * the CA bundle over the system's trust store when it has a CA */
+    char *bundle;          /* that bundle's host path */
     char **env_extra;      /* proxy variables and PIP_INDEX_URL */
 };
 /* Starts the egress proxy for n->policy (if any) on ws, logging into log. 0 or -errno. */

@@ -93,8 +93,11 @@ typedef void (*output_fn)(void *ctx, int stream, const char *data, size_t n);
 
 /* Network and packages of a sandbox (runs and sessions alike). */
 struct net_opts {
-    const struct net_policy *policy; /* NULL: loopback only; else an allowlist enforced by an
-                                      * egress proxy (borrowed; sessions copy it) */
+    const struct net_policy *policy;   /* NULL: loopback only; else an allowlist enforced by an
+                                        * egress proxy (borrowed; sessions copy it) */
+    const struct net_secrets *secrets; /* credentials the proxy adds to their hosts' requests
+                                        * (each host on the allowlist), or NULL (borrowed;
+                                        * sessions copy them, never into the sandbox) */
     char *const *packages;       /* pip requirements installed before the code runs; NULL: those of
                                   * /workspace/requirements.txt when there is a policy */
     const char *index_url;       /* PIP_INDEX_URL in the sandbox, or NULL for pip's default */

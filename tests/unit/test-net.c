@@ -702,6 +702,223 @@ TEST(a_running_sessions_rules_change_as_asked)
                  "error: network allowlist entry 'a..b'");
 }
 
+/* ---- requests inside an intercepted connection ---- */
+
+static int h1(const char *head, struct h1_request *rq)
+{
+    return h1_parse_head(head, strlen(head), "api.test", 443, true, rq);
+}
+
+TEST(intercepted_requests_parse_strictly)
+{
+    struct h1_request rq;
+    CHECK(h1("POST /v1/x?q=1 HTTP/1.1\r\nHost: API.test\r\nContent-Length: 5\r\n"
+             "Authorization: Bearer mine\r\n\r\n",
+             &rq) == 0);
+    CHECK_STREQ(rq.method, "POST");
+    CHECK(rq.path_len == 9 && !memcmp(rq.path, "/v1/x?q=1", 9));
+    CHECK(rq.has_length && rq.content_length == 5 && !rq.chunked && !rq.close);
+    CHECK(rq.n_headers == 3);
+    CHECK(h1("GET https://api.test:443/a HTTP/1.1\r\nHost: api.test:443\r\n\r\n", &rq) == 0);
+    CHECK(rq.path_len == 2 && !memcmp(rq.path, "/a", 2));
+    CHECK(h1("GET / HTTP/1.0\r\n\r\n", &rq) == 0 && rq.close);
+    CHECK(h1("GET / HTTP/1.1\r\nHost: api.test\r\nConnection: Keep-Alive, close\r\n\r\n", &rq) ==
+              0 &&
+          rq.close);
+    CHECK(h1("GET /ws HTTP/1.1\r\nHost: api.test\r\nUpgrade: websocket\r\n\r\n", &rq) == 0 &&
+          rq.upgrade);
+    CHECK(h1("PUT / HTTP/1.1\r\nHost: api.test\r\nTransfer-Encoding: Chunked\r\n\r\n", &rq) == 0 &&
+          rq.chunked);
+    /* Smuggling patterns and what could make the proxy and the server disagree. */
+    static const struct {
+        const char *head;
+        int status;
+        const char *why;
+    } bad[] = {
+        {"GET / HTTP/1.1\r\nHost: api.test\r\nContent-Length: 5\r\nTransfer-Encoding: "
+         "chunked\r\n\r\n",
+         400, "both Content-Length and Transfer-Encoding"},
+        {"GET / HTTP/1.1\r\nHost: api.test\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n", 400,
+         "more than one Content-Length"},
+        {"GET / HTTP/1.1\r\nHost: api.test\r\nContent-Length: 5, 5\r\n\r\n", 400, "not a number"},
+        {"GET / HTTP/1.1\r\nHost: api.test\r\nContent-Length: +5\r\n\r\n", 400, "not a number"},
+        {"GET / HTTP/1.1\r\nHost: api.test\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 501,
+         "only one"},
+        {"GET / HTTP/1.1\r\nHost: api.test\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: "
+         "chunked\r\n\r\n",
+         400, "more than one Transfer-Encoding"},
+        {"GET / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n", 400, "HTTP/1.0"},
+        {"GET / HTTP/1.1\r\nHost: api.test\r\nX-A: 1\r\n  folded\r\n\r\n", 400, "obs-fold"},
+        {"GET / HTTP/1.1\r\nHost: api.test\r\nContent-Length : 5\r\n\r\n", 400, "white space"},
+        {"GET / HTTP/1.1\nHost: api.test\r\n\r\n", 400, "bare LF"},
+        {"GET / HTTP/1.1\r\nHost: other.test\r\n\r\n", 421, "another host"},
+        {"GET / HTTP/1.1\r\nHost: api.test:8443\r\n\r\n", 421, "another host"},
+        {"GET / HTTP/1.1\r\nHost: api.test\r\nHost: other.test\r\n\r\n", 400, "more than one Host"},
+        {"GET / HTTP/1.1\r\n\r\n", 400, "no Host header"},
+        {"GET https://other.test/ HTTP/1.1\r\nHost: api.test\r\n\r\n", 421, "another host"},
+        {"GET https://u:p@api.test/ HTTP/1.1\r\nHost: api.test\r\n\r\n", 400, "credentials"},
+        {"CONNECT other.test:443 HTTP/1.1\r\nHost: api.test\r\n\r\n", 400, "CONNECT inside"},
+        {"GET / HTTP/2.0\r\nHost: api.test\r\n\r\n", 400, "HTTP/1.1"},
+        {"GET /a b HTTP/1.1\r\nHost: api.test\r\n\r\n", 400, "HTTP/1.1"},
+        {"GET /\x7f HTTP/1.1\r\nHost: api.test\r\n\r\n", 400, "URL cannot have"},
+        {"GET / HTTP/1.1\r\nHost: api.test\r\nX: a\x01b\r\n\r\n", 400, "control character"},
+        {"GET http://api.test/ HTTP/1.1\r\nHost: api.test\r\n\r\n", 400, "neither a path"},
+    };
+    for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
+        int st = h1(bad[i].head, &rq);
+        if (st != bad[i].status || !strstr(err_msg(), bad[i].why)) {
+            fprintf(stderr, "case %zu: %d %s\n", i, st, err_msg());
+            CHECK(0);
+        }
+    }
+    struct buf many;
+    buf_init(&many, 0);
+    buf_printf(&many, "GET / HTTP/1.1\r\nHost: api.test\r\n");
+    for (int i = 0; i < H1_MAX_HEADERS; i++)
+        buf_printf(&many, "X-%d: 1\r\n", i);
+    buf_printf(&many, "\r\n");
+    CHECK(h1(many.data, &rq) == 431);
+    buf_release(&many);
+    /* Plain HTTP: the first request is in absolute form, to the host it was allowed for. */
+    const char *plain = "GET http://api.test/x HTTP/1.1\r\nHost: api.test\r\n\r\n";
+    CHECK(h1_parse_head(plain, strlen(plain), "api.test", 80, false, &rq) == 0);
+    plain = "GET /x HTTP/1.1\r\nHost: api.test\r\n\r\n";
+    CHECK(h1_parse_head(plain, strlen(plain), "api.test", 80, false, &rq) == 400);
+}
+
+TEST(the_head_sent_upstream_carries_the_secret_in_place_of_the_clients)
+{
+    struct net_secrets *s = secrets("[{\"host\": \"api.test\", \"header\": \"Authorization\", "
+                                    "\"value\": \"Bearer real\"}]",
+                                    "api.test");
+    const struct net_secret *sel[] = {&s->v[0]};
+    struct h1_request rq;
+    CHECK(h1("GET https://api.test/v1 HTTP/1.1\r\nHost: api.test\r\nauthorization: Bearer fake\r\n"
+             "Proxy-Authorization: Basic x\r\nAuthorization: Bearer fake2\r\nAccept: */*\r\n"
+             "Connection: keep-alive\r\n\r\n",
+             &rq) == 0);
+    struct buf out;
+    buf_init(&out, 0);
+    h1_build_head(&rq, sel, 1, false, &out);
+    CHECK_STREQ(out.data, "GET /v1 HTTP/1.1\r\nHost: api.test\r\nAccept: */*\r\nConnection: "
+                          "keep-alive\r\nAuthorization: Bearer real\r\n\r\n");
+    buf_reset(&out);
+    h1_build_head(&rq, NULL, 0, true, &out);
+    CHECK_STREQ(out.data,
+                "GET /v1 HTTP/1.1\r\nHost: api.test\r\nauthorization: Bearer fake\r\n"
+                "Authorization: Bearer fake2\r\nAccept: */*\r\nConnection: close\r\n\r\n");
+    buf_release(&out);
+    net_secrets_free(s);
+}
+
+/* Feeds body bytes one at a time (the hardest split); returns how many belonged to it, or -1. */
+static ssize_t body_len(const char *head, const char *data, size_t n)
+{
+    struct h1_request rq;
+    struct h1_body b;
+    CHECK(h1(head, &rq) == 0);
+    h1_body_init(&b, &rq);
+    size_t used = 0;
+    for (size_t i = 0; i < n && b.state != H1_BODY_DONE; i++) {
+        ssize_t k = h1_body_feed(&b, data + i, 1);
+        if (k < 0)
+            return -1;
+        used += (size_t)k;
+    }
+    return b.state == H1_BODY_DONE ? (ssize_t)used : -2;
+}
+
+TEST(request_bodies_end_where_their_framing_says)
+{
+    const char *len5 = "POST / HTTP/1.1\r\nHost: api.test\r\nContent-Length: 5\r\n\r\n";
+    const char *chunked = "POST / HTTP/1.1\r\nHost: api.test\r\nTransfer-Encoding: chunked\r\n\r\n";
+    const char *none = "GET / HTTP/1.1\r\nHost: api.test\r\n\r\n";
+    CHECK(body_len(len5, "helloGET /next", 14) == 5);
+    CHECK(body_len(none, "GET /next", 9) == 0);
+    const char *ok = "5;ext=1\r\nhello\r\nA\r\n0123456789\r\n0\r\n\r\nGET /next";
+    CHECK(body_len(chunked, ok, strlen(ok)) == (ssize_t)strlen(ok) - 9);
+    /* Chunks that could be read two ways are refused. */
+    const char *bad[] = {"5\r\nhelloXX0\r\n\r\n",
+                         "5\nhello\r\n0\r\n\r\n",
+                         "g\r\n",
+                         "\r\n",
+                         "0\r\nX-Trailer: 1\r\n\r\n",
+                         "-1\r\n",
+                         "5 \r\nhello\r\n",
+                         "ffffffffffffffffff\r\n"};
+    for (size_t i = 0; i < ARRAY_SIZE(bad); i++)
+        CHECK(body_len(chunked, bad[i], strlen(bad[i])) == -1);
+    /* Whole buffers at once, as the proxy feeds them. */
+    struct h1_request rq;
+    struct h1_body b;
+    CHECK(h1(chunked, &rq) == 0);
+    h1_body_init(&b, &rq);
+    CHECK(h1_body_feed(&b, ok, strlen(ok)) == (ssize_t)strlen(ok) - 9 && b.state == H1_BODY_DONE);
+}
+
+/* ---- the TLS part ---- */
+
+TEST(a_proxy_makes_a_ca_of_its_own_and_writes_only_its_certificate)
+{
+    char dir[] = "/tmp/test-net-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    char *sub = xasprintf("%s/egress", dir);
+    net_tls_enable();
+    struct net_policy *p = policy("api.test");
+    struct net_secrets *s =
+        secrets("[{\"host\": \"api.test\", \"header\": \"X-Key\", \"value\": \"TOPSECRET-1\"}]",
+                "api.test");
+    struct egress *e1 = NULL, *e2 = NULL;
+    CHECK(egress_new(sub, p, s, NULL, NULL, &e1) == 0);
+    CHECK(egress_has_ca(e1));
+    char *ca_path = xasprintf("%s/%s", sub, NET_CA_NAME);
+    char *bundle_path = xasprintf("%s/%s", sub, NET_BUNDLE_NAME);
+    char *ca = NULL, *bundle = NULL;
+    size_t ca_len, bundle_len;
+    CHECK(read_file(ca_path, 1 << 20, &ca, &ca_len) == 0);
+    CHECK(read_file(bundle_path, 32 << 20, &bundle, &bundle_len) == 0);
+    CHECK(strstr(ca, "-----BEGIN CERTIFICATE-----") == ca);
+    CHECK(strstr(bundle, ca) != NULL);
+    CHECK(!strstr(ca, "PRIVATE KEY") && !strstr(bundle, "PRIVATE KEY"));
+    /* The directory holds the socket and the two certificates, nothing else. */
+    char *cmd = xasprintf("test \"$(ls %s | tr '\\n' ' ')\" = '%s %s %s '", sub, NET_BUNDLE_NAME,
+                          NET_CA_NAME, NET_SOCKET_NAME);
+    CHECK(system(cmd) == 0);
+    /* The rules show no value; a change applies. */
+    json_t *rules = egress_rules_json(e1);
+    char *text = json_dumps(rules, 0);
+    CHECK(strstr(text, "X-Key") && !strstr(text, "TOPSECRET"));
+    free(text);
+    json_decref(rules);
+    json_t *change = json_loads("{\"secrets_remove\": [{\"host\": \"api.test\"}]}", 0, NULL);
+    CHECK(egress_change(e1, change, NULL) == 0);
+    json_decref(change);
+    rules = egress_rules_json(e1);
+    CHECK(json_array_size(json_object_get(rules, "secrets")) == 0);
+    json_decref(rules);
+    /* A second proxy has a CA of its own. */
+    char *sub2 = xasprintf("%s/egress2", dir), *ca2_path = xasprintf("%s/%s", sub2, NET_CA_NAME);
+    char *ca2 = NULL;
+    CHECK(egress_new(sub2, p, NULL, NULL, NULL, &e2) == 0);
+    CHECK(read_file(ca2_path, 1 << 20, &ca2, &ca_len) == 0);
+    CHECK(strcmp(ca, ca2) != 0);
+    egress_free(e1);
+    egress_free(e2);
+    CHECK(access(sub, F_OK) < 0 && access(sub2, F_OK) < 0);
+    rmdir(dir);
+    free(ca);
+    free(ca2);
+    free(bundle);
+    free(cmd);
+    free(ca_path);
+    free(ca2_path);
+    free(bundle_path);
+    free(sub);
+    free(sub2);
+    net_secrets_free(s);
+    net_policy_free(p);
+}
+
 int main(int argc, char **argv)
 {
     return run_tests(argc, argv);
