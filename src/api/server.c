@@ -32,6 +32,7 @@ static const struct route routes[] = {
     {"POST", "/v1/sessions/{id}/restart", h_session_restart, 0, NULL},
     {"POST", "/v1/sessions/{id}/checkpoint", h_session_checkpoint, 0, NULL},
     {"GET", "/v1/sessions/{id}/events", h_session_events, 0, NULL},
+    {"PATCH", "/v1/sessions/{id}/network", h_session_network, 0, NULL},
     {"GET", "/v1/sessions/{id}/files", h_files_list, 0, NULL},
     {"GET", "/v1/sessions/{id}/files/{path}", h_file_get, 0, NULL},
     {"PUT", "/v1/sessions/{id}/files/{path}", h_file_put, ROUTE_STREAM_BODY, h_file_put_chunk,
@@ -151,6 +152,7 @@ static void request_free(struct request *rq)
     free(rq->session_id);
     json_decref(rq->takeover);
     net_policy_free(rq->net);
+    net_secrets_free(rq->secrets);
     strv_free(rq->packages);
     free(rq);
 }

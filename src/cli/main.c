@@ -58,6 +58,18 @@ static int exec_full(char **argv)
 }
 #endif
 
+#ifdef RUNCELL_FRONT
+/* Whether the command line gives secrets, which only runcell-full's proxy (with TLS) can
+ * send. */
+static bool needs_tls(int argc, char **argv)
+{
+    for (int i = 2; i < argc; i++)
+        if (!strcmp(argv[i], "--secret") || !strncmp(argv[i], "--secret=", 9))
+            return true;
+    return false;
+}
+#endif
+
 static void print_usage(FILE *f)
 {
     fprintf(f, "usage: runcell COMMAND [OPTIONS]\n\ncommands:\n");
@@ -149,7 +161,7 @@ int main(int argc, char **argv)
         if (strcmp(argv[1], commands[i].name))
             continue;
 #ifdef RUNCELL_FRONT
-        if (!commands[i].fn)
+        if (!commands[i].fn || needs_tls(argc, argv))
             return exec_full(argv);
 #else
         net_tls_enable();

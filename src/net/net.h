@@ -229,6 +229,8 @@ int egress_change(struct egress *e, const json_t *change, const struct net_polic
 json_t *egress_rules_json(struct egress *e);
 /* net_secrets_scrub with the secrets in force. */
 size_t egress_scrub(struct egress *e, char *buf, size_t len);
+/* Whether any secret is in force. */
+bool egress_has_secrets(struct egress *e);
 /* Stops accepting, cuts every open connection, waits for the proxy's threads, removes the
  * socket and its directory; NULL is a no-op. */
 void egress_free(struct egress *e);

@@ -779,6 +779,14 @@ json_t *egress_rules_json(struct egress *e)
     return j;
 }
 
+bool egress_has_secrets(struct egress *e)
+{
+    struct net_rules *r = egress_rules_get(e);
+    bool has = r->secrets && r->secrets->n;
+    net_rules_put(r);
+    return has;
+}
+
 size_t egress_scrub(struct egress *e, char *buf, size_t len)
 {
     struct net_rules *r = egress_rules_get(e);

@@ -164,3 +164,95 @@ int net_opts_check(const struct net_opts *n)
     }
     return n->index_url ? check_index_url(n) : 0;
 }
+
+/* ---- a live session's network: what it is, changing it, and keeping secrets out of records ----
+ */
+
+json_t *session_network_json(struct session *s)
+{
+    struct sandbox_net *sn = session_sandbox_net(s);
+    if (!sn->egress)
+        return net_policy_json(NULL);
+    return egress_rules_json(sn->egress);
+}
+
+int session_network_change(struct session *s, const json_t *change, const struct net_policy *max)
+{
+    struct sandbox_net *sn = session_sandbox_net(s);
+    if (!sn->egress)
+        return err_set(ENOTSUP,
+                       "this session has no network (mode none): only a session created with "
+                       "an allowlist has an egress proxy whose rules can change; create it with "
+                       "network {\"mode\": \"allowlist\", \"allow\": [...]}");
+    return egress_change(sn->egress, change, max);
+}
+
+/* n bytes of data (NULs and all) and a NUL after them; caller frees. */
+static char *memdup(const char *data, size_t n)
+{
+    char *copy = xmalloc(n + 1);
+    memcpy(copy, data, n);
+    copy[n] = '\0';
+    return copy;
+}
+
+static void scrub_outcap(struct egress *e, struct outcap *c)
+{
+    egress_scrub(e, c->head.data, c->head.len);
+    if (c->tail)
+        egress_scrub(e, c->tail, c->tail_size);
+}
+
+/* Masks the secrets in every string below j (a result bundle, the error). */
+static void scrub_json(struct egress *e, json_t *j)
+{
+    const char *key;
+    size_t i;
+    json_t *v;
+    if (json_is_string(j)) {
+        size_t n = json_string_length(j);
+        char *copy = memdup(json_string_value(j), n);
+        if (egress_scrub(e, copy, n))
+            json_string_setn(j, copy, n);
+        free(copy);
+    } else if (json_is_object(j)) {
+        json_object_foreach(j, key, v)
+        {
+            scrub_json(e, v);
+        }
+    } else if (json_is_array(j)) {
+        json_array_foreach(j, i, v)
+        {
+            scrub_json(e, v);
+        }
+    }
+}
+
+char *sandbox_net_scrub_copy(struct sandbox_net *sn, const char *data, size_t n)
+{
+    if (!sn || !sn->egress || !egress_has_secrets(sn->egress))
+        return NULL;
+    char *copy = memdup(data, n);
+    if (egress_scrub(sn->egress, copy, n))
+        return copy;
+    free(copy);
+    return NULL;
+}
+
+void sandbox_net_scrub_json(struct sandbox_net *sn, json_t *j)
+{
+    if (sn && sn->egress && egress_has_secrets(sn->egress))
+        scrub_json(sn->egress, j);
+}
+
+void sandbox_net_scrub_record(struct sandbox_net *sn, struct exec_record *rec)
+{
+    if (!sn || !sn->egress || !egress_has_secrets(sn->egress))
+        return;
+    scrub_outcap(sn->egress, &rec->out);
+    scrub_outcap(sn->egress, &rec->err);
+    scrub_json(sn->egress, rec->results);
+    scrub_json(sn->egress, rec->error);
+    if (rec->message)
+        egress_scrub(sn->egress, rec->message, strlen(rec->message));
+}

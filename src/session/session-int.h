@@ -69,6 +69,17 @@ struct sandbox_net {
 int sandbox_net_start(struct sandbox_net *sn, const struct net_opts *n, struct workspace *ws,
                       struct event_log *log);
 void sandbox_net_stop(struct sandbox_net *sn);
+/* Masks the values of the proxy's secrets in rec's text (streams, results, error, message):
+ * an upstream that echoes a request's headers back must not put them in a record. */
+void sandbox_net_scrub_record(struct sandbox_net *sn, struct exec_record *rec);
+/* The same for a chunk of output as it streams: a masked copy (caller frees), or NULL when
+ * there is nothing to mask (no secrets, or none in it; sn may be NULL). A value split
+ * between two chunks is masked in the record only. */
+char *sandbox_net_scrub_copy(struct sandbox_net *sn, const char *data, size_t n);
+/* ... and for every string below j (a result bundle), in place. */
+void sandbox_net_scrub_json(struct sandbox_net *sn, json_t *j);
+/* The network of a session (session.c). */
+struct sandbox_net *session_sandbox_net(struct session *s);
 /* Fills spec's binds, relay and env (default env + extras, which the caller frees with
  * strv_free) for a sandbox on this network. extra_binds (may be NULL) come first. */
 char **sandbox_net_apply(const struct sandbox_net *sn, struct sandbox_spec *spec,
