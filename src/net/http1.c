@@ -249,10 +249,10 @@ int h1_parse_head(const char *head, size_t len, const char *host, uint16_t port,
 {
     struct framing f = {0};
     memset(rq, 0, sizeof(*rq));
-    if (len < 4 || memcmp(head + len - 4, "\r\n\r\n", 4))
-        return bad(400, "the request head does not end with an empty line");
     if (check_line_ends(head, len) < 0)
         return 400;
+    if (len < 4 || memcmp(head + len - 4, "\r\n\r\n", 4))
+        return bad(400, "the request head does not end with an empty line");
     const char *end = head + len - 2; /* the final empty line's CRLF */
     const char *eol = memmem(head, len, "\r\n", 2);
     int status = parse_request_line(head, (size_t)(eol - head), host, port, tls, rq);

@@ -94,6 +94,8 @@ struct ix {
     bool last;           /* the request being forwarded is the connection's last */
     bool upgrade;        /* ... and it asks for an upgrade: opaque bytes after it */
     bool failed;         /* stop: refused, budget spent, an error */
+    bool drain;          /* a request after others was refused: no more go upstream, the
+                          * answers to those sent are passed on, then the connection ends */
 };
 
 /* ---- events ---- */
@@ -108,9 +110,10 @@ static void event_base(const struct ix *x, struct egress_event *ev, const char *
     ev->address = x->t->address;
 }
 
-/* Refuses a request: an answer when nothing was forwarded on this connection yet (later,
- * answers to earlier requests may still be on their way, and one of ours would be taken
- * for theirs: the connection is cut instead). */
+/* Refuses a request: an answer when nothing was forwarded on this connection yet. Later,
+ * answers to earlier requests may still be on their way, and one of ours would be taken for
+ * theirs: the upstream is told the connection ends (so it finishes what it was sent), those
+ * answers are passed on, and the connection ends after them. */
 static void refuse(struct ix *x, const char *method, int status, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 static void refuse(struct ix *x, const char *method, int status, const char *fmt, ...)
@@ -130,8 +133,10 @@ static void refuse(struct ix *x, const char *method, int status, const char *fmt
         size_t n;
         _cleanup_free_ char *text = egress_answer_text(status, msg, &n);
         (void)ep_write(&x->client, text, n);
+        x->failed = true;
+    } else {
+        x->drain = true;
     }
-    x->failed = true;
 }
 
 static void tell_request(struct ix *x, const struct h1_request *rq,
@@ -235,12 +240,17 @@ static size_t take_head(struct ix *x, const char *data, size_t n)
     buf_append(&x->head, data, take);
     size_t from = old > 3 ? old - 3 : 0;
     const char *end = memmem(x->head.data + from, x->head.len - from, "\r\n\r\n", 4);
-    if (!end) {
+    /* A head whose lines end with bare LFs ends at an empty line too: read that far, and
+     * the parser refuses it, rather than waiting for a CRLF that never comes. */
+    const char *lf = memmem(x->head.data + from, x->head.len - from, "\n\n", 2);
+    size_t head_len = end ? (size_t)(end + 4 - x->head.data) : 0;
+    if (lf && (!end || lf + 2 < end + 4))
+        head_len = (size_t)(lf + 2 - x->head.data);
+    if (!head_len) {
         if (x->head.len >= NET_MAX_HEAD)
             refuse(x, NULL, 431, "the request head is larger than %d bytes", NET_MAX_HEAD);
         return take;
     }
-    size_t head_len = (size_t)(end + 4 - x->head.data);
     forward_head(x, x->head.data, head_len);
     buf_reset(&x->head);
     return head_len - old;
@@ -249,7 +259,7 @@ static size_t take_head(struct ix *x, const char *data, size_t n)
 /* Handles n bytes the client sent. */
 static void from_client(struct ix *x, const char *data, size_t n)
 {
-    while (n && !x->failed) {
+    while (n && !x->failed && !x->drain) {
         size_t used = n;
         switch (x->state) {
         case IX_HEAD:
@@ -307,7 +317,8 @@ static void relay(struct ix *x)
                 /* nothing yet */
             } else if (got > 0) {
                 from_client(x, chunk, (size_t)got);
-            } else {
+            }
+            if (got == 0 || got == -1 || x->drain) {
                 x->client.open = false;
                 ep_end(&x->up);
             }

@@ -94,13 +94,15 @@ class RecordingServer:
     threads of the test process. Each request it reads is appended to .requests as
     {"method", "path", "headers" (name: [values]), "body"}; .connections counts the
     connections accepted, .handshake_errors the TLS handshakes that failed. A route function
-    route(method, path) may answer (status, headers, body); the default answers 200 with a
-    short JSON body that names the server (never echoing a header)."""
+    route(method, path, headers) may answer (status, headers, body); the default (and a route
+    that answers None) is 200 with a short JSON body that names the server (never echoing a
+    header)."""
 
     def __init__(self, addr, port, cert=None, name=None, route=None):
         self.requests, self.connections, self.handshake_errors = [], 0, 0
         self.name = name or addr
         self.lock = threading.Lock()
+        self.changed = threading.Condition(self.lock)  # notified at each count or request
         outer = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -124,10 +126,10 @@ class RecordingServer:
                 with outer.lock:
                     outer.requests.append({"method": self.command, "path": self.path,
                                            "headers": headers, "body": body.decode("latin-1")})
-                status, extra, out = (route(self.command, self.path) if route else
-                                      (None, {}, None)) or (None, {}, None)
-                if status is None:
-                    status, extra, out = 200, {}, json.dumps({"server": outer.name}).encode()
+                    outer.changed.notify_all()
+                answer = route(self.command, self.path, headers) if route else None
+                status, extra, out = answer or (
+                    200, {}, json.dumps({"server": outer.name}).encode())
                 self.send_response(status)
                 for k, v in extra.items():
                     self.send_header(k, v)
@@ -145,6 +147,7 @@ class RecordingServer:
                 sock, peer = self.socket.accept()
                 with outer.lock:
                     outer.connections += 1
+                    outer.changed.notify_all()
                 return sock, peer
 
             def finish_request(self, sock, peer):
@@ -156,6 +159,7 @@ class RecordingServer:
                 except (ssl.SSLError, OSError):
                     with outer.lock:
                         outer.handshake_errors += 1
+                        outer.changed.notify_all()
                     return
                 try:
                     super().finish_request(tls, peer)
@@ -175,6 +179,12 @@ class RecordingServer:
         with self.lock:
             return [(r["path"], (r["headers"].get(header.lower()) or [None])[0])
                     for r in self.requests]
+
+    def wait_for(self, predicate, timeout=120):
+        """Waits until predicate(self) holds (checked at each connection, failed handshake
+        or request); returns whether it did within timeout seconds."""
+        with self.changed:
+            return self.changed.wait_for(lambda: predicate(self), timeout)
 
     def raw(self):
         """Everything recorded, as text (for searching it for a value)."""
