@@ -250,7 +250,8 @@ out:
     free(id);
     /* The secrets' values live on in the session's proxy only. */
     net_secrets_json_wipe(json_object_get(body, "secrets"));
-    explicit_bzero(rq->body.data, rq->body.len);
+    if (rq->body.data)
+        explicit_bzero(rq->body.data, rq->body.len);
     json_decref(body);
     return ret;
 }
@@ -333,7 +334,8 @@ enum MHD_Result h_session_network(struct request *rq)
     }
     net_secrets_json_wipe(json_object_get(body, "secrets"));
     net_secrets_json_wipe(json_object_get(body, "secrets_add"));
-    explicit_bzero(rq->body.data, rq->body.len);
+    if (rq->body.data)
+        explicit_bzero(rq->body.data, rq->body.len);
     json_decref(body);
     return ret;
 }

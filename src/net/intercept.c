@@ -126,6 +126,7 @@ static void refuse(struct ix *x, const char *method, int status, const char *fmt
     net_printable(msg);
     struct egress_event ev;
     event_base(x, &ev, method && *method ? method : NULL);
+    ev.rule = NULL; /* as for every refusal: no rule allowed it */
     ev.reason = msg;
     ev.status = status;
     egress_report(x->t->e, &ev);
@@ -444,6 +445,7 @@ void intercept_serve(const struct ix_target *t)
     }
     SSL_free(x.client.ssl);
     SSL_free(x.up.ssl);
-    explicit_bzero(x.head.data, x.head.len);
+    if (x.head.data)
+        explicit_bzero(x.head.data, x.head.len);
     buf_release(&x.head);
 }

@@ -30,6 +30,9 @@ def descendants(pid):
     return out
 
 
+MAX_REGION = 4 << 30  # bytes of one mapping scanned at most
+
+
 def holds(pid, head, tail):
     """Whether head+tail (bytes) appears in pid's environment, command line or readable
     memory."""
@@ -55,18 +58,23 @@ def holds(pid, head, tail):
         mem = open("/proc/%d/mem" % pid, "rb", 0)
     except OSError:
         return False
+    step = 8 << 20
     with maps, mem:
         for line in maps:
             addr, perms = line.split()[:2]
             if not perms.startswith("r") or line.rstrip().endswith("[vvar]"):
                 continue
             lo, hi = (int(x, 16) for x in addr.split("-"))
-            try:
-                mem.seek(lo)
-                if found(mem.read(hi - lo)):
-                    return True
-            except (OSError, OverflowError, ValueError):
-                continue
+            if hi - lo > MAX_REGION:
+                continue  # a sanitizer's shadow memory, terabytes of reserved zeros
+            # In pieces that overlap by the value's length, so none is missed at a seam.
+            for at in range(lo, hi, step):
+                try:
+                    mem.seek(at)
+                    if found(mem.read(min(step + keep, hi - at))):
+                        return True
+                except (OSError, OverflowError, ValueError):
+                    break
     return False
 
 
