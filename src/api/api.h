@@ -16,6 +16,7 @@ enum MHD_Result h_session_delete(struct request *rq);
 enum MHD_Result h_session_interrupt(struct request *rq);
 enum MHD_Result h_session_restart(struct request *rq);
 enum MHD_Result h_session_undo(struct request *rq);
+enum MHD_Result h_session_network(struct request *rq);
 enum MHD_Result h_session_events(struct request *rq);
 enum MHD_Result h_execute(struct request *rq);
 enum MHD_Result h_executions_list(struct request *rq);

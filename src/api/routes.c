@@ -17,6 +17,7 @@ static const struct route api_routes[] = {
     {"POST", "/v1/sessions/{id}/undo", h_session_undo, 0, NULL},
     {"POST", "/v1/sessions/{id}/checkpoint", h_session_checkpoint, 0, NULL},
     {"GET", "/v1/sessions/{id}/events", h_session_events, 0, NULL},
+    {"PATCH", "/v1/sessions/{id}/network", h_session_network, 0, NULL},
     {"GET", "/v1/sessions/{id}/files", h_files_list, 0, NULL},
     {"GET", "/v1/sessions/{id}/files/{path}", h_file_get, 0, NULL},
     {"PUT", "/v1/sessions/{id}/files/{path}", h_file_put, ROUTE_STREAM_BODY, h_file_put_chunk,

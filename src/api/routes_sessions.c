@@ -6,20 +6,11 @@
 #include <string.h>
 
 static const struct field create_fields[] = {
-    {"language", F_STRING},
-    {"timeout_s", F_NUMBER},
-    {"idle_timeout_s", F_NUMBER},
-    {"memory_mb", F_INT},
-    {"pids", F_INT},
-    {"disk_mb", F_INT},
-    {"cpus", F_NUMBER},
-    {"network", F_OBJECT},
-    {"packages", F_ARRAY},
-    {"index_url", F_STRING},
-    {"install_timeout_s", F_NUMBER},
-    {"persist", F_BOOL},
-    {"resume_from", F_STRING},
-    {"history", F_INT},
+    {"language", F_STRING}, {"timeout_s", F_NUMBER},   {"idle_timeout_s", F_NUMBER},
+    {"memory_mb", F_INT},   {"pids", F_INT},           {"disk_mb", F_INT},
+    {"cpus", F_NUMBER},     {"network", F_OBJECT},     {"secrets", F_ARRAY},
+    {"packages", F_ARRAY},  {"index_url", F_STRING},   {"install_timeout_s", F_NUMBER},
+    {"persist", F_BOOL},    {"resume_from", F_STRING}, {"history", F_INT},
 };
 
 /* Strings of a JSON array into a fresh vector; false after replying 400. */
@@ -169,6 +160,12 @@ bool session_opts_from_json(struct request *rq, json_t *body, struct session_opt
         return false;
     if (net && !json_is_null(net))
         o->net.policy = rq->net; /* else the server's default */
+    /* Secrets (docs/NETWORK.md): parsed and checked against the allowlist in one call. */
+    if (net_secrets_from_json(json_object_get(body, "secrets"), o->net.policy, &rq->secrets) < 0) {
+        api_error(rq, AE_BAD_REQUEST, "%s", err_msg());
+        return false;
+    }
+    o->net.secrets = rq->secrets;
     return parse_packages(rq, body, &o->net);
 }
 
@@ -177,7 +174,7 @@ static json_t *session_info_base(const char *id, struct session *s);
 json_t *session_info(const char *id, struct session *s)
 {
     json_t *info = session_info_base(id, s);
-    json_object_set_new(info, "network", net_policy_json(session_net_policy(s)));
+    json_object_set_new(info, "network", session_network_json(s));
     json_object_set_new(info, "history", json_integer(session_options(s)->history));
     if (session_packages(s))
         json_object_set(info, "packages", session_packages(s));
@@ -263,6 +260,10 @@ enum MHD_Result h_session_create(struct request *rq)
     session_table_put(rq->srv->table, s);
 out:
     free(id);
+    /* The secrets' values live on in the session's proxy only. */
+    net_secrets_json_wipe(json_object_get(body, "secrets"));
+    if (rq->body.data)
+        explicit_bzero(rq->body.data, rq->body.len);
     json_decref(body);
     return ret;
 }
@@ -323,6 +324,31 @@ enum MHD_Result h_session_restart(struct request *rq)
     else
         ret = reply_json(rq, 200, session_info(rq->params[0], s));
     session_table_put(rq->srv->table, s);
+    return ret;
+}
+
+/* PATCH /v1/sessions/{id}/network: {allow | allow_add, allow_remove, secrets | secrets_add,
+ * secrets_remove}, effective for new connections (docs/NETWORK.md). */
+enum MHD_Result h_session_network(struct request *rq)
+{
+    json_t *body = body_json(rq);
+    if (!body)
+        return MHD_YES;
+    struct session *s = acquire_session(rq);
+    enum MHD_Result ret = MHD_YES;
+    if (s) {
+        int r = session_network_change(s, body, rq->srv->cfg->net_allow_max);
+        /* A session without a proxy (mode none) is a bad request too: its message says to
+         * create the session with an allowlist. */
+        ret = r < 0 ? api_error(rq, AE_BAD_REQUEST, "%s", err_msg())
+                    : reply_json(rq, 200, session_network_json(s));
+        session_table_put(rq->srv->table, s);
+    }
+    net_secrets_json_wipe(json_object_get(body, "secrets"));
+    net_secrets_json_wipe(json_object_get(body, "secrets_add"));
+    if (rq->body.data)
+        explicit_bzero(rq->body.data, rq->body.len);
+    json_decref(body);
     return ret;
 }
 

@@ -146,6 +146,8 @@ static const struct opt_spec serve_opts[] = {
      .help = "how long a lease lasts unrenewed, so how soon a dead node's\n"
              "sessions move (default 15; at least 1)"},
     {"package", "SPEC", OPTK_REFUSED, .help = per_session},
+    {"secret", "HOST=ENVNAME[:HEADER]", OPTK_REFUSED,
+     .help = "--secret is an option of sessions: give \"secrets\" in POST /v1/sessions"},
     {"index-url", "URL", OPTK_REFUSED, .help = per_session},
     {"install-timeout", "SEC", OPTK_REFUSED, .help = per_session},
     {"file", "LOCAL[:DEST]", OPTK_REFUSED, .help = no_files},

@@ -114,6 +114,7 @@ static void request_free(struct request *rq)
     free(rq->session_id);
     json_decref(rq->takeover);
     net_policy_free(rq->net);
+    net_secrets_free(rq->secrets);
     strv_free(rq->packages);
     free(rq);
 }

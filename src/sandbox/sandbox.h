@@ -297,9 +297,10 @@ int workspace_symlink(const struct workspace *ws, const char *target, const char
 #define SANDBOX_HOME_DIR "/home/user"
 
 /* Where a session's egress proxy socket directory is bound (see net/net.h). Sandboxes made
- * by the template can only take binds at mount points its root has: this one and
- * /.runcell. */
-#define SANDBOX_NET_DIR "/.runcell-net"
+ * by the template can only take binds at mount points its root has: this one, /.runcell,
+ * and the system trust store (a session CA's bundle goes over it). */
+#define SANDBOX_NET_DIR     "/.runcell-net"
+#define SANDBOX_TRUST_STORE "/etc/ssl/certs/ca-certificates.crt"
 
 /* What to run in a sandbox. */
 struct sandbox_spec {

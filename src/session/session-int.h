@@ -109,13 +109,26 @@ json_t *event_log_since(struct event_log *l, uint64_t after_seq, const char *typ
 struct sandbox_net {
     struct egress *egress; /* the proxy; NULL when the policy is "none" */
     struct event_log *log; /* where its attempts go (borrowed) */
-    const char *binds[3];  /* its socket directory at NET_SANDBOX_DIR, for sandbox_spec */
+    const char *binds[5];  /* pairs for sandbox_spec: its directory at NET_SANDBOX_DIR, and
+                            * the CA bundle over the system's trust store when it has a CA */
+    char *bundle;          /* that bundle's host path */
     char **env_extra;      /* proxy variables and PIP_INDEX_URL */
 };
 /* Starts the egress proxy for n->policy (if any) on ws, logging into log. 0 or -errno. */
 int sandbox_net_start(struct sandbox_net *sn, const struct net_opts *n, struct workspace *ws,
                       struct event_log *log);
 void sandbox_net_stop(struct sandbox_net *sn);
+/* Masks the values of the proxy's secrets in rec's text (streams, results, error, message):
+ * an upstream that echoes a request's headers back must not put them in a record. */
+void sandbox_net_scrub_record(struct sandbox_net *sn, struct exec_record *rec);
+/* The same for a chunk of output as it streams: a masked copy (caller frees), or NULL when
+ * there is nothing to mask (no secrets, or none in it; sn may be NULL). A value split
+ * between two chunks is masked in the record only. */
+char *sandbox_net_scrub_copy(struct sandbox_net *sn, const char *data, size_t n);
+/* ... and for every string below j (a result bundle), in place. */
+void sandbox_net_scrub_json(struct sandbox_net *sn, json_t *j);
+/* The network of a session (session.c). */
+struct sandbox_net *session_sandbox_net(struct session *s);
 /* Fills spec's binds, relay and env (default env + extras, which the caller frees with
  * strv_free) for a sandbox on this network. extra_binds (may be NULL) come first. */
 char **sandbox_net_apply(const struct sandbox_net *sn, struct sandbox_spec *spec,

@@ -167,6 +167,7 @@ static int prepare_workspace(struct session *s, const struct session_opts *opts)
     if (r < 0)
         return r;
     r = sandbox_net_start(&s->net, &s->opts.net, s->ws, &s->events);
+    s->opts.net.secrets = NULL; /* the proxy holds its own copy; the session keeps none */
     if (r < 0)
         return r;
     if (deps_wanted(&s->opts.net, s->ws))
@@ -277,8 +278,9 @@ struct exec_ctx {
     json_t *done;
     size_t results_bytes; /* charged as above */
     size_t n_results;
-    char *limit;     /* the first cap the kernel's output broke (STOP_LIMIT), or NULL */
-    char *violation; /* what the kernel did wrong (STOP_PROTOCOL) */
+    char *limit;             /* the first cap the kernel's output broke (STOP_LIMIT), or NULL */
+    char *violation;         /* what the kernel did wrong (STOP_PROTOCOL) */
+    struct sandbox_net *net; /* whose secrets are masked in what the cell shows */
 };
 
 static void over_limit(struct exec_ctx *x, const char *fmt, ...)
@@ -406,9 +408,11 @@ static void on_kernel_event(void *ctx, const struct kernel_event *ev)
     case KEV_STDOUT:
     case KEV_STDERR: {
         bool out = ev->type == KEV_STDOUT;
-        size_t head = outcap_append(out ? &x->rec->out : &x->rec->err, ev->data, ev->len);
+        _cleanup_free_ char *masked = sandbox_net_scrub_copy(x->net, ev->data, ev->len);
+        const char *data = masked ? masked : ev->data;
+        size_t head = outcap_append(out ? &x->rec->out : &x->rec->err, data, ev->len);
         if (head)
-            emit(x, out ? EV_STDOUT : EV_STDERR, ev->data, head, NULL);
+            emit(x, out ? EV_STDOUT : EV_STDERR, data, head, NULL);
         break;
     }
     case KEV_DISPLAY: {
@@ -425,6 +429,7 @@ static void on_kernel_event(void *ctx, const struct kernel_event *ev)
             break;
         }
         json_t *bundle = clean_bundle(json_object_get(ev->msg, "data"));
+        sandbox_net_scrub_json(x->net, bundle);
         x->results_bytes += cost;
         x->n_results++;
         json_array_append(x->rec->results, bundle);
@@ -793,7 +798,7 @@ static void run_cell(struct session *s, struct kernel *k, const struct exec_requ
                      const struct exec_sink *sink, struct exec_record *rec,
                      struct ws_listing *after, int *ret_scan_err)
 {
-    struct exec_ctx x = {.k = k, .rec = rec, .sink = sink};
+    struct exec_ctx x = {.k = k, .rec = rec, .sink = sink, .net = &s->net};
     struct ws_listing before;
     struct sandbox_usage u1 = {0};
     enum stop stop = STOP_NONE;
@@ -1099,6 +1104,7 @@ int session_execute_turn(struct session *s, struct exec_turn *t, const struct ex
      * (session_work_priority_reset), which saves two system calls per execution. */
     work_priority_lower();
     run_cell(s, *kernel_slot(s, lang), req, sink, rec, &after, &scan_err);
+    sandbox_net_scrub_record(&s->net, rec);
     if (rec->state == STATE_LOST) {
         /* Only the kernel that was lost is replaced; the other keeps its variables. */
         stop_kernel_for(s, lang);
@@ -1273,6 +1279,11 @@ const struct session_opts *session_options(struct session *s)
 json_t *session_packages(struct session *s)
 {
     return s->packages_report;
+}
+
+struct sandbox_net *session_sandbox_net(struct session *s)
+{
+    return &s->net;
 }
 
 const struct net_policy *session_net_policy(struct session *s)

@@ -94,8 +94,11 @@ typedef void (*output_fn)(void *ctx, int stream, const char *data, size_t n);
 
 /* Network and packages of a sandbox (runs and sessions alike). */
 struct net_opts {
-    const struct net_policy *policy; /* NULL: loopback only; else an allowlist enforced by an
-                                      * egress proxy (borrowed; sessions copy it) */
+    const struct net_policy *policy;   /* NULL: loopback only; else an allowlist enforced by an
+                                        * egress proxy (borrowed; sessions copy it) */
+    const struct net_secrets *secrets; /* credentials the proxy adds to their hosts' requests
+                                        * (each host on the allowlist), or NULL (borrowed;
+                                        * sessions copy them, never into the sandbox) */
     char *const *packages;       /* pip requirements installed before the code runs; NULL: those of
                                   * /workspace/requirements.txt when there is a policy */
     const char *index_url;       /* PIP_INDEX_URL in the sandbox, or NULL for pip's default */
@@ -272,8 +275,18 @@ const struct session_opts *session_options(struct session *s);
  * "status": "ok"|"partial"|"failed"|"timeout", "seconds": S}; NULL when nothing was to
  * install. Borrowed; valid while the session lives. */
 json_t *session_packages(struct session *s);
-/* The session's network policy (NULL: loopback only); valid while the session lives. */
+/* The network policy the session was created with (NULL: loopback only); valid while the
+ * session lives. See session_network_json for the one in force. */
 const struct net_policy *session_net_policy(struct session *s);
+/* The session's network as it is now: {"mode": "none"}, or {"mode": "allowlist", "allow",
+ * "max_connections", "max_bytes", "secrets": [{"host", "header", "kind", "path_prefix",
+ * "allow_http"}]} (never a secret's value). Caller owns it. */
+json_t *session_network_json(struct session *s);
+/* Changes a live session's network (see net_rules_change for change's JSON), checked against
+ * the server's cap max (NULL: none); effective for connections opened from now on and for
+ * each further request of an intercepted one. 0, -EINVAL (a bad change), -ENOTSUP (the
+ * session has no network proxy: created with mode none), with err_msg(). */
+int session_network_change(struct session *s, const json_t *change, const struct net_policy *max);
 /* The session's event log (egress attempts, ...), oldest first: {"events": [{"seq", "time",
  * "type", ...}], "dropped": N, "last_seq": N} with the events whose seq is above after_seq;
  * at most SESSION_EVENTS_MAX are kept. Caller owns the reference. */
