@@ -17,6 +17,14 @@ enum MHD_Result h_session_interrupt(struct request *rq);
 enum MHD_Result h_session_restart(struct request *rq);
 enum MHD_Result h_session_undo(struct request *rq);
 enum MHD_Result h_session_network(struct request *rq);
+/* routes_state.c */
+enum MHD_Result h_session_fork(struct request *rq);
+enum MHD_Result h_session_pause(struct request *rq);
+enum MHD_Result h_session_resume(struct request *rq);
+enum MHD_Result h_snapshot_create(struct request *rq);
+enum MHD_Result h_snapshot_list(struct request *rq);
+enum MHD_Result h_snapshot_get(struct request *rq);
+enum MHD_Result h_snapshot_delete(struct request *rq);
 enum MHD_Result h_session_events(struct request *rq);
 enum MHD_Result h_execute(struct request *rq);
 enum MHD_Result h_executions_list(struct request *rq);

@@ -11,6 +11,7 @@ static const struct field create_fields[] = {
     {"cpus", F_NUMBER},     {"network", F_OBJECT},     {"secrets", F_ARRAY},
     {"packages", F_ARRAY},  {"index_url", F_STRING},   {"install_timeout_s", F_NUMBER},
     {"persist", F_BOOL},    {"resume_from", F_STRING}, {"history", F_INT},
+    {"snapshot", F_STRING},
 };
 
 /* Strings of a JSON array into a fresh vector; false after replying 400. */
@@ -176,6 +177,7 @@ json_t *session_info(const char *id, struct session *s)
     json_t *info = session_info_base(id, s);
     json_object_set_new(info, "network", session_network_json(s));
     json_object_set_new(info, "history", json_integer(session_options(s)->history));
+    json_object_set_new(info, "state", json_string(session_pause_name(session_pause_state(s))));
     if (session_packages(s))
         json_object_set(info, "packages", session_packages(s));
     return info;
@@ -232,6 +234,23 @@ enum MHD_Result h_session_create(struct request *rq)
         goto out;
     create.resume_from = json_string_value(json_object_get(body, "resume_from"));
     create.no_persist = json_is_false(json_object_get(body, "persist"));
+    const char *snap = json_string_value(json_object_get(body, "snapshot"));
+    if (snap) {
+        json_t *rec = NULL;
+        if (create.resume_from) {
+            ret = api_error(rq, AE_BAD_REQUEST,
+                            "fields 'snapshot' and 'resume_from' both name where the session "
+                            "starts from: give one");
+            goto out;
+        }
+        int sr = snapshot_get(&rq->srv->persist, snap, &rec);
+        if (sr < 0) {
+            ret = api_errno(rq, sr);
+            goto out;
+        }
+        json_decref(rec);
+        create.resume_from = snap; /* its state is stored as a session's is */
+    }
     double t0 = now_ms_f();
     int r = session_table_create_ex(rq->srv->table, &create, &id, &restored);
     if (r < 0) {

@@ -38,6 +38,8 @@ void server_limits_fill_defaults(struct server_limits *l)
         l->max_sessions = 1000;
     if (!l->max_executions)
         l->max_executions = 64;
+    if (!l->max_snapshots)
+        l->max_snapshots = SNAPSHOT_MAX_DEFAULT;
     if (!l->max_queued_executions)
         l->max_queued_executions = EXEC_GATE_DEFAULT_WAITING;
     if (!l->max_connections)

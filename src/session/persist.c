@@ -60,6 +60,11 @@ bool session_stores_files(struct session *s)
     return p && p->files;
 }
 
+const struct persist_config *persist_config_of(struct persist *p)
+{
+    return p->c;
+}
+
 static void persist_free(struct persist *p)
 {
     if (!p)

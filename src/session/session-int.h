@@ -75,6 +75,16 @@ void session_turn_cancel(struct session *s, struct exec_turn *t);
  * ended: the interrupt never reaches the execution after it). */
 void session_turn_stop(struct session *s, struct exec_turn *t);
 
+/* ---- pauses (snapshot.c), through session.c ---- */
+/* The kernels go (a hibernation), or the session's own comes back (a resume). */
+void session_stop_kernels(struct session *s);
+int session_start_own_kernel(struct session *s);
+/* The sandboxes of s's running kernels (at most two) into ret; how many. */
+int session_kernel_sandboxes(struct session *s, struct sandbox *ret[2]);
+/* Marks s paused (how) with resume, called (the session busy) before the next thing that
+ * begins in it; PAUSE_NONE and NULL once it is back. */
+void session_set_pause(struct session *s, enum session_pause how, int (*resume)(struct session *s));
+
 /* ---- the executions a session keeps (exec.c) ---- */
 struct execution;
 struct exec_registry {
@@ -274,6 +284,12 @@ void session_set_persist(struct session *s, struct persist *p, const struct pers
  * it idle again. -EBUSY when a cell still runs, -ESHUTDOWN when closed, else fn's result. */
 int session_run_exclusive(struct session *s, uint64_t wait_ms,
                           int (*fn)(struct session *s, void *ctx), void *ctx);
+/* As session_run_exclusive, but a paused session is not resumed first (the pause's own
+ * operations). */
+int session_run_exclusive_raw(struct session *s, uint64_t wait_ms,
+                              int (*fn)(struct session *s, void *ctx), void *ctx);
+/* The persistence p was made with (persist.c). */
+const struct persist_config *persist_config_of(struct persist *p);
 /* A variables request to the kernel (see kernel_request), within the session's execution
  * timeout; the caller runs exclusively. A kernel that fails it is replaced (variables
  * lost). 0 with *ret_reply, or -errno with err_msg(). */

@@ -57,7 +57,12 @@ struct session {
     size_t queued;
     struct exec_turn *running_turn; /* whose cell runs now (lock), or NULL */
     bool closing;                   /* being closed: nothing more is queued or begun */
-    struct exec_registry execs;     /* durable executions kept (exec.c) */
+    /* Paused (snapshot.c): what comes next to the session resumes it first, through
+     * resume_fn (a pointer, as persist_ops: runcell run links no snapshot.c). */
+    enum session_pause paused;
+    int (*resume_fn)(struct session *s);
+    char *resume_error;         /* why the last automatic resume lost state, for the next record */
+    struct exec_registry execs; /* durable executions kept (exec.c) */
 };
 
 const char *session_home_dir(const char *home_dir)
@@ -773,6 +778,51 @@ static int begin(struct session *s)
     return begin_within(s, 0);
 }
 
+/* A paused session comes back before what begins in it (the session is busy, its lock not
+ * held). What a resume could not bring back is said by the next record. */
+static void resume_if_paused(struct session *s)
+{
+    if (s->paused == PAUSE_NONE || !s->resume_fn)
+        return;
+    if (s->resume_fn(s) < 0) {
+        free(s->resume_error);
+        s->resume_error = xstrdup(err_msg());
+    }
+}
+
+enum session_pause session_pause_state(struct session *s)
+{
+    return s->paused;
+}
+
+void session_set_pause(struct session *s, enum session_pause how, int (*resume)(struct session *s))
+{
+    s->paused = how;
+    s->resume_fn = resume;
+}
+
+void session_stop_kernels(struct session *s)
+{
+    stop_kernel(s);
+}
+
+int session_start_own_kernel(struct session *s)
+{
+    return s->k ? 0 : start_kernel(s);
+}
+
+int session_kernel_sandboxes(struct session *s, struct sandbox *ret[2])
+{
+    int n = 0;
+    pthread_mutex_lock(&s->lock);
+    if (s->k)
+        ret[n++] = kernel_sandbox(s->k);
+    if (s->other)
+        ret[n++] = kernel_sandbox(s->other);
+    pthread_mutex_unlock(&s->lock);
+    return n;
+}
+
 static void end(struct session *s)
 {
     pthread_mutex_lock(&s->lock);
@@ -1088,6 +1138,11 @@ int session_execute_turn(struct session *s, struct exec_turn *t, const struct ex
     const char *lang = req->lang ? lang_name(req->lang) : s->lang;
     if ((r = wait_turn(s, t, req, &gated)) < 0)
         return r;
+    resume_if_paused(s);
+    if (s->resume_error) {
+        rec->message = s->resume_error; /* said once, by the first record after the resume */
+        s->resume_error = NULL;
+    }
     if (!*kernel_slot(s, lang) && start_kernel_for(s, lang) < 0) {
         rec->status = EXEC_SANDBOX_ERROR;
         rec->state = STATE_LOST;
@@ -1332,19 +1387,33 @@ void session_set_persist(struct session *s, struct persist *p, const struct pers
     s->persist_ops = ops;
 }
 
-int session_run_exclusive(struct session *s, uint64_t wait_ms,
-                          int (*fn)(struct session *s, void *ctx), void *ctx)
+static int run_exclusive(struct session *s, uint64_t wait_ms,
+                         int (*fn)(struct session *s, void *ctx), void *ctx, bool resume)
 {
     int r = begin_within(s, wait_ms);
     if (r < 0)
         return r;
     bool lowered = work_lowered; /* by an execution before: then it stays so */
     work_priority_lower();
+    if (resume)
+        resume_if_paused(s);
     r = fn(s, ctx);
     if (!lowered)
         session_work_priority_reset();
     end(s);
     return r;
+}
+
+int session_run_exclusive(struct session *s, uint64_t wait_ms,
+                          int (*fn)(struct session *s, void *ctx), void *ctx)
+{
+    return run_exclusive(s, wait_ms, fn, ctx, true);
+}
+
+int session_run_exclusive_raw(struct session *s, uint64_t wait_ms,
+                              int (*fn)(struct session *s, void *ctx), void *ctx)
+{
+    return run_exclusive(s, wait_ms, fn, ctx, false);
 }
 
 int session_kernel_request(struct session *s, const char *type, const char *path,
@@ -1390,6 +1459,7 @@ void session_free(struct session *s)
     net_policy_free(s->policy);
     strv_free(s->packages);
     free(s->index_url);
+    free(s->resume_error);
     free(s->python_version);
     strv_free(s->argv);
     free(s);

@@ -561,6 +561,44 @@ int session_stored_delete(const struct persist_config *c, const char *id);
  * name, see node_name_valid) in the ids of servers that name their node. */
 bool session_id_valid(const char *id);
 
+/* ---- snapshots, forks and pauses (snapshot.c) ----
+ *
+ * What a session is can be written to the store apart from what it keeps of its own
+ * (session_export): its files and its variables (pickled, each kept or named as lost, as a
+ * checkpoint is). A snapshot is such an export under a name, listed and deleted, that new
+ * sessions start from, on any node of the store; a fork is an export that new sessions start
+ * from at once. A pause stops every process of the session's sandboxes (no CPU; memory kept)
+ * or, without keep_memory, hibernates it: its variables exported, its kernels gone; the next
+ * thing that comes to it (an execution, an undo, a checkpoint) resumes it first. */
+enum session_pause { PAUSE_NONE, PAUSE_FROZEN, PAUSE_HIBERNATED };
+const char *session_pause_name(enum session_pause p);
+enum session_pause session_pause_state(struct session *s);
+
+/* Writes s's files and variables to c's store as session to_id (waiting for a running cell up
+ * to its timeout). 0 with *ret_report {files, bytes, variables: {saved, modules, skipped} |
+ * variables_error} (caller decrefs), or -errno with err_msg(). */
+int session_export(struct session *s, const struct persist_config *c, const char *to_id,
+                   json_t **ret_report);
+/* Pauses s: keep_memory stops its processes, else hibernates it (its variables exported under
+ * its own id, its kernels gone). 0 with *ret_report, -EALREADY when it is paused, -EINVAL for
+ * a session that keeps nothing in a store (hibernation needs one), others with err_msg(). */
+int session_pause(struct session *s, bool keep_memory, json_t **ret_report);
+/* Resumes a paused s now: 0 with *ret_report (what a hibernated one brought back), -EALREADY
+ * when it is not paused. */
+int session_resume(struct session *s, json_t **ret_report);
+
+/* Snapshots in c's store: snapshots/ID.json records {id, name, from, created_at, bytes, files,
+ * language, variables}; the state itself stored as session ID. At most max in all. */
+#define SNAPSHOT_MAX_DEFAULT 100
+int snapshot_create(const struct persist_config *c, struct session *s, const char *name, size_t max,
+                    json_t **ret_record);
+/* The records, newest first (at most limit); caller decrefs. */
+json_t *snapshot_list(const struct persist_config *c, size_t limit);
+int snapshot_get(const struct persist_config *c, const char *id, json_t **ret_record);
+int snapshot_delete(const struct persist_config *c, const char *id);
+/* Whether id names a snapshot's stored state (an id of session_id_valid's form). */
+bool snapshot_id_valid(const char *id);
+
 /* ---- a fleet (lease.c): nodes sharing one store, a lease per session ----
  *
  * Each session a node stores has a record in the shared store, sessions/ID/lease.json: its
@@ -656,6 +694,15 @@ struct session_create {
  * session_restore; caller decrefs), and -ENOENT means nothing is stored for that id. */
 int session_table_create_ex(struct session_table *t, const struct session_create *rq, char **ret_id,
                             json_t **ret_restored);
+/* Forks session src_id into count new sessions (count at most SESSION_FORK_MAX, all or
+ * none: -EAGAIN past --max-sessions) that start from its files and variables, each a sandbox
+ * of its own with src's options. 0 with *ret_forks [{id, restored}] (caller decrefs), or
+ * -errno with err_msg(). */
+#define SESSION_FORK_MAX 100
+int session_table_fork(struct session_table *t, const char *src_id, unsigned count,
+                       json_t **ret_forks);
+/* The persistence the table gives its sessions (NULL: none). */
+const struct persist_config *session_table_persistence(struct session_table *t);
 /* Closes a session as session_table_remove does; with checkpoint, its variables and files
  * are kept in the store (*ret_report as session_retire's), otherwise what was stored is
  * discarded. 0 or -ENOENT. */
