@@ -1356,7 +1356,7 @@ class Kernel:
                 self.history = _History(depth, ctl_w)
             elif self.history is not None:
                 self.history.depth = depth
-                while len(self.history.copies) > depth:
+                while len(self.history.copies) > depth + 1:
                     self.history._drop(self.history.copies.pop(0))
         except (OSError, ValueError) as e:
             reply = {"type": "history_done", "ok": False, "error": str(e)}
@@ -1648,8 +1648,9 @@ class _History:
         if self.depth <= 0 or self.fresh:
             return False
         # Trimmed first: the copy inherits the list as it stands, and names no copy that is
-        # gone.
-        while len(self.copies) >= self.depth:
+        # gone. depth cells can be undone: the copies before each of them, and this one (the
+        # state before the next cell).
+        while len(self.copies) >= self.depth + 1:
             self._drop(self.copies.pop(0))
         r, w = os.pipe()
         pid = _kernel_fork()

@@ -294,6 +294,7 @@ struct save {
     uint64_t bytes;
     struct buf errors;
     size_t n_errors, n_unsaved;
+    bool quota_hit; /* a file was left out for the quota: the save's error says EDQUOT */
     size_t n_changed; /* entries of next that differ from old: unsaved if the list is not */
     bool store_down;  /* the store failed as a whole: no more tries this time */
     uint64_t max_files;
@@ -399,6 +400,7 @@ static void save_file(struct save *sv, const struct ws_entry *e, const struct me
     /* Sizes, blocks and counts first: nothing is read of a file that cannot be kept. */
     int r = blob_admissible(&st, sv->c->quota_bytes);
     if (r < 0) {
+        sv->quota_hit |= r == -EDQUOT;
         note(sv, e->path, "%s", err_msg());
         keep_old(sv, old);
         return;
@@ -420,6 +422,7 @@ static void save_file(struct save *sv, const struct ws_entry *e, const struct me
     if (!json_object_get(sv->blobs, m.sha) && !json_object_get(sv->old_blobs, m.sha)) {
         uint64_t quota = sv->c->quota_bytes;
         if (quota && sv->bytes + m.size > quota) {
+            sv->quota_hit = true;
             note(sv, e->path, "%.1f MB would take the session past its store quota of %.1f MB",
                  (double)m.size / 1048576.0, (double)quota / 1048576.0);
             keep_old(sv, old);
@@ -666,7 +669,7 @@ int manifest_save_keep(const struct persist_config *c, const char *id, struct ma
     }
     if (sv.n_unsaved) {
         *ret_error = save_error(&sv);
-        r = r ? r : -EIO;
+        r = r ? r : sv.quota_hit ? -EDQUOT : -EIO;
     }
     manifest_release(&sv.next);
     json_decref(sv.blobs);

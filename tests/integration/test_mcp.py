@@ -12,7 +12,7 @@ import urllib.error
 import urllib.request
 
 from mcpclient import HttpClient, StdioClient, texts
-from rctest import RUNCELL, RuncellTestCase, ServeProcess
+from rctest import RUNCELL, RuncellTestCase, ServeProcess, wait_until
 
 VERSIONS = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"]
 TOOLS = {"run_code", "run_shell", "create_session", "close_session", "list_files",
@@ -750,13 +750,26 @@ class HttpLimitsTest(RuncellTestCase):
                                   "time.sleep(120)"}}}, on_event=on_event)))
             t.start()
             self.assertTrue(sleeping.wait(120))
-            r = c2.tool_result("run_code", {"code": "1"})  # another session, no slot
-            self.assertTrue(r["isError"])
-            self.assertIn("maximum of 1 executions", texts(r))
+            # Another session's call finds no place to run: it waits for one (the server's
+            # gate, as every surface's executions do), and runs once the first is cancelled.
+            waiting = {}
+            w = threading.Thread(target=lambda: waiting.update(
+                r=c2.tool_result("run_code", {"code": "1"})))
+            w.start()
+            def metrics():
+                req = urllib.request.Request("http://127.0.0.1:%d/metrics" % srv.port,
+                                             headers={"Authorization": "Bearer " + srv.token})
+                with urllib.request.urlopen(req, timeout=30) as resp:
+                    return resp.read().decode()
+            self.assertTrue(wait_until(lambda: "runcell_executions_queued 1\n" in metrics()))
+            self.assertTrue(w.is_alive())
             c1.notify("notifications/cancelled", {"requestId": 77})
             t.join(120)
+            w.join(120)
             self.assertFalse(t.is_alive())
             self.assertFalse(any(m.get("id") == 77 for m in box["r"].messages))
+            self.assertFalse(waiting["r"]["isError"], waiting["r"])
+            self.assertEqual(waiting["r"]["content"][0]["text"], "1")
             self.assertEqual(c2.tool_result("run_code", {"code": "2"})["content"][0]["text"],
                              "2")
 
