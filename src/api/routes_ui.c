@@ -9,12 +9,14 @@
 #include <strings.h>
 #include <unistd.h>
 
-/* Every console response carries these (docs/SECURITY.md, "The web console"). Scripts and
- * styles come only from /ui/ itself (no inline script, no eval); the only HTML sink the
- * console has, a cell's text/html in a sandboxed iframe, goes through the one Trusted Types
- * policy named here, so that any other innerHTML-like assignment throws. */
+/* Every console response carries these (docs/SECURITY.md, "The web console"). Scripts come
+ * only from /ui/ itself (no inline script, no eval); styles from /ui/ and data: URLs (the
+ * stylesheets a cell's HTML brings, e.g. pandas Styler's, as render.js hands them to the
+ * cell's sandboxed frame; no inline style). The only HTML sink the console has, a cell's
+ * text/html in a sandboxed iframe, goes through the one Trusted Types policy named here, so
+ * that any other innerHTML-like assignment throws. */
 static const char csp[] =
-    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; "
+    "default-src 'none'; script-src 'self'; style-src 'self' data:; img-src 'self' data: blob:; "
     "connect-src 'self'; frame-src 'self'; base-uri 'none'; form-action 'none'; "
     "frame-ancestors 'none'; object-src 'none'; require-trusted-types-for 'script'; "
     "trusted-types runcell-cell-html";
