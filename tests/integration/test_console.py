@@ -594,7 +594,8 @@ class Console(RuncellTestCase):
         out = self.scenario("expiry")
         self.assertEqual(out["c1"]["stream"], "still here\n")
         banner = out["banner"]
-        self.assertIn("This session has ended. It was idle longer than its idle timeout", banner)
+        self.assertIn("This session has ended. It was idle longer than its idle timeout (2 s), "
+                      "so it was stopped.", banner)
         self.assertIn("Its files and variables were kept", banner)
         self.assertNotIn("resume_from", banner)  # no API syntax
         self.assertNotIn("POST", banner)

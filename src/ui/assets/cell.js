@@ -240,7 +240,7 @@ export class Cell {
     this.el.dataset.status = rec.status;
     this.el.dataset.state = rec.state || '';
     this.el.dataset.count = this.countValue ?? '';
-    clear(this.status).append(...statusLine(rec), this.undoButton);
+    clear(this.status).append(...statusLine(rec));
     this.ranOut();
     if (this.number) this.label(this.number);
   }

@@ -10,7 +10,7 @@
 // start line it sends one cell at a time; a 400 naming on_disconnect is sent again without
 // it, and the page then warns before a reload would interrupt a running cell.
 import {api, ApiError, broadcast, sessionPath, stream} from './api.js';
-import {announce, append, clear, h, saveBlob, toast} from './dom.js';
+import {announce, append, clear, duration, h, saveBlob, toast} from './dom.js';
 import {Cell} from './cell.js';
 import {NotebookStore, emptyDoc, fromIpynb, toIpynb} from './doc.js';
 import {filePanel} from './files.js';
@@ -414,7 +414,10 @@ class Notebook {
     cell.inflight = true;
     cell.abort = new AbortController();
     const body = {code: cell.code, language: cell.language};
-    if (this.caps.onDisconnect !== false) body.on_disconnect = 'continue';
+    // The run goes on if this page goes, and a failure drops what this session queued
+    // behind it (Jupyter's stop_on_error), where the server takes these.
+    if (this.caps.onDisconnect !== false) Object.assign(body, {on_disconnect: 'continue',
+                                                               stop_on_error: true});
     let last;
     try {
       last = await stream(sessionPath(this.id, '/execute'), body, (ev) => this.onEvent(cell, ev),
@@ -422,7 +425,7 @@ class Notebook {
     } catch (e) {
       cell.inflight = false;
       if (e.name === 'AbortError' || leaving) return;
-      if (e instanceof ApiError && e.status === 400 && /on_disconnect/.test(e.message) &&
+      if (e instanceof ApiError && e.status === 400 && /on_disconnect|stop_on_error/.test(e.message) &&
           this.caps.onDisconnect !== false) {
         // A server without durable executions: this page stays to see the cell through.
         this.caps.onDisconnect = false;
@@ -523,7 +526,11 @@ class Notebook {
     cell.inflight = false;
     if (cell.exec) cell.exec.state = 'done';
     let ok = false;
-    if (err || (last && last.error)) {
+    if (last && last.error && (last.error.code === 'aborted' || last.error.code === 'cancelled')) {
+      // Dropped from the server's queue: behind a cell that failed, or taken out.
+      cell.notRun('cancelled', last.error.code === 'aborted' ? 'not run: an earlier cell failed'
+                                                             : 'taken out of the queue');
+    } else if (err || (last && last.error)) {
       const msg = err ? err.message : last.error.message;
       cell.notRun('failed', msg, '[!]');
       announce('Cell ' + cell.number + ' was not run: ' + msg);
@@ -539,14 +546,18 @@ class Notebook {
       announce('Cell ' + cell.number + ' finished: ' + rec.status +
                (err0 ? ', ' + (err0.error.name || 'error') : '') +
                (rec.usage ? ' in ' + Math.round(rec.usage.wall_ms) + ' ms' : ''));
-      if (UNDO.offered(this.info) && Number.isInteger(rec.execution_count)) cell.undoButton.hidden = false;
+      if (UNDO.offered(this.info) && Number.isInteger(rec.execution_count)) {
+        cell.undoButton.hidden = false;
+        cell.status.append(cell.undoButton);
+      }
     }
     this.afterRun(cell, ok);
   }
 
   afterRun(cell, ok) {
-    // As Jupyter: a cell that fails takes the cells queued behind it out of the queue.
-    if (!ok) for (const c of [...this.pending]) this.unqueue(c, 'not run: an earlier cell failed');
+    // As Jupyter: a cell that fails takes the cells queued behind it out of the queue. Those
+    // this page holds, it drops; those the server queued, the server drops (stop_on_error).
+    if (!ok) for (const c of [...this.pending]) if (!c.inflight) this.unqueue(c, 'not run: an earlier cell failed');
     this.updateRunStates();
     this.pump();
     this.refreshInfo();
@@ -638,7 +649,7 @@ class Notebook {
     const expired = e.code === 'expired';
     const why = expired ? 'It was idle longer than its idle timeout' +
                           (stored && stored.options && stored.options.idle_timeout_s
-                            ? ' (' + Math.round(stored.options.idle_timeout_s / 60) + ' min)' : '') +
+                            ? ' (' + duration(stored.options.idle_timeout_s * 1000) + ')' : '') +
                           ', so it was stopped.'
               : stored && stored.state === 'closed' ? 'It was closed.'
               : stored && stored.state === 'stopped' ? 'The server stopped while it ran.'
