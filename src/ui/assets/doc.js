@@ -12,7 +12,8 @@ export const FORMAT = 'runcell.notebook';
 const LOCAL_PREFIX = 'runcell.notebook.';
 const LOCAL_INDEX = 'runcell.notebooks';
 const LOCAL_KEEP = 30;          // notebooks kept in this browser, the newest
-const DOC_MAX = 4 << 20;        // characters of a document sent or kept; outputs go first
+const DOC_MAX = 8 << 20;        // characters of a document sent to the server; outputs go first
+const LOCAL_MAX = 2 << 20;      // ... kept in this browser (whose quota is about 5M characters)
 const OUTPUT_TEXT_MAX = 256 << 10; // characters of one output kept in the document
 
 export function emptyDoc(sid, language) {
@@ -112,7 +113,7 @@ export class NotebookStore {
   async save(doc) {
     doc.updated_at = new Date().toISOString();
     const text = fitDoc(doc, DOC_MAX);
-    const local = writeLocal(this.sid, text);
+    const local = writeLocal(this.sid, text.length <= LOCAL_MAX ? text : fitDoc(doc, LOCAL_MAX));
     if (this.server === false) return {local, server: false};
     try {
       await api('PUT', sessionPath(this.sid, '/notebook'), JSON.parse(text));
@@ -130,7 +131,7 @@ export class NotebookStore {
   // The local copy only: for the moment the page goes away, when no request may finish.
   saveLocalNow(doc) {
     doc.updated_at = new Date().toISOString();
-    return writeLocal(this.sid, fitDoc(doc, DOC_MAX));
+    return writeLocal(this.sid, fitDoc(doc, LOCAL_MAX));
   }
 }
 
