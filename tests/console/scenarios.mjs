@@ -841,6 +841,24 @@ const scenarios = {
     out.frameSandbox = await c5.locator('iframe.cell-html').getAttribute('sandbox');
     out.flag = await page.evaluate(() => window.__pwned ?? null);
     await shot(page, 'output', 'output.png');
+    // The caps on what a page shows and keeps, at their edges.
+    out.caps = await page.evaluate(async () => {
+      const {fitDoc, keepOutput} = await import('/ui/doc.js');
+      const {Terminal} = await import('/ui/terminal.js');
+      const big = {format: 'runcell.notebook', cells: [{outputs: [
+        {output_type: 'stream', name: 'stdout', text: 'x'.repeat(3 << 20)},
+        {output_type: 'display_data', data: {'text/plain': 'small'}}]}]};
+      const fitted = fitDoc(big, 2 << 20);
+      const cut = keepOutput({output_type: 'stream', name: 'stdout',
+                              text: 'a'.repeat(200000) + 'b'.repeat(200000)});
+      const t = new Terminal('stream', 100);
+      for (let i = 0; i < 25; i++) t.write('123456789\n', 'stdout');
+      return {fittedLength: fitted.length, fittedNote: JSON.parse(fitted).cells[0].outputs[0].text,
+              fittedSmall: JSON.parse(fitted).cells[0].outputs[1].data['text/plain'],
+              cutLength: cut.text.length, cutHead: cut.text.startsWith('aaaa'),
+              cutTail: cut.text.endsWith('bbbb'), cutNote: /\[137856 characters not kept\]/.test(cut.text),
+              termShown: t.el.textContent.length, termDropped: t.dropped};
+    });
   },
 
   // Markdown cells rendered safely, export to .ipynb, import one made by nbformat, Run all.

@@ -513,6 +513,16 @@ class Console(RuncellTestCase):
         self.assertNotEqual(colours["1"], "rgb(200, 30, 30)")
         self.assertEqual(out["frameSandbox"], "")
         self.assertIsNone(out["flag"])
+        # The caps: a notebook past its size loses its largest output, said in its place;
+        # one output is kept head and tail; a cell shows its stream up to a cap, and counts
+        # the rest.
+        caps = out["caps"]
+        self.assertLessEqual(caps["fittedLength"], 2 << 20)
+        self.assertIn("was not kept: the notebook is kept up to 2097152", caps["fittedNote"])
+        self.assertEqual(caps["fittedSmall"], "small")
+        self.assertTrue(caps["cutHead"] and caps["cutTail"] and caps["cutNote"])
+        self.assertLess(caps["cutLength"], 270000)
+        self.assertEqual((caps["termShown"], caps["termDropped"]), (100, 150))
 
     def test_markdown_cells_ipynb_export_and_import_and_run_all(self):
         try:

@@ -247,6 +247,10 @@ export class Cell {
 
   finish(rec) {
     this.record = recordSummary(rec);
+    for (const it of this.items)
+      if (it.kind === 'stream' && it.term.dropped)
+        it.box.after(h('p', {class: 'warn dropped'}, it.term.dropped + ' more characters of ' +
+                                                      'output not shown (they are in the record)'));
     this.showRecord(rec);
   }
 
