@@ -11,6 +11,7 @@
 
 #define CRASHES_FOR_WEAK    2 /* interpreter crashes in a row that mean the sandbox cannot serve */
 #define ATTEMPT_OBSERVATION 4000
+#define LIVE_OUTPUT_MAX     (64 * 1024) /* bytes of a step's output sent as it comes */
 
 static const char *const stop_names[] = {
     [STOP_RUNNING] = "running",
@@ -338,6 +339,27 @@ static uint64_t execution_timeout(struct run *r)
     return t;
 }
 
+/* A step's stdout and stderr as they come, as "output" events, for a client that shows the
+ * running step (the web console); past LIVE_OUTPUT_MAX bytes the rest is only in the
+ * observation. */
+struct live_output {
+    struct run *r;
+    size_t sent;
+};
+
+static void live_output(void *ctx, const struct exec_event *ev)
+{
+    struct live_output *lo = ctx;
+    if ((ev->type != EV_STDOUT && ev->type != EV_STDERR) || lo->sent >= LIVE_OUTPUT_MAX)
+        return;
+    size_t len = MIN(ev->len, LIVE_OUTPUT_MAX - lo->sent), n;
+    lo->sent += len;
+    _cleanup_free_ char *text = utf8_sanitize(ev->data, len, &n);
+    run_emit(lo->r,
+             json_pack("{s:s,s:i,s:s,s:s%}", "type", "output", "step", (int)lo->r->steps, "stream",
+                       ev->type == EV_STDOUT ? "stdout" : "stderr", "data", text, n));
+}
+
 static int execute(struct run *r, const char *code, const char *lang, struct exec_record *rec)
 {
     uint64_t timeout_ms = execution_timeout(r);
@@ -348,7 +370,9 @@ static int execute(struct run *r, const char *code, const char *lang, struct exe
                                .timeout_ms = timeout_ms,
                                .cancel_fd = r->o.cancel.fd,
                                .cancel_events = r->o.cancel.events};
-    int rc = session_execute(r->s, &req, NULL, rec);
+    struct live_output lo = {.r = r};
+    struct exec_sink sink = {.fn = live_output, .ctx = &lo};
+    int rc = session_execute(r->s, &req, r->ev && r->ev->fn ? &sink : NULL, rec);
     if (rc < 0) {
         rec->status = EXEC_SANDBOX_ERROR;
         rec->state = STATE_LOST;
