@@ -178,6 +178,7 @@ json_t *session_info(const char *id, struct session *s)
     json_object_set_new(info, "network", session_network_json(s));
     json_object_set_new(info, "history", json_integer(session_options(s)->history));
     json_object_set_new(info, "state", json_string(session_pause_name(session_pause_state(s))));
+    json_object_set_new(info, "undo", json_boolean(session_options(s)->history > 0));
     if (session_packages(s))
         json_object_set(info, "packages", session_packages(s));
     return info;

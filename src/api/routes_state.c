@@ -115,3 +115,39 @@ enum MHD_Result h_snapshot_delete(struct request *rq)
         return api_errno(rq, r);
     return reply_json(rq, 200, json_pack("{s:s,s:b}", "id", rq->params[0], "deleted", 1));
 }
+
+/* ---- the console's notebook: a document kept with the session ---- */
+
+enum MHD_Result h_notebook_get(struct request *rq)
+{
+    char *text = NULL;
+    size_t n;
+    /* A stored session's too: the console opens what a resumed one had. */
+    int r = session_notebook_get(&rq->srv->persist, rq->params[0], &text, &n);
+    if (r == -ENOENT)
+        return api_error(rq, AE_NOT_FOUND, "session %s has no notebook kept yet", rq->params[0]);
+    if (r < 0)
+        return api_errno(rq, r);
+    struct MHD_Response *resp = MHD_create_response_from_buffer(n, text, MHD_RESPMEM_MUST_FREE);
+    MHD_add_response_header(resp, "Content-Type", "application/json");
+    MHD_add_response_header(resp, "Cache-Control", "no-store");
+    return reply_response(rq, 200, resp);
+}
+
+enum MHD_Result h_notebook_put(struct request *rq)
+{
+    json_t *body = body_json(rq);
+    if (!body)
+        return MHD_YES;
+    json_decref(body); /* checked to be one JSON object; kept as the client sent it */
+    struct session *s = acquire_session(rq);
+    if (!s)
+        return MHD_YES;
+    session_table_put(rq->srv->table, s);
+    int r = session_notebook_put(&rq->srv->persist, rq->params[0], rq->body.data, rq->body.len);
+    if (r < 0)
+        return api_errno(rq, r);
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    return reply_response(rq, 204, resp);
+}

@@ -294,7 +294,7 @@ struct save {
     uint64_t bytes;
     struct buf errors;
     size_t n_errors, n_unsaved;
-    bool quota_hit; /* a file was left out for the quota: the save's error says EDQUOT */
+    bool quota_hit;   /* a file was left out for the quota: the save's error says EDQUOT */
     size_t n_changed; /* entries of next that differ from old: unsaved if the list is not */
     bool store_down;  /* the store failed as a whole: no more tries this time */
     uint64_t max_files;

@@ -611,6 +611,8 @@ static enum meta_state end_state(enum session_end how)
     return META_STOPPED;
 }
 
+static char *notebook_key(const char *id);
+
 void session_retire(struct session *s, enum session_end how, json_t **ret_report)
 {
     struct persist *p = session_get_persist(s);
@@ -618,6 +620,11 @@ void session_retire(struct session *s, enum session_end how, json_t **ret_report
     /* Said at once: the session is out of the table, and a checkpoint takes a while. */
     if (p && p->c->meta)
         meta_set_state(p->c->meta, p->id, end_state(how), false, NULL);
+    if (p && !p->files && how == SESSION_END_CLOSE && p->c->store) {
+        /* Nothing else of it is stored, but the console's notebook may be. */
+        _cleanup_free_ char *key = notebook_key(p->id);
+        (void)store_delete(p->c->store, key);
+    }
     if (!p || !p->files) {
         if (how == SESSION_END_CHECKPOINT)
             json_object_set_new(report, "error",
@@ -785,6 +792,9 @@ static int do_restore(struct session *s, void *arg)
     return 0;
 }
 
+static void copy_notebook(const struct persist_config *c, const char *from, const char *to);
+static char *notebook_key(const char *id);
+
 int session_restore(struct session *s, const char *from_id, json_t **ret_report)
 {
     struct persist *p = session_get_persist(s);
@@ -799,6 +809,7 @@ int session_restore(struct session *s, const char *from_id, json_t **ret_report)
         json_decref(x.report);
         return r;
     }
+    copy_notebook(p->c, from_id, p->id);
     if (p->files && session_save_files(s) < 0)
         json_object_set_new(x.report, "persist_error", json_string(err_msg()));
     *ret_report = x.report;
@@ -880,4 +891,43 @@ int session_stored_delete(const struct persist_config *c, const char *id)
     if (c->meta && meta_set_state(c->meta, id, META_CLOSED, false, NULL) < 0)
         return -EIO;
     return 0;
+}
+
+/* ---- the console's notebook ---- */
+
+static char *notebook_key(const char *id)
+{
+    return xasprintf("sessions/%s/notebook.json", id);
+}
+
+int session_notebook_get(const struct persist_config *c, const char *id, char **ret, size_t *ret_n)
+{
+    if (!c || !c->store || !session_id_valid(id))
+        return err_set(ENOENT, "no notebook");
+    _cleanup_free_ char *key = notebook_key(id);
+    int r = store_get_buf(c->store, key, SESSION_NOTEBOOK_MAX, ret, ret_n);
+    return r == -EFBIG
+               ? err_set(EFBIG, "the notebook kept is past %u MiB", SESSION_NOTEBOOK_MAX >> 20)
+               : r;
+}
+
+int session_notebook_put(const struct persist_config *c, const char *id, const char *text, size_t n)
+{
+    if (!c || !c->store)
+        return err_set(EINVAL, "this server keeps no store for notebooks");
+    if (n > SESSION_NOTEBOOK_MAX)
+        return err_set(EFBIG, "a notebook is kept up to %u MiB; this one is %.1f MiB",
+                       SESSION_NOTEBOOK_MAX >> 20, (double)n / 1048576.0);
+    _cleanup_free_ char *key = notebook_key(id);
+    return store_put_buf(c->store, key, text, n);
+}
+
+/* A resume takes the notebook along (best effort: the session is made without it). */
+static void copy_notebook(const struct persist_config *c, const char *from, const char *to)
+{
+    char *text = NULL;
+    size_t n;
+    if (strcmp(from, to) && session_notebook_get(c, from, &text, &n) == 0)
+        (void)session_notebook_put(c, to, text, n);
+    free(text);
 }

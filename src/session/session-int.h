@@ -62,6 +62,10 @@ struct exec_turn {
     /* Called (no lock held) once the turn has come and the session is its, before the cell
      * is sent; may be NULL. */
     void (*on_start)(struct exec_turn *t);
+    /* A cell that fails takes down what waits behind it (Jupyter's stop_on_error): those
+     * end unrun as "aborted", before the next one could begin. */
+    bool stop_on_error;
+    bool aborted; /* cancelled by such a failure */
 };
 /* Takes t's place at the end of s's queue. 0, -EAGAIN (full), -ESHUTDOWN, with err_msg(). */
 int session_enqueue(struct session *s, struct exec_turn *t);

@@ -998,7 +998,7 @@ static int wait_turn(struct session *s, struct exec_turn *t, const struct exec_r
     pthread_mutex_lock(&s->lock);
     for (;;) {
         if (t->cancelled) {
-            r = -ECANCELED;
+            r = t->aborted ? -ECONNABORTED : -ECANCELED;
             break;
         }
         if (s->state == SESSION_CLOSED || s->closing) {
@@ -1038,6 +1038,8 @@ static int wait_turn(struct session *s, struct exec_turn *t, const struct exec_r
         t->on_start(t);
     if (r == -ECANCELED)
         err_set(ECANCELED, "cancelled before it ran");
+    else if (r == -ECONNABORTED)
+        err_set(ECONNABORTED, "not run: a cell before it failed (stop_on_error)");
     else if (r == -ESHUTDOWN)
         err_set(ESHUTDOWN, "the session is closed");
     return r;
@@ -1047,6 +1049,20 @@ void session_turn_cancel(struct session *s, struct exec_turn *t)
 {
     t->cancelled = true;
     pthread_mutex_lock(&s->lock);
+    pthread_cond_broadcast(&s->idle);
+    pthread_mutex_unlock(&s->lock);
+    exec_gate_wake(s->gate);
+}
+
+/* What waits in s's queue now ends unrun, as aborted (the session still busy: nothing could
+ * begin between the failure and this). */
+static void abort_queued(struct session *s)
+{
+    pthread_mutex_lock(&s->lock);
+    for (struct exec_turn *t = s->queue_head; t; t = t->next) {
+        t->aborted = true;
+        t->cancelled = true;
+    }
     pthread_cond_broadcast(&s->idle);
     pthread_mutex_unlock(&s->lock);
     exec_gate_wake(s->gate);
@@ -1171,6 +1187,8 @@ int session_execute_turn(struct session *s, struct exec_turn *t, const struct ex
     else if (s->persist)
         s->persist_ops->after_execute(s->persist, s->ws, &after, rec);
     ws_listing_release(&after);
+    if (t->stop_on_error && rec->status != EXEC_OK)
+        abort_queued(s);
     end(s);
     if (gated)
         exec_gate_leave(s->gate);

@@ -210,6 +210,7 @@ struct exec_request {
                           * cancel_events is 0 too) for none */
     short cancel_events; /* poll events for cancel_fd: 0 = POLLIN (a pipe); POLLRDHUP for
                           * a client socket that hangs up */
+    bool stop_on_error;  /* a failure ends what waits behind it unrun (session_submit only) */
 };
 
 struct session;
@@ -598,6 +599,15 @@ int snapshot_get(const struct persist_config *c, const char *id, json_t **ret_re
 int snapshot_delete(const struct persist_config *c, const char *id);
 /* Whether id names a snapshot's stored state (an id of session_id_valid's form). */
 bool snapshot_id_valid(const char *id);
+
+/* The console's notebook of session id, kept in c's store beside what the session keeps
+ * (sessions/ID/notebook.json; gone with it), taken along by a resume (session_restore). At
+ * most SESSION_NOTEBOOK_MAX bytes (-EFBIG past it). get: 0 with the text (caller frees) or
+ * -ENOENT. */
+#define SESSION_NOTEBOOK_MAX (8u << 20)
+int session_notebook_get(const struct persist_config *c, const char *id, char **ret, size_t *ret_n);
+int session_notebook_put(const struct persist_config *c, const char *id, const char *text,
+                         size_t n);
 
 /* ---- a fleet (lease.c): nodes sharing one store, a lease per session ----
  *

@@ -40,7 +40,7 @@ ARTIFACTS = os.path.join(os.environ.get("RUNCELL_TEST_ARTIFACTS") or
 SHOTS = os.path.join(ROOT, "docs", "img") if os.environ.get("RUNCELL_UPDATE_SCREENSHOTS") else ""
 # Set to True when the server keeps executions and notebooks (the lead's side of the
 # contract above): the reload test then asserts the cell goes on, whole, across the reload.
-SERVER_KEEPS_EXECUTIONS = False
+SERVER_KEEPS_EXECUTIONS = True
 
 
 def browser_missing():

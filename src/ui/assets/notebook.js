@@ -74,10 +74,10 @@ function keyName(ev) {
 
 // The hook for undoing a cell's run (the session rolled back to before it), where the
 // server offers it: a session whose description has "undo": true gets an "Undo this run" on
-// its cells, which asks POST /v1/sessions/{id}/undo {"execution_count": N}.
+// its cells, which asks POST /v1/sessions/{id}/undo {"before": N}.
 const UNDO = {
   offered: (info) => !!(info && info.undo),
-  request: (sid, count) => api('POST', sessionPath(sid, '/undo'), {execution_count: count}),
+  request: (sid, count) => api('POST', sessionPath(sid, '/undo'), {before: count}),
 };
 
 class Notebook {
@@ -401,17 +401,20 @@ class Notebook {
   }
 
   // Sends what may be sent: every queued cell when the server queues executions, else one
-  // at a time.
+  // at a time. Each is sent once the one before it is in the server's queue (its "start"
+  // came): the server runs them in the order they arrive, and requests sent at once on
+  // several connections arrive in any order.
   pump() {
     for (const cell of this.pending) {
       if (cell.inflight) continue;
-      if (this.pending.some((c) => c.inflight) && this.caps.queue !== true) return;
+      if (this.pending.some((c) => c.inflight && (this.caps.queue !== true || !c.submitted))) return;
       this.send(cell);
     }
   }
 
   async send(cell) {
     cell.inflight = true;
+    cell.submitted = false;
     cell.abort = new AbortController();
     const body = {code: cell.code, language: cell.language};
     // The run goes on if this page goes, and a failure drops what this session queued
@@ -455,11 +458,12 @@ class Notebook {
     if (!ev || typeof ev !== 'object') return;
     if (ev.type === 'start') {
       cell.exec.id = String(ev.execution_id || '');
+      cell.submitted = true;
       if (this.caps.queue !== true) {
         this.caps.queue = true;
         if (this.caps.onDisconnect === null) this.caps.onDisconnect = true;
-        queueMicrotask(() => this.pump());
       }
+      queueMicrotask(() => this.pump());
     }
     if (ev.type === 'start') this.el.dataset.durable = String(this.caps.onDisconnect === true);
     if (typeof ev.seq === 'number' && cell.exec) cell.exec.seq = ev.seq;
