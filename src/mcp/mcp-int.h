@@ -15,7 +15,21 @@ enum version_feature {
     VF_TITLES = 1 << 4,           /* title on tools and serverInfo (2025-06-18) */
     VF_ARGS_AS_RESULTS = 1 << 5,  /* bad tool arguments are tool errors, not -32602 (2025-11-25) */
     VF_DESCRIPTION = 1 << 6,      /* serverInfo.description (2025-11-25) */
+    /* 2026-07-28: no initialize, per-request _meta, resultType and serverInfo on every result,
+     * cacheable lists, sessions only through explicit session_id handles */
+    VF_MODERN = 1 << 7,
 };
+
+/* _meta keys of revision 2026-07-28 */
+#define META_VERSION      "io.modelcontextprotocol/protocolVersion"
+#define META_CAPABILITIES "io.modelcontextprotocol/clientCapabilities"
+#define META_CLIENT       "io.modelcontextprotocol/clientInfo"
+#define META_LOG_LEVEL    "io.modelcontextprotocol/logLevel"
+#define META_SERVER       "io.modelcontextprotocol/serverInfo"
+#define EXT_TASKS         "io.modelcontextprotocol/tasks"
+/* How long a client may keep server/discover and tools/list answers (they change only with
+ * the server's version). */
+#define LIST_TTL_MS 3600000
 
 struct version {
     const char *name;
@@ -40,14 +54,24 @@ void reply_notify(struct reply *r, json_t *msg);
 
 /* ---- JSON-RPC messages (jsonrpc.c) ---- */
 json_t *rpc_result(json_t *id, json_t *result); /* result stolen */
+/* A result response as version features ask: on the modern era, resultType "complete" (unless
+ * result has one) and _meta with serverInfo. result stolen. */
+json_t *rpc_result_for(const struct mcp_config *cfg, unsigned features, json_t *id, json_t *result);
+/* An error response with data (stolen, may be NULL). */
+json_t *rpc_error_data(json_t *id, int code, const char *message, json_t *data);
 json_t *rpc_error(json_t *id, int code, const char *message);
 json_t *rpc_notification(const char *method, json_t *params); /* params stolen */
 
 /* ---- one connection (conn.c) ---- */
+
+/* Every version this server speaks, modern first (server/discover, -32022's data). */
+json_t *versions_json(void);
 struct call;
 
 struct mcp_conn {
     const struct mcp_config *cfg;
+    bool shared; /* mcp_conn_new_shared */
+    size_t max_calls;
     pthread_mutex_t lock;
     pthread_cond_t idle;           /* broadcast when a call ends */
     const struct version *version; /* NULL until initialize */
@@ -64,6 +88,21 @@ struct mcp_conn {
     uint64_t next_seq;            /* of the next call, in arrival order */
 };
 
+/* One request being served: the version it is served under, and on the modern era the
+ * capabilities the client declared with it. */
+struct req {
+    struct mcp_conn *c;
+    const struct mcp_msg *m;
+    struct reply *r;
+    const struct version *v; /* NULL: a legacy request before initialize */
+    json_t *caps;            /* modern era: the request's clientCapabilities (borrowed) */
+};
+
+static inline unsigned req_features(const struct req *q)
+{
+    return q->v ? q->v->features : 0;
+}
+
 /* ---- tool calls (call.c) ---- */
 struct tool;
 
@@ -78,7 +117,9 @@ struct call {
      * (DEFAULT_LANE for the default one, NULL for calls on none) and seq the arrival. */
     char *lane;
     uint64_t seq;
-    unsigned features; /* of the negotiated version */
+    unsigned features; /* of the version the request is served under */
+    bool tasks;        /* the client declared the tasks extension: the call may become a task */
+    bool handed_over;  /* answered with a task: its stream's end no longer cancels it */
     int cancel[2];     /* a byte in cancel[1] interrupts the running cell */
     atomic_bool cancelled;
     struct call *next;
@@ -91,10 +132,18 @@ struct call {
     bool new_output;
 };
 
+/* What a tools/call asks for. */
+struct call_params {
+    const struct tool *tool;
+    json_t *id, *args;
+    json_t *progress_token; /* NULL when the client asked for no progress */
+    unsigned features;
+    bool tasks; /* the client declared the tasks extension with the request */
+};
+
 /* Starts a tool call on its own thread; the call owns a reference to reply and copies of
  * id, token and args. -errno (-EAGAIN: too many calls) with nothing started. */
-int call_start(struct mcp_conn *c, const struct tool *tool, json_t *id, json_t *args,
-               json_t *progress_token, struct reply *reply);
+int call_start(struct mcp_conn *c, const struct call_params *p, struct reply *reply);
 /* Interrupts the call with this request id, if it runs; true when one was found. */
 bool call_cancel(struct mcp_conn *c, json_t *id);
 /* Notes output of the running cell for the next progress notification. */
@@ -105,8 +154,11 @@ void call_output(struct call *k, const char *data, size_t len);
  * was replaced). NULL with *ret_err (caller frees) when there is none. *ret_id: the id,
  * caller frees. Release with session_table_put. */
 struct session *call_session(struct call *k, char **ret_id, char **ret_note, char **ret_err);
-/* Creates a session owned by the connection; 0 and *ret_id, or -errno with err_msg(). */
-int conn_create_session(struct mcp_conn *c, const char *lang, uint64_t timeout_ms, char **ret_id);
+/* Creates a session; on the legacy era the connection owns it (closed with it), on the modern
+ * era it lives by its idle timeout or until close_session. 0 and *ret_id, or -errno with
+ * err_msg(). */
+int conn_create_session(struct mcp_conn *c, const char *lang, uint64_t timeout_ms, bool owned,
+                        char **ret_id);
 /* Closes a session; forgets it as the default or as owned. 0 or -ENOENT. */
 int conn_close_session(struct mcp_conn *c, const char *id);
 
@@ -136,7 +188,11 @@ struct tool {
 
 const struct tool *tool_find(const char *name);
 /* The tools/list result for a protocol version; caller decrefs. */
-json_t *tools_list_json(unsigned features);
+json_t *tools_list_json(const struct mcp_config *cfg, unsigned features);
+/* mcp_tool_check_args for a protocol version (the modern era requires session_id). */
+int tool_check_args(const struct tool *t, json_t *args, unsigned features, char **ret_err);
+/* Whether a tool needs an existing session (all but create_session). */
+bool tool_takes_session(const struct tool *t);
 /* {"content":[{"type":"text","text":...}],"isError":true}; caller decrefs. */
 json_t *tool_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* The names of all tools, comma-separated, for messages; static storage. */

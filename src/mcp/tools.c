@@ -24,9 +24,12 @@ static const char *const encodings[] = {"utf-8", "base64", NULL};
     {                                                                                              \
         "session_id", ARG_STRING, false, NULL,                                                     \
             "The session to use, as returned by create_session. Leave it out to use this "         \
-            "client's "                                                                            \
-            "default session."                                                                     \
+            "client's default session."                                                            \
     }
+/* session_id on protocol 2026-07-28, where a connection is no conversation: required. */
+static const char session_arg_modern[] =
+    "The session to use: the session_id create_session returned. Variables and files persist "
+    "within one session.";
 #define ARG_TIMEOUT                                                                                \
     {                                                                                              \
         "timeout_s", ARG_NUMBER, false, NULL,                                                      \
@@ -123,11 +126,11 @@ static json_t *t_write_file(struct call *k);
 
 static const struct tool tools[] = {
     {"run_code", "Run code",
-     "Run Python (default) or bash code in a sandboxed, stateful session, like a notebook "
-     "cell: variables, imports and files in /workspace persist between calls to the same "
-     "session. The value of the last expression is returned, matplotlib figures come back as "
-     "PNG images, and a failure returns the traceback with isError set, so the code can be "
-     "fixed and run again. numpy, pandas and matplotlib are installed; there is no network.",
+     "Run Python (default), bash or JavaScript (Node.js) code in a sandboxed, stateful session, "
+     "like a notebook cell: variables, imports and files in /workspace persist between calls to "
+     "the same session. The value of the last expression is returned, matplotlib figures come "
+     "back as PNG images, and a failure returns the traceback with isError set, so the code can "
+     "be fixed and run again. numpy, pandas and matplotlib are installed; there is no network.",
      ARGS(run_code_args), false, false, false, record_schema, t_run_code},
     {"run_shell", "Run a shell command",
      "Run a bash command line in the session's shell (the same files as run_code): it starts "
@@ -152,6 +155,19 @@ static const struct tool tools[] = {
      "read. Text by default; binary as base64 with encoding base64.",
      ARGS(write_file_args), false, true, true, file_schema, t_write_file},
 };
+
+bool tool_takes_session(const struct tool *t)
+{
+    return !t->no_session;
+}
+
+/* Whether argument a is required on a version: session_id is, on the modern era, for every
+ * tool that works on a session. */
+static bool arg_required(const struct tool *t, const struct arg *a, unsigned features)
+{
+    return a->required ||
+           ((features & VF_MODERN) && !t->no_session && !strcmp(a->name, "session_id"));
+}
 
 const struct tool *tool_find(const char *name)
 {
@@ -181,43 +197,63 @@ const char *tool_names(void)
 
 /* ---- schemas and argument checks ---- */
 
-static json_t *input_schema(const struct tool *t)
+static json_t *input_schema(const struct tool *t, unsigned features)
 {
     json_t *props = json_object(), *required = json_array();
     for (size_t i = 0; i < t->n_args; i++) {
         const struct arg *a = &t->args[i];
         const char *type = a->type == ARG_STRING ? "string" : "number";
+        bool req = arg_required(t, a, features);
+        const char *description =
+            req && !a->required ? session_arg_modern : a->description; /* session_id */
         /* An optional argument may be null, which stands for its default (clients that fill
          * every property send null for those they leave out). */
         json_t *p =
-            a->required
-                ? json_pack("{s:s,s:s}", "type", type, "description", a->description)
-                : json_pack("{s:[s,s],s:s}", "type", type, "null", "description", a->description);
+            req ? json_pack("{s:s,s:s}", "type", type, "description", description)
+                : json_pack("{s:[s,s],s:s}", "type", type, "null", "description", description);
         if (a->choices) {
             json_t *e = json_array();
             for (const char *const *c = a->choices; *c; c++)
                 json_array_append_new(e, json_string(*c));
-            if (!a->required)
+            if (!req)
                 json_array_append_new(e, json_null());
             json_object_set_new(p, "enum", e);
         }
         if (a->type == ARG_NUMBER)
             json_object_set_new(p, "exclusiveMinimum", json_integer(0));
         json_object_set_new(props, a->name, p);
-        if (a->required)
+        if (req)
             json_array_append_new(required, json_string(a->name));
     }
     return json_pack("{s:s,s:o,s:o,s:b}", "type", "object", "properties", props, "required",
                      required, "additionalProperties", 0);
 }
 
-json_t *tools_list_json(unsigned features)
+/* What create_session says about how long a session lives. */
+static char *lifetime_sentence(const struct mcp_config *cfg)
+{
+    uint64_t idle = cfg->defaults.idle_timeout_ms;
+    if (!idle)
+        return xstrdup(" A session lives until close_session or until the server stops.");
+    if (idle % 60000 == 0)
+        return xasprintf(" A session is closed (its files deleted) after %llu minute%s without a "
+                         "call, or by close_session.",
+                         (unsigned long long)(idle / 60000), idle == 60000 ? "" : "s");
+    return xasprintf(" A session is closed (its files deleted) after %llu s without a call, or "
+                     "by close_session.",
+                     (unsigned long long)(idle / 1000));
+}
+
+json_t *tools_list_json(const struct mcp_config *cfg, unsigned features)
 {
     json_t *list = json_array();
     for (size_t i = 0; i < ARRAY_SIZE(tools); i++) {
         const struct tool *t = &tools[i];
-        json_t *j = json_pack("{s:s,s:s,s:o}", "name", t->name, "description", t->description,
-                              "inputSchema", input_schema(t));
+        _cleanup_free_ char *lifetime = t->no_session ? lifetime_sentence(cfg) : NULL;
+        _cleanup_free_ char *description =
+            xasprintf("%s%s", t->description, lifetime ? lifetime : "");
+        json_t *j = json_pack("{s:s,s:s,s:o}", "name", t->name, "description", description,
+                              "inputSchema", input_schema(t, features));
         if (features & VF_TITLES)
             json_object_set_new(j, "title", json_string(t->title));
         if (features & VF_ANNOTATIONS)
@@ -285,6 +321,12 @@ int mcp_tool_check_args(const char *name, json_t *args, char **ret_err)
             xasprintf("unknown tool '%s'; the tools are: %s", name ? name : "", tool_names());
         return MCP_INVALID_PARAMS;
     }
+    return tool_check_args(t, args, 0, ret_err);
+}
+
+int tool_check_args(const struct tool *t, json_t *args, unsigned features, char **ret_err)
+{
+    *ret_err = NULL;
     if (!json_is_object(args)) {
         *ret_err = xasprintf("%s: the arguments must be an object", t->name);
         return MCP_INVALID_PARAMS;
@@ -302,16 +344,19 @@ int mcp_tool_check_args(const char *name, json_t *args, char **ret_err)
             *ret_err = xasprintf("%s: unknown argument '%s'; it takes %s", t->name, key, known);
             return MCP_INVALID_PARAMS;
         }
-        if (json_is_null(v) && !a->required)
+        if (json_is_null(v) && !arg_required(t, a, features))
             continue; /* null stands for "the default" */
         if (check_arg(t, a, v, ret_err))
             return MCP_INVALID_PARAMS;
     }
     for (size_t i = 0; i < t->n_args; i++) {
-        json_t *given = json_object_get(args, t->args[i].name);
-        if (t->args[i].required && (!given || json_is_null(given))) {
-            *ret_err = xasprintf("%s: argument '%s' is required: %s", t->name, t->args[i].name,
-                                 t->args[i].description);
+        const struct arg *a = &t->args[i];
+        json_t *given = json_object_get(args, a->name);
+        if (arg_required(t, a, features) && (!given || json_is_null(given))) {
+            *ret_err = xasprintf("%s: argument '%s' is required: %s", t->name, a->name,
+                                 a->required ? a->description
+                                             : "create a session with create_session and pass "
+                                               "the session_id it returns");
             return MCP_INVALID_PARAMS;
         }
     }
@@ -624,7 +669,9 @@ static json_t *t_create_session(struct call *k)
     if (!arg_timeout(k, &timeout_ms, &refused))
         return refused;
     _cleanup_free_ char *id = NULL;
-    if (conn_create_session(k->c, arg_string(k, "language"), timeout_ms, &id) < 0)
+    /* On the modern era the session is a handle of its own, not the connection's. */
+    bool owned = !(k->features & VF_MODERN) && !k->c->shared;
+    if (conn_create_session(k->c, arg_string(k, "language"), timeout_ms, owned, &id) < 0)
         return tool_error("create_session: cannot create a session: %s", err_msg());
     int err;
     struct session *s = session_table_acquire(k->c->cfg->table, id, &err);
