@@ -198,4 +198,21 @@ json_t *tool_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* The names of all tools, comma-separated, for messages; static storage. */
 const char *tool_names(void);
 
+/* ---- what a model reads of a result (content.c) ---- */
+
+/* {"type":"text","text":text}; caller decrefs. */
+json_t *text_item(const char *text);
+/* The content of an execution's result for a model, from its record (exec_record_json): one
+ * text part first that sums the run up (output, values, traceback, what runcell says, the
+ * files it changed; each trimmed to what a model can use), then each image with a short text
+ * part before it ("figure 1: PNG, 640x480, 29 KB"). features: VF_STRUCTURED says the full
+ * record goes along as structuredContent, which the trimming points to. Caller decrefs. */
+json_t *record_content(json_t *rec, unsigned features);
+/* The record for structuredContent: session_id added, images named instead of repeated as
+ * base64. Caller decrefs. */
+json_t *record_structured(json_t *rec, const char *session_id);
+/* "LABEL: PNG, 640x480, 29 KB" for an image of type mime given as base64 (dimensions left
+ * out when they cannot be read). Caller frees. */
+char *image_caption(const char *label, const char *mime, const char *b64, size_t b64_len);
+
 #endif

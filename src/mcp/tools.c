@@ -13,9 +13,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* Entries of a list_files answer, and file names in a run's summary line. */
-#define LIST_MAX      1000
-#define SUMMARY_NAMES 20
+/* Entries of a list_files answer. */
+#define LIST_MAX 1000
 
 static const char *const langs[] = {"python", "bash", "javascript", NULL};
 static const char *const encodings[] = {"utf-8", "base64", NULL};
@@ -365,11 +364,6 @@ int tool_check_args(const struct tool *t, json_t *args, unsigned features, char 
 
 /* ---- results ---- */
 
-static json_t *text_item(const char *text)
-{
-    return json_pack("{s:s,s:s}", "type", "text", "text", text);
-}
-
 static json_t *result_new(json_t *content, json_t *structured, bool is_error, unsigned features)
 {
     json_t *r = json_pack("{s:o,s:b}", "content", content, "isError", is_error);
@@ -463,106 +457,6 @@ static void exec_event(void *ctx, const struct exec_event *ev)
         call_output(ctx, ev->data, ev->len);
 }
 
-static void append_names(struct buf *b, const char *what, json_t *names)
-{
-    size_t n = json_array_size(names);
-    if (!n)
-        return;
-    buf_printf(b, "%s%s: ", b->len ? "; " : "", what);
-    for (size_t i = 0; i < n && i < SUMMARY_NAMES; i++)
-        buf_printf(b, "%s%s", i ? ", " : "", json_string_value(json_array_get(names, i)));
-    if (n > SUMMARY_NAMES)
-        buf_printf(b, " and %zu more", n - SUMMARY_NAMES);
-}
-
-static const char *image_mime(json_t *bundle)
-{
-    static const char *const mimes[] = {"image/png", "image/jpeg", "image/gif", "image/webp"};
-    for (size_t i = 0; i < ARRAY_SIZE(mimes); i++)
-        if (json_is_string(json_object_get(bundle, mimes[i])))
-            return mimes[i];
-    return NULL;
-}
-
-/* The content a model reads: output, values, images, the traceback, what runcell says. */
-static json_t *record_content(json_t *rec)
-{
-    json_t *content = json_array();
-    const char *out = json_string_value(json_object_get(rec, "stdout"));
-    const char *err = json_string_value(json_object_get(rec, "stderr"));
-    const char *status = json_string_value(json_object_get(rec, "status"));
-    const char *message = json_string_value(json_object_get(rec, "message"));
-    json_t *error = json_object_get(rec, "error"), *bundle;
-    size_t i;
-    if (out && *out)
-        json_array_append_new(content, text_item(out));
-    if (err && *err) {
-        _cleanup_free_ char *t = xasprintf("[stderr]\n%s", err);
-        json_array_append_new(content, text_item(t));
-    }
-    json_array_foreach(json_object_get(rec, "results"), i, bundle)
-    {
-        const char *mime = image_mime(bundle);
-        const char *text = json_string_value(json_object_get(bundle, "text/plain"));
-        if (mime)
-            json_array_append_new(content,
-                                  json_pack("{s:s,s:O,s:s}", "type", "image", "data",
-                                            json_object_get(bundle, mime), "mimeType", mime));
-        else if (text && *text)
-            json_array_append_new(content, text_item(text));
-    }
-    if (json_is_object(error)) {
-        const char *tb = json_string_value(json_object_get(error, "traceback"));
-        _cleanup_free_ char *t =
-            tb && *tb ? xstrdup(tb)
-                      : xasprintf("%s: %s", json_string_value(json_object_get(error, "name")),
-                                  json_string_value(json_object_get(error, "value")));
-        json_array_append_new(content, text_item(t));
-    }
-    if (message) {
-        _cleanup_free_ char *t = xasprintf("[runcell] %s: %s", status, message);
-        json_array_append_new(content, text_item(t));
-    } else if (status && strcmp(status, "ok") && strcmp(status, "error")) {
-        _cleanup_free_ char *t = xasprintf("[runcell] status: %s", status);
-        json_array_append_new(content, text_item(t));
-    }
-    json_t *files = json_object_get(rec, "files");
-    struct buf b;
-    buf_init(&b, 0);
-    append_names(&b, "created", json_object_get(files, "created"));
-    append_names(&b, "modified", json_object_get(files, "modified"));
-    append_names(&b, "deleted", json_object_get(files, "deleted"));
-    if (b.len) {
-        _cleanup_free_ char *t = xasprintf("[files in /workspace] %s", b.data);
-        json_array_append_new(content, text_item(t));
-    }
-    buf_release(&b);
-    if (!json_array_size(content))
-        json_array_append_new(content, text_item("(no output)"));
-    return content;
-}
-
-/* The record for structuredContent: images are sent once, as image content, and named here
- * instead of repeated as base64 (clients that show structuredContent to a model would put
- * every byte of it in the model's context). */
-static json_t *record_structured(json_t *rec, const char *session_id)
-{
-    json_t *s = json_deep_copy(rec), *bundle;
-    size_t i;
-    json_object_set_new(s, "session_id", json_string(session_id));
-    json_array_foreach(json_object_get(s, "results"), i, bundle)
-    {
-        const char *mime = image_mime(bundle);
-        if (!mime)
-            continue;
-        size_t b64 = strlen(json_string_value(json_object_get(bundle, mime)));
-        _cleanup_free_ char *t =
-            xasprintf("[%s, %zu bytes, sent as image content]", mime, b64 / 4 * 3);
-        json_object_set_new(bundle, mime, json_string(t));
-    }
-    return s;
-}
-
 static const char *busy_hint =
     "; wait for the running call to finish, or use another session (create_session)";
 
@@ -642,8 +536,8 @@ static json_t *run_exec(struct call *k, const char *code, const char *lang)
         if (c->cfg->on_execution)
             c->cfg->on_execution(c->cfg->ctx, &rec);
         json_t *j = exec_record_json(&rec);
-        result = result_new(record_content(j), record_structured(j, sid), rec.status != EXEC_OK,
-                            k->features);
+        result = result_new(record_content(j, k->features), record_structured(j, sid),
+                            rec.status != EXEC_OK, k->features);
         json_decref(j);
     }
     exec_record_release(&rec);
@@ -847,8 +741,16 @@ static json_t *t_read_file(struct call *k)
         mime = !strcmp(type, "text") ? "text/plain" : "application/octet-stream";
     json_t *st = json_pack("{s:s,s:s,s:I,s:s}", "session_id", sid, "path", rel, "size",
                            (json_int_t)b.len, "mime_type", mime);
+    json_t *content = json_array();
+    if (!strcmp(type, "image")) { /* a caption beside the picture, as for figures */
+        json_t *data = json_object_get(item, "data");
+        _cleanup_free_ char *caption =
+            image_caption(rel, mime, json_string_value(data), json_string_length(data));
+        json_array_append_new(content, text_item(caption));
+    }
+    json_array_append_new(content, item);
     buf_release(&b);
-    return with_note(result_new(json_pack("[o]", item), st, false, k->features), note);
+    return with_note(result_new(content, st, false, k->features), note);
 }
 
 static json_t *t_write_file(struct call *k)

@@ -494,8 +494,9 @@ class McpTypeScriptSdk(McpClientCase):
         self.assertEqual(out["server"]["name"], "runcell")
         tools = {t["name"]: t for t in out["tools"]}
         self.assertIn("run_code", tools)
-        self.assertEqual(out["first"], {"text": "42\n", "isError": False})
-        self.assertEqual(out["second"], {"text": "43\n", "isError": False})
+        # the summary a model reads: output without its last newline
+        self.assertEqual(out["first"], {"text": "42", "isError": False})
+        self.assertEqual(out["second"], {"text": "43", "isError": False})
         # Optional arguments may be null; required ones may not.
         props = tools["run_code"]["inputSchema"]["properties"]
         self.assertEqual(props["code"]["type"], "string")
@@ -503,7 +504,7 @@ class McpTypeScriptSdk(McpClientCase):
         self.assertIn(None, props["language"]["enum"])
 
     def test_null_for_optional_arguments(self):
-        self.assertEqual(self.sdk("null-args"), {"text": "null ok\n", "isError": False})
+        self.assertEqual(self.sdk("null-args"), {"text": "null ok", "isError": False})
 
     def test_delete_while_a_call_runs_answers_the_call(self):
         before = self.live_sessions()

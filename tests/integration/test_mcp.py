@@ -100,9 +100,31 @@ class McpCases:
         self.assertEqual(img["mimeType"], "image/png")
         self.assertEqual(base64.b64decode(img["data"])[:8], b"\x89PNG\r\n\x1a\n")
         self.assertIn("plotted", texts(r))
+        # the summary comes first, and a caption right before the image
+        self.assertEqual(r["content"][0], {"type": "text", "text": "plotted"})
+        caption = r["content"][r["content"].index(img) - 1]
+        self.assertRegex(caption["text"], r"^figure 1: PNG, 640x480, \d+ KB$")
         # the record names the image instead of repeating its bytes
         bundle = r["structuredContent"]["results"][0]
         self.assertIn("sent as image content", bundle["image/png"])
+        self.assertNotIn(img["data"][:100], json.dumps(r["structuredContent"]))
+
+    def test_summary_is_one_text_part_trimmed_to_size(self):
+        r = self.c.tool_result("run_code", {"code": (
+            "print('\\n'.join('line %d' % i for i in range(20000)))\n"
+            "import sys; print('warned', file=sys.stderr)\n"
+            "{'a': 1}['b']")})
+        self.assertTrue(r["isError"])
+        self.assertEqual([c["type"] for c in r["content"]], ["text"])
+        text = r["content"][0]["text"]
+        self.assertLess(len(text), 16000)  # of 64 KiB of output kept in the record
+        self.assertTrue(text.startswith("line 0\nline 1\n"))
+        self.assertIn("bytes of stdout not shown here", text)
+        self.assertIn("line 19999\n", text)  # the tail is there
+        self.assertIn("[stderr]\nwarned", text)
+        self.assertTrue(text.rstrip().endswith("KeyError: 'b'"), text[-300:])
+        self.assertIn("in the structured result", text)
+        self.assertGreater(len(r["structuredContent"]["stdout"]), 60000)
 
     def test_error_result_sets_is_error(self):
         r = self.c.tool_result("run_code", {"code": "row = {'name': 'x'}\nrow['fare']"})
@@ -146,8 +168,9 @@ class McpCases:
         r = self.c.tool_result("run_code", {"code": "print('y' * 300000)"})
         self.assertFalse(r["isError"])
         self.assertTrue(r["structuredContent"]["truncated"]["stdout"])
-        self.assertIn("bytes of output dropped", texts(r))
-        self.assertLess(len(texts(r)), 100000)
+        self.assertIn("bytes of stdout not shown here", texts(r))
+        self.assertIn("bytes of output dropped", r["structuredContent"]["stdout"])
+        self.assertLess(len(texts(r)), 16000)
 
     # ---- progress and cancellation ----
 
@@ -247,8 +270,9 @@ class McpCases:
             "import matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\n"
             "plt.figure(); plt.plot([1, 2]); plt.savefig('chart.png'); plt.close('all')")})
         r = self.c.tool_result("read_file", {"path": "chart.png"})
-        self.assertEqual(r["content"][0]["type"], "image")
-        self.assertEqual(base64.b64decode(r["content"][0]["data"])[:4], b"\x89PNG")
+        self.assertRegex(r["content"][0]["text"], r"^chart.png: PNG, 640x480, \d+ KB$")
+        self.assertEqual(r["content"][1]["type"], "image")
+        self.assertEqual(base64.b64decode(r["content"][1]["data"])[:4], b"\x89PNG")
 
     def test_file_errors(self):
         for path, words in (("missing.txt", "no file"), ("../../etc/passwd", "bad path"),
