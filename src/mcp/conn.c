@@ -75,7 +75,9 @@ static struct mcp_conn *conn_new(const struct mcp_config *cfg, bool shared)
 {
     struct mcp_conn *c = xcalloc(1, sizeof(*c));
     c->cfg = cfg;
+    c->exec = cfg->exec ? cfg->exec : &mcp_exec_thread_ops;
     c->shared = shared;
+    pthread_mutex_init(&c->tasks_lock, NULL);
     /* One client's pipelined calls, or every modern client of an HTTP server at once. */
     c->max_calls = shared ? MCP_MAX_CALLS * 16 : MCP_MAX_CALLS;
     pthread_mutex_init(&c->lock, NULL);
@@ -152,6 +154,7 @@ void mcp_conn_free(struct mcp_conn *c)
     while (c->n_calls)
         pthread_cond_wait(&c->idle, &c->lock);
     pthread_mutex_unlock(&c->lock);
+    tasks_free_all(c);
     for (char **id = c->owned; c->cfg->table && *id; id++)
         session_table_remove(c->cfg->table, *id);
     strv_free(c->owned);
@@ -159,6 +162,7 @@ void mcp_conn_free(struct mcp_conn *c)
     free(c->default_id);
     free(c->default_known);
     pthread_cond_destroy(&c->idle);
+    pthread_mutex_destroy(&c->tasks_lock);
     pthread_mutex_destroy(&c->default_lock);
     pthread_mutex_destroy(&c->lock);
     free(c);
@@ -191,7 +195,7 @@ static json_t *server_info(const struct mcp_config *cfg, unsigned features)
     return info;
 }
 
-static void m_initialize(const struct req *q)
+static void m_initialize(struct req *q)
 {
     struct mcp_conn *c = q->c;
     const struct mcp_msg *m = q->m;
@@ -228,7 +232,7 @@ static void m_initialize(const struct req *q)
                                               "instructions", instructions_for(v->features))));
 }
 
-static void m_ping(const struct req *q)
+static void m_ping(struct req *q)
 {
     respond(q, json_object());
 }
@@ -243,7 +247,7 @@ json_t *versions_json(void)
     return a;
 }
 
-static void m_discover(const struct req *q)
+static void m_discover(struct req *q)
 {
     json_t *caps =
         json_pack("{s:{s:b},s:{s:{}}}", "tools", "listChanged", 0, "extensions", EXT_TASKS);
@@ -252,7 +256,7 @@ static void m_discover(const struct req *q)
                          (json_int_t)LIST_TTL_MS, "cacheScope", "public"));
 }
 
-static void m_tools_list(const struct req *q)
+static void m_tools_list(struct req *q)
 {
     json_t *cursor = json_object_get(q->m->params, "cursor");
     if (cursor && !json_is_null(cursor)) {
@@ -277,13 +281,12 @@ static json_t *progress_token(json_t *params)
     return json_is_string(t) || json_is_integer(t) ? t : NULL;
 }
 
-/* Whether the client declared the tasks extension with this (modern) request. */
-static bool declares_tasks(const struct req *q)
+bool req_declares_tasks(const struct req *q)
 {
     return json_is_object(json_object_get(json_object_get(q->caps, "extensions"), EXT_TASKS));
 }
 
-static void m_tools_call(const struct req *q)
+static void m_tools_call(struct req *q)
 {
     struct mcp_conn *c = q->c;
     const struct mcp_msg *m = q->m;
@@ -330,7 +333,7 @@ static void m_tools_call(const struct req *q)
                             .args = args ? args : empty,
                             .progress_token = progress_token(m->params),
                             .features = features,
-                            .tasks = (features & VF_MODERN) && declares_tasks(q)};
+                            .tasks = (features & VF_MODERN) && req_declares_tasks(q)};
     int e = call_start(c, &p, q->r);
     json_decref(empty);
     if (e == -EAGAIN)
@@ -339,12 +342,12 @@ static void m_tools_call(const struct req *q)
         respond_error(q, MCP_INTERNAL_ERROR, err_msg());
 }
 
-static void m_initialized(const struct req *q)
+static void m_initialized(struct req *q)
 {
     (void)q;
 }
 
-static void m_cancelled(const struct req *q)
+static void m_cancelled(struct req *q)
 {
     json_t *id = json_object_get(q->m->params, "requestId");
     const char *reason = json_string_value(json_object_get(q->m->params, "reason"));
@@ -370,13 +373,16 @@ static const struct method {
     bool notification;
     unsigned eras;
     bool before_init; /* legacy era: allowed before initialize */
-    void (*fn)(const struct req *q);
+    void (*fn)(struct req *q);
 } methods[] = {
     {"initialize", false, LEGACY, true, m_initialize},
     {"ping", false, LEGACY, true, m_ping},
     {"server/discover", false, MODERN, false, m_discover},
     {"tools/list", false, LEGACY | MODERN, false, m_tools_list},
     {"tools/call", false, LEGACY | MODERN, false, m_tools_call},
+    {"tasks/get", false, MODERN, false, m_tasks_get},
+    {"tasks/update", false, MODERN, false, m_tasks_update},
+    {"tasks/cancel", false, MODERN, false, m_tasks_cancel},
     {"notifications/initialized", true, LEGACY, true, m_initialized},
     {"notifications/cancelled", true, LEGACY | MODERN, true, m_cancelled},
 };
@@ -491,7 +497,7 @@ static enum mcp_input serve_modern(struct req *q, const struct method *fn, json_
     q->v = v;
     q->caps = json_object_get(meta, META_CAPABILITIES);
     fn->fn(q);
-    return MCP_IN_REQUEST;
+    return q->refused ? MCP_IN_REFUSED : MCP_IN_REQUEST;
 }
 
 static enum mcp_input serve_legacy(struct req *q, const struct method *fn, bool in_batch)

@@ -62,15 +62,81 @@ json_t *rpc_error_data(json_t *id, int code, const char *message, json_t *data);
 json_t *rpc_error(json_t *id, int code, const char *message);
 json_t *rpc_notification(const char *method, json_t *params); /* params stolen */
 
+/* ---- executions (exec.c): how tools and tasks run a cell ----
+ *
+ * The tools and the tasks extension run cells only through these operations, so that the
+ * session layer's durable executions (an id, a kept event log, a FIFO queue per session,
+ * re-attach) can take the place of the implementation below without a change above it. */
+
+struct mcp_exec; /* one execution; opaque */
+
+struct mcp_exec_start {
+    struct session_table *table;
+    const char *session_id;
+    const char *code, *lang;
+    uint64_t timeout_ms; /* 0: the session's default */
+    /* Optional: a count of executions running in the process, and its maximum. */
+    atomic_size_t *slots;
+    size_t max_slots;
+};
+
+/* One event of an execution, numbered from 1 in the order it came. */
+struct mcp_exec_event {
+    uint64_t seq;
+    enum exec_event_type type;
+    char *data; /* EV_STDOUT, EV_STDERR: the chunk */
+    size_t len;
+    json_t *json; /* EV_RESULT, EV_ERROR */
+    size_t cost;  /* about the bytes it holds */
+};
+
+/* What a poll saw; release with mcp_exec_poll_release. */
+struct mcp_exec_poll {
+    struct mcp_exec_event *events; /* those after the cursor, in order */
+    size_t n;
+    uint64_t next; /* the cursor for the next poll */
+    bool done;
+    /* When done: 0 when rec describes the run; else -errno: -ENOENT no such session,
+     * -EAGAIN no execution slot, -EBUSY the session stayed busy past the timeout,
+     * -ECANCELED cancelled (before or while it ran), with message saying what happened. */
+    int err;
+    char *message;
+    const struct exec_record *rec; /* when done and err is 0; borrowed until release() */
+};
+void mcp_exec_poll_release(struct mcp_exec_poll *p);
+
+struct mcp_exec_ops {
+    /* Starts the execution (it waits its turn while the session runs another cell, for as
+     * long as its own timeout). 0 and *ret, or -errno with err_msg(). */
+    int (*start)(const struct mcp_exec_start *req, struct mcp_exec **ret);
+    /* The events after cursor after (0: from the first) and whether it has ended; waits up to
+     * wait_ms for something new when there is nothing yet. 0, or -errno. */
+    int (*poll)(struct mcp_exec *x, uint64_t after, int wait_ms, struct mcp_exec_poll *ret);
+    /* Interrupts the cell (KeyboardInterrupt: the session's state is kept); one that has not
+     * started never runs. Safe from any thread, more than once. */
+    void (*cancel)(struct mcp_exec *x);
+    /* The caller is done with x (an execution still running goes on to its end). */
+    void (*release)(struct mcp_exec *x);
+};
+
+/* For now: a thread per execution running session_execute, with an event buffer. */
+extern const struct mcp_exec_ops mcp_exec_thread_ops;
+
 /* ---- one connection (conn.c) ---- */
 
 /* Every version this server speaks, modern first (server/discover, -32022's data). */
 json_t *versions_json(void);
 struct call;
 
+struct task;
+
 struct mcp_conn {
     const struct mcp_config *cfg;
+    const struct mcp_exec_ops *exec;
     bool shared; /* mcp_conn_new_shared */
+    pthread_mutex_t tasks_lock;
+    struct task *tasks; /* of the tasks extension (tasks.c) */
+    size_t n_tasks;
     size_t max_calls;
     pthread_mutex_t lock;
     pthread_cond_t idle;           /* broadcast when a call ends */
@@ -96,6 +162,7 @@ struct req {
     struct reply *r;
     const struct version *v; /* NULL: a legacy request before initialize */
     json_t *caps;            /* modern era: the request's clientCapabilities (borrowed) */
+    bool refused;            /* set by a method that refused it (HTTP: 400) */
 };
 
 static inline unsigned req_features(const struct req *q)
@@ -162,6 +229,21 @@ int conn_create_session(struct mcp_conn *c, const char *lang, uint64_t timeout_m
 /* Closes a session; forgets it as the default or as owned. 0 or -ENOENT. */
 int conn_close_session(struct mcp_conn *c, const char *id);
 
+/* ---- the tasks extension (tasks.c) ---- */
+
+/* Whether the client declared io.modelcontextprotocol/tasks with this request. */
+bool req_declares_tasks(const struct req *q);
+/* Turns a running execution of call k into a task: the task takes x (and sid, note), and
+ * the result to answer k with is returned (a CreateTaskResult). NULL when the connection
+ * holds its most tasks (x stays the caller's). */
+json_t *task_adopt(struct call *k, struct mcp_exec *x, uint64_t seen, const char *sid,
+                   const char *note);
+void m_tasks_get(struct req *q);
+void m_tasks_update(struct req *q);
+void m_tasks_cancel(struct req *q);
+/* Cancels and forgets every task (the connection is freed). */
+void tasks_free_all(struct mcp_conn *c);
+
 /* ---- the tools (tools.c) ---- */
 enum arg_type { ARG_STRING, ARG_NUMBER };
 
@@ -187,6 +269,10 @@ struct tool {
 };
 
 const struct tool *tool_find(const char *name);
+/* The CallToolResult of a finished execution of tool t in session sid: from the poll that
+ * saw it end (p->err, p->message or p->rec), with note (may be NULL) first. */
+json_t *exec_tool_result(const struct mcp_config *cfg, const struct tool *t, unsigned features,
+                         const char *sid, const char *note, const struct mcp_exec_poll *p);
 /* The tools/list result for a protocol version; caller decrefs. */
 json_t *tools_list_json(const struct mcp_config *cfg, unsigned features);
 /* mcp_tool_check_args for a protocol version (the modern era requires session_id). */

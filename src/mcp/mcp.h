@@ -67,8 +67,12 @@ enum {
     MCP_UNSUPPORTED_VERSION = -32022, /* data: {supported, requested} */
 };
 
+struct mcp_exec_ops;
+
 struct mcp_config {
-    struct session_table *table;   /* borrowed; NULL = no sessions (tools answer with an error) */
+    struct session_table *table; /* borrowed; NULL = no sessions (tools answer with an error) */
+    /* How cells run (mcp-int.h); NULL: a thread per execution over session_execute. */
+    const struct mcp_exec_ops *exec;
     struct session_opts defaults;  /* of the sessions this server creates */
     uint64_t max_timeout_ms;       /* the longest timeout_s a call may ask for */
     uint64_t progress_interval_ms; /* heartbeat of notifications/progress (default 1000) */

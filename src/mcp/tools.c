@@ -432,59 +432,12 @@ static char *workspace_rel(const char *tool, const char *path, bool allow_root, 
     return TAKE_PTR(rel);
 }
 
-static bool slot_take(struct mcp_conn *c)
-{
-    if (!c->cfg->executions)
-        return true;
-    size_t n = atomic_fetch_add(c->cfg->executions, 1);
-    if (n < c->cfg->max_executions)
-        return true;
-    atomic_fetch_sub(c->cfg->executions, 1);
-    return false;
-}
+/* How long a call that may become a task (the client declared the tasks extension) runs
+ * before it is answered with a task instead of its result. */
+#define TASK_AFTER_MS 2000
+/* How often a running call looks for new output (progress) and for its cancellation. */
+#define EXEC_POLL_MS 250
 
-static void slot_give(struct mcp_conn *c)
-{
-    if (c->cfg->executions)
-        atomic_fetch_sub(c->cfg->executions, 1);
-}
-
-/* ---- run_code, run_shell ---- */
-
-static void exec_event(void *ctx, const struct exec_event *ev)
-{
-    if (ev->type == EV_STDOUT || ev->type == EV_STDERR)
-        call_output(ctx, ev->data, ev->len);
-}
-
-static const char *busy_hint =
-    "; wait for the running call to finish, or use another session (create_session)";
-
-/* Runs the cell; while another call runs in the session, waits for it (models often make
- * calls in parallel) for as long as this call's own timeout, and gives up if cancelled. A
- * waiting call holds no execution slot. -EAGAIN when the process runs its most. */
-static int execute_when_free(struct call *k, struct session *s, const struct exec_request *req,
-                             const struct exec_sink *sink, struct exec_record *rec)
-{
-    uint64_t wait_ms = req->timeout_ms ? req->timeout_ms : session_options(s)->timeout_ms;
-    double give_up = now_ms_f() + (double)wait_ms;
-    for (;;) {
-        /* A cancel that came while the session was found stops the call before it runs. */
-        if (atomic_load(&k->cancelled))
-            return -ECANCELED;
-        if (!slot_take(k->c))
-            return -EAGAIN;
-        int r = session_execute(s, req, sink, rec);
-        slot_give(k->c);
-        if (r != -EBUSY || now_ms_f() >= give_up)
-            return r;
-        struct pollfd p = {.fd = k->cancel[0], .events = POLLIN};
-        poll(&p, 1, 50);
-    }
-}
-
-/* The call's timeout_s argument in ms (0 when absent); false with *ret_error (a tool error)
- * when it is more than the server allows. */
 static bool arg_timeout(struct call *k, uint64_t *ret_ms, json_t **ret_error)
 {
     json_t *timeout = json_object_get(k->args, "timeout_s");
@@ -501,9 +454,35 @@ static bool arg_timeout(struct call *k, uint64_t *ret_ms, json_t **ret_error)
     return true;
 }
 
+json_t *exec_tool_result(const struct mcp_config *cfg, const struct tool *t, unsigned features,
+                         const char *sid, const char *note, const struct mcp_exec_poll *p)
+{
+    json_t *result;
+    if (p->err || !p->rec) {
+        result = tool_error("%s: %s", t->name, p->message ? p->message : "the execution failed");
+    } else {
+        if (cfg->on_execution)
+            cfg->on_execution(cfg->ctx, p->rec);
+        json_t *j = exec_record_json(p->rec);
+        result = result_new(record_content(j, features), record_structured(j, sid),
+                            p->rec->status != EXEC_OK, features);
+        json_decref(j);
+    }
+    return with_note(result, note);
+}
+
+/* Feeds the output a poll saw to the call's progress notifications. */
+static void forward_output(struct call *k, const struct mcp_exec_poll *p)
+{
+    for (size_t i = 0; i < p->n; i++)
+        if (p->events[i].type == EV_STDOUT || p->events[i].type == EV_STDERR)
+            call_output(k, p->events[i].data, p->events[i].len);
+}
+
 static json_t *run_exec(struct call *k, const char *code, const char *lang)
 {
     struct mcp_conn *c = k->c;
+    const struct mcp_exec_ops *ops = c->exec;
     uint64_t timeout_ms;
     json_t *refused;
     if (!arg_timeout(k, &timeout_ms, &refused))
@@ -512,36 +491,43 @@ static json_t *run_exec(struct call *k, const char *code, const char *lang)
     struct session *s = call_session(k, &sid, &note, &err);
     if (!s)
         return tool_error("%s: %s", k->tool->name, err);
-    struct exec_request req = {.code = code,
-                               .lang = lang,
-                               .timeout_ms = timeout_ms,
-                               .cancel_fd = k->cancel[0],
-                               .cancel_events = POLLIN};
-    struct exec_sink sink = {.fn = exec_event, .ctx = k};
-    struct exec_record rec;
-    exec_record_init(&rec, session_options(s)->output_cap);
-    int r = execute_when_free(k, s, &req, &sink, &rec);
-    session_table_put(c->cfg->table, s);
-    json_t *result;
-    if (r == -ECANCELED) {
-        result = tool_error("%s: cancelled", k->tool->name);
-    } else if (r == -EAGAIN) {
-        result = tool_error("%s: the server is running its maximum of %zu executions; retry "
-                            "shortly",
-                            k->tool->name, c->cfg->max_executions);
-    } else if (r < 0) {
-        result = tool_error("%s: session %s: %s%s", k->tool->name, sid, err_msg(),
-                            r == -EBUSY ? busy_hint : "");
-    } else {
-        if (c->cfg->on_execution)
-            c->cfg->on_execution(c->cfg->ctx, &rec);
-        json_t *j = exec_record_json(&rec);
-        result = result_new(record_content(j, k->features), record_structured(j, sid),
-                            rec.status != EXEC_OK, k->features);
-        json_decref(j);
+    session_table_put(c->cfg->table, s); /* the execution finds it by its id */
+    struct mcp_exec_start req = {.table = c->cfg->table,
+                                 .session_id = sid,
+                                 .code = code,
+                                 .lang = lang,
+                                 .timeout_ms = timeout_ms,
+                                 .slots = c->cfg->executions,
+                                 .max_slots = c->cfg->max_executions};
+    struct mcp_exec *x;
+    if (ops->start(&req, &x) < 0)
+        return tool_error("%s: %s", k->tool->name, err_msg());
+    double task_at = k->tasks ? now_ms_f() + TASK_AFTER_MS : 0;
+    bool cancel_sent = false;
+    uint64_t seen = 0;
+    struct mcp_exec_poll p;
+    for (;;) {
+        ops->poll(x, seen, EXEC_POLL_MS, &p);
+        seen = p.next;
+        forward_output(k, &p);
+        if (p.done)
+            break;
+        mcp_exec_poll_release(&p);
+        if (atomic_load(&k->cancelled) && !cancel_sent) {
+            ops->cancel(x); /* interrupted, not killed: the session's state is kept */
+            cancel_sent = true;
+        }
+        if (task_at && !cancel_sent && now_ms_f() >= task_at) {
+            json_t *task = task_adopt(k, x, seen, sid, note);
+            if (task)
+                return task; /* the task owns x now */
+            task_at = 0;     /* no room for a task: the call waits as before */
+        }
     }
-    exec_record_release(&rec);
-    return with_note(result, note);
+    json_t *result = exec_tool_result(c->cfg, k->tool, k->features, sid, note, &p);
+    mcp_exec_poll_release(&p);
+    ops->release(x);
+    return result;
 }
 
 static json_t *t_run_code(struct call *k)

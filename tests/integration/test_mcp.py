@@ -848,6 +848,92 @@ class ModernCases:
         self.assertTrue(progress)
         self.assertTrue(all(p["progressToken"] == "modern-progress" for p in progress))
 
+    # ---- the tasks extension ----
+
+    def tasks_client(self):
+        c = self.new_client(modern=True)
+        if c is self.m:  # stdio: one process; declare the extension for these cases only
+            self.addCleanup(setattr, c, "capabilities", dict(c.capabilities))
+        c.capabilities = {"extensions": {"io.modelcontextprotocol/tasks": {}}}
+        return c
+
+    def poll(self, c, task_id, until=("completed", "failed", "cancelled")):
+        deadline = time.time() + 120
+        while True:
+            r = c.request("tasks/get", {"taskId": task_id})["result"]
+            if r["status"] in until or time.time() > deadline:
+                return r
+            time.sleep(r.get("pollIntervalMs", 1000) / 1000.0)
+
+    def test_a_long_call_becomes_a_task(self):
+        c = self.tasks_client()
+        sid = c.new_session()
+        quick = c.tool_result("run_code", {"session_id": sid, "code": "'quick'"})
+        self.assertEqual(quick["resultType"], "complete")  # short calls answer as before
+        r = c.tool_result("run_code", {"session_id": sid, "code": (
+            "import time\nfor i in range(4):\n    print('step', i, flush=True)\n"
+            "    time.sleep(1)\n'all done'")})
+        self.assertEqual(r["resultType"], "task", r)
+        self.assertEqual(r["status"], "working")
+        self.assertGreaterEqual(r["ttlMs"], 3600000)
+        task = r["taskId"]
+        self.assertRegex(task, "^[0-9a-f]{32}$")
+        # while it runs: its latest output is readable
+        got = self.poll(c, task, until=("working",))
+        for _ in range(60):
+            if "step" in got["statusMessage"] or got["status"] != "working":
+                break
+            time.sleep(0.5)
+            got = c.request("tasks/get", {"taskId": task})["result"]
+        if got["status"] == "working":
+            self.assertIn("last output: step", got["statusMessage"])
+            self.assertIn("step 0", got["_meta"]["runcell/output"]["stdout"])
+        done = self.poll(c, task)
+        self.assertEqual(done["status"], "completed")
+        self.assertEqual(done["resultType"], "complete")
+        self.assertFalse(done["result"]["isError"])
+        self.assertTrue(texts(done["result"]).endswith("'all done'"))
+        self.assertIn("step 3", texts(done["result"]))
+        # the task is still there for the next poll (idempotent reads)
+        again = c.request("tasks/get", {"taskId": task})["result"]
+        self.assertEqual(again["result"], done["result"])
+        r = c.request("tasks/update", {"taskId": task, "inputResponses": {"x": {}}})
+        self.assertEqual(r["result"]["resultType"], "complete")
+
+    def test_cancelling_a_task_interrupts_the_cell_and_keeps_state(self):
+        c = self.tasks_client()
+        sid = c.new_session()
+        r = c.tool_result("run_code", {"session_id": sid, "code": (
+            "import time\nmark = 'in cell'\nprint('sleeping', flush=True)\n"
+            "time.sleep(300)\nmark = 'finished'")})
+        self.assertEqual(r["resultType"], "task", r)
+        ack = c.request("tasks/cancel", {"taskId": r["taskId"]})
+        self.assertEqual(ack["result"]["resultType"], "complete")
+        done = self.poll(c, r["taskId"])
+        self.assertEqual(done["status"], "cancelled")
+        self.assertIn("kept", done["statusMessage"])
+        after = c.tool_result("run_code", {"session_id": sid, "code": "mark"})
+        self.assertEqual(texts(after), "'in cell'")
+
+    def test_task_errors(self):
+        c = self.tasks_client()
+        resp = c.request("tasks/get", {"taskId": "0" * 32})
+        self.assertEqual(resp["error"]["code"], -32602)
+        self.assertIn("no task", resp["error"]["message"])
+        # a client that did not declare the extension gets none of it
+        plain = self.m.meta({"io.modelcontextprotocol/clientCapabilities": {}})
+        resp = c.request("tasks/get", {"taskId": "0" * 32, "_meta": plain}, meta=False)
+        self.assertEqual(resp["error"]["code"], -32021)
+        self.assertEqual(resp["error"]["data"]["requiredCapabilities"],
+                         {"extensions": {"io.modelcontextprotocol/tasks": {}}})
+        self.assert_status(400, c)
+        sid = c.new_session()
+        r = c.request("tools/call", {"name": "run_code", "_meta": plain, "arguments": {
+            "session_id": sid, "code": "import time\ntime.sleep(3)\n'no task for me'"}},
+            meta=False)["result"]
+        self.assertEqual(r["resultType"], "complete")
+        self.assertEqual(texts(r), "'no task for me'")
+
 
 class StdioModernTest(ModernCases, RuncellTestCase):
     @classmethod
@@ -888,7 +974,7 @@ class StdioModernTest(ModernCases, RuncellTestCase):
         self.addCleanup(setattr, self, "m", type(self).m)
         return sid
 
-    def assert_status(self, status):
+    def assert_status(self, status, client=None):
         pass  # stdio has no status beside the error
 
     def test_cancel_by_notification(self):
@@ -933,8 +1019,9 @@ class HttpModernTest(ModernCases, RuncellTestCase):
         if c.session:
             self.assertEqual(c.delete().status, 204)
 
-    def assert_status(self, status):
-        self.assertEqual(self.m.last_http.status, status, self.m.last_http.body)
+    def assert_status(self, status, client=None):
+        last = (client or self.m).last_http
+        self.assertEqual(last.status, status, last.body)
 
     def legacy_default_session(self, code):
         legacy = self.new_client()
