@@ -236,6 +236,7 @@ struct mcp_http *mcp_http_new(struct server *srv)
         .table = srv->table,
         .defaults = srv->cfg->defaults,
         .max_timeout_ms = srv->cfg->limits.max_timeout_ms,
+        .reply_deadline_ms = MCP_REPLY_DEADLINE_MS,
         .server_version = RUNCELL_VERSION,
         .executions = &srv->executions,
         .max_executions = srv->cfg->limits.max_executions,

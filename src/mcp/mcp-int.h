@@ -238,6 +238,14 @@ bool req_declares_tasks(const struct req *q);
  * holds its most tasks (x stays the caller's). */
 json_t *task_adopt(struct call *k, struct mcp_exec *x, uint64_t seen, const char *sid,
                    const char *note);
+/* The same for a call past the reply deadline, on any era: the result to answer k with is a
+ * CallToolResult saying the cell still runs, with the run_id (the task's id) that
+ * wait_for_cell takes. NULL when the table is full. */
+json_t *task_continue(struct call *k, struct mcp_exec *x, uint64_t seen, const char *sid,
+                      const char *note);
+/* wait_for_cell: waits up to wait_ms for run id to end; its CallToolResult, or one saying it
+ * still runs. */
+json_t *task_wait(struct call *k, const char *id, uint64_t wait_ms);
 void m_tasks_get(struct req *q);
 void m_tasks_update(struct req *q);
 void m_tasks_cancel(struct req *q);

@@ -40,6 +40,9 @@
 #define MCP_MAX_FILE (10u << 20)
 /* Output kept per stream of one execution (head and tail): what a model can read. */
 #define MCP_DEFAULT_OUTPUT_CAP (64u << 10)
+/* A cell still running this long after its call is answered with a run_id to wait on
+ * (wait_for_cell), below the 60 s request timeout most MCP clients keep by default. */
+#define MCP_REPLY_DEADLINE_MS 45000
 
 /* Protocol versions an initialize may choose (the legacy era), newest first; initialize with
  * any other is answered with the first. */
@@ -76,6 +79,10 @@ struct mcp_config {
     struct session_opts defaults;  /* of the sessions this server creates */
     uint64_t max_timeout_ms;       /* the longest timeout_s a call may ask for */
     uint64_t progress_interval_ms; /* heartbeat of notifications/progress (default 1000) */
+    /* Calls that cannot become a task (the client did not declare the tasks extension) are
+     * answered after this long with a run_id for wait_for_cell, the cell going on; 0: they
+     * wait for the cell however long it runs. */
+    uint64_t reply_deadline_ms;
     const char *server_version;
     /* Optional: a counter of executions running in the whole process and its maximum
      * (`runcell serve` shares its own, so that its limit and shutdown see MCP cells too). */

@@ -6,6 +6,7 @@
 #include "mcp/mcp-int.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <string.h>
 
 /* Tasks a connection keeps (finished ones are forgotten ttl after they were created). */
@@ -88,8 +89,6 @@ static void refresh(struct mcp_conn *c, struct task *t)
         } else {
             t->status = TS_COMPLETED;
             t->result = exec_tool_result(c->cfg, t->tool, t->features, t->sid, t->note, &p);
-            /* what every result of this era carries (rpc_result_for adds it to responses) */
-            json_object_set_new(t->result, "resultType", json_string("complete"));
         }
         t->updated_ms = now_realtime_ms();
         mcp_exec_poll_release(&p);
@@ -154,10 +153,14 @@ static json_t *task_json(const struct task *t)
                       (double)(now_realtime_ms() - t->created_ms) / 1000.0,
                       t->cancel_asked ? " (cancelling)" : "", *line ? "; last output: " : "", line);
         break;
-    case TS_COMPLETED:
-        json_object_set(j, "result", t->result);
+    case TS_COMPLETED: {
+        /* the result as the call would have answered it on this era */
+        json_t *result = json_deep_copy(t->result);
+        json_object_set_new(result, "resultType", json_string("complete"));
+        json_object_set_new(j, "result", result);
         message = xasprintf("%s finished", t->tool->name);
         break;
+    }
     case TS_CANCELLED:
         message = xasprintf("%s was cancelled: the cell was interrupted, the session's variables "
                             "and files are kept",
@@ -181,8 +184,9 @@ static json_t *task_json(const struct task *t)
     return j;
 }
 
-json_t *task_adopt(struct call *k, struct mcp_exec *x, uint64_t seen, const char *sid,
-                   const char *note)
+/* Puts x (of call k) in the table as a task; NULL when it is full. */
+static struct task *adopt(struct call *k, struct mcp_exec *x, uint64_t seen, const char *sid,
+                          const char *note)
 {
     struct mcp_conn *c = k->c;
     pthread_mutex_lock(&c->tasks_lock);
@@ -208,25 +212,124 @@ json_t *task_adopt(struct call *k, struct mcp_exec *x, uint64_t seen, const char
     t->seen = MAX(seen, p.next);
     mcp_exec_poll_release(&p);
     t->created_ms = t->updated_ms = now_realtime_ms() - (uint64_t)(now_ms_f() - k->t0_ms);
+    json_t *timeout_s = json_object_get(k->args, "timeout_s");
     uint64_t timeout =
-        json_is_number(json_object_get(k->args, "timeout_s"))
-            ? (uint64_t)(json_number_value(json_object_get(k->args, "timeout_s")) * 1000.0)
-            : 0;
+        json_is_number(timeout_s) ? (uint64_t)(json_number_value(timeout_s) * 1000.0) : 0;
     t->ttl_ms = TASK_TTL_MS + timeout;
     t->status = TS_WORKING;
-    /* Put in the table before the answer goes out: a tasks/get right after it finds it. */
+    /* In the table before the answer goes out: a tasks/get right after it finds it. */
     t->next = c->tasks;
     c->tasks = t;
     c->n_tasks++;
-    json_t *result = task_json(t);
-    json_object_set_new(result, "resultType", json_string("task"));
-    pthread_mutex_unlock(&c->tasks_lock);
     pthread_mutex_lock(&c->lock);
     k->handed_over = true; /* its stream's end no longer cancels it */
     pthread_mutex_unlock(&c->lock);
+    return t; /* with tasks_lock held */
+}
+
+json_t *task_adopt(struct call *k, struct mcp_exec *x, uint64_t seen, const char *sid,
+                   const char *note)
+{
+    struct task *t = adopt(k, x, seen, sid, note);
+    if (!t)
+        return NULL;
+    json_t *result = task_json(t);
+    json_object_set_new(result, "resultType", json_string("task"));
+    pthread_mutex_unlock(&k->c->tasks_lock);
     log_info("msg=\"mcp call became a task\" tool=%s task=%s session=%s", k->tool->name, t->id,
              sid);
     return result;
+}
+
+/* The CallToolResult of a run that still runs; the lock is held. */
+static json_t *running_result(const struct task *t)
+{
+    double elapsed = (double)(now_realtime_ms() - t->created_ms) / 1000.0;
+    size_t on, en;
+    _cleanup_free_ char *out = utf8_sanitize(t->out_tail, strlen(t->out_tail), &on);
+    _cleanup_free_ char *err = utf8_sanitize(t->err_tail, strlen(t->err_tail), &en);
+    struct buf b;
+    buf_init(&b, 0);
+    buf_printf(&b,
+               "The cell is still running (%.0f s so far) in session %s: it goes on, and its "
+               "variables and files stay as usual. Call wait_for_cell with run_id \"%s\" to "
+               "wait for its result.",
+               elapsed, t->sid, t->id);
+    if (on)
+        buf_printf(&b, "\nLatest output:\n%s", out);
+    if (en)
+        buf_printf(&b, "\n[stderr]\n%s", err);
+    json_t *content = json_pack("[o]", text_item(b.data));
+    buf_release(&b);
+    json_t *r = json_pack("{s:o,s:b}", "content", content, "isError", 0);
+    if (t->features & VF_STRUCTURED)
+        json_object_set_new(r, "structuredContent",
+                            json_pack("{s:s,s:s,s:s,s:f,s:s%,s:s%}", "session_id", t->sid, "status",
+                                      "running", "run_id", t->id, "elapsed_s", elapsed, "stdout",
+                                      out, on, "stderr", err, en));
+    return r;
+}
+
+json_t *task_continue(struct call *k, struct mcp_exec *x, uint64_t seen, const char *sid,
+                      const char *note)
+{
+    struct task *t = adopt(k, x, seen, sid, note);
+    if (!t)
+        return NULL;
+    json_t *result = running_result(t);
+    pthread_mutex_unlock(&k->c->tasks_lock);
+    log_info("msg=\"mcp call answered while its cell runs\" tool=%s run=%s session=%s",
+             k->tool->name, t->id, sid);
+    return result;
+}
+
+static struct task *find_locked(struct mcp_conn *c, const char *id)
+{
+    for (struct task *t = c->tasks; t; t = t->next)
+        if (!strcmp(t->id, id))
+            return t;
+    return NULL;
+}
+
+/* What a run that ended answers; the lock is held. */
+static json_t *ended_result(const struct task *t)
+{
+    if (t->status == TS_COMPLETED)
+        return json_deep_copy(t->result);
+    return tool_error("%s: the cell was cancelled; the session's variables and files are kept",
+                      t->tool->name);
+}
+
+json_t *task_wait(struct call *k, const char *id, uint64_t wait_ms)
+{
+    struct mcp_conn *c = k->c;
+    double end = now_ms_f() + (double)wait_ms;
+    uint64_t shown = 0;
+    for (;;) {
+        pthread_mutex_lock(&c->tasks_lock);
+        sweep(c);
+        struct task *t = find_locked(c, id);
+        if (!t) {
+            pthread_mutex_unlock(&c->tasks_lock);
+            return tool_error("wait_for_cell: no run %s here (a run is kept an hour after it "
+                              "starts; it may also have been started on another server)",
+                              id);
+        }
+        if (t->seen != shown) { /* new output: a progress notification */
+            shown = t->seen;
+            const char *tail = *t->out_tail ? t->out_tail : t->err_tail;
+            call_output(k, tail, strlen(tail));
+        }
+        json_t *r = t->status != TS_WORKING ? ended_result(t)
+                    : now_ms_f() >= end     ? running_result(t)
+                                            : NULL;
+        pthread_mutex_unlock(&c->tasks_lock);
+        if (r)
+            return r;
+        struct pollfd p = {.fd = k->cancel[0], .events = POLLIN};
+        if (poll(&p, 1, 250) > 0)
+            return tool_error("wait_for_cell: cancelled");
+    }
 }
 
 /* The task a tasks/get, update or cancel names, with the lock held; NULL after answering. */
@@ -251,9 +354,9 @@ static struct task *find_task(struct req *q)
     }
     pthread_mutex_lock(&c->tasks_lock);
     sweep(c);
-    for (struct task *t = c->tasks; t; t = t->next)
-        if (!strcmp(t->id, id))
-            return t;
+    struct task *t = find_locked(c, id);
+    if (t)
+        return t;
     pthread_mutex_unlock(&c->tasks_lock);
     _cleanup_free_ char *msg = xasprintf("%s: no task %s (tasks are kept an hour after they "
                                          "start, then forgotten)",

@@ -81,11 +81,19 @@ static const struct arg write_file_args[] = {
     ARG_SESSION,
 };
 
+static const struct arg wait_args[] = {
+    {"run_id", ARG_STRING, true, NULL,
+     "The run_id that run_code or run_shell gave when the cell was still running."},
+    {"timeout_s", ARG_NUMBER, false, NULL,
+     "How long to wait at most, in seconds (default, and at most: about 45)."},
+};
+
 static const char record_schema[] =
     "{\"type\":\"object\",\"properties\":{"
     "\"session_id\":{\"type\":\"string\"},"
     "\"status\":{\"type\":\"string\",\"enum\":[\"ok\",\"error\",\"timeout\",\"oom\",\"killed\","
-    "\"output_limit\",\"crashed\",\"sandbox_error\"]},"
+    "\"output_limit\",\"crashed\",\"sandbox_error\",\"running\"]},"
+    "\"run_id\":{\"type\":\"string\"},\"elapsed_s\":{\"type\":\"number\"},"
     "\"stdout\":{\"type\":\"string\"},\"stderr\":{\"type\":\"string\"},"
     "\"results\":{\"type\":\"array\",\"items\":{\"type\":\"object\"}},"
     "\"error\":{\"type\":[\"object\",\"null\"]},"
@@ -120,6 +128,7 @@ static json_t *t_close_session(struct call *k);
 static json_t *t_list_files(struct call *k);
 static json_t *t_read_file(struct call *k);
 static json_t *t_write_file(struct call *k);
+static json_t *t_wait_for_cell(struct call *k);
 
 #define ARGS(a) a, ARRAY_SIZE(a)
 
@@ -153,6 +162,11 @@ static const struct tool tools[] = {
      "Write a file into the session's /workspace (replacing one that is there), for code to "
      "read. Text by default; binary as base64 with encoding base64.",
      ARGS(write_file_args), false, true, true, file_schema, t_write_file},
+    {"wait_for_cell", "Wait for a running cell",
+     "Wait for a cell that was still running when run_code or run_shell answered (that result "
+     "says so and gives a run_id): returns the cell's result once it finishes, or, after a "
+     "while, that it still runs, with its latest output; then call this again.",
+     ARGS(wait_args), true, false, true, record_schema, t_wait_for_cell, true},
 };
 
 bool tool_takes_session(const struct tool *t)
@@ -248,7 +262,7 @@ json_t *tools_list_json(const struct mcp_config *cfg, unsigned features)
     json_t *list = json_array();
     for (size_t i = 0; i < ARRAY_SIZE(tools); i++) {
         const struct tool *t = &tools[i];
-        _cleanup_free_ char *lifetime = t->no_session ? lifetime_sentence(cfg) : NULL;
+        _cleanup_free_ char *lifetime = t->run == t_create_session ? lifetime_sentence(cfg) : NULL;
         _cleanup_free_ char *description =
             xasprintf("%s%s", t->description, lifetime ? lifetime : "");
         json_t *j = json_pack("{s:s,s:s,s:o}", "name", t->name, "description", description,
@@ -503,6 +517,8 @@ static json_t *run_exec(struct call *k, const char *code, const char *lang)
     if (ops->start(&req, &x) < 0)
         return tool_error("%s: %s", k->tool->name, err_msg());
     double task_at = k->tasks ? now_ms_f() + TASK_AFTER_MS : 0;
+    uint64_t deadline = c->cfg->reply_deadline_ms;
+    double continue_at = !k->tasks && deadline ? now_ms_f() + (double)deadline : 0;
     bool cancel_sent = false;
     uint64_t seen = 0;
     struct mcp_exec_poll p;
@@ -523,6 +539,12 @@ static json_t *run_exec(struct call *k, const char *code, const char *lang)
                 return task; /* the task owns x now */
             task_at = 0;     /* no room for a task: the call waits as before */
         }
+        if (continue_at && !cancel_sent && now_ms_f() >= continue_at) {
+            json_t *running = task_continue(k, x, seen, sid, note);
+            if (running)
+                return running; /* wait_for_cell takes it from here */
+            continue_at = 0;
+        }
     }
     json_t *result = exec_tool_result(c->cfg, k->tool, k->features, sid, note, &p);
     mcp_exec_poll_release(&p);
@@ -533,6 +555,19 @@ static json_t *run_exec(struct call *k, const char *code, const char *lang)
 static json_t *t_run_code(struct call *k)
 {
     return run_exec(k, arg_string(k, "code"), arg_string(k, "language"));
+}
+
+static json_t *t_wait_for_cell(struct call *k)
+{
+    uint64_t wait_ms;
+    json_t *refused;
+    if (!arg_timeout(k, &wait_ms, &refused))
+        return refused;
+    uint64_t most =
+        k->c->cfg->reply_deadline_ms ? k->c->cfg->reply_deadline_ms : k->c->cfg->max_timeout_ms;
+    if (!wait_ms || wait_ms > most)
+        wait_ms = most;
+    return task_wait(k, arg_string(k, "run_id"), wait_ms);
 }
 
 static json_t *t_run_shell(struct call *k)

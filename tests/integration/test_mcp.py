@@ -19,7 +19,7 @@ from rctest import RUNCELL, RuncellTestCase, ServeProcess
 
 VERSIONS = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"]
 TOOLS = {"run_code", "run_shell", "create_session", "close_session", "list_files",
-         "read_file", "write_file"}
+         "read_file", "write_file", "wait_for_cell"}
 
 
 def first_image(result):
@@ -511,6 +511,39 @@ class StdioTest(McpCases, RuncellTestCase):
         c.proc.send_signal(signal.SIGTERM)
         self.assertEqual(c.proc.wait(60), 0)
 
+    def test_a_cell_past_the_reply_deadline_answers_with_a_run_id(self):
+        c = StdioClient(RUNCELL, "--reply-deadline", "1")
+        self.addCleanup(c.kill)
+        c.initialize()
+        r = c.tool_result("run_code", {"timeout_s": 60, "code": (
+            "import time\nlong_mark = 'started'\nprint('working', flush=True)\n"
+            "time.sleep(4)\nlong_mark = 'done'\n'the end'")})
+        self.assertFalse(r["isError"])
+        s = r["structuredContent"]
+        self.assertEqual(s["status"], "running")
+        self.assertIn("wait_for_cell", texts(r))
+        self.assertIn(s["run_id"], texts(r))
+        self.assertIn("working", texts(r))
+        # the session is busy with it: a call on it waits for the cell, in order
+        waits = []
+        while True:
+            w = c.tool_result("wait_for_cell", {"run_id": s["run_id"]})
+            waits.append(w)
+            if w["structuredContent"]["status"] != "running":
+                break
+            self.assertLess(len(waits), 100)
+        self.assertGreater(len(waits), 1)  # each wait ends after the deadline
+        self.assertEqual(texts(w).splitlines()[-1], "'the end'")
+        self.assertIn("working", texts(w))
+        self.assertEqual(texts(c.tool_result("run_code", {"code": "long_mark"})), "'done'")
+        # asking again gives the same result; an unknown run is a tool error
+        again = c.tool_result("wait_for_cell", {"run_id": s["run_id"]})
+        self.assertEqual(texts(again), texts(w))
+        bad = c.tool_result("wait_for_cell", {"run_id": "nope"})
+        self.assertTrue(bad["isError"])
+        self.assertIn("no run nope", texts(bad))
+        self.close_client(c)
+
     def test_idle_sessions_expire_when_asked(self):
         c = StdioClient(RUNCELL, "--idle-timeout", "1")
         self.addCleanup(c.kill)
@@ -777,7 +810,8 @@ class ModernCases:
         self.assertEqual(set(tools), TOOLS)
         for name, t in tools.items():
             required = t["inputSchema"]["required"]
-            self.assertEqual("session_id" in required, name != "create_session", name)
+            self.assertEqual("session_id" in required,
+                             name not in ("create_session", "wait_for_cell"), name)
         # deterministic order: the same list twice
         self.assertEqual(self.m.request("tools/list")["result"]["tools"], r["tools"])
         self.assertIn("without a call", tools["create_session"]["description"])
