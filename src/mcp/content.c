@@ -258,7 +258,7 @@ static char *summary_text(json_t *rec, bool structured)
     return buf_detach(&b, NULL);
 }
 
-json_t *record_content(json_t *rec, unsigned features)
+json_t *record_content(json_t *rec, unsigned features, const char *session_id)
 {
     json_t *bundle;
     size_t i, figure = 0;
@@ -274,6 +274,16 @@ json_t *record_content(json_t *rec, unsigned features)
             json_array_extend(content, parts);
             json_decref(parts);
         }
+    }
+    if (features & VF_STRUCTURED) {
+        /* The handle on every result, in a part of its own: some clients (LangChain.js's
+         * adapters) put the whole structuredContent beside a result's text when it has one
+         * text part and nothing else, in every message the model reads. */
+        long cell = (long)json_integer_value(json_object_get(rec, "execution_count"));
+        _cleanup_free_ char *t = cell
+                                     ? xasprintf("[runcell] session %s, cell %ld", session_id, cell)
+                                     : xasprintf("[runcell] session %s", session_id);
+        json_array_append_new(content, text_item(t));
     }
     return content;
 }

@@ -300,8 +300,9 @@ json_t *text_item(const char *text);
  * text part first that sums the run up (output, values, traceback, what runcell says, the
  * files it changed; each trimmed to what a model can use), then each image with a short text
  * part before it ("figure 1: PNG, 640x480, 29 KB"). features: VF_STRUCTURED says the full
- * record goes along as structuredContent, which the trimming points to. Caller decrefs. */
-json_t *record_content(json_t *rec, unsigned features);
+ * record goes along as structuredContent, which the trimming points to, and a last part
+ * names the session and the cell. Caller decrefs. */
+json_t *record_content(json_t *rec, unsigned features, const char *session_id);
 /* The record for structuredContent: session_id added, images named instead of repeated as
  * base64. Caller decrefs. */
 json_t *record_structured(json_t *rec, const char *session_id);

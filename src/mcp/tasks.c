@@ -261,6 +261,11 @@ static json_t *running_result(const struct task *t)
         buf_printf(&b, "\n[stderr]\n%s", err);
     json_t *content = json_pack("[o]", text_item(b.data));
     buf_release(&b);
+    if (t->features & VF_STRUCTURED) { /* as for a finished run (record_content) */
+        _cleanup_free_ char *trailer =
+            xasprintf("[runcell] session %s, run %s still running", t->sid, t->id);
+        json_array_append_new(content, text_item(trailer));
+    }
     json_t *r = json_pack("{s:o,s:b}", "content", content, "isError", 0);
     if (t->features & VF_STRUCTURED)
         json_object_set_new(r, "structuredContent",

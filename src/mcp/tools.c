@@ -478,7 +478,7 @@ json_t *exec_tool_result(const struct mcp_config *cfg, const struct tool *t, uns
         if (cfg->on_execution)
             cfg->on_execution(cfg->ctx, p->rec);
         json_t *j = exec_record_json(p->rec);
-        result = result_new(record_content(j, features), record_structured(j, sid),
+        result = result_new(record_content(j, features, sid), record_structured(j, sid),
                             p->rec->status != EXEC_OK, features);
         json_decref(j);
     }

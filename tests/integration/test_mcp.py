@@ -100,8 +100,11 @@ class McpCases:
         self.assertEqual(img["mimeType"], "image/png")
         self.assertEqual(base64.b64decode(img["data"])[:8], b"\x89PNG\r\n\x1a\n")
         self.assertIn("plotted", texts(r))
-        # the summary comes first, and a caption right before the image
+        # the summary comes first, and a caption right before the image; the session and
+        # the cell last
         self.assertEqual(r["content"][0], {"type": "text", "text": "plotted"})
+        self.assertEqual(r["content"][-1]["text"], "[runcell] session %s, cell %d" % (
+            r["structuredContent"]["session_id"], r["structuredContent"]["execution_count"]))
         caption = r["content"][r["content"].index(img) - 1]
         self.assertRegex(caption["text"], r"^figure 1: PNG, 640x480, \d+ KB$")
         # the record names the image instead of repeating its bytes
@@ -115,7 +118,7 @@ class McpCases:
             "import sys; print('warned', file=sys.stderr)\n"
             "{'a': 1}['b']")})
         self.assertTrue(r["isError"])
-        self.assertEqual([c["type"] for c in r["content"]], ["text"])
+        self.assertEqual([c["type"] for c in r["content"]], ["text", "text"])
         text = r["content"][0]["text"]
         self.assertLess(len(text), 16000)  # of 64 KiB of output kept in the record
         self.assertTrue(text.startswith("line 0\nline 1\n"))

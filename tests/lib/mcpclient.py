@@ -111,8 +111,10 @@ class _Base:
 
 
 def texts(result):
-    """The text items of a tool result, joined."""
-    return "\n".join(c["text"] for c in result["content"] if c["type"] == "text")
+    """The text items of a tool result, joined, but the last part of a run's result that only
+    names its session and cell ("[runcell] session ...")."""
+    return "\n".join(c["text"] for c in result["content"] if c["type"] == "text" and
+                     not c["text"].startswith("[runcell] session "))
 
 
 class StdioClient(_Base):
