@@ -539,19 +539,10 @@ static struct msession *find_session(struct request *rq)
                        id);
         return NULL;
     }
-    /* After initialize every request names the version it negotiated; one without the
-     * header is taken as that version (the specification's rule for older clients). */
-    const char *version = header(rq, "MCP-Protocol-Version");
-    const char *negotiated = mcp_conn_version(ms->conn);
-    if (version && negotiated && strcmp(version, negotiated)) {
-        mcp_http_error(rq, 400, MCP_INVALID_REQUEST,
-                       "Bad Request: MCP-Protocol-Version is "
-                       "'%s' but this session negotiated '%s' in its initialize; send "
-                       "MCP-Protocol-Version: %s",
-                       version, negotiated, negotiated);
-        msession_release(rq->srv->mcp, ms);
-        return NULL;
-    }
+    /* The session is served as the version its initialize negotiated. The header SHOULD name
+     * that version (2025-11-25); another version this server speaks is no reason to refuse
+     * (the official conformance suite sends 2025-03-26 on a 2025-11-25 session), and one it
+     * does not speak was refused before. */
     return ms;
 }
 
