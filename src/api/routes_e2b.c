@@ -1661,14 +1661,18 @@ static char *process_cell(struct request *rq, json_t *cfg)
         return NULL;
     }
     char why[512];
-    _cleanup_free_ char *rel = ws_path(cwd && *cwd ? cwd : E2B_HOME, why);
-    if (!rel) {
+    const char *given = cwd && *cwd ? cwd : E2B_HOME;
+    _cleanup_free_ char *rel = ws_path(given, why);
+    /* Another absolute directory is one of the sandbox's own (/, /tmp): the command's cd
+     * happens inside the sandbox, which says whether it is there. */
+    if (!rel && given[0] != '/') {
         connect_error(rq, "invalid_argument", "process.cwd: %s", why);
         return NULL;
     }
     struct buf b;
     buf_init(&b, 0);
-    _cleanup_free_ char *dir = xasprintf("/workspace%s%s", *rel ? "/" : "", rel);
+    _cleanup_free_ char *dir =
+        rel ? xasprintf("/workspace%s%s", *rel ? "/" : "", rel) : xstrdup(given);
     buf_printf(&b, "(cd -- ");
     shell_quote(&b, dir);
     buf_printf(&b, " && exec env --");
@@ -1957,6 +1961,8 @@ static enum MHD_Result fs_call(struct request *rq, const char *method, json_t *m
         }
         return reply_json(rq, 200, json_pack("{s:o}", "entries", arr));
     }
+    if (!*rel && !strcmp(method, "MakeDir")) /* as E2B answers for any existing directory */
+        return connect_error(rq, "already_exists", "'%s' already exists", p);
     if (!*rel)
         return connect_error(rq, "invalid_argument", "'%s' is the workspace itself", p);
     if (!strcmp(method, "MakeDir")) {

@@ -6,8 +6,11 @@
 // Chat Completions. Nothing here decides pass or fail.
 //
 // usage: node drive.mjs FRAMEWORK TRANSPORT MODEL_URL TARGET [TOKEN] PROMPT
-//   FRAMEWORK  openai-agents | ai-sdk | langchain
+//   FRAMEWORK  openai-agents | ai-sdk | langchain | sandbox-e2b
 //   TRANSPORT  stdio (TARGET: the runcell binary, run as `runcell mcp`) | http (TARGET: /mcp's URL)
+//              | e2b (sandbox-e2b: an Agents SDK SandboxAgent on @openai/agents-extensions'
+//              E2BSandboxClient, which E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY point at
+//              `runcell serve --e2b`; TARGET unused)
 const [framework, transport, modelUrl, target, ...rest] = process.argv.slice(2);
 const prompt = rest.pop();
 const token = rest[0];
@@ -79,7 +82,20 @@ async function langchain() {
     }
 }
 
-const frameworks = { "openai-agents": openaiAgents, "ai-sdk": aiSdk, langchain };
+async function sandboxE2b() {
+    const { run, setDefaultOpenAIClient, setTracingDisabled } = await import("@openai/agents");
+    const { SandboxAgent } = await import("@openai/agents/sandbox");
+    const { E2BSandboxClient } = await import("@openai/agents-extensions/sandbox/e2b");
+    const { default: OpenAI } = await import("openai");
+    setTracingDisabled(true);
+    setDefaultOpenAIClient(new OpenAI({ baseURL: modelUrl, apiKey: "test" }));
+    const agent = new SandboxAgent({ name: "analyst", instructions, model: "scripted" });
+    const result = await run(agent, prompt, { maxTurns: 40, sandbox: { client: new E2BSandboxClient() } });
+    return result.finalOutput;
+}
+
+const frameworks = { "openai-agents": openaiAgents, "ai-sdk": aiSdk, langchain,
+                     "sandbox-e2b": sandboxE2b };
 let out;
 try {
     out = { final: await frameworks[framework]() };

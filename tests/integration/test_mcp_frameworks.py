@@ -12,6 +12,10 @@ needs of a code interpreter: a session handle kept across calls (state), a chart
 as an image with a caption, a KeyError it repairs from the traceback, and (once per framework,
 the three at once) a 70 s cell that must come through although the frameworks keep the MCP
 SDK's 60 s request timeout (the Agents SDK and LangChain) or none (the AI SDK).
+
+SandboxAgents: the Agents SDK's Sandbox Agents with @openai/agents-extensions' E2B client,
+pointed at `runcell serve --e2b` by E2B's own environment variables (docs/MCP.md says why
+that rather than a client of runcell's own).
 """
 import json
 import os
@@ -66,11 +70,12 @@ LONG_CELL = [
 ]
 
 
-def drive(framework, transport, model, target, token=None, prompt="Analyse the data."):
+def drive(framework, transport, model, target, token=None, prompt="Analyse the data.",
+          env=None):
     argv = ["node", os.path.join(FRAMEWORKS_DIR, "drive.mjs"), framework, transport,
             model.base_url, target] + ([token] if token else []) + [prompt]
     p = subprocess.run(argv, cwd=FRAMEWORKS_DIR, capture_output=True, text=True,
-                       timeout=HANG * 3)
+                       timeout=HANG * 3, env=dict(os.environ, **(env or {})))
     lines = [l for l in p.stdout.splitlines() if l.startswith("{")]
     if not lines:
         raise AssertionError("%s over %s printed nothing (exit %d): %s" % (
@@ -210,6 +215,49 @@ class LongCells(Frameworks):
                 self.assertRegex(texts[-1], r"'long cell done'\n\[runcell\] session \S+, cell 1$",
                                  texts)
                 self.assertIn("tick 6", texts[-1])
+
+
+class SandboxAgents(RuncellTestCase):
+    """A SandboxAgent whose sandbox is runcell, through the E2B client of
+    @openai/agents-extensions and runcell's E2B-compatible endpoint."""
+
+    SCRIPT = [
+        {"tool": "exec_command", "args": {"cmd": "echo hello from $(pwd); python3 -c 'print(6*7)'"}},
+        {"tool": "exec_command", "args": {"cmd": (
+            "python3 -c \"import matplotlib; matplotlib.use('Agg'); "
+            "import matplotlib.pyplot as plt; plt.plot([1, 3, 2]); plt.savefig('chart.png')\" "
+            "&& echo saved")}},
+        {"tool": "view_image", "args": {"path": "chart.png"}},
+        {"tool": "exec_command", "args": {"cmd": "python3 -c 'import sys; sys.exit(3)'"}},
+        {"answer": "done"},
+    ]
+
+    def test_a_sandbox_agent_runs_in_runcell(self):
+        why = frameworks_missing()
+        if why:
+            self.skipTest(why)
+        with ServeProcess("--e2b") as srv, ScriptedModel(list(self.SCRIPT)) as model:
+            url = "http://127.0.0.1:%d" % srv.port
+            out = drive("sandbox-e2b", "e2b", model, "-", env={
+                "E2B_API_URL": url, "E2B_SANDBOX_URL": url, "E2B_API_KEY": srv.token})
+            self.assertNotIn("error", out, out.get("error", "") + out["stderr"][-2000:])
+            self.assertEqual(out["final"], "done")
+            texts = [message_text(m) for m in tool_messages(model, -1)]
+            self.assertIn("hello from /workspace\n42", texts[0])
+            self.assertIn("exited with code 0", texts[0])
+            self.assertIn("saved", texts[1])
+            images = images_in(model.requests[3])
+            self.assertEqual(len(images), 1, tool_messages(model, 3))
+            self.assertIn(PNG_B64, json.dumps(images[0]))
+            self.assertIn("exited with code 3", texts[3])
+            # the run closed its sandbox: no session is left on the server
+            self.assertEqual(srv_sessions(srv), 0)
+
+
+def srv_sessions(srv):
+    import urllib.request
+    with urllib.request.urlopen("http://127.0.0.1:%d/healthz" % srv.port, timeout=30) as r:
+        return json.load(r)["sessions"]
 
 
 if __name__ == "__main__":
