@@ -185,26 +185,63 @@ class LangChain(Frameworks):
         self.run_both("langchain")
 
 
-class LongCells(Frameworks):
-    """A 70 s cell in each framework with its default client settings, the three at once."""
+class LongCells:
+    """A 70 s cell in each framework with its default client settings, the three at once,
+    started when the module starts (setUpModule) so that they wait while the other cases
+    run; LongCellsTest collects them."""
 
-    def test_a_70_s_cell_comes_through(self):
-        results = {}
+    PLAN = (("openai-agents", "http"), ("ai-sdk", "stdio"), ("langchain", "http"))
+    server = None
+    threads = []
+    results = {}
+
+    @classmethod
+    def start(cls):
+        if frameworks_missing():
+            return
+        cls.server = ServeProcess()
+        cls.server.__enter__()
+        url = "http://127.0.0.1:%d/mcp" % cls.server.port
 
         def one(framework, transport):
             try:
-                results[framework] = self.converse(framework, transport, list(LONG_CELL))
-            except Exception as e:  # reported below, with the others' outcome
-                results[framework] = e
-        plan = (("openai-agents", "http"), ("ai-sdk", "stdio"), ("langchain", "http"))
-        threads = [threading.Thread(target=one, args=p) for p in plan]
-        for t in threads:
+                with ScriptedModel(list(LONG_CELL)) as model:
+                    out = drive(framework, transport, model,
+                                RUNCELL if transport == "stdio" else url,
+                                None if transport == "stdio" else cls.server.token)
+                cls.results[framework] = (out, model)
+            except Exception as e:  # reported by the test, with the others' outcome
+                cls.results[framework] = e
+        cls.threads = [threading.Thread(target=one, args=p) for p in cls.PLAN]
+        for t in cls.threads:
             t.start()
-        for t in threads:
+
+    @classmethod
+    def stop(cls):
+        for t in cls.threads:
             t.join(HANG * 3)
-        for framework, _ in plan:
+        if cls.server:
+            cls.server.__exit__()
+
+
+def setUpModule():
+    LongCells.start()
+
+
+def tearDownModule():
+    LongCells.stop()
+
+
+class LongCellsTest(RuncellTestCase):
+    def test_a_70_s_cell_comes_through(self):
+        why = frameworks_missing()
+        if why:
+            self.skipTest(why)
+        for t in LongCells.threads:
+            t.join(HANG * 3)
+        for framework, _ in LongCells.PLAN:
             with self.subTest(framework=framework):
-                got = results.get(framework)
+                got = LongCells.results.get(framework)
                 self.assertIsInstance(got, tuple, got)
                 out, model = got
                 self.assertNotIn("error", out, out.get("error", "") + out["stderr"][-2000:])
