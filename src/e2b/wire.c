@@ -228,14 +228,18 @@ char *e2b_process_command(json_t *cfg, char why[512])
         return NULL;
     }
     char pwhy[512];
-    _cleanup_free_ char *rel = e2b_ws_path(cwd && *cwd ? cwd : E2B_HOME, pwhy);
-    if (!rel) {
+    const char *given = cwd && *cwd ? cwd : E2B_HOME;
+    _cleanup_free_ char *rel = e2b_ws_path(given, pwhy);
+    /* Another absolute directory is one of the sandbox's own (/, /tmp): the command's cd
+     * happens inside the sandbox, which says whether it is there. */
+    if (!rel && given[0] != '/') {
         snprintf(why, 512, "process.cwd: %.400s", pwhy);
         return NULL;
     }
     struct buf b;
     buf_init(&b, 0);
-    _cleanup_free_ char *dir = xasprintf("%s%s%s", E2B_HOME, *rel ? "/" : "", rel);
+    _cleanup_free_ char *dir =
+        rel ? xasprintf("%s%s%s", E2B_HOME, *rel ? "/" : "", rel) : xstrdup(given);
     buf_printf(&b, "(cd -- ");
     e2b_shell_quote(&b, dir);
     buf_printf(&b, " &&");

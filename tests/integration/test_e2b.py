@@ -119,6 +119,7 @@ class E2BSdk(ServerCase):
                                         "path": "/home/user/data/hello.txt", "size": 15}])
         self.assertTrue(out["made"])
         self.assertFalse(out["madeAgain"])  # AlreadyExists
+        self.assertFalse(out["madeRoot"])  # the workspace itself is there already
         self.assertTrue(out["exists"])
         self.assertEqual(out["renamed"], "/home/user/sub/hi.txt")
         self.assertEqual(out["fromCode"], "'hello from e2b\\n'")  # the code sees the same files
@@ -139,7 +140,10 @@ class E2BSdk(ServerCase):
                          "one\nhi there\n/home/user\n")
         self.assertEqual("".join(d for k, d in out["out"] if k == "err"), "two\n")
         self.assertEqual(out["failed"], {"isExit": True, "exitCode": 3, "stdout": "before\n"})
-        self.assertEqual(out["cwd"], "/home/user/sub\n")
+        self.assertEqual(out["cwd"], "/home/user/sub
+")
+        self.assertEqual(out["cwdTmp"], "/tmp
+")  # a directory of the sandbox's own
         self.assertEqual(out["env"], "wide\n")  # the sandbox's envs reach commands
         self.assertIn("made-by-files.txt", out["ls"].split())
         self.assertEqual(out["procs"], [])
