@@ -21,6 +21,11 @@
 
 struct persist {
     const struct persist_config *c;
+    /* A local history of files only (persist_local_new): its own store, beside the
+     * workspace; never named, recorded or resumed. */
+    bool local;
+    struct persist_config own;
+    char *dir;
     char *id;
     bool files;           /* files and variables go to the store */
     bool discarded;       /* closed: nothing more is saved */
@@ -76,6 +81,12 @@ static void persist_free(struct persist *p)
     manifest_release(&p->m);
     pthread_mutex_destroy(&p->lock);
     free(p->id);
+    if (p->local) {
+        store_free(p->own.store);
+        if (p->dir)
+            rm_rf(p->dir);
+        free(p->dir);
+    }
     free(p);
 }
 
@@ -101,10 +112,16 @@ static void persist_after_execute(struct persist *p, struct workspace *ws,
                                   const struct ws_listing *after, struct exec_record *rec);
 static json_t *persist_undo_files(struct persist *p, struct workspace *ws, long before);
 
+static bool persist_stores_files(struct persist *p)
+{
+    return p->files;
+}
+
 static const struct persist_ops persist_ops = {
     .after_execute = persist_after_execute,
     .free = persist_free,
     .undo_files = persist_undo_files,
+    .stores_files = persist_stores_files,
 };
 
 int session_persist(struct session *s, const struct persist_config *c, const char *id,
@@ -224,11 +241,17 @@ static int save_locked_cell(struct persist *p, struct workspace *ws, const struc
         return -ENOLCK;
     }
     struct manifest old = {0};
+    bool was_empty = !p->m.n && !p->m.variables && !p->m.have_version;
     int r = manifest_save_keep(p->c, p->id, &p->m, ws, after, variables, p->max_hist ? &old : NULL,
                                ret_error);
-    if (p->max_hist && (old.n || old.variables || old.have_version))
+    /* An empty list replaced (the first files a cell made) is a state to go back to too. */
+    bool replaced = old.n || old.variables || old.have_version || (was_empty && p->m.n);
+    if (p->max_hist && replaced)
         keep_replaced(p, &old, cell);
-    if (r < 0)
+    if (r < 0 && p->local) /* its undo says what it could not bring back */
+        log_debug("msg=\"files not kept for undo\" error=%s",
+                  log_quote(*ret_error ? *ret_error : err_msg()));
+    else if (r < 0)
         log_warn("msg=\"files not saved\" session=%s error=%s", p->id,
                  log_quote(*ret_error ? *ret_error : err_msg()));
     return r;
@@ -245,6 +268,64 @@ static void persist_after_execute(struct persist *p, struct workspace *ws,
     pthread_mutex_lock(&p->lock);
     save_locked_cell(p, ws, after, NULL, rec->execution_count, &rec->persist_error);
     pthread_mutex_unlock(&p->lock);
+}
+
+/* ---- a local history of files, for the undo of a session that keeps none in a store ---- */
+
+static struct persist *persist_local_new(struct workspace *ws, uint64_t quota_bytes)
+{
+    struct persist *p = xcalloc(1, sizeof(*p));
+    p->local = p->files = true;
+    p->id = xstrdup("local");
+    p->dir = workspace_aside_path(ws, "history");
+    pthread_mutex_init(&p->lock, NULL);
+    struct store_config sc = {.url = p->dir};
+    if (mkdir(p->dir, 0700) < 0)
+        err_set(errno, "cannot create %s: %s", p->dir, strerror(errno));
+    else
+        (void)store_open(&sc, &p->own.store);
+    if (!p->own.store) {
+        log_warn("msg=\"no history of files for undo\" error=%s", log_quote(err_msg()));
+        persist_free(p);
+        return NULL;
+    }
+    p->own.quota_bytes = quota_bytes;
+    p->c = &p->own;
+    p->hist = xcalloc(SESSION_HISTORY_MAX + 1, sizeof(*p->hist));
+    p->hist_before = xcalloc(SESSION_HISTORY_MAX + 1, sizeof(*p->hist_before));
+    return p;
+}
+
+static void persist_local_save(struct persist *p, struct workspace *ws,
+                               const struct ws_listing *listing, long cell, unsigned depth)
+{
+    struct ws_listing own = {0};
+    if (!listing) {
+        if (workspace_scan(ws, &own) < 0) {
+            log_warn("msg=\"files not kept for undo\" error=%s", log_quote(err_msg()));
+            return;
+        }
+        listing = &own;
+    }
+    pthread_mutex_lock(&p->lock);
+    p->max_hist = MIN(depth, SESSION_HISTORY_MAX);
+    char *error = NULL;
+    save_locked_cell(p, ws, listing, NULL, cell, &error);
+    free(error); /* logged; an undo says which files it could not bring back */
+    pthread_mutex_unlock(&p->lock);
+    ws_listing_release(&own);
+}
+
+const struct files_history_ops persist_local_ops = {
+    .open = persist_local_new,
+    .save = persist_local_save,
+    .undo = persist_undo_files,
+    .free = persist_free,
+};
+
+void session_files_history_enable(void)
+{
+    session_enable_files_history(&persist_local_ops);
 }
 
 /* ---- undo: the files before a cell, from the history ---- */
@@ -271,7 +352,9 @@ static void apply_list(struct persist *p, struct workspace *ws, const struct man
     struct ws_listing now;
     if (workspace_scan(ws, &now) == 0) {
         for (size_t i = 0; i < now.n; i++) {
-            if (entry_of(target, now.v[i].path))
+            /* Only what the last save holds is known to have come since: a file no save could
+             * keep (a sparse one, one past the quota) stays as it is. */
+            if (entry_of(target, now.v[i].path) || !entry_of(&p->m, now.v[i].path))
                 continue;
             const char *leaf;
             _cleanup_close_ int dfd = workspace_open_parent(ws, now.v[i].path, false, &leaf);
@@ -363,6 +446,7 @@ int session_save_files(struct session *s)
 {
     struct persist *p = session_get_persist(s);
     char *error = NULL;
+    session_files_changed(s); /* the state the next cell starts from */
     if (!p || !p->files)
         return 0;
     int r = save_now(p, session_workspace(s), NULL, &error);

@@ -275,11 +275,34 @@ struct persist_ops {
     /* Puts the workspace back as it was before execution `before` (the session busy): a
      * report {restored, removed, failed} or {kept: false, why}; may be NULL. */
     json_t *(*undo_files)(struct persist *p, struct workspace *ws, long before);
+    /* Whether its files go to a store (session_stores_files). */
+    bool (*stores_files)(struct persist *p);
 };
 /* The lists named by keys (NULL-terminated) of a kernel's reply as they may be kept: at
  * most REPLY_MAX_ITEMS items of short strings (or small objects of them), and
  * "lists_cut_at" when items were left out. Caller owns it. */
 json_t *persist_capped_reply(json_t *reply, const char *const *keys);
+
+/* A history of files for session_undo in a session that keeps nothing in a store: its own
+ * store in a directory beside the workspace (out of the sandbox's reach), dropped with it.
+ * Operations through a pointer, as persist_ops, so that a program that keeps no history
+ * (runcell run) links none of the store; a program that does calls
+ * session_enable_files_history(&persist_local_ops) once (the session table does). */
+struct files_history_ops {
+    /* At most quota_bytes kept (0: no cap). NULL when it cannot be made (logged). */
+    struct persist *(*open)(struct workspace *ws, uint64_t quota_bytes);
+    /* Saves the workspace (listing: as a scan just found it; NULL: scanned here) as the
+     * state after cell `cell` (0: a change between cells), keeping the last depth cells'. */
+    void (*save)(struct persist *p, struct workspace *ws, const struct ws_listing *listing,
+                 long cell, unsigned depth);
+    /* The workspace put back as it was before cell `before`: as persist_ops.undo_files. */
+    json_t *(*undo)(struct persist *p, struct workspace *ws, long before);
+    void (*free)(struct persist *p);
+};
+extern const struct files_history_ops persist_local_ops;
+void session_enable_files_history(const struct files_history_ops *ops);
+/* A change to s's files between cells, for its local history of files (if any). */
+void session_files_changed(struct session *s);
 
 /* session.c, for persist.c. */
 struct persist *session_get_persist(struct session *s);

@@ -51,7 +51,10 @@ struct session {
     json_t *packages_report;
     struct persist *persist;               /* NULL unless session_persist was called */
     const struct persist_ops *persist_ops; /* set with persist */
-    struct exec_gate *gate;                /* borrowed; NULL: none */
+    /* The history of files for undo when they go to no store (persist_local_new); made at the
+     * first cell of a session with a history. */
+    struct persist *files_history;
+    struct exec_gate *gate; /* borrowed; NULL: none */
     /* The executions waiting for their turn, oldest first (lock); the head runs next. */
     struct exec_turn *queue_head, *queue_tail;
     size_t queued;
@@ -1129,6 +1132,31 @@ static int check_request(const struct exec_request *req)
     return 0;
 }
 
+/* The history of files a session with no store keeps for its undo, when the workspace has no
+ * size cap: as if it had 1 GiB (twice that kept at most). */
+#define FILES_HISTORY_NO_DISK_MB 1024
+
+static const struct files_history_ops *files_history_ops; /* session_enable_files_history */
+
+/* Whether s keeps a local history of its files for undo: a Python session with a history
+ * whose files go to no store (a store's history serves the others). */
+static bool wants_files_history(struct session *s)
+{
+    return files_history_ops && s->opts.history && !lang_is_javascript(s->lang) &&
+           !(s->persist && s->persist_ops->stores_files(s->persist));
+}
+
+void session_enable_files_history(const struct files_history_ops *ops)
+{
+    files_history_ops = ops;
+}
+
+void session_files_changed(struct session *s)
+{
+    if (s->files_history && wants_files_history(s))
+        files_history_ops->save(s->files_history, s->ws, NULL, 0, s->opts.history);
+}
+
 int session_execute(struct session *s, const struct exec_request *req, const struct exec_sink *sink,
                     struct exec_record *rec)
 {
@@ -1168,6 +1196,12 @@ int session_execute_turn(struct session *s, struct exec_turn *t, const struct ex
             exec_gate_leave(s->gate);
         return 0;
     }
+    if (wants_files_history(s) && !s->files_history) {
+        /* The state before the first cell, for its undo: what was put there before it. */
+        uint64_t disk = s->opts.limits.disk_mb ? s->opts.limits.disk_mb : FILES_HISTORY_NO_DISK_MB;
+        if ((s->files_history = files_history_ops->open(s->ws, 2 * (disk << 20))))
+            files_history_ops->save(s->files_history, s->ws, NULL, 0, s->opts.history);
+    }
     struct ws_listing after = {0};
     int scan_err = 0;
     /* The thread stays lowered after the execution: on an HTTP connection the next request
@@ -1186,6 +1220,9 @@ int session_execute_turn(struct session *s, struct exec_turn *t, const struct ex
         rec->persist_error = xasprintf("files not saved: %s", err_msg());
     else if (s->persist)
         s->persist_ops->after_execute(s->persist, s->ws, &after, rec);
+    if (s->files_history && wants_files_history(s) && scan_err == 0)
+        files_history_ops->save(s->files_history, s->ws, &after, rec->execution_count,
+                                s->opts.history);
     ws_listing_release(&after);
     if (t->stop_on_error && rec->status != EXEC_OK)
         abort_queued(s);
@@ -1249,11 +1286,15 @@ static int do_undo(struct session *s, void *arg)
         return -EIO;
     }
     s->execution_count = count;
-    u->report = json_pack("{s:I,s:s,s:s,s:o}", "execution_count", (json_int_t)count, "variables",
-                          "restored", "shell", "restarted", "kept", kept);
-    if (s->persist && s->persist_ops->undo_files)
+    u->report =
+        json_pack("{s:I,s:I,s:s,s:s,s:o}", "before", (json_int_t)u->before, "execution_count",
+                  (json_int_t)count, "variables", "restored", "shell", "restarted", "kept", kept);
+    if (s->persist && s->persist_ops->undo_files && s->persist_ops->stores_files(s->persist))
         json_object_set_new(u->report, "files",
                             s->persist_ops->undo_files(s->persist, s->ws, u->before));
+    else if (s->files_history)
+        json_object_set_new(u->report, "files",
+                            files_history_ops->undo(s->files_history, s->ws, u->before));
     else
         json_object_set_new(u->report, "files",
                             json_pack("{s:b,s:s}", "kept", 0, "why",
@@ -1466,6 +1507,8 @@ void session_free(struct session *s)
     pthread_mutex_destroy(&s->execs.lock);
     if (s->persist)
         s->persist_ops->free(s->persist);
+    if (s->files_history) /* before the workspace it lives beside */
+        files_history_ops->free(s->files_history);
     stop_kernel(s);
     /* The proxy goes before the workspace its socket lives in. */
     sandbox_net_stop(&s->net);

@@ -243,12 +243,17 @@ void session_work_priority_reset(void);
  * kernel's whole memory as it was then (a copy of the process kept since, see
  * docs/ARCHITECTURE.md "Undo"), and, when s keeps its files in a store, the files that cell
  * and those after it created, changed and deleted. Waits for a running cell up to its
- * timeout (-EBUSY past it). 0 with *ret_report: {execution_count, variables: "restored",
+ * timeout (-EBUSY past it). 0 with *ret_report: {before (the cell undone, with those after
+ * it), execution_count (the session's count now), variables: "restored",
  * files: {restored: [...], removed: [...], failed: [{path, error}]} or {kept: false, why},
  * shell: "restarted" or absent, kept: [cells still undoable]} (caller decrefs); -ENOENT when
  * the state before that cell is not kept (with what is, in err_msg()); -EINVAL for a
  * session that keeps no history (or a JavaScript one). */
 int session_undo(struct session *s, long before, json_t **ret_report);
+/* Lets sessions whose files go to no store keep a history of them for session_undo (beside
+ * the workspace; docs/ARCHITECTURE.md "Undo"): a program with such sessions calls it once
+ * before making them (session_table_new does). Without it their undo keeps files as they are. */
+void session_files_history_enable(void);
 /* Interrupts the running cell, if any (KeyboardInterrupt), also one whose interpreter is
  * still starting. Safe from any thread. */
 int session_interrupt(struct session *s);

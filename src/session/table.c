@@ -49,6 +49,7 @@ struct session_table *session_table_new(struct sandbox_host *host, size_t max_se
                                         struct session_pool *pool)
 {
     struct session_table *t = xcalloc(1, sizeof(*t));
+    session_files_history_enable();
     t->host = host;
     t->pool = pool;
     t->max_sessions = max_sessions;
