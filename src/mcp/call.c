@@ -292,10 +292,12 @@ void mcp_conn_cancel_all(struct mcp_conn *c)
 
 /* ---- sessions of a connection ---- */
 
-int conn_create_session(struct mcp_conn *c, const char *lang, uint64_t timeout_ms, bool owned,
-                        char **ret_id)
+int conn_create_session(struct mcp_conn *c, const char *lang, uint64_t timeout_ms, int history,
+                        bool owned, char **ret_id)
 {
     struct session_opts o = c->cfg->defaults;
+    if (history >= 0)
+        o.history = (unsigned)history;
     if (!o.output_cap)
         o.output_cap = MCP_DEFAULT_OUTPUT_CAP;
     if (lang)
@@ -387,7 +389,7 @@ static struct session *default_session(struct call *k, char **ret_id, char **ret
     }
     if (!s) {
         char *id;
-        int r = conn_create_session(c, NULL, 0, true, &id);
+        int r = conn_create_session(c, NULL, 0, -1, true, &id);
         if (r < 0) {
             *ret_err = xasprintf("cannot create a session: %s", err_msg());
         } else {

@@ -235,6 +235,7 @@ struct mcp_http *mcp_http_new(struct server *srv)
         .server_version = RUNCELL_VERSION,
     };
     m->cfg.defaults.output_cap = MCP_DEFAULT_OUTPUT_CAP;
+    m->cfg.defaults.history = MCP_DEFAULT_HISTORY;
     m->idle_ms = srv->cfg->defaults.idle_timeout_ms;
     m->max = srv->cfg->limits.max_sessions;
     m->origins = srv->cfg->mcp_origins;

@@ -225,8 +225,8 @@ struct session *call_session(struct call *k, char **ret_id, char **ret_note, cha
 /* Creates a session; on the legacy era the connection owns it (closed with it), on the modern
  * era it lives by its idle timeout or until close_session. 0 and *ret_id, or -errno with
  * err_msg(). */
-int conn_create_session(struct mcp_conn *c, const char *lang, uint64_t timeout_ms, bool owned,
-                        char **ret_id);
+int conn_create_session(struct mcp_conn *c, const char *lang, uint64_t timeout_ms, int history,
+                        bool owned, char **ret_id);
 /* Closes a session; forgets it as the default or as owned. 0 or -ENOENT. */
 int conn_close_session(struct mcp_conn *c, const char *id);
 
@@ -254,7 +254,7 @@ void m_tasks_cancel(struct req *q);
 void tasks_free_all(struct mcp_conn *c);
 
 /* ---- the tools (tools.c) ---- */
-enum arg_type { ARG_STRING, ARG_NUMBER };
+enum arg_type { ARG_STRING, ARG_NUMBER /* more than 0 */, ARG_COUNT /* a whole number, >= 0 */ };
 
 struct arg {
     const char *name;

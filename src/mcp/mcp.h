@@ -40,6 +40,10 @@
 #define MCP_MAX_FILE (10u << 20)
 /* Output kept per stream of one execution (head and tail): what a model can read. */
 #define MCP_DEFAULT_OUTPUT_CAP (64u << 10)
+/* Cells a session made over MCP can undo (the undo tool), unless create_session asks for
+ * another depth: each level is a copy-on-write copy of the Python interpreter (its memory
+ * costs what the cells after it change; docs/PERFORMANCE.md). */
+#define MCP_DEFAULT_HISTORY 3
 /* A cell still running this long after its call is answered with a run_id to wait on
  * (wait_for_cell), below the 60 s request timeout most MCP clients keep by default. */
 #define MCP_REPLY_DEADLINE_MS 45000

@@ -56,6 +56,8 @@ static const struct arg create_session_args[] = {
      "The default language of its cells: python "
      "(default), bash, or javascript (a Node.js kernel: top-level await, require)."},
     {"timeout_s", ARG_NUMBER, false, NULL, "Default wall-clock limit of each call, in seconds."},
+    {"history", ARG_COUNT, false, NULL,
+     "How many of its last cells the undo tool can take back (0 to 100; default 3)."},
 };
 static const struct arg close_session_args[] = {
     {"session_id", ARG_STRING, true, NULL, "The session to close."},
@@ -81,6 +83,13 @@ static const struct arg write_file_args[] = {
     ARG_SESSION,
 };
 
+static const struct arg undo_args[] = {
+    {"before", ARG_COUNT, false, NULL,
+     "The execution_count of the cell to undo, with every cell after it (default: the last "
+     "cell)."},
+    ARG_SESSION,
+};
+
 static const struct arg wait_args[] = {
     {"run_id", ARG_STRING, true, NULL,
      "The run_id that run_code or run_shell gave when the cell was still running."},
@@ -103,6 +112,13 @@ static const char record_schema[] =
     "\"usage\":{\"type\":\"object\"},"
     "\"message\":{\"type\":\"string\"}},"
     "\"required\":[\"session_id\",\"status\"]}";
+static const char undo_schema[] =
+    "{\"type\":\"object\",\"properties\":{\"session_id\":{\"type\":\"string\"},"
+    "\"before\":{\"type\":\"integer\"},\"execution_count\":{\"type\":\"integer\"},"
+    "\"variables\":{\"type\":\"string\"},"
+    "\"files\":{\"type\":\"object\"},\"shell\":{\"type\":\"string\"},"
+    "\"kept\":{\"type\":\"array\",\"items\":{\"type\":\"integer\"}}},"
+    "\"required\":[\"session_id\",\"before\",\"execution_count\"]}";
 static const char session_schema[] =
     "{\"type\":\"object\",\"properties\":{\"session_id\":{\"type\":\"string\"},"
     "\"language\":{\"type\":\"string\"},\"python_version\":{\"type\":\"string\"},"
@@ -129,6 +145,7 @@ static json_t *t_list_files(struct call *k);
 static json_t *t_read_file(struct call *k);
 static json_t *t_write_file(struct call *k);
 static json_t *t_wait_for_cell(struct call *k);
+static json_t *t_undo(struct call *k);
 
 #define ARGS(a) a, ARRAY_SIZE(a)
 
@@ -167,6 +184,11 @@ static const struct tool tools[] = {
      "says so and gives a run_id): returns the cell's result once it finishes, or, after a "
      "while, that it still runs, with its latest output; then call this again.",
      ARGS(wait_args), true, false, true, record_schema, t_wait_for_cell, true},
+    {"undo", "Undo cells",
+     "Take the session back to its state before a cell (default: the last one): its variables "
+     "and imports as they were, and the files that cell and those after it changed. Use it "
+     "when a cell broke the state (a half-done change to a DataFrame) before trying again.",
+     ARGS(undo_args), false, true, false, undo_schema, t_undo},
 };
 
 bool tool_takes_session(const struct tool *t)
@@ -215,7 +237,9 @@ static json_t *input_schema(const struct tool *t, unsigned features)
     json_t *props = json_object(), *required = json_array();
     for (size_t i = 0; i < t->n_args; i++) {
         const struct arg *a = &t->args[i];
-        const char *type = a->type == ARG_STRING ? "string" : "number";
+        const char *type = a->type == ARG_STRING  ? "string"
+                           : a->type == ARG_COUNT ? "integer"
+                                                  : "number";
         bool req = arg_required(t, a, features);
         const char *description =
             req && !a->required ? session_arg_modern : a->description; /* session_id */
@@ -234,6 +258,8 @@ static json_t *input_schema(const struct tool *t, unsigned features)
         }
         if (a->type == ARG_NUMBER)
             json_object_set_new(p, "exclusiveMinimum", json_integer(0));
+        if (a->type == ARG_COUNT)
+            json_object_set_new(p, "minimum", json_integer(0));
         json_object_set_new(props, a->name, p);
         if (req)
             json_array_append_new(required, json_string(a->name));
@@ -300,8 +326,14 @@ static int check_arg(const struct tool *t, const struct arg *a, json_t *v, char 
                              is_string ? "a string" : "a number", json_kind(v));
         return MCP_INVALID_PARAMS;
     }
-    if (!is_string && !(json_number_value(v) > 0)) {
+    if (a->type == ARG_NUMBER && !(json_number_value(v) > 0)) {
         *ret_err = xasprintf("%s: argument '%s' must be more than 0", t->name, a->name);
+        return MCP_INVALID_PARAMS;
+    }
+    if (a->type == ARG_COUNT && !(json_number_value(v) >= 0 &&
+                                  json_number_value(v) == (double)(long)json_number_value(v))) {
+        *ret_err = xasprintf("%s: argument '%s' must be a whole number, 0 or more, not %g", t->name,
+                             a->name, json_number_value(v));
         return MCP_INVALID_PARAMS;
     }
     if (a->choices) {
@@ -582,7 +614,13 @@ static json_t *t_create_session(struct call *k)
     _cleanup_free_ char *id = NULL;
     /* On the modern era the session is a handle of its own, not the connection's. */
     bool owned = !(k->features & VF_MODERN) && !k->c->shared;
-    if (conn_create_session(k->c, arg_string(k, "language"), timeout_ms, owned, &id) < 0)
+    json_t *hv = json_object_get(k->args, "history");
+    double history = json_is_number(hv) ? json_number_value(hv) : -1;
+    if (history > SESSION_HISTORY_MAX) /* a whole number, 0 or more: checked */
+        return tool_error("create_session: history is %g; a session can undo 0 to %d cells",
+                          history, SESSION_HISTORY_MAX);
+    if (conn_create_session(k->c, arg_string(k, "language"), timeout_ms, (int)history, owned, &id) <
+        0)
         return tool_error("create_session: cannot create a session: %s", err_msg());
     int err;
     struct session *s = session_table_acquire(k->c->cfg->table, id, &err);
@@ -611,6 +649,58 @@ static json_t *t_close_session(struct call *k)
     _cleanup_free_ char *text = xasprintf("Closed session %s.", id);
     return result_new(json_pack("[o]", text_item(text)),
                       json_pack("{s:s,s:b}", "session_id", id, "closed", 1), false, k->features);
+}
+
+/* ---- undo ---- */
+
+/* The undo report in a sentence: what came back and what did not. */
+static char *undo_text(const char *sid, json_t *rep)
+{
+    struct buf b;
+    buf_init(&b, 0);
+    buf_printf(&b, "Session %s is back to its state before cell %lld: variables restored", sid,
+               (long long)json_integer_value(json_object_get(rep, "before")));
+    json_t *files = json_object_get(rep, "files");
+    static const char *const lists[] = {"restored", "removed", "failed"};
+    for (size_t i = 0; i < ARRAY_SIZE(lists); i++) {
+        json_t *a = json_object_get(files, lists[i]);
+        if (!json_array_size(a))
+            continue;
+        buf_printf(&b, "; files %s:", lists[i]);
+        size_t j;
+        json_t *v;
+        json_array_foreach(a, j, v)
+        {
+            const char *path = json_is_string(v) ? json_string_value(v)
+                                                 : json_string_value(json_object_get(v, "path"));
+            buf_printf(&b, "%s %s", j ? "," : "", path ? path : "?");
+        }
+    }
+    if (json_is_false(json_object_get(files, "kept")))
+        buf_printf(&b, "; files not restored: %s",
+                   json_string_value(json_object_get(files, "why")) ?: "not kept");
+    if (json_object_get(rep, "shell"))
+        buf_printf(&b, "; the shell was restarted");
+    buf_printf(&b, ".");
+    return buf_detach(&b, NULL);
+}
+
+static json_t *t_undo(struct call *k)
+{
+    json_t *bv = json_object_get(k->args, "before");
+    double before = json_is_number(bv) ? json_number_value(bv) : 0; /* checked: a count */
+    _cleanup_free_ char *err = NULL, *sid = NULL, *note = NULL;
+    struct session *s = call_session(k, &sid, &note, &err);
+    if (!s)
+        return tool_error("undo: %s", err);
+    json_t *rep = NULL;
+    int r = session_undo(s, (long)before, &rep);
+    session_table_put(k->c->cfg->table, s);
+    if (r < 0)
+        return with_note(tool_error("undo: session %s: %s", sid, err_msg()), note);
+    _cleanup_free_ char *text = undo_text(sid, rep);
+    json_object_set_new(rep, "session_id", json_string(sid));
+    return with_note(result_new(json_pack("[o]", text_item(text)), rep, false, k->features), note);
 }
 
 /* ---- files ---- */

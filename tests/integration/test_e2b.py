@@ -140,10 +140,8 @@ class E2BSdk(ServerCase):
                          "one\nhi there\n/home/user\n")
         self.assertEqual("".join(d for k, d in out["out"] if k == "err"), "two\n")
         self.assertEqual(out["failed"], {"isExit": True, "exitCode": 3, "stdout": "before\n"})
-        self.assertEqual(out["cwd"], "/home/user/sub
-")
-        self.assertEqual(out["cwdTmp"], "/tmp
-")  # a directory of the sandbox's own
+        self.assertEqual(out["cwd"], "/home/user/sub\n")
+        self.assertEqual(out["cwdTmp"], "/tmp\n")  # a directory of the sandbox's own
         self.assertEqual(out["env"], "wide\n")  # the sandbox's envs reach commands
         self.assertIn("made-by-files.txt", out["ls"].split())
         self.assertEqual(out["procs"], [])

@@ -19,7 +19,7 @@ from rctest import RUNCELL, RuncellTestCase, ServeProcess, wait_until
 
 VERSIONS = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"]
 TOOLS = {"run_code", "run_shell", "create_session", "close_session", "list_files",
-         "read_file", "write_file", "wait_for_cell"}
+         "read_file", "write_file", "wait_for_cell", "undo"}
 
 
 def first_image(result):
@@ -88,6 +88,48 @@ class McpCases:
         self.assertEqual(s1["session_id"], s2["session_id"])
         self.assertEqual(s2["execution_count"], s1["execution_count"] + 1)
         self.assertEqual(s2["results"], [{"text/plain": "42"}])
+
+    def test_undo_takes_back_a_cell_that_broke_the_state(self):
+        # the session's default history (3 cells) holds the state before each cell
+        self.c.tool_result("run_code", {"code": "rows = [1, 2]\nopen('log.txt', 'w').write('a')"})
+        bad = self.c.tool_result("run_code", {
+            "code": "rows.append(3)\nopen('log.txt', 'a').write('b')\nopen('new.txt', 'w')\n1/0"})
+        self.assertTrue(bad["isError"])
+        count = bad["structuredContent"]["execution_count"]
+        u = self.c.tool_result("undo")
+        self.assertFalse(u["isError"], texts(u))
+        st = u["structuredContent"]
+        self.assertEqual(st["before"], count)
+        self.assertEqual(st["execution_count"], count - 1)
+        self.assertIn("back to its state before cell %d" % count, texts(u))
+        self.assertEqual(sorted(st["files"]["restored"]), ["log.txt"])
+        self.assertEqual(st["files"]["removed"], ["new.txt"])
+        r = self.c.tool_result("run_code", {
+            "code": "import os\n(rows, open('log.txt').read(), os.path.exists('new.txt'))"})
+        self.assertEqual(texts(r), "([1, 2], 'a', False)")
+        # back past what is kept (the last 3 cells): a tool error that says what is
+        for i in range(4):
+            self.c.tool_result("run_code", {"code": "step = %d" % i})
+        far = self.c.tool_result("undo", {"before": count})
+        self.assertTrue(far["isError"])
+        self.assertIn("undo:", texts(far))
+        for bad_arg in ({"before": -1}, {"before": 1.5}):
+            e = self.c.tool_result("undo", bad_arg)
+            self.assertTrue(e["isError"])
+            self.assertIn("whole number", texts(e))
+
+    def test_undo_needs_a_history(self):
+        made = self.c.tool_result("create_session", {"history": 0})
+        self.assertFalse(made["isError"], texts(made))
+        sid = made["structuredContent"]["session_id"]
+        self.c.tool_result("run_code", {"code": "x = 1", "session_id": sid})
+        r = self.c.tool_result("undo", {"session_id": sid})
+        self.assertTrue(r["isError"])
+        self.assertIn("keeps no history", texts(r))
+        e = self.c.tool_result("create_session", {"history": 101})
+        self.assertTrue(e["isError"])
+        self.assertIn("0 to 100", texts(e))
+        self.c.tool_result("close_session", {"session_id": sid})
 
     def test_image_result(self):
         r = self.c.tool_result("run_code", {"code": (

@@ -253,9 +253,9 @@ static json_t *tool_named(json_t *list, const char *name)
 
 TEST(tools_list_fits_each_version)
 {
-    static const char *const names[] = {"run_code",      "run_shell",    "create_session",
-                                        "close_session", "list_files",   "read_file",
-                                        "write_file",    "wait_for_cell"};
+    static const char *const names[] = {"run_code",      "run_shell",     "create_session",
+                                        "close_session", "list_files",    "read_file",
+                                        "write_file",    "wait_for_cell", "undo"};
     for (const char *const *v = mcp_versions; *v; v++) {
         struct fixture f;
         fx_init(&f);
