@@ -364,9 +364,10 @@ bool sandbox_wait_for(struct sandbox *sb, int timeout_ms);
 int sandbox_signal(struct sandbox *sb, int sig);
 /* Kills every process of the sandbox at once. Safe from any thread. */
 void sandbox_kill(struct sandbox *sb);
-/* Stops (pause) or continues every process of the sandbox but its init (SIGSTOP,
- * SIGCONT): a paused sandbox takes no CPU; its memory stays. 0, or -ENODATA for a sandbox
- * without cgroups (its processes cannot all be found). */
+/* Stops (pause) or continues every process of the sandbox: the cgroup v2 freezer (waiting
+ * until every task is frozen), or on v1 SIGSTOP and SIGCONT to each but its init. A paused
+ * sandbox takes no CPU; its memory stays. 0, -ETIMEDOUT when the freeze did not settle (it is
+ * undone), or -ENODATA for a sandbox without cgroups (its processes cannot all be found). */
 int sandbox_pause(struct sandbox *sb, bool pause);
 
 struct sandbox_usage {

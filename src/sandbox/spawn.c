@@ -477,6 +477,11 @@ static int signal_payloads(struct sandbox *sb, int sig)
 
 int sandbox_pause(struct sandbox *sb, bool pause)
 {
+    /* The v2 freezer stops every task where it stands, which no task can see or undo; on v1
+     * each of the payload's processes gets SIGSTOP (init, which only reaps, runs on). */
+    int r = sb->cgroup ? cgroup_freeze(sb->cgroup, pause) : -ENODATA;
+    if (r != -EOPNOTSUPP)
+        return r;
     return signal_payloads(sb, pause ? SIGSTOP : SIGCONT);
 }
 
