@@ -161,7 +161,8 @@ int main(int argc, char **argv)
         if (strcmp(argv[1], commands[i].name))
             continue;
 #ifdef RUNCELL_FRONT
-        if (!commands[i].fn || needs_tls(argc, argv))
+        /* RUNCELL_FORKED: cells in a fork (cmd_run.c), which needs the store. */
+        if (!commands[i].fn || needs_tls(argc, argv) || getenv("RUNCELL_FORKED"))
             return exec_full(argv);
 #else
         net_tls_enable();
