@@ -280,7 +280,7 @@ class SandboxAgents(RuncellTestCase):
             self.assertNotIn("error", out, out.get("error", "") + out["stderr"][-2000:])
             self.assertEqual(out["final"], "done")
             texts = [message_text(m) for m in tool_messages(model, -1)]
-            self.assertIn("hello from /workspace\n42", texts[0])
+            self.assertIn("hello from /home/user\n42", texts[0])  # E2B's home, the workspace
             self.assertIn("exited with code 0", texts[0])
             self.assertIn("saved", texts[1])
             images = images_in(model.requests[3])
