@@ -691,14 +691,13 @@ int blob_to_workspace(struct store *st, const char *from_id, const char *sha, ui
                       struct workspace *ws, const char *rel)
 {
     _cleanup_free_ char *key = blob_key(from_id, sha);
-    char got[SHA256_HEX_SIZE];
     uint64_t n = 0;
     struct ws_newfile f;
     int r = ws_newfile_open(ws, rel, 0600, &f);
     if (r < 0)
         return err_set(-r, "cannot create it in the workspace: %s", strerror(-r));
     /* +1: a stored copy larger than the list says is caught as corrupted, not cut short. */
-    r = store_get_fd(st, key, f.fd, size + 1, &n);
+    r = store_get_verified(st, key, f.fd, size + 1, sha, &n);
     if (r == -ENOENT)
         return fail_abort(&f, err_set(ENOENT, "its stored copy is missing (%s)", key));
     if (r == -EFBIG || (!r && n != size))
@@ -709,13 +708,13 @@ int blob_to_workspace(struct store *st, const char *from_id, const char *sha, ui
                                       (unsigned long long)size, key));
     if (r == -ENOSPC || r == -EDQUOT)
         return fail_abort(&f, err_set(ENOSPC, "the workspace is full (its disk limit)"));
-    if (r < 0)
-        return fail_abort(&f, r);
-    if ((r = sha256_fd(f.fd, n, got)) < 0 || strcmp(got, sha))
+    if (r == -EBADMSG)
         return fail_abort(&f, err_set(EBADMSG,
                                       "its stored copy is corrupted: the "
                                       "contents do not match their checksum (%s)",
                                       key));
+    if (r < 0)
+        return fail_abort(&f, r);
     if ((r = ws_newfile_commit(&f, 0, NULL)) < 0)
         return err_set(-r, "cannot give it to the sandbox user: %s", strerror(-r));
     return 0;
@@ -731,11 +730,8 @@ int blob_from_workspace(struct store *st, const char *id, struct workspace *ws, 
     int r = blob_admissible(&sb, 0);
     if (r < 0)
         return r;
-    r = sha256_fd(fd, (uint64_t)sb.st_size, ret_sha);
-    if (r < 0)
-        return err_set(-r, "cannot read %s in the workspace: %s", rel, strerror(-r));
-    _cleanup_free_ char *key = blob_key(id, ret_sha);
-    if ((r = store_put_fd(st, key, fd, (uint64_t)sb.st_size, ret_sha)) < 0)
+    _cleanup_free_ char *prefix = blob_key(id, "");
+    if ((r = store_put_fd_hashed(st, prefix, fd, (uint64_t)sb.st_size, ret_sha)) < 0)
         return r;
     *ret_size = (uint64_t)sb.st_size;
     return 0;
