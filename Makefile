@@ -87,6 +87,7 @@ demo: programs
 bench: build
 	bench/run $(BUILD)/src/runcell
 	bench/mcp $(BUILD)/src/runcell
+	bench/state.py $(BUILD)/src/runcell
 	bench/fleet.py $(BUILD)/src/runcell
 	bench/leaderboard.py $(BUILD)/src/runcell
 

@@ -107,6 +107,11 @@ static const struct opt_spec serve_opts[] = {
              "this long idle (default 10); with it, after 300"},
     {"idle-timeout", "SEC", OPTK_SECONDS, F(defaults.idle_timeout_ms), 0, MAX_IDLE_OPT_SECONDS,
      .help = "default idle timeout of sessions (default 600)"},
+    {"hibernate-after", "SEC", OPTK_SECONDS, F(defaults.hibernate_after_ms), 0,
+     MAX_IDLE_OPT_SECONDS,
+     .help = "a session idle this long hibernates: its variables go to\n"
+             "the store and its interpreter stops, until it is used again\n"
+             "(default: never)"},
     {"shutdown-grace", "SEC", OPTK_SECONDS, F(shutdown_grace_ms),
      .help = "on SIGTERM, how long running cells may finish (default 10)"},
     {"pool", "N", OPTK_SIZE_OR_0, F(pool_size), 0, 256,

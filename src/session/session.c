@@ -798,8 +798,20 @@ enum session_pause session_pause_state(struct session *s)
     return s->paused;
 }
 
+/* Sessions hibernated in this process, for /healthz without a walk of the table. */
+static atomic_size_t hibernated_count;
+
+size_t session_hibernated_count(void)
+{
+    return atomic_load(&hibernated_count);
+}
+
 void session_set_pause(struct session *s, enum session_pause how, int (*resume)(struct session *s))
 {
+    if (s->paused == PAUSE_HIBERNATED && how != PAUSE_HIBERNATED)
+        atomic_fetch_sub(&hibernated_count, 1);
+    else if (s->paused != PAUSE_HIBERNATED && how == PAUSE_HIBERNATED)
+        atomic_fetch_add(&hibernated_count, 1);
     s->paused = how;
     s->resume_fn = resume;
 }
@@ -1505,6 +1517,8 @@ void session_free(struct session *s)
     if (s->execs.release)
         s->execs.release(&s->execs);
     pthread_mutex_destroy(&s->execs.lock);
+    if (s->paused == PAUSE_HIBERNATED)
+        atomic_fetch_sub(&hibernated_count, 1);
     if (s->persist)
         s->persist_ops->free(s->persist);
     if (s->files_history) /* before the workspace it lives beside */

@@ -163,11 +163,13 @@ struct session_opts {
     const struct input_file *files; /* copied into the workspace first (before packages are
                                      * installed: a requirements.txt among them counts) */
     size_t n_files;
-    const char *home_dir; /* HOME and the working directory of the kernels, their shell and
-                           * the programs they start: "/workspace" (NULL, runcell's own) or
-                           * SANDBOX_HOME_DIR ("/home/user", E2B's), the same files */
-    unsigned history;     /* cells whose state before them is kept for session_undo (a Python
-                           * session's; 0: none), at most SESSION_HISTORY_MAX */
+    const char *home_dir;        /* HOME and the working directory of the kernels, their shell and
+                                  * the programs they start: "/workspace" (NULL, runcell's own) or
+                                  * SANDBOX_HOME_DIR ("/home/user", E2B's), the same files */
+    unsigned history;            /* cells whose state before them is kept for session_undo (a Python
+                                  * session's; 0: none), at most SESSION_HISTORY_MAX */
+    uint64_t hibernate_after_ms; /* idle this long, a session of a table with a store
+                                  * hibernates (session_pause without keep_memory); 0: never */
 };
 #define SESSION_HISTORY_MAX 100
 void session_opts_fill_defaults(struct session_opts *o);
@@ -579,6 +581,8 @@ bool session_id_valid(const char *id);
 enum session_pause { PAUSE_NONE, PAUSE_FROZEN, PAUSE_HIBERNATED };
 const char *session_pause_name(enum session_pause p);
 enum session_pause session_pause_state(struct session *s);
+/* How many sessions of this process are hibernated now. */
+size_t session_hibernated_count(void);
 
 /* Writes s's files and variables to c's store as session to_id (waiting for a running cell up
  * to its timeout). 0 with *ret_report {files, bytes, variables: {saved, modules, skipped} |

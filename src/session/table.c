@@ -19,7 +19,8 @@ struct entry {
     struct session *s;
     int refs;
     bool removed;
-    bool retiring; /* removed, its checkpoint and final record not yet written */
+    bool retiring;                /* removed, its checkpoint and final record not yet written */
+    uint64_t hibernate_failed_at; /* its last use when hibernate_idle last tried it */
     struct entry *next;
 };
 
@@ -491,6 +492,41 @@ static int reap_idle(struct session_table *t)
     }
 }
 
+/* Hibernates the sessions idle past their hibernate_after_ms (one at a time, each held by a
+ * reference while its variables go to the store); returns how many. A session that cannot
+ * hibernate (no store, a JavaScript one whose variables are not kept) is left as it is and
+ * not tried again until it is used. */
+static int hibernate_idle(struct session_table *t)
+{
+    int n = 0;
+    for (;;) {
+        struct session *s = NULL;
+        pthread_mutex_lock(&t->lock);
+        uint64_t now = now_ms();
+        for (struct entry *e = t->head; e && !s; e = e->next) {
+            uint64_t after = session_options(e->s)->hibernate_after_ms;
+            uint64_t used = session_last_used_ms(e->s);
+            if (!after || e->removed || e->refs || session_active(e->s) ||
+                session_pause_state(e->s) != PAUSE_NONE || e->hibernate_failed_at == used ||
+                ms_since(now, used) < after)
+                continue;
+            e->refs++;
+            e->hibernate_failed_at = used;
+            s = e->s;
+        }
+        pthread_mutex_unlock(&t->lock);
+        if (!s)
+            return n;
+        json_t *report = NULL;
+        if (session_pause(s, false, &report) == 0)
+            n++;
+        else
+            log_debug("msg=\"idle session not hibernated\" error=%s", log_quote(err_msg()));
+        json_decref(report);
+        session_table_put(t, s);
+    }
+}
+
 /* How long a session is idle before it gives back the descriptors it keeps open only to
  * measure its next execution: a thousand idle sessions hold three thousand fewer. */
 #define IDLE_RELEASE_MS 10000
@@ -516,6 +552,7 @@ static void *reaper_main(void *arg)
             break;
         pthread_mutex_unlock(&t->lock);
         reap_idle(t);
+        hibernate_idle(t);
         release_idle(t);
         pthread_mutex_lock(&t->lock);
     }
