@@ -327,6 +327,9 @@ static const char *failure_code(int err)
 static void finish(struct execution *x, int r)
 {
     json_t *done;
+    /* Counted before its end is seen: a client that read it finds it in the metrics. */
+    if (x->t && r == 0)
+        session_table_observe(x->t, &x->rec);
     if (r == 0) {
         done = json_pack("{s:o}", "record", exec_record_json(&x->rec));
     } else {
@@ -352,8 +355,6 @@ static void finish(struct execution *x, int r)
     json_decref(done);
     if (s)
         registry_prune(session_registry(s));
-    if (t && r == 0)
-        session_table_observe(t, &x->rec);
     if (t)
         session_table_put(t, s); /* s may be gone after this */
 }
