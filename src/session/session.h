@@ -64,6 +64,8 @@ struct exec_record {
 
 void exec_record_init(struct exec_record *r, size_t output_cap);
 void exec_record_release(struct exec_record *r);
+/* dst (initialised; what it held is released) made a copy of src. */
+void exec_record_copy(struct exec_record *dst, const struct exec_record *src);
 /* The record as DESIGN.md's JSON object; caller owns the reference. Output that is not
  * valid UTF-8 is repaired with U+FFFD. */
 json_t *exec_record_json(const struct exec_record *r);
