@@ -67,10 +67,10 @@ static json_t *e2b_result(json_t *bundle, bool main)
     return j;
 }
 
+/* A picture (raster or SVG) is displayed, never the cell's main result. */
 static bool is_display_only(json_t *bundle)
 {
-    return json_object_get(bundle, "image/png") || json_object_get(bundle, "image/jpeg") ||
-           json_object_get(bundle, "image/svg+xml");
+    return exec_bundle_image(bundle, NULL) || json_object_get(bundle, "image/svg+xml");
 }
 
 /* The code interpreter's /execute stream. */

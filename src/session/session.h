@@ -74,14 +74,15 @@ json_t *exec_record_json(const struct exec_record *r);
 int exec_record_exit_status(const struct exec_record *r);
 /* ---- figures: the images a cell displayed, as files (figure.c) ---- */
 
-/* The image of a MIME bundle a cell displayed: its base64 text, image/png's if it has one,
- * else image/jpeg's, with *ret_mime; NULL when it has neither. */
+/* The raster image of a MIME bundle a cell displayed: its base64 text, of the first of
+ * image/png, image/jpeg, image/gif and image/webp it has, with *ret_mime (may be NULL); NULL
+ * when it has none. The one answer every surface gives to "is this result an image". */
 const char *exec_bundle_image(json_t *bundle, const char **ret_mime);
-/* Saves the Nth image (from 1) that cell CELL displayed, base64 b64 of type image/png or
- * image/jpeg, as "figure-CELL-N.png" (.jpg): one name everywhere images are saved (run --out,
- * the REPL, the agent), so a person can tell which cell made which. Into host directory
- * out_dir (made when missing) when it is not NULL, else into ws (owned by the sandbox user,
- * see workspace_write). 0 and *ret_name, the file name (caller frees), or -errno with
+/* Saves the Nth image (from 1) that cell CELL displayed, base64 b64 of type mime (as
+ * exec_bundle_image named it), as "figure-CELL-N.png" (.jpg, .gif, .webp): one name everywhere
+ * images are saved (run --out, the REPL, the agent), so a person can tell which cell made which.
+ * Into host directory out_dir (made when missing) when it is not NULL, else into ws (owned by the
+ * sandbox user, see workspace_write). 0 and *ret_name, the file name (caller frees), or -errno with
  * err_msg() naming the file. */
 int exec_figure_save(struct workspace *ws, const char *out_dir, long cell, size_t n,
                      const char *mime, const char *b64, char **ret_name);
