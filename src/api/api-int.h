@@ -23,7 +23,7 @@ struct server {
     struct persist_config persist; /* store and meta, for the session table */
     char *node;                    /* this node's name (in ids, X-Runcell-Node) */
     struct fleet *fleet;           /* leases in the shared store (--fleet), or NULL */
-    atomic_int handovers;          /* sessions being handed back to their node (threads) */
+    int watchdog_fd;               /* the fleet watchdog's pipe until the fleet takes it */
     struct metrics *metrics;
     struct mcp_http *mcp; /* MCP sessions of /mcp */
     struct e2b *e2b;      /* E2B's sandboxes (--e2b), or NULL */
@@ -70,10 +70,12 @@ struct request {
     double t0_ms;
     char *session_id; /* for the log */
     bool responded;
-    bool owes_reply;        /* counted in srv->replies_owed until completed */
-    json_t *takeover;       /* this request resumed its session here: {resumed, lost, ...} */
-    struct net_policy *net; /* the network policy a create body asked for */
-    char **packages;        /* ... and its packages */
+    bool owes_reply;         /* counted in srv->replies_owed until completed */
+    json_t *takeover;        /* this request resumed its session here: {resumed, lost, ...} */
+    char *raw_uri;           /* as the client sent it, query included (for forwarding) */
+    struct forward *forward; /* the request goes to the node that owns its session */
+    struct net_policy *net;  /* the network policy a create body asked for */
+    char **packages;         /* ... and its packages */
 };
 #define DRAIN_MAX (16u << 20)
 /* What is read and dropped after an early reply to rq (see hold_reply): DRAIN_MAX, or for
@@ -126,6 +128,8 @@ enum api_err {
     AE_SHUTTING_DOWN,  /* 503 shutting_down */
     AE_NOT_CONFIGURED, /* 503 agent_not_configured */
     AE_MOVED,          /* 409 session_moved: another node of the fleet runs it */
+    AE_FENCED,         /* 503 node_fenced: this node could not renew its fleet lease */
+    AE_BAD_GATEWAY,    /* 502 bad_gateway: the node a request was forwarded to failed */
 };
 enum MHD_Result api_error(struct request *rq, enum api_err e, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -239,11 +243,25 @@ int fleet_open(struct server *srv);
  * same id; true when handled: *ret (a reference) set, or NULL after an error reply. false:
  * not a session of the fleet (the caller replies 404). */
 bool fleet_takeover(struct request *rq, const char *id, struct session **ret);
-/* Whether this node still holds s's lease; false with s put: after replying 503 (the lease
- * could not be renewed), or without a reply when another node took it (s is dropped). */
+/* Whether this node still holds s's lease; false with s put: after replying 503 (the node is
+ * fenced), or without a reply when another node took it (s is dropped). */
 bool fleet_check(struct request *rq, const char *id, struct session *s);
-/* Returns once no session is being handed back (before the table goes). */
-void fleet_wait_handovers(struct server *srv);
+/* /healthz in a fleet: the node lease into j ("fleet"), and 503 with "status" and "reason"
+ * when the node holds no valid lease or its last store request failed. */
+void fleet_healthz(struct server *srv, json_t *j, unsigned *status);
+/* Replies 503 node_fenced with why and a Retry-After. */
+enum MHD_Result fleet_reply_fenced(struct request *rq, const char *why);
+/* ---- forwarding (fleet_forward.c) ---- */
+/* Called once a request is routed and authenticated, before its body: refuses everything but
+ * health and metrics while the node is fenced, and hands a request for a session that
+ * another live node owns to that node (its body streamed there, the answer streamed back).
+ * true when it took the request over (replied, or forwarding). */
+bool fleet_route(struct request *rq);
+/* From a handler, its JSON body read: forwards rq to the live node that owns its session (it
+ * won a takeover this node lost); true after replying. */
+bool fleet_forward_now(struct request *rq);
+/* Frees what forwarding rq left (request_free). */
+void fleet_forward_free(struct request *rq);
 /* POST /v1/sessions/{id}/checkpoint */
 enum MHD_Result h_session_checkpoint(struct request *rq);
 /* With resume_from in *body: checks it and puts the stored session's options under the

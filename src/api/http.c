@@ -27,6 +27,8 @@ static const struct {
     [AE_SHUTTING_DOWN] = {503, "shutting_down"},
     [AE_NOT_CONFIGURED] = {503, "agent_not_configured"},
     [AE_MOVED] = {409, "session_moved"},
+    [AE_FENCED] = {503, "node_fenced"},
+    [AE_BAD_GATEWAY] = {502, "bad_gateway"},
 };
 
 enum MHD_Result reply_response(struct request *rq, unsigned status, struct MHD_Response *r)

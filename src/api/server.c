@@ -143,6 +143,8 @@ fail:
 static void request_free(struct request *rq)
 {
     upload_abort(rq);
+    fleet_forward_free(rq);
+    free(rq->raw_uri);
     if (rq->held)
         MHD_destroy_response(rq->held);
     buf_release(&rq->body);
@@ -164,6 +166,7 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
     rq->t0_ms = now_ms_f();
     /* libmicrohttpd decodes %00 into a NUL that ends the URL: "a%00b" would name "a". */
     rq->url_has_nul = strcasestr(uri, "%00") != NULL;
+    rq->raw_uri = xstrdup(uri);
     return rq;
 }
 
@@ -334,7 +337,13 @@ static enum MHD_Result route_request(struct request *rq, const char *url, const 
                          "the URL holds an encoded NUL byte (%%00), which no "
                          "session id or file name may contain");
     if (atomic_load(&srv->shutting_down) && rq->route->handle != h_healthz)
-        return api_error(rq, AE_SHUTTING_DOWN, "the server is shutting down");
+        return srv->fleet ? api_error_header(rq, AE_SHUTTING_DOWN, "Retry-After", "1",
+                                             "the node is shutting down: its sessions move to "
+                                             "other nodes of the fleet as they are checkpointed; "
+                                             "send the request again")
+                          : api_error(rq, AE_SHUTTING_DOWN, "the server is shutting down");
+    if (fleet_route(rq))
+        return MHD_YES;
     const char *cl = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, "Content-Length");
     uint64_t len, max = rq->route->flags & ROUTE_STREAM_BODY ? srv->cfg->limits.max_upload_bytes
                                                              : srv->cfg->limits.max_body_bytes;
@@ -563,7 +572,6 @@ static void shutdown_gracefully(struct server *srv)
     /* The renewer drops sessions from the table: not while it goes. It goes on renewing, so
      * that the sessions' last saves happen under their leases however long they take. */
     fleet_quiesce(srv->fleet);
-    fleet_wait_handovers(srv);
     session_table_free(srv->table);
     srv->table = NULL;
     session_pool_free(srv->pool);
@@ -697,7 +705,7 @@ static int prepare(struct server *srv, struct sockaddr_storage *addr)
 
 int server_run(const struct server_config *cfg)
 {
-    struct server srv = {.cfg = cfg, .oneshots_lock = PTHREAD_MUTEX_INITIALIZER};
+    struct server srv = {.cfg = cfg, .oneshots_lock = PTHREAD_MUTEX_INITIALIZER, .watchdog_fd = -1};
     struct sockaddr_storage addr;
     sigset_t stop;
     int sig = 0, status = 0;
@@ -709,7 +717,9 @@ int server_run(const struct server_config *cfg)
     sigaddset(&stop, SIGINT);
     pthread_sigmask(SIG_BLOCK, &stop, NULL);
     signal(SIGPIPE, SIG_IGN);
-    if (prepare(&srv, &addr) < 0 || start_http(&srv, &addr) < 0) {
+    /* Before any thread: the watchdog is a fork of this process as it is now. */
+    if ((cfg->fleet && fleet_watchdog_spawn(&srv.watchdog_fd) < 0) || prepare(&srv, &addr) < 0 ||
+        start_http(&srv, &addr) < 0) {
         fprintf(stderr, "runcell serve: %s\n", err_msg());
         status = 1;
         goto out;
@@ -728,9 +738,10 @@ out:
         MHD_stop_daemon(srv.mhd);
     conn_guard_free(srv.conns); /* the daemon, which used it, is stopped */
     fleet_quiesce(srv.fleet);
-    fleet_wait_handovers(&srv);
     session_table_free(srv.table); /* releases the leases of the sessions it retires */
     fleet_free(srv.fleet);
+    if (srv.watchdog_fd >= 0)
+        close(srv.watchdog_fd);
     free(srv.node);
     session_pool_free(srv.pool);
     store_free(srv.store);

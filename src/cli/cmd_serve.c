@@ -137,12 +137,17 @@ static const struct opt_spec serve_opts[] = {
              "so a router can send a session's requests to its node: a\n"
              "short DNS label (default: the host name)"},
     {"fleet", NULL, OPTK_FLAG, F(fleet),
-     .help = "the store is shared with other nodes: hold a lease per\n"
-             "session in it, and take over the sessions of nodes that are\n"
-             "gone (docs/PERSISTENCE.md#fleet)"},
+     .help = "the store is shared with other nodes: hold a node lease in\n"
+             "it, forward requests for sessions other nodes run, and take\n"
+             "over the sessions of nodes that are gone\n"
+             "(docs/PERSISTENCE.md#fleet)"},
     {"lease-ttl", "SEC", OPTK_SECONDS, F(lease_ttl_ms), 0, 3600,
-     .help = "how long a lease lasts unrenewed, so how soon a dead node's\n"
-             "sessions move (default 15; at least 1)"},
+     .help = "how long the node lease lasts unrenewed, so how soon a dead\n"
+             "node's sessions move (default 15; at least 3)"},
+    {"advertise", "HOST:PORT", OPTK_STRING, F(advertise),
+     .help = "where other nodes of the fleet reach this one to forward\n"
+             "requests (default: --listen; for a wildcard address, the host\n"
+             "name with its port)"},
     {"package", "SPEC", OPTK_REFUSED, .help = per_session},
     {"index-url", "URL", OPTK_REFUSED, .help = per_session},
     {"install-timeout", "SEC", OPTK_REFUSED, .help = per_session},
