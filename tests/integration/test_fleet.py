@@ -1074,6 +1074,31 @@ class KubernetesManifests(RuncellTestCase):
         self.assertNotIn("server %s-%d " % (sts["metadata"]["name"], sts["spec"]["replicas"]),
                          cfg)
 
+    def test_image_disruption_budget_anti_affinity_and_pod_security(self):
+        sts = self.objects["StatefulSet"][0]
+        pod = sts["spec"]["template"]
+        labels = pod["metadata"]["labels"]
+        node = pod["spec"]["containers"][0]
+        # The image deploy/image/build makes by default, pulled only when missing.
+        with open(os.path.join(ROOT, "deploy", "image", "build")) as f:
+            self.assertIn("image=${1:-%s}" % node["image"], f.read())
+        self.assertEqual(node["imagePullPolicy"], "IfNotPresent")
+        self.assertIn("--advertise=$(POD_NAME).%s.%s.svc.cluster.local:8080" % (
+            sts["spec"]["serviceName"], sts["metadata"]["namespace"]), node["args"])
+        self.assertIn("tcpSocket", node["livenessProbe"])  # a store outage is no restart
+        self.assertEqual(node["readinessProbe"]["httpGet"]["path"], "/healthz")
+        pdb = self.one("PodDisruptionBudget", "runcell")
+        self.assertEqual(pdb["spec"]["maxUnavailable"], 1)
+        self.assertLessEqual(pdb["spec"]["selector"]["matchLabels"].items(), labels.items())
+        anti = pod["spec"]["affinity"]["podAntiAffinity"][
+            "requiredDuringSchedulingIgnoredDuringExecution"]
+        self.assertEqual(anti[0]["topologyKey"], "kubernetes.io/hostname")
+        self.assertLessEqual(anti[0]["labelSelector"]["matchLabels"].items(), labels.items())
+        ns = self.objects["Namespace"][0]["metadata"]["labels"]
+        for mode in ("enforce", "audit", "warn"):
+            self.assertEqual(ns["pod-security.kubernetes.io/" + mode], "privileged")
+        self.assertTrue(node["securityContext"]["privileged"])
+
 
 if __name__ == "__main__":
     unittest.main()
