@@ -53,6 +53,7 @@ struct server_config {
     bool fleet;                 /* share the store with other nodes: take leases */
     uint64_t lease_ttl_ms;      /* a lease not renewed for this long may be taken over */
     const char *advertise;      /* HOST:PORT other nodes forward to; NULL: from listen */
+    size_t checkpoint_workers;  /* sessions checkpointed at once at shutdown; 0: default */
 };
 #define DEFAULT_LEASE_TTL_MS 15000
 

@@ -693,6 +693,8 @@ static int prepare(struct server *srv, struct sockaddr_storage *addr)
     srv->pool = session_pool_new(&srv->host, &srv->cfg->defaults, srv->cfg->pool_size);
     srv->table = session_table_new(&srv->host, srv->cfg->limits.max_sessions, srv->pool);
     session_table_set_node(srv->table, srv->node);
+    if (srv->cfg->checkpoint_workers)
+        session_table_set_retire_workers(srv->table, srv->cfg->checkpoint_workers);
     if (srv->cfg->fleet && (r = fleet_open(srv)) < 0)
         return r;
     session_table_set_persistence(srv->table, &srv->persist);

@@ -511,6 +511,8 @@ struct session *session_table_acquire(struct session_table *t, const char *id, i
 void session_table_put(struct session_table *t, struct session *s);
 /* Returns once id is not being retired (at once if it is not): its stored record is final. */
 void session_table_wait_retired(struct session_table *t, const char *id);
+/* How many sessions a shutdown checkpoints at once (RETIRE_WORKERS_DEFAULT; at least 1). */
+void session_table_set_retire_workers(struct session_table *t, size_t workers);
 /* Names the node in the ids of sessions created from now on ("NODE-HEX"; NULL: hex only). */
 void session_table_set_node(struct session_table *t, const char *node);
 /* Retires a session as a shutdown does (variables checkpointed, files saved, its lease

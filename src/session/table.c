@@ -256,6 +256,11 @@ int session_table_create_ex(struct session_table *t, const struct session_create
     return 0;
 }
 
+void session_table_set_retire_workers(struct session_table *t, size_t workers)
+{
+    t->retire_workers = workers ? workers : 1;
+}
+
 void session_table_set_node(struct session_table *t, const char *node)
 {
     free(t->node);

@@ -91,12 +91,13 @@ class TcpProxy:
         u.settimeout(None)
         with self._lock:
             self._conns += [c, u]
-        threading.Thread(target=self._pump, args=(u, c, False), daemon=True).start()
-        self._pump(c, u, True)
+        asked = threading.Event()  # the client sent a request its answer has not begun for
+        threading.Thread(target=self._pump, args=(u, c, False, asked), daemon=True).start()
+        self._pump(c, u, True, asked)
 
-    def _pump(self, src, dst, from_client):
+    def _pump(self, src, dst, from_client, asked):
         """Copies src to dst. Each burst from the client (its first bytes after a quiet spell)
-        counts as a request; each burst of the answer waits self.delay first."""
+        counts as a request; the first bytes of each answer wait self.delay."""
         last = 0.0
         try:
             while True:
@@ -109,11 +110,14 @@ class TcpProxy:
                 if not data or not self._open.is_set():
                     break
                 now = time.monotonic()
-                if now - last > 0.005:
-                    if from_client:
+                if from_client:
+                    if now - last > 0.005:
                         with self._lock:
                             self.requests += 1
-                    elif self.delay:
+                    asked.set()
+                elif asked.is_set():
+                    asked.clear()
+                    if self.delay:
                         time.sleep(self.delay)
                 last = time.monotonic()
                 dst.sendall(data)
