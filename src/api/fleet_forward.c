@@ -2,6 +2,7 @@
  * node of the fleet owns is reverse-proxied to that node (its body streamed there as it
  * arrives, the answer streamed back as it comes), and a fenced node refuses work at once. */
 #include "api/api-int.h"
+#include "api/e2b.h"
 
 #include <arpa/inet.h>
 #include <curl/curl.h>
@@ -433,6 +434,38 @@ static bool owned_here(struct server *srv, const char *id)
     return s != NULL;
 }
 
+/* The id of a session that never moves (an E2B sandbox, an MCP session: nothing of them is
+ * stored), named where that surface names it; NULL for other routes. It lives on the node its
+ * id names. */
+static const char *pinned_id(struct request *rq)
+{
+    unsigned flags = rq->route->flags;
+    if (flags & ROUTE_E2B_API)
+        return rq->params[0];
+    if (flags & (ROUTE_E2B_BOX | ROUTE_E2B_BOX_ID))
+        return MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, "E2b-Sandbox-Id");
+    if (!strcmp(rq->route->pattern, "/mcp"))
+        return MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, "Mcp-Session-Id");
+    return NULL;
+}
+
+/* Forwards a request for a pinned session whose id names another live node. */
+static bool route_pinned(struct request *rq, const char *id)
+{
+    struct fleet_owner o = {.kind = OWNER_REMOTE};
+    _cleanup_free_ char *node = session_id_node(id);
+    if (!node || !strcmp(node, rq->srv->node) || strlen(node) >= sizeof(o.node) ||
+        hops_of(rq) >= FORWARD_HOPS_MAX ||
+        fleet_node_address(rq->srv->fleet, node, o.address) < 0 || !reachable(o.address))
+        return false; /* served here: it is this node's, or its node is gone (404) */
+    snprintf(o.node, sizeof(o.node), "%s", node);
+    if (!start_forward(rq, &o))
+        return false;
+    rq->route = &forward_route;
+    log_info("msg=\"forwarding to the node named in the id\" session=%s owner=%s", id, node);
+    return true;
+}
+
 bool fleet_route(struct request *rq)
 {
     struct server *srv = rq->srv;
@@ -440,10 +473,20 @@ bool fleet_route(struct request *rq)
     struct fleet_owner o;
     if (!srv->fleet || rq->route->handle == h_healthz || rq->route->handle == h_metrics)
         return false;
+    /* A sandbox route of E2B's comes here before its access token is checked (only the
+     * sandbox's node can): it is forwarded when its id names another node, and otherwise
+     * left to that check, whatever the state of this node. */
+    if ((rq->route->flags & (ROUTE_E2B_BOX | ROUTE_E2B_BOX_ID)) && !rq->authenticated) {
+        const char *pinned = pinned_id(rq);
+        return pinned && route_pinned(rq, pinned);
+    }
     if (!fleet_admitting(srv->fleet, &why)) {
         fleet_reply_fenced(rq, why);
         return true;
     }
+    const char *pinned = pinned_id(rq);
+    if (pinned)
+        return route_pinned(rq, pinned);
     if (!is_session_route(rq->route) || !id || !session_id_valid(id) || owned_here(srv, id) ||
         hops_of(rq) >= FORWARD_HOPS_MAX)
         return false;

@@ -287,8 +287,14 @@ static enum MHD_Result route_request(struct request *rq, const char *url, const 
     }
     bool needs_auth = !rq->route || !(rq->route->flags & ROUTE_NO_AUTH);
     if (rq->route && (rq->route->flags & ROUTE_E2B_ANY)) {
-        /* E2B's SDK authenticates its own way (e2b.h); past that, as any request. */
+        /* E2B's SDK authenticates its own way (e2b.h); past that, as any request. A sandbox's
+         * own routes carry its access token, which only the node that holds it can check:
+         * a request for a sandbox of another node goes there first (fleet_forward.c). */
         needs_auth = false;
+        if ((rq->route->flags & (ROUTE_E2B_BOX | ROUTE_E2B_BOX_ID)) && fleet_route(rq)) {
+            buf_release(&allow);
+            return MHD_YES;
+        }
         if (!e2b_authorize(rq)) {
             buf_release(&allow);
             return MHD_YES;

@@ -227,6 +227,19 @@ int fleet_lookup(struct fleet *f, const char *id, bool fresh, struct fleet_owner
     return r;
 }
 
+int fleet_node_address(struct fleet *f, const char *node, char ret_address[272])
+{
+    struct node_view v;
+    int r = fleet_node_view(f, node, false, &v);
+    if (r < 0)
+        return r;
+    if (!v.present || v.released || now_realtime_ms() >= v.expires_ms + FLEET_CLOCK_SKEW_MS ||
+        !*v.address)
+        return -ENOENT;
+    memcpy(ret_address, v.address, sizeof(v.address));
+    return 0;
+}
+
 /* ---- taking over ---- */
 
 /* Registers a takeover of id by this node; false after waiting for one already going. */

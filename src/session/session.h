@@ -436,6 +436,9 @@ struct fleet_owner {
 /* Looks id up: its record (one store read) and its owner's node lease (cached for a fraction
  * of the ttl; fresh when fresh is true). 0 with *ret, or -errno with err_msg(). */
 int fleet_lookup(struct fleet *f, const char *id, bool fresh, struct fleet_owner *ret);
+/* The advertised address of node while its lease is live (read as fleet_lookup reads it):
+ * 0, or -ENOENT when it holds none, or -errno from the store. */
+int fleet_node_address(struct fleet *f, const char *node, char ret_address[272]);
 /* Takes over id from the node that owned it: at once when it was released, when its owner's
  * lease expired or its epoch changed, or when this node owned it at an earlier epoch; with
  * wait_for_owner (the owner does not answer), a live owner's lease is waited for (at most ttl

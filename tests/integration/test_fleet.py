@@ -561,6 +561,17 @@ class Fleet(RuncellTestCase):
         self.assertEqual(r.headers["X-Runcell-Node"], node)
         events = [json.loads(line) for line in r.body.splitlines() if line.strip()]
         self.assertIn("2", json.dumps(events))
+        # A node that does not hold the sandbox forwards to the one named in its id: E2B's
+        # sandboxes (and MCP's sessions) never move, so the id is all it needs.
+        other = next(n for n in self.nodes.values() if n.name != node)
+        r = other.request("GET", "/sandboxes/" + sid, headers=key)
+        self.assertEqual((r.status, r.headers["X-Runcell-Node"]), (200, node), r)
+        self.assertEqual(r.headers["X-Runcell-Forwarded-By"], other.name)
+        r = other.request("POST", "/execute", {"code": "21 * 2"},
+                          headers={"E2b-Sandbox-Id": sid,
+                                   "X-Access-Token": box["envdAccessToken"]})
+        self.assertEqual((r.status, r.headers["X-Runcell-Node"]), (200, node), r)
+        self.assertIn("42", r.body.decode())
         r = self.router.request("DELETE", "/sandboxes/" + sid, headers=key)
         self.assertEqual(r.status, 204, r)
         self.assertEqual(r.headers["X-Runcell-Node"], node)
@@ -574,6 +585,12 @@ class Fleet(RuncellTestCase):
         for i in range(3):
             resp = c.call_tool("run_code", {"code": "print(%d * 2)" % i})
             self.assertIn(str(i * 2), json.dumps(resp["result"]), resp)
+        # Sent to another node, a call is forwarded to the session's.
+        other = next(n for n in self.nodes.values() if n.name != node_of(c.session))
+        stray = HttpClient(other.port, TOKEN)
+        stray.session, stray.version = c.session, c.version
+        resp = stray.call_tool("run_code", {"code": "print(21 * 2)"})
+        self.assertIn("42", json.dumps(resp["result"]), resp)
 
     def test_python_client_through_the_router(self):
         with Session("http://127.0.0.1:%d" % self.router.port, TOKEN) as s:
@@ -713,6 +730,42 @@ class Fleet(RuncellTestCase):
         self.assertEqual((r.headers["X-Runcell-Node"], rec["stdout"]), (served_by.pop(), "3\n"))
         self.ok(self.router.request("DELETE", "/v1/sessions/" + sid))
 
+    def test_a_stopping_node_answers_at_once_and_its_sessions_move_checkpointed(self):
+        sid, home = self.owner_session()
+        self.execute(sid, "x = 5", via=home)
+        other = next(n for n in self.nodes.values() if n is not home)
+        kept = http.client.HTTPConnection("127.0.0.1", home.port, timeout=HANG)
+        kept.request("GET", "/healthz")
+        kept.getresponse().read()
+        # A cell that runs a while holds the stop in its grace period.
+        busy = threading.Thread(target=lambda: home.request(
+            "POST", "/v1/sessions/%s/execute" % sid, {"code": "import time\ntime.sleep(2)"}))
+        busy.start()
+        self.assertTrue(wait_until(lambda: self.ok(home.request(
+            "GET", "/v1/sessions/" + sid))["status"] == "busy", HANG))
+        home.proc.send_signal(signal.SIGTERM)
+        self.assertTrue(wait_until(lambda: "shutting down" in home.log(), HANG))
+        # A request on a connection already open is answered at once, with when to retry.
+        t0 = time.monotonic()
+        kept.request("GET", "/v1/sessions/" + sid, headers={"Authorization": "Bearer " + TOKEN})
+        r = kept.getresponse()
+        body = json.loads(r.read())
+        kept.close()
+        self.assertLess(time.monotonic() - t0, 1.0)
+        self.assertEqual((r.status, body["error"]["code"], r.headers["Retry-After"]),
+                         (503, "shutting_down", "1"))
+        # Another node serves the session once the stopping one has checkpointed it and
+        # released its record: with its variables, and without waiting out a lease.
+        t0 = time.monotonic()
+        r, rec = self.execute(sid, "print(x)", via=other)
+        self.assertEqual((rec["stdout"], rec["resumed"]), ("5\n", True))
+        self.assertIn("variables since the last checkpoint", rec["lost"])
+        busy.join()
+        home.proc.wait(HANG)
+        self.assertEqual(home.proc.returncode, 0, home.log()[-2000:])
+        self.assertEqual(self.record(sid)["previous_node"], home.name)
+        self.ok(other.request("DELETE", "/v1/sessions/" + sid))
+
     def test_closed_sessions_are_not_taken_over(self):
         sid, home = self.owner_session()
         self.execute(sid, "open('f', 'w').write('x')")
@@ -765,8 +818,8 @@ class Fencing(RuncellTestCase):
     def tearDownClass(cls):
         for n in getattr(cls, "nodes", {}).values():
             n.stop()
-            for m in reversed(mounts_below(n.run_dir)):  # a node its watchdog killed left them
-                subprocess.run(["umount", "-l", m])
+        for m in reversed(mounts_below(cls.tmp)):  # what a node its watchdog killed left
+            subprocess.run(["umount", "-l", m])
         for p in getattr(cls, "proxies", {}).values():
             p.close()
         cls.s3.stop()
