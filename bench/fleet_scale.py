@@ -6,6 +6,7 @@ takes to checkpoint its sessions.
 
 usage: bench/fleet_scale.py [RUNCELL] [--nodes N] [--sessions N] [--ttl S] [--latency S]
                             [--hold S] [--probes N] [--takeovers N] [--checkpoint N]
+                            [--checkpoint-workers N,N...]
                             [--parts sim,real,checkpoint] [--summary FILE]
 
 Every store request goes through tests/lib/tcpproxy.py to the S3 test server (tests/s3), each
@@ -25,7 +26,7 @@ answer delayed by --latency (40 ms: a store in another region, or a busy one).
               session's node and the time until that session answers again through any node.
   checkpoint  one real node with --checkpoint idle sessions (each with a variable and a file),
               stopped with SIGTERM: the time until it has checkpointed them all and exited,
-              with 16 checkpoints at once and with 1, and what that makes of 2,500.
+              for each --checkpoint-workers (32 at once, and 1).
 Prints one table; --summary writes the figures as JSON. Never part of the tests.
 """
 import json
@@ -85,6 +86,11 @@ def part_sim(store, nodes, sessions, ttl, hold, probes):
                AWS_SECRET_ACCESS_KEY=rctest.S3Server.SECRET_KEY)
     bucket = "%s/sim" % store.s3.bucket
     names = ["sim%d" % i for i in range(nodes)]
+    # The records are made with the store near (a setup, not what is measured: with every
+    # answer 40 ms late the proxy's queue held up renewals past their deadline, and nodes
+    # fenced themselves, as they should on a store that slow); then the latency goes on.
+    latency = store.proxy.delay
+    store.proxy.set_delay(0)
     t0 = time.monotonic()
     procs = {n: subprocess.Popen([SIM, n, store.proxy.endpoint, bucket, str(ttl), str(sessions),
                                   "0"], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -94,6 +100,8 @@ def part_sim(store, nodes, sessions, ttl, hold, probes):
         if '"ready":true' not in line:
             raise SystemExit("bench: %s did not start: %r" % (n, line))
     ready_s = time.monotonic() - t0
+    store.proxy.set_delay(latency)
+    time.sleep(ttl)  # a ttl of renewals at the new latency before the window
     ids = ["%s-%024x" % (random.choice(names), random.randint(1, sessions))
            for _ in range(probes)]
     probe_file = os.path.join(os.path.dirname(store.s3.directory), "probes")
@@ -225,6 +233,7 @@ def main():
     ttl, latency, hold = arg("--ttl", 15.0), arg("--latency", 0.04), arg("--hold", 60.0)
     probes, takeovers, ck = arg("--probes", 2000), arg("--takeovers", 10), arg("--checkpoint", 200)
     parts = arg("--parts", "sim,real,checkpoint").split(",")
+    workers = [int(w) for w in arg("--checkpoint-workers", "32,1").split(",")]
     summary = arg("--summary", "")
     why = test_fleet.haproxy_missing()
     if why:
@@ -244,14 +253,13 @@ def main():
             out["real"] = part_real(tmp, store, ttl, hold / 2, takeovers)
             print(json.dumps(out["real"]))
         if "checkpoint" in parts:
-            t16, c16, n16 = stop_time(tmp, store, ck, 16, ttl)
-            t1, c1, n1 = stop_time(tmp, store, ck, 1, ttl)
-            out["checkpoint"] = {"sessions": ck, "workers_16_s": t16, "checkpointed_16": c16,
-                                 "workers_1_s": t1, "checkpointed_1": c1,
-                                 "per_session_ms_16": 1000 * t16 / max(c16, 1),
-                                 "per_session_ms_1": 1000 * t1 / max(c1, 1),
-                                 "estimate_2500_s_16": 2500 * t16 / max(c16, 1)}
-            print(json.dumps(out["checkpoint"]))
+            out["checkpoint"] = {"sessions": ck, "runs": []}
+            for w in workers:
+                took, done, made = stop_time(tmp, store, ck, w, ttl)
+                out["checkpoint"]["runs"].append({
+                    "workers": w, "stop_s": took, "checkpointed": done, "sessions": made,
+                    "per_session_ms": 1000 * took / max(done, 1)})
+                print(json.dumps(out["checkpoint"]["runs"][-1]))
     finally:
         store.close()
         for m in reversed(rctest.mounts_below(tmp)):

@@ -105,7 +105,7 @@ static const struct opt_spec serve_opts[] = {
      .help = "default idle timeout of sessions (default 600)"},
     {"checkpoint-workers", "N", OPTK_SIZE, F(checkpoint_workers), 1, 64,
      .help = "sessions checkpointed at once when the server stops (default\n"
-             "16: each checkpoint waits mostly on the store)"},
+             "32: each checkpoint waits mostly on the store)"},
     {"shutdown-grace", "SEC", OPTK_SECONDS, F(shutdown_grace_ms),
      .help = "on SIGTERM, how long running cells may finish (default 10)"},
     {"pool", "N", OPTK_SIZE_OR_0, F(pool_size), 0, 256,

@@ -333,7 +333,7 @@ void session_retire(struct session *s, enum session_end how, json_t **ret_report
 /* Retires n sessions as session_retire does (no reports), workers at a time (at least 1):
  * a shutdown's checkpoints wait on the store, so they go in parallel. Returns when all are
  * retired. (retire.c) */
-#define RETIRE_WORKERS_DEFAULT 16
+#define RETIRE_WORKERS_DEFAULT 32
 void session_retire_all(struct session **v, size_t n, enum session_end how, size_t workers);
 /* Checkpoints a live session's variables and files now (it goes on running): what a
  * successor node resumes after this node dies. -EBUSY while a cell runs; *ret_report as

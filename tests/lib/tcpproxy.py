@@ -27,7 +27,7 @@ class TcpProxy:
         self._srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._srv.bind(("127.0.0.1", self.port))
-        self._srv.listen(256)
+        self._srv.listen(4096)
         self._thread = threading.Thread(target=self._accept, daemon=True)
         self._thread.start()
 
