@@ -471,7 +471,8 @@ bool fleet_route(struct request *rq)
     struct server *srv = rq->srv;
     const char *why, *id = rq->params[0];
     struct fleet_owner o;
-    if (!srv->fleet || rq->route->handle == h_healthz || rq->route->handle == h_metrics)
+    /* Health, metrics and the console's static files are no work: served whatever the fence. */
+    if (!srv->fleet || (rq->route->flags & ROUTE_NO_AUTH) || rq->route->handle == h_metrics)
         return false;
     /* A sandbox route of E2B's comes here before its access token is checked (only the
      * sandbox's node can): it is forwarded when its id names another node, and otherwise
