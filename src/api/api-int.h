@@ -253,9 +253,9 @@ void fleet_healthz(struct server *srv, json_t *j, unsigned *status);
 enum MHD_Result fleet_reply_fenced(struct request *rq, const char *why);
 /* ---- forwarding (fleet_forward.c) ---- */
 /* Called once a request is routed and authenticated, before its body: refuses everything but
- * health, metrics and the console's files while the node is fenced, and hands a request for a session that
- * another live node owns to that node (its body streamed there, the answer streamed back).
- * true when it took the request over (replied, or forwarding). */
+ * health, metrics and the console's files while the node is fenced, and hands a request for a
+ * session that another live node owns to that node (its body streamed there, the answer streamed
+ * back). true when it took the request over (replied, or forwarding). */
 bool fleet_route(struct request *rq);
 /* From a handler, its JSON body read: forwards rq to the live node that owns its session (it
  * won a takeover this node lost); true after replying. */
