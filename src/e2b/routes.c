@@ -300,9 +300,22 @@ static bool e2b_enabled(const struct server *srv)
     return srv->e2b != NULL;
 }
 
+/* A sandbox lives on the node its id names: the control plane names it in the path (runcell's
+ * token, which any node checks), a sandbox's own routes in E2b-Sandbox-Id (with its access
+ * token, which only its node holds). */
+static const char *e2b_pinned_id(struct request *rq, bool *ret_before_auth)
+{
+    unsigned flags = rq->route->flags;
+    if (flags & ROUTE_E2B_API)
+        return rq->params[0];
+    *ret_before_auth = true;
+    return MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, "E2b-Sandbox-Id");
+}
+
 const struct surface e2b_surface = {.name = "e2b",
                                     .routes = e2b_routes,
                                     .n_routes = ARRAY_SIZE(e2b_routes),
                                     .shape = SHAPE_E2B,
                                     .authorize = e2b_authorize,
-                                    .enabled = e2b_enabled};
+                                    .enabled = e2b_enabled,
+                                    .pinned_id = e2b_pinned_id};

@@ -44,6 +44,7 @@ struct session_table {
     bool reaper_running;
     bool stopping;
     uint64_t reap_interval_ms;
+    size_t retire_workers; /* checkpoints at once at shutdown */
 };
 
 struct session_table *session_table_new(struct sandbox_host *host, size_t max_sessions,
@@ -54,6 +55,7 @@ struct session_table *session_table_new(struct sandbox_host *host, size_t max_se
     t->host = host;
     t->pool = pool;
     t->max_sessions = max_sessions;
+    t->retire_workers = RETIRE_WORKERS_DEFAULT;
     pthread_mutex_init(&t->lock, NULL);
     pthread_cond_init(&t->wake, NULL);
     pthread_cond_init(&t->retired, NULL);
@@ -292,6 +294,11 @@ int session_table_create_ex(struct session_table *t, const struct session_create
     else
         json_decref(restored);
     return 0;
+}
+
+void session_table_set_retire_workers(struct session_table *t, size_t workers)
+{
+    t->retire_workers = workers ? workers : 1;
 }
 
 void session_table_set_node(struct session_table *t, const char *node)
@@ -582,11 +589,15 @@ void session_table_free(struct session_table *t)
         pthread_join(t->reaper, NULL);
     /* Kept sessions checkpoint first (their kernels must still run); then every kernel is
      * killed at once, so the namespaces are torn down in parallel, and each is reaped. */
+    size_t n = 0;
+    struct session **live = xcalloc(t->count + 1, sizeof(*live));
     for (struct entry *e = t->head; e; e = e->next)
         session_cancel_queued(e->s);
     for (struct entry *e = t->head; e; e = e->next)
-        if (!e->removed)
-            session_retire(e->s, SESSION_END_SHUTDOWN, NULL);
+        if (!e->removed && n < t->count)
+            live[n++] = e->s;
+    session_retire_all(live, n, SESSION_END_SHUTDOWN, t->retire_workers);
+    free(live);
     for (struct entry *e = t->head; e; e = e->next)
         session_kill(e->s);
     while (t->head) {
