@@ -893,8 +893,9 @@ class Limits(RuncellTestCase):
     def test_out_of_open_files_is_503_and_loses_nothing(self):
         # The server's own limit, lowered under it: sessions are refused before they are
         # begun, with what to do; those it has go on, the template is kept, and a closed
-        # session's descriptors serve the next one.
-        with Server("--max-sessions", "500") as srv:
+        # session's descriptors serve the next one (no ready pool, whose refill would take
+        # them first).
+        with Server("--max-sessions", "500", "--pool", "0") as srv:
             first = srv.create_session()
             srv.execute(first, "x = 41")
             limit = len(os.listdir("/proc/%d/fd" % srv.pid)) + 150
