@@ -413,10 +413,9 @@ enum MHD_Result h_healthz(struct request *rq)
 {
     bool down = atomic_load(&rq->srv->shutting_down);
     unsigned status = down ? 503 : 200;
-    json_t *j = json_pack("{s:s,s:I,s:I,s:s}", "status", down ? "shutting_down" : "ok",
-                          "sessions", (json_int_t)session_table_count(rq->srv->table),
-                          "hibernated", (json_int_t)session_hibernated_count(), "node",
-                          rq->srv->node);
+    json_t *j = json_pack("{s:s,s:I,s:I,s:s}", "status", down ? "shutting_down" : "ok", "sessions",
+                          (json_int_t)session_table_count(rq->srv->table), "hibernated",
+                          (json_int_t)session_hibernated_count(), "node", rq->srv->node);
     if (rq->srv->fleet)
         fleet_healthz(rq->srv, j, &status);
     return reply_json(rq, status, j);

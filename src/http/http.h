@@ -280,8 +280,7 @@ enum MHD_Result http_stream(struct request *rq, unsigned status, const char *con
 /* The same with the response's headers given whole ("Name: value" each, NULL-terminated; none
  * added), for a reply that passes another server's on (fleet_forward.c). */
 enum MHD_Result http_stream_headers(struct request *rq, unsigned status, char *const *headers,
-                                    const struct http_source_ops *ops, void *src,
-                                    int keepalive_ms);
+                                    const struct http_source_ops *ops, void *src, int keepalive_ms);
 
 /* How a surface writes an execution's events (exec_item) on the wire: NDJSON lines, E2B's
  * messages, Connect envelopes. ctx is the encoder's state for one response. */

@@ -96,8 +96,7 @@ enum MHD_Result http_stream(struct request *rq, unsigned status, const char *con
 }
 
 enum MHD_Result http_stream_headers(struct request *rq, unsigned status, char *const *headers,
-                                    const struct http_source_ops *ops, void *src,
-                                    int keepalive_ms)
+                                    const struct http_source_ops *ops, void *src, int keepalive_ms)
 {
     struct hstream *h = xcalloc(1, sizeof(*h));
     h->ops = ops;

@@ -131,6 +131,10 @@ static void registry_prune(struct exec_registry *r)
 
 static void registry_release(struct exec_registry *r)
 {
+    pthread_mutex_lock(&r->keys_lock);
+    free(r->keys);
+    r->keys = NULL;
+    pthread_mutex_unlock(&r->keys_lock);
     pthread_mutex_lock(&r->lock);
     struct execution *x = r->head;
     r->head = r->tail = NULL;
@@ -304,6 +308,85 @@ int session_submit(struct session_table *t, struct session *s, const struct exec
     pthread_mutex_unlock(&reg->lock);
     *ret = x;
     return 0;
+}
+
+/* ---- idempotency keys ---- */
+
+struct exec_key {
+    char key[EXEC_KEY_MAX + 1];
+    char id[EXEC_ID_SIZE];
+    uint64_t hash; /* of the code and its language: a key stands for one request */
+};
+
+bool exec_key_valid(const char *key)
+{
+    size_t n = key ? strlen(key) : 0;
+    if (n < 1 || n > EXEC_KEY_MAX)
+        return false;
+    for (const char *p = key; *p; p++)
+        if (*p < 0x21 || *p > 0x7e)
+            return false;
+    return true;
+}
+
+static uint64_t request_hash(const struct exec_request *req)
+{
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    const char *parts[] = {req->lang ? lang_name(req->lang) : "", "\n", req->code};
+    for (size_t i = 0; i < ARRAY_SIZE(parts); i++)
+        for (const unsigned char *p = (const unsigned char *)parts[i]; *p; p++)
+            h = (h ^ *p) * 1099511628211ull;
+    return h;
+}
+
+int session_submit_keyed(struct session_table *t, struct session *s, const struct exec_request *req,
+                         const char *key, struct execution **ret, bool *ret_replayed)
+{
+    *ret_replayed = false;
+    if (!key)
+        return session_submit(t, s, req, ret);
+    if (!exec_key_valid(key))
+        return err_set(EINVAL,
+                       "an idempotency key is 1 to %d visible ASCII characters, without spaces",
+                       EXEC_KEY_MAX);
+    if (!req->code)
+        return err_set(EINVAL, "no code to execute");
+    struct exec_registry *reg = session_registry(s);
+    uint64_t hash = request_hash(req);
+    pthread_mutex_lock(&reg->keys_lock);
+    for (size_t i = 0; reg->keys && i < EXEC_KEYS_MAX; i++) {
+        struct exec_key *k = &reg->keys[i];
+        if (strcmp(k->key, key))
+            continue;
+        int r;
+        if (k->hash != hash) {
+            r = err_set(EEXIST,
+                        "idempotency key '%s' was given to execution %s, of other code: a key "
+                        "stands for one request; use a new key for new code",
+                        key, k->id);
+        } else if ((*ret = session_execution_find(s, k->id))) {
+            *ret_replayed = true;
+            r = 0;
+        } else {
+            r = err_set(EEXIST,
+                        "idempotency key '%s' was given to execution %s, which is no longer "
+                        "kept (the last %d, for %d minutes): it is not run again",
+                        key, k->id, EXEC_KEEP, EXEC_KEEP_MS / 60000);
+        }
+        pthread_mutex_unlock(&reg->keys_lock);
+        return r;
+    }
+    int r = session_submit(t, s, req, ret);
+    if (r == 0) {
+        if (!reg->keys)
+            reg->keys = xcalloc(EXEC_KEYS_MAX, sizeof(*reg->keys));
+        struct exec_key *k = &reg->keys[reg->next_key++ % EXEC_KEYS_MAX];
+        snprintf(k->key, sizeof(k->key), "%s", key);
+        snprintf(k->id, sizeof(k->id), "%s", execution_id(*ret));
+        k->hash = hash;
+    }
+    pthread_mutex_unlock(&reg->keys_lock);
+    return r;
 }
 
 /* What EV_DONE says when x did not run. */

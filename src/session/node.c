@@ -348,8 +348,8 @@ static void renew_once(struct fleet *f)
     if (r < 0) {
         _cleanup_free_ char *msg = xasprintf("cannot renew the node lease: %s", err_msg());
         failed_locked(f, msg);
-        log_warn("msg=\"cannot renew the node lease\" node=%s lease_ms_left=%lld error=%s",
-                 f->node, (long long)hard - (long long)answered, log_quote(err_msg()));
+        log_warn("msg=\"cannot renew the node lease\" node=%s lease_ms_left=%lld error=%s", f->node,
+                 (long long)hard - (long long)answered, log_quote(err_msg()));
         pthread_mutex_unlock(&f->lock);
         return;
     }

@@ -256,6 +256,7 @@ int session_new(struct sandbox_host *host, const struct session_opts *opts, stru
     own_net_opts(s, &opts->net);
     event_log_init(&s->events);
     pthread_mutex_init(&s->execs.lock, NULL);
+    pthread_mutex_init(&s->execs.keys_lock, NULL);
     s->last_used_ms = now_ms();
     s->created_ms = now_realtime_ms();
     r = workspace_new(host, s->opts.limits.disk_mb, &s->ws);
@@ -1517,6 +1518,7 @@ void session_free(struct session *s)
     if (s->execs.release)
         s->execs.release(&s->execs);
     pthread_mutex_destroy(&s->execs.lock);
+    pthread_mutex_destroy(&s->execs.keys_lock);
     if (s->paused == PAUSE_HIBERNATED)
         atomic_fetch_sub(&hibernated_count, 1);
     if (s->persist)

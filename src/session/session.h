@@ -373,6 +373,17 @@ void exec_items_release(struct exec_item *items, size_t n);
  * err_msg(). */
 int session_submit(struct session_table *t, struct session *s, const struct exec_request *req,
                    struct execution **ret);
+/* session_submit with an idempotency key (NULL: none): a key s has seen before, for the same
+ * code and language, gives that execution back (a reference, *ret_replayed set) instead of a
+ * new one, so a retried request never runs twice; one given to other code, or whose
+ * execution is no longer kept, is -EEXIST. s keeps its last EXEC_KEYS_MAX keys, in memory:
+ * a session taken over by another node after its node died forgets them. -EINVAL for a key
+ * that is not 1 to EXEC_KEY_MAX visible ASCII characters. */
+#define EXEC_KEY_MAX  64
+#define EXEC_KEYS_MAX 1024
+bool exec_key_valid(const char *key);
+int session_submit_keyed(struct session_table *t, struct session *s, const struct exec_request *req,
+                         const char *key, struct execution **ret, bool *ret_replayed);
 /* Waits for x's turn and runs it on this thread; also (may be NULL) gets each event as it
  * happens. Returns when x is done (its record, or why it did not run, in its EV_DONE). Call
  * once. */
