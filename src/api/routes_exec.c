@@ -162,10 +162,11 @@ static enum MHD_Result reply_replayed(struct request *rq, struct session *s, str
         return http_stream_execution(rq, x, 0, &ndjson_encoder, &replayed_marker, &o);
     }
     execution_wait(x, 0);
-    const struct exec_record *rec = execution_record(x);
+    json_t *shared = execution_record_json(x);
     enum MHD_Result ret;
-    if (rec) {
-        json_t *j = exec_record_json(rec);
+    if (shared) {
+        json_t *j = json_copy(shared); /* the top level only: "replayed" is added there */
+        json_decref(shared);
         json_object_set_new(j, "replayed", json_true());
         ret = reply_json_header(rq, 200, j, "X-Runcell-Execution", execution_id(x));
     } else {
@@ -230,10 +231,9 @@ enum MHD_Result h_execute(struct request *rq)
     /* A client that chose "continue" and leaves: this thread still runs the cell to its end
      * (the connection's thread stays until its handler returns), and keeps its events. */
     execution_run(x, NULL);
-    const struct exec_record *rec = execution_record(x);
+    json_t *rec = execution_record_json(x); /* made once, for its done event too */
     if (rec)
-        ret = reply_json_header(rq, 200, exec_record_json(rec), "X-Runcell-Execution",
-                                execution_id(x));
+        ret = reply_json_header(rq, 200, rec, "X-Runcell-Execution", execution_id(x));
     else
         ret = reply_not_run(rq, x);
     execution_unref(x);
@@ -279,10 +279,9 @@ enum MHD_Result h_execution_get(struct request *rq)
     struct execution *x = acquire_execution(rq, &s);
     if (!x)
         return MHD_YES;
-    json_t *j = execution_json(x);
-    const struct exec_record *rec = execution_record(x);
+    json_t *j = execution_json(x), *rec = execution_record_json(x);
     if (rec)
-        json_object_set_new(j, "record", exec_record_json(rec));
+        json_object_set_new(j, "record", rec);
     execution_unref(x);
     session_table_put(rq->srv->table, s);
     return reply_json(rq, 200, j);

@@ -103,8 +103,14 @@ enum MHD_Result reply_json_header(struct request *rq, unsigned status, json_t *j
                                   const char *value)
 {
     /* The first reply about a session taken over says so, whatever the route. */
-    if (rq->takeover && json_is_object(j))
+    if (rq->takeover && json_is_object(j)) {
+        if (j->refcount > 1) { /* shared (an execution's record): not changed, copied */
+            json_t *own = json_copy(j);
+            json_decref(j);
+            j = own;
+        }
         json_object_update_missing(j, rq->takeover);
+    }
     char *text = json_dumps(j, JSON_COMPACT);
     json_decref(j);
     if (!text)

@@ -46,6 +46,7 @@ struct execution {
     bool ran; /* execution_run was called */
     struct exec_record rec;
     bool has_record;
+    json_t *record_json; /* exec_record_json(&rec), made once when it ends (its EV_DONE's) */
     int failure;
     char *failure_msg;
     struct item *items; /* items[i] has seq first_seq + i */
@@ -171,6 +172,7 @@ void execution_unref(struct execution *x)
     if (!x || atomic_fetch_sub(&x->refs, 1) != 1)
         return;
     items_free(x->items, x->n_items);
+    json_decref(x->record_json);
     exec_record_release(&x->rec);
     free(x->failure_msg);
     free(x->code);
@@ -413,8 +415,9 @@ static void finish(struct execution *x, int r)
     /* Counted before its end is seen: a client that read it finds it in the metrics. */
     if (x->t && r == 0)
         session_table_observe(x->t, &x->rec);
+    json_t *record = r == 0 ? exec_record_json(&x->rec) : NULL;
     if (r == 0) {
-        done = json_pack("{s:o}", "record", exec_record_json(&x->rec));
+        done = json_pack("{s:O}", "record", record);
     } else {
         x->failure = r;
         x->failure_msg = xstrdup(err_msg());
@@ -423,6 +426,7 @@ static void finish(struct execution *x, int r)
     }
     pthread_mutex_lock(&x->lock);
     x->has_record = r == 0;
+    x->record_json = record;
     /* What the record holds besides the streams' live part: a rough figure for the keep. */
     x->bytes += x->rec.out.head.len + x->rec.out.tail_len + x->rec.err.head.len +
                 x->rec.err.tail_len + 1024;
@@ -517,6 +521,14 @@ const struct exec_record *execution_record(struct execution *x)
     bool has = x->has_record;
     pthread_mutex_unlock(&x->lock);
     return has ? &x->rec : NULL;
+}
+
+json_t *execution_record_json(struct execution *x)
+{
+    pthread_mutex_lock(&x->lock);
+    json_t *j = x->has_record ? json_incref(x->record_json) : NULL;
+    pthread_mutex_unlock(&x->lock);
+    return j;
 }
 
 int execution_failure(struct execution *x, const char **ret_message)

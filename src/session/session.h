@@ -404,6 +404,9 @@ bool execution_wait(struct execution *x, uint64_t timeout_ms);
 /* x's record once done and run (NULL before, or when it did not run): borrowed, valid while
  * the caller holds its reference. */
 const struct exec_record *execution_record(struct execution *x);
+/* x's record as exec_record_json gives it, made once when x ended (a reference to the one
+ * its EV_DONE holds: shared, so never changed; json_copy it to add to it), or NULL. */
+json_t *execution_record_json(struct execution *x);
 /* Why x did not run, once done without a record (-ECANCELED, -ESHUTDOWN, -EAGAIN, ...), with
  * its message; 0 when it ran or is not done. */
 int execution_failure(struct execution *x, const char **ret_message);
