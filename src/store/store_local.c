@@ -272,12 +272,28 @@ static int local_get_verified(struct store *st, const char *key, int fd, uint64_
         return in;
     uint64_t size = (uint64_t)sb.st_size;
     if (was_verified(st, &sb, sha)) {
-        /* In the kernel, no hash: copy_file_range, or read and write where it cannot. */
+        /* No hash: copy_file_range in the kernel, or (across file systems, where it says
+         * EXDEV) read and write. */
         uint64_t off = 0;
+        bool plain = false;
+        char chunk[65536];
         while (off < size) {
-            ssize_t n = copy_file_range(in, NULL, fd, NULL, (size_t)MIN(size - off, 1u << 30), 0);
-            if (n < 0 && errno == EINTR)
+            ssize_t n =
+                plain ? -1
+                      : copy_file_range(in, NULL, fd, NULL, (size_t)MIN(size - off, 1u << 30), 0);
+            if (n < 0 && errno == EINTR && !plain)
                 continue;
+            if (n < 0 && !plain && off == 0 && errno != ENOSPC && errno != EDQUOT) {
+                plain = true; /* EXDEV, EINVAL, EOPNOTSUPP: not here */
+                continue;
+            }
+            if (plain) {
+                n = pread(in, chunk, (size_t)MIN(size - off, sizeof(chunk)), (off_t)off);
+                if (n < 0 && errno == EINTR)
+                    continue;
+                if (n > 0 && write_all(fd, chunk, (size_t)n) < 0)
+                    n = -1;
+            }
             if (n <= 0)
                 break;
             off += (uint64_t)n;
