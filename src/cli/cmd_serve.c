@@ -116,6 +116,11 @@ static const struct opt_spec serve_opts[] = {
     {"e2b", NULL, OPTK_FLAG, F(e2b),
      .help = "also serve E2B's API and sandbox routes, so that E2B's SDKs\n"
              "work unmodified (docs/E2B.md)"},
+    {"e2b-internet", NULL, OPTK_FLAG, F(e2b_internet),
+     .help = "E2B sandboxes get the public internet through the egress\n"
+             "proxy (private, link-local and metadata addresses refused)\n"
+             "unless they ask for none, as in E2B; without it,\n"
+             "allow_internet_access: true is refused"},
     {"net-allow-max", "none|HOST[:PORT],...", OPTK_FN, .fn = parse_allow_max,
      .help = "the most a session's network allowlist may name\n"
              "(default: anything; none: no network at all)"},
@@ -211,6 +216,12 @@ int cmd_serve(int argc, char **argv)
     int first, r = opttab_parse(&serve_cmd, argc, argv, &o, &first);
     if (!r && o.co.net && !net_policy_within(o.co.net, allow_max))
         r = usage_error("serve", "--net: %s", err_msg());
+    if (!r && cfg->e2b_internet && !cfg->e2b)
+        r = usage_error("serve", "--e2b-internet is an option of the E2B routes: add --e2b");
+    if (!r && cfg->e2b_internet && allow_max)
+        r = usage_error("serve",
+                        "--e2b-internet gives E2B sandboxes the public internet, more than "
+                        "--net-allow-max allows; drop one of them");
     if (r) {
         common_opts_release(&o.co);
         net_policy_free(allow_max);

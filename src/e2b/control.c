@@ -30,8 +30,8 @@ static json_t *box_json(const struct e2b_box *b, struct session *s, bool with_to
                           end, "state", "running", "cpuCount",
                           (json_int_t)((o->limits.cpus_milli ? o->limits.cpus_milli : 1000) / 1000),
                           "memoryMB", (json_int_t)o->limits.memory_mb, "diskSizeMB",
-                          (json_int_t)o->limits.disk_mb, "allowInternetAccess", false);
-    if (np && np->n) {
+                          (json_int_t)o->limits.disk_mb, "allowInternetAccess", np && np->internet);
+    if (np && !np->internet) {
         json_t *pj = net_policy_json(np), *allow = json_object_get(pj, "allow");
         json_object_set_new(j, "network",
                             allow ? json_pack("{s:O}", "allowOut", allow)
@@ -43,30 +43,42 @@ static json_t *box_json(const struct e2b_box *b, struct session *s, bool with_to
     return j;
 }
 
-/* The parsed create's allowOut onto runcell's allowlist (rq->net), within the server's cap;
- * false after a 400. */
+/* The parsed create's network onto runcell's (rq->net): allowOut is the egress allowlist
+ * (within the server's cap); denyOut ALL_TRAFFIC without it, loopback only; otherwise the
+ * public internet when allow_internet_access asks for it or the operator made it E2B's
+ * default (--e2b-internet), which E2B's Python SDK sends unless told otherwise. False after
+ * a 400. */
 static bool create_network(struct request *rq, const struct e2b_create *cr, struct session_opts *o)
 {
-    if (cr->internet) {
+    const struct server_config *cfg = rq->srv->cfg;
+    bool allowlist = cr->allow_out && cr->allow_out[0];
+    if (!allowlist && !cr->deny_all && cr->internet == 1 && !cfg->e2b_internet) {
         e2b_error(rq, 400,
-                  "field 'allow_internet_access': runcell gives no sandbox the whole "
-                  "internet; name the hosts with network.allowOut (e.g. [\"pypi.org\"]), or "
-                  "leave it false");
+                  "field 'allow_internet_access': this server gives E2B sandboxes no internet "
+                  "access unless its operator allows it (runcell serve --e2b-internet); create "
+                  "the sandbox with allow_internet_access=False (Python: Sandbox.create("
+                  "allow_internet_access=False); JavaScript: allowInternetAccess: false), or "
+                  "name the hosts it may reach in network.allowOut (e.g. [\"pypi.org\"])");
         return false;
     }
-    if (!cr->allow_out || !cr->allow_out[0])
-        return true;
-    int r = net_policy_parse((const char **)cr->allow_out, strv_len(cr->allow_out), &rq->net);
-    if (r < 0) {
-        e2b_error(rq, 400, "field 'network.allowOut': %s", err_msg());
-        return false;
+    if (allowlist) {
+        int r = net_policy_parse((const char **)cr->allow_out, strv_len(cr->allow_out), &rq->net);
+        if (r < 0) {
+            e2b_error(rq, 400, "field 'network.allowOut': %s", err_msg());
+            return false;
+        }
+        if (cfg->net_allow_max && !net_policy_within(rq->net, cfg->net_allow_max)) {
+            e2b_error(rq, 400,
+                      "field 'network.allowOut' names hosts this server does not allow "
+                      "(see runcell serve --net-allow-max)");
+            return false;
+        }
+    } else if (!cr->deny_all && cr->internet != 0 && cfg->e2b_internet) {
+        rq->net = net_policy_internet();
     }
-    const struct net_policy *max = rq->srv->cfg->net_allow_max;
-    if (max && !net_policy_within(rq->net, max)) {
-        e2b_error(rq, 400,
-                  "field 'network.allowOut' names hosts this server does not allow "
-                  "(see runcell serve --net-allow-max)");
-        return false;
+    if (rq->net) {
+        rq->net->max_connections = cfg->limits.max_net_connections;
+        rq->net->max_bytes = cfg->limits.max_net_bytes;
     }
     o->net.policy = rq->net;
     return true;
@@ -323,4 +335,64 @@ enum MHD_Result h_e2b_health(struct request *rq)
         return MHD_YES;
     session_table_put(rq->srv->table, s);
     return e2b_reply_empty(rq, 204);
+}
+
+/* The CPU use (percent of the sandbox's cores) since the last call for b, or since its start;
+ * e->lock held. */
+static double cpu_used_pct(struct e2b_box *b, const struct session_metrics *m, uint64_t cpus)
+{
+    uint64_t now = now_ms();
+    double since_ms = b->metrics_at_ms ? (double)(now - b->metrics_at_ms)
+                                       : (double)(now_realtime_ms() - b->started_ms);
+    double cpu = m->cpu_ms - (b->metrics_at_ms ? b->metrics_cpu_ms : 0);
+    if (cpu < 0) /* the kernel was replaced: its successor counts from 0 */
+        cpu = m->cpu_ms;
+    b->metrics_cpu_ms = m->cpu_ms;
+    b->metrics_at_ms = now;
+    if (since_ms < 1)
+        return 0;
+    double pct = cpu / since_ms / (double)cpus * 100.0;
+    return pct < 0 ? 0 : pct > 100 ? 100 : pct;
+}
+
+/* One sample, now: what the session's cgroups and workspace hold (E2B samples every few
+ * seconds and keeps them; runcell measures when asked). A start or end that leaves now out
+ * of the window gives none. */
+enum MHD_Result h_e2b_metrics(struct request *rq)
+{
+    const char *id = rq->params[0];
+    const char *start = MHD_lookup_connection_value(rq->conn, MHD_GET_ARGUMENT_KIND, "start");
+    const char *end = MHD_lookup_connection_value(rq->conn, MHD_GET_ARGUMENT_KIND, "end");
+    uint64_t from = 0, to = UINT64_MAX;
+    if ((start && parse_u64(start, &from) < 0) || (end && parse_u64(end, &to) < 0))
+        return e2b_error(rq, 400, "query 'start' and 'end' are Unix times in seconds");
+    e2b_expire_if_due(rq, id);
+    int err;
+    struct session *s = session_table_acquire(rq->srv->table, id, &err);
+    if (!s)
+        return e2b_error(rq, 404, "sandbox %s not found", id);
+    struct session_metrics m;
+    session_metrics(s, &m);
+    session_table_put(rq->srv->table, s);
+    uint64_t cpus = m.cpus_milli >= 1000 ? m.cpus_milli / 1000 : 1;
+    uint64_t now = now_realtime_ms();
+    char stamp[32];
+    format_time_iso(now, stamp);
+    struct e2b *e = rq->srv->e2b;
+    pthread_mutex_lock(&e->lock);
+    struct e2b_box *b = e2b_box_find(e, id);
+    double pct = b ? cpu_used_pct(b, &m, cpus) : 0;
+    pthread_mutex_unlock(&e->lock);
+    if (!b)
+        return e2b_error(rq, 404, "sandbox %s not found", id);
+    json_t *arr = json_array();
+    if (now / 1000 + 1 >= from && now / 1000 <= to)
+        json_array_append_new(
+            arr, json_pack("{s:I,s:f,s:I,s:I,s:I,s:I,s:I,s:s,s:I}", "cpuCount", (json_int_t)cpus,
+                           "cpuUsedPct", pct, "memUsed", (json_int_t)m.mem_used_bytes, "memTotal",
+                           (json_int_t)m.mem_total_bytes, "memCache", (json_int_t)m.mem_cache_bytes,
+                           "diskUsed", (json_int_t)m.disk_used_bytes, "diskTotal",
+                           (json_int_t)m.disk_total_bytes, "timestamp", stamp, "timestampUnix",
+                           (json_int_t)(now / 1000)));
+    return reply_json(rq, 200, arr);
 }

@@ -47,9 +47,11 @@ struct e2b_box {
     uint64_t started_ms;  /* realtime */
     uint64_t deadline_ms; /* realtime; 0: only the session's idle expiry */
     unsigned next_pid;
-    unsigned running_pid; /* the command running now (0: none) */
-    json_t *running_cfg;  /* its ProcessConfig */
-    int signalled;        /* the signal SendSignal stopped it with (0: none) */
+    unsigned running_pid;   /* the command running now (0: none) */
+    json_t *running_cfg;    /* its ProcessConfig */
+    int signalled;          /* the signal SendSignal stopped it with (0: none) */
+    double metrics_cpu_ms;  /* the CPU time getMetrics last saw, and when (monotonic ms; */
+    uint64_t metrics_at_ms; /* 0: never), for the CPU use between two calls */
     struct e2b_box *next;
 };
 
@@ -83,7 +85,8 @@ struct session *e2b_box_session(struct request *rq, const char *id);
 
 /* ---- control.c ---- */
 bool e2b_env_name_ok(const char *k);
-/* Whether a field asks for something (null, false and empty do not). */
+/* Whether a field asks for something: null, false, empty and an object none of whose
+ * members asks ({"enabled": false}) do not. */
 bool e2b_asks_for(json_t *v);
 enum MHD_Result h_e2b_create(struct request *rq);
 enum MHD_Result h_e2b_list(struct request *rq);
@@ -93,6 +96,7 @@ enum MHD_Result h_e2b_timeout(struct request *rq);
 enum MHD_Result h_e2b_connect(struct request *rq);
 enum MHD_Result h_e2b_refused(struct request *rq);
 enum MHD_Result h_e2b_health(struct request *rq);
+enum MHD_Result h_e2b_metrics(struct request *rq);
 
 /* ---- wire.c: parsers without a request around them ---- */
 /* Percent-decodes s in place ('+' a space too when form is true). */
@@ -130,7 +134,8 @@ struct e2b_create {
     json_t *metadata;        /* borrowed: an object of strings, or NULL */
     json_t *env;             /* borrowed: an object of strings with variable names, or NULL */
     uint64_t timeout_s;
-    bool internet;    /* allow_internet_access: true */
+    int internet;     /* allow_internet_access: 1 true, 0 false, -1 not said */
+    bool deny_all;    /* network.denyOut is E2B's ALL_TRAFFIC: only allowOut is reachable */
     char **allow_out; /* network.allowOut (owned; strv_free), or NULL */
 };
 /* 0, or -EINVAL with why (naming the field). */

@@ -133,12 +133,18 @@ const char *e2b_header(struct request *rq, const char *name)
 
 /* ---- authentication ---- */
 
+/* The API key is runcell's token, as is or as "e2b_" and the token: E2B's Python SDK
+ * checks that a key is "e2b_" and hex before it sends it (runcell's generated tokens are
+ * hex), so docs/E2B.md has E2B_API_KEY=e2b_$(cat DATA/token). Either form is compared whole
+ * with the token; nothing shorter or longer passes. */
 static bool api_key_ok(struct request *rq)
 {
     const char *key = e2b_header(rq, "X-API-KEY");
     const char *auth = e2b_header(rq, "Authorization");
-    if (key)
-        return token_equal(key, rq->srv->token);
+    if (key) {
+        bool prefixed = !strncmp(key, "e2b_", 4) && token_equal(key + 4, rq->srv->token);
+        return token_equal(key, rq->srv->token) || prefixed;
+    }
     return auth && !strncmp(auth, "Bearer ", 7) && token_equal(auth + 7, rq->srv->token);
 }
 
@@ -164,8 +170,8 @@ static bool e2b_authorize(struct request *rq)
         if (api_key_ok(rq))
             return true;
         e2b_error(rq, 401,
-                  "%s; set E2B_API_KEY to runcell's API token (the file 'token' in "
-                  "the server's data directory)",
+                  "%s; set E2B_API_KEY to e2b_ and runcell's API token (E2B_API_KEY=e2b_$(cat "
+                  "DATA/token), DATA being the server's data directory)",
                   e2b_header(rq, "X-API-KEY") ? "wrong API key" : "no API key");
         return false;
     }
@@ -275,6 +281,7 @@ static const struct route e2b_routes[] = {
     {"GET", "/sandboxes/{id}", h_e2b_get, ROUTE_E2B_API, NULL},
     {"DELETE", "/sandboxes/{id}", h_e2b_kill, ROUTE_E2B_API, NULL},
     {"POST", "/sandboxes/{id}/timeout", h_e2b_timeout, ROUTE_E2B_API, NULL},
+    {"GET", "/sandboxes/{id}/metrics", h_e2b_metrics, ROUTE_E2B_API, NULL},
     {"POST", "/sandboxes/{id}/connect", h_e2b_connect, ROUTE_E2B_API, NULL},
     {"POST", "/v2/sandboxes/{id}/connect", h_e2b_connect, ROUTE_E2B_API, NULL},
     {"POST", "/sandboxes/{id}/pause", h_e2b_refused, ROUTE_E2B_API, NULL},

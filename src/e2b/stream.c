@@ -208,6 +208,15 @@ static void process_done(struct process_enc *p, struct execution *x, struct buf 
                 true, 0x02);
         return;
     }
+    if (rec->status == EXEC_TIMEOUT && !sig) {
+        /* Connect's deadline (the Connect-Timeout-Ms the SDK sent as its timeout) passed:
+         * the SDKs' TimeoutException, in the stream's end as Connect has it. */
+        put_msg(out,
+                json_pack("{s:{s:s,s:s}}", "error", "code", "deadline_exceeded", "message",
+                          "the command ran past its timeout and was stopped"),
+                true, 0x02);
+        return;
+    }
     /* A command stopped by SendSignal ends as a shell says a signalled one did. */
     int code = sig ? 128 + sig : exec_record_exit_status(rec);
     json_t *end = json_pack("{s:i,s:b,s:s}", "exitCode", code, "exited",

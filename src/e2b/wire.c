@@ -283,15 +283,33 @@ static const char *const create_known[] = {
 static const char *const create_refused[] = {
     "mcp", "iam", "autoPause", "autoPauseMemory", "autoResume", "volumeMounts", "alias"};
 
-bool e2b_asks_for(json_t *v)
+/* Nested at most this deep: deeper is taken as asking (a create body is the client's, and
+ * the SDKs' "off" values are one level deep). */
+#define ASKS_MAX_DEPTH 8
+
+static bool asks_for(json_t *v, int depth)
 {
     if (!v || json_is_null(v) || json_is_false(v))
         return false;
-    if (json_is_object(v))
-        return json_object_size(v) > 0;
     if (json_is_array(v))
         return json_array_size(v) > 0;
-    return true;
+    if (!json_is_object(v))
+        return true;
+    if (depth >= ASKS_MAX_DEPTH)
+        return json_object_size(v) > 0;
+    const char *k;
+    json_t *m;
+    json_object_foreach(v, k, m)
+    {
+        if (asks_for(m, depth + 1))
+            return true;
+    }
+    return false;
+}
+
+bool e2b_asks_for(json_t *v)
+{
+    return asks_for(v, 0);
 }
 
 static bool create_fields_ok(json_t *body, char why[512])
@@ -343,7 +361,34 @@ static bool strings_object(json_t *v, const char *field, char why[512])
     return true;
 }
 
-/* network: {allowOut: [hosts]}, the only member runcell maps; into ret->allow_out. */
+/* E2B's ALL_TRAFFIC, the one denyOut entry runcell takes: "everything not in allowOut". */
+#define E2B_ALL_TRAFFIC "0.0.0.0/0"
+
+/* network.denyOut: only [ALL_TRAFFIC] (the SDKs' way to say "nothing but allowOut"), into
+ * ret->deny_all. */
+static bool deny_out_parse(json_t *deny, struct e2b_create *ret, char why[512])
+{
+    size_t i;
+    json_t *v;
+    if (!deny || json_is_null(deny))
+        return true;
+    bool all = json_is_array(deny) && json_array_size(deny) > 0;
+    json_array_foreach(json_is_array(deny) ? deny : NULL, i, v) all &=
+        json_is_string(v) && !strcmp(json_string_value(v), E2B_ALL_TRAFFIC);
+    if (!all && !(json_is_array(deny) && !json_array_size(deny))) {
+        snprintf(why, 512,
+                 "field 'network.denyOut': runcell takes only [\"%s\"] (E2B's ALL_TRAFFIC: "
+                 "nothing but network.allowOut is reachable); its egress is an allowlist, so "
+                 "name what the sandbox may reach in network.allowOut instead",
+                 E2B_ALL_TRAFFIC);
+        return false;
+    }
+    ret->deny_all = all;
+    return true;
+}
+
+/* network: {allowOut: [hosts], denyOut: [ALL_TRAFFIC]}, the members runcell maps; into
+ * ret->allow_out and ret->deny_all. */
 static bool create_network_parse(json_t *body, struct e2b_create *ret, char why[512])
 {
     json_t *net = json_object_get(body, "network");
@@ -357,14 +402,17 @@ static bool create_network_parse(json_t *body, struct e2b_create *ret, char why[
     json_t *v;
     json_object_foreach(net, k, v)
     {
-        if (strcmp(k, "allowOut") && !json_is_null(v)) {
+        if (strcmp(k, "allowOut") && strcmp(k, "denyOut") && e2b_asks_for(v)) {
             snprintf(why, 512,
                      "field 'network.%.100s' is not supported by runcell; only network.allowOut "
-                     "(hosts, *.domains, host:port) maps onto its egress allowlist",
-                     k);
+                     "(hosts, *.domains, host:port) maps onto its egress allowlist, with "
+                     "denyOut [\"%s\"] at most",
+                     k, E2B_ALL_TRAFFIC);
             return false;
         }
     }
+    if (!deny_out_parse(json_object_get(net, "denyOut"), ret, why))
+        return false;
     json_t *allow = json_object_get(net, "allowOut");
     if (!allow || json_is_null(allow))
         return true;
@@ -443,7 +491,12 @@ int e2b_create_parse(json_t *body, uint64_t max_timeout_s, struct e2b_create *re
         }
         ret->timeout_s = (uint64_t)t;
     }
-    ret->internet = json_is_true(json_object_get(body, "allow_internet_access"));
+    json_t *inet = json_object_get(body, "allow_internet_access");
+    if (inet && !json_is_null(inet) && !json_is_boolean(inet)) {
+        snprintf(why, 512, "field 'allow_internet_access' must be true or false");
+        return -EINVAL;
+    }
+    ret->internet = json_is_boolean(inet) ? json_is_true(inet) : -1;
     if (!create_network_parse(body, ret, why)) {
         strv_free(ret->allow_out);
         ret->allow_out = NULL;

@@ -180,6 +180,9 @@ void workspace_free(struct workspace *ws);
 /* Opens the workspace directory (O_PATH-free, O_DIRECTORY) for *at() access that never
  * follows links; caller closes. */
 int workspace_open(const struct workspace *ws);
+/* The bytes the workspace's file system holds and can hold (its size cap when it is a tmpfs
+ * of its own; the host file system's when it is a plain directory). 0 or -errno. */
+int workspace_usage(const struct workspace *ws, uint64_t *ret_used, uint64_t *ret_total);
 
 /* ---- workspace files, as the daemon sees them: never following a link the sandboxed code
  * may have planted, never leaving the workspace. ---- */
@@ -378,6 +381,9 @@ int sandbox_usage(struct sandbox *sb, struct sandbox_usage *ret);
 int sandbox_usage_alive(struct sandbox *sb, struct sandbox_usage *ret);
 /* sandbox_usage's cpu_ms alone, with one read: what a cell's start needs. */
 double sandbox_cpu_ms(struct sandbox *sb);
+/* The memory sb's cgroup holds now, in bytes, and of it the page cache. 0 or -errno;
+ * -ENODATA without a cgroup. */
+int sandbox_memory_now(struct sandbox *sb, uint64_t *ret_used, uint64_t *ret_cache);
 /* Applies new memory, pids and CPU limits to a running sandbox's cgroup. 0 or -errno;
  * -ENODATA without a cgroup. */
 int sandbox_set_limits(struct sandbox *sb, const struct sandbox_limits *limits);

@@ -484,6 +484,11 @@ double sandbox_cpu_ms(struct sandbox *sb)
     return ms;
 }
 
+int sandbox_memory_now(struct sandbox *sb, uint64_t *ret_used, uint64_t *ret_cache)
+{
+    return sb->cgroup ? cgroup_read_memory(sb->cgroup, ret_used, ret_cache) : -ENODATA;
+}
+
 int sandbox_set_limits(struct sandbox *sb, const struct sandbox_limits *limits)
 {
     return sb->cgroup ? cgroup_apply_limits(sb->cgroup, limits) : -ENODATA;

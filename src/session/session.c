@@ -1223,6 +1223,27 @@ bool session_limits_degraded(struct session *s)
     return v;
 }
 
+void session_metrics(struct session *s, struct session_metrics *ret)
+{
+    memset(ret, 0, sizeof(*ret));
+    ret->mem_total_bytes = s->opts.limits.memory_mb << 20;
+    ret->cpus_milli = s->opts.limits.cpus_milli;
+    pthread_mutex_lock(&s->lock); /* the kernels stay while it is held */
+    struct kernel *ks[2] = {s->k, s->other};
+    for (size_t i = 0; i < ARRAY_SIZE(ks); i++) {
+        uint64_t used = 0, cache = 0;
+        if (!ks[i])
+            continue;
+        ret->cpu_ms += sandbox_cpu_ms(kernel_sandbox(ks[i]));
+        if (sandbox_memory_now(kernel_sandbox(ks[i]), &used, &cache) == 0) {
+            ret->mem_used_bytes += used;
+            ret->mem_cache_bytes += cache;
+        }
+    }
+    pthread_mutex_unlock(&s->lock);
+    (void)workspace_usage(s->ws, &ret->disk_used_bytes, &ret->disk_total_bytes);
+}
+
 void session_kill(struct session *s)
 {
     pthread_mutex_lock(&s->lock);

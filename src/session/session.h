@@ -267,6 +267,19 @@ const struct net_policy *session_net_policy(struct session *s);
 json_t *session_events(struct session *s, uint64_t after_seq);
 #define SESSION_EVENTS_MAX 1000
 
+/* What a session uses now: its kernels' sandboxes (cgroups) and its workspace. */
+struct session_metrics {
+    double cpu_ms;            /* CPU time of its kernels' sandboxes so far (a kernel that was
+                               * replaced took its own with it) */
+    uint64_t mem_used_bytes;  /* memory charged to them now, the page cache included */
+    uint64_t mem_cache_bytes; /* ... of which the page cache */
+    uint64_t mem_total_bytes; /* the session's memory limit */
+    uint64_t disk_used_bytes; /* the workspace's file system */
+    uint64_t disk_total_bytes;
+    uint64_t cpus_milli; /* the session's CPU limit */
+};
+/* Fills ret; figures that cannot be read (no cgroup) are 0. Never fails. */
+void session_metrics(struct session *s, struct session_metrics *ret);
 /* Whether the current kernel runs without cgroup limits. */
 bool session_limits_degraded(struct session *s);
 /* Kills the kernel's sandbox without waiting for it (so that many can die at once before

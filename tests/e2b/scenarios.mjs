@@ -185,7 +185,7 @@ async function main() {
     for (const [k, opts] of Object.entries({
       template: ['no-such-template', {}],
       internet: [undefined, { allowInternetAccess: true }],
-      denyOut: [undefined, { network: { denyOut: ['0.0.0.0/0'] } }],
+      denyOut: [undefined, { network: { denyOut: ['10.0.0.0/8'] } }],
     })) {
       try { await Sandbox.create(...(opts[0] ? [opts[0], opts[1]] : [opts[1]])); out[k] = 'created' }
       catch (e) { out[k] = errorInfo(e) }

@@ -13,10 +13,12 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 import threading
 import unittest
 
-from rctest import HANG, ROOT, RuncellTestCase, Server, ServerCase, wait_until
+from rctest import (FETCH, HANG, ROOT, RuncellTestCase, Server, ServerCase, runcell,
+                    wait_until)
 
 E2B_DIR = os.path.join(ROOT, "tests", "e2b")
 SCENARIOS = os.path.join(E2B_DIR, "scenarios.mjs")
@@ -448,6 +450,178 @@ class E2BWire(ServerCase):
             self.assertEqual((r.status, r.json()["code"]), (401, "unauthenticated"), r)
             r = srv.request("GET", "/health", token=False, headers=bad)
             self.assertEqual((r.status, r.json()["code"]), (401, 401), r)
+
+HEX_TOKEN = "0123456789abcdef" * 2  # a key E2B's Python SDK accepts as "e2b_" + hex
+
+
+def connect_frames(data):
+    """The (flags, message) envelopes of a Connect stream's body."""
+    frames = []
+    while data:
+        flags, n = data[0], int.from_bytes(data[1:5], "big")
+        frames.append((flags, json.loads(data[5:5 + n])))
+        data = data[5 + n:]
+    return frames
+
+
+def connect_envelope(msg):
+    body = json.dumps(msg).encode()
+    return bytes([0]) + len(body).to_bytes(4, "big") + body
+
+
+class PythonSdkWire(RuncellTestCase):
+    """What E2B's Python SDK (e2b 2.34, e2b-code-interpreter; its source read, since it cannot
+    be installed here) sends and expects, reproduced request by request. Each test names the
+    SDK's code path it stands for."""
+
+    # Sandbox.create() in e2b/sandbox_sync/sandbox_api.py (_create_sandbox): NewSandbox.to_dict()
+    CREATE = {"templateID": "code-interpreter-v1", "allow_internet_access": True,
+              "autoPause": False, "autoResume": {"enabled": False}, "envVars": {},
+              "metadata": {}, "secure": True, "timeout": 300}
+    # Fields e2b.api.client.models.Sandbox.from_dict pops without a default (a KeyError
+    # otherwise), and those of SandboxDetail (get_info)
+    SANDBOX_KEYS = {"clientID", "envdVersion", "sandboxID", "templateID"}
+    DETAIL_KEYS = SANDBOX_KEYS | {"cpuCount", "diskSizeMB", "endAt", "memoryMB", "startedAt",
+                                  "state"}
+    METRIC_KEYS = {"cpuCount", "cpuUsedPct", "diskTotal", "diskUsed", "memCache", "memTotal",
+                   "memUsed", "timestamp", "timestampUnix"}
+
+    @classmethod
+    def setUpClass(cls):
+        cls.srv = Server("--e2b", token=HEX_TOKEN).start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.srv.close()
+
+    def api(self, method, path, body=None, key="e2b_" + HEX_TOKEN):
+        # ApiClient (e2b/api/__init__.py) sends the key as X-API-KEY once validate_api_key
+        # has matched it against \Ae2b_[0-9a-f]+\Z
+        return self.srv.request(method, path, body, headers={"X-API-KEY": key}, token=False)
+
+    def create(self, **fields):
+        r = self.api("POST", "/sandboxes", dict(self.CREATE, **fields))
+        if r.status == 201:
+            self.addCleanup(self.api, "DELETE", "/sandboxes/" + r.json()["sandboxID"])
+        return r
+
+    def test_the_api_key_is_e2b_and_the_token(self):
+        self.assertRegex("e2b_" + HEX_TOKEN, r"\Ae2b_[0-9a-f]+\Z")
+        self.assertEqual(self.api("GET", "/v2/sandboxes").status, 200)
+        self.assertEqual(self.api("GET", "/v2/sandboxes", key=HEX_TOKEN).status, 200)
+        for bad in ("e2b_" + HEX_TOKEN[:-1], "e2b_" + HEX_TOKEN + "0", "e2b_e2b_" + HEX_TOKEN,
+                    "e2b_", "E2B_" + HEX_TOKEN):
+            r = self.api("GET", "/v2/sandboxes", key=bad)
+            # handle_api_exception: 401 is AuthenticationException with the body's message
+            self.assertEqual((r.status, r.json()["code"]), (401, 401), bad)
+            self.assertIn("e2b_", r.json()["message"])
+
+    def test_a_default_create_asks_for_the_internet_and_is_told_how(self):
+        # allow_internet_access defaults to True in the SDK: refused by name, saying how
+        r = self.create()
+        self.assertEqual((r.status, r.json()["code"]), (400, 400), r)
+        msg = r.json()["message"]
+        self.assertIn("allow_internet_access", msg)
+        self.assertIn("--e2b-internet", msg)
+        self.assertIn("allow_internet_access=False", msg)
+        # autoResume {"enabled": false} and autoPause false ask for nothing
+        r = self.create(allow_internet_access=False)
+        self.assertEqual(r.status, 201, r)
+        self.assertLessEqual(self.SANDBOX_KEYS, set(r.json()), r.json())
+        self.assertFalse(r.json()["allowInternetAccess"])
+        self.assertEqual(self.create(allow_internet_access=False,
+                                     autoResume={"enabled": True}).status, 400)
+        # network={"deny_out": [ALL_TRAFFIC], "allow_out": [...]}: the allowlist
+        r = self.create(network={"denyOut": ["0.0.0.0/0"], "allowOut": ["pypi.org"]})
+        self.assertEqual(r.status, 201, r)
+        info = self.api("GET", "/sandboxes/" + r.json()["sandboxID"]).json()
+        self.assertLessEqual(self.DETAIL_KEYS, set(info))
+        self.assertEqual(info["network"]["allowOut"], ["pypi.org"])
+        self.assertFalse(info["allowInternetAccess"])
+        r = self.create(network={"denyOut": ["10.0.0.0/8"]})
+        self.assertEqual(r.status, 400)
+        self.assertIn("network.denyOut", r.json()["message"])
+
+    def test_get_metrics(self):
+        # get_metrics() -> GET /sandboxes/{id}/metrics, each item SandboxMetric.from_dict
+        sid = self.create(allow_internet_access=False).json()["sandboxID"]
+        r = self.api("GET", "/sandboxes/%s/metrics" % sid)
+        self.assertEqual(r.status, 200, r)
+        (m,) = r.json()
+        self.assertEqual(set(m), self.METRIC_KEYS)
+        self.assertGreater(m["memTotal"], 0)
+        self.assertGreater(m["diskTotal"], 0)
+        self.assertLessEqual(m["memUsed"], m["memTotal"])
+        self.assertTrue(0 <= m["cpuUsedPct"] <= 100, m)
+        r = self.api("GET", "/sandboxes/%s/metrics?start=1&end=2" % sid)
+        self.assertEqual(r.json(), [])  # a window without now
+        r = self.api("GET", "/sandboxes/nosuch/metrics")
+        # 404 is SandboxNotFoundException; the body is Error.from_dict's {code, message}
+        self.assertEqual((r.status, r.json()["code"]), (404, 404))
+
+    def test_a_command_past_its_timeout_is_deadline_exceeded(self):
+        # commands.run("sleep 30", timeout=1): e2b_connect's call_server_stream sends the
+        # timeout as connect-timeout-ms; the stream ends with an end-of-stream error that
+        # make_error turns into Code.deadline_exceeded, which handle_rpc_exception makes a
+        # TimeoutException
+        box = self.create(allow_internet_access=False).json()
+        h = {"E2b-Sandbox-Id": box["sandboxID"], "X-Access-Token": box["envdAccessToken"],
+             "Content-Type": "application/connect+json", "connect-protocol-version": "1",
+             "connect-timeout-ms": "1000", "Keepalive-Ping-Interval": "50"}
+        start = {"process": {"cmd": "/bin/bash", "args": ["-l", "-c", "sleep 30"], "envs": {}},
+                 "stdin": False}
+        r = self.srv.request("POST", "/process.Process/Start", connect_envelope(start),
+                             headers=h, token=False, timeout=20)
+        self.assertEqual(r.status, 200)
+        frames = connect_frames(r.body)
+        self.assertIn("start", frames[0][1]["event"])
+        flags, last = frames[-1]
+        self.assertEqual(flags, 2)
+        self.assertEqual(last["error"]["code"], "deadline_exceeded", last)
+
+
+class InternetMode(RuncellTestCase):
+    """--e2b-internet: what E2B's Python SDK asks for by default is the public internet through
+    the egress proxy, which still refuses loopback, private and link-local (metadata)
+    addresses. No connection leaves the machine: every name here resolves (through
+    RUNCELL_NET_HOSTS, the proxy's test hosts file) to an address the proxy refuses."""
+
+    def test_the_internet_through_the_proxy_refuses_special_addresses(self):
+        with tempfile.NamedTemporaryFile("w", suffix=".hosts") as hosts:
+            hosts.write("127.0.0.1 files.example.test\n10.1.2.3 intranet.example.test\n")
+            hosts.flush()
+            with Server("--e2b", "--e2b-internet", token=HEX_TOKEN,
+                        env={"RUNCELL_NET_HOSTS": hosts.name}) as srv:
+                key = {"X-API-KEY": "e2b_" + HEX_TOKEN}
+                r = srv.request("POST", "/sandboxes", PythonSdkWire.CREATE, headers=key,
+                                token=False)
+                self.assertEqual(r.status, 201, r)
+                box = r.json()
+                self.assertTrue(box["allowInternetAccess"])
+                h = {"E2b-Sandbox-Id": box["sandboxID"], "X-Access-Token": box["envdAccessToken"]}
+                code = FETCH + "\n".join("print(fetch(%r))" % u for u in (
+                    "http://files.example.test:%d/" % srv.port,
+                    "http://169.254.169.254/latest/meta-data/",
+                    "http://intranet.example.test/"))
+                r = srv.request("POST", "/execute", {"code": code}, headers=h, token=False)
+                out = "".join(json.loads(line).get("text", "") for line in r.body.splitlines()
+                              if json.loads(line)["type"] == "stdout").split("\n")
+                out = [line for line in out if line]
+                self.assertEqual(len(out), 3, r.body)
+                self.assertTrue(out[0].startswith("403 "), out)
+                self.assertIn("loopback", out[0])
+                self.assertIn("link-local", out[1])
+                self.assertIn("private", out[2])
+                # allow_internet_access false: no network at all (no proxy variables)
+                r = srv.request("POST", "/sandboxes", dict(PythonSdkWire.CREATE,
+                                                           allow_internet_access=False),
+                                headers=key, token=False)
+                self.assertFalse(r.json()["allowInternetAccess"])
+        # --e2b-internet is wider than any --net-allow-max: refused at start
+        p = runcell("serve", "--e2b", "--e2b-internet", "--net-allow-max", "pypi.org")
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("--net-allow-max", p.stderr)
+
 
 class WithoutE2B(RuncellTestCase):
     def test_routes_exist_only_with_the_flag(self):

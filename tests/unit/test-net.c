@@ -325,6 +325,38 @@ TEST(server_cap_covers_hosts_and_ports)
     net_policy_free(max);
 }
 
+/* The internet: any name or address literal on any port passes the policy; the addresses
+ * are judged as for an allowlist (only public ones); it is within no cap but the internet. */
+TEST(the_internet_is_every_name_and_only_public_addresses)
+{
+    struct net_policy *p = net_policy_internet();
+    CHECK_STREQ(rule(p, "pypi.org", 443), "internet");
+    CHECK_STREQ(rule(p, "a.b.example.com.", 8080), "internet");
+    CHECK_STREQ(rule(p, "93.184.215.14", 22), "internet");
+    CHECK_STREQ(rule(p, "[2606:2800:21f:cb07:6820:80da:af6b:8b2c]", 443), "internet");
+    CHECK_STREQ(rule(p, "bad name", 80), "none");
+    CHECK(net_policy_lists_host(p, "pypi.org"));
+    CHECK(allowed(p, "93.184.215.14", 443));
+    const char *special[] = {
+        "127.0.0.1", "169.254.169.254",        "10.0.0.1",  "192.168.0.1", "::1",
+        "fd00::1",   "::ffff:169.254.169.254", "100.64.0.1"};
+    for (size_t i = 0; i < ARRAY_SIZE(special); i++)
+        CHECK(!allowed(p, special[i], 80));
+    CHECK(!net_policy_names_loopback(p));
+    struct net_policy *max = policy("*.corp.test"), *copy = net_policy_copy(p);
+    CHECK(copy->internet);
+    CHECK(!net_policy_within(p, max));
+    CHECK(strstr(err_msg(), "public internet") != NULL);
+    CHECK(net_policy_within(p, copy));
+    CHECK(net_policy_within(p, NULL));
+    json_t *j = net_policy_json(p);
+    CHECK_STREQ(json_string_value(json_object_get(j, "mode")), "internet");
+    json_decref(j);
+    net_policy_free(copy);
+    net_policy_free(max);
+    net_policy_free(p);
+}
+
 static int parse(const char *head, struct proxy_request *rq)
 {
     memset(rq, 0, sizeof(*rq));
