@@ -164,7 +164,7 @@ enum MHD_Result h_e2b_create(struct request *rq)
     b->contexts =
         json_pack("[{s:s,s:s,s:s}]", "id", "default", "language", "python", "cwd", E2B_HOME);
     b->started_ms = now_realtime_ms();
-    b->next_pid = 1000;
+    b->env = env ? json_deep_copy(env) : json_object();
     json_t *info = box_json(b, s, true);
     session_table_put(rq->srv->table, s);
     struct e2b *e = rq->srv->e2b;

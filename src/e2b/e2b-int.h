@@ -27,9 +27,10 @@
 #define ROUTE_E2B_BOX_ID (1u << 10)
 #define ROUTE_E2B_ANY    (ROUTE_E2B_API | ROUTE_E2B_BOX | ROUTE_E2B_BOX_ID)
 
-/* What the SDK is told envd is: 0.4.0 and later need no user name on requests; below 0.5.7
- * file uploads are multipart (never gzip), below 0.5.2 the SDK itself refuses closeStdin. */
-#define E2B_ENVD_VERSION      "0.4.0"
+/* What the SDK is told envd is: 0.4.0 and later need no user name on requests; from 0.5.2 the
+ * SDKs call closeStdin; below 0.5.7 file uploads are multipart (never gzip); below 0.6.3 a
+ * watch's events carry no entry (the SDKs refuse includeEntry themselves). */
+#define E2B_ENVD_VERSION      "0.5.2"
 #define E2B_DEFAULT_TIMEOUT_S 300
 #define E2B_HOME              "/home/user" /* E2B's working directory: runcell's /workspace */
 #define E2B_MAX_CONTEXTS      32
@@ -42,14 +43,11 @@ struct e2b_box {
     char *id;
     char *token; /* envd access token: the sandbox routes' credential */
     char *template_id;
-    json_t *metadata;     /* object of strings */
-    json_t *contexts;     /* [{id, language, cwd}], the default python context first */
-    uint64_t started_ms;  /* realtime */
-    uint64_t deadline_ms; /* realtime; 0: only the session's idle expiry */
-    unsigned next_pid;
-    unsigned running_pid;   /* the command running now (0: none) */
-    json_t *running_cfg;    /* its ProcessConfig */
-    int signalled;          /* the signal SendSignal stopped it with (0: none) */
+    json_t *metadata;       /* object of strings */
+    json_t *contexts;       /* [{id, language, cwd}], the default python context first */
+    uint64_t started_ms;    /* realtime */
+    uint64_t deadline_ms;   /* realtime; 0: only the session's idle expiry */
+    json_t *env;            /* envVars: every command's environment starts with them */
     double metrics_cpu_ms;  /* the CPU time getMetrics last saw, and when (monotonic ms; */
     uint64_t metrics_at_ms; /* 0: never), for the CPU use between two calls */
     struct e2b_box *next;
@@ -124,9 +122,26 @@ int e2b_multipart_parts(const char *body, size_t n, const char *boundary, struct
 /* A Connect request's message: the body (unary), or the body's one envelope (stream): a JSON
  * object (an empty body is {}); NULL with why. */
 json_t *e2b_connect_message(const char *data, size_t n, bool stream, char why[256]);
-void e2b_shell_quote(struct buf *b, const char *s);
-/* The bash cell that runs a ProcessConfig {cmd, args, envs, cwd}; NULL with why. */
-char *e2b_process_command(json_t *cfg, char why[512]);
+/* A process.Start's ProcessConfig {cmd, args, envs, cwd} as a program to run in the
+ * sandbox. */
+struct e2b_command {
+    char **argv; /* cmd, then args */
+    char **env;  /* KEY=VALUE: the sandbox's envVars, then the config's envs over them */
+    char *cwd;   /* absolute (a relative one is below /home/user); NULL: the home */
+};
+/* 0, or -EINVAL with why; *ret released with e2b_command_release. */
+int e2b_command_parse(json_t *cfg, json_t *box_env, struct e2b_command *ret, char why[512]);
+void e2b_command_release(struct e2b_command *c);
+/* The user an "Authorization: Basic base64(user:)" header names (E2B's SDKs send it when a
+ * call names a user), into ret_user (size bytes). 0, -ENOENT without such a header, -EINVAL
+ * when it is not one. */
+int e2b_basic_user(const char *authorization, char *ret_user, size_t size);
+/* Protobuf's JSON form of bytes: base64, standard or URL-safe, with or without padding. The
+ * bytes (caller frees; *ret_len), or NULL when s is not that. */
+unsigned char *e2b_bytes_decode(const char *s, size_t *ret_len);
+/* The messages of a Connect client stream (a body of envelopes; the end-of-stream one, if
+ * any, last), at most max, as an array of objects; NULL with why. */
+json_t *e2b_connect_messages(const char *data, size_t n, size_t max, char why[256]);
 
 /* A create's body, checked: the fields runcell takes and none it refuses. */
 struct e2b_create {
@@ -141,7 +156,7 @@ struct e2b_create {
 /* 0, or -EINVAL with why (naming the field). */
 int e2b_create_parse(json_t *body, uint64_t max_timeout_s, struct e2b_create *ret, char why[512]);
 
-/* ---- envd.c and interp.c ---- */
+/* ---- envd.c, process.c and interp.c ---- */
 bool e2b_is_connect_stream(struct request *rq);
 /* The request message, or NULL after replying. */
 json_t *e2b_connect_request(struct request *rq);
@@ -159,18 +174,11 @@ enum MHD_Result h_e2b_filesystem_rpc(struct request *rq);
 extern const struct exec_encoder e2b_execute_encoder;
 /* A fresh state for e2b_execute_encoder (freed by the encoder). */
 void *e2b_execute_state(void);
-extern const struct exec_encoder e2b_process_encoder;
-/* envd's process.Process/Start stream: Connect envelopes. */
-struct process_enc {
-    struct server *srv;
-    char *box;
-    unsigned pid;
-    bool ended;
-};
-/* Sets (or with pid 0 clears, when it is still pid `only`) the running command; returns the
- * signal it was stopped with. */
-int e2b_box_set_running(struct server *srv, const char *id, unsigned pid, json_t *cfg,
-                        unsigned only);
+/* envd's process.Process Start and Connect streams: p's events (after seq `after`) as
+ * Connect envelopes, a start event first; p's reference is the response's from now. */
+enum MHD_Result e2b_process_stream(struct request *rq, struct session_proc *p, uint64_t after);
+/* One Connect envelope (flags 0, or 0x02 for the end of a stream) of j (reference stolen). */
+void e2b_envelope(struct buf *out, json_t *j, unsigned char flags);
 /* Submits code to s (its reference, owned now) and replies with the stream of its events as
  * enc writes them (enc_ctx owned now). */
 enum MHD_Result e2b_start_stream(struct request *rq, struct session *s, const char *code,

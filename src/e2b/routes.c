@@ -28,7 +28,7 @@ static void box_free(struct e2b_box *b)
     free(b->template_id);
     json_decref(b->metadata);
     json_decref(b->contexts);
-    json_decref(b->running_cfg);
+    json_decref(b->env);
     free(b);
 }
 
@@ -85,6 +85,15 @@ enum MHD_Result e2b_error(struct request *rq, unsigned status, const char *fmt, 
     char *clean = utf8_sanitize(msg, strlen(msg), &n);
     json_t *j = e2b_error_body(rq, status, clean, n); /* Connect's shape on its routes */
     free(clean);
+    if (connect_streaming(rq)) {
+        /* a streaming call's error is its end of stream, with the code it would have had */
+        enum MHD_Result r =
+            reply_connect_end_error(rq, json_string_value(json_object_get(j, "code")),
+                                    json_string_value(json_object_get(j, "message")),
+                                    json_string_length(json_object_get(j, "message")));
+        json_decref(j);
+        return r;
+    }
     return reply_json(rq, status, j);
 }
 
@@ -162,6 +171,40 @@ void e2b_expire_if_due(struct request *rq, const char *id)
     }
 }
 
+/* The user a sandbox call names (E2B's `user` option: Authorization: Basic, or the files
+ * route's username query): runcell's sandbox has one, E2B's "user" (uid 1000), and refuses
+ * the others by name, root first, rather than running as someone else than asked. False
+ * after replying. */
+static bool user_ok(struct request *rq)
+{
+    char user[64];
+    const char *query = MHD_lookup_connection_value(rq->conn, MHD_GET_ARGUMENT_KIND, "username");
+    int r = e2b_basic_user(e2b_header(rq, "Authorization"), user, sizeof(user));
+    if (r == -ENOENT && query)
+        r = snprintf(user, sizeof(user), "%s", query) < (int)sizeof(user) ? 0 : -EINVAL;
+    if (r == -ENOENT || (r == 0 && (!*user || !strcmp(user, "user"))))
+        return true;
+    if (r < 0) {
+        e2b_error(rq, 400,
+                  "the Authorization header is not Basic base64(user:), as E2B's SDK "
+                  "sends a user");
+        return false;
+    }
+    if (!strcmp(user, "root")) {
+        e2b_error(rq, 400,
+                  "user 'root' is not available: everything in runcell's sandbox runs as its one "
+                  "user, 'user' (uid 1000), without privileges; its system directories are "
+                  "read-only, so install into the home instead (pip install --user, npm install "
+                  "in /home/user), and leave the user option unset");
+        return false;
+    }
+    e2b_error(rq, 400,
+              "user '%.40s' does not exist in runcell's sandbox: it has one user, 'user' (uid "
+              "1000); leave the user option unset",
+              user);
+    return false;
+}
+
 static bool e2b_authorize(struct request *rq)
 {
     struct e2b *e = rq->srv->e2b;
@@ -204,7 +247,7 @@ static bool e2b_authorize(struct request *rq)
         e2b_error(rq, 401, "%s access token for sandbox %s", tok ? "wrong" : "no", id);
         return false;
     }
-    return true;
+    return user_ok(rq);
 }
 
 /* The session of the request's sandbox (a reference), or NULL after replying 502. */
@@ -261,6 +304,11 @@ enum MHD_Result e2b_connect_error(struct request *rq, const char *code, const ch
             status = connect_codes[i].status;
     size_t n;
     char *clean = utf8_sanitize(msg, strlen(msg), &n);
+    if (connect_streaming(rq)) {
+        enum MHD_Result r = reply_connect_end_error(rq, code, clean, n);
+        free(clean);
+        return r;
+    }
     json_t *j = json_pack("{s:s,s:s%}", "code", code, "message", clean, n);
     free(clean);
     return reply_json(rq, status, j);

@@ -189,6 +189,13 @@ enum MHD_Result api_error_header(struct request *rq, enum api_err e, const char 
 /* As api_error, with extra's fields (reference stolen; may be NULL) beside "error". */
 enum MHD_Result api_error_with(struct request *rq, enum api_err e, json_t *extra, const char *fmt,
                                ...) __attribute__((format(printf, 4, 5)));
+/* Whether rq is a Connect streaming call (a ROUTE_CONNECT route, Content-Type
+ * application/connect+...): its errors are a 200 whose body is the end-of-stream message. */
+bool connect_streaming(struct request *rq);
+/* That reply: 200, one envelope flagged end-of-stream (0x02) holding
+ * {"error": {"code": code, "message": msg}} (msg n bytes of UTF-8). */
+enum MHD_Result reply_connect_end_error(struct request *rq, const char *code, const char *msg,
+                                        size_t n);
 /* Replies for -errno (with err_msg()) with the right api_err. */
 enum MHD_Result api_errno(struct request *rq, int err);
 /* The api_err for -errno, and the JSON code of an api_err (for errors that cannot be an

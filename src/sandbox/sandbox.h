@@ -324,6 +324,7 @@ struct sandbox_spec {
     uint16_t relay_port;
     const char *work_dir; /* the payload's working directory: "/workspace" (NULL) or
                            * SANDBOX_HOME_DIR, the same files by another path */
+    bool exec_channel;    /* other programs may be started beside the payload (sandbox_exec) */
 };
 
 /* The clean environment of a sandboxed program; caller frees with strv_free. */
@@ -393,6 +394,35 @@ void sandbox_reset_peak(struct sandbox *sb);
 /* Gives back the descriptors kept for sandbox_usage while the sandbox is idle; the next
  * sandbox_usage or sandbox_reset_peak opens them again. Not while either runs. */
 void sandbox_usage_idle(struct sandbox *sb);
+
+/* ---- programs beside the payload (spec->exec_channel) ----
+ *
+ * A sandbox started with an exec channel runs other programs on request: in its namespaces
+ * (its network too: a server one starts is reached on the sandbox's loopback by the payload
+ * and the others), its cgroup and limits, as the sandbox user under the payload's whole
+ * lockdown, each a session and process group of its own. They are started by a spawner that
+ * the sandbox's init starts at the first request (helper/execd.c); everything the spawner
+ * says is read as untrusted. */
+struct sandbox_exec {
+    char *const *argv; /* argv[0] a path, or a name looked up on env's PATH */
+    char *const *env;  /* the whole environment */
+    const char *cwd;   /* an absolute path in the sandbox */
+    int stdin_fd;      /* the program's fds 0, 1 and 2 (borrowed: sent, not closed) */
+    int stdout_fd;
+    int stderr_fd;
+    int status_fd; /* the write end of a pipe: "exit N\n" or "signal N\n" when the program
+                    * ends, then EOF; EOF alone if the spawner or the sandbox is gone
+                    * (borrowed) */
+};
+#define SANDBOX_EXEC_MAX_ARGS (128u << 10) /* bytes of argv and env together */
+/* Starts x in sb. 0 and *ret_pid (its pid in the sandbox), or -errno with err_msg(): -ENOTSUP
+ * without an exec channel, -ESRCH when the sandbox is gone, -E2BIG past
+ * SANDBOX_EXEC_MAX_ARGS, -EIO with the spawner's reason (a program that cannot be run, a
+ * directory that is not there). Thread-safe. */
+int sandbox_exec(struct sandbox *sb, const struct sandbox_exec *x, int *ret_pid);
+/* Sends sig to the process group of pid, a program sandbox_exec started that has not ended
+ * (then to pid itself). 0, or -ESRCH for no such program, -errno as sandbox_exec. */
+int sandbox_exec_signal(struct sandbox *sb, int pid, int sig);
 
 /* Kills what is left, reaps, removes the cgroup and the root directory; NULL is a no-op. */
 void sandbox_free(struct sandbox *sb);

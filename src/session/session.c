@@ -58,6 +58,7 @@ struct session {
     struct exec_turn *running_turn; /* whose cell runs now (lock), or NULL */
     bool closing;                   /* being closed: nothing more is queued or begun */
     struct exec_registry execs;     /* durable executions kept (exec.c) */
+    struct session_procs *procs;    /* programs beside the cells (procs.c), or NULL */
 };
 
 const char *session_home_dir(const char *home_dir)
@@ -100,7 +101,8 @@ static int start_kernel_for(struct session *s, const char *lang)
                                .relay_socket = spec.relay_socket,
                                .relay_port = spec.relay_port,
                                .javascript = lang_is_javascript(lang),
-                               .home_dir = s->opts.home_dir};
+                               .home_dir = s->opts.home_dir,
+                               .exec_channel = true};
     /* The CPU-time rlimit is a backstop for a whole kernel's life, not one cell. */
     l.cpu_time_s = 0;
     int r = kernel_start(s->host, s->ws, &l, s->argv, s->opts.start_timeout_ms, &extra, &k);
@@ -1300,6 +1302,42 @@ int session_kernel_request(struct session *s, const char *type, const char *path
     return r;
 }
 
+/* ---- what procs.c needs of a session ---- */
+
+struct session_procs *session_procs_of(struct session *s, bool create)
+{
+    pthread_mutex_lock(&s->lock);
+    if (!s->procs && create && s->state != SESSION_CLOSED)
+        s->procs = session_procs_new(s);
+    struct session_procs *p = s->procs;
+    pthread_mutex_unlock(&s->lock);
+    return p;
+}
+
+int session_with_sandbox(struct session *s, int (*fn)(struct sandbox *sb, void *ctx), void *ctx)
+{
+    pthread_mutex_lock(&s->lock);
+    int r = s->state == SESSION_CLOSED ? err_set(ESHUTDOWN, "the session is closed")
+            : !s->k ? err_set(ESRCH, "the session's sandbox is being restarted; try again")
+                    : fn(kernel_sandbox(s->k), ctx);
+    pthread_mutex_unlock(&s->lock);
+    return r;
+}
+
+char **session_env(struct session *s)
+{
+    struct sandbox_spec spec = {0};
+    const char *binds[8];
+    char **env = sandbox_net_apply(&s->net, &spec, binds, ARRAY_SIZE(binds), NULL);
+    _cleanup_free_ char *home = xasprintf("HOME=%s", s->opts.home_dir);
+    for (char **e = env; *e; e++)
+        if (!strncmp(*e, "HOME=", 5)) {
+            free(*e);
+            *e = xstrdup(home);
+        }
+    return env;
+}
+
 void session_free(struct session *s)
 {
     if (!s)
@@ -1307,7 +1345,10 @@ void session_free(struct session *s)
     pthread_mutex_lock(&s->lock);
     (void)transition_locked(s, SESSION_EV_CLOSE);
     pthread_cond_broadcast(&s->idle);
+    struct session_procs *procs = s->procs;
+    s->procs = NULL;
     pthread_mutex_unlock(&s->lock);
+    session_procs_free(procs); /* its thread reads the kernel's sandbox: it goes first */
     if (s->execs.release)
         s->execs.release(&s->execs);
     pthread_mutex_destroy(&s->execs.lock);

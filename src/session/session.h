@@ -447,6 +447,103 @@ const char *session_file_error(const char *rel, int err);
 /* What a file of this mode is, for messages ("a named pipe (FIFO)", ...). */
 const char *session_file_kind(mode_t mode);
 
+/* ---- programs beside the cells (procs.c): E2B's commands, a background dev server ----
+ *
+ * A session runs programs in its kernel's sandbox beside its cells and one another
+ * (sandbox_exec: the same namespaces, network, limits and lockdown), at most
+ * SESSION_PROCS_MAX at once, each with its own pid, its stdin (a pipe when asked for,
+ * otherwise /dev/null), and its stdout and stderr read as they come by the session's one
+ * thread for its programs. What a program wrote is kept for readers that come and go: the
+ * last SESSION_PROC_KEEP_BYTES of it (a reader that fell further behind is told how much it
+ * missed), and at most SESSION_PROC_OUTPUT_MAX is read in all, past which its output is no
+ * longer read (its writes block). A program past its timeout is killed with its process
+ * group. A program ends when it exits, or is lost when the sandbox goes (a kernel replaced
+ * after a cell that had to be killed, the session closed). The last SESSION_PROCS_KEEP_ENDED
+ * programs that ended are kept for late readers. Programs are reference-counted; every
+ * function may be called from any thread. */
+#define SESSION_PROCS_MAX        64
+#define SESSION_PROC_KEEP_BYTES  (1u << 20)
+#define SESSION_PROC_KEEP_ITEMS  4096
+#define SESSION_PROC_OUTPUT_MAX  (256ull << 20)
+#define SESSION_PROCS_KEEP_ENDED 16
+#define SESSION_PROC_INPUT_WAIT_MS                                                                 \
+    5000 /* a program that takes no more of its stdin for this                                     \
+          * long fails the write */
+#define SESSION_PROC_WATCHERS_MAX 16
+
+struct session_proc;
+struct session_proc_spec {
+    char *const *argv;   /* argv[0] a path, or a name looked up on PATH */
+    char *const *env;    /* KEY=VALUE over the session's environment (see session_env); NULL */
+    const char *cwd;     /* absolute, in the sandbox; NULL: the session's home */
+    bool stdin_pipe;     /* stdin is a pipe fed by session_proc_input; else /dev/null */
+    uint64_t timeout_ms; /* killed with its process group once it has run this long; 0: never */
+    json_t *info;        /* the caller's description, kept with it (a reference is taken) */
+};
+/* Starts spec in s. 0 and *ret (a reference, the caller's), or -errno with err_msg():
+ * -EAGAIN at SESSION_PROCS_MAX, -EINVAL for a bad spec, -ESHUTDOWN once s is closed, and
+ * sandbox_exec's (-EIO with why the program cannot run). */
+int session_proc_start(struct session *s, const struct session_proc_spec *spec,
+                       struct session_proc **ret);
+/* The running or kept program of s with that pid (a reference), or NULL. */
+struct session_proc *session_proc_find(struct session *s, int pid);
+/* s's running programs, oldest first, at most max (references; the caller unrefs each).
+ * Returns how many. */
+size_t session_procs_running(struct session *s, struct session_proc **ret, size_t max);
+struct session_proc *session_proc_ref(struct session_proc *p);
+/* NULL is a no-op. */
+void session_proc_unref(struct session_proc *p);
+int session_proc_pid(const struct session_proc *p);
+/* The description the caller gave (borrowed, valid while the reference is). */
+json_t *session_proc_info(const struct session_proc *p);
+/* Sends sig to p's process group (then to p). 0, -ESRCH once it has ended, or as
+ * sandbox_exec_signal. */
+int session_proc_signal(struct session *s, struct session_proc *p, int sig);
+/* Writes n bytes to p's stdin, waiting up to SESSION_PROC_INPUT_WAIT_MS for the program to
+ * take them. 0, -EBADF (no stdin pipe, or closed), -EPIPE (it is gone or closed its stdin),
+ * -EAGAIN (it did not read), with err_msg(). */
+int session_proc_input(struct session_proc *p, const void *data, size_t n);
+/* Closes p's stdin (the program reads EOF). 0 or -EBADF. */
+int session_proc_close_input(struct session_proc *p);
+
+enum proc_item_type {
+    PROC_STDOUT,
+    PROC_STDERR,
+    PROC_DROPPED, /* data: a sentence on how much output this reader missed */
+    PROC_END,     /* the last item */
+};
+/* One kept item, as session_proc_read copies it (release with proc_items_release). */
+struct proc_item {
+    uint64_t seq;
+    enum proc_item_type type;
+    char *data;
+    size_t len;
+};
+void proc_items_release(struct proc_item *items, size_t n);
+/* Copies up to max items after seq `after` into items; how many. A reader whose next item was
+ * dropped gets a PROC_DROPPED first. */
+size_t session_proc_read(struct session_proc *p, uint64_t after, struct proc_item *items,
+                         size_t max);
+/* The seq of p's last item so far; what p writes after this call comes in later items (a
+ * reader that starts after it misses nothing). */
+uint64_t session_proc_last_seq(struct session_proc *p);
+struct session_proc_end {
+    bool exited;    /* it exited with exit_code */
+    int exit_code;  /* 0 to 255 when exited */
+    int signal;     /* the signal that killed it, or 0 */
+    bool timed_out; /* killed because it ran past its timeout */
+    bool lost;      /* it was not seen to end: its sandbox went */
+};
+/* Whether p has ended; how, in *ret. */
+bool session_proc_ended(struct session_proc *p, struct session_proc_end *ret);
+/* A reader's wake-up (an eventfd readable when p has something new), as exec_watch. At most
+ * SESSION_PROC_WATCHERS_MAX at once per program (-EAGAIN). */
+struct proc_watch;
+int session_proc_watch(struct session_proc *p, struct proc_watch **ret);
+int proc_watch_fd(const struct proc_watch *w);
+void proc_watch_clear(struct proc_watch *w);
+void proc_watch_free(struct proc_watch *w);
+
 /* ---- a pool of ready sessions: creation becomes a hand-over ---- */
 
 struct session_pool;

@@ -131,6 +131,49 @@ const scenarios = {
              cwd: cwd.stdout, env: env.stdout, ls: ls.stdout, procs,
              bg: { pid: bg.pid, running, killed, bgEnd, killedAgain }, afterKill: afterKill.text }
   },
+  async processes(sbx) {
+    // A dev server in the background, reached from a cell on the sandbox's loopback, while a
+    // second background command and foreground ones run beside it.
+    const server = await sbx.commands.run('exec python3 -m http.server 8000', { background: true, timeoutMs: 0 })
+    const fromCell = await sbx.runCode(
+      "import time, urllib.request\nfor _ in range(600):\n    try:\n" +
+      "        print(urllib.request.urlopen('http://127.0.0.1:8000/').status); break\n" +
+      "    except OSError:\n        time.sleep(0.05)")
+    const sleeper = await sbx.commands.run('sleep 600', { background: true, timeoutMs: 0 })
+    const beside = await sbx.commands.run('echo beside; echo $$')
+    const listed = (await sbx.commands.list()).map(p => p.pid)
+    // stdin: written twice, then closed
+    const cat = await sbx.commands.run('cat', { background: true, stdin: true, timeoutMs: 0 })
+    await sbx.commands.sendStdin(cat.pid, 'hello ')
+    await cat.sendStdin('stdin\n')
+    await sbx.commands.closeStdin(cat.pid)
+    const catDone = await cat.wait()
+    // disconnect from a running command, connect again by its pid
+    const waiter = await sbx.commands.run(
+      'echo first; while [ ! -e /home/user/stop ]; do sleep 0.02; done; echo last',
+      { background: true, timeoutMs: 0 })
+    await waiter.disconnect()
+    const again = await sbx.commands.connect(waiter.pid)
+    await sbx.files.write('/home/user/stop', '')
+    const waited = await again.wait()
+    const killed = await sbx.commands.kill(sleeper.pid)
+    const serverKilled = await server.kill()
+    let serverEnd = null
+    try { await server.wait() } catch (e) { serverEnd = { exitCode: e.exitCode, error: e.error } }
+    await sleeper.wait().catch(() => {})
+    const after = (await sbx.commands.list()).map(p => p.pid)
+    let root = null
+    try { await sbx.commands.run('id', { user: 'root' }) } catch (e) { root = errorInfo(e) }
+    // a timeout, then a retry at once
+    let timedOut = null
+    try { await sbx.commands.run('sleep 30', { timeoutMs: 1000 }) } catch (e) { timedOut = errorInfo(e) }
+    const retry = await sbx.commands.run('echo retried')
+    const cellAfter = await sbx.runCode('6 * 7')
+    return { fromCell: fromCell.logs.stdout, pids: [server.pid, sleeper.pid, cat.pid, waiter.pid],
+             beside: beside.stdout, listed, cat: catDone.stdout, waited: waited.stdout,
+             killed, serverKilled, serverEnd, after, root, timedOut, retry: retry.stdout,
+             cellAfter: cellAfter.text }
+  },
   async contexts(sbx) {
     await sbx.runCode('where = "default"')
     const ctx = await sbx.createCodeContext({ language: 'python' })

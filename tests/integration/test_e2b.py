@@ -63,7 +63,7 @@ class E2BSdk(ServerCase):
         info = out["info"]
         self.assertEqual(info["templateId"], "code-interpreter-v1")
         self.assertEqual(info["state"], "running")
-        self.assertEqual(info["envdVersion"], "0.4.0")
+        self.assertEqual(info["envdVersion"], "0.5.2")
         self.assertTrue(out["running"])
 
     def test_dataframe_is_an_html_result(self):
@@ -152,6 +152,25 @@ class E2BSdk(ServerCase):
         self.assertEqual(bg["bgEnd"], {"exitCode": 137, "isExit": True})
         self.assertFalse(bg["killedAgain"])  # NotFound: it is gone
         self.assertEqual(out["afterKill"], "42")
+
+    def test_processes_beside_cells(self):
+        out = self.scenario("processes")
+        self.assertEqual(out["fromCell"], ["200\n"])  # the dev server, from a cell
+        server, sleeper, cat, waiter = out["pids"]
+        self.assertEqual(len(set(out["pids"])), 4)  # each its own pid
+        self.assertEqual(out["beside"].split("\n")[0], "beside")
+        self.assertLessEqual({server, sleeper}, set(out["listed"]))
+        self.assertEqual(out["cat"], "hello stdin\n")
+        self.assertEqual(out["waited"], "last\n")  # what came after connect
+        self.assertTrue(out["killed"])
+        self.assertTrue(out["serverKilled"])
+        self.assertEqual(out["serverEnd"]["exitCode"], 137)
+        self.assertEqual(out["after"], [])
+        self.assertEqual(out["root"]["name"], "InvalidArgumentError")
+        self.assertIn("user 'root' is not available", out["root"]["message"])
+        self.assertTrue(out["timedOut"]["timeout"], out["timedOut"])
+        self.assertEqual(out["retry"], "retried\n")
+        self.assertEqual(out["cellAfter"], "42")
 
     def test_a_second_python_context_bash_and_javascript(self):
         out = self.scenario("contexts")
