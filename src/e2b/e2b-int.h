@@ -34,6 +34,7 @@
 #define E2B_DEFAULT_TIMEOUT_S 300
 #define E2B_HOME              "/home/user" /* E2B's working directory: runcell's /workspace */
 #define E2B_MAX_CONTEXTS      32
+#define E2B_MAX_CWD           4096  /* a context's working directory, with its NUL */
 #define E2B_MAX_LISTDIR       20000 /* entries of one ListDir reply */
 #define E2B_KEEPALIVE_MS      30000 /* a quiet stream sends a keepalive this often */
 
@@ -179,10 +180,14 @@ void *e2b_execute_state(void);
 enum MHD_Result e2b_process_stream(struct request *rq, struct session_proc *p, uint64_t after);
 /* One Connect envelope (flags 0, or 0x02 for the end of a stream) of j (reference stolen). */
 void e2b_envelope(struct buf *out, json_t *j, unsigned char flags);
-/* Submits code to s (its reference, owned now) and replies with the stream of its events as
- * enc writes them (enc_ctx owned now). */
-enum MHD_Result e2b_start_stream(struct request *rq, struct session *s, const char *code,
-                                 const char *lang, uint64_t timeout_ms,
-                                 const struct exec_encoder *enc, void *enc_ctx);
+/* Submits code to s (its reference, owned now) and replies with the code interpreter's
+ * stream of its events; one that cannot be submitted (the execution cap) is told in the
+ * stream. */
+enum MHD_Result e2b_execute_stream(struct request *rq, struct session *s, const char *code,
+                                   const char *lang);
+/* /execute's answer for what it refuses: 200, an error message {name, value, traceback} and
+ * end_of_execution, which the SDKs show as execution.error. */
+enum MHD_Result e2b_execute_refused(struct request *rq, const char *name, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 #endif

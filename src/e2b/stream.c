@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -173,31 +174,58 @@ const struct exec_encoder e2b_execute_encoder = {
     .free = free,
 };
 
-/* Submits code to s (its reference, owned now) and replies with the stream of its events:
- * it queues behind what runs (E2B runs each call; runcell one at a time per sandbox, in
- * order). A client that leaves (the SDK's timeoutMs) interrupts it, as E2B's does. */
-enum MHD_Result e2b_start_stream(struct request *rq, struct session *s, const char *code,
-                                 const char *lang, uint64_t timeout_ms,
-                                 const struct exec_encoder *enc, void *enc_ctx)
+enum MHD_Result e2b_execute_refused(struct request *rq, const char *name, const char *fmt, ...)
 {
-    struct exec_request req = {
-        .code = code, .lang = lang, .timeout_ms = timeout_ms, .cancel_fd = -1};
+    char msg[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    size_t n;
+    char *clean = utf8_sanitize(msg, strlen(msg), &n);
+    struct buf out;
+    buf_init(&out, 0);
+    put_msg(&out,
+            json_pack("{s:s,s:s,s:s%,s:s%}", "type", "error", "name", name, "value", clean, n,
+                      "traceback", clean, n),
+            false, 0);
+    put_msg(&out, json_pack("{s:s}", "type", "end_of_execution"), false, 0);
+    free(clean);
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(out.len, out.data, MHD_RESPMEM_MUST_COPY);
+    buf_release(&out);
+    MHD_add_response_header(r, "Content-Type", "application/x-ndjson");
+    return reply_response(rq, 200, r);
+}
+
+/* Submits code to s (its reference, owned now) and replies with the stream of its events:
+ * it queues behind the cell that runs (one at a time per sandbox, in order; commands run
+ * beside). A client that leaves (the SDK's timeoutMs) interrupts it, as E2B's does. */
+enum MHD_Result e2b_execute_stream(struct request *rq, struct session *s, const char *code,
+                                   const char *lang)
+{
+    struct exec_request req = {.code = code,
+                               .lang = lang,
+                               .timeout_ms = rq->srv->cfg->limits.max_timeout_ms,
+                               .cancel_fd = -1};
     struct execution *x;
     int r = session_submit(rq->srv->table, s, &req, &x);
     if (r == 0 && (r = execution_spawn(x)) < 0)
         execution_unref(x);
     if (r < 0) {
-        if (enc->free)
-            enc->free(enc_ctx);
         session_table_put(rq->srv->table, s);
-        return e2b_error(rq, e2b_status_of(r), "%s", err_msg());
+        return e2b_execute_refused(rq, r == -EAGAIN ? "RateLimitError" : "SandboxError", "%s%s",
+                                   err_msg(),
+                                   r == -EAGAIN ? " (the server's limit on executions at once "
+                                                  "was reached: try again once one has ended)"
+                                                : "");
     }
     request_owes_reply(rq);
     struct exec_stream_opts o = {.interrupt_on_leave = true,
                                  .keepalive_ms = E2B_KEEPALIVE_MS,
                                  .table = rq->srv->table,
                                  .session = s};
-    return http_stream_execution(rq, x, 0, enc, enc_ctx, &o);
+    return http_stream_execution(rq, x, 0, &e2b_execute_encoder, e2b_execute_state(), &o);
 }
 
 /* ---- a program's events: envd's process.Process Start and Connect streams ---- */

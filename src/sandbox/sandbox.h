@@ -417,8 +417,9 @@ struct sandbox_exec {
 #define SANDBOX_EXEC_MAX_ARGS (128u << 10) /* bytes of argv and env together */
 /* Starts x in sb. 0 and *ret_pid (its pid in the sandbox), or -errno with err_msg(): -ENOTSUP
  * without an exec channel, -ESRCH when the sandbox is gone, -E2BIG past
- * SANDBOX_EXEC_MAX_ARGS, -EIO with the spawner's reason (a program that cannot be run, a
- * directory that is not there). Thread-safe. */
+ * SANDBOX_EXEC_MAX_ARGS, -EINVAL when the program cannot run as asked (no such program or
+ * directory: the spawner's reason in err_msg()), -EAGAIN at the sandbox's pids limit, -EIO
+ * for another failure. Thread-safe. */
 int sandbox_exec(struct sandbox *sb, const struct sandbox_exec *x, int *ret_pid);
 /* Sends sig to the process group of pid, a program sandbox_exec started that has not ended
  * (then to pid itself). 0, or -ESRCH for no such program, -errno as sandbox_exec. */

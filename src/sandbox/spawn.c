@@ -501,7 +501,9 @@ int sandbox_exec(struct sandbox *sb, const struct sandbox_exec *x, int *ret_pid)
     json_t *pid = json_object_get(reply, "pid");
     if (!json_is_integer(pid) || json_integer_value(pid) <= 0 ||
         json_integer_value(pid) > INT32_MAX)
-        return exec_refused(reply, EIO);
+        return exec_refused(reply, json_is_true(json_object_get(reply, "asked"))  ? EINVAL
+                                   : json_is_true(json_object_get(reply, "busy")) ? EAGAIN
+                                                                                  : EIO);
     *ret_pid = (int)json_integer_value(pid);
     json_decref(reply);
     return 0;

@@ -174,6 +174,26 @@ const scenarios = {
              killed, serverKilled, serverEnd, after, root, timedOut, retry: retry.stdout,
              cellAfter: cellAfter.text }
   },
+  async errors(sbx) {
+    // What runcell refuses on /execute reaches execution.error (the SDK reads the body of a
+    // failed /execute only on 404 and 502); a streaming RPC's error is in its end of stream.
+    const info = x => x.error && { name: x.error.name, value: x.error.value }
+    const lang = await sbx.runCode('1', { language: 'r' })
+    const envs = await sbx.runCode('1', { envs: { ONE: '1' } })
+    const ctx = await sbx.createCodeContext({ language: 'python', cwd: '/tmp' })
+    const inCtx = await sbx.runCode('import os\nos.getcwd()', { context: ctx })
+    await sbx.runCode("os.chdir('/var/tmp')", { context: ctx })
+    const moved = await sbx.runCode('os.getcwd()', { context: ctx })
+    const dflt = await sbx.runCode('import os\nos.getcwd()')
+    const bashCtx = await sbx.createCodeContext({ language: 'bash', cwd: '/tmp' })
+    const inBash = await sbx.runCode('pwd', { context: bashCtx })
+    let noCwd = null
+    try { await sbx.commands.run('pwd', { cwd: '/no/such/dir' }) } catch (e) { noCwd = errorInfo(e) }
+    let noPid = null
+    try { await sbx.commands.connect(99999) } catch (e) { noPid = errorInfo(e) }
+    return { lang: info(lang), envs: info(envs), inCtx: inCtx.text, moved: moved.text,
+             dflt: dflt.text, inBash: info(inBash), noCwd, noPid }
+  },
   async contexts(sbx) {
     await sbx.runCode('where = "default"')
     const ctx = await sbx.createCodeContext({ language: 'python' })

@@ -172,6 +172,23 @@ class E2BSdk(ServerCase):
         self.assertEqual(out["retry"], "retried\n")
         self.assertEqual(out["cellAfter"], "42")
 
+    def test_refusals_and_stream_errors_reach_the_user(self):
+        out = self.scenario("errors")
+        self.assertEqual(out["lang"]["name"], "InvalidArgumentError")
+        self.assertIn("language 'r' is not supported", out["lang"]["value"])
+        self.assertEqual(out["envs"]["name"], "InvalidArgumentError")
+        self.assertIn("Sandbox.create", out["envs"]["value"])
+        # a python context's cwd is its own, and keeps where its code went
+        self.assertEqual((out["inCtx"], out["moved"], out["dflt"]),
+                         ("'/tmp'", "'/var/tmp'", "'/home/user'"))
+        self.assertEqual(out["inBash"]["name"], "InvalidArgumentError")
+        self.assertIn("change directory in the code", out["inBash"]["value"])
+        self.assertEqual(out["noCwd"]["name"], "InvalidArgumentError")
+        self.assertIn("cannot enter its working directory (/no/such/dir)",
+                      out["noCwd"]["message"])
+        self.assertEqual(out["noPid"]["name"], "NotFoundError")
+        self.assertIn("no process 99999", out["noPid"]["message"])
+
     def test_a_second_python_context_bash_and_javascript(self):
         out = self.scenario("contexts")
         self.assertEqual(out["ctx"]["language"], "python")
@@ -640,6 +657,70 @@ class InternetMode(RuncellTestCase):
         p = runcell("serve", "--e2b", "--e2b-internet", "--net-allow-max", "pypi.org")
         self.assertEqual(p.returncode, 2, p.stderr)
         self.assertIn("--net-allow-max", p.stderr)
+
+
+class StreamErrors(RuncellTestCase):
+    """Connect's streaming shape for errors on streaming RPCs (HTTP 200, an end-of-stream
+    envelope {"error": {code, message}}), whoever makes them, and the execution cap's refusal
+    in /execute's own stream."""
+
+    def test_streaming_rpc_errors_are_end_of_stream_messages(self):
+        with Server("--e2b", "--max-executions", "1", "--max-queued-executions", "1") as srv:
+            key = {"X-API-KEY": srv.token}
+            boxes = [srv.request("POST", "/sandboxes", {}, headers=key, token=False).json()
+                     for _ in range(3)]
+            hs = [{"E2b-Sandbox-Id": b["sandboxID"], "X-Access-Token": b["envdAccessToken"]}
+                  for b in boxes]
+            stream = dict(hs[0], **{"Content-Type": "application/connect+json"})
+            # the handler's own refusal, an unknown pid, a route the server has not
+            cases = [("Start", {"process": {}}, "invalid_argument", "process.cmd"),
+                     ("Connect", {"process": {"pid": 4242}}, "not_found", "no process 4242"),
+                     ("Start", {"process": {"cmd": "/bin/true"}, "pty": {"size": {"cols": 80}}},
+                      "unimplemented", "pty")]
+            for method, msg, code, words in cases:
+                r = srv.request("POST", "/process.Process/" + method, connect_envelope(msg),
+                                headers=stream, token=False)
+                self.assertEqual(r.status, 200, (method, r))
+                self.assertEqual(r.headers["Content-Type"], "application/connect+json")
+                [(flags, end)] = connect_frames(r.body)
+                self.assertEqual(flags, 2)
+                self.assertEqual(end["error"]["code"], code, end)
+                self.assertIn(words, end["error"]["message"])
+            # authentication's, made before the route runs: unauthenticated, unavailable
+            r = srv.request("POST", "/process.Process/Start", connect_envelope({}),
+                            headers=dict(stream, **{"X-Access-Token": "wrong"}), token=False)
+            self.assertEqual(connect_frames(r.body)[0][1]["error"]["code"], "unauthenticated")
+            srv.request("DELETE", "/sandboxes/" + boxes[2]["sandboxID"], headers=key,
+                        token=False)
+            r = srv.request("POST", "/process.Process/Start", connect_envelope({}), token=False,
+                            headers=dict(hs[2], **{"Content-Type": "application/connect+json"}))
+            self.assertEqual((r.status, connect_frames(r.body)[0][1]["error"]["code"]),
+                             (200, "unavailable"))
+            # The execution cap: one runs, one waits, the third is told in its own stream
+            hold = "import os, time\nwhile not os.path.exists('go'):\n    time.sleep(0.02)\n"
+            first = srv.connection()
+            first.request("POST", "/execute", body=json.dumps(
+                {"code": "print('in', flush=True)\n" + hold}), headers=hs[0])
+            resp = first.getresponse()
+            self.assertIn(b'"stdout"', resp.readline())
+            second = srv.connection()
+            second.request("POST", "/execute", body=json.dumps({"code": "1"}), headers=hs[1])
+            self.assertTrue(wait_until(lambda: b"runcell_executions_queued 1" in srv.request(
+                "GET", "/metrics").body))
+            r = srv.request("POST", "/execute", {"code": "2"}, headers=hs[1], token=False)
+            self.assertEqual(r.status, 200, r)
+            msgs = [json.loads(line) for line in r.body.splitlines()]
+            self.assertEqual(msgs[0]["type"], "error", msgs)
+            self.assertEqual(msgs[0]["name"], "RateLimitError")
+            self.assertIn("limit on executions", msgs[0]["value"])
+            self.assertEqual(msgs[-1], {"type": "end_of_execution"})
+            r = srv.request("POST", "/files?path=go", b"", token=False,
+                            headers=dict(hs[0], **{"Content-Type": "application/octet-stream"}))
+            self.assertEqual(r.status, 200, r)
+            resp.read()
+            second.getresponse().read()
+            first.close()
+            second.close()
 
 
 class WithoutE2B(RuncellTestCase):

@@ -16,7 +16,9 @@
  *       program's stdin, stdout, stderr, and the write end of its status pipe
  *   {"id": N, "op": "signal", "pid": P, "signal": S}: to P's process group (each program is
  *       a session and group leader of its own), then to P
- * Replies: {"id": N, "pid": P} | {"id": N, "ok": true} | {"id": N, "error": "..."}.
+ * Replies: {"id": N, "pid": P} | {"id": N, "ok": true} | {"id": N, "error": "..."}, with
+ * "asked": true when the program cannot run as asked (no such program or directory) and
+ * "busy": true when the sandbox has no process left for it (its pids limit).
  * When a program ends, "exit N" or "signal N" and a newline go to its status pipe, which is
  * then closed; a status pipe closed without a line means the spawner itself is gone. */
 #include "sandbox/helper/helper.h"
@@ -160,8 +162,12 @@ static void do_exec(int chan, json_int_t id, json_t *req, const int *fds, int n_
     }
     close(report[1]);
     if (pid < 0) {
+        int e = errno;
         close(report[0]);
-        return reply_error(chan, id, "cannot start %s: %s", argv[0], strerror(errno));
+        char msg[512];
+        snprintf(msg, sizeof(msg), "cannot start %.200s: %s", argv[0], strerror(e));
+        /* EAGAIN: the sandbox's pids limit */
+        return reply(chan, id, json_pack("{s:s,s:b}", "error", msg, "busy", e == EAGAIN));
     }
     struct {
         int err;
@@ -177,8 +183,11 @@ static void do_exec(int chan, json_int_t id, json_t *req, const int *fds, int n_
         while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
             ;
         rep.what[sizeof(rep.what) - 1] = '\0';
-        return reply_error(chan, id, "%.200s: %s (%.200s): %s", argv[0], rep.what, cwd,
-                           strerror(rep.err));
+        char msg[512];
+        snprintf(msg, sizeof(msg), "%.200s: %s (%.200s): %s", argv[0], rep.what, cwd,
+                 strerror(rep.err));
+        /* the program cannot run as asked: the request's fault, not the sandbox's */
+        return reply(chan, id, json_pack("{s:s,s:b}", "error", msg, "asked", 1));
     }
     children[n_children++] =
         (struct child){.pid = pid, .status_fd = fcntl(fds[3], F_DUPFD_CLOEXEC, 4)};
