@@ -43,12 +43,12 @@ static json_t *box_json(const struct e2b_box *b, struct session *s, bool with_to
     return j;
 }
 
-/* The parsed create's network onto runcell's (rq->net): allowOut is the egress allowlist
- * (within the server's cap); denyOut ALL_TRAFFIC without it, loopback only; otherwise the
- * public internet when allow_internet_access asks for it or the operator made it E2B's
- * default (--e2b-internet), which E2B's Python SDK sends unless told otherwise. False after
- * a 400. */
-static bool create_network(struct request *rq, const struct e2b_create *cr, struct session_opts *o)
+/* The parsed create's (or network update's) network onto runcell's, into rq->net (NULL:
+ * loopback only): allowOut is the egress allowlist (within the server's cap); denyOut
+ * ALL_TRAFFIC without it, loopback only; otherwise the public internet when
+ * allow_internet_access asks for it or the operator made it E2B's default (--e2b-internet),
+ * which E2B's Python SDK sends unless told otherwise. False after a 400. */
+static bool network_policy(struct request *rq, const struct e2b_create *cr)
 {
     const struct server_config *cfg = rq->srv->cfg;
     bool allowlist = cr->allow_out && cr->allow_out[0];
@@ -80,6 +80,13 @@ static bool create_network(struct request *rq, const struct e2b_create *cr, stru
         rq->net->max_connections = cfg->limits.max_net_connections;
         rq->net->max_bytes = cfg->limits.max_net_bytes;
     }
+    return true;
+}
+
+static bool create_network(struct request *rq, const struct e2b_create *cr, struct session_opts *o)
+{
+    if (!network_policy(rq, cr))
+        return false;
     o->net.policy = rq->net;
     return true;
 }
@@ -395,4 +402,64 @@ enum MHD_Result h_e2b_metrics(struct request *rq)
                            (json_int_t)m.disk_total_bytes, "timestamp", stamp, "timestampUnix",
                            (json_int_t)(now / 1000)));
     return reply_json(rq, 200, arr);
+}
+
+/* updateNetwork: PUT /sandboxes/{id}/network {allowOut, denyOut, allow_internet_access},
+ * which replaces the whole egress configuration (what it leaves out is cleared), by the
+ * create's rules. Only a sandbox made with a network has an egress proxy to change. */
+enum MHD_Result h_e2b_network(struct request *rq)
+{
+    static const char *const known[] = {"allowOut", "denyOut", "allow_internet_access"};
+    const char *id = rq->params[0];
+    json_t *body = e2b_body(rq);
+    if (!body)
+        return MHD_YES;
+    enum MHD_Result ret = MHD_YES;
+    json_t *net = json_object(), *create = NULL;
+    const char *k;
+    json_t *v;
+    json_object_foreach(body, k, v)
+    {
+        bool ours = false;
+        for (size_t i = 0; i < ARRAY_SIZE(known) && !ours; i++)
+            ours = !strcmp(k, known[i]);
+        if (!ours && e2b_asks_for(v)) {
+            ret = e2b_error(rq, 400,
+                            "field '%.100s' is not supported by runcell's updateNetwork; "
+                            "allowOut, denyOut [\"0.0.0.0/0\"] and allow_internet_access are",
+                            k);
+            goto out;
+        }
+        if (ours && strcmp(k, "allow_internet_access"))
+            json_object_set(net, k, v);
+    }
+    create = json_pack("{s:O,s:O?}", "network", net, "allow_internet_access",
+                       json_object_get(body, "allow_internet_access"));
+    struct e2b_create cr;
+    char why[512];
+    if (e2b_create_parse(create, UINT64_MAX / 1000, &cr, why) < 0) {
+        ret = e2b_error(rq, 400, "%s", why);
+        goto out;
+    }
+    bool ok = network_policy(rq, &cr);
+    strv_free(cr.allow_out);
+    if (!ok)
+        goto out;
+    e2b_expire_if_due(rq, id);
+    int err;
+    struct session *s = session_table_acquire(rq->srv->table, id, &err);
+    if (!s) {
+        ret = e2b_error(rq, 404, "sandbox %s not found", id);
+        goto out;
+    }
+    int r = session_set_network(s, rq->net);
+    session_table_put(rq->srv->table, s);
+    ret = r < 0 ? e2b_error(rq, r == -EOPNOTSUPP ? 400 : e2b_status_of(r),
+                            "%s; or give the sandbox a network when you create it", err_msg())
+                : e2b_reply_empty(rq, 204);
+out:
+    json_decref(create);
+    json_decref(net);
+    json_decref(body);
+    return ret;
 }

@@ -38,17 +38,26 @@
 #define E2B_MAX_LISTDIR       20000 /* entries of one ListDir reply */
 #define E2B_KEEPALIVE_MS      30000 /* a quiet stream sends a keepalive this often */
 
-#define E2B_MAX_PARTS 256 /* files of one multipart upload */
+#define E2B_MAX_PARTS    256 /* files of one multipart upload */
+#define E2B_MAX_WATCHERS 16  /* polled watchers per sandbox (CreateWatcher) */
+
+/* A watch the Python SDK polls by its id (CreateWatcher, GetWatcherEvents). */
+struct e2b_watcher {
+    char id[33];
+    struct session_watch *w;
+    struct e2b_watcher *next;
+};
 
 struct e2b_box {
     char *id;
     char *token; /* envd access token: the sandbox routes' credential */
     char *template_id;
-    json_t *metadata;       /* object of strings */
-    json_t *contexts;       /* [{id, language, cwd}], the default python context first */
-    uint64_t started_ms;    /* realtime */
-    uint64_t deadline_ms;   /* realtime; 0: only the session's idle expiry */
-    json_t *env;            /* envVars: every command's environment starts with them */
+    json_t *metadata;     /* object of strings */
+    json_t *contexts;     /* [{id, language, cwd}], the default python context first */
+    uint64_t started_ms;  /* realtime */
+    uint64_t deadline_ms; /* realtime; 0: only the session's idle expiry */
+    json_t *env;          /* envVars: every command's environment starts with them */
+    struct e2b_watcher *watchers;
     double metrics_cpu_ms;  /* the CPU time getMetrics last saw, and when (monotonic ms; */
     uint64_t metrics_at_ms; /* 0: never), for the CPU use between two calls */
     struct e2b_box *next;
@@ -96,6 +105,7 @@ enum MHD_Result h_e2b_connect(struct request *rq);
 enum MHD_Result h_e2b_refused(struct request *rq);
 enum MHD_Result h_e2b_health(struct request *rq);
 enum MHD_Result h_e2b_metrics(struct request *rq);
+enum MHD_Result h_e2b_network(struct request *rq);
 
 /* ---- wire.c: parsers without a request around them ---- */
 /* Percent-decodes s in place ('+' a space too when form is true). */
@@ -170,6 +180,13 @@ enum MHD_Result h_e2b_files_get(struct request *rq);
 enum MHD_Result h_e2b_files_post(struct request *rq);
 enum MHD_Result h_e2b_process_rpc(struct request *rq);
 enum MHD_Result h_e2b_filesystem_rpc(struct request *rq);
+/* ---- watch.c ---- */
+/* WatchDir's stream (s's reference is the response's from now). */
+enum MHD_Result e2b_watch_dir(struct request *rq, json_t *msg, struct session *s);
+/* CreateWatcher, GetWatcherEvents, RemoveWatcher. */
+enum MHD_Result e2b_watcher_rpc(struct request *rq, const char *method, json_t *msg,
+                                struct session *s);
+void e2b_watchers_free(struct e2b_watcher *w);
 
 /* ---- stream.c ---- */
 extern const struct exec_encoder e2b_execute_encoder;

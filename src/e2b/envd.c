@@ -179,6 +179,8 @@ static enum MHD_Result fs_call(struct request *rq, const char *method, json_t *m
     const char *p =
         json_string_value(json_object_get(msg, strcmp(method, "Move") ? "path" : "source"));
     char why[512];
+    if (!p)
+        p = ""; /* proto3's JSON leaves a default out: an empty path is the home */
     _cleanup_free_ char *rel = e2b_ws_path(p, why);
     if (!rel)
         return e2b_connect_error(rq, "invalid_argument", "%s", why);
@@ -212,23 +214,30 @@ static enum MHD_Result fs_call(struct request *rq, const char *method, json_t *m
 
 enum MHD_Result h_e2b_filesystem_rpc(struct request *rq)
 {
-    static const char *const methods[] = {"Stat", "ListDir", "MakeDir", "Remove", "Move"};
+    static const char *const methods[] = {
+        "Stat",     "ListDir",       "MakeDir",          "Remove",       "Move",
+        "WatchDir", "CreateWatcher", "GetWatcherEvents", "RemoveWatcher"};
     const char *box = e2b_header(rq, "E2b-Sandbox-Id"), *method = rq->params[0];
     bool known = false;
     for (size_t i = 0; i < ARRAY_SIZE(methods); i++)
         known |= !strcmp(methods[i], method);
     if (!known)
         return e2b_connect_error(rq, "unimplemented",
-                                 "filesystem.Filesystem/%s is not supported by "
-                                 "runcell (Stat, ListDir, MakeDir, Remove and Move are)",
-                                 method);
+                                 "filesystem.Filesystem/%s is not a method runcell knows", method);
+    bool watch = !strcmp(method, "WatchDir");
+    if (watch != e2b_is_connect_stream(rq))
+        return e2b_connect_error(rq, "invalid_argument", "%s is %sa streaming method", method,
+                                 watch ? "" : "not ");
     json_t *msg = e2b_connect_request(rq);
     if (!msg)
         return MHD_YES;
     struct session *s = e2b_box_session(rq, box);
     enum MHD_Result ret = MHD_YES;
-    if (s) {
-        ret = fs_call(rq, method, msg, s);
+    if (s && watch) {
+        ret = e2b_watch_dir(rq, msg, s); /* the stream holds s from now */
+    } else if (s) {
+        ret = strstr(method, "Watcher") ? e2b_watcher_rpc(rq, method, msg, s)
+                                        : fs_call(rq, method, msg, s);
         session_table_put(rq->srv->table, s);
     }
     json_decref(msg);

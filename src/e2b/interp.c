@@ -259,8 +259,8 @@ static enum MHD_Result context_change(struct request *rq, bool remove)
     if (!s)
         return MHD_YES;
     int r = 0;
-    if (dflt)
-        r = session_restart(s); /* a fresh interpreter, same files */
+    if (dflt) /* its names go, the kernel stays: the other contexts and the commands too */
+        r = quiet_cell(s, "__runcell_ipy__.reset()");
     else if (!strcmp(lang, "python")) {
         _cleanup_free_ char *cell = ctx_cell("drop", ctx, NULL, NULL);
         r = quiet_cell(s, cell);

@@ -29,6 +29,7 @@ static void box_free(struct e2b_box *b)
     json_decref(b->metadata);
     json_decref(b->contexts);
     json_decref(b->env);
+    e2b_watchers_free(b->watchers);
     free(b);
 }
 
@@ -330,6 +331,7 @@ static const struct route e2b_routes[] = {
     {"DELETE", "/sandboxes/{id}", h_e2b_kill, ROUTE_E2B_API, NULL},
     {"POST", "/sandboxes/{id}/timeout", h_e2b_timeout, ROUTE_E2B_API, NULL},
     {"GET", "/sandboxes/{id}/metrics", h_e2b_metrics, ROUTE_E2B_API, NULL},
+    {"PUT", "/sandboxes/{id}/network", h_e2b_network, ROUTE_E2B_API, NULL},
     {"POST", "/sandboxes/{id}/connect", h_e2b_connect, ROUTE_E2B_API, NULL},
     {"POST", "/v2/sandboxes/{id}/connect", h_e2b_connect, ROUTE_E2B_API, NULL},
     {"POST", "/sandboxes/{id}/pause", h_e2b_refused, ROUTE_E2B_API, NULL},

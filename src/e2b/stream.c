@@ -55,11 +55,17 @@ static json_t *timestamp_now(void)
 static json_t *e2b_result(json_t *bundle, bool main)
 {
     static const char *const names[][2] = {
-        {"text/plain", "text"},        {"text/html", "html"},
-        {"text/markdown", "markdown"}, {"image/svg+xml", "svg"},
-        {"image/png", "png"},          {"image/jpeg", "jpeg"},
-        {"application/pdf", "pdf"},    {"text/latex", "latex"},
-        {"application/json", "json"},  {"application/javascript", "javascript"},
+        {"text/plain", "text"},
+        {"text/html", "html"},
+        {"text/markdown", "markdown"},
+        {"image/svg+xml", "svg"},
+        {"image/png", "png"},
+        {"image/jpeg", "jpeg"},
+        {"application/pdf", "pdf"},
+        {"text/latex", "latex"},
+        {"application/json", "json"},
+        {"application/javascript", "javascript"},
+        {"application/vnd.runcell.chart+json", "chart"}, /* kernel.py's chart of a figure */
     };
     json_t *j = json_pack("{s:s,s:b}", "type", "result", "is_main_result", main);
     const char *k;
@@ -73,12 +79,6 @@ static json_t *e2b_result(json_t *bundle, bool main)
         json_object_set(j, name, v);
     }
     return j;
-}
-
-static bool is_display_only(json_t *bundle)
-{
-    return json_object_get(bundle, "image/png") || json_object_get(bundle, "image/jpeg") ||
-           json_object_get(bundle, "image/svg+xml");
 }
 
 /* The code interpreter's /execute stream. */
@@ -134,9 +134,8 @@ static void execute_encode(void *ctx, struct execution *x, const struct exec_ite
         break;
     }
     case EV_RESULT: {
-        /* runcell does not mark the cell's value: a figure is a display, the first other
-         * bundle the value. */
-        bool main = !e->main_sent && !is_display_only(it->json);
+        /* the cell's value is E2B's main result; a display (figures, display()) is not */
+        bool main = it->len == 1 && !e->main_sent;
         e->main_sent |= main;
         put_msg(out, e2b_result(it->json, main), false, 0);
         break;

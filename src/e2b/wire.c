@@ -63,12 +63,30 @@ json_t *e2b_metadata_parse(const char *q, char why[256])
     return want;
 }
 
-/* The workspace-relative path for an E2B path ("" for the workspace itself), or NULL with
- * why in err. */
+/* rel with its "." and empty components dropped ("./a//b/." is "a/b"; "." is ""). */
+static char *drop_dots(const char *rel)
+{
+    struct buf b;
+    buf_init(&b, 0);
+    for (const char *p = rel; *p;) {
+        size_t n = strcspn(p, "/");
+        if (n && !(n == 1 && p[0] == '.')) {
+            if (b.len)
+                buf_append(&b, "/", 1);
+            buf_append(&b, p, n);
+        }
+        p += n + (p[n] == '/');
+    }
+    buf_append(&b, "", 1);
+    return buf_detach(&b, NULL);
+}
+
+/* The workspace-relative path for an E2B path ("" for the workspace itself: "", ".",
+ * /home/user), or NULL with why in err. */
 char *e2b_ws_path(const char *p, char err[512])
 {
     static const char *const roots[] = {E2B_HOME, "/workspace"};
-    if (!p || !*p) {
+    if (!p) {
         snprintf(err, 512, "no path given");
         return NULL;
     }
@@ -87,15 +105,10 @@ char *e2b_ws_path(const char *p, char err[512])
                      p, E2B_HOME, E2B_HOME);
             return NULL;
         }
-        while (*rel == '/')
-            rel++;
     }
-    char *out = xstrdup(rel);
-    size_t n = strlen(out);
-    while (n && out[n - 1] == '/')
-        out[--n] = '\0';
+    char *out = drop_dots(rel);
     if (*out && !path_is_safe_relative(out)) {
-        snprintf(err, 512, "bad path '%.180s': no '..', '.' or empty parts", p);
+        snprintf(err, 512, "bad path '%.180s': no '..' parts", p);
         free(out);
         return NULL;
     }

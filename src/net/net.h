@@ -117,6 +117,9 @@ struct egress;
  * 0 or -errno with err_msg(); *ret owned by the caller. */
 int egress_new(const char *dir, const struct net_policy *p, egress_event_fn fn, void *ctx,
                struct egress **ret);
+/* Replaces the policy (p copied): connections from now on are judged by it; those open
+ * already keep what they were allowed. */
+void egress_set_policy(struct egress *e, const struct net_policy *p);
 /* The host directory holding the socket (to bind at NET_SANDBOX_DIR). */
 const char *egress_dir(const struct egress *e);
 /* Stops accepting, cuts every open connection, waits for the proxy's threads, removes the

@@ -32,7 +32,11 @@ struct conn {
 struct egress {
     char *dir;
     char *sock_path;
-    struct net_policy *policy;
+    /* Read by the connections' threads without the lock: replaced whole (egress_set_policy),
+     * never changed in place; the one it replaced is freed once no thread runs. */
+    struct net_policy *_Atomic policy;
+    struct net_policy **retired;
+    size_t n_retired;
     egress_event_fn fn;
     void *ctx;
     int listen_fd;
@@ -576,6 +580,21 @@ const char *egress_dir(const struct egress *e)
     return e->dir;
 }
 
+void egress_set_policy(struct egress *e, const struct net_policy *p)
+{
+    struct net_policy *fresh = net_policy_copy(p);
+    pthread_mutex_lock(&e->lock);
+    struct net_policy *old = atomic_exchange(&e->policy, fresh);
+    e->retired = xrealloc(e->retired, (e->n_retired + 1) * sizeof(*e->retired));
+    e->retired[e->n_retired++] = old;
+    if (!e->threads) { /* no connection reads any of them now */
+        for (size_t i = 0; i < e->n_retired; i++)
+            net_policy_free(e->retired[i]);
+        e->n_retired = 0;
+    }
+    pthread_mutex_unlock(&e->lock);
+}
+
 void egress_free(struct egress *e)
 {
     if (!e)
@@ -607,6 +626,9 @@ void egress_free(struct egress *e)
     pthread_mutex_destroy(&e->lock);
     pthread_cond_destroy(&e->idle);
     net_policy_free(e->policy);
+    for (size_t i = 0; i < e->n_retired; i++)
+        net_policy_free(e->retired[i]);
+    free(e->retired);
     free(e->dir);
     free(e->sock_path);
     free(e);

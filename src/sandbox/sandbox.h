@@ -274,6 +274,8 @@ struct ws_newfile {
     char *tmp_name;
     char *leaf;
 };
+/* The name of such a temporary file starts with this. */
+#define WS_TMP_PREFIX ".runcell-write-"
 /* Creates rel's parent directories (owned by the sandbox user) and the temporary file, of
  * mode, in the last of them. 0, or -errno with err_msg() (-EINVAL for an unsafe rel, -ELOOP
  * for a link on the way); *ret is then released. */

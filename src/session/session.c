@@ -55,10 +55,12 @@ struct session {
     /* The executions waiting for their turn, oldest first (lock); the head runs next. */
     struct exec_turn *queue_head, *queue_tail;
     size_t queued;
-    struct exec_turn *running_turn; /* whose cell runs now (lock), or NULL */
-    bool closing;                   /* being closed: nothing more is queued or begun */
-    struct exec_registry execs;     /* durable executions kept (exec.c) */
-    struct session_procs *procs;    /* programs beside the cells (procs.c), or NULL */
+    struct exec_turn *running_turn;       /* whose cell runs now (lock), or NULL */
+    bool closing;                         /* being closed: nothing more is queued or begun */
+    struct exec_registry execs;           /* durable executions kept (exec.c) */
+    struct session_procs *procs;          /* programs beside the cells (procs.c), or NULL */
+    struct net_policy **policies_retired; /* replaced by session_set_network; freed with s */
+    size_t n_policies_retired;
 };
 
 const char *session_home_dir(const char *home_dir)
@@ -423,7 +425,8 @@ static void on_kernel_event(void *ctx, const struct kernel_event *ev)
         x->results_bytes += cost;
         x->n_results++;
         json_array_append(x->rec->results, bundle);
-        emit(x, EV_RESULT, NULL, 0, bundle);
+        /* len says whether it is the cell's value (the kernel's "result"), not a display */
+        emit(x, EV_RESULT, NULL, json_is_true(json_object_get(ev->msg, "result")) ? 1 : 0, bundle);
         json_decref(bundle);
         break;
     }
@@ -1302,6 +1305,39 @@ int session_kernel_request(struct session *s, const char *type, const char *path
     return r;
 }
 
+int session_set_network(struct session *s, const struct net_policy *p)
+{
+    if (!s->net.egress)
+        return err_set(
+            EOPNOTSUPP,
+            "the sandbox was made without a network, so there is no egress proxy to "
+            "change: make it with one (an allowlist or the internet) to change it later");
+    pthread_mutex_lock(&s->lock);
+    if (s->n_policies_retired >= SESSION_NET_UPDATES_MAX) {
+        pthread_mutex_unlock(&s->lock);
+        return err_set(EAGAIN, "the network was changed %d times; make a new sandbox",
+                       SESSION_NET_UPDATES_MAX);
+    }
+    struct net_policy *mine;
+    if (p)
+        mine = net_policy_copy(p);
+    else if (net_policy_parse(NULL, 0, &mine) < 0) /* an allowlist of nothing */
+        mine = NULL;
+    if (mine) {
+        mine->max_connections = s->policy ? s->policy->max_connections : 0;
+        mine->max_bytes = s->policy ? s->policy->max_bytes : 0;
+        egress_set_policy(s->net.egress, mine);
+        /* the old one stays until s goes: session_net_policy's readers may hold it */
+        s->policies_retired = xrealloc(s->policies_retired,
+                                       (s->n_policies_retired + 1) * sizeof(*s->policies_retired));
+        s->policies_retired[s->n_policies_retired++] = s->policy;
+        s->policy = mine;
+        s->opts.net.policy = mine;
+    }
+    pthread_mutex_unlock(&s->lock);
+    return mine ? 0 : -EINVAL;
+}
+
 /* ---- what procs.c needs of a session ---- */
 
 struct session_procs *session_procs_of(struct session *s, bool create)
@@ -1363,6 +1399,9 @@ void session_free(struct session *s)
     event_log_release(&s->events);
     json_decref(s->packages_report);
     net_policy_free(s->policy);
+    for (size_t i = 0; i < s->n_policies_retired; i++)
+        net_policy_free(s->policies_retired[i]);
+    free(s->policies_retired);
     strv_free(s->packages);
     free(s->index_url);
     free(s->python_version);

@@ -170,7 +170,9 @@ void session_opts_fill_defaults(struct session_opts *o);
 const char *session_home_dir(const char *home_dir);
 
 /* What an execution streams while it runs (for live output). data/len are the bytes of a
- * stream chunk; json is a MIME bundle (EV_RESULT) or the error object (EV_ERROR), borrowed
+ * stream chunk (for EV_RESULT, len is 1 when the bundle is the cell's value, its last
+ * expression's, and 0 for a display); json is a MIME bundle (EV_RESULT) or the error object
+ * (EV_ERROR), borrowed
  * for the duration of the callback. Each stream goes out live up to half the output cap;
  * what came after (a marker when bytes were dropped, then the tail) follows at the end of
  * the execution, before EV_ERROR. */
@@ -261,6 +263,14 @@ const struct session_opts *session_options(struct session *s);
 json_t *session_packages(struct session *s);
 /* The session's network policy (NULL: loopback only); valid while the session lives. */
 const struct net_policy *session_net_policy(struct session *s);
+/* Changes the session's network at run time: its egress proxy judges new connections by p
+ * (copied; NULL: nothing may be reached), keeping the session's caps on connections and
+ * bytes; those open stay. Only a session made with a network has a proxy: -EOPNOTSUPP
+ * otherwise, and -EAGAIN past SESSION_NET_UPDATES_MAX changes; with err_msg(). (Another
+ * branch grows runtime allowlist changes in src/net: this is the one place that calls
+ * them.) */
+int session_set_network(struct session *s, const struct net_policy *p);
+#define SESSION_NET_UPDATES_MAX 256
 /* The session's event log (egress attempts, ...), oldest first: {"events": [{"seq", "time",
  * "type", ...}], "dropped": N, "last_seq": N} with the events whose seq is above after_seq;
  * at most SESSION_EVENTS_MAX are kept. Caller owns the reference. */
@@ -543,6 +553,35 @@ int session_proc_watch(struct session_proc *p, struct proc_watch **ret);
 int proc_watch_fd(const struct proc_watch *w);
 void proc_watch_clear(struct proc_watch *w);
 void proc_watch_free(struct proc_watch *w);
+
+/* ---- watching a directory of the workspace (watch.c): E2B's watchDir ----
+ *
+ * inotify in the daemon, on each directory opened beneath the workspace without following a
+ * link (never a host directory a planted link names). A recursive watch covers the
+ * subdirectories there are and those made later, up to SESSION_WATCH_MAX_DIRS; at most
+ * SESSION_WATCH_MAX_PENDING events wait to be read, more are counted as dropped. One thread
+ * at a time per watch, with a reference on its session held during each call. */
+#define SESSION_WATCH_MAX_DIRS    1024
+#define SESSION_WATCH_MAX_PENDING 4096
+enum session_watch_type { SWATCH_CREATE, SWATCH_WRITE, SWATCH_REMOVE, SWATCH_RENAME, SWATCH_CHMOD };
+struct session_watch_event {
+    enum session_watch_type type;
+    char *name; /* below the watched directory; the reader frees it */
+};
+struct session_watch;
+/* Watches workspace directory rel ("" the workspace). 0 and *ret (session_watch_free), or
+ * -errno with err_msg(): -ENOTDIR, -ENOENT, -E2BIG (too many directories), -ELOOP. */
+int session_watch_new(struct session *s, const char *rel, bool recursive,
+                      struct session_watch **ret);
+/* Readable when events wait (an inotify fd). */
+int session_watch_fd(const struct session_watch *w);
+/* The events that wait (without waiting), at most max, into ret; how many. s is w's. */
+size_t session_watch_read(struct session *s, struct session_watch *w,
+                          struct session_watch_event *ret, size_t max);
+/* Events dropped so far (past SESSION_WATCH_MAX_PENDING, or the kernel's queue). */
+uint64_t session_watch_dropped(const struct session_watch *w);
+/* NULL is a no-op. */
+void session_watch_free(struct session_watch *w);
 
 /* ---- a pool of ready sessions: creation becomes a hand-over ---- */
 

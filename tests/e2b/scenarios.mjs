@@ -194,6 +194,47 @@ const scenarios = {
     return { lang: info(lang), envs: info(envs), inCtx: inCtx.text, moved: moved.text,
              dflt: dflt.text, inBash: info(inBash), noCwd, noPid }
   },
+  async extras(sbx) {
+    // results[].chart: what the figure shows, as data
+    const chart = await sbx.runCode(
+      "import matplotlib.pyplot as plt\nplt.bar(['a', 'b', 'c'], [3, 5, 2], label='sales')\n" +
+      "plt.title('Sales')\nplt.xlabel('Product')\nplt.ylabel('Units (k)')\nplt.show()")
+    // IPython's display and syntax, as in Jupyter
+    const ipy = await sbx.runCode(
+      "from IPython.display import display, HTML, Markdown\ndisplay(HTML('<b>bold</b>'))\n" +
+      "!echo from the shell\nfiles = !ls /\n%timeit -n 3 -r 2 sum(range(10))\nlen(files) > 3")
+    // restartCodeContext('default') empties the default context only
+    await sbx.runCode('kept_default = 1')
+    const ctx = await sbx.createCodeContext({ language: 'python' })
+    await sbx.runCode('kept_ctx = 2', { context: ctx })
+    const bg = await sbx.commands.run('sleep 600', { background: true, timeoutMs: 0 })
+    await sbx.restartCodeContext('default')
+    const gone = await sbx.runCode('kept_default')
+    const stays = await sbx.runCode('kept_ctx', { context: ctx })
+    const stillRunning = (await sbx.commands.list()).map(p => p.pid).includes(bg.pid)
+    await bg.kill()
+    // getMetrics
+    const metrics = await sbx.getMetrics()
+    // files.list of '.' and '' is the home
+    await sbx.files.write('/home/user/listed.txt', 'x')
+    const dot = (await sbx.files.list('.')).map(e => e.name)
+    const empty = (await sbx.files.list('')).map(e => e.name)
+    // watchDir: events of a directory, until stopped
+    await sbx.files.makeDir('/home/user/watched')
+    const events = []
+    let seen
+    const seenP = new Promise(r => { seen = r })
+    const handle = await sbx.files.watchDir('/home/user/watched', e => {
+      events.push({ name: e.name, type: e.type }); if (e.name === 'b.txt') seen()
+    }, { recursive: true, timeoutMs: 0 })
+    await sbx.files.write('/home/user/watched/a.txt', 'a')
+    await sbx.commands.run('mkdir -p /home/user/watched/sub && echo b > /home/user/watched/sub/c.txt && echo b > /home/user/watched/b.txt')
+    await seenP
+    await handle.stop()
+    return { chart: chart.results.map(r => r.chart), ipy: executionInfo(ipy),
+             gone: gone.error && gone.error.name, stays: stays.text, stillRunning,
+             metrics, dot, empty, events }
+  },
   async contexts(sbx) {
     await sbx.runCode('where = "default"')
     const ctx = await sbx.createCodeContext({ language: 'python' })
@@ -243,6 +284,21 @@ const scenarios = {
 
 async function main() {
   const name = process.argv[2]
+  if (name === 'network') {
+    // updateNetwork replaces the egress configuration of a sandbox made with a network
+    const withNet = await Sandbox.create({ network: { allowOut: ['pypi.org'] } })
+    await withNet.updateNetwork({ allowOut: ['files.example.test', 'pypi.org:8443'] })
+    const after = (await withNet.getInfo()).network
+    await withNet.updateNetwork({ denyOut: ['0.0.0.0/0'] })
+    const closed = (await withNet.getInfo()).network
+    await withNet.kill()
+    const without = await Sandbox.create()
+    let refused = null
+    try { await without.updateNetwork({ allowOut: ['pypi.org'] }) } catch (e) { refused = errorInfo(e) }
+    await without.kill()
+    console.log(JSON.stringify({ after, closed, refused }))
+    return
+  }
   if (name === 'refused') {
     const out = {}
     for (const [k, opts] of Object.entries({

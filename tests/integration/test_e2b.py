@@ -189,6 +189,41 @@ class E2BSdk(ServerCase):
         self.assertEqual(out["noPid"]["name"], "NotFoundError")
         self.assertIn("no process 99999", out["noPid"]["message"])
 
+    def test_charts_ipython_restart_metrics_listing_and_watching(self):
+        out = self.scenario("extras")
+        [chart] = [c for c in out["chart"] if c]
+        self.assertEqual((chart["type"], chart["title"], chart["x_label"], chart["y_label"],
+                          chart["y_unit"]), ("bar", "Sales", "Product", "Units (k)", "k"))
+        self.assertEqual(chart["elements"], [{"label": l, "group": "sales", "value": v}
+                                             for l, v in (("a", 3), ("b", 5), ("c", 2))])
+        ipy = out["ipy"]
+        self.assertIsNone(ipy["error"])
+        self.assertEqual(ipy["results"][0]["html"], "<b>bold</b>")
+        self.assertEqual(ipy["stdout"][0], "from the shell\n")
+        self.assertIn("per loop (mean", "".join(ipy["stdout"]))
+        self.assertEqual(ipy["text"], "True")
+        self.assertEqual(out["gone"], "NameError")  # the default context was emptied
+        self.assertEqual(out["stays"], "2")  # another context was not
+        self.assertTrue(out["stillRunning"])  # nor were the commands
+        [m] = out["metrics"]
+        self.assertGreater(m["memTotal"], 0)
+        self.assertGreater(m["memUsed"], 0)
+        self.assertIn("listed.txt", out["dot"])
+        self.assertEqual(out["dot"], out["empty"])
+        seen = {(e["name"], e["type"]) for e in out["events"]}
+        self.assertIn(("a.txt", "create"), seen)  # written whole: moved into place
+        self.assertFalse([n for n, _ in seen if n.startswith(".runcell")], seen)
+        self.assertIn(("sub", "create"), seen)
+        self.assertIn(("sub/c.txt", "create"), seen)  # recursive: a directory made later too
+        self.assertIn(("b.txt", "create"), seen)
+
+    def test_update_network(self):
+        out = self.scenario("network")
+        self.assertEqual(out["after"]["allowOut"], ["files.example.test", "pypi.org:8443"])
+        self.assertEqual(out["closed"]["allowOut"], [])
+        self.assertEqual(out["refused"]["name"], "SandboxError")
+        self.assertIn("without a network", out["refused"]["message"])
+
     def test_a_second_python_context_bash_and_javascript(self):
         out = self.scenario("contexts")
         self.assertEqual(out["ctx"]["language"], "python")
@@ -292,6 +327,10 @@ class E2BSdk(ServerCase):
             self.assertEqual(r.status, 404)
             self.assertEqual(r.json()["code"], "not_found")
             r = self.srv.request("POST", "/filesystem.Filesystem/WatchDir", {}, headers=h,
+                                 token=False)
+            self.assertEqual((r.status, r.json()["code"]), (400, "invalid_argument"))
+            self.assertIn("is a streaming method", r.json()["message"])
+            r = self.srv.request("POST", "/filesystem.Filesystem/Chmod", {}, headers=h,
                                  token=False)
             self.assertEqual((r.status, r.json()["code"]), (501, "unimplemented"))
             r = self.srv.request("POST", "/filesystem.Filesystem/ListDir",
@@ -614,6 +653,77 @@ class PythonSdkWire(RuncellTestCase):
         flags, last = frames[-1]
         self.assertEqual(flags, 2)
         self.assertEqual(last["error"]["code"], "deadline_exceeded", last)
+
+
+    def box_headers(self):
+        box = self.create(allow_internet_access=False).json()
+        return {"E2b-Sandbox-Id": box["sandboxID"], "X-Access-Token": box["envdAccessToken"]}
+
+    def unary(self, h, path, msg):
+        # e2b_connect's call_unary: JSON codec, connect-protocol-version 1
+        return self.srv.request("POST", path, msg, token=False, headers=dict(
+            h, **{"Content-Type": "application/json", "connect-protocol-version": "1"}))
+
+    def test_watch_dir_is_polled_by_watcher_id(self):
+        # files.watch_dir() (sandbox_sync/filesystem/filesystem.py): CreateWatcher, then
+        # WatchHandle.get_new_events() polls GetWatcherEvents, and stop() RemoveWatcher
+        h = self.box_headers()
+        r = self.unary(h, "/filesystem.Filesystem/CreateWatcher",
+                       {"path": "/home/user", "recursive": False})
+        self.assertEqual(r.status, 200, r)
+        wid = r.json()["watcherId"]
+        r = self.srv.request("POST", "/files?path=/home/user/new.txt", b"x", token=False,
+                             headers=dict(h, **{"Content-Type": "application/octet-stream"}))
+        self.assertEqual(r.status, 200, r)
+        events = []
+        self.assertTrue(wait_until(lambda: events.extend(self.unary(
+            h, "/filesystem.Filesystem/GetWatcherEvents", {"watcherId": wid}).json()["events"])
+            or any(e["name"] == "new.txt" for e in events)))
+        self.assertEqual({e["type"] for e in events if e["name"] == "new.txt"},
+                         {"EVENT_TYPE_CREATE"})
+        r = self.unary(h, "/filesystem.Filesystem/RemoveWatcher", {"watcherId": wid})
+        self.assertEqual(r.status, 200, r)
+        r = self.unary(h, "/filesystem.Filesystem/GetWatcherEvents", {"watcherId": wid})
+        self.assertEqual((r.status, r.json()["code"]), (404, "not_found"))
+        r = self.unary(h, "/filesystem.Filesystem/CreateWatcher", {"path": "/home/user/no"})
+        self.assertEqual((r.status, r.json()["code"]), (404, "not_found"))
+
+    def test_stdin_and_chart_as_the_python_sdk_reads_them(self):
+        # commands.run(cmd, background=True, stdin=True), then send_stdin (SendInput with
+        # bytes as base64, as json_format writes them) and close_stdin (envd 0.5.2 and up)
+        h = self.box_headers()
+        stream = dict(h, **{"Content-Type": "application/connect+json",
+                            "connect-protocol-version": "1"})
+        conn = self.srv.connection()
+        conn.request("POST", "/process.Process/Start", body=connect_envelope(
+            {"process": {"cmd": "/bin/bash", "args": ["-l", "-c", "cat"]}, "stdin": True}),
+            headers=stream)
+        resp = conn.getresponse()
+        head = resp.read(5)
+        pid = json.loads(resp.read(int.from_bytes(head[1:], "big")))["event"]["start"]["pid"]
+        r = self.unary(h, "/process.Process/SendInput", {
+            "process": {"pid": pid}, "input": {"stdin": base64.b64encode(b"py\n").decode()}})
+        self.assertEqual(r.status, 200, r)
+        r = self.unary(h, "/process.Process/CloseStdin", {"process": {"pid": pid}})
+        self.assertEqual(r.status, 200, r)
+        frames = connect_frames(resp.read())
+        conn.close()
+        out = b"".join(base64.b64decode(f["event"]["data"]["stdout"]) for _, f in frames
+                       if "data" in f.get("event", {}))
+        self.assertEqual(out, b"py\n")
+        self.assertEqual(frames[-2][1]["event"]["end"]["exitCode"], 0)
+        # run_code with a figure: Result(**data) and its chart, which
+        # e2b_code_interpreter/charts.py deserializes by the keys it pops
+        code = ("import matplotlib.pyplot as plt\nplt.plot([1, 2], [3, 4])\n"
+                "plt.scatter([1], [2])\nplt.show()\nplt.pie([1, 3])\nplt.show()")
+        r = self.srv.request("POST", "/execute", {"code": code, "context_id": None,
+                                                  "language": None, "env_vars": None},
+                             headers=h, token=False)
+        charts = [json.loads(line).get("chart") for line in r.body.splitlines()
+                  if json.loads(line)["type"] == "result"]
+        self.assertEqual([c["type"] for c in charts], ["unknown", "pie"])  # a line and points
+        self.assertEqual(set(charts[1]), {"type", "title", "elements"})
+        self.assertEqual(set(charts[1]["elements"][0]), {"label", "angle", "radius"})
 
 
 class InternetMode(RuncellTestCase):
