@@ -12,7 +12,8 @@
 
 /* ---- control plane ---- */
 
-static json_t *box_json(const struct e2b_box *b, struct session *s, bool with_token)
+static json_t *box_json(const struct e2b_box *b, struct session *s, bool with_token,
+                        const char *domain)
 {
     char started[32], end[32];
     const struct session_opts *o = session_options(s);
@@ -40,6 +41,8 @@ static json_t *box_json(const struct e2b_box *b, struct session *s, bool with_to
     }
     if (with_token)
         json_object_set_new(j, "envdAccessToken", json_string(b->token));
+    if (domain) /* the SDKs' getHost(port): PORT-ID.DOMAIN */
+        json_object_set_new(j, "domain", json_string(domain));
     return j;
 }
 
@@ -172,7 +175,7 @@ enum MHD_Result h_e2b_create(struct request *rq)
         json_pack("[{s:s,s:s,s:s}]", "id", "default", "language", "python", "cwd", E2B_HOME);
     b->started_ms = now_realtime_ms();
     b->env = env ? json_deep_copy(env) : json_object();
-    json_t *info = box_json(b, s, true);
+    json_t *info = box_json(b, s, true, rq->srv->cfg->e2b_domain);
     session_table_put(rq->srv->table, s);
     struct e2b *e = rq->srv->e2b;
     pthread_mutex_lock(&e->lock);
@@ -196,7 +199,7 @@ static enum MHD_Result reply_box(struct request *rq, unsigned status, bool with_
     struct e2b *e = rq->srv->e2b;
     pthread_mutex_lock(&e->lock);
     struct e2b_box *b = e2b_box_find(e, id);
-    json_t *j = b && s ? box_json(b, s, with_token) : NULL;
+    json_t *j = b && s ? box_json(b, s, with_token, rq->srv->cfg->e2b_domain) : NULL;
     pthread_mutex_unlock(&e->lock);
     if (s)
         session_table_put(rq->srv->table, s);
@@ -267,7 +270,7 @@ enum MHD_Result h_e2b_list(struct request *rq)
         pthread_mutex_lock(&e->lock);
         struct e2b_box *b = e2b_box_find(e, *id);
         if (b && box_matches(b, want, tmpl && *tmpl ? tmpl : NULL))
-            json_array_append_new(arr, box_json(b, s, false));
+            json_array_append_new(arr, box_json(b, s, false, rq->srv->cfg->e2b_domain));
         pthread_mutex_unlock(&e->lock);
         session_table_put(rq->srv->table, s);
     }
@@ -336,7 +339,7 @@ enum MHD_Result h_e2b_refused(struct request *rq)
 
 enum MHD_Result h_e2b_health(struct request *rq)
 {
-    const char *id = e2b_header(rq, "E2b-Sandbox-Id");
+    const char *id = e2b_box_id(rq);
     struct session *s = e2b_box_session(rq, id);
     if (!s)
         return MHD_YES;

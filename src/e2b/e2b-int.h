@@ -34,6 +34,8 @@
 #define E2B_DEFAULT_TIMEOUT_S 300
 #define E2B_HOME              "/home/user" /* E2B's working directory: runcell's /workspace */
 #define E2B_MAX_CONTEXTS      32
+#define E2B_ENVD_PORT         49983 /* a sandbox's ports that are runcell's own routes */
+#define E2B_JUPYTER_PORT      49999
 #define E2B_MAX_CWD           4096  /* a context's working directory, with its NUL */
 #define E2B_MAX_LISTDIR       20000 /* entries of one ListDir reply */
 #define E2B_KEEPALIVE_MS      30000 /* a quiet stream sends a keepalive this often */
@@ -86,10 +88,21 @@ enum MHD_Result e2b_reply_empty(struct request *rq, unsigned status);
 /* The body as an object, or NULL after a 400 in E2B's shape. */
 json_t *e2b_body(struct request *rq);
 const char *e2b_header(struct request *rq, const char *name);
+/* The sandbox a request to a sandbox's route is for, as its authentication found it (its
+ * E2b-Sandbox-Id, its host, or its signature): valid while rq is. */
+const char *e2b_box_id(struct request *rq);
 /* A sandbox past the deadline setTimeout gave it is killed when next touched. */
 void e2b_expire_if_due(struct request *rq, const char *id);
 /* The session of the request's sandbox (a reference), or NULL after replying 502. */
 struct session *e2b_box_session(struct request *rq, const char *id);
+
+/* ---- preview.c: the sandbox hosts PORT-ID.DOMAIN ---- */
+/* The port and sandbox id (of id_size) of host PORT-ID.DOMAIN[:port]; false when it is not one
+ * of domain's. */
+bool e2b_host_parse(const char *host, const char *domain, unsigned *port, char *id, size_t id_size);
+/* The surface's host_route: every request to PORT-ID.DOMAIN (but the envd and code
+ * interpreter ports) goes to the sandbox's port. */
+const struct route *e2b_host_route(struct request *rq, const char *host);
 
 /* ---- control.c ---- */
 bool e2b_env_name_ok(const char *k);

@@ -12,7 +12,7 @@
 
 enum MHD_Result h_e2b_files_get(struct request *rq)
 {
-    const char *box = e2b_header(rq, "E2b-Sandbox-Id");
+    const char *box = e2b_box_id(rq);
     const char *p = MHD_lookup_connection_value(rq->conn, MHD_GET_ARGUMENT_KIND, "path");
     char why[512];
     _cleanup_free_ char *rel = e2b_ws_path(p, why);
@@ -55,7 +55,7 @@ static enum MHD_Result write_one(struct request *rq, struct session *s, const ch
 
 enum MHD_Result h_e2b_files_post(struct request *rq)
 {
-    const char *box = e2b_header(rq, "E2b-Sandbox-Id");
+    const char *box = e2b_box_id(rq);
     const char *path = MHD_lookup_connection_value(rq->conn, MHD_GET_ARGUMENT_KIND, "path");
     const char *ct = e2b_header(rq, "Content-Type");
     const char *enc = e2b_header(rq, "Content-Encoding");
@@ -217,7 +217,7 @@ enum MHD_Result h_e2b_filesystem_rpc(struct request *rq)
     static const char *const methods[] = {
         "Stat",     "ListDir",       "MakeDir",          "Remove",       "Move",
         "WatchDir", "CreateWatcher", "GetWatcherEvents", "RemoveWatcher"};
-    const char *box = e2b_header(rq, "E2b-Sandbox-Id"), *method = rq->params[0];
+    const char *box = e2b_box_id(rq), *method = rq->params[0];
     bool known = false;
     for (size_t i = 0; i < ARRAY_SIZE(methods); i++)
         known |= !strcmp(methods[i], method);

@@ -117,7 +117,7 @@ static const char *map_language(const char *lang)
  * @e2b/code-interpreter reads the body of a failed /execute only for 404 and 502. */
 enum MHD_Result h_e2b_execute(struct request *rq)
 {
-    const char *box = e2b_header(rq, "E2b-Sandbox-Id");
+    const char *box = e2b_box_id(rq);
     json_t *body = e2b_body(rq);
     enum MHD_Result ret = MHD_YES;
     if (!body)
@@ -183,12 +183,12 @@ static json_t *box_contexts(struct e2b *e, const char *box)
 
 enum MHD_Result h_e2b_contexts_list(struct request *rq)
 {
-    return reply_json(rq, 200, box_contexts(rq->srv->e2b, e2b_header(rq, "E2b-Sandbox-Id")));
+    return reply_json(rq, 200, box_contexts(rq->srv->e2b, e2b_box_id(rq)));
 }
 
 enum MHD_Result h_e2b_context_create(struct request *rq)
 {
-    const char *box = e2b_header(rq, "E2b-Sandbox-Id");
+    const char *box = e2b_box_id(rq);
     json_t *body = e2b_body(rq);
     if (!body)
         return MHD_YES;
@@ -247,7 +247,7 @@ static int quiet_cell(struct session *s, const char *code)
 
 static enum MHD_Result context_change(struct request *rq, bool remove)
 {
-    const char *box = e2b_header(rq, "E2b-Sandbox-Id"), *ctx = rq->params[0];
+    const char *box = e2b_box_id(rq), *ctx = rq->params[0];
     char lang[16];
     struct e2b *e = rq->srv->e2b;
     if (!context_lang(e, box, ctx, lang))

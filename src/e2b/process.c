@@ -272,7 +272,7 @@ static const struct {
 
 enum MHD_Result h_e2b_process_rpc(struct request *rq)
 {
-    const char *box = e2b_header(rq, "E2b-Sandbox-Id"), *method = rq->params[0];
+    const char *box = e2b_box_id(rq), *method = rq->params[0];
     bool streaming = e2b_is_connect_stream(rq);
     if (!strcmp(method, "Update"))
         return e2b_connect_error(rq, "unimplemented",

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "e2b/e2b-int.h"
+#include "store/store.h"
 
 struct e2b *e2b_new(void)
 {
@@ -206,6 +207,75 @@ static bool user_ok(struct request *rq)
     return false;
 }
 
+const char *e2b_box_id(struct request *rq)
+{
+    return rq->session_id ? rq->session_id : "";
+}
+
+/* E2B's signature of a file URL (the SDKs' getSignature): "v1_" and the unpadded base64 of
+ * SHA-256("path:operation:user:token[:expiration]"), into out. */
+static void file_signature(const char *path, const char *op, const char *user, const char *token,
+                           const char *expiration, char out[64])
+{
+    _cleanup_free_ char *raw = xasprintf("%s:%s:%s:%s%s%s", path, op, user, token,
+                                         expiration ? ":" : "", expiration ? expiration : "");
+    char hex[SHA256_HEX_SIZE];
+    unsigned char digest[32];
+    sha256_hex(raw, strlen(raw), hex);
+    for (int i = 0; i < 32; i++) {
+        unsigned v;
+        sscanf(hex + 2 * i, "%2x", &v);
+        digest[i] = (unsigned char)v;
+    }
+    explicit_bzero(raw, strlen(raw));
+    size_t n;
+    _cleanup_free_ char *b64 = base64_encode(digest, sizeof(digest), &n);
+    while (n && b64[n - 1] == '=')
+        b64[--n] = '\0';
+    snprintf(out, 64, "v1_%s", b64);
+}
+
+/* A signed URL (downloadUrl, uploadUrl): its signature names the sandbox whose access token
+ * made it (the one id says, else any: each is tried, in constant time), for this path,
+ * operation (GET read, POST write) and user, until its expiration. False after replying. */
+static bool signed_url_ok(struct request *rq, const char *id)
+{
+    const char *q[4] = {"signature", "path", "username", "signature_expiration"};
+    const char *v[4];
+    for (int i = 0; i < 4; i++)
+        v[i] = MHD_lookup_connection_value(rq->conn, MHD_GET_ARGUMENT_KIND, q[i]);
+    const char *op = !strcmp(rq->method, "POST") ? "write" : "read";
+    uint64_t exp = 0;
+    if (v[3] && (parse_u64(v[3], &exp) < 0 || exp * 1000 < now_realtime_ms())) {
+        e2b_error(rq, 401, "the signed URL expired (signature_expiration %s); make a new one",
+                  v[3]);
+        return false;
+    }
+    struct e2b *e = rq->srv->e2b;
+    char *found = NULL;
+    pthread_mutex_lock(&e->lock);
+    for (struct e2b_box *b = e->boxes; b && !found; b = b->next) {
+        char want[64];
+        if (id && !token_equal(id, b->id))
+            continue;
+        file_signature(v[1] ? v[1] : "", op, v[2] ? v[2] : "", b->token, v[3], want);
+        if (token_equal(want, v[0]))
+            found = xstrdup(b->id);
+    }
+    pthread_mutex_unlock(&e->lock);
+    if (!found) {
+        e2b_error(rq, 401,
+                  "the URL's signature is not one a sandbox here made for %s of '%.200s' "
+                  "(the sandbox may be gone, or the URL changed)",
+                  op, v[1] ? v[1] : "");
+        return false;
+    }
+    free(rq->session_id);
+    rq->session_id = found;
+    e2b_expire_if_due(rq, found);
+    return user_ok(rq);
+}
+
 static bool e2b_authorize(struct request *rq)
 {
     struct e2b *e = rq->srv->e2b;
@@ -221,9 +291,20 @@ static bool e2b_authorize(struct request *rq)
     }
     const char *id = e2b_header(rq, "E2b-Sandbox-Id");
     const char *tok = e2b_header(rq, "X-Access-Token");
+    const char *host = e2b_header(rq, "Host");
+    const char *sig = MHD_lookup_connection_value(rq->conn, MHD_GET_ARGUMENT_KIND, "signature");
+    char host_id[128];
+    unsigned port;
+    /* Without the header, the host names it (49983-ID.DOMAIN, as the SDKs reach envd when
+     * E2B_SANDBOX_URL is not set), or a signed URL's signature does (downloadUrl). */
+    if (!id && host && rq->srv->cfg->e2b_domain &&
+        e2b_host_parse(host, rq->srv->cfg->e2b_domain, &port, host_id, sizeof(host_id)))
+        id = host_id;
+    if (!tok && sig && !strcmp(rq->route->pattern, "/files"))
+        return signed_url_ok(rq, id);
     if (!id) {
         e2b_error(rq, 400,
-                  "no E2b-Sandbox-Id e2b_header: set E2B_SANDBOX_URL to this server so "
+                  "no E2b-Sandbox-Id header: set E2B_SANDBOX_URL to this server so "
                   "that E2B's SDK names the sandbox in every request");
         return false;
     }
@@ -362,4 +443,5 @@ const struct surface e2b_surface = {.name = "e2b",
                                     .n_routes = ARRAY_SIZE(e2b_routes),
                                     .shape = SHAPE_E2B,
                                     .authorize = e2b_authorize,
-                                    .enabled = e2b_enabled};
+                                    .enabled = e2b_enabled,
+                                    .host_route = e2b_host_route};

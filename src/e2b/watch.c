@@ -128,7 +128,7 @@ enum MHD_Result e2b_watch_dir(struct request *rq, json_t *msg, struct session *s
     struct watch_stream *ws = xcalloc(1, sizeof(*ws));
     ws->srv = rq->srv;
     ws->s = s;
-    ws->box = xstrdup(e2b_header(rq, "E2b-Sandbox-Id"));
+    ws->box = xstrdup(e2b_box_id(rq));
     ws->w = w;
     uint64_t timeout = 0;
     const char *t = e2b_header(rq, "Connect-Timeout-Ms");
@@ -165,7 +165,7 @@ enum MHD_Result e2b_watcher_rpc(struct request *rq, const char *method, json_t *
                                 struct session *s)
 {
     struct e2b *e = rq->srv->e2b;
-    const char *box = e2b_header(rq, "E2b-Sandbox-Id");
+    const char *box = e2b_box_id(rq);
     const char *id = json_string_value(json_object_get(msg, "watcherId"));
     struct session_watch *fresh = NULL;
     if (!strcmp(method, "CreateWatcher") && !(fresh = watch_for(rq, s, msg)))

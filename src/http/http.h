@@ -54,6 +54,7 @@ struct request {
     struct MHD_Connection *conn;
     const struct route *route;
     char method[16];               /* for the log */
+    char *raw_uri;                 /* as the client sent it (path and query, not decoded) */
     bool url_has_nul;              /* "%00" in the raw URL: the decoded URL was cut short */
     bool http10;                   /* an HTTP/1.0 request (no Host needed) */
     bool authenticated;            /* it carried the token */
@@ -132,6 +133,9 @@ struct surface {
     bool (*authorize)(struct request *rq);
     /* Whether the server offers the surface at all (E2B's only with --e2b); NULL: always. */
     bool (*enabled)(const struct server *srv);
+    /* A route for every request to a host the surface serves (E2B's PORT-ID.DOMAIN preview
+     * hosts), whatever its method and path, or NULL; may set rq->params. NULL: none. */
+    const struct route *(*host_route)(struct request *rq, const char *host);
 };
 
 /* The route for method on url among srv's surfaces (server.c), its {id} and {path} in params
@@ -273,6 +277,18 @@ struct http_source_ops {
  * from now: ops->free frees it, also when this fails). keepalive_ms 0: none. */
 enum MHD_Result http_stream(struct request *rq, unsigned status, const char *content_type,
                             const struct http_source_ops *ops, void *src, int keepalive_ms);
+/* As http_stream, with the response's headers given whole: name, value, ... NULL (a line
+ * libmicrohttpd refuses is left out). */
+enum MHD_Result http_stream_headers(struct request *rq, unsigned status, const char *const *headers,
+                                    const struct http_source_ops *ops, void *src, int keepalive_ms);
+
+/* ---- forwarding a request (proxy.c) ---- */
+/* Forwards rq (method, raw URI, headers less the hop-by-hop ones, its whole body) over fd, a
+ * connection to an HTTP server (owned now), as a request to 127.0.0.1:port with rq's Host,
+ * and replies with the server's answer as it comes. 0 once it has replied; -errno with
+ * err_msg() when it has not (the server did not answer, a WebSocket upgrade: -ENOTSUP), for
+ * the caller's error in its surface's shape. */
+int http_proxy(struct request *rq, int fd, uint16_t port);
 
 /* How a surface writes an execution's events (exec_item) on the wire: NDJSON lines, E2B's
  * messages, Connect envelopes. ctx is the encoder's state for one response. */

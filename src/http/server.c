@@ -112,6 +112,7 @@ static void request_free(struct request *rq)
     free(rq->params[0]);
     free(rq->params[1]);
     free(rq->session_id);
+    free(rq->raw_uri);
     json_decref(rq->takeover);
     net_policy_free(rq->net);
     strv_free(rq->packages);
@@ -127,6 +128,7 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
     rq->t0_ms = now_ms_f();
     /* libmicrohttpd decodes %00 into a NUL that ends the URL: "a%00b" would name "a". */
     rq->url_has_nul = strcasestr(uri, "%00") != NULL;
+    rq->raw_uri = xstrdup(uri);
     return rq;
 }
 
@@ -224,12 +226,31 @@ static bool legacy_mcp_path(const char *url)
 }
 
 /* Routes a new request: 401, 404, 405, 503 and 413 are decided here, before the body. */
+/* The route a surface gives every request to this host (see struct surface), or NULL. */
+static const struct route *host_route(struct request *rq)
+{
+    const char *host = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, "Host");
+    for (size_t k = 0; host && k < ARRAY_SIZE(surfaces); k++) {
+        const struct surface *sf = surfaces[k];
+        const struct route *rt = NULL;
+        if ((!sf->enabled || sf->enabled(rq->srv)) && sf->host_route &&
+            (rt = sf->host_route(rq, host))) {
+            rq->surface = sf;
+            return rt;
+        }
+    }
+    return NULL;
+}
+
 static enum MHD_Result route_request(struct request *rq, const char *url, const char *method)
 {
     struct server *srv = rq->srv;
     struct buf allow;
     buf_init(&allow, 0);
-    rq->route = route_match(srv, url, method, rq->params, &rq->surface, &allow);
+    rq->route = host_route(rq);
+    bool by_host = rq->route != NULL;
+    if (!by_host)
+        rq->route = route_match(srv, url, method, rq->params, &rq->surface, &allow);
     bool path_known = rq->route || allow.len;
     if (rq->route && rq->params[0])
         rq->session_id = xstrdup(rq->params[0]);
@@ -241,7 +262,7 @@ static enum MHD_Result route_request(struct request *rq, const char *url, const 
                          "(RFC 9112 3.2); send Host: %s",
                          srv->cfg->listen);
     }
-    if (!strcmp(method, "OPTIONS")) {
+    if (!strcmp(method, "OPTIONS") && !by_host) {
         enum MHD_Result r = reply_options(rq, url, path_known ? allow.data : NULL);
         buf_release(&allow);
         return r;

@@ -89,6 +89,13 @@ static void hstream_free(void *cls)
 enum MHD_Result http_stream(struct request *rq, unsigned status, const char *content_type,
                             const struct http_source_ops *ops, void *src, int keepalive_ms)
 {
+    const char *headers[] = {"Content-Type", content_type, "Cache-Control", "no-store", NULL};
+    return http_stream_headers(rq, status, headers, ops, src, keepalive_ms);
+}
+
+enum MHD_Result http_stream_headers(struct request *rq, unsigned status, const char *const *headers,
+                                    const struct http_source_ops *ops, void *src, int keepalive_ms)
+{
     struct hstream *h = xcalloc(1, sizeof(*h));
     h->ops = ops;
     h->src = src;
@@ -101,8 +108,8 @@ enum MHD_Result http_stream(struct request *rq, unsigned status, const char *con
         hstream_free(h);
         return MHD_NO;
     }
-    MHD_add_response_header(r, "Content-Type", content_type);
-    MHD_add_response_header(r, "Cache-Control", "no-store");
+    for (const char *const *kv = headers; kv && kv[0] && kv[1]; kv += 2)
+        (void)MHD_add_response_header(r, kv[0], kv[1]);
     return reply_response(rq, status, r);
 }
 

@@ -427,6 +427,12 @@ int sandbox_exec(struct sandbox *sb, const struct sandbox_exec *x, int *ret_pid)
  * (then to pid itself). 0, or -ESRCH for no such program, -errno as sandbox_exec. */
 int sandbox_exec_signal(struct sandbox *sb, int pid, int sig);
 
+/* A TCP connection to 127.0.0.1:port in sb's own network namespace (a server a program in
+ * it listens with), made from the daemon (which needs root: CAP_SYS_ADMIN to enter it); the
+ * sandbox still reaches nothing outside. 0 and *ret_fd (non-blocking, connected; caller
+ * closes), or -errno with err_msg(): -ECONNREFUSED when nothing listens, -ETIMEDOUT, -ESRCH. */
+int sandbox_connect(struct sandbox *sb, uint16_t port, int timeout_ms, int *ret_fd);
+
 /* Kills what is left, reaps, removes the cgroup and the root directory; NULL is a no-op. */
 void sandbox_free(struct sandbox *sb);
 

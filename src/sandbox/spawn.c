@@ -9,6 +9,9 @@
 #include <jansson.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdatomic.h>
@@ -406,6 +409,77 @@ int sandbox_start(struct sandbox_host *host, struct workspace *ws, const struct 
         return r;
     }
     (*ret)->exec_fd = sp[0];
+    return 0;
+}
+
+/* ---- a connection into the sandbox's network namespace ---- */
+
+struct netns_socket {
+    int pidfd;
+    pid_t pid;
+    int fd; /* the socket, or -errno */
+};
+
+/* On a thread of its own: the sandbox's network namespace is entered, a socket made in it,
+ * and the thread ends (its namespace goes with it: the daemon's threads never change). */
+static void *socket_in_netns(void *arg)
+{
+    struct netns_socket *q = arg;
+    int ns = -1;
+    if (q->pidfd >= 0 && setns(q->pidfd, CLONE_NEWNET) == 0) {
+        ns = -2; /* entered through the pidfd */
+    } else {
+        char path[64];
+        snprintf(path, sizeof(path), "/proc/%d/ns/net", (int)q->pid);
+        ns = open(path, O_RDONLY | O_CLOEXEC);
+        if (ns < 0 || setns(ns, CLONE_NEWNET) < 0) {
+            q->fd = -errno;
+            if (ns >= 0)
+                close(ns);
+            return NULL;
+        }
+    }
+    q->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (q->fd < 0)
+        q->fd = -errno;
+    if (ns >= 0)
+        close(ns);
+    return NULL;
+}
+
+int sandbox_connect(struct sandbox *sb, uint16_t port, int timeout_ms, int *ret_fd)
+{
+    if (sb->state != SANDBOX_RUNNING || sb->init_pid <= 0)
+        return err_set(ESRCH, "the sandbox is not running");
+    struct netns_socket q = {.pidfd = sb->pidfd, .pid = sb->init_pid, .fd = -EIO};
+    pthread_t th;
+    int e = pthread_create(&th, NULL, socket_in_netns, &q);
+    if (e)
+        return err_set(e, "cannot start a thread: %s", strerror(e));
+    pthread_join(th, NULL);
+    if (q.fd < 0)
+        return err_set(-q.fd,
+                       "cannot enter the sandbox's network namespace: %s (runcell needs root "
+                       "for this)",
+                       strerror(-q.fd));
+    struct sockaddr_in sin = {
+        .sin_family = AF_INET, .sin_port = htons(port), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    int r = connect(q.fd, (struct sockaddr *)&sin, sizeof(sin)) == 0 ? 0 : -errno;
+    if (r == -EINPROGRESS) {
+        struct pollfd p = {.fd = q.fd, .events = POLLOUT};
+        socklen_t len = sizeof(r);
+        if (poll(&p, 1, timeout_ms) <= 0)
+            r = -ETIMEDOUT;
+        else if (getsockopt(q.fd, SOL_SOCKET, SO_ERROR, &r, &len) < 0)
+            r = -errno;
+        else
+            r = -r;
+    }
+    if (r < 0) {
+        close(q.fd);
+        return err_set(-r, "nothing answers on port %u in the sandbox: %s", port, strerror(-r));
+    }
+    *ret_fd = q.fd;
     return 0;
 }
 

@@ -1338,6 +1338,26 @@ int session_set_network(struct session *s, const struct net_policy *p)
     return mine ? 0 : -EINVAL;
 }
 
+struct connect_req {
+    uint16_t port;
+    int fd;
+};
+
+static int connect_in(struct sandbox *sb, void *ctx)
+{
+    struct connect_req *q = ctx;
+    return sandbox_connect(sb, q->port, 5000, &q->fd);
+}
+
+int session_connect_port(struct session *s, uint16_t port, int *ret_fd)
+{
+    struct connect_req q = {.port = port, .fd = -1};
+    int r = session_with_sandbox(s, connect_in, &q);
+    if (r == 0)
+        *ret_fd = q.fd;
+    return r;
+}
+
 /* ---- what procs.c needs of a session ---- */
 
 struct session_procs *session_procs_of(struct session *s, bool create)

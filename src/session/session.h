@@ -271,6 +271,10 @@ const struct net_policy *session_net_policy(struct session *s);
  * them.) */
 int session_set_network(struct session *s, const struct net_policy *p);
 #define SESSION_NET_UPDATES_MAX 256
+/* A TCP connection to port on the loopback of s's sandbox (see sandbox_connect): what a
+ * server a program of s runs answers, reached from the daemon. 0 and *ret_fd, or -errno
+ * with err_msg(). */
+int session_connect_port(struct session *s, uint16_t port, int *ret_fd);
 /* The session's event log (egress attempts, ...), oldest first: {"events": [{"seq", "time",
  * "type", ...}], "dropped": N, "last_seq": N} with the events whose seq is above after_seq;
  * at most SESSION_EVENTS_MAX are kept. Caller owns the reference. */

@@ -4,6 +4,25 @@
 // error it threw), for tests/integration/test_e2b.py to assert on.
 import { Sandbox, CommandExitError, NotFoundError, SandboxNotFoundError, TimeoutError }
     from '@e2b/code-interpreter'
+import http from 'node:http'
+
+// A request to the runcell server (E2B_SANDBOX_URL) for a URL whose host the SDK made: the
+// test has no DNS for *.DOMAIN, so the host goes in the Host header.
+function viaServer(url, { method = 'GET', body, headers = {} } = {}) {
+  const server = new URL(process.env.E2B_SANDBOX_URL)
+  const u = new URL(url)
+  return new Promise((resolve, reject) => {
+    const rq = http.request({ host: server.hostname, port: server.port, method,
+      path: u.pathname + u.search, headers: { ...headers, Host: u.host } }, res => {
+      const chunks = []
+      res.on('data', c => chunks.push(c))
+      res.on('end', () => resolve({ status: res.statusCode, headers: res.headers,
+                                     body: Buffer.concat(chunks).toString() }))
+    })
+    rq.on('error', reject)
+    rq.end(body)
+  })
+}
 
 function errorInfo(e) {
   return { name: e?.constructor?.name, message: String(e?.message ?? e),
@@ -234,6 +253,56 @@ const scenarios = {
     return { chart: chart.results.map(r => r.chart), ipy: executionInfo(ipy),
              gone: gone.error && gone.error.name, stays: stays.text, stillRunning,
              metrics, dot, empty, events }
+  },
+  async cookbook(sbx) {
+    // Analyse an uploaded CSV at /home/user
+    await sbx.files.write('/home/user/data.csv', 'city,temp\nOslo,4\nLima,19\nCairo,27\n')
+    const csv = await sbx.runCode(
+      "import pandas as pd\ndf = pd.read_csv('/home/user/data.csv')\ndf['temp'].mean()")
+    const fromShell = await sbx.commands.run('wc -l < ~/data.csv')
+    // A chart
+    const chart = await sbx.runCode(
+      "import matplotlib.pyplot as plt\nplt.plot(df['city'], df['temp'])\nplt.title('Temps')\nplt.show()")
+    // A dev server in the background, reached through its preview URL from here
+    const host = sbx.getHost(3000)
+    await sbx.files.write('/home/user/site/index.html', '<h1>hello from the sandbox</h1>')
+    let listening
+    const listeningP = new Promise(r => { listening = r })
+    const server = await sbx.commands.run('cd ~/site && exec python3 -m http.server 3000',
+      { background: true, timeoutMs: 0, onStdout: d => { if (d.includes('Serving HTTP')) listening() } })
+    await listeningP
+    const page = await viaServer(`https://${host}/index.html`)
+    const closed = await viaServer(`https://${sbx.getHost(3001)}/`)
+    await server.kill()
+    // A long command with streamed output
+    const streamed = []
+    const long = await sbx.commands.run(
+      'for i in 1 2 3; do echo step $i; while [ ! -e /home/user/next-$i ]; do sleep 0.02; done; done',
+      { onStdout: async d => { streamed.push(d); await sbx.files.write('/home/user/next-' + d.trim().split(' ')[1], '') } })
+    // A timeout, then a retry at once: a cell, then a command
+    let cellTimeout = null
+    try { await sbx.runCode('import time\ntime.sleep(30)', { timeoutMs: 1000 }) } catch (e) { cellTimeout = errorInfo(e) }
+    const cellRetry = await sbx.runCode('"again"')
+    let cmdTimeout = null
+    try { await sbx.commands.run('sleep 30', { timeoutMs: 1000 }) } catch (e) { cmdTimeout = errorInfo(e) }
+    const cmdRetry = await sbx.commands.run('echo again')
+    // Signed file URLs
+    const down = await sbx.downloadUrl('/home/user/data.csv', { useSignatureExpiration: 60 })
+    const downloaded = await viaServer(down)
+    const badSig = await viaServer(down.replace(/signature=v1_[^&]+/, 'signature=v1_AAAA'))
+    const up = await sbx.uploadUrl('/home/user/up.txt')
+    const boundary = 'runcellboundary'
+    const uploaded = await viaServer(up, { method: 'POST', headers: {
+      'Content-Type': `multipart/form-data; boundary=${boundary}` },
+      body: `--${boundary}\r\nContent-Disposition: form-data; name="file"; filename="up.txt"\r\n\r\nuploaded\r\n--${boundary}--\r\n` })
+    const upRead = await sbx.files.read('/home/user/up.txt')
+    return { csv: csv.text, lines: fromShell.stdout, chart: chart.results[0]?.chart,
+             host, page: { status: page.status, body: page.body, type: page.headers['content-type'] },
+             closed: { status: closed.status, body: closed.body },
+             streamed, long: long.stdout, cellTimeout, cellRetry: cellRetry.text,
+             cmdTimeout, cmdRetry: cmdRetry.stdout,
+             down: { url: down, status: downloaded.status, body: downloaded.body },
+             badSig: badSig.status, uploaded: uploaded.status, upRead }
   },
   async contexts(sbx) {
     await sbx.runCode('where = "default"')

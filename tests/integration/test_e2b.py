@@ -39,7 +39,8 @@ def sdk_missing():
 
 @unittest.skipIf(sdk_missing(), sdk_missing())
 class E2BSdk(ServerCase):
-    server_args = ("--e2b",)
+
+    server_args = ("--e2b", "--e2b-domain", "sandbox.runcell.test")
 
     def scenario(self, name, key=None):
         env = dict(os.environ, E2B_API_URL=self.srv.base_url, E2B_SANDBOX_URL=self.srv.base_url,
@@ -223,6 +224,34 @@ class E2BSdk(ServerCase):
         self.assertEqual(out["closed"]["allowOut"], [])
         self.assertEqual(out["refused"]["name"], "SandboxError")
         self.assertIn("without a network", out["refused"]["message"])
+
+    def test_the_cookbook(self):
+        """E2B's common patterns, as its cookbook writes them."""
+        out = self.scenario("cookbook")
+        self.assertEqual(out["csv"], "16.666666666666668")  # pandas read /home/user/data.csv
+        self.assertEqual(out["lines"], "4\n")
+        self.assertEqual(out["chart"]["type"], "line")
+        self.assertEqual(out["chart"]["title"], "Temps")
+        self.assertEqual(out["chart"]["elements"][0]["points"],
+                         [["Oslo", 4.0], ["Lima", 19.0], ["Cairo", 27.0]])
+        self.assertRegex(out["host"], r"^3000-[0-9a-z-]+\.sandbox\.runcell\.test$")
+        self.assertEqual(out["page"], {"status": 200, "body": "<h1>hello from the sandbox</h1>",
+                                       "type": "text/html"})
+        self.assertEqual(out["closed"]["status"], 502)
+        self.assertIn("nothing answers on its port 3001", out["closed"]["body"])
+        self.assertEqual(out["streamed"], ["step 1\n", "step 2\n", "step 3\n"])
+        self.assertEqual(out["long"], "step 1\nstep 2\nstep 3\n")
+        self.assertEqual(out["cellTimeout"]["name"], "TimeoutError")
+        self.assertEqual(out["cellRetry"], "'again'")
+        self.assertEqual(out["cmdTimeout"]["name"], "TimeoutError")
+        self.assertEqual(out["cmdRetry"], "again\n")
+        self.assertIn("signature=v1_", out["down"]["url"])
+        self.assertIn("signature_expiration=", out["down"]["url"])
+        self.assertEqual((out["down"]["status"], out["down"]["body"]),
+                         (200, "city,temp\nOslo,4\nLima,19\nCairo,27\n"))
+        self.assertEqual(out["badSig"], 401)
+        self.assertEqual(out["uploaded"], 200)
+        self.assertEqual(out["upRead"], "uploaded")
 
     def test_a_second_python_context_bash_and_javascript(self):
         out = self.scenario("contexts")

@@ -244,6 +244,95 @@ report({"uid": os.getuid(), "caps": status("self", "CapEff"), "bnd": status("sel
         self.assertAnswering()
 
 
+HOSTILE_SERVER = r"""
+import socket, sys, threading
+lsn = socket.socket()
+lsn.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+lsn.bind(("127.0.0.1", 8080))
+lsn.listen(16)
+print("listening", flush=True)
+def serve(c):
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += c.recv(4096)
+    path = head.split(b" ")[1].split(b"?")[0]
+    if path == b"/inject":
+        c.sendall(b"HTTP/1.1 200 OK\r\nX-Ok: fine\r\nX-Bad: a\rSet-Cookie: stolen=1\r\n"
+                  b"Bad Name: x\r\nContent-Length: 2\r\n\r\nok")
+    elif path == b"/huge-head":
+        c.sendall(b"HTTP/1.1 200 OK\r\n" + b"X-Fill: " + b"a" * 200000 + b"\r\n\r\n")
+    elif path == b"/endless":
+        c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\n")
+        try:
+            while True:
+                c.sendall(b"x" * 65536)
+        except OSError:
+            pass
+    elif path == b"/echo":
+        c.sendall(b"HTTP/1.1 201 Created\r\nContent-Type: text/plain\r\n"
+                  b"Content-Length: %d\r\n\r\n%s" % (len(head), head))
+    c.close()
+while True:
+    c, _ = lsn.accept()
+    threading.Thread(target=serve, args=(c,), daemon=True).start()
+"""
+
+
+class Previews(RuncellTestCase):
+    """A sandbox's port reached through its host PORT-ID.DOMAIN: the server behind it is the
+    sandbox's, so what it answers is hostile."""
+
+    def test_a_hostile_server_behind_a_preview_host(self):
+        with Server(*server_args("--e2b", "--e2b-domain", "box.test", "--pool", "0")) as srv:
+            r = srv.request("POST", "/sandboxes", {}, headers={"X-API-KEY": srv.token},
+                            token=False)
+            b = r.json()
+            self.assertEqual(b["domain"], "box.test")
+            sid = b["sandboxID"]
+            h = {"E2b-Sandbox-Id": sid, "X-Access-Token": b["envdAccessToken"]}
+            server = Command(srv, h, ["/usr/bin/python3", "-c", HOSTILE_SERVER])
+            f = server.frame()
+            self.assertIn("stdout", f[1]["event"]["data"], f)  # "listening"
+            host = {"Host": "8080-%s.box.test" % sid}
+            r = srv.request("GET", "/echo?q=1&x=%2F", headers=host, token=False)
+            self.assertEqual(r.status, 201, r)
+            self.assertIn(b"GET /echo?q=1&x=%2F HTTP/1.1", r.body)  # the URI as sent
+            self.assertIn(("Host: 8080-%s.box.test" % sid).encode(), r.body)
+            self.assertNotIn(b"Authorization", r.body)
+            r = srv.request("GET", "/inject", headers=host, token=False)
+            self.assertEqual((r.status, r.body), (200, b"ok"))
+            self.assertEqual(r.headers["X-Ok"], "fine")
+            self.assertIsNone(r.headers.get("Set-Cookie"))  # a CR in a line splits nothing
+            self.assertIsNone(r.headers.get("X-Bad"))
+            r = srv.request("GET", "/huge-head", headers=host, token=False)
+            self.assertEqual(r.status, 502, r)
+            self.assertIn(b"64 KiB", r.body)
+            # an endless body, read slowly: the daemon holds a bounded buffer of it
+            pid = srv.pid
+            before = proc_status(pid)["VmRSS"]
+            conn = srv.connection()
+            conn.request("GET", "/endless", headers=host)
+            resp = conn.getresponse()
+            self.assertEqual(resp.status, 200)
+            got = 0
+            while got < 64 * MiB:
+                got += len(resp.read(1 << 20))
+            conn.close()
+            self.assertLess(proc_status(pid)["VmHWM"] - before, 96 * MiB)
+            # a WebSocket upgrade is refused, saying so; another host is runcell's own
+            r = srv.request("GET", "/", headers=dict(host, Upgrade="websocket",
+                                                     Connection="Upgrade"), token=False)
+            self.assertEqual(r.status, 501, r)
+            self.assertIn(b"WebSocket", r.body)
+            r = srv.request("GET", "/health", token=False, headers={
+                "Host": "49983-%s.box.test" % sid, "X-Access-Token": b["envdAccessToken"]})
+            self.assertEqual(r.status, 204, r)  # envd's own route, the sandbox from the host
+            r = srv.request("GET", "/", headers={"Host": "8080-nosuch.box.test"}, token=False)
+            self.assertEqual(r.status, 502, r)
+            self.assertEqual(srv.request("GET", "/healthz", token=False).status, 200)
+            server.close()
+
+
 def _sh(s):
     return "'" + s.replace("'", "'\\''") + "'"
 
