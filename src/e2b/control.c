@@ -240,13 +240,32 @@ static bool box_matches(const struct e2b_box *b, json_t *want, const char *tmpl)
     return true;
 }
 
+/* The list's state filter: "running,paused" (the JavaScript SDK) or state=running&state=paused
+ * (the Python SDK's repeated parameter). */
+struct states {
+    bool given, running;
+};
+
+static enum MHD_Result state_arg(void *ctx, enum MHD_ValueKind kind, const char *key,
+                                 const char *value)
+{
+    struct states *st = ctx;
+    (void)kind;
+    if (key && !strcmp(key, "state")) {
+        st->given = true;
+        st->running |= value && strstr(value, "running");
+    }
+    return MHD_YES;
+}
+
 enum MHD_Result h_e2b_list(struct request *rq)
 {
-    const char *state = MHD_lookup_connection_value(rq->conn, MHD_GET_ARGUMENT_KIND, "state");
+    struct states st = {0};
+    MHD_get_connection_values(rq->conn, MHD_GET_ARGUMENT_KIND, state_arg, &st);
     const char *meta = MHD_lookup_connection_value(rq->conn, MHD_GET_ARGUMENT_KIND, "metadata");
     const char *tmpl = MHD_lookup_connection_value(rq->conn, MHD_GET_ARGUMENT_KIND, "template");
     json_t *arr = json_array();
-    if (state && !strstr(state, "running"))
+    if (st.given && !st.running)
         return reply_json(rq, 200, arr); /* runcell keeps no paused sandboxes */
     char why[256];
     json_t *want = meta && *meta ? e2b_metadata_parse(meta, why) : json_object();

@@ -646,6 +646,18 @@ class PythonSdkWire(RuncellTestCase):
         self.assertEqual(r.status, 400)
         self.assertIn("network.denyOut", r.json()["message"])
 
+    def test_list_filters_by_repeated_state(self):
+        # Sandbox.list() (sandbox_sync/paginator.py): the state filter is a repeated query
+        # parameter, state=running&state=paused, where the JavaScript SDK joins with commas
+        sid = self.create(allow_internet_access=False).json()["sandboxID"]
+        for query, listed in (("state=running&state=paused", True),
+                              ("state=paused&state=running", True),
+                              ("state=running,paused", True), ("state=paused", False),
+                              ("", True)):
+            r = self.api("GET", "/v2/sandboxes?" + query)
+            self.assertEqual(r.status, 200, query)
+            self.assertEqual(sid in [b["sandboxID"] for b in r.json()], listed, query)
+
     def test_get_metrics(self):
         # get_metrics() -> GET /sandboxes/{id}/metrics, each item SandboxMetric.from_dict
         sid = self.create(allow_internet_access=False).json()["sandboxID"]
