@@ -322,29 +322,30 @@ enum MHD_Result h_e2b_timeout(struct request *rq)
     json_decref(body);
     if (secs <= 0)
         return e2b_error(rq, 400, "field 'timeout' must be a whole number of seconds above 0");
+    uint64_t max_s = rq->srv->cfg->limits.max_idle_timeout_ms / 1000;
+    if ((uint64_t)secs > max_s)
+        return e2b_error(rq, 400,
+                         "field 'timeout': %lld s is past this server's longest, %llu s "
+                         "(runcell serve --max-idle-timeout)",
+                         (long long)secs, (unsigned long long)max_s);
     const char *id = rq->params[0];
     int err;
     struct session *s = session_table_acquire(rq->srv->table, id, &err);
     struct e2b *e = rq->srv->e2b;
     pthread_mutex_lock(&e->lock);
     struct e2b_box *b = s ? e2b_box_find(e, id) : NULL;
-    uint64_t idle_ms = s ? session_options(s)->idle_timeout_ms : 0;
-    bool longer = (uint64_t)secs > idle_ms / 1000; /* in seconds: ms could wrap */
-    if (b && !longer)
+    if (b) {
+        /* As E2B: the sandbox goes timeout seconds from now, used or not (unlike create's
+         * timeout, runcell's idle expiry, which is raised to it so as not to come first). */
         b->deadline_ms = now_realtime_ms() + (uint64_t)secs * 1000;
-    else if (b)
-        b->deadline_ms = 0;
+        if ((uint64_t)secs * 1000 > session_options(s)->idle_timeout_ms)
+            session_set_idle_timeout(s, (uint64_t)secs * 1000);
+    }
     pthread_mutex_unlock(&e->lock);
     if (s)
         session_table_put(rq->srv->table, s);
     if (!b)
         return e2b_error(rq, 404, "sandbox %s not found", id);
-    if (longer)
-        return e2b_error(rq, 400,
-                         "field 'timeout': %lld s is longer than the timeout the "
-                         "sandbox was created with (%llu s), which runcell keeps as its idle "
-                         "expiry; create it with the longer timeout",
-                         (long long)secs, (unsigned long long)(idle_ms / 1000));
     return e2b_reply_empty(rq, 204);
 }
 
@@ -354,6 +355,27 @@ enum MHD_Result h_e2b_refused(struct request *rq)
                      "%s %s is not supported by runcell's E2B endpoint (pause, resume, "
                      "snapshots, forks and logs have no runcell counterpart yet; docs/E2B.md)",
                      rq->method, rq->route->pattern);
+}
+
+/* E2B's objects beside sandboxes: what each is, and what to do instead on runcell. */
+enum MHD_Result h_e2b_unsupported(struct request *rq)
+{
+    const char *p = rq->route->pattern;
+    const char *what, *instead;
+    if (strstr(p, "/volume")) {
+        what = "volumes";
+        instead = "keep files in the sandbox's /home/user (files.write, files.read)";
+    } else if (strstr(p, "/secrets")) {
+        what = "secrets";
+        instead = "pass values as envs to Sandbox.create (the sandbox's environment)";
+    } else {
+        what = "templates (building, listing, tags, aliases)";
+        instead = "create sandboxes from the one template, code-interpreter-v1 (or base): "
+                  "Python with numpy, pandas, matplotlib, bash, Node and git; install what "
+                  "else you need in the sandbox (pip install --user, npm install in "
+                  "/home/user)";
+    }
+    return e2b_error(rq, 400, "%s are not supported by runcell's E2B endpoint: %s", what, instead);
 }
 
 enum MHD_Result h_e2b_health(struct request *rq)

@@ -116,6 +116,7 @@ enum MHD_Result h_e2b_kill(struct request *rq);
 enum MHD_Result h_e2b_timeout(struct request *rq);
 enum MHD_Result h_e2b_connect(struct request *rq);
 enum MHD_Result h_e2b_refused(struct request *rq);
+enum MHD_Result h_e2b_unsupported(struct request *rq);
 enum MHD_Result h_e2b_health(struct request *rq);
 enum MHD_Result h_e2b_metrics(struct request *rq);
 enum MHD_Result h_e2b_network(struct request *rq);

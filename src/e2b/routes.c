@@ -419,6 +419,37 @@ static const struct route e2b_routes[] = {
     {"POST", "/sandboxes/{id}/resume", h_e2b_refused, ROUTE_E2B_API, NULL},
     {"POST", "/sandboxes/{id}/fork", h_e2b_refused, ROUTE_E2B_API, NULL},
     {"POST", "/sandboxes/{id}/snapshots", h_e2b_refused, ROUTE_E2B_API, NULL},
+    {"GET", "/snapshots", h_e2b_refused, ROUTE_E2B_API, NULL},
+/* E2B's other objects (templates, volumes, secrets): refused by name, saying what to do */
+#define UNSUPPORTED(method, pattern)                                                               \
+    {                                                                                              \
+        method, pattern, h_e2b_unsupported, ROUTE_E2B_API, NULL                                    \
+    }
+    UNSUPPORTED("GET", "/templates"),
+    UNSUPPORTED("POST", "/templates"),
+    UNSUPPORTED("GET", "/templates/{path}"),
+    UNSUPPORTED("POST", "/templates/{path}"),
+    UNSUPPORTED("PATCH", "/templates/{path}"),
+    UNSUPPORTED("DELETE", "/templates/{path}"),
+    UNSUPPORTED("POST", "/v2/templates"),
+    UNSUPPORTED("POST", "/v2/templates/{path}"),
+    UNSUPPORTED("PATCH", "/v2/templates/{path}"),
+    UNSUPPORTED("POST", "/v3/templates"),
+    UNSUPPORTED("GET", "/volumes"),
+    UNSUPPORTED("POST", "/volumes"),
+    UNSUPPORTED("GET", "/volumes/{path}"),
+    UNSUPPORTED("DELETE", "/volumes/{path}"),
+    UNSUPPORTED("GET", "/volumecontent/{path}"),
+    UNSUPPORTED("POST", "/volumecontent/{path}"),
+    UNSUPPORTED("PUT", "/volumecontent/{path}"),
+    UNSUPPORTED("PATCH", "/volumecontent/{path}"),
+    UNSUPPORTED("DELETE", "/volumecontent/{path}"),
+    UNSUPPORTED("GET", "/secrets"),
+    UNSUPPORTED("POST", "/secrets"),
+    UNSUPPORTED("GET", "/secrets/{path}"),
+    UNSUPPORTED("POST", "/secrets/{path}"),
+    UNSUPPORTED("DELETE", "/secrets/{path}"),
+#undef UNSUPPORTED
     /* a sandbox's ports (E2B_SANDBOX_URL): envd and the code interpreter */
     {"GET", "/health", h_e2b_health, ROUTE_E2B_BOX, NULL},
     {"POST", "/execute", h_e2b_execute, ROUTE_E2B_BOX | ROUTE_EXECUTES, NULL},

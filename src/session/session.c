@@ -1199,6 +1199,11 @@ const struct session_opts *session_options(struct session *s)
     return &s->opts;
 }
 
+void session_set_idle_timeout(struct session *s, uint64_t idle_ms)
+{
+    __atomic_store_n(&s->opts.idle_timeout_ms, idle_ms, __ATOMIC_RELAXED);
+}
+
 json_t *session_packages(struct session *s)
 {
     return s->packages_report;

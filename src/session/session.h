@@ -256,6 +256,9 @@ void session_idle_release(struct session *s, uint64_t idle_ms);
 long session_execution_count(struct session *s);
 const char *session_python_version(struct session *s);
 const struct session_opts *session_options(struct session *s);
+/* Changes how long the session may stay idle before the table reaps it (the reaper reads it
+ * atomically; the rest of its options never change). */
+void session_set_idle_timeout(struct session *s, uint64_t idle_ms);
 /* What installing the session's packages did: {"source": "packages"|"requirements.txt",
  * "requested": [...], "installed": [...], "missing": [{"requirement", "name", "reason"}],
  * "status": "ok"|"partial"|"failed"|"timeout", "seconds": S}; NULL when nothing was to

@@ -165,6 +165,29 @@ static void pend(struct session_watch *w, enum session_watch_type type, char *na
     w->pending[w->n_pending++] = (struct session_watch_event){.type = type, .name = name};
 }
 
+/* What a directory new to a recursive watch already holds once its watch is on (made with
+ * it, as `mkdir -p a/b && echo > a/b/c` does, before the watch could see them): each is
+ * said made, and its directories are watched too. Something made between the watch and the
+ * listing may be said twice, never not at all. */
+static void scan_new_dir(struct session *s, struct session_watch *w, const char *sub)
+{
+    _cleanup_free_ char *rel = *w->root ? xasprintf("%s/%s", w->root, sub) : xstrdup(sub);
+    struct session_file_list l;
+    if (session_file_list(s, rel, SESSION_LIST_MAX_DEPTH, &l) < 0)
+        return; /* gone again, or past the listing's cap */
+    size_t skip = *w->root ? strlen(w->root) + 1 : 0;
+    for (size_t i = 0; i < l.n; i++) {
+        const char *name = l.v[i].path + skip;
+        const char *base = strrchr(name, '/');
+        if (!strncmp(base ? base + 1 : name, WS_TMP_PREFIX, strlen(WS_TMP_PREFIX)))
+            continue;
+        if (l.v[i].type == SFILE_DIR)
+            (void)add_dir(s, w, name);
+        pend(w, SWATCH_CREATE, xstrdup(name));
+    }
+    session_file_list_release(&l);
+}
+
 /* One inotify event: its kind, its name below the watched directory, and (recursive) a watch
  * on a directory it made. */
 static void take(struct session *s, struct session_watch *w, const struct inotify_event *ev)
@@ -192,9 +215,11 @@ static void take(struct session *s, struct session_watch *w, const struct inotif
                                    : ev->mask & IN_DELETE               ? SWATCH_REMOVE
                                    : ev->mask & IN_MOVED_FROM           ? SWATCH_RENAME
                                                                         : SWATCH_CHMOD;
-    if (w->recursive && (ev->mask & (IN_CREATE | IN_MOVED_TO)) && (ev->mask & IN_ISDIR))
-        (void)add_dir(s, w, name); /* past the cap: its events are not seen, nothing else */
+    bool new_dir = w->recursive && (ev->mask & (IN_CREATE | IN_MOVED_TO)) && (ev->mask & IN_ISDIR);
+    _cleanup_free_ char *sub = new_dir ? xstrdup(name) : NULL;
     pend(w, type, name);
+    if (new_dir && add_dir(s, w, sub) == 0)
+        scan_new_dir(s, w, sub); /* past the cap: its events are not seen, nothing else */
 }
 
 size_t session_watch_read(struct session *s, struct session_watch *w,

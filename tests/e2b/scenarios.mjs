@@ -2,8 +2,8 @@
 // `node scenarios.mjs NAME` runs one scenario with E2B_API_URL, E2B_SANDBOX_URL and
 // E2B_API_KEY pointing at runcell, and prints one JSON line: what the SDK returned (or the
 // error it threw), for tests/integration/test_e2b.py to assert on.
-import { Sandbox, CommandExitError, NotFoundError, SandboxNotFoundError, TimeoutError }
-    from '@e2b/code-interpreter'
+import { Sandbox, CommandExitError, NotFoundError, SandboxNotFoundError, TimeoutError, Volume,
+  Secret, Template } from '@e2b/code-interpreter'
 import http from 'node:http'
 
 // A request to the runcell server (E2B_SANDBOX_URL) for a URL whose host the SDK made: the
@@ -250,9 +250,19 @@ const scenarios = {
     await sbx.commands.run('mkdir -p /home/user/watched/sub && echo b > /home/user/watched/sub/c.txt && echo b > /home/user/watched/b.txt')
     await seenP
     await handle.stop()
+    // the git module (git run as commands): a repository in the home
+    await sbx.git.init('/home/user/repo')
+    await sbx.git.configureUser('Ada', 'ada@example.test', { scope: 'global' })
+    await sbx.files.write('/home/user/repo/README', 'hello\n')
+    const untracked = await sbx.git.status('/home/user/repo')
+    await sbx.git.add('/home/user/repo', { all: true })
+    await sbx.git.commit('/home/user/repo', 'first')
+    const git = { untracked: untracked.fileStatus.map(f => [f.name, f.status]),
+                  clean: (await sbx.git.status('/home/user/repo')).isClean,
+                  branch: (await sbx.git.branches('/home/user/repo')).currentBranch }
     return { chart: chart.results.map(r => r.chart), ipy: executionInfo(ipy),
              gone: gone.error && gone.error.name, stays: stays.text, stillRunning,
-             metrics, dot, empty, events }
+             metrics, dot, empty, events, git }
   },
   async cookbook(sbx) {
     // Analyse an uploaded CSV at /home/user
@@ -381,6 +391,25 @@ async function main() {
     let badKey = null
     try { await Sandbox.create({ apiKey: 'e2b_0000' }) } catch (e) { badKey = errorInfo(e) }
     out.badKey = badKey
+    // What has no runcell counterpart: each call's error, as the user sees it
+    const sbx = await Sandbox.create()
+    const calls = {
+      pause: () => sbx.pause(),
+      betaPause: () => sbx.betaPause(),
+      snapshot: () => sbx.createSnapshot(),
+      fork: () => sbx.fork(),
+      listSnapshots: () => Sandbox.listSnapshots().nextItems(),
+      pty: () => sbx.pty.create({ cols: 80, rows: 24, onData: () => {} }),
+      volume: () => Volume.create('data'),
+      volumes: () => Volume.list(),
+      secrets: () => Secret.list().nextItems(),
+      template: () => Template.exists('my-template'),
+    }
+    out.calls = {}
+    for (const [k, f] of Object.entries(calls)) {
+      try { await f(); out.calls[k] = 'worked' } catch (e) { out.calls[k] = errorInfo(e) }
+    }
+    await sbx.kill()
     console.log(JSON.stringify(out))
     return
   }

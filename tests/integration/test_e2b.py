@@ -217,6 +217,9 @@ class E2BSdk(ServerCase):
         self.assertIn(("sub", "create"), seen)
         self.assertIn(("sub/c.txt", "create"), seen)  # recursive: a directory made later too
         self.assertIn(("b.txt", "create"), seen)
+        self.assertEqual(out["git"]["untracked"], [["README", "untracked"]])
+        self.assertTrue(out["git"]["clean"])  # after git.add and git.commit
+        self.assertIn(out["git"]["branch"], ("master", "main"))  # git's default, by version
 
     def test_update_network(self):
         out = self.scenario("network")
@@ -290,6 +293,18 @@ class E2BSdk(ServerCase):
         self.assertIn("allow_internet_access", out["internet"]["message"])
         self.assertIn("network.denyOut", out["denyOut"]["message"])
         self.assertEqual(out["badKey"]["name"], "AuthenticationError")
+        # docs/E2B.md's table quotes these
+        calls = out["calls"]
+        for k in ("pause", "betaPause", "snapshot", "fork", "listSnapshots"):
+            self.assertEqual(calls[k]["name"], "SandboxError", k)
+            self.assertIn("not supported by runcell's E2B endpoint", calls[k]["message"], k)
+        self.assertIn("[unimplemented] a pty (pty.create) is not supported", calls["pty"]["message"])
+        for k, name, word in (("volume", "VolumeError", "volumes"),
+                              ("volumes", "VolumeError", "volumes"),
+                              ("secrets", "SecretError", "secrets"),
+                              ("template", "TemplateError", "templates")):
+            self.assertEqual(calls[k]["name"], name, k)
+            self.assertIn("400: %s" % word, calls[k]["message"], k)
 
     # ---- the wire, where the SDK hides it ----
 
@@ -424,10 +439,17 @@ class E2BSdk(ServerCase):
         sid, tok = box["sandboxID"], box["envdAccessToken"]
         h = {"E2b-Sandbox-Id": sid, "E2b-Sandbox-Port": "49999", "X-Access-Token": tok}
         try:
-            # setTimeout past the create's timeout (runcell's idle expiry): refused by name
+            # setTimeout past the create's timeout lengthens it: endAt moves on, and the
+            # idle expiry with it
+            end = self.e2b("GET", "/sandboxes/" + sid).json()["endAt"]
             r = self.e2b("POST", "/sandboxes/%s/timeout" % sid, {"timeout": 3600})
+            self.assertEqual(r.status, 204)
+            later = self.e2b("GET", "/sandboxes/" + sid).json()["endAt"]
+            self.assertGreater(later, end)  # ISO 8601 UTC strings order as times
+            # past the server's longest (--max-idle-timeout, a week by default): refused
+            r = self.e2b("POST", "/sandboxes/%s/timeout" % sid, {"timeout": 8 * 86400})
             self.assertEqual(r.status, 400)
-            self.assertIn("'timeout'", r.json()["message"])
+            self.assertIn("--max-idle-timeout", r.json()["message"])
             # contexts: at most 32 (the default one counts)
             ids = []
             for _ in range(31):
