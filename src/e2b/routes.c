@@ -420,6 +420,8 @@ static const struct route e2b_routes[] = {
     {"POST", "/sandboxes/{id}/fork", h_e2b_refused, ROUTE_E2B_API, NULL},
     {"POST", "/sandboxes/{id}/snapshots", h_e2b_refused, ROUTE_E2B_API, NULL},
     {"GET", "/snapshots", h_e2b_refused, ROUTE_E2B_API, NULL},
+    {"GET", "/sandboxes/{id}/logs", h_e2b_refused, ROUTE_E2B_API, NULL},
+    {"GET", "/v2/sandboxes/{id}/logs", h_e2b_refused, ROUTE_E2B_API, NULL},
 /* E2B's other objects (templates, volumes, secrets): refused by name, saying what to do */
 #define UNSUPPORTED(method, pattern)                                                               \
     {                                                                                              \

@@ -323,6 +323,10 @@ class E2BSdk(ServerCase):
         self.assertIn("'timeout'", r.json()["message"])
         r = self.e2b("GET", "/sandboxes/nosuch")
         self.assertEqual(r.json(), {"code": 404, "message": "sandbox nosuch not found"})
+        for path in ("/sandboxes/x/logs", "/v2/sandboxes/x/logs"):  # refused like pause
+            r = self.e2b("GET", path)
+            self.assertEqual((r.status, r.json()["code"]), (400, 400), path)
+            self.assertIn("logs have no runcell counterpart", r.json()["message"])
         r = self.srv.request("GET", "/sandboxes", token=False)
         self.assertEqual((r.status, r.json()["code"]), (401, 401))
         # runcell's bearer token is accepted too (the SDK's accessToken mode)
