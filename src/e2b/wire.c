@@ -299,9 +299,15 @@ int e2b_command_parse(json_t *cfg, json_t *box_env, struct e2b_command *ret, cha
                  COMMAND_MAX_CWD);
         goto fail;
     }
-    /* Any directory of the sandbox: the program enters it there, not the daemon. */
-    if (dir && *dir)
-        c.cwd = *dir == '/' ? xstrdup(dir) : xasprintf("%s/%s", E2B_HOME, dir);
+    /* Any directory of the sandbox: the program enters it there, not the daemon. The
+     * workspace is named as E2B names it (/workspace/x is /home/user/x, what pwd says). */
+    if (dir && *dir) {
+        char pwhy[512];
+        _cleanup_free_ char *rel = e2b_ws_path(dir, pwhy);
+        c.cwd = rel           ? xasprintf("%s%s%s", E2B_HOME, *rel ? "/" : "", rel)
+                : *dir == '/' ? xstrdup(dir)
+                              : xasprintf("%s/%s", E2B_HOME, dir);
+    }
     *ret = c;
     return 0;
 fail:

@@ -131,6 +131,7 @@ const scenarios = {
     }
     await sbx.files.makeDir('/home/user/sub')
     const cwd = await sbx.commands.run('pwd', { cwd: '/home/user/sub' })
+    const cwdWs = await sbx.commands.run('pwd', { cwd: '/workspace/sub' })
     const env = await sbx.commands.run('echo "$SANDBOX_WIDE"')
     await sbx.files.write('/home/user/made-by-files.txt', 'x')
     const ls = await sbx.commands.run('ls')
@@ -147,7 +148,7 @@ const scenarios = {
     const killedAgain = await sbx.commands.kill(bg.pid)
     const afterKill = await sbx.runCode('21 * 2')
     return { live: { stdout: live.stdout, streamed }, ok: { exitCode: ok.exitCode, stdout: ok.stdout, stderr: ok.stderr }, out, failed,
-             cwd: cwd.stdout, env: env.stdout, ls: ls.stdout, procs,
+             cwd: cwd.stdout, cwdWs: cwdWs.stdout, env: env.stdout, ls: ls.stdout, procs,
              bg: { pid: bg.pid, running, killed, bgEnd, killedAgain }, afterKill: afterKill.text }
   },
   async processes(sbx) {
@@ -168,9 +169,12 @@ const scenarios = {
     await sbx.commands.closeStdin(cat.pid)
     const catDone = await cat.wait()
     // disconnect from a running command, connect again by its pid
+    let saidFirst
+    const firstP = new Promise(r => { saidFirst = r })
     const waiter = await sbx.commands.run(
       'echo first; while [ ! -e /home/user/stop ]; do sleep 0.02; done; echo last',
-      { background: true, timeoutMs: 0 })
+      { background: true, timeoutMs: 0, onStdout: saidFirst })
+    await firstP  // what it wrote before the connect is not what connect gives
     await waiter.disconnect()
     const again = await sbx.commands.connect(waiter.pid)
     await sbx.files.write('/home/user/stop', '')

@@ -143,6 +143,7 @@ class E2BSdk(ServerCase):
         self.assertEqual("".join(d for k, d in out["out"] if k == "err"), "two\n")
         self.assertEqual(out["failed"], {"isExit": True, "exitCode": 3, "stdout": "before\n"})
         self.assertEqual(out["cwd"], "/home/user/sub\n")
+        self.assertEqual(out["cwdWs"], "/home/user/sub\n")  # the workspace by E2B's name
         self.assertEqual(out["env"], "wide\n")  # the sandbox's envs reach commands
         self.assertIn("made-by-files.txt", out["ls"].split())
         self.assertEqual(out["procs"], [])
