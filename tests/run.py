@@ -21,6 +21,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODULE_TIMEOUT = int(os.environ.get("RUNCELL_TEST_TIMEOUT", "900"))
+# The security modules whose probes run as cells of a session: run a third time in forks.
+FORKED = ["test_isolation", "test_process", "test_syscalls", "test_filesystem", "test_network"]
 
 
 def stop_group(pgid):
@@ -116,6 +118,12 @@ def main(argv):
         # The security suite again, against sessions cloned from the template.
         for m in sorted(glob.glob(os.path.join(HERE, "security", "test_*.py"))):
             runs.append((m, {"RUNCELL_TEMPLATE": "1"}, " [template]"))
+        # And the probes that run as cells, in a fork of another session (RUNCELL_FORKED:
+        # the parent exported to a store and the fork resumed from it, as forks, snapshots
+        # and resumes are made).
+        for name in FORKED:
+            runs.append((os.path.join(HERE, "security", name + ".py"),
+                         {"RUNCELL_TEMPLATE": "1", "RUNCELL_FORKED": "1"}, " [forked]"))
     if patterns:
         runs = [r for r in runs if any(p in r[0] + r[2] for p in patterns)]
     if seed is not None:

@@ -22,7 +22,10 @@
 #define AGENT_DEFAULT_REQUEST_TIMEOUT_MS (300u * 1000)
 #define AGENT_DEFAULT_HTTP_RETRIES       4
 #define AGENT_DEFAULT_BACKOFF_MS         1000
-#define AGENT_MAX_RESPONSE               (8u << 20) /* bytes of one model response, plain or streamed */
+/* Cells the agent's own session can undo: a failed Python cell is taken back before the repair,
+ * so that the retry starts from the state before it (docs/AGENT.md). */
+#define AGENT_DEFAULT_HISTORY 1
+#define AGENT_MAX_RESPONSE    (8u << 20) /* bytes of one model response, plain or streamed */
 
 /* Stops a run from outside: a readable (or hung-up, per events) fd, or a flag set by
  * another thread. Either may be absent (fd -1, flag NULL). */

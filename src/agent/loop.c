@@ -11,6 +11,7 @@
 
 #define CRASHES_FOR_WEAK    2 /* interpreter crashes in a row that mean the sandbox cannot serve */
 #define ATTEMPT_OBSERVATION 4000
+#define LIVE_OUTPUT_MAX     (64 * 1024) /* bytes of a step's output sent as it comes */
 
 static const char *const stop_names[] = {
     [STOP_RUNNING] = "running",
@@ -338,6 +339,27 @@ static uint64_t execution_timeout(struct run *r)
     return t;
 }
 
+/* A step's stdout and stderr as they come, as "output" events, for a client that shows the
+ * running step (the web console); past LIVE_OUTPUT_MAX bytes the rest is only in the
+ * observation. */
+struct live_output {
+    struct run *r;
+    size_t sent;
+};
+
+static void live_output(void *ctx, const struct exec_event *ev)
+{
+    struct live_output *lo = ctx;
+    if ((ev->type != EV_STDOUT && ev->type != EV_STDERR) || lo->sent >= LIVE_OUTPUT_MAX)
+        return;
+    size_t len = MIN(ev->len, LIVE_OUTPUT_MAX - lo->sent), n;
+    lo->sent += len;
+    _cleanup_free_ char *text = utf8_sanitize(ev->data, len, &n);
+    run_emit(lo->r,
+             json_pack("{s:s,s:i,s:s,s:s%}", "type", "output", "step", (int)lo->r->steps, "stream",
+                       ev->type == EV_STDOUT ? "stdout" : "stderr", "data", text, n));
+}
+
 static int execute(struct run *r, const char *code, const char *lang, struct exec_record *rec)
 {
     uint64_t timeout_ms = execution_timeout(r);
@@ -348,13 +370,47 @@ static int execute(struct run *r, const char *code, const char *lang, struct exe
                                .timeout_ms = timeout_ms,
                                .cancel_fd = r->o.cancel.fd,
                                .cancel_events = r->o.cancel.events};
-    int rc = session_execute(r->s, &req, NULL, rec);
+    struct live_output lo = {.r = r};
+    struct exec_sink sink = {.fn = live_output, .ctx = &lo};
+    int rc = session_execute(r->s, &req, r->ev && r->ev->fn ? &sink : NULL, rec);
     if (rc < 0) {
         rec->status = EXEC_SANDBOX_ERROR;
         rec->state = STATE_LOST;
         rec->message = xstrdup(err_msg());
     }
     return 0;
+}
+
+/* After a failed Python cell, before the repair: the session goes back to its state before
+ * that cell (session_undo), so a cell that died half-way through changing its data does not
+ * poison the retry. Returns note with what happened added for the model (note taken). */
+static char *take_back(struct run *r, char *note)
+{
+    if (!session_options(r->s)->history)
+        return note; /* a session the caller made without a history */
+    json_t *rep = NULL;
+    const char *said;
+    if (session_undo(r->s, 0, &rep) < 0) {
+        log_info("msg=\"the failed cell could not be undone\" error=%s", log_quote(err_msg()));
+        return note;
+    }
+    json_t *files = json_object_get(rep, "files");
+    if (json_is_false(json_object_get(files, "kept")))
+        said = "its variables and imports are as they were before the failed cell (files it "
+               "wrote stay as it left them), so the fix starts from there: include whatever "
+               "the failed cell did before the error that is still needed";
+    else
+        said = "its variables, imports and files are as they were before the failed cell, so "
+               "the fix starts from there: include whatever the failed cell did before the "
+               "error that is still needed";
+    json_t *last = json_array_get(r->attempts, json_array_size(r->attempts) - 1);
+    json_object_set_new(last, "undone", json_true());
+    json_decref(rep);
+    run_emit(r, json_pack("{s:s,s:i}", "type", "undone", "step", (int)r->steps));
+    char *both = xasprintf("%s%s[runcell] the session was taken back: %s.", note ? note : "",
+                           note ? "\n" : "", said);
+    free(note);
+    return both;
 }
 
 static void run_call(struct run *r, const struct llm_tool_call *tc, json_t *images)
@@ -387,6 +443,9 @@ static void run_call(struct run *r, const struct llm_tool_call *tc, json_t *imag
         after_success(r, tc->name);
     else
         note = after_failure(r, &rec, code, tc->name);
+    if (rec.status != EXEC_OK && !weak_run_now && r->s && r->stop == STOP_RUNNING &&
+        !strcmp(tc->name, "run_python"))
+        note = take_back(r, note);
     _cleanup_free_ char *text = observation_text(&rec, saved, note);
     add_tool_message(r, tc->id, text);
     json_t *last = json_array_get(r->attempts, json_array_size(r->attempts) - 1);
@@ -543,6 +602,9 @@ static int prepare_workspace(struct run *r)
     for (size_t i = 0; i < r->o.n_files; i++)
         if (workspace_copy_in(ws, r->o.files[i].host_path, r->o.files[i].dest) < 0)
             return -EINVAL;
+    /* Saved as what was there before the first cell: its undo keeps them. */
+    if (r->o.n_files && session_save_files(r->s) < 0)
+        log_warn("msg=\"the task's files are not saved\" error=%s", log_quote(err_msg()));
     workspace_scan(ws, &r->before);
     return 0;
 }

@@ -154,6 +154,8 @@ static bool parse_options(struct request *rq, json_t *opts, struct agent_job *j)
         return false;
     if (!sess || json_is_null(sess))
         j->so = rq->srv->cfg->defaults;
+    if (!json_is_integer(json_object_get(sess, "history")) && !j->so.history)
+        j->so.history = AGENT_DEFAULT_HISTORY;
     return true;
 }
 

@@ -11,10 +11,10 @@
 
 #define ONESHOT_OUTPUTS_CAP (16u << 20)
 
-static const struct field execute_fields[] = {{"code", F_STRING},
-                                              {"timeout_s", F_NUMBER},
-                                              {"language", F_STRING},
-                                              {"on_disconnect", F_STRING}};
+static const struct field execute_fields[] = {
+    {"code", F_STRING},          {"timeout_s", F_NUMBER},   {"language", F_STRING},
+    {"on_disconnect", F_STRING}, {"stop_on_error", F_BOOL},
+};
 
 json_t *exec_event_json(const struct exec_event *ev)
 {
@@ -75,6 +75,7 @@ static bool parse_execute(struct request *rq, json_t *body, struct exec_request 
         return false;
     }
     *ret_interrupt = !leave || !strcmp(leave, "interrupt");
+    req->stop_on_error = json_is_true(json_object_get(body, "stop_on_error"));
     return get_seconds(rq, body, "timeout_s", rq->srv->cfg->limits.max_timeout_ms,
                        &req->timeout_ms);
 }
@@ -264,6 +265,30 @@ enum MHD_Result h_execution_events(struct request *rq)
     /* A reader that leaves stops nothing: whoever started the execution decides that. */
     struct exec_stream_opts o = {.table = rq->srv->table, .session = s};
     return http_stream_execution(rq, x, after, &ndjson_encoder, NULL, &o);
+}
+
+enum MHD_Result h_execution_delete(struct request *rq)
+{
+    struct session *s;
+    struct execution *x = acquire_execution(rq, &s);
+    if (!x)
+        return MHD_YES;
+    enum exec_phase phase = execution_phase(x);
+    enum MHD_Result ret;
+    if (phase == EXEC_QUEUED) {
+        execution_cancel(x);
+        execution_wait(x, 0);
+        ret = reply_json(rq, 200, execution_json(x));
+    } else {
+        ret = api_error(rq, AE_BUSY,
+                        "execution %s %s; only one that waits is taken back (interrupt a running "
+                        "one: POST .../executions/%s/cancel)",
+                        execution_id(x), phase == EXEC_RUNNING ? "is running" : "is done",
+                        execution_id(x));
+    }
+    execution_unref(x);
+    session_table_put(rq->srv->table, s);
+    return ret;
 }
 
 enum MHD_Result h_execution_cancel(struct request *rq)

@@ -6,19 +6,12 @@
 #include <string.h>
 
 static const struct field create_fields[] = {
-    {"language", F_STRING},
-    {"timeout_s", F_NUMBER},
-    {"idle_timeout_s", F_NUMBER},
-    {"memory_mb", F_INT},
-    {"pids", F_INT},
-    {"disk_mb", F_INT},
-    {"cpus", F_NUMBER},
-    {"network", F_OBJECT},
-    {"packages", F_ARRAY},
-    {"index_url", F_STRING},
-    {"install_timeout_s", F_NUMBER},
-    {"persist", F_BOOL},
-    {"resume_from", F_STRING},
+    {"language", F_STRING}, {"timeout_s", F_NUMBER},   {"idle_timeout_s", F_NUMBER},
+    {"memory_mb", F_INT},   {"pids", F_INT},           {"disk_mb", F_INT},
+    {"cpus", F_NUMBER},     {"network", F_OBJECT},     {"secrets", F_ARRAY},
+    {"packages", F_ARRAY},  {"index_url", F_STRING},   {"install_timeout_s", F_NUMBER},
+    {"persist", F_BOOL},    {"resume_from", F_STRING}, {"history", F_INT},
+    {"snapshot", F_STRING},
 };
 
 /* Strings of a JSON array into a fresh vector; false after replying 400. */
@@ -133,6 +126,17 @@ bool session_opts_from_json(struct request *rq, json_t *body, struct session_opt
         !get_count(rq, body, "pids", max->max_pids, &o->limits.pids) ||
         !get_count(rq, body, "disk_mb", max->max_disk_mb, &o->limits.disk_mb))
         return false;
+    json_t *hist = json_object_get(body, "history");
+    if (json_is_integer(hist)) {
+        json_int_t h = json_integer_value(hist);
+        if (h < 0 || h > SESSION_HISTORY_MAX) {
+            api_error(rq, AE_BAD_REQUEST,
+                      "field 'history' is %lld: the cells a session can undo are 0 to %d",
+                      (long long)h, SESSION_HISTORY_MAX);
+            return false;
+        }
+        o->history = (unsigned)h;
+    }
     json_t *cpus = json_object_get(body, "cpus");
     if (cpus && !json_is_null(cpus)) {
         double c = json_number_value(cpus);
@@ -157,6 +161,12 @@ bool session_opts_from_json(struct request *rq, json_t *body, struct session_opt
         return false;
     if (net && !json_is_null(net))
         o->net.policy = rq->net; /* else the server's default */
+    /* Secrets (docs/NETWORK.md): parsed and checked against the allowlist in one call. */
+    if (net_secrets_from_json(json_object_get(body, "secrets"), o->net.policy, &rq->secrets) < 0) {
+        api_error(rq, AE_BAD_REQUEST, "%s", err_msg());
+        return false;
+    }
+    o->net.secrets = rq->secrets;
     return parse_packages(rq, body, &o->net);
 }
 
@@ -165,7 +175,10 @@ static json_t *session_info_base(const char *id, struct session *s);
 json_t *session_info(const char *id, struct session *s)
 {
     json_t *info = session_info_base(id, s);
-    json_object_set_new(info, "network", net_policy_json(session_net_policy(s)));
+    json_object_set_new(info, "network", session_network_json(s));
+    json_object_set_new(info, "history", json_integer(session_options(s)->history));
+    json_object_set_new(info, "state", json_string(session_pause_name(session_pause_state(s))));
+    json_object_set_new(info, "undo", json_boolean(session_options(s)->history > 0));
     if (session_packages(s))
         json_object_set(info, "packages", session_packages(s));
     return info;
@@ -222,6 +235,23 @@ enum MHD_Result h_session_create(struct request *rq)
         goto out;
     create.resume_from = json_string_value(json_object_get(body, "resume_from"));
     create.no_persist = json_is_false(json_object_get(body, "persist"));
+    const char *snap = json_string_value(json_object_get(body, "snapshot"));
+    if (snap) {
+        json_t *rec = NULL;
+        if (create.resume_from) {
+            ret = api_error(rq, AE_BAD_REQUEST,
+                            "fields 'snapshot' and 'resume_from' both name where the session "
+                            "starts from: give one");
+            goto out;
+        }
+        int sr = snapshot_get(&rq->srv->persist, snap, &rec);
+        if (sr < 0) {
+            ret = api_errno(rq, sr);
+            goto out;
+        }
+        json_decref(rec);
+        create.resume_from = snap; /* its state is stored as a session's is */
+    }
     double t0 = now_ms_f();
     int r = session_table_create_ex(rq->srv->table, &create, &id, &restored);
     if (r < 0) {
@@ -250,6 +280,10 @@ enum MHD_Result h_session_create(struct request *rq)
     session_table_put(rq->srv->table, s);
 out:
     free(id);
+    /* The secrets' values live on in the session's proxy only. */
+    net_secrets_json_wipe(json_object_get(body, "secrets"));
+    if (rq->body.data)
+        explicit_bzero(rq->body.data, rq->body.len);
     json_decref(body);
     return ret;
 }
@@ -313,6 +347,31 @@ enum MHD_Result h_session_restart(struct request *rq)
     return ret;
 }
 
+/* PATCH /v1/sessions/{id}/network: {allow | allow_add, allow_remove, secrets | secrets_add,
+ * secrets_remove}, effective for new connections (docs/NETWORK.md). */
+enum MHD_Result h_session_network(struct request *rq)
+{
+    json_t *body = body_json(rq);
+    if (!body)
+        return MHD_YES;
+    struct session *s = acquire_session(rq);
+    enum MHD_Result ret = MHD_YES;
+    if (s) {
+        int r = session_network_change(s, body, rq->srv->cfg->net_allow_max);
+        /* A session without a proxy (mode none) is a bad request too: its message says to
+         * create the session with an allowlist. */
+        ret = r < 0 ? api_error(rq, AE_BAD_REQUEST, "%s", err_msg())
+                    : reply_json(rq, 200, session_network_json(s));
+        session_table_put(rq->srv->table, s);
+    }
+    net_secrets_json_wipe(json_object_get(body, "secrets"));
+    net_secrets_json_wipe(json_object_get(body, "secrets_add"));
+    if (rq->body.data)
+        explicit_bzero(rq->body.data, rq->body.len);
+    json_decref(body);
+    return ret;
+}
+
 enum MHD_Result h_session_events(struct request *rq)
 {
     const char *after = MHD_lookup_connection_value(rq->conn, MHD_GET_ARGUMENT_KIND, "after");
@@ -356,4 +415,30 @@ enum MHD_Result h_metrics(struct request *rq)
         MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
     MHD_add_response_header(r, "Content-Type", "text/plain; version=0.0.4");
     return reply_response(rq, 200, r);
+}
+
+enum MHD_Result h_session_undo(struct request *rq)
+{
+    static const struct field fields[] = {{"before", F_INT}};
+    json_t *body = body_json(rq), *report = NULL;
+    if (!body)
+        return MHD_YES;
+    if (!check_fields(rq, body, fields, ARRAY_SIZE(fields))) {
+        json_decref(body);
+        return MHD_YES;
+    }
+    json_int_t before = json_integer_value(json_object_get(body, "before"));
+    json_decref(body);
+    if (before < 0)
+        return api_error(rq, AE_BAD_REQUEST, "field 'before' must be an execution count");
+    struct session *s = acquire_session(rq);
+    if (!s)
+        return MHD_YES;
+    int r = session_undo(s, (long)before, &report);
+    session_table_put(rq->srv->table, s);
+    if (r == -ENOENT)
+        return api_error(rq, AE_NOT_FOUND, "%s", err_msg());
+    if (r < 0)
+        return api_errno(rq, r);
+    return reply_json(rq, 200, report);
 }

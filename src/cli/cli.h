@@ -100,8 +100,10 @@ struct common_opts {
     struct input_file *files;
     size_t n_files;
     const char *out_dir;
-    struct net_policy *net; /* --net allow:...; NULL for none */
-    char **packages;        /* --package, repeatable */
+    struct net_policy *net;      /* --net allow:...; NULL for none */
+    json_t *secrets_json;        /* --secret HOST=ENVNAME[:HEADER], read from the environment */
+    struct net_secrets *secrets; /* those, parsed by check_net_opts */
+    char **packages;             /* --package, repeatable */
     const char *index_url;
     uint64_t install_timeout_ms;
 };
@@ -117,8 +119,9 @@ void common_opts_release(struct common_opts *o);
 /* --out must be a directory we can write to; it is made now, so that a run is not wasted
  * on a destination that cannot take its files. 0 or EXIT_USAGE. */
 int check_out_dir(const char *cmd, const char *dir);
-/* Checks the network and package options together: 0 or EXIT_USAGE after saying why. */
-int check_net_opts(const char *cmd, const struct common_opts *o);
+/* Checks the network, secret and package options together (secrets without --net allow their
+ * hosts): 0 or EXIT_USAGE after saying why. */
+int check_net_opts(const char *cmd, struct common_opts *o);
 /* For the subcommands whose sandboxes are always without network (agent, mcp): EXIT_USAGE
  * after saying so when a network or package option was given, else 0. */
 int refuse_net_opts(const char *cmd, const struct common_opts *o);

@@ -190,6 +190,8 @@ static void on_event(void *ctx, json_t *ev)
         fprintf(stderr, "   → %s\n", json_string_value(json_object_get(ev, "status")));
         if (nl)
             print_lines(nl + 1, OUTPUT_LINES_SHOWN, "     ");
+    } else if (!strcmp(type, "undone")) {
+        fprintf(stderr, "   ↶ the session was taken back to its state before this cell\n");
     } else if (!strcmp(type, "notice")) {
         fprintf(stderr, "runcell: %s\n", json_string_value(json_object_get(ev, "text")));
     } else if (!strcmp(type, "fallback")) {
@@ -255,8 +257,10 @@ static int run_agent(struct agent_cli *o, struct llm_client *llm)
         fprintf(stderr, "runcell: warning: resource limits are degraded: %s\n",
                 host.degraded_reason);
     catch_signals();
-    struct session_opts so = {.limits = o->c.limits, .timeout_ms = o->c.timeout_ms};
+    struct session_opts so = {
+        .limits = o->c.limits, .timeout_ms = o->c.timeout_ms, .history = AGENT_DEFAULT_HISTORY};
     session_opts_fill_defaults(&so);
+    session_files_history_enable();
     if (session_new(&host, &so, &s) < 0) {
         session_error = xstrdup(err_msg());
         fprintf(stderr, "runcell: the session could not start: %s\n", session_error);

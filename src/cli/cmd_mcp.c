@@ -20,7 +20,8 @@ static const char mcp_usage[] =
     "\n"
     "Serves the Model Context Protocol on stdin and stdout, for an MCP client that starts\n"
     "runcell as a subprocess (docs/MCP.md). Tools: run_code, run_shell, create_session,\n"
-    "close_session, list_files, read_file, write_file. Sessions live as long as this process\n"
+    "close_session, list_files, read_file, write_file, wait_for_cell. Sessions live as long as "
+    "this process\n"
     "(or, with --idle-timeout, until idle that long). The process ends when stdin closes,\n"
     "after the running calls finish, or at once (interrupting them) on SIGTERM or SIGINT.\n"
     "\n";
@@ -30,9 +31,21 @@ struct mcp_opts {
     uint64_t max_timeout_ms;
     uint64_t idle_timeout_ms; /* 0: sessions never expire */
     uint64_t max_sessions;
+    uint64_t reply_deadline_ms; /* 0: none */
 };
 
 #define F(member) offsetof(struct mcp_opts, member)
+
+/* --reply-deadline SEC, or 0 for none. */
+static int opt_reply_deadline(void *opts, const char *cmd, char *val)
+{
+    struct mcp_opts *o = opts;
+    if (!strcmp(val, "0")) {
+        o->reply_deadline_ms = 0;
+        return 0;
+    }
+    return opt_seconds(cmd, "--reply-deadline", val, &o->reply_deadline_ms);
+}
 
 /* The common options an MCP server takes, as its sessions' defaults. */
 static const char mcp_limits_help[] =
@@ -51,6 +64,10 @@ static const struct opt_spec mcp_specs[] = {
      .help = "close sessions idle this long (default: never)"},
     {"max-sessions", "N", OPTK_COUNT64, F(max_sessions),
      .help = "live sessions at most (default 64)"},
+    {"reply-deadline", "SEC", OPTK_FN, .fn = opt_reply_deadline,
+     .help = "a cell still running this long is answered with a run_id for\n"
+             "wait_for_cell, the cell going on (default 45; 0: never, for\n"
+             "clients whose request timeout is longer than the cells)"},
     {NULL, .help = mcp_limits_help},
     {"file", "LOCAL[:DEST]", OPTK_REFUSED, .help = no_files},
     {"out", "DIR", OPTK_REFUSED, .help = no_files},
@@ -228,7 +245,7 @@ static int block_signals(void)
 
 int cmd_mcp(int argc, char **argv)
 {
-    struct mcp_opts o = {.max_sessions = 64};
+    struct mcp_opts o = {.max_sessions = 64, .reply_deadline_ms = MCP_REPLY_DEADLINE_MS};
     int r = parse_args(argc, argv, &o);
     if (r) {
         common_opts_release(&o.common);
@@ -248,8 +265,10 @@ int cmd_mcp(int argc, char **argv)
         .defaults = {.limits = o.common.limits,
                      .timeout_ms = o.common.timeout_ms,
                      .idle_timeout_ms = o.idle_timeout_ms,
-                     .output_cap = MCP_DEFAULT_OUTPUT_CAP},
+                     .output_cap = MCP_DEFAULT_OUTPUT_CAP,
+                     .history = MCP_DEFAULT_HISTORY},
         .max_timeout_ms = o.max_timeout_ms ? o.max_timeout_ms : 3600u * 1000,
+        .reply_deadline_ms = o.reply_deadline_ms,
         .server_version = RUNCELL_VERSION,
     };
     session_opts_fill_defaults(&cfg.defaults);

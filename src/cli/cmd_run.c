@@ -11,6 +11,9 @@
 
 #include "cli/cli.h"
 #include "session/session.h"
+#ifndef RUNCELL_FRONT
+#include "store/store.h"
+#endif
 
 #define MAX_STDIN_CODE (16u << 20)
 
@@ -377,6 +380,70 @@ static int run_cells(struct run_opts *o, struct session *s, struct cell_printer 
     return cancel_signal ? 128 + cancel_signal : status;
 }
 
+#ifndef RUNCELL_FRONT
+/* RUNCELL_FORKED (the security suite's pass over forked sessions; runcell execs
+ * runcell-full for it): the cells run in a fork of a session that ran a cell of its own, made
+ * as `serve` makes forks (the parent exported to a store, the fork resumed from it), in a
+ * scratch store that goes with the run. */
+#define FORK_SEED "forked_from = 'a parent session'"
+
+struct forked {
+    char dir[64];
+    struct persist_config pc;
+    struct session_table *t;
+    struct session *s;
+};
+
+static int forked_session(struct sandbox_host *host, const struct session_opts *so,
+                          struct forked *f)
+{
+    snprintf(f->dir, sizeof(f->dir), "/tmp/runcell-forked-XXXXXX");
+    if (!mkdtemp(f->dir))
+        return err_set(errno, "cannot create a scratch store: %s", strerror(errno));
+    struct store_config sc = {.url = f->dir};
+    int r = store_open(&sc, &f->pc.store);
+    if (r < 0)
+        return r;
+    f->t = session_table_new(host, SESSION_FORK_MAX, NULL);
+    session_table_set_persistence(f->t, &f->pc);
+    _cleanup_free_ char *parent = NULL;
+    if ((r = session_table_create(f->t, so, &parent)) < 0)
+        return r;
+    int err;
+    struct session *p = session_table_acquire(f->t, parent, &err);
+    if (!p)
+        return err_set(-err, "the parent session is gone");
+    struct exec_request req = {.code = FORK_SEED, .cancel_fd = -1};
+    struct exec_record rec;
+    exec_record_init(&rec, DEFAULT_OUTPUT_CAP);
+    r = session_execute(p, &req, NULL, &rec);
+    if (r == 0 && rec.status != EXEC_OK)
+        r = err_set(EIO, "the parent's cell failed: %s", rec.message ? rec.message : "?");
+    exec_record_release(&rec);
+    session_table_put(f->t, p);
+    json_t *forks = NULL;
+    if (r == 0 && (r = session_table_fork(f->t, parent, 1, &forks)) == 0) {
+        const char *id = json_string_value(json_object_get(json_array_get(forks, 0), "id"));
+        f->s = id ? session_table_acquire(f->t, id, &err) : NULL;
+        if (!f->s)
+            r = err_set(EIO, "the fork is gone");
+    }
+    json_decref(forks);
+    session_table_close(f->t, parent, false, NULL); /* the fork runs alone */
+    return r;
+}
+
+static void forked_release(struct forked *f)
+{
+    if (f->s)
+        session_table_put(f->t, f->s);
+    session_table_free(f->t);
+    store_free(f->pc.store);
+    if (f->dir[0])
+        rm_rf(f->dir);
+}
+#endif
+
 static int execute_cells(struct run_opts *o)
 {
     struct sandbox_host host;
@@ -396,8 +463,18 @@ static int execute_cells(struct run_opts *o)
                               .files = o->c.files,
                               .n_files = o->c.n_files,
                               .lang = lang_is_javascript(o->lang) ? "javascript" : NULL};
-    int status;
-    if (session_new(&host, &so, &s) < 0) {
+    int status, r;
+#ifndef RUNCELL_FRONT
+    struct forked forked = {0};
+    bool in_fork = getenv("RUNCELL_FORKED");
+    if (in_fork && (r = forked_session(&host, &so, &forked)) == 0)
+        s = forked.s;
+    else if (!in_fork)
+        r = session_new(&host, &so, &s);
+#else
+    r = session_new(&host, &so, &s);
+#endif
+    if (r < 0) {
         fprintf(stderr, "runcell: cannot start the session: %s\n", err_msg());
         status = 125;
     } else {
@@ -410,7 +487,12 @@ static int execute_cells(struct run_opts *o)
     }
     strv_free(printer.saved);
     ws_listing_release(&before);
-    session_free(s);
+#ifndef RUNCELL_FRONT
+    if (in_fork)
+        forked_release(&forked);
+    else
+#endif
+        session_free(s);
     sandbox_host_release(&host);
     return status;
 }

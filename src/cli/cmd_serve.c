@@ -96,6 +96,8 @@ static const struct opt_spec serve_opts[] = {
      .help = "live sessions at most (default 1000)"},
     {"max-executions", "N", OPTK_SIZE, F(limits.max_executions),
      .help = "executions running at once (default 64); more wait\ntheir turn"},
+    {"max-snapshots", "N", OPTK_SIZE, F(limits.max_snapshots),
+     .help = "snapshots kept in the store at once (default 100)"},
     {"max-queued-executions", "N", OPTK_SIZE, F(limits.max_queued_executions),
      .help = "executions waiting to run, across sessions (default\n1024); more are refused (429)"},
     {"max-memory", "MB", OPTK_MB, F(limits.max_memory_mb),
@@ -176,6 +178,8 @@ static const struct opt_spec serve_opts[] = {
      .help = "how long a lease lasts unrenewed, so how soon a dead node's\n"
              "sessions move (default 15; at least 1)"},
     {"package", "SPEC", OPTK_REFUSED, .help = per_session},
+    {"secret", "HOST=ENVNAME[:HEADER]", OPTK_REFUSED,
+     .help = "--secret is an option of sessions: give \"secrets\" in POST /v1/sessions"},
     {"index-url", "URL", OPTK_REFUSED, .help = per_session},
     {"install-timeout", "SEC", OPTK_REFUSED, .help = per_session},
     {"file", "LOCAL[:DEST]", OPTK_REFUSED, .help = no_files},

@@ -72,9 +72,54 @@ static int parse_net(void *opts, const char *cmd, char *val)
     return 0;
 }
 
+/* --secret HOST=ENVNAME[:HEADER]: the value comes from the caller's environment, never the
+ * command line (which any user of the machine can read); it goes as HEADER: VALUE, or as
+ * Authorization: Bearer VALUE without a HEADER. Messages never quote what follows '='. */
+static int parse_secret(void *opts, const char *cmd, char *val)
+{
+    struct common_opts *o = opts;
+    char *eq = strchr(val, '=');
+    if (!eq || eq == val)
+        return usage_error(cmd, "--secret: give HOST=ENVNAME[:HEADER] (the value is read from "
+                                "the environment variable ENVNAME)");
+    *eq = '\0';
+    char *name = eq + 1, *header = strchr(name, ':');
+    if (header)
+        *header++ = '\0';
+    size_t n = strlen(name);
+    bool ok = n && !(name[0] >= '0' && name[0] <= '9') &&
+              strspn(name, "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                           "abcdefghijklmnopqrstuvwxyz"
+                           "0123456789_") == n;
+    if (!ok)
+        return usage_error(cmd,
+                           "--secret %s=...: after '=' comes the name of an environment "
+                           "variable that holds the value (letters, digits and _), never the "
+                           "value itself",
+                           val);
+    const char *value = getenv(name);
+    if (!value || !*value)
+        return usage_error(cmd, "--secret %s=%s: the environment variable %s is not set", val, name,
+                           name);
+    if (header && !*header)
+        return usage_error(cmd, "--secret %s=%s: empty header name after ':'", val, name);
+    _cleanup_free_ char *bearer = header ? NULL : xasprintf("Bearer %s", value);
+    json_t *item = json_pack("{s:s,s:s,s:s}", "host", val, "header",
+                             header ? header : "Authorization", "value", header ? value : bearer);
+    if (bearer)
+        explicit_bzero(bearer, strlen(bearer));
+    if (!item)
+        return usage_error(cmd, "--secret %s=%s: the value is not valid UTF-8", val, name);
+    if (!o->secrets_json)
+        o->secrets_json = json_array();
+    json_array_append_new(o->secrets_json, item);
+    return 0;
+}
+
 struct net_opts common_net_opts(const struct common_opts *o)
 {
     return (struct net_opts){.policy = o->net,
+                             .secrets = o->secrets,
                              .packages = o->packages,
                              .index_url = o->index_url,
                              .install_timeout_ms = o->install_timeout_ms};
@@ -122,6 +167,11 @@ static const struct opt_spec common_specs[] = {
     {"net", "none|allow:HOST[:PORT],...", OPTK_FN, .fn = parse_net,
      .help = "network policy (default none: loopback only; allow: the named\n"
              "hosts, through an egress proxy; docs/NETWORK.md)"},
+    {"secret", "HOST=ENVNAME[:HEADER]", OPTK_FN, .fn = parse_secret,
+     .help = "the egress proxy adds HEADER: $ENVNAME (default\n"
+             "Authorization: Bearer $ENVNAME) to requests for HOST; the\n"
+             "sandbox never sees it (repeatable; without --net, the\n"
+             "network allows these hosts; docs/NETWORK.md)"},
     {"package", "SPEC", OPTK_STRV, C(packages),
      .help = "pip requirement installed before the code runs (repeatable;\n"
              "needs --net allow:... naming the index and the host it serves\n"
@@ -141,6 +191,11 @@ void common_opts_release(struct common_opts *o)
     o->n_files = 0;
     net_policy_free(o->net);
     o->net = NULL;
+    net_secrets_json_wipe(o->secrets_json);
+    json_decref(o->secrets_json);
+    o->secrets_json = NULL;
+    net_secrets_free(o->secrets);
+    o->secrets = NULL;
     strv_free(o->packages);
     o->packages = NULL;
 }
@@ -158,8 +213,35 @@ int check_out_dir(const char *cmd, const char *dir)
     return 0;
 }
 
-int check_net_opts(const char *cmd, const struct common_opts *o)
+/* Parses the secrets; without --net, the network is an allowlist of their hosts. */
+static int take_secrets(const char *cmd, struct common_opts *o)
 {
+    if (!o->secrets_json)
+        return 0;
+    if (!o->net) {
+        size_t i;
+        json_t *item;
+        _cleanup_strv_ char **hosts = xcalloc(1, sizeof(char *));
+        json_array_foreach(o->secrets_json, i, item)
+        {
+            hosts = strv_push(hosts, json_string_value(json_object_get(item, "host")));
+        }
+        if (net_policy_parse((const char *const *)hosts, strv_len(hosts), &o->net) < 0)
+            return usage_error(cmd, "--secret: %s", err_msg());
+    }
+    int r = net_secrets_from_json(o->secrets_json, o->net, &o->secrets);
+    net_secrets_json_wipe(o->secrets_json);
+    json_decref(o->secrets_json);
+    o->secrets_json = NULL;
+    if (r < 0)
+        return usage_error(cmd, "--secret: %s", err_msg());
+    return 0;
+}
+
+int check_net_opts(const char *cmd, struct common_opts *o)
+{
+    if (take_secrets(cmd, o))
+        return EXIT_USAGE;
     struct net_opts n = common_net_opts(o);
     if (net_opts_check(&n) < 0)
         return usage_error(cmd, "%s", err_msg());
@@ -169,6 +251,7 @@ int check_net_opts(const char *cmd, const struct common_opts *o)
 int refuse_net_opts(const char *cmd, const struct common_opts *o)
 {
     const char *opt = o->net                  ? "--net allow:..."
+                      : o->secrets_json       ? "--secret"
                       : o->packages           ? "--package"
                       : o->index_url          ? "--index-url"
                       : o->install_timeout_ms ? "--install-timeout"

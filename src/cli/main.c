@@ -15,6 +15,7 @@
 
 #include "base/base.h"
 #include "cli/cli.h"
+#include "net/net.h"
 
 #ifdef RUNCELL_FRONT
 #define IN_FULL(fn) NULL /* in runcell-full */
@@ -54,6 +55,18 @@ static int exec_full(char **argv)
             "reinstall runcell (`meson install` puts it there)\n",
             argv[1], path, strerror(errno));
     return 127;
+}
+#endif
+
+#ifdef RUNCELL_FRONT
+/* Whether the command line gives secrets, which only runcell-full's proxy (with TLS) can
+ * send. */
+static bool needs_tls(int argc, char **argv)
+{
+    for (int i = 2; i < argc; i++)
+        if (!strcmp(argv[i], "--secret") || !strncmp(argv[i], "--secret=", 9))
+            return true;
+    return false;
 }
 #endif
 
@@ -148,8 +161,11 @@ int main(int argc, char **argv)
         if (strcmp(argv[1], commands[i].name))
             continue;
 #ifdef RUNCELL_FRONT
-        if (!commands[i].fn)
+        /* RUNCELL_FORKED: cells in a fork (cmd_run.c), which needs the store. */
+        if (!commands[i].fn || needs_tls(argc, argv) || getenv("RUNCELL_FORKED"))
             return exec_full(argv);
+#else
+        net_tls_enable();
 #endif
         if (makes_sandboxes(argc, argv))
             (void)sandbox_scope_reexec(argc, argv);

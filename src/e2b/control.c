@@ -24,21 +24,24 @@ static json_t *box_json(const struct e2b_box *b, struct session *s, bool with_to
         end_ms = b->deadline_ms;
     format_time_iso(b->started_ms, started);
     format_time_iso(end_ms, end);
-    const struct net_policy *np = session_net_policy(s);
+    json_t *net = session_network_json(s); /* as updateNetwork left it */
+    const char *mode = json_string_value(json_object_get(net, "mode"));
+    bool internet = mode && !strcmp(mode, "internet"),
+         allowlist = mode && !strcmp(mode, "allowlist");
     json_t *j = json_pack("{s:s,s:s,s:s,s:s,s:O,s:s,s:s,s:s,s:I,s:I,s:I,s:b}", "sandboxID", b->id,
                           "templateID", b->template_id, "clientID", "runcell", "envdVersion",
                           E2B_ENVD_VERSION, "metadata", b->metadata, "startedAt", started, "endAt",
                           end, "state", "running", "cpuCount",
                           (json_int_t)((o->limits.cpus_milli ? o->limits.cpus_milli : 1000) / 1000),
                           "memoryMB", (json_int_t)o->limits.memory_mb, "diskSizeMB",
-                          (json_int_t)o->limits.disk_mb, "allowInternetAccess", np && np->internet);
-    if (np && !np->internet) {
-        json_t *pj = net_policy_json(np), *allow = json_object_get(pj, "allow");
+                          (json_int_t)o->limits.disk_mb, "allowInternetAccess", internet);
+    if (allowlist) {
+        json_t *allow = json_object_get(net, "allow");
         json_object_set_new(j, "network",
                             allow ? json_pack("{s:O}", "allowOut", allow)
                                   : json_pack("{s:[]}", "allowOut"));
-        json_decref(pj);
     }
+    json_decref(net);
     if (with_token)
         json_object_set_new(j, "envdAccessToken", json_string(b->token));
     if (domain) /* the SDKs' getHost(port): PORT-ID.DOMAIN */
@@ -496,9 +499,9 @@ enum MHD_Result h_e2b_network(struct request *rq)
         ret = e2b_error(rq, 404, "sandbox %s not found", id);
         goto out;
     }
-    int r = session_set_network(s, rq->net);
+    int r = session_network_replace(s, rq->net, rq->srv->cfg->net_allow_max);
     session_table_put(rq->srv->table, s);
-    ret = r < 0 ? e2b_error(rq, r == -EOPNOTSUPP ? 400 : e2b_status_of(r),
+    ret = r < 0 ? e2b_error(rq, r == -ENOTSUP || r == -EINVAL ? 400 : e2b_status_of(r),
                             "%s; or give the sandbox a network when you create it", err_msg())
                 : e2b_reply_empty(rq, 204);
 out:

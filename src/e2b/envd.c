@@ -188,6 +188,8 @@ static enum MHD_Result fs_call(struct request *rq, const char *method, json_t *m
         return fs_reply_entry(rq, s, rel);
     if (!strcmp(method, "ListDir"))
         return fs_list(rq, s, rel, msg);
+    if (!*rel && !strcmp(method, "MakeDir")) /* as E2B answers for any existing directory */
+        return e2b_connect_error(rq, "already_exists", "'%s' already exists", p);
     if (!*rel)
         return e2b_connect_error(rq, "invalid_argument", "'%s' is the workspace itself", p);
     int r;

@@ -76,10 +76,11 @@ struct request {
     double t0_ms;
     char *session_id; /* for the log */
     bool responded;
-    bool owes_reply;        /* counted in srv->replies_owed until completed */
-    json_t *takeover;       /* this request resumed its session here: {resumed, lost, ...} */
-    struct net_policy *net; /* the network policy a create body asked for */
-    char **packages;        /* ... and its packages */
+    bool owes_reply;             /* counted in srv->replies_owed until completed */
+    json_t *takeover;            /* this request resumed its session here: {resumed, lost, ...} */
+    struct net_policy *net;      /* the network policy a create body asked for */
+    struct net_secrets *secrets; /* ... and its secrets */
+    char **packages;             /* ... and its packages */
 };
 #define DRAIN_MAX (16u << 20)
 /* What is read and dropped after an early reply to rq (see hold_reply): DRAIN_MAX, or for

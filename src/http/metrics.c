@@ -116,6 +116,14 @@ static void render_egress(struct buf *b)
                "proxy now.\n# TYPE runcell_egress_connections_open gauge\n"
                "runcell_egress_connections_open %llu\n",
                (unsigned long long)st.active);
+    buf_printf(b,
+               "# HELP runcell_egress_intercepted_total TLS connections the egress proxy "
+               "terminated (hosts with secrets).\n# TYPE runcell_egress_intercepted_total counter\n"
+               "runcell_egress_intercepted_total %llu\n"
+               "# HELP runcell_egress_secret_requests_total Requests the egress proxy added a "
+               "secret to.\n# TYPE runcell_egress_secret_requests_total counter\n"
+               "runcell_egress_secret_requests_total %llu\n",
+               (unsigned long long)st.intercepted, (unsigned long long)st.secrets_added);
 }
 
 char *metrics_render(struct metrics *m, const struct metrics_gauges *g)

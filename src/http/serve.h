@@ -14,6 +14,7 @@ struct server_limits {
     size_t max_sessions;
     size_t max_executions;        /* running at once, across sessions and one-shot runs */
     size_t max_queued_executions; /* waiting to run, across sessions (more are refused) */
+    size_t max_snapshots;         /* kept in the store at once */
     size_t max_connections;
     size_t max_connections_per_peer; /* from one client address; 0: no cap */
     size_t max_unauthenticated;      /* open without having shown the token; 0: no cap */

@@ -38,6 +38,8 @@ void server_limits_fill_defaults(struct server_limits *l)
         l->max_sessions = 1000;
     if (!l->max_executions)
         l->max_executions = 64;
+    if (!l->max_snapshots)
+        l->max_snapshots = SNAPSHOT_MAX_DEFAULT;
     if (!l->max_queued_executions)
         l->max_queued_executions = EXEC_GATE_DEFAULT_WAITING;
     if (!l->max_connections)
@@ -115,6 +117,7 @@ static void request_free(struct request *rq)
     free(rq->raw_uri);
     json_decref(rq->takeover);
     net_policy_free(rq->net);
+    net_secrets_free(rq->secrets);
     strv_free(rq->packages);
     free(rq);
 }

@@ -128,6 +128,7 @@ static const struct {
     {"hello", KEV_HELLO},         {"checkpoint_done", KEV_REPLY},
     {"restore_done", KEV_REPLY},  {"sync", KEV_SYNC},
     {"set_home_done", KEV_REPLY}, {"start_shell_done", KEV_REPLY},
+    {"history_done", KEV_REPLY},  {"undo_done", KEV_REPLY},
 };
 
 static int handle_message(const char *p, size_t n, kernel_event_fn cb, void *ctx)
@@ -495,6 +496,53 @@ int kernel_start_shell(struct kernel *k, uint64_t timeout_ms)
                     error ? error : "it did not say why");
     json_decref(reply);
     return r;
+}
+
+int kernel_history(struct kernel *k, unsigned depth, uint64_t timeout_ms)
+{
+    char text[16];
+    json_t *reply = NULL;
+    snprintf(text, sizeof(text), "%u", depth);
+    int r = kernel_request(k, "history", text, timeout_ms, timeout_ms, &reply);
+    if (r < 0)
+        return r;
+    const char *error = json_string_value(json_object_get(reply, "error"));
+    if (!json_is_true(json_object_get(reply, "ok")))
+        r = err_set(EIO, "the kernel could not keep its history: %s",
+                    error ? error : "it did not say why");
+    json_decref(reply);
+    return r;
+}
+
+int kernel_undo(struct kernel *k, long before, uint64_t timeout_ms, long *ret_count,
+                json_t **ret_kept)
+{
+    char text[24];
+    json_t *reply = NULL;
+    snprintf(text, sizeof(text), "%ld", before);
+    int r = kernel_request(k, "undo", text, timeout_ms, timeout_ms, &reply);
+    if (r < 0)
+        return r;
+    json_t *kept = json_object_get(reply, "kept"), *clean = json_array();
+    size_t i;
+    json_t *v;
+    /* The kernel's word: numbers only, as many as a history may hold. */
+    json_array_foreach(kept, i, v) if (json_is_integer(v) && i < 1000) json_array_append(clean, v);
+    const char *error = json_string_value(json_object_get(reply, "error"));
+    json_int_t count = json_integer_value(json_object_get(reply, "execution_count"));
+    if (!json_is_true(json_object_get(reply, "ok")))
+        r = err_set(ENOENT, "%.300s", error ? error : "the kernel did not say why");
+    else if (count < 0 || count >= before)
+        r = err_set(EPROTO, "the kernel's undo answered an execution count of %lld",
+                    (long long)count);
+    json_decref(reply);
+    if (r < 0) {
+        json_decref(clean);
+        return r;
+    }
+    *ret_count = (long)count;
+    *ret_kept = clean;
+    return 0;
 }
 
 void kernel_answer_sync(struct kernel *k)

@@ -128,6 +128,16 @@ int kernel_set_home(struct kernel *k, const char *home, uint64_t timeout_ms);
  * ahead gets, so that its first shell command costs what a later one does); waits up to
  * timeout_ms. 0, or -errno with err_msg() as kernel_set_home. */
 int kernel_start_shell(struct kernel *k, uint64_t timeout_ms);
+/* Makes a Python kernel keep its state before each of its next depth cells (a copy of itself
+ * per cell, see kernel.py's _History), for kernel_undo; 0 drops what it keeps. Waits up to
+ * timeout_ms. 0, or -errno with err_msg() as kernel_set_home. */
+int kernel_history(struct kernel *k, unsigned depth, uint64_t timeout_ms);
+/* Takes the kernel back to its state before cell `before` (the copy taken then goes on as
+ * the kernel). 0 with *ret_count (the cells the kernel has now run) and *ret_kept (the cells
+ * whose state before them is still kept, an array; caller decrefs), -ENOENT with err_msg()
+ * when no such state is kept, or -errno as kernel_request. */
+int kernel_undo(struct kernel *k, long before, uint64_t timeout_ms, long *ret_count,
+                json_t **ret_kept);
 /* Asks the kernel to stop the running cell (KeyboardInterrupt): an interrupt frame on the
  * channel, then SIGINT. The frame reaches a cell whose code has not started yet (the
  * kernel ignores SIGINT between cells and looks for the frame as the code starts); the

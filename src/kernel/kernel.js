@@ -31,7 +31,7 @@ const { createRequire, builtinModules } = require('module');
 const { pathToFileURL } = require('url');
 
 const CHANNEL_FD = 3;
-const MAX_REQUEST = 64 << 20;
+const MAX_REQUEST = 48 << 20; // KERNEL_MAX_FRAME in kernel.h: one cap for both directions
 const STREAM_CHUNK = 32 << 10;
 const KERNEL_FILE = __filename;
 

@@ -9,10 +9,13 @@ Frames are [u32 big-endian payload length][u8 kind][payload]:
                           {"type": "checkpoint" | "restore", "path": ...} (variables, see below)
                           {"type": "set_home", "path": ...} (HOME and the working directory)
                           {"type": "start_shell"} (the bash shell, before its first cell)
+                          {"type": "history", "path": DEPTH} (keep the state before cells)
+                          {"type": "undo", "path": N} (back to the state before cell N)
   kernel -> daemon  b"O"  stdout bytes written by Python code (sys.stdout)
                     b"E"  stderr bytes written by Python code (sys.stderr)
                     b"M"  JSON message: hello, display (MIME bundle), done, checkpoint_done,
-                          restore_done, set_home_done, start_shell_done, sync
+                          restore_done, set_home_done, start_shell_done, history_done,
+                          undo_done, sync
 Output of child processes and C code goes to fds 1 and 2, which are pipes the daemon reads
 directly. The daemon treats everything arriving here as untrusted: user code runs in this
 very process and may change any of it.
@@ -41,6 +44,7 @@ import types
 
 CHANNEL_FD = 3
 MAX_REQUEST = 48 << 20  # KERNEL_MAX_FRAME in kernel.h: one cap for both directions
+_os_fork = os.fork  # before _sync_before_programs wraps it: the kernel's own forks
 STREAM_CHUNK = 32 << 10
 KERNEL_FILE = os.path.abspath(__file__)
 
@@ -1081,6 +1085,16 @@ class BashShell:
     def send(self, text):
         _write_all(self.cmd_fd, text.encode("utf-8", "surrogateescape"))
 
+    def close_inherited(self):
+        """A copy of the kernel lets go of the shell it inherited (the kernel's child, not
+        its own): its pipes' ends close, nothing is waited for."""
+        for fd in (self.status_fd, self.cmd_fd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.proc.returncode = 0  # never waited for here
+
     def interrupt(self):
         """SIGINT to the shell's process group (the shell and its foreground commands; its
         background jobs ignore it), then one more report line."""
@@ -1275,6 +1289,7 @@ class Kernel:
         self.sync = False  # the daemon answers sync messages (the request said so)
         self.pid = os.getpid()  # a process forked from the kernel's never syncs
         self.reserve = _memory_reserve()
+        self.history = None  # _History, once a "history" request asked for one
 
     # -- output --
     def sync_output(self):
@@ -1526,17 +1541,74 @@ class Kernel:
             except ValueError:
                 continue
             if req.get("type") == "execute":
+                if self.history is not None and self.history.take(self):
+                    self.resumed()
+                    continue  # woken by an undo: the request that was about to run is done
                 self.sync = req.get("sync") is True
                 try:
                     self.execute(req)
                 finally:
                     self.sync = False
+                if self.history is not None:
+                    self.history.fresh = False
+                    if self.history.take(self):  # the state before the next cell
+                        self.resumed()
+            elif req.get("type") == "history":
+                self.start_history(req.get("path", ""))
+            elif req.get("type") == "undo":
+                self.undo(req.get("path", ""))
             elif req.get("type") in ("checkpoint", "restore"):
                 self.variables(req)
+                if req.get("type") == "restore" and self.history is not None:
+                    self.history.fresh = False
             elif req.get("type") == "set_home":
                 self.set_home(req.get("path", ""))
+                if self.history is not None:
+                    self.history.fresh = False
             elif req.get("type") == "start_shell":
                 self.start_shell()
+
+    def start_history(self, depth):
+        """Keeps the state before each of the next cells, depth of them (see _History)."""
+        reply = {"type": "history_done", "ok": True}
+        try:
+            depth = int(depth)
+            if depth < 0 or depth > 1000:
+                raise ValueError("depth %d is out of range" % depth)
+            if self.history is None and depth > 0:
+                ctl_r, ctl_w = os.pipe()
+                pid = _kernel_fork()
+                if pid:
+                    os.close(ctl_w)
+                    _anchor(ctl_r, pid)  # never returns
+                os.close(ctl_r)
+                self.pid = os.getpid()
+                self.history = _History(depth, ctl_w)
+            elif self.history is not None:
+                self.history.depth = depth
+                while len(self.history.copies) > depth + 1:
+                    self.history._drop(self.history.copies.pop(0))
+        except (OSError, ValueError) as e:
+            reply = {"type": "history_done", "ok": False, "error": str(e)}
+        self.channel.send_json(reply)
+
+    def undo(self, before):
+        try:
+            before = int(before)
+        except ValueError:
+            before = -1
+        if self.history is None:
+            reply = {"type": "undo_done", "ok": False, "kept": [],
+                     "error": "this kernel keeps no history"}
+        else:
+            reply = self.history.undo(self, before)  # exits when it woke a copy
+        self.channel.send_json(reply)
+
+    def resumed(self):
+        """The copy woken by an undo says so, and goes on as the kernel."""
+        self.channel.send_json({"type": "undo_done", "ok": True, "execution_count": self.count,
+                                "pid": os.getpid(),
+                                "kept": [c[0] + 1 for c in self.history.copies]})
 
     def start_shell(self):
         """Starts the shell now, before its first cell (a session made ahead, in the pool):
@@ -2023,6 +2095,201 @@ class _IPythonShim:
         _ipython_fill(module)
 
 
+# ---- undo: the kernel as it was before each of its last cells ----
+#
+# A "history" request turns the process the sandbox started into an anchor: it forks the
+# kernel that goes on serving, and from then on only reaps, forwards the signals the
+# sandbox's init sends it to whichever process is the kernel now, and at that kernel's end
+# ends the same way (so init reports what the daemon expects). Before each cell the kernel
+# forks a copy of itself that waits (copy-on-write: a copy costs the pages later cells
+# change); an "undo" request wakes the copy taken before that cell, which answers and goes
+# on as the kernel, while the kernel that got the request (and every newer copy) exits.
+# What is not in a Python process does not go back: its shell restarts, threads a cell
+# started are not in the copies, programs it started run on.
+
+_snapshotting = False  # a fork of the kernel's own: the at-fork hooks leave it alone
+_ANCHOR_FORWARDS = (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP, _signal.SIGQUIT,
+                    _signal.SIGUSR1, _signal.SIGUSR2)
+
+
+def _kernel_fork():
+    """fork() without the kernel's at-fork hooks (the child keeps the channel)."""
+    global _snapshotting
+    _snapshotting = True
+    try:
+        return _os_fork()
+    finally:
+        _snapshotting = False
+
+
+def _anchor(ctl_r, live):
+    """The anchor's life: never returns. ctl_r carries "PID\n" lines, each naming the new
+    kernel (any process of the sandbox may write them: a wrong one only misdirects its own
+    signals)."""
+    import ctypes
+    import select
+    ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    null = os.open("/dev/null", os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    keep = sorted({0, 1, 2, ctl_r})
+    for lo, hi in zip(keep, keep[1:] + [1 << 20]):
+        os.closerange(lo + 1, hi)
+    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    _signal.set_wakeup_fd(wake_w)
+    state = {"live": live}
+
+    def forward(signum, frame):
+        try:
+            os.kill(state["live"], signum)
+        except OSError:
+            pass
+    for sig in _ANCHOR_FORWARDS:
+        _signal.signal(sig, forward)
+    _signal.signal(_signal.SIGCHLD, lambda signum, frame: None)
+    buf = b""
+    while True:
+        try:
+            ready, _, _ = select.select([ctl_r, wake_r], [], [])
+        except InterruptedError:
+            ready = []
+        if ctl_r in ready:
+            data = os.read(ctl_r, 256)
+            buf = (buf + data)[-256:]
+            *lines, buf = buf.split(b"\n")
+            for line in lines:
+                if line.strip().isdigit():
+                    state["live"] = int(line)
+        if wake_r in ready:
+            try:
+                os.read(wake_r, 256)
+            except BlockingIOError:
+                pass
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                pid = 0
+            if pid == 0:
+                break
+            if pid == state["live"]:
+                if os.WIFSIGNALED(status):
+                    sig = os.WTERMSIG(status)
+                    for s_ in (sig,):
+                        _signal.signal(s_, _signal.SIG_DFL)
+                    _signal.pthread_sigmask(_signal.SIG_UNBLOCK, [sig])
+                    os.kill(os.getpid(), sig)
+                os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
+
+
+class _History:
+    """The kernel's copies of itself, oldest first: (the count of the cells it had run, its
+    pid, the write end of the pipe it waits on). At most depth of them. The copy of the
+    state before the next cell is taken as soon as the last one is done (fresh), so that its
+    fork (~1 ms with the data stack loaded) falls while the daemon sends the reply, not in
+    the next cell; a request that changes the state in between (a restore, a new home) takes
+    it again before that cell."""
+
+    def __init__(self, depth, ctl_w):
+        self.depth = depth
+        self.ctl_w = ctl_w  # tells the anchor the kernel's pid
+        self.copies = []
+        self.fresh = False  # the newest copy is of the kernel as it is now
+
+    def take(self, kernel):
+        """Forks the copy of the kernel as it is now. Returns True in the copy once it is woken
+        to go on as the kernel, False in the kernel."""
+        if self.depth <= 0 or self.fresh:
+            return False
+        # Trimmed first: the copy inherits the list as it stands, and names no copy that is
+        # gone. depth cells can be undone: the copies before each of them, and this one (the
+        # state before the next cell).
+        while len(self.copies) >= self.depth + 1:
+            self._drop(self.copies.pop(0))
+        r, w = os.pipe()
+        pid = _kernel_fork()
+        if pid == 0:
+            os.close(w)
+            return self._wait(kernel, r)
+        os.close(r)
+        self.copies.append((kernel.count, pid, w))
+        self.fresh = True
+        return False
+
+    @staticmethod
+    def _alive(pid):
+        """Whether a copy still waits (one the out-of-memory killer took is gone)."""
+        try:
+            return os.waitpid(pid, os.WNOHANG) == (0, 0)
+        except ChildProcessError:  # not this process's child: the anchor reaps it
+            try:
+                os.kill(pid, 0)
+                return True
+            except OSError:
+                return False
+
+    @staticmethod
+    def _drop(copy):
+        _, pid, w = copy
+        try:
+            os.kill(pid, _signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except (OSError, ChildProcessError):
+            pass  # gone already, or the anchor's to reap
+        os.close(w)
+
+    def _wait(self, kernel, r):
+        """The copy's life until it is woken: it takes no signal the kernel would, dies
+        first when the sandbox is out of memory, and reads its pipe: "resume", or end of
+        file (its kernel gone: the copy too)."""
+        for sig in _ANCHOR_FORWARDS:
+            _signal.signal(sig, _signal.SIG_IGN)
+        try:
+            with open("/proc/self/oom_score_adj", "w") as f:
+                f.write("1000")
+        except OSError:
+            pass
+        try:
+            word = os.read(r, 16)
+        except OSError:
+            word = b""
+        if word != b"resume":
+            os._exit(0)
+        os.close(r)
+        _signal.signal(_signal.SIGINT, _sigint_handler)
+        _signal.signal(_signal.SIGTERM, _signal.SIG_DFL)
+        kernel.pid = os.getpid()
+        self.fresh = False
+        # The shell was the kernel's child, in the state of its last cell: not this copy's.
+        if kernel.bash is not None:
+            kernel.bash.close_inherited()
+            kernel.bash = None
+        return True
+
+    def undo(self, kernel, before):
+        """Wakes the copy taken before cell `before` (the one with `before - 1` cells run) and
+        exits; answers (in this kernel) only when there is no such copy."""
+        at = [i for i, c in enumerate(self.copies) if c[0] == before - 1]
+        if not at:
+            kept = [c[0] + 1 for c in self.copies]
+            return {"type": "undo_done", "ok": False, "kept": kept,
+                    "error": "no state before cell %s is kept (this kernel keeps the state "
+                             "before each of cells %s)" % (before, kept or "none")}
+        i = at[0]
+        count, pid, w = self.copies[i]
+        if not self._alive(pid):
+            del self.copies[i]
+            return {"type": "undo_done", "ok": False, "kept": [c[0] + 1 for c in self.copies],
+                    "error": "the state before cell %d was dropped to free memory (the "
+                             "sandbox ran out of memory: copies go first)" % before}
+        for copy in self.copies[i + 1:]:
+            self._drop(copy)
+        _write_all(self.ctl_w, b"%d\n" % pid)
+        _write_all(w, b"resume")
+        kernel.flush_streams()
+        os._exit(0)
+
+
 _kernel = None  # this process's Kernel, from main() on
 _prepared = False
 
@@ -2098,7 +2365,10 @@ def main(template_argv=False):
 
     def after_fork_in_child():
         # A forked child (multiprocessing) writes to the real pipes, never to the channel,
-        # and the programs it starts need no sync (the channel is not its to use).
+        # and the programs it starts need no sync (the channel is not its to use). The
+        # kernel's own forks (its copies for undo, its anchor) keep it all.
+        if _snapshotting:
+            return
         kernel.sync = False
         try:
             os.close(channel.fd)

@@ -173,22 +173,24 @@ static void *call_main(void *arg)
     } else if (atomic_load(&k->cancelled)) {
         json_decref(result); /* a cancelled request gets no response */
     } else {
-        reply_respond(k->reply, rpc_result(k->id, result));
+        reply_respond(k->reply, rpc_result_for(k->c->cfg, k->features, k->id, result));
     }
     free(ended);
     finish(k);
     return NULL;
 }
 
-int call_start(struct mcp_conn *c, const struct tool *tool, json_t *id, json_t *args,
-               json_t *progress_token, struct reply *reply)
+int call_start(struct mcp_conn *c, const struct call_params *p, struct reply *reply)
 {
+    const struct tool *tool = p->tool;
     struct call *k = xcalloc(1, sizeof(*k));
     k->c = c;
     k->tool = tool;
-    k->id = json_deep_copy(id);
-    k->args = json_deep_copy(args);
-    k->progress_token = progress_token ? json_deep_copy(progress_token) : NULL;
+    k->id = json_deep_copy(p->id);
+    k->args = json_deep_copy(p->args);
+    k->progress_token = p->progress_token ? json_deep_copy(p->progress_token) : NULL;
+    k->features = p->features;
+    k->tasks = p->tasks;
     k->t0_ms = now_ms_f();
     pthread_mutex_init(&k->plock, NULL);
     pthread_cond_init(&k->pwake, NULL);
@@ -197,9 +199,8 @@ int call_start(struct mcp_conn *c, const struct tool *tool, json_t *id, json_t *
         call_free(k);
         return err_set(errno, "cannot create a pipe for the call: %s", strerror(errno));
     }
-    const char *sid = json_string_value(json_object_get(args, "session_id"));
+    const char *sid = json_string_value(json_object_get(p->args, "session_id"));
     pthread_mutex_lock(&c->lock);
-    k->features = c->version ? c->version->features : 0;
     /* The default session named by its id shares the default's lane. */
     if (!tool->no_session)
         k->lane = xstrdup(
@@ -208,7 +209,7 @@ int call_start(struct mcp_conn *c, const struct tool *tool, json_t *id, json_t *
     int r = 0;
     if (c->closing)
         r = err_set(ESHUTDOWN, "the connection is closing");
-    else if (c->n_calls >= MCP_MAX_CALLS)
+    else if (c->n_calls >= c->max_calls)
         r = err_set(EAGAIN,
                     "%zu tool calls are already running on this connection, the "
                     "most it takes; wait for one to finish",
@@ -272,6 +273,15 @@ void mcp_conn_end(struct mcp_conn *c, const char *reason)
     mcp_conn_cancel_all(c);
 }
 
+void mcp_conn_cancel_sink(struct mcp_conn *c, void *sink_ctx)
+{
+    pthread_mutex_lock(&c->lock);
+    for (struct call *k = c->calls; k; k = k->next)
+        if (k->reply->sink.ctx == sink_ctx && !k->handed_over)
+            cancel_locked(k);
+    pthread_mutex_unlock(&c->lock);
+}
+
 void mcp_conn_cancel_all(struct mcp_conn *c)
 {
     pthread_mutex_lock(&c->lock);
@@ -282,9 +292,12 @@ void mcp_conn_cancel_all(struct mcp_conn *c)
 
 /* ---- sessions of a connection ---- */
 
-int conn_create_session(struct mcp_conn *c, const char *lang, uint64_t timeout_ms, char **ret_id)
+int conn_create_session(struct mcp_conn *c, const char *lang, uint64_t timeout_ms, int history,
+                        bool owned, char **ret_id)
 {
     struct session_opts o = c->cfg->defaults;
+    if (history >= 0)
+        o.history = (unsigned)history;
     if (!o.output_cap)
         o.output_cap = MCP_DEFAULT_OUTPUT_CAP;
     if (lang)
@@ -295,9 +308,11 @@ int conn_create_session(struct mcp_conn *c, const char *lang, uint64_t timeout_m
     int r = session_table_create(c->cfg->table, &o, &id);
     if (r < 0)
         return r;
-    pthread_mutex_lock(&c->lock);
-    c->owned = strv_push(c->owned, id);
-    pthread_mutex_unlock(&c->lock);
+    if (owned) {
+        pthread_mutex_lock(&c->lock);
+        c->owned = strv_push(c->owned, id);
+        pthread_mutex_unlock(&c->lock);
+    }
     *ret_id = id;
     return 0;
 }
@@ -338,8 +353,14 @@ int conn_close_session(struct mcp_conn *c, const char *id)
     return r;
 }
 
-static char *missing_message(const char *id, int err)
+static char *missing_message(const char *id, int err, unsigned features)
 {
+    const char *what = err == -ETIME ? "expired after being idle longer than its idle timeout"
+                                     : "is not there (closed, expired, or never made)";
+    if (features & VF_MODERN)
+        return xasprintf("session %s %s: its variables and files are gone; create a new one "
+                         "with create_session and pass the session_id it returns",
+                         id, what);
     if (err == -ETIME)
         return xasprintf("session %s expired after being idle longer than its idle timeout; "
                          "create a new one with create_session, or leave session_id out to "
@@ -368,7 +389,7 @@ static struct session *default_session(struct call *k, char **ret_id, char **ret
     }
     if (!s) {
         char *id;
-        int r = conn_create_session(c, NULL, 0, &id);
+        int r = conn_create_session(c, NULL, 0, -1, true, &id);
         if (r < 0) {
             *ret_err = xasprintf("cannot create a session: %s", err_msg());
         } else {
@@ -390,12 +411,18 @@ struct session *call_session(struct call *k, char **ret_id, char **ret_note, cha
 {
     const char *id = json_string_value(json_object_get(k->args, "session_id"));
     *ret_note = *ret_err = *ret_id = NULL;
+    if (!id && (k->features & VF_MODERN)) {
+        /* checked with the arguments; a connection is no conversation on this era */
+        *ret_err = xstrdup("session_id is required: create a session with create_session and "
+                           "pass the session_id it returns");
+        return NULL;
+    }
     if (!id)
         return default_session(k, ret_id, ret_note, ret_err);
     int err = -ENOENT;
     struct session *s = session_table_acquire(k->c->cfg->table, id, &err);
     if (!s) {
-        *ret_err = missing_message(id, err);
+        *ret_err = missing_message(id, err, k->features);
         return NULL;
     }
     *ret_id = xstrdup(id);

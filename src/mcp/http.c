@@ -2,6 +2,8 @@
  * message (answered with JSON, or with an SSE stream when a tool call runs and the client
  * takes text/event-stream); GET opens a stream for messages outside any request; DELETE ends
  * the session. Sessions are named by the Mcp-Session-Id header given out by initialize.
+ * A POST of protocol 2026-07-28 (mcp_http_classify) has no session: one shared connection
+ * serves them all, and a client that hangs up on its response cancels its request.
  * Auth is the API's bearer token (the route table checks it); the Origin header is checked
  * here against DNS rebinding. */
 #include "mcp/mcp.h"
@@ -33,7 +35,8 @@ struct mstream {
     bool gone;      /* the client hung up (a GET stream can then be opened again) */
     int notify[2];  /* a byte per change: wakes the reader */
     int client_fd;
-    bool keepalive; /* a GET stream: comments while quiet */
+    bool keepalive;        /* a GET stream: comments while quiet */
+    struct mcp_conn *conn; /* modern era: its client's hang-up cancels its calls there */
 };
 
 static struct mstream *mstream_new(int client_fd, bool keepalive)
@@ -152,6 +155,8 @@ static ssize_t mstream_read(void *cls, uint64_t pos, char *out, size_t max)
             pthread_mutex_lock(&st->lock);
             st->gone = true;
             pthread_mutex_unlock(&st->lock);
+            if (st->conn)
+                mcp_conn_cancel_sink(st->conn, st);
             return MHD_CONTENT_READER_END_WITH_ERROR;
         }
         if (r == 0) {
@@ -171,7 +176,10 @@ static void mstream_release_cb(void *cls)
     struct mstream *st = cls;
     pthread_mutex_lock(&st->lock);
     st->gone = true;
+    bool cancel = !st->closed && st->conn;
     pthread_mutex_unlock(&st->lock);
+    if (cancel) /* the response ended before its last message: the client is gone */
+        mcp_conn_cancel_sink(st->conn, st);
     mstream_unref(st);
 }
 
@@ -182,6 +190,7 @@ static enum MHD_Result reply_sse(struct request *rq, struct mstream *st, const c
         MHD_SIZE_UNKNOWN, 16 * 1024, mstream_read, st, mstream_release_cb);
     MHD_add_response_header(r, "Content-Type", "text/event-stream");
     MHD_add_response_header(r, "Cache-Control", "no-store");
+    MHD_add_response_header(r, "X-Accel-Buffering", "no");
     if (session_id)
         MHD_add_response_header(r, "Mcp-Session-Id", session_id);
     return reply_response(rq, 200, r);
@@ -209,13 +218,9 @@ struct mcp_http {
     uint64_t idle_ms;
     size_t max;
     char *const *origins;
-    const char *node; /* named in session ids (the server's; borrowed) */
+    const char *node;        /* named in session ids (the server's; borrowed) */
+    struct mcp_conn *shared; /* serves the modern era's requests */
 };
-
-static void on_execution(void *ctx, const struct exec_record *rec)
-{
-    metrics_execution(ctx, rec->status, rec->wall_ms / 1000.0);
-}
 
 struct mcp_http *mcp_http_new(struct server *srv)
 {
@@ -226,15 +231,16 @@ struct mcp_http *mcp_http_new(struct server *srv)
         .table = srv->table,
         .defaults = srv->cfg->defaults,
         .max_timeout_ms = srv->cfg->limits.max_timeout_ms,
+        .reply_deadline_ms = MCP_REPLY_DEADLINE_MS,
         .server_version = RUNCELL_VERSION,
-        .on_execution = on_execution,
-        .ctx = srv->metrics,
     };
     m->cfg.defaults.output_cap = MCP_DEFAULT_OUTPUT_CAP;
+    m->cfg.defaults.history = MCP_DEFAULT_HISTORY;
     m->idle_ms = srv->cfg->defaults.idle_timeout_ms;
     m->max = srv->cfg->limits.max_sessions;
     m->origins = srv->cfg->mcp_origins;
     m->node = srv->node;
+    m->shared = mcp_conn_new_shared(&m->cfg);
     return m;
 }
 
@@ -374,6 +380,8 @@ void mcp_http_free(struct mcp_http *m)
     while (m->live)
         pthread_cond_wait(&m->freed, &m->lock);
     pthread_mutex_unlock(&m->lock);
+    mcp_conn_end(m->shared, "the server is shutting down");
+    mcp_conn_free(m->shared);
     pthread_cond_destroy(&m->freed);
     pthread_mutex_destroy(&m->lock);
     free(m);
@@ -456,8 +464,40 @@ static bool accepts(struct request *rq, const char *type)
     return header(rq, "Accept") && accept_q(rq, type) > 0;
 }
 
-/* The checks shared by POST, GET and DELETE; false after replying. */
-static bool check_request(struct request *rq)
+/* The era of a request (mcp_http_classify); after replying when it is refused. */
+static enum mcp_http_era classify(struct request *rq, const char *body, size_t len)
+{
+    struct mcp_http_headers h = {.protocol_version = header(rq, "MCP-Protocol-Version"),
+                                 .method = header(rq, "Mcp-Method"),
+                                 .name = header(rq, "Mcp-Name")};
+    unsigned status;
+    char *text;
+    enum mcp_http_era era = mcp_http_classify(&h, body, len, &status, &text);
+    if (era == MCP_HTTP_REJECT) {
+        struct MHD_Response *r =
+            MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
+        MHD_add_response_header(r, "Content-Type", "application/json");
+        reply_response(rq, status, r);
+    }
+    return era;
+}
+
+/* Protocol 2026-07-28 has no GET stream and no session to DELETE; false after replying. */
+static bool refuse_modern(struct request *rq)
+{
+    const char *version = header(rq, "MCP-Protocol-Version");
+    if (!version || !mcp_version_modern(version))
+        return true;
+    mcp_http_error(rq, 405, MCP_INVALID_REQUEST,
+                   "Method Not Allowed: protocol %s has no GET stream and no session to DELETE; "
+                   "POST each request (subscriptions/listen is not offered)",
+                   version);
+    return false;
+}
+
+/* The checks shared by POST, GET and DELETE (a POST's version is classify's); false after
+ * replying. */
+static bool check_request(struct request *rq, bool post)
 {
     const char *origin = header(rq, "Origin");
     if (!origin_allowed(rq, origin)) {
@@ -468,14 +508,8 @@ static bool check_request(struct request *rq)
         return false;
     }
     const char *version = header(rq, "MCP-Protocol-Version");
-    if (version && !mcp_version_supported(version)) {
-        mcp_http_error(rq, 400, MCP_INVALID_REQUEST,
-                       "Bad Request: unsupported "
-                       "MCP-Protocol-Version '%s'; this server speaks 2025-11-25, 2025-06-18, "
-                       "2025-03-26 and 2024-11-05",
-                       version);
-        return false;
-    }
+    if (!post && version && !mcp_version_supported(version))
+        return classify(rq, "", 0) != MCP_HTTP_REJECT; /* replies -32022 */
     return true;
 }
 
@@ -497,19 +531,10 @@ static struct msession *find_session(struct request *rq)
                        id);
         return NULL;
     }
-    /* After initialize every request names the version it negotiated; one without the
-     * header is taken as that version (the specification's rule for older clients). */
-    const char *version = header(rq, "MCP-Protocol-Version");
-    const char *negotiated = mcp_conn_version(ms->conn);
-    if (version && negotiated && strcmp(version, negotiated)) {
-        mcp_http_error(rq, 400, MCP_INVALID_REQUEST,
-                       "Bad Request: MCP-Protocol-Version is "
-                       "'%s' but this session negotiated '%s' in its initialize; send "
-                       "MCP-Protocol-Version: %s",
-                       version, negotiated, negotiated);
-        msession_release(rq->srv->mcp, ms);
-        return NULL;
-    }
+    /* The session is served as the version its initialize negotiated. The header SHOULD name
+     * that version (2025-11-25); another version this server speaks is no reason to refuse
+     * (the official conformance suite sends 2025-03-26 on a 2025-11-25 session), and one it
+     * does not speak was refused before. */
     return ms;
 }
 
@@ -523,13 +548,36 @@ static struct mcp_sink sink_for(struct mstream *st)
     return (struct mcp_sink){.send = mstream_send, .close = mstream_close, .ctx = st};
 }
 
+/* Waits until the input's last message was sent; on the modern era a client that hangs up
+ * meanwhile cancels its calls. Called with st->lock held. */
+static void wait_closed(struct mstream *st)
+{
+    while (!st->closed) {
+        if (!st->conn || st->client_fd < 0) {
+            pthread_cond_wait(&st->changed, &st->lock);
+            continue;
+        }
+        pthread_mutex_unlock(&st->lock);
+        struct pollfd p[2] = {{.fd = st->notify[0], .events = POLLIN},
+                              {.fd = st->client_fd, .events = POLLRDHUP}};
+        bool hung_up = poll(p, 2, -1) > 0 && (p[1].revents & (POLLRDHUP | POLLHUP | POLLERR));
+        char drain[64];
+        while (read(st->notify[0], drain, sizeof(drain)) > 0)
+            ;
+        if (hung_up) {
+            mcp_conn_cancel_sink(st->conn, st);
+            st->conn = NULL; /* once; its calls end without a response and close st */
+        }
+        pthread_mutex_lock(&st->lock);
+    }
+}
+
 /* Waits for the input's last message, then replies with the response as JSON. */
 static enum MHD_Result reply_when_done(struct request *rq, struct mstream *st, unsigned status,
                                        const char *session_id)
 {
     pthread_mutex_lock(&st->lock);
-    while (!st->closed)
-        pthread_cond_wait(&st->changed, &st->lock);
+    wait_closed(st);
     char *text = st->response ? xstrdup(st->response) : NULL;
     pthread_mutex_unlock(&st->lock);
     struct MHD_Response *r;
@@ -559,8 +607,8 @@ static enum MHD_Result answer(struct request *rq, struct mcp_conn *conn, struct 
         struct MHD_Response *r =
             MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
         ret = reply_response(rq, 202, r);
-    } else if (in == MCP_IN_INVALID) {
-        ret = reply_when_done(rq, st, 400, session_id);
+    } else if (in != MCP_IN_REQUEST) {
+        ret = reply_when_done(rq, st, mcp_http_status(in), session_id);
     } else if ((!done || !accepts(rq, "application/json")) && accepts(rq, "text/event-stream")) {
         return reply_sse(rq, st, session_id); /* the response owns st now */
     } else {
@@ -644,10 +692,28 @@ static enum MHD_Result post_initialize(struct request *rq)
     return ret;
 }
 
+/* A POST of protocol 2026-07-28: no session, the shared connection. */
+static enum MHD_Result post_modern(struct request *rq)
+{
+    struct mstream *st = mstream_new(client_fd(rq), false);
+    if (!st)
+        return mcp_http_error(rq, 503, MCP_INTERNAL_ERROR, "%s", err_msg());
+    st->conn = rq->srv->mcp->shared;
+    return answer(rq, st->conn, st, NULL);
+}
+
 static enum MHD_Result h_mcp_post(struct request *rq)
 {
-    if (!check_request(rq) || !check_post(rq))
+    if (!check_request(rq, true) || !check_post(rq))
         return MHD_YES;
+    switch (classify(rq, rq->body.data ? rq->body.data : "", rq->body.len)) {
+    case MCP_HTTP_REJECT:
+        return MHD_YES;
+    case MCP_HTTP_MODERN:
+        return post_modern(rq);
+    case MCP_HTTP_LEGACY:
+        break;
+    }
     if (!header(rq, "Mcp-Session-Id"))
         return post_initialize(rq);
     struct msession *ms = find_session(rq);
@@ -664,7 +730,7 @@ static enum MHD_Result h_mcp_post(struct request *rq)
 
 static enum MHD_Result h_mcp_get(struct request *rq)
 {
-    if (!check_request(rq))
+    if (!check_request(rq, false) || !refuse_modern(rq))
         return MHD_YES;
     if (!accepts(rq, "text/event-stream"))
         return mcp_http_error(rq, 406, MCP_INVALID_REQUEST,
@@ -709,7 +775,7 @@ static enum MHD_Result h_mcp_get(struct request *rq)
 
 static enum MHD_Result h_mcp_delete(struct request *rq)
 {
-    if (!check_request(rq))
+    if (!check_request(rq, false) || !refuse_modern(rq))
         return MHD_YES;
     struct msession *ms = find_session(rq);
     if (!ms)

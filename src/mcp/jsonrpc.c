@@ -84,14 +84,42 @@ json_t *rpc_result(json_t *id, json_t *result)
     return json_pack("{s:s,s:O,s:o}", "jsonrpc", "2.0", "id", id, "result", result);
 }
 
-json_t *rpc_error(json_t *id, int code, const char *message)
+json_t *rpc_result_for(const struct mcp_config *cfg, unsigned features, json_t *id, json_t *result)
+{
+    if (features & VF_MODERN) {
+        if (!json_object_get(result, "resultType"))
+            json_object_set_new(result, "resultType", json_string("complete"));
+        json_t *meta = json_object_get(result, "_meta");
+        if (!meta) {
+            meta = json_object();
+            json_object_set_new(result, "_meta", meta);
+        }
+        json_object_set_new(meta, META_SERVER,
+                            json_pack("{s:s,s:s}", "name", "runcell", "version",
+                                      cfg->server_version ? cfg->server_version : "0"));
+    }
+    return rpc_result(id, result);
+}
+
+json_t *rpc_error_data(json_t *id, int code, const char *message, json_t *data)
 {
     size_t n;
     char *clean = utf8_sanitize(message, strlen(message), &n);
-    json_t *j = json_pack("{s:s,s:O,s:{s:i,s:s%}}", "jsonrpc", "2.0", "id", id ? id : json_null(),
-                          "error", "code", code, "message", clean, n);
+    json_t *j = json_pack("{s:s,s:{s:i,s:s%}}", "jsonrpc", "2.0", "error", "code", code, "message",
+                          clean, n);
     free(clean);
+    /* An id that could not be read is left out, as the schemas of 2025-11-25 and 2026-07-28
+     * have it (RequestId is never null there; JSON-RPC 2.0 wrote null). */
+    if (id && !json_is_null(id))
+        json_object_set(j, "id", id);
+    if (data)
+        json_object_set_new(json_object_get(j, "error"), "data", data);
     return j;
+}
+
+json_t *rpc_error(json_t *id, int code, const char *message)
+{
+    return rpc_error_data(id, code, message, NULL);
 }
 
 char *mcp_error_json(int code, const char *message)

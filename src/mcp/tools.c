@@ -13,9 +13,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* Entries of a list_files answer, and file names in a run's summary line. */
-#define LIST_MAX      1000
-#define SUMMARY_NAMES 20
+/* Entries of a list_files answer. */
+#define LIST_MAX 1000
 
 static const char *const langs[] = {"python", "bash", "javascript", NULL};
 static const char *const encodings[] = {"utf-8", "base64", NULL};
@@ -24,9 +23,12 @@ static const char *const encodings[] = {"utf-8", "base64", NULL};
     {                                                                                              \
         "session_id", ARG_STRING, false, NULL,                                                     \
             "The session to use, as returned by create_session. Leave it out to use this "         \
-            "client's "                                                                            \
-            "default session."                                                                     \
+            "client's default session."                                                            \
     }
+/* session_id on protocol 2026-07-28, where a connection is no conversation: required. */
+static const char session_arg_modern[] =
+    "The session to use: the session_id create_session returned. Variables and files persist "
+    "within one session.";
 #define ARG_TIMEOUT                                                                                \
     {                                                                                              \
         "timeout_s", ARG_NUMBER, false, NULL,                                                      \
@@ -54,6 +56,8 @@ static const struct arg create_session_args[] = {
      "The default language of its cells: python "
      "(default), bash, or javascript (a Node.js kernel: top-level await, require)."},
     {"timeout_s", ARG_NUMBER, false, NULL, "Default wall-clock limit of each call, in seconds."},
+    {"history", ARG_COUNT, false, NULL,
+     "How many of its last cells the undo tool can take back (0 to 100; default 3)."},
 };
 static const struct arg close_session_args[] = {
     {"session_id", ARG_STRING, true, NULL, "The session to close."},
@@ -79,11 +83,26 @@ static const struct arg write_file_args[] = {
     ARG_SESSION,
 };
 
+static const struct arg undo_args[] = {
+    {"before", ARG_COUNT, false, NULL,
+     "The execution_count of the cell to undo, with every cell after it (default: the last "
+     "cell)."},
+    ARG_SESSION,
+};
+
+static const struct arg wait_args[] = {
+    {"run_id", ARG_STRING, true, NULL,
+     "The run_id that run_code or run_shell gave when the cell was still running."},
+    {"timeout_s", ARG_NUMBER, false, NULL,
+     "How long to wait at most, in seconds (default, and at most: about 45)."},
+};
+
 static const char record_schema[] =
     "{\"type\":\"object\",\"properties\":{"
     "\"session_id\":{\"type\":\"string\"},"
     "\"status\":{\"type\":\"string\",\"enum\":[\"ok\",\"error\",\"timeout\",\"oom\",\"killed\","
-    "\"output_limit\",\"crashed\",\"sandbox_error\"]},"
+    "\"output_limit\",\"crashed\",\"sandbox_error\",\"running\"]},"
+    "\"run_id\":{\"type\":\"string\"},\"elapsed_s\":{\"type\":\"number\"},"
     "\"stdout\":{\"type\":\"string\"},\"stderr\":{\"type\":\"string\"},"
     "\"results\":{\"type\":\"array\",\"items\":{\"type\":\"object\"}},"
     "\"error\":{\"type\":[\"object\",\"null\"]},"
@@ -93,6 +112,13 @@ static const char record_schema[] =
     "\"usage\":{\"type\":\"object\"},"
     "\"message\":{\"type\":\"string\"}},"
     "\"required\":[\"session_id\",\"status\"]}";
+static const char undo_schema[] =
+    "{\"type\":\"object\",\"properties\":{\"session_id\":{\"type\":\"string\"},"
+    "\"before\":{\"type\":\"integer\"},\"execution_count\":{\"type\":\"integer\"},"
+    "\"variables\":{\"type\":\"string\"},"
+    "\"files\":{\"type\":\"object\"},\"shell\":{\"type\":\"string\"},"
+    "\"kept\":{\"type\":\"array\",\"items\":{\"type\":\"integer\"}}},"
+    "\"required\":[\"session_id\",\"before\",\"execution_count\"]}";
 static const char session_schema[] =
     "{\"type\":\"object\",\"properties\":{\"session_id\":{\"type\":\"string\"},"
     "\"language\":{\"type\":\"string\"},\"python_version\":{\"type\":\"string\"},"
@@ -118,16 +144,18 @@ static json_t *t_close_session(struct call *k);
 static json_t *t_list_files(struct call *k);
 static json_t *t_read_file(struct call *k);
 static json_t *t_write_file(struct call *k);
+static json_t *t_wait_for_cell(struct call *k);
+static json_t *t_undo(struct call *k);
 
 #define ARGS(a) a, ARRAY_SIZE(a)
 
 static const struct tool tools[] = {
     {"run_code", "Run code",
-     "Run Python (default) or bash code in a sandboxed, stateful session, like a notebook "
-     "cell: variables, imports and files in /workspace persist between calls to the same "
-     "session. The value of the last expression is returned, matplotlib figures come back as "
-     "PNG images, and a failure returns the traceback with isError set, so the code can be "
-     "fixed and run again. numpy, pandas and matplotlib are installed; there is no network.",
+     "Run Python (default), bash or JavaScript (Node.js) code in a sandboxed, stateful session, "
+     "like a notebook cell: variables, imports and files in /workspace persist between calls to "
+     "the same session. The value of the last expression is returned, matplotlib figures come "
+     "back as PNG images, and a failure returns the traceback with isError set, so the code can "
+     "be fixed and run again. numpy, pandas and matplotlib are installed; there is no network.",
      ARGS(run_code_args), false, false, false, record_schema, t_run_code},
     {"run_shell", "Run a shell command",
      "Run a bash command line in the session's shell (the same files as run_code): it starts "
@@ -151,7 +179,30 @@ static const struct tool tools[] = {
      "Write a file into the session's /workspace (replacing one that is there), for code to "
      "read. Text by default; binary as base64 with encoding base64.",
      ARGS(write_file_args), false, true, true, file_schema, t_write_file},
+    {"wait_for_cell", "Wait for a running cell",
+     "Wait for a cell that was still running when run_code or run_shell answered (that result "
+     "says so and gives a run_id): returns the cell's result once it finishes, or, after a "
+     "while, that it still runs, with its latest output; then call this again.",
+     ARGS(wait_args), true, false, true, record_schema, t_wait_for_cell, true},
+    {"undo", "Undo cells",
+     "Take the session back to its state before a cell (default: the last one): its variables "
+     "and imports as they were, and the files that cell and those after it changed. Use it "
+     "when a cell broke the state (a half-done change to a DataFrame) before trying again.",
+     ARGS(undo_args), false, true, false, undo_schema, t_undo},
 };
+
+bool tool_takes_session(const struct tool *t)
+{
+    return !t->no_session;
+}
+
+/* Whether argument a is required on a version: session_id is, on the modern era, for every
+ * tool that works on a session. */
+static bool arg_required(const struct tool *t, const struct arg *a, unsigned features)
+{
+    return a->required ||
+           ((features & VF_MODERN) && !t->no_session && !strcmp(a->name, "session_id"));
+}
 
 const struct tool *tool_find(const char *name)
 {
@@ -181,43 +232,67 @@ const char *tool_names(void)
 
 /* ---- schemas and argument checks ---- */
 
-static json_t *input_schema(const struct tool *t)
+static json_t *input_schema(const struct tool *t, unsigned features)
 {
     json_t *props = json_object(), *required = json_array();
     for (size_t i = 0; i < t->n_args; i++) {
         const struct arg *a = &t->args[i];
-        const char *type = a->type == ARG_STRING ? "string" : "number";
+        const char *type = a->type == ARG_STRING  ? "string"
+                           : a->type == ARG_COUNT ? "integer"
+                                                  : "number";
+        bool req = arg_required(t, a, features);
+        const char *description =
+            req && !a->required ? session_arg_modern : a->description; /* session_id */
         /* An optional argument may be null, which stands for its default (clients that fill
          * every property send null for those they leave out). */
         json_t *p =
-            a->required
-                ? json_pack("{s:s,s:s}", "type", type, "description", a->description)
-                : json_pack("{s:[s,s],s:s}", "type", type, "null", "description", a->description);
+            req ? json_pack("{s:s,s:s}", "type", type, "description", description)
+                : json_pack("{s:[s,s],s:s}", "type", type, "null", "description", description);
         if (a->choices) {
             json_t *e = json_array();
             for (const char *const *c = a->choices; *c; c++)
                 json_array_append_new(e, json_string(*c));
-            if (!a->required)
+            if (!req)
                 json_array_append_new(e, json_null());
             json_object_set_new(p, "enum", e);
         }
         if (a->type == ARG_NUMBER)
             json_object_set_new(p, "exclusiveMinimum", json_integer(0));
+        if (a->type == ARG_COUNT)
+            json_object_set_new(p, "minimum", json_integer(0));
         json_object_set_new(props, a->name, p);
-        if (a->required)
+        if (req)
             json_array_append_new(required, json_string(a->name));
     }
     return json_pack("{s:s,s:o,s:o,s:b}", "type", "object", "properties", props, "required",
                      required, "additionalProperties", 0);
 }
 
-json_t *tools_list_json(unsigned features)
+/* What create_session says about how long a session lives. */
+static char *lifetime_sentence(const struct mcp_config *cfg)
+{
+    uint64_t idle = cfg->defaults.idle_timeout_ms;
+    if (!idle)
+        return xstrdup(" A session lives until close_session or until the server stops.");
+    if (idle % 60000 == 0)
+        return xasprintf(" A session is closed (its files deleted) after %llu minute%s without a "
+                         "call, or by close_session.",
+                         (unsigned long long)(idle / 60000), idle == 60000 ? "" : "s");
+    return xasprintf(" A session is closed (its files deleted) after %llu s without a call, or "
+                     "by close_session.",
+                     (unsigned long long)(idle / 1000));
+}
+
+json_t *tools_list_json(const struct mcp_config *cfg, unsigned features)
 {
     json_t *list = json_array();
     for (size_t i = 0; i < ARRAY_SIZE(tools); i++) {
         const struct tool *t = &tools[i];
-        json_t *j = json_pack("{s:s,s:s,s:o}", "name", t->name, "description", t->description,
-                              "inputSchema", input_schema(t));
+        _cleanup_free_ char *lifetime = t->run == t_create_session ? lifetime_sentence(cfg) : NULL;
+        _cleanup_free_ char *description =
+            xasprintf("%s%s", t->description, lifetime ? lifetime : "");
+        json_t *j = json_pack("{s:s,s:s,s:o}", "name", t->name, "description", description,
+                              "inputSchema", input_schema(t, features));
         if (features & VF_TITLES)
             json_object_set_new(j, "title", json_string(t->title));
         if (features & VF_ANNOTATIONS)
@@ -251,8 +326,14 @@ static int check_arg(const struct tool *t, const struct arg *a, json_t *v, char 
                              is_string ? "a string" : "a number", json_kind(v));
         return MCP_INVALID_PARAMS;
     }
-    if (!is_string && !(json_number_value(v) > 0)) {
+    if (a->type == ARG_NUMBER && !(json_number_value(v) > 0)) {
         *ret_err = xasprintf("%s: argument '%s' must be more than 0", t->name, a->name);
+        return MCP_INVALID_PARAMS;
+    }
+    if (a->type == ARG_COUNT && !(json_number_value(v) >= 0 &&
+                                  json_number_value(v) == (double)(long)json_number_value(v))) {
+        *ret_err = xasprintf("%s: argument '%s' must be a whole number, 0 or more, not %g", t->name,
+                             a->name, json_number_value(v));
         return MCP_INVALID_PARAMS;
     }
     if (a->choices) {
@@ -285,6 +366,12 @@ int mcp_tool_check_args(const char *name, json_t *args, char **ret_err)
             xasprintf("unknown tool '%s'; the tools are: %s", name ? name : "", tool_names());
         return MCP_INVALID_PARAMS;
     }
+    return tool_check_args(t, args, 0, ret_err);
+}
+
+int tool_check_args(const struct tool *t, json_t *args, unsigned features, char **ret_err)
+{
+    *ret_err = NULL;
     if (!json_is_object(args)) {
         *ret_err = xasprintf("%s: the arguments must be an object", t->name);
         return MCP_INVALID_PARAMS;
@@ -302,16 +389,19 @@ int mcp_tool_check_args(const char *name, json_t *args, char **ret_err)
             *ret_err = xasprintf("%s: unknown argument '%s'; it takes %s", t->name, key, known);
             return MCP_INVALID_PARAMS;
         }
-        if (json_is_null(v) && !a->required)
+        if (json_is_null(v) && !arg_required(t, a, features))
             continue; /* null stands for "the default" */
         if (check_arg(t, a, v, ret_err))
             return MCP_INVALID_PARAMS;
     }
     for (size_t i = 0; i < t->n_args; i++) {
-        json_t *given = json_object_get(args, t->args[i].name);
-        if (t->args[i].required && (!given || json_is_null(given))) {
-            *ret_err = xasprintf("%s: argument '%s' is required: %s", t->name, t->args[i].name,
-                                 t->args[i].description);
+        const struct arg *a = &t->args[i];
+        json_t *given = json_object_get(args, a->name);
+        if (arg_required(t, a, features) && (!given || json_is_null(given))) {
+            *ret_err = xasprintf("%s: argument '%s' is required: %s", t->name, a->name,
+                                 a->required ? a->description
+                                             : "create a session with create_session and pass "
+                                               "the session_id it returns");
             return MCP_INVALID_PARAMS;
         }
     }
@@ -319,11 +409,6 @@ int mcp_tool_check_args(const char *name, json_t *args, char **ret_err)
 }
 
 /* ---- results ---- */
-
-static json_t *text_item(const char *text)
-{
-    return json_pack("{s:s,s:s}", "type", "text", "text", text);
-}
 
 static json_t *result_new(json_t *content, json_t *structured, bool is_error, unsigned features)
 {
@@ -393,159 +478,12 @@ static char *workspace_rel(const char *tool, const char *path, bool allow_root, 
     return TAKE_PTR(rel);
 }
 
-static bool slot_take(struct mcp_conn *c)
-{
-    if (!c->cfg->executions)
-        return true;
-    size_t n = atomic_fetch_add(c->cfg->executions, 1);
-    if (n < c->cfg->max_executions)
-        return true;
-    atomic_fetch_sub(c->cfg->executions, 1);
-    return false;
-}
+/* How long a call that may become a task (the client declared the tasks extension) runs
+ * before it is answered with a task instead of its result. */
+#define TASK_AFTER_MS 2000
+/* How often a running call looks for new output (progress) and for its cancellation. */
+#define EXEC_POLL_MS 250
 
-static void slot_give(struct mcp_conn *c)
-{
-    if (c->cfg->executions)
-        atomic_fetch_sub(c->cfg->executions, 1);
-}
-
-/* ---- run_code, run_shell ---- */
-
-static void exec_event(void *ctx, const struct exec_event *ev)
-{
-    if (ev->type == EV_STDOUT || ev->type == EV_STDERR)
-        call_output(ctx, ev->data, ev->len);
-}
-
-static void append_names(struct buf *b, const char *what, json_t *names)
-{
-    size_t n = json_array_size(names);
-    if (!n)
-        return;
-    buf_printf(b, "%s%s: ", b->len ? "; " : "", what);
-    for (size_t i = 0; i < n && i < SUMMARY_NAMES; i++)
-        buf_printf(b, "%s%s", i ? ", " : "", json_string_value(json_array_get(names, i)));
-    if (n > SUMMARY_NAMES)
-        buf_printf(b, " and %zu more", n - SUMMARY_NAMES);
-}
-
-static const char *image_mime(json_t *bundle)
-{
-    static const char *const mimes[] = {"image/png", "image/jpeg", "image/gif", "image/webp"};
-    for (size_t i = 0; i < ARRAY_SIZE(mimes); i++)
-        if (json_is_string(json_object_get(bundle, mimes[i])))
-            return mimes[i];
-    return NULL;
-}
-
-/* The content a model reads: output, values, images, the traceback, what runcell says. */
-static json_t *record_content(json_t *rec)
-{
-    json_t *content = json_array();
-    const char *out = json_string_value(json_object_get(rec, "stdout"));
-    const char *err = json_string_value(json_object_get(rec, "stderr"));
-    const char *status = json_string_value(json_object_get(rec, "status"));
-    const char *message = json_string_value(json_object_get(rec, "message"));
-    json_t *error = json_object_get(rec, "error"), *bundle;
-    size_t i;
-    if (out && *out)
-        json_array_append_new(content, text_item(out));
-    if (err && *err) {
-        _cleanup_free_ char *t = xasprintf("[stderr]\n%s", err);
-        json_array_append_new(content, text_item(t));
-    }
-    json_array_foreach(json_object_get(rec, "results"), i, bundle)
-    {
-        const char *mime = image_mime(bundle);
-        const char *text = json_string_value(json_object_get(bundle, "text/plain"));
-        if (mime)
-            json_array_append_new(content,
-                                  json_pack("{s:s,s:O,s:s}", "type", "image", "data",
-                                            json_object_get(bundle, mime), "mimeType", mime));
-        else if (text && *text)
-            json_array_append_new(content, text_item(text));
-    }
-    if (json_is_object(error)) {
-        const char *tb = json_string_value(json_object_get(error, "traceback"));
-        _cleanup_free_ char *t =
-            tb && *tb ? xstrdup(tb)
-                      : xasprintf("%s: %s", json_string_value(json_object_get(error, "name")),
-                                  json_string_value(json_object_get(error, "value")));
-        json_array_append_new(content, text_item(t));
-    }
-    if (message) {
-        _cleanup_free_ char *t = xasprintf("[runcell] %s: %s", status, message);
-        json_array_append_new(content, text_item(t));
-    } else if (status && strcmp(status, "ok") && strcmp(status, "error")) {
-        _cleanup_free_ char *t = xasprintf("[runcell] status: %s", status);
-        json_array_append_new(content, text_item(t));
-    }
-    json_t *files = json_object_get(rec, "files");
-    struct buf b;
-    buf_init(&b, 0);
-    append_names(&b, "created", json_object_get(files, "created"));
-    append_names(&b, "modified", json_object_get(files, "modified"));
-    append_names(&b, "deleted", json_object_get(files, "deleted"));
-    if (b.len) {
-        _cleanup_free_ char *t = xasprintf("[files in /workspace] %s", b.data);
-        json_array_append_new(content, text_item(t));
-    }
-    buf_release(&b);
-    if (!json_array_size(content))
-        json_array_append_new(content, text_item("(no output)"));
-    return content;
-}
-
-/* The record for structuredContent: images are sent once, as image content, and named here
- * instead of repeated as base64 (clients that show structuredContent to a model would put
- * every byte of it in the model's context). */
-static json_t *record_structured(json_t *rec, const char *session_id)
-{
-    json_t *s = json_deep_copy(rec), *bundle;
-    size_t i;
-    json_object_set_new(s, "session_id", json_string(session_id));
-    json_array_foreach(json_object_get(s, "results"), i, bundle)
-    {
-        const char *mime = image_mime(bundle);
-        if (!mime)
-            continue;
-        size_t b64 = strlen(json_string_value(json_object_get(bundle, mime)));
-        _cleanup_free_ char *t =
-            xasprintf("[%s, %zu bytes, sent as image content]", mime, b64 / 4 * 3);
-        json_object_set_new(bundle, mime, json_string(t));
-    }
-    return s;
-}
-
-static const char *busy_hint =
-    "; wait for the running call to finish, or use another session (create_session)";
-
-/* Runs the cell; while another call runs in the session, waits for it (models often make
- * calls in parallel) for as long as this call's own timeout, and gives up if cancelled. A
- * waiting call holds no execution slot. -EAGAIN when the process runs its most. */
-static int execute_when_free(struct call *k, struct session *s, const struct exec_request *req,
-                             const struct exec_sink *sink, struct exec_record *rec)
-{
-    uint64_t wait_ms = req->timeout_ms ? req->timeout_ms : session_options(s)->timeout_ms;
-    double give_up = now_ms_f() + (double)wait_ms;
-    for (;;) {
-        /* A cancel that came while the session was found stops the call before it runs. */
-        if (atomic_load(&k->cancelled))
-            return -ECANCELED;
-        if (!slot_take(k->c))
-            return -EAGAIN;
-        int r = session_execute(s, req, sink, rec);
-        slot_give(k->c);
-        if (r != -EBUSY || now_ms_f() >= give_up)
-            return r;
-        struct pollfd p = {.fd = k->cancel[0], .events = POLLIN};
-        poll(&p, 1, 50);
-    }
-}
-
-/* The call's timeout_s argument in ms (0 when absent); false with *ret_error (a tool error)
- * when it is more than the server allows. */
 static bool arg_timeout(struct call *k, uint64_t *ret_ms, json_t **ret_error)
 {
     json_t *timeout = json_object_get(k->args, "timeout_s");
@@ -562,9 +500,33 @@ static bool arg_timeout(struct call *k, uint64_t *ret_ms, json_t **ret_error)
     return true;
 }
 
+json_t *exec_tool_result(const struct mcp_config *cfg, const struct tool *t, unsigned features,
+                         const char *sid, const char *note, const struct mcp_exec_poll *p)
+{
+    json_t *result;
+    if (p->err || !p->rec) {
+        result = tool_error("%s: %s", t->name, p->message ? p->message : "the execution failed");
+    } else {
+        json_t *j = exec_record_json(p->rec);
+        result = result_new(record_content(j, features, sid), record_structured(j, sid),
+                            p->rec->status != EXEC_OK, features);
+        json_decref(j);
+    }
+    return with_note(result, note);
+}
+
+/* Feeds the output a poll saw to the call's progress notifications. */
+static void forward_output(struct call *k, const struct mcp_exec_poll *p)
+{
+    for (size_t i = 0; i < p->n; i++)
+        if (p->events[i].type == EV_STDOUT || p->events[i].type == EV_STDERR)
+            call_output(k, p->events[i].data, p->events[i].len);
+}
+
 static json_t *run_exec(struct call *k, const char *code, const char *lang)
 {
     struct mcp_conn *c = k->c;
+    const struct mcp_exec_ops *ops = c->exec;
     uint64_t timeout_ms;
     json_t *refused;
     if (!arg_timeout(k, &timeout_ms, &refused))
@@ -573,41 +535,67 @@ static json_t *run_exec(struct call *k, const char *code, const char *lang)
     struct session *s = call_session(k, &sid, &note, &err);
     if (!s)
         return tool_error("%s: %s", k->tool->name, err);
-    struct exec_request req = {.code = code,
-                               .lang = lang,
-                               .timeout_ms = timeout_ms,
-                               .cancel_fd = k->cancel[0],
-                               .cancel_events = POLLIN};
-    struct exec_sink sink = {.fn = exec_event, .ctx = k};
-    struct exec_record rec;
-    exec_record_init(&rec, session_options(s)->output_cap);
-    int r = execute_when_free(k, s, &req, &sink, &rec);
-    session_table_put(c->cfg->table, s);
-    json_t *result;
-    if (r == -ECANCELED) {
-        result = tool_error("%s: cancelled", k->tool->name);
-    } else if (r == -EAGAIN) {
-        result = tool_error("%s: the server is running its maximum of %zu executions; retry "
-                            "shortly",
-                            k->tool->name, c->cfg->max_executions);
-    } else if (r < 0) {
-        result = tool_error("%s: session %s: %s%s", k->tool->name, sid, err_msg(),
-                            r == -EBUSY ? busy_hint : "");
-    } else {
-        if (c->cfg->on_execution)
-            c->cfg->on_execution(c->cfg->ctx, &rec);
-        json_t *j = exec_record_json(&rec);
-        result = result_new(record_content(j), record_structured(j, sid), rec.status != EXEC_OK,
-                            k->features);
-        json_decref(j);
+    session_table_put(c->cfg->table, s); /* the execution finds it by its id */
+    struct mcp_exec_start req = {.table = c->cfg->table,
+                                 .session_id = sid,
+                                 .code = code,
+                                 .lang = lang,
+                                 .timeout_ms = timeout_ms};
+    struct mcp_exec *x;
+    if (ops->start(&req, &x) < 0)
+        return tool_error("%s: %s", k->tool->name, err_msg());
+    double task_at = k->tasks ? now_ms_f() + TASK_AFTER_MS : 0;
+    uint64_t deadline = c->cfg->reply_deadline_ms;
+    double continue_at = !k->tasks && deadline ? now_ms_f() + (double)deadline : 0;
+    bool cancel_sent = false;
+    uint64_t seen = 0;
+    struct mcp_exec_poll p;
+    for (;;) {
+        ops->poll(x, seen, EXEC_POLL_MS, &p);
+        seen = p.next;
+        forward_output(k, &p);
+        if (p.done)
+            break;
+        mcp_exec_poll_release(&p);
+        if (atomic_load(&k->cancelled) && !cancel_sent) {
+            ops->cancel(x); /* interrupted, not killed: the session's state is kept */
+            cancel_sent = true;
+        }
+        if (task_at && !cancel_sent && now_ms_f() >= task_at) {
+            json_t *task = task_adopt(k, x, seen, sid, note);
+            if (task)
+                return task; /* the task owns x now */
+            task_at = 0;     /* no room for a task: the call waits as before */
+        }
+        if (continue_at && !cancel_sent && now_ms_f() >= continue_at) {
+            json_t *running = task_continue(k, x, seen, sid, note);
+            if (running)
+                return running; /* wait_for_cell takes it from here */
+            continue_at = 0;
+        }
     }
-    exec_record_release(&rec);
-    return with_note(result, note);
+    json_t *result = exec_tool_result(c->cfg, k->tool, k->features, sid, note, &p);
+    mcp_exec_poll_release(&p);
+    ops->release(x);
+    return result;
 }
 
 static json_t *t_run_code(struct call *k)
 {
     return run_exec(k, arg_string(k, "code"), arg_string(k, "language"));
+}
+
+static json_t *t_wait_for_cell(struct call *k)
+{
+    uint64_t wait_ms;
+    json_t *refused;
+    if (!arg_timeout(k, &wait_ms, &refused))
+        return refused;
+    uint64_t most =
+        k->c->cfg->reply_deadline_ms ? k->c->cfg->reply_deadline_ms : k->c->cfg->max_timeout_ms;
+    if (!wait_ms || wait_ms > most)
+        wait_ms = most;
+    return task_wait(k, arg_string(k, "run_id"), wait_ms);
 }
 
 static json_t *t_run_shell(struct call *k)
@@ -624,7 +612,15 @@ static json_t *t_create_session(struct call *k)
     if (!arg_timeout(k, &timeout_ms, &refused))
         return refused;
     _cleanup_free_ char *id = NULL;
-    if (conn_create_session(k->c, arg_string(k, "language"), timeout_ms, &id) < 0)
+    /* On the modern era the session is a handle of its own, not the connection's. */
+    bool owned = !(k->features & VF_MODERN) && !k->c->shared;
+    json_t *hv = json_object_get(k->args, "history");
+    double history = json_is_number(hv) ? json_number_value(hv) : -1;
+    if (history > SESSION_HISTORY_MAX) /* a whole number, 0 or more: checked */
+        return tool_error("create_session: history is %g; a session can undo 0 to %d cells",
+                          history, SESSION_HISTORY_MAX);
+    if (conn_create_session(k->c, arg_string(k, "language"), timeout_ms, (int)history, owned, &id) <
+        0)
         return tool_error("create_session: cannot create a session: %s", err_msg());
     int err;
     struct session *s = session_table_acquire(k->c->cfg->table, id, &err);
@@ -655,6 +651,58 @@ static json_t *t_close_session(struct call *k)
                       json_pack("{s:s,s:b}", "session_id", id, "closed", 1), false, k->features);
 }
 
+/* ---- undo ---- */
+
+/* The undo report in a sentence: what came back and what did not. */
+static char *undo_text(const char *sid, json_t *rep)
+{
+    struct buf b;
+    buf_init(&b, 0);
+    buf_printf(&b, "Session %s is back to its state before cell %lld: variables restored", sid,
+               (long long)json_integer_value(json_object_get(rep, "before")));
+    json_t *files = json_object_get(rep, "files");
+    static const char *const lists[] = {"restored", "removed", "failed"};
+    for (size_t i = 0; i < ARRAY_SIZE(lists); i++) {
+        json_t *a = json_object_get(files, lists[i]);
+        if (!json_array_size(a))
+            continue;
+        buf_printf(&b, "; files %s:", lists[i]);
+        size_t j;
+        json_t *v;
+        json_array_foreach(a, j, v)
+        {
+            const char *path = json_is_string(v) ? json_string_value(v)
+                                                 : json_string_value(json_object_get(v, "path"));
+            buf_printf(&b, "%s %s", j ? "," : "", path ? path : "?");
+        }
+    }
+    if (json_is_false(json_object_get(files, "kept")))
+        buf_printf(&b, "; files not restored: %s",
+                   json_string_value(json_object_get(files, "why")) ?: "not kept");
+    if (json_object_get(rep, "shell"))
+        buf_printf(&b, "; the shell was restarted");
+    buf_printf(&b, ".");
+    return buf_detach(&b, NULL);
+}
+
+static json_t *t_undo(struct call *k)
+{
+    json_t *bv = json_object_get(k->args, "before");
+    double before = json_is_number(bv) ? json_number_value(bv) : 0; /* checked: a count */
+    _cleanup_free_ char *err = NULL, *sid = NULL, *note = NULL;
+    struct session *s = call_session(k, &sid, &note, &err);
+    if (!s)
+        return tool_error("undo: %s", err);
+    json_t *rep = NULL;
+    int r = session_undo(s, (long)before, &rep);
+    session_table_put(k->c->cfg->table, s);
+    if (r < 0)
+        return with_note(tool_error("undo: session %s: %s", sid, err_msg()), note);
+    _cleanup_free_ char *text = undo_text(sid, rep);
+    json_object_set_new(rep, "session_id", json_string(sid));
+    return with_note(result_new(json_pack("[o]", text_item(text)), rep, false, k->features), note);
+}
+
 /* ---- files ---- */
 
 static bool in_dir(const char *path, const char *dir)
@@ -664,21 +712,22 @@ static bool in_dir(const char *path, const char *dir)
 }
 
 static json_t *list_result(struct call *k, const char *sid, const char *dir,
-                           const struct ws_listing *l)
+                           const struct session_file_list *l)
 {
     json_t *files = json_array();
     struct buf text;
     size_t shown = 0, matched = 0;
     buf_init(&text, 0);
     for (size_t i = 0; i < l->n; i++) {
-        const struct ws_entry *e = &l->v[i];
-        if (!in_dir(e->path, dir) || matched++ >= LIST_MAX)
+        const struct session_file *e = &l->v[i];
+        if (e->type == SFILE_DIR || e->type == SFILE_OTHER || !in_dir(e->path, dir) ||
+            matched++ >= LIST_MAX)
             continue;
         char mtime[32];
         size_t n;
         format_time_iso((uint64_t)(e->mtime_ns / 1000000), mtime);
         char *path = utf8_sanitize(e->path, strlen(e->path), &n);
-        bool link = S_ISLNK(e->mode);
+        bool link = e->type == SFILE_LINK;
         json_array_append_new(files, json_pack("{s:s%,s:I,s:s,s:s}", "path", path, n, "size",
                                                (json_int_t)e->size, "mtime", mtime, "type",
                                                link ? "symlink" : "file"));
@@ -687,7 +736,7 @@ static json_t *list_result(struct call *k, const char *sid, const char *dir,
         free(path);
         shown++;
     }
-    bool truncated = l->truncated || matched > shown;
+    bool truncated = matched > shown;
     _cleanup_free_ char *head =
         xasprintf("%zu file%s in /workspace%s%s%s\n", shown, shown == 1 ? "" : "s", *dir ? "/" : "",
                   dir, truncated ? " (more not listed)" : "");
@@ -708,40 +757,52 @@ static json_t *t_list_files(struct call *k)
     struct session *s = call_session(k, &sid, &note, &err);
     if (!s)
         return tool_error("list_files: %s", err);
-    struct ws_listing l;
-    int r = workspace_scan(session_workspace(s), &l);
+    struct session_file_list l;
+    int r = session_file_list(s, dir, SESSION_LIST_MAX_DEPTH, &l);
     session_table_put(k->c->cfg->table, s);
     if (r < 0)
-        return tool_error("list_files: %s", err_msg());
+        return with_note(tool_error("list_files: %s", err_msg()), note);
     json_t *result = list_result(k, sid, dir, &l);
-    ws_listing_release(&l);
+    session_file_list_release(&l);
     return with_note(result, note);
 }
 
 /* Reads a regular workspace file of at most MCP_MAX_FILE bytes; -errno with *ret_err. */
-static int read_workspace_file(struct workspace *ws, const char *rel, struct buf *b, char **ret_err)
+static int read_workspace_file(struct session *s, const char *rel, struct buf *b, char **ret_err)
 {
-    uint64_t size = 0;
-    int r = workspace_read(ws, rel, MCP_MAX_FILE, b, &size);
-    if (r == -ENOENT)
-        *ret_err = xasprintf("no file '%s' in /workspace", rel);
-    else if (r == -ELOOP)
-        *ret_err = xasprintf("'%s' is or goes through a symbolic link; links in the "
-                             "workspace are not followed",
-                             rel);
-    else if (r == -EINVAL)
-        *ret_err = xasprintf("'%s' is not a regular file", rel);
-    else if (r == -E2BIG && size > MCP_MAX_FILE)
+    struct stat st;
+    _cleanup_close_ int fd = session_file_open(s, rel, &st);
+    if (fd < 0) {
+        *ret_err = xstrdup(err_msg());
+        return fd;
+    }
+    if ((uint64_t)st.st_size > MCP_MAX_FILE) {
         *ret_err = xasprintf("'%s' has %llu bytes, more than the %u read_file returns; "
                              "process it with run_code instead",
-                             rel, (unsigned long long)size, MCP_MAX_FILE);
-    else if (r == -E2BIG) /* it grew while it was read */
-        *ret_err = xasprintf("'%s' grew past the %u bytes read_file returns; process it "
-                             "with run_code instead",
-                             rel, MCP_MAX_FILE);
-    else if (r < 0)
-        *ret_err = xasprintf("cannot read '%s': %s", rel, strerror(-r));
-    return r;
+                             rel, (unsigned long long)st.st_size, MCP_MAX_FILE);
+        return -E2BIG;
+    }
+    buf_init(b, (size_t)st.st_size + 1);
+    for (;;) {
+        char chunk[65536];
+        ssize_t n = read(fd, chunk, sizeof(chunk));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            int e = errno;
+            *ret_err = xasprintf("cannot read '%s': %s", rel, strerror(e));
+            return -e;
+        }
+        if (n == 0)
+            return 0;
+        if (b->len + (size_t)n > MCP_MAX_FILE) { /* it grew while it was read */
+            *ret_err = xasprintf("'%s' grew past the %u bytes read_file returns; process it "
+                                 "with run_code instead",
+                                 rel, MCP_MAX_FILE);
+            return -E2BIG;
+        }
+        buf_append(b, chunk, (size_t)n);
+    }
 }
 
 /* file:///workspace/ and the path, percent-encoded where a URI needs it. */
@@ -787,7 +848,7 @@ static json_t *t_read_file(struct call *k)
     if (!s)
         return tool_error("read_file: %s", err);
     struct buf b = {0};
-    int r = read_workspace_file(session_workspace(s), rel, &b, &err);
+    int r = read_workspace_file(s, rel, &b, &err);
     session_table_put(k->c->cfg->table, s);
     if (r < 0) {
         buf_release(&b);
@@ -800,8 +861,16 @@ static json_t *t_read_file(struct call *k)
         mime = !strcmp(type, "text") ? "text/plain" : "application/octet-stream";
     json_t *st = json_pack("{s:s,s:s,s:I,s:s}", "session_id", sid, "path", rel, "size",
                            (json_int_t)b.len, "mime_type", mime);
+    json_t *content = json_array();
+    if (!strcmp(type, "image")) { /* a caption beside the picture, as for figures */
+        json_t *data = json_object_get(item, "data");
+        _cleanup_free_ char *caption =
+            image_caption(rel, mime, json_string_value(data), json_string_length(data));
+        json_array_append_new(content, text_item(caption));
+    }
+    json_array_append_new(content, item);
     buf_release(&b);
-    return with_note(result_new(json_pack("[o]", item), st, false, k->features), note);
+    return with_note(result_new(content, st, false, k->features), note);
 }
 
 static json_t *t_write_file(struct call *k)
@@ -824,10 +893,10 @@ static json_t *t_write_file(struct call *k)
     struct session *s = call_session(k, &sid, &note, &err);
     if (!s)
         return tool_error("write_file: %s", err);
-    int r = workspace_write(session_workspace(s), rel, bytes ? (const char *)bytes : content, n);
+    int r = session_file_write(s, rel, bytes ? (const char *)bytes : content, n);
     session_table_put(k->c->cfg->table, s);
     if (r < 0)
-        return tool_error("write_file: %s", err_msg());
+        return with_note(tool_error("write_file: %s", session_file_error(rel, r)), note);
     _cleanup_free_ char *text = xasprintf("Wrote %zu bytes to /workspace/%s.", n, rel);
     json_t *st = json_pack("{s:s,s:s,s:I}", "session_id", sid, "path", rel, "size", (json_int_t)n);
     return with_note(result_new(json_pack("[o]", text_item(text)), st, false, k->features), note);

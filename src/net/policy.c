@@ -1,6 +1,6 @@
 /* policy.c - egress allowlists: parsing entries, matching hosts and ports, telling public
  * addresses from private ones, and checking one policy against a server's cap. */
-#include "net/net.h"
+#include "net/net-int.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -108,7 +108,7 @@ static int split_host_port(char *s, char **ret_host, const char **ret_port)
     return 0;
 }
 
-static int parse_entry(const char *given, struct net_entry *e)
+int net_entry_parse(const char *given, struct net_entry *e)
 {
     _cleanup_free_ char *copy = xstrdup(given);
     char *s = copy, *host;
@@ -147,10 +147,17 @@ static int parse_entry(const char *given, struct net_entry *e)
     return 0;
 }
 
-static void entry_release(struct net_entry *e)
+void net_entry_release(struct net_entry *e)
 {
     free(e->host);
     free(e->text);
+}
+
+void net_entry_copy(struct net_entry *dst, const struct net_entry *src)
+{
+    *dst = *src;
+    dst->host = xstrdup(src->host);
+    dst->text = xstrdup(src->text);
 }
 
 int net_policy_parse(const char *const *entries, size_t n, struct net_policy **ret)
@@ -161,7 +168,7 @@ int net_policy_parse(const char *const *entries, size_t n, struct net_policy **r
     struct net_policy *p = xcalloc(1, sizeof(*p));
     p->entries = xcalloc(n ? n : 1, sizeof(*p->entries));
     for (size_t i = 0; i < n; i++) {
-        int r = parse_entry(entries[i] ? entries[i] : "", &p->entries[i]);
+        int r = net_entry_parse(entries[i] ? entries[i] : "", &p->entries[i]);
         if (r < 0) {
             net_policy_free(p);
             return r;
@@ -201,11 +208,8 @@ struct net_policy *net_policy_copy(const struct net_policy *p)
     struct net_policy *c = xcalloc(1, sizeof(*c));
     *c = *p;
     c->entries = xcalloc(p->n ? p->n : 1, sizeof(*c->entries));
-    for (size_t i = 0; i < p->n; i++) {
-        c->entries[i] = p->entries[i];
-        c->entries[i].host = xstrdup(p->entries[i].host);
-        c->entries[i].text = xstrdup(p->entries[i].text);
-    }
+    for (size_t i = 0; i < p->n; i++)
+        net_entry_copy(&c->entries[i], &p->entries[i]);
     return c;
 }
 
@@ -214,7 +218,7 @@ void net_policy_free(struct net_policy *p)
     if (!p)
         return;
     for (size_t i = 0; i < p->n; i++)
-        entry_release(&p->entries[i]);
+        net_entry_release(&p->entries[i]);
     free(p->entries);
     free(p);
 }
@@ -232,38 +236,63 @@ static bool is_subdomain(const char *name, const char *domain)
     return n > d + 1 && name[n - d - 1] == '.' && !strcmp(name + n - d, domain);
 }
 
+/* host as the policy compares it: without brackets, lower-case, without a trailing dot,
+ * with its address when it is an IP literal. False when it cannot be a host at all. */
+struct host_key {
+    char name[MAX_NAME + 2];
+    unsigned char addr[16];
+    int family; /* 0: a name */
+};
+
+static bool host_key(const char *host, struct host_key *k)
+{
+    size_t len = strlen(host);
+    if (!len || len > MAX_NAME + 1)
+        return false;
+    if (host[0] == '[' && host[len - 1] == ']')
+        snprintf(k->name, sizeof(k->name), "%.*s", (int)(len - 2), host + 1);
+    else
+        snprintf(k->name, sizeof(k->name), "%s", host);
+    normalize_name(k->name);
+    k->family = 0;
+    if (!parse_ip(k->name, &k->family, k->addr))
+        k->family = 0;
+    return true;
+}
+
+static bool entry_names(const struct net_entry *e, const struct host_key *k)
+{
+    if (k->family)
+        return e->kind == NET_ENTRY_IP && e->family == k->family &&
+               !memcmp(e->addr, k->addr, k->family == AF_INET ? 4 : 16);
+    return (e->kind == NET_ENTRY_HOST && !strcmp(e->host, k->name)) ||
+           (e->kind == NET_ENTRY_WILDCARD && is_subdomain(k->name, e->host));
+}
+
+bool net_entry_names(const struct net_entry *e, const char *host)
+{
+    struct host_key k;
+    return host_key(host, &k) && entry_names(e, &k);
+}
+
 /* The first entry naming host (see net_policy_match) that allows port, or with any_port
  * the first naming host at all. */
 static const struct net_entry *find_entry(const struct net_policy *p, const char *host,
                                           uint16_t port, bool any_port)
 {
-    char name[MAX_NAME + 2];
-    unsigned char addr[16];
-    int family = 0;
-    size_t len = strlen(host);
-    if (!p || !len || len > MAX_NAME + 1)
+    struct host_key k;
+    if (!p || !host_key(host, &k))
         return NULL;
-    if (host[0] == '[' && host[len - 1] == ']')
-        snprintf(name, sizeof(name), "%.*s", (int)(len - 2), host + 1);
-    else
-        snprintf(name, sizeof(name), "%s", host);
-    normalize_name(name);
-    bool is_ip = parse_ip(name, &family, addr);
     if (p->internet) {
         /* Any name a request can carry, on any port: the address it resolves to is what the
          * proxy judges (net_addr_allowed). */
         static const struct net_entry internet = {
             .kind = NET_ENTRY_WILDCARD, .host = (char *)"", .text = (char *)"internet"};
-        return is_ip || valid_name(name) ? &internet : NULL;
+        return k.family || valid_name(k.name) ? &internet : NULL;
     }
     for (size_t i = 0; i < p->n; i++) {
         const struct net_entry *e = &p->entries[i];
-        if (!any_port && !port_ok(e, port))
-            continue;
-        if (is_ip ? e->kind == NET_ENTRY_IP && e->family == family &&
-                        !memcmp(e->addr, addr, family == AF_INET ? 4 : 16)
-                  : (e->kind == NET_ENTRY_HOST && !strcmp(e->host, name)) ||
-                        (e->kind == NET_ENTRY_WILDCARD && is_subdomain(name, e->host)))
+        if ((any_port || port_ok(e, port)) && entry_names(e, &k))
             return e;
     }
     return NULL;
@@ -468,6 +497,15 @@ static bool hosts_cover(const struct net_entry *max, const struct net_entry *e)
     return false;
 }
 
+const struct net_entry *net_policy_covering(const struct net_policy *p, const struct net_entry *e,
+                                            uint16_t port)
+{
+    for (size_t i = 0; p && i < p->n; i++)
+        if (hosts_cover(&p->entries[i], e) && port_ok(&p->entries[i], port))
+            return &p->entries[i];
+    return NULL;
+}
+
 bool net_policy_within(const struct net_policy *req, const struct net_policy *max)
 {
     if (!req || !max)
@@ -535,4 +573,18 @@ char **net_proxy_env(const struct net_policy *p, char **env)
         env = strv_push(env, "no_proxy=localhost,127.0.0.1,::1");
     }
     return env;
+}
+
+char **net_ca_env(char **env)
+{
+    /* The bundle (this host's roots plus the session CA) for the clients that take one file
+     * in place of the system's; Node adds NODE_EXTRA_CA_CERTS to its own roots. */
+    static const char *const bundle_vars[] = {"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE",
+                                              "CURL_CA_BUNDLE", "GIT_SSL_CAINFO", "PIP_CERT"};
+    char line[128];
+    for (size_t i = 0; i < ARRAY_SIZE(bundle_vars); i++) {
+        snprintf(line, sizeof(line), "%s=%s", bundle_vars[i], NET_SANDBOX_BUNDLE);
+        env = strv_push(env, line);
+    }
+    return strv_push(env, "NODE_EXTRA_CA_CERTS=" NET_SANDBOX_CA);
 }

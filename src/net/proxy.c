@@ -32,11 +32,11 @@ struct conn {
 struct egress {
     char *dir;
     char *sock_path;
-    /* Read by the connections' threads without the lock: replaced whole (egress_set_policy),
-     * never changed in place; the one it replaced is freed once no thread runs. */
-    struct net_policy *_Atomic policy;
-    struct net_policy **retired;
-    size_t n_retired;
+    pthread_mutex_t rules_lock;  /* guards the rules pointer (readers take a reference) */
+    pthread_mutex_t change_lock; /* one change at a time */
+    struct net_rules *rules;
+    uint64_t max_connections, max_bytes; /* the caps, which a change keeps */
+    struct net_ca *ca;                   /* NULL without TLS (net_tls_enable) */
     egress_event_fn fn;
     void *ctx;
     int listen_fd;
@@ -52,7 +52,25 @@ struct egress {
     _Atomic bool budget_reported;
 };
 
-static _Atomic uint64_t stat_allowed, stat_refused, stat_bytes_out, stat_bytes_in, stat_active;
+static _Atomic uint64_t stat_allowed, stat_refused, stat_bytes_out, stat_bytes_in, stat_active,
+    stat_intercepted, stat_secrets_added;
+
+const struct net_tls_ops *net_tls;
+
+bool net_tls_enabled(void)
+{
+    return net_tls != NULL;
+}
+
+void net_stats_intercepted(void)
+{
+    atomic_fetch_add(&stat_intercepted, 1);
+}
+
+void net_stats_secret_added(void)
+{
+    atomic_fetch_add(&stat_secrets_added, 1);
+}
 
 void net_stats_get(struct net_stats *ret)
 {
@@ -61,63 +79,82 @@ void net_stats_get(struct net_stats *ret)
     ret->bytes_out = atomic_load(&stat_bytes_out);
     ret->bytes_in = atomic_load(&stat_bytes_in);
     ret->active = atomic_load(&stat_active);
+    ret->intercepted = atomic_load(&stat_intercepted);
+    ret->secrets_added = atomic_load(&stat_secrets_added);
 }
 
 static uint64_t max_connections(const struct egress *e)
 {
-    return e->policy->max_connections ? e->policy->max_connections : NET_DEFAULT_MAX_CONNECTIONS;
+    return e->max_connections;
 }
 
 static uint64_t max_bytes(const struct egress *e)
 {
-    return e->policy->max_bytes ? e->policy->max_bytes : NET_DEFAULT_MAX_BYTES;
+    return e->max_bytes;
+}
+
+/* ---- the rules in force ---- */
+
+static struct net_rules *rules_new(struct net_policy *p, struct net_secrets *s)
+{
+    struct net_rules *r = xcalloc(1, sizeof(*r));
+    atomic_init(&r->refs, 1);
+    r->policy = p;
+    r->secrets = s;
+    return r;
+}
+
+void net_rules_put(struct net_rules *r)
+{
+    if (!r || atomic_fetch_sub(&r->refs, 1) != 1)
+        return;
+    net_policy_free(r->policy);
+    net_secrets_free(r->secrets);
+    free(r);
+}
+
+struct net_rules *egress_rules_get(struct egress *e)
+{
+    pthread_mutex_lock(&e->rules_lock);
+    struct net_rules *r = e->rules;
+    atomic_fetch_add(&r->refs, 1);
+    pthread_mutex_unlock(&e->rules_lock);
+    return r;
+}
+
+struct net_ca *egress_ca(struct egress *e)
+{
+    return e->ca;
 }
 
 /* ---- reporting ---- */
 
 /* Logs an event and passes it to the session, without counting it. */
-static void tell(struct egress *e, const struct egress_event *ev)
+void egress_tell(struct egress *e, const struct egress_event *ev)
 {
-    log_info("msg=\"egress %s\" method=%s host=%s port=%u address=%s status=%d%s%s",
+    log_info("msg=\"egress %s\" method=%s host=%s port=%u address=%s status=%d%s%s%s%s%s%s",
              ev->allowed ? "allowed" : "refused", log_quote(ev->method ? ev->method : "-"),
              log_quote(ev->host ? ev->host : "-"), ev->port, ev->address ? ev->address : "-",
-             ev->status, ev->reason ? " reason=" : "", ev->reason ? log_quote(ev->reason) : "");
+             ev->status, ev->path ? " path=" : "", ev->path ? log_quote(ev->path) : "",
+             ev->secret ? " secret_header=" : "", ev->secret ? log_quote(ev->secret) : "",
+             ev->reason ? " reason=" : "", ev->reason ? log_quote(ev->reason) : "");
     if (e->fn)
         e->fn(e->ctx, ev);
 }
 
-/* Counts an attempt as allowed or refused, and tells of it. */
-static void report(struct egress *e, const struct egress_event *ev)
+void egress_report(struct egress *e, const struct egress_event *ev)
 {
     atomic_fetch_add(ev->allowed ? &stat_allowed : &stat_refused, 1);
-    tell(e, ev);
+    egress_tell(e, ev);
 }
 
 /* Control characters, non-ASCII bytes, quotes and backslashes of what a client sent never
  * reach a status line, the daemon's log (a quoted logfmt value) or an event. */
-static void printable(char *s)
+void net_printable(char *s)
 {
     for (; *s; s++)
         if (*s < 0x20 || *s > 0x7e || *s == '"' || *s == '\\')
             *s = '?';
-}
-
-/* Sends an error answer. The reason phrase carries the message too: many clients show only
- * the status line of a failed CONNECT ("Tunnel connection failed: 403 ..."). */
-static void answer(int fd, int status, const char *title, const char *msg)
-{
-    char phrase[256];
-    if (snprintf(phrase, sizeof(phrase), "%s (runcell egress: %s)", title, msg) >=
-        (int)sizeof(phrase))
-        memcpy(phrase + sizeof(phrase) - 5, "...)", 5);
-    printable(phrase);
-    _cleanup_free_ char *body = xasprintf("runcell egress proxy: %s\n", msg);
-    _cleanup_free_ char *head =
-        xasprintf("HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\n"
-                  "X-Runcell-Egress: refused\r\nConnection: close\r\nContent-Length: %zu\r\n\r\n",
-                  status, phrase, strlen(body));
-    if (send_all(fd, head, strlen(head)) == 0)
-        (void)send_all(fd, body, strlen(body));
 }
 
 static const char *status_title(int status)
@@ -129,8 +166,12 @@ static const char *status_title(int status)
         return "Forbidden";
     case 429:
         return "Too Many Requests";
+    case 421:
+        return "Misdirected Request";
     case 431:
         return "Request Header Fields Too Large";
+    case 501:
+        return "Not Implemented";
     case 502:
         return "Bad Gateway";
     case 504:
@@ -138,6 +179,31 @@ static const char *status_title(int status)
     default:
         return "Error";
     }
+}
+
+/* An error answer. The reason phrase carries the message too: many clients show only the
+ * status line of a failed CONNECT ("Tunnel connection failed: 403 ..."). */
+char *egress_answer_text(int status, const char *msg, size_t *ret_len)
+{
+    char phrase[256];
+    if (snprintf(phrase, sizeof(phrase), "%s (runcell egress: %s)", status_title(status), msg) >=
+        (int)sizeof(phrase))
+        memcpy(phrase + sizeof(phrase) - 5, "...)", 5);
+    net_printable(phrase);
+    _cleanup_free_ char *body = xasprintf("runcell egress proxy: %s\n", msg);
+    char *text =
+        xasprintf("HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\n"
+                  "X-Runcell-Egress: refused\r\nConnection: close\r\nContent-Length: %zu\r\n\r\n%s",
+                  status, phrase, strlen(body), body);
+    *ret_len = strlen(text);
+    return text;
+}
+
+void egress_answer(int fd, int status, const char *msg)
+{
+    size_t n;
+    _cleanup_free_ char *text = egress_answer_text(status, msg, &n);
+    (void)send_all(fd, text, n);
 }
 
 /* Reports the refusal, then answers status with the message. */
@@ -154,7 +220,7 @@ static void refuse(struct conn *c, const struct proxy_request *rq, int status, c
     va_end(ap);
     /* The message may quote what the client sent (a request target it could not parse):
      * made safe once, for the answer, the log line and the event alike. */
-    printable(msg);
+    net_printable(msg);
     struct egress_event ev = {.method = rq && rq->method[0] ? rq->method : NULL,
                               .host = rq && rq->host[0] ? rq->host : NULL,
                               .port = rq ? rq->port : 0,
@@ -163,8 +229,8 @@ static void refuse(struct conn *c, const struct proxy_request *rq, int status, c
                               .status = status};
     /* Recorded before the client hears of it: a cell that ends as soon as it has its answer
      * must find the refusal in its record (and the daemon's log) already. */
-    report(c->e, &ev);
-    answer(c->client, status, status_title(status), msg);
+    egress_report(c->e, &ev);
+    egress_answer(c->client, status, msg);
 }
 
 /* ---- connecting ---- */
@@ -211,9 +277,9 @@ static void addr_text(const struct sockaddr_storage *ss, char *out, size_t n)
 }
 
 /* Why host:port is refused by the policy: its port, or the host itself. */
-static void refuse_by_policy(struct conn *c, const struct proxy_request *rq)
+static void refuse_by_policy(struct conn *c, const struct net_policy *p,
+                             const struct proxy_request *rq)
 {
-    const struct net_policy *p = c->e->policy;
     struct buf allowed;
     buf_init(&allowed, 0);
     for (size_t i = 0; i < p->n && i < 16; i++)
@@ -235,8 +301,8 @@ static void refuse_by_policy(struct conn *c, const struct proxy_request *rq)
 
 /* Resolves, filters the addresses through the policy, connects to the first allowed one
  * that answers. Returns the socket, or -1 after refusing. */
-static int open_upstream(struct conn *c, const struct proxy_request *rq, const char *rule,
-                         char *ret_addr, size_t addr_len)
+static int open_upstream(struct conn *c, const struct net_policy *p, const struct proxy_request *rq,
+                         const char *rule, char *ret_addr, size_t addr_len)
 {
     struct sockaddr_storage addrs[NET_MAX_ADDRS];
     size_t n = 0;
@@ -252,7 +318,7 @@ static int open_upstream(struct conn *c, const struct proxy_request *rq, const c
     for (size_t i = 0; i < n; i++) {
         const char *w;
         addr_text(&addrs[i], text, sizeof(text));
-        if (!net_addr_allowed(c->e->policy, (struct sockaddr *)&addrs[i], rq->port, &w)) {
+        if (!net_addr_allowed(p, (struct sockaddr *)&addrs[i], rq->port, &w)) {
             if (!why) {
                 why = w;
                 snprintf(refused_addr, sizeof(refused_addr), "%s", text);
@@ -344,20 +410,32 @@ static int send_up(struct egress *e, int fd, const char *data, size_t n)
     return send_all(fd, data, n);
 }
 
-static void report_budget(struct conn *c, const struct proxy_request *rq)
+bool egress_charge(struct egress *e, size_t n, bool out)
 {
-    if (atomic_exchange(&c->e->budget_reported, true))
+    if (over_budget(e, n))
+        return false;
+    atomic_fetch_add(out ? &stat_bytes_out : &stat_bytes_in, (uint64_t)n);
+    return true;
+}
+
+void egress_budget_spent(struct egress *e, const char *method, const char *host, uint16_t port)
+{
+    if (atomic_exchange(&e->budget_reported, true))
         return;
     char msg[256];
     snprintf(msg, sizeof(msg),
              "the session's network byte budget (%llu bytes) is used up; "
              "the connection was cut and new ones are refused",
-             (unsigned long long)max_bytes(c->e));
-    struct egress_event ev = {
-        .method = rq->method, .host = rq->host, .port = rq->port, .reason = msg};
+             (unsigned long long)max_bytes(e));
+    struct egress_event ev = {.method = method, .host = host, .port = port, .reason = msg};
     /* This attempt was counted as allowed when it connected: its cut is an event of its
      * own, not a second attempt for the refused counter. */
-    tell(c->e, &ev);
+    egress_tell(e, &ev);
+}
+
+static void report_budget(struct conn *c, const struct proxy_request *rq)
+{
+    egress_budget_spent(c->e, rq->method, rq->host, rq->port);
 }
 
 /* ---- one connection ---- */
@@ -374,6 +452,55 @@ static bool set_upstream(struct conn *c, int fd)
     return !closing;
 }
 
+/* Hands a connection to the TLS part: a CONNECT to a host with secrets (TLS on both sides),
+ * or a plain-HTTP request that a secret is for. */
+static void intercept(struct conn *c, const struct proxy_request *rq, const struct buf *head,
+                      const char *rule, const char *addr)
+{
+    size_t head_len = head->len - rq->head_off - rq->rest_len;
+    struct ix_target t = {.e = c->e,
+                          .client = c->client,
+                          .upstream = c->upstream,
+                          .method = rq->method,
+                          .host = rq->host,
+                          .port = rq->port,
+                          .rule = rule,
+                          .address = addr,
+                          .tls = rq->connect,
+                          .head = head->data + rq->head_off,
+                          .head_len = head_len,
+                          .rest = head->data + head->len - rq->rest_len,
+                          .rest_len = rq->rest_len};
+    net_tls->serve(&t);
+}
+
+/* Whether the TLS part takes this connection (net_tls is set whenever secrets exist). */
+static bool wants_interception(const struct net_rules *rules, const struct proxy_request *rq)
+{
+    return net_tls && net_secrets_for_host(rules->secrets, rq->host, rq->port, rq->connect);
+}
+
+/* Passes the connection on as it is: a tunnel, or one plain-HTTP request forwarded. */
+static void relay(struct conn *c, struct proxy_request *rq, struct buf *head, const char *rule,
+                  const char *addr)
+{
+    struct egress *e = c->e;
+    struct egress_event ev = {.method = rq->method,
+                              .host = rq->host,
+                              .port = rq->port,
+                              .allowed = true,
+                              .rule = rule,
+                              .address = addr,
+                              .status = 200};
+    egress_report(e, &ev);
+    int r = rq->connect ? send_all(c->client, "HTTP/1.1 200 Connection established\r\n\r\n", 39)
+                        : send_up(e, c->upstream, rq->forward.data, rq->forward.len);
+    if (r == 0 && rq->rest_len)
+        r = send_up(e, c->upstream, head->data + head->len - rq->rest_len, rq->rest_len);
+    if (r == -EDQUOT || (r == 0 && pump(c)))
+        report_budget(c, rq);
+}
+
 static void serve(struct conn *c)
 {
     struct egress *e = c->e;
@@ -381,6 +508,8 @@ static void serve(struct conn *c)
     struct buf head;
     buf_init(&head, NET_MAX_HEAD + 1);
     int r = proxy_read_request(c->client, &head, &rq);
+    /* The rules as they are once the request is in: a change made meanwhile counts. */
+    struct net_rules *rules = egress_rules_get(e);
     if (r == -E2BIG) {
         refuse(c, NULL, 431, NULL, "the request head is larger than %d bytes", NET_MAX_HEAD);
     } else if (r < 0) {
@@ -392,29 +521,21 @@ static void serve(struct conn *c)
                "bytes) is used up",
                rq.method, rq.host, rq.port, (unsigned long long)max_bytes(e));
     } else {
-        const struct net_entry *rule = net_policy_match(e->policy, rq.host, rq.port);
+        const struct net_entry *rule = net_policy_match(rules->policy, rq.host, rq.port);
         char addr[INET6_ADDRSTRLEN] = "";
-        int fd = -1;
-        if (!rule)
-            refuse_by_policy(c, &rq);
-        else if ((fd = open_upstream(c, &rq, rule->text, addr, sizeof(addr))) >= 0 &&
-                 set_upstream(c, fd)) {
-            struct egress_event ev = {.method = rq.method,
-                                      .host = rq.host,
-                                      .port = rq.port,
-                                      .allowed = true,
-                                      .rule = rule->text,
-                                      .address = addr,
-                                      .status = 200};
-            report(e, &ev);
-            r = rq.connect ? send_all(c->client, "HTTP/1.1 200 Connection established\r\n\r\n", 39)
-                           : send_up(e, fd, rq.forward.data, rq.forward.len);
-            if (r == 0 && rq.rest_len)
-                r = send_up(e, fd, head.data + head.len - rq.rest_len, rq.rest_len);
-            if (r == -EDQUOT || (r == 0 && pump(c)))
-                report_budget(c, &rq);
+        int fd;
+        if (!rule) {
+            refuse_by_policy(c, rules->policy, &rq);
+        } else if ((fd = open_upstream(c, rules->policy, &rq, rule->text, addr, sizeof(addr))) >=
+                       0 &&
+                   set_upstream(c, fd)) {
+            if (wants_interception(rules, &rq))
+                intercept(c, &rq, &head, rule->text, addr);
+            else
+                relay(c, &rq, &head, rule->text, addr);
         }
     }
+    net_rules_put(rules);
     buf_release(&rq.forward);
     buf_release(&head);
 }
@@ -540,23 +661,65 @@ static int listen_unix(const char *path, int *ret_fd)
     return 0;
 }
 
-int egress_new(const char *dir, const struct net_policy *p, egress_event_fn fn, void *ctx,
-               struct egress **ret)
+/* Writes the CA's certificate and the bundle of this host's roots plus it into e->dir. */
+static int write_ca_files(struct egress *e)
+{
+    const char *pem = net_tls->ca_pem(e->ca);
+    _cleanup_free_ char *ca_path = xasprintf("%s/%s", e->dir, NET_CA_NAME);
+    _cleanup_free_ char *bundle_path = xasprintf("%s/%s", e->dir, NET_BUNDLE_NAME);
+    char *roots = NULL;
+    size_t roots_len = 0;
+    if (read_file(NET_SYSTEM_BUNDLE, 16u << 20, &roots, &roots_len) < 0)
+        log_warn("msg=\"egress: no system trust store; the sandbox trusts the session CA only\" "
+                 "path=%s",
+                 NET_SYSTEM_BUNDLE);
+    struct buf b;
+    buf_init(&b, 0);
+    if (roots_len) {
+        buf_append(&b, roots, roots_len);
+        if (roots[roots_len - 1] != '\n')
+            buf_append(&b, "\n", 1);
+    }
+    free(roots);
+    buf_printf(&b, "# runcell: this session's egress proxy CA\n%s", pem);
+    int r = write_file(ca_path, pem, strlen(pem), 0644);
+    if (r == 0)
+        r = write_file(bundle_path, b.data, b.len, 0644);
+    buf_release(&b);
+    if (r < 0)
+        return err_set(-r, "cannot write the session CA's certificate into %s: %s", e->dir,
+                       strerror(-r));
+    return 0;
+}
+
+int egress_new(const char *dir, const struct net_policy *p, const struct net_secrets *s,
+               egress_event_fn fn, void *ctx, struct egress **ret)
 {
     struct egress *e = xcalloc(1, sizeof(*e));
     int r;
     e->listen_fd = e->wake[0] = e->wake[1] = -1;
     e->dir = xstrdup(dir);
     e->sock_path = xasprintf("%s/%s", dir, NET_SOCKET_NAME);
-    e->policy = net_policy_copy(p);
+    e->rules = rules_new(net_policy_copy(p), s && s->n ? net_secrets_copy(s) : NULL);
+    e->max_connections = p->max_connections ? p->max_connections : NET_DEFAULT_MAX_CONNECTIONS;
+    e->max_bytes = p->max_bytes ? p->max_bytes : NET_DEFAULT_MAX_BYTES;
     e->fn = fn;
     e->ctx = ctx;
     pthread_mutex_init(&e->lock, NULL);
+    pthread_mutex_init(&e->rules_lock, NULL);
+    pthread_mutex_init(&e->change_lock, NULL);
     pthread_cond_init(&e->idle, NULL);
+    if (e->rules->secrets && !net_tls) {
+        r = err_set(ENOTSUP, "this program cannot intercept TLS, so it cannot send secrets; "
+                             "run runcell-full");
+        goto fail;
+    }
     if (mkdir(dir, 0755) < 0 || chmod(dir, 0755) < 0) {
         r = err_set(errno, "cannot create the egress directory %s: %s", dir, strerror(errno));
         goto fail;
     }
+    if (net_tls && ((r = net_tls->ca_new(&e->ca)) < 0 || (r = write_ca_files(e)) < 0))
+        goto fail;
     if ((r = listen_unix(e->sock_path, &e->listen_fd)) < 0)
         goto fail;
     if (pipe2(e->wake, O_CLOEXEC) < 0) {
@@ -575,24 +738,65 @@ fail:
     return r;
 }
 
+bool egress_has_ca(const struct egress *e)
+{
+    return e->ca != NULL;
+}
+
+int egress_change(struct egress *e, const json_t *change, const struct net_policy *max)
+{
+    pthread_mutex_lock(&e->change_lock);
+    struct net_rules *cur = egress_rules_get(e);
+    struct net_policy *np;
+    struct net_secrets *ns;
+    int r = net_rules_change(cur->policy, cur->secrets, change, max, &np, &ns);
+    net_rules_put(cur);
+    if (r == 0 && ns && !e->ca) {
+        net_policy_free(np);
+        net_secrets_free(ns);
+        r = err_set(ENOTSUP, "this session's proxy has no CA of its own, so it cannot send "
+                             "secrets");
+    }
+    if (r == 0) {
+        struct net_rules *next = rules_new(np, ns);
+        pthread_mutex_lock(&e->rules_lock);
+        struct net_rules *old = e->rules;
+        e->rules = next;
+        pthread_mutex_unlock(&e->rules_lock);
+        net_rules_put(old);
+    }
+    pthread_mutex_unlock(&e->change_lock);
+    return r;
+}
+
+json_t *egress_rules_json(struct egress *e)
+{
+    struct net_rules *r = egress_rules_get(e);
+    json_t *j = net_policy_json(r->policy);
+    json_object_set_new(j, "secrets", net_secrets_json(r->secrets));
+    net_rules_put(r);
+    return j;
+}
+
+bool egress_has_secrets(struct egress *e)
+{
+    struct net_rules *r = egress_rules_get(e);
+    bool has = r->secrets && r->secrets->n;
+    net_rules_put(r);
+    return has;
+}
+
+size_t egress_scrub(struct egress *e, char *buf, size_t len)
+{
+    struct net_rules *r = egress_rules_get(e);
+    size_t n = net_secrets_scrub(r->secrets, buf, len);
+    net_rules_put(r);
+    return n;
+}
+
 const char *egress_dir(const struct egress *e)
 {
     return e->dir;
-}
-
-void egress_set_policy(struct egress *e, const struct net_policy *p)
-{
-    struct net_policy *fresh = net_policy_copy(p);
-    pthread_mutex_lock(&e->lock);
-    struct net_policy *old = atomic_exchange(&e->policy, fresh);
-    e->retired = xrealloc(e->retired, (e->n_retired + 1) * sizeof(*e->retired));
-    e->retired[e->n_retired++] = old;
-    if (!e->threads) { /* no connection reads any of them now */
-        for (size_t i = 0; i < e->n_retired; i++)
-            net_policy_free(e->retired[i]);
-        e->n_retired = 0;
-    }
-    pthread_mutex_unlock(&e->lock);
 }
 
 void egress_free(struct egress *e)
@@ -619,16 +823,22 @@ void egress_free(struct egress *e)
         close(e->listen_fd);
         unlink(e->sock_path);
     }
+    if (e->ca) {
+        _cleanup_free_ char *ca_path = xasprintf("%s/%s", e->dir, NET_CA_NAME);
+        _cleanup_free_ char *bundle_path = xasprintf("%s/%s", e->dir, NET_BUNDLE_NAME);
+        unlink(ca_path);
+        unlink(bundle_path);
+        net_tls->ca_free(e->ca);
+    }
     rmdir(e->dir);
     for (int i = 0; i < 2; i++)
         if (e->wake[i] >= 0)
             close(e->wake[i]);
     pthread_mutex_destroy(&e->lock);
+    pthread_mutex_destroy(&e->rules_lock);
+    pthread_mutex_destroy(&e->change_lock);
     pthread_cond_destroy(&e->idle);
-    net_policy_free(e->policy);
-    for (size_t i = 0; i < e->n_retired; i++)
-        net_policy_free(e->retired[i]);
-    free(e->retired);
+    net_rules_put(e->rules);
     free(e->dir);
     free(e->sock_path);
     free(e);

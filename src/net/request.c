@@ -239,5 +239,6 @@ int proxy_read_request(int fd, struct buf *head, struct proxy_request *rq)
     if (skip >= end)
         return err_set(EINVAL, "empty request");
     rq->rest_len = head->len - end;
+    rq->head_off = skip;
     return proxy_parse_request(head->data + skip, end - skip, rq);
 }

@@ -49,6 +49,10 @@ int cgroup_read_memory(const struct cgroup *cg, uint64_t *ret_used, uint64_t *re
 int cgroup_read_usage(const struct cgroup *cg, double *ret_cpu_ms, uint64_t *ret_peak_kb,
                       uint64_t *ret_oom_kills);
 void cgroup_kill_all(const struct cgroup *cg);
+/* Freezes (or thaws) every task of the cgroup with the v2 freezer and waits until it is
+ * settled: 0, -EOPNOTSUPP on v1 (the caller stops the tasks itself), -ETIMEDOUT when a freeze
+ * did not settle within 2 s (it is undone), or -errno. */
+int cgroup_freeze(const struct cgroup *cg, bool freeze);
 /* Starts a new peak measurement: v1 resets memory.max_usage_in_bytes; v2 writes memory.peak
  * through the cgroup's own descriptor, where the kernel lets it (the reset counts only for
  * reads through that descriptor). */

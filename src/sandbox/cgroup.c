@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -1021,6 +1022,44 @@ void cgroup_kill_all(const struct cgroup *cg)
             kill_procs(cg->dirs[i]);
     if (cg->leaf_dir)
         kill_procs(cg->leaf_dir);
+}
+
+/* How long a freeze may take to settle (every task stopped in the kernel) before it is
+ * given up: a task in an uninterruptible sleep delays it. */
+#define FREEZE_WAIT_MS 2000
+
+int cgroup_freeze(const struct cgroup *cg, bool freeze)
+{
+    if (cg->mode != CGROUP_V2)
+        return -EOPNOTSUPP;
+    int r = write_str(cg->dirs[0], "cgroup.freeze", freeze ? "1" : "0");
+    if (r < 0)
+        return r;
+    /* cgroup.events says "frozen 1" once every task of the subtree is stopped, and notifies
+     * a poller (POLLPRI) of each change. */
+    _cleanup_free_ char *events = xasprintf("%s/cgroup.events", cg->dirs[0]);
+    _cleanup_close_ int fd = open(events, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    double until = now_ms_f() + FREEZE_WAIT_MS;
+    for (;;) {
+        char buf[256];
+        ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
+        if (n < 0)
+            return -errno;
+        buf[n] = '\0';
+        const char *f = strstr(buf, "frozen ");
+        if (f && (f[7] == '1') == freeze)
+            return 0;
+        double left = until - now_ms_f();
+        if (left <= 0)
+            break;
+        struct pollfd p = {.fd = fd, .events = POLLPRI};
+        poll(&p, 1, (int)left + 1);
+    }
+    if (freeze)
+        (void)write_str(cg->dirs[0], "cgroup.freeze", "0");
+    return -ETIMEDOUT;
 }
 
 static void remove_dir(const char *dir)

@@ -302,9 +302,10 @@ int workspace_symlink(const struct workspace *ws, const char *target, const char
 #define SANDBOX_HOME_DIR "/home/user"
 
 /* Where a session's egress proxy socket directory is bound (see net/net.h). Sandboxes made
- * by the template can only take binds at mount points its root has: this one and
- * /.runcell. */
-#define SANDBOX_NET_DIR "/.runcell-net"
+ * by the template can only take binds at mount points its root has: this one, /.runcell,
+ * and the system trust store (a session CA's bundle goes over it). */
+#define SANDBOX_NET_DIR     "/.runcell-net"
+#define SANDBOX_TRUST_STORE "/etc/ssl/certs/ca-certificates.crt"
 
 /* What to run in a sandbox. */
 struct sandbox_spec {
@@ -369,6 +370,11 @@ bool sandbox_wait_for(struct sandbox *sb, int timeout_ms);
 int sandbox_signal(struct sandbox *sb, int sig);
 /* Kills every process of the sandbox at once. Safe from any thread. */
 void sandbox_kill(struct sandbox *sb);
+/* Stops (pause) or continues every process of the sandbox: the cgroup v2 freezer (waiting
+ * until every task is frozen), or on v1 SIGSTOP and SIGCONT to each but its init. A paused
+ * sandbox takes no CPU; its memory stays. 0, -ETIMEDOUT when the freeze did not settle (it is
+ * undone), or -ENODATA for a sandbox without cgroups (its processes cannot all be found). */
+int sandbox_pause(struct sandbox *sb, bool pause);
 
 struct sandbox_usage {
     double cpu_ms;

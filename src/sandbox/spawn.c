@@ -655,6 +655,55 @@ int sandbox_signal(struct sandbox *sb, int sig)
     return -ESRCH;
 }
 
+/* Signals each process of sb's cgroups but its init once, again while new ones appear (a
+ * process stopped cannot fork; one that forked as it was read is found the next pass). */
+static int signal_payloads(struct sandbox *sb, int sig)
+{
+    if (!sb->cgroup)
+        return -ENODATA;
+    _cleanup_strv_ char **files = cgroup_procs_files(sb->cgroup);
+    char *leaf = cgroup_leaf_procs_file(sb->cgroup);
+    if (leaf) {
+        files = strv_push(files, leaf);
+        free(leaf);
+    }
+    json_t *done = json_object();
+    for (int pass = 0; pass < 16; pass++) {
+        size_t fresh = 0;
+        for (char **f = files; *f; f++) {
+            _cleanup_free_ char *text = NULL;
+            if (read_file(*f, 1 << 20, &text, NULL) < 0)
+                continue;
+            for (char *line = text, *nl; line && *line; line = nl ? nl + 1 : NULL) {
+                nl = strchr(line, '\n');
+                if (nl)
+                    *nl = '\0';
+                char *end;
+                long pid = strtol(line, &end, 10);
+                if (pid <= 1 || *end || pid == sb->init_pid || json_object_get(done, line))
+                    continue;
+                json_object_set_new(done, line, json_true());
+                fresh++;
+                (void)kill((pid_t)pid, sig);
+            }
+        }
+        if (!fresh)
+            break;
+    }
+    json_decref(done);
+    return 0;
+}
+
+int sandbox_pause(struct sandbox *sb, bool pause)
+{
+    /* The v2 freezer stops every task where it stands, which no task can see or undo; on v1
+     * each of the payload's processes gets SIGSTOP (init, which only reaps, runs on). */
+    int r = sb->cgroup ? cgroup_freeze(sb->cgroup, pause) : -ENODATA;
+    if (r != -EOPNOTSUPP)
+        return r;
+    return signal_payloads(sb, pause ? SIGSTOP : SIGCONT);
+}
+
 void sandbox_kill(struct sandbox *sb)
 {
     /* Killing PID 1 of the namespace makes the kernel kill every other process in it;

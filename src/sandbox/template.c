@@ -364,7 +364,7 @@ static int open_request_fds(struct sandbox *sb, const struct sandbox_spec *spec,
     for (const char *const *b = spec->ro_binds; b && b[0] && b[1] && *n < 30; b += 2) {
         if (!strcmp(b[1], "/.runcell"))
             continue;
-        if (strcmp(b[1], SANDBOX_NET_DIR))
+        if (strcmp(b[1], SANDBOX_NET_DIR) && strcmp(b[1], SANDBOX_TRUST_STORE))
             return err_set(EINVAL, "the template has no mount point for %s", b[1]);
         int fd = (int)syscall(SYS_open_tree, AT_FDCWD, b[0], OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
         if (fd < 0)

@@ -276,6 +276,7 @@ int session_submit(struct session_table *t, struct session *s, const struct exec
     x->req.code = x->code;
     x->req.lang = req->lang ? x->lang : NULL;
     x->turn.on_start = on_start;
+    x->turn.stop_on_error = req->stop_on_error;
     x->first_seq = 1;
     x->submitted_ms = now_realtime_ms();
     x->phase = EXEC_QUEUED;
@@ -316,6 +317,8 @@ static const char *failure_code(int err)
         return "closed";
     case EAGAIN:
         return "busy";
+    case ECONNABORTED:
+        return "aborted";
     default:
         return "failed";
     }

@@ -294,6 +294,7 @@ struct save {
     uint64_t bytes;
     struct buf errors;
     size_t n_errors, n_unsaved;
+    bool quota_hit;   /* a file was left out for the quota: the save's error says EDQUOT */
     size_t n_changed; /* entries of next that differ from old: unsaved if the list is not */
     bool store_down;  /* the store failed as a whole: no more tries this time */
     uint64_t max_files;
@@ -399,6 +400,7 @@ static void save_file(struct save *sv, const struct ws_entry *e, const struct me
     /* Sizes, blocks and counts first: nothing is read of a file that cannot be kept. */
     int r = blob_admissible(&st, sv->c->quota_bytes);
     if (r < 0) {
+        sv->quota_hit |= r == -EDQUOT;
         note(sv, e->path, "%s", err_msg());
         keep_old(sv, old);
         return;
@@ -420,6 +422,7 @@ static void save_file(struct save *sv, const struct ws_entry *e, const struct me
     if (!json_object_get(sv->blobs, m.sha) && !json_object_get(sv->old_blobs, m.sha)) {
         uint64_t quota = sv->c->quota_bytes;
         if (quota && sv->bytes + m.size > quota) {
+            sv->quota_hit = true;
             note(sv, e->path, "%.1f MB would take the session past its store quota of %.1f MB",
                  (double)m.size / 1048576.0, (double)quota / 1048576.0);
             keep_old(sv, old);
@@ -591,6 +594,13 @@ int manifest_save(const struct persist_config *c, const char *id, struct manifes
                   struct workspace *ws, const struct ws_listing *after, json_t *variables,
                   char **ret_error)
 {
+    return manifest_save_keep(c, id, m, ws, after, variables, NULL, ret_error);
+}
+
+int manifest_save_keep(const struct persist_config *c, const char *id, struct manifest *m,
+                       struct workspace *ws, const struct ws_listing *after, json_t *variables,
+                       struct manifest *ret_old, char **ret_error)
+{
     struct save sv = {.c = c,
                       .id = id,
                       .ws = ws,
@@ -644,17 +654,22 @@ int manifest_save(const struct persist_config *c, const char *id, struct manifes
     if (sv.next.n > n_seen)
         qsort(sv.next.v, sv.next.n, sizeof(*sv.next.v), path_cmp);
     int r = 0;
-    if (stored_differs(&sv.next, m) && (r = write_manifest(&sv)) == 0)
+    bool differs = stored_differs(&sv.next, m);
+    if (differs && (r = write_manifest(&sv)) == 0 && !ret_old)
         drop_unused(&sv);
     if (!r) {
-        /* Also when only inode numbers moved (after a load): the next save compares to them. */
-        manifest_release(m);
+        /* Also when only inode numbers moved (after a load): the next save compares to them.
+         * A caller that keeps the old list (a history) gets it, blobs and all. */
+        if (ret_old && differs)
+            *ret_old = *m;
+        else
+            manifest_release(m);
         *m = sv.next;
         memset(&sv.next, 0, sizeof(sv.next));
     }
     if (sv.n_unsaved) {
         *ret_error = save_error(&sv);
-        r = r ? r : -EIO;
+        r = r ? r : sv.quota_hit ? -EDQUOT : -EIO;
     }
     manifest_release(&sv.next);
     json_decref(sv.blobs);
@@ -676,14 +691,13 @@ int blob_to_workspace(struct store *st, const char *from_id, const char *sha, ui
                       struct workspace *ws, const char *rel)
 {
     _cleanup_free_ char *key = blob_key(from_id, sha);
-    char got[SHA256_HEX_SIZE];
     uint64_t n = 0;
     struct ws_newfile f;
     int r = ws_newfile_open(ws, rel, 0600, &f);
     if (r < 0)
         return err_set(-r, "cannot create it in the workspace: %s", strerror(-r));
     /* +1: a stored copy larger than the list says is caught as corrupted, not cut short. */
-    r = store_get_fd(st, key, f.fd, size + 1, &n);
+    r = store_get_verified(st, key, f.fd, size + 1, sha, &n);
     if (r == -ENOENT)
         return fail_abort(&f, err_set(ENOENT, "its stored copy is missing (%s)", key));
     if (r == -EFBIG || (!r && n != size))
@@ -694,13 +708,13 @@ int blob_to_workspace(struct store *st, const char *from_id, const char *sha, ui
                                       (unsigned long long)size, key));
     if (r == -ENOSPC || r == -EDQUOT)
         return fail_abort(&f, err_set(ENOSPC, "the workspace is full (its disk limit)"));
-    if (r < 0)
-        return fail_abort(&f, r);
-    if ((r = sha256_fd(f.fd, n, got)) < 0 || strcmp(got, sha))
+    if (r == -EBADMSG)
         return fail_abort(&f, err_set(EBADMSG,
                                       "its stored copy is corrupted: the "
                                       "contents do not match their checksum (%s)",
                                       key));
+    if (r < 0)
+        return fail_abort(&f, r);
     if ((r = ws_newfile_commit(&f, 0, NULL)) < 0)
         return err_set(-r, "cannot give it to the sandbox user: %s", strerror(-r));
     return 0;
@@ -716,11 +730,8 @@ int blob_from_workspace(struct store *st, const char *id, struct workspace *ws, 
     int r = blob_admissible(&sb, 0);
     if (r < 0)
         return r;
-    r = sha256_fd(fd, (uint64_t)sb.st_size, ret_sha);
-    if (r < 0)
-        return err_set(-r, "cannot read %s in the workspace: %s", rel, strerror(-r));
-    _cleanup_free_ char *key = blob_key(id, ret_sha);
-    if ((r = store_put_fd(st, key, fd, (uint64_t)sb.st_size, ret_sha)) < 0)
+    _cleanup_free_ char *prefix = blob_key(id, "");
+    if ((r = store_put_fd_hashed(st, prefix, fd, (uint64_t)sb.st_size, ret_sha)) < 0)
         return r;
     *ret_size = (uint64_t)sb.st_size;
     return 0;
@@ -751,6 +762,15 @@ static int restore_file(struct store *st, const char *from_id, const struct ment
     fchmod(fd, e->mode & 0777); /* never set-id bits from a store */
     futimens(fd, times);
     return 0;
+}
+
+int manifest_restore_entry(struct store *st, const char *from_id, const struct mentry *e,
+                           struct workspace *ws)
+{
+    return str_has_prefix(e->path, ".runcell/")
+               ? err_set(EINVAL, "the name is reserved for runcell")
+           : e->target ? restore_link(e, ws)
+                       : restore_file(st, from_id, e, ws);
 }
 
 void manifest_restore_files(struct store *st, const char *from_id, const struct manifest *m,
@@ -788,17 +808,50 @@ int store_discard(struct store *st, const char *id)
     return r;
 }
 
-void store_collect_garbage(struct store *st, const char *id, const struct manifest *m)
+/* Adds the blobs m names to named (sha -> true). */
+static void name_blobs(const struct manifest *m, json_t *named)
 {
-    _cleanup_free_ char *prefix = xasprintf("sessions/%s/blobs/", id);
-    struct store_listing l;
-    json_t *named = json_object();
     for (size_t i = 0; i < m->n; i++)
         if (!m->v[i].target)
             json_object_set_new(named, m->v[i].sha, json_true());
     const char *vsha = json_string_value(json_object_get(m->variables, "sha256"));
     if (vsha)
         json_object_set_new(named, vsha, json_true());
+}
+
+void manifest_drop_blobs(const struct persist_config *c, const char *id,
+                         const struct manifest *gone, const struct manifest *keep, size_t n_keep)
+{
+    json_t *named = json_object();
+    for (size_t i = 0; i < n_keep; i++)
+        name_blobs(&keep[i], named);
+    json_t *dropped = json_object();
+    for (size_t i = 0; i < gone->n; i++) {
+        const struct mentry *e = &gone->v[i];
+        if (e->target || json_object_get(named, e->sha) || json_object_get(dropped, e->sha))
+            continue;
+        json_object_set_new(dropped, e->sha, json_true());
+        _cleanup_free_ char *key = blob_key(id, e->sha);
+        if (store_delete(c->store, key) < 0)
+            log_warn("msg=\"cannot delete an unused blob\" key=%s error=%s", key,
+                     log_quote(err_msg()));
+    }
+    json_decref(named);
+    json_decref(dropped);
+}
+
+void store_collect_garbage(struct store *st, const char *id, const struct manifest *m)
+{
+    store_collect_garbage_of(st, id, m, 1);
+}
+
+void store_collect_garbage_of(struct store *st, const char *id, const struct manifest *ms, size_t n)
+{
+    _cleanup_free_ char *prefix = xasprintf("sessions/%s/blobs/", id);
+    struct store_listing l;
+    json_t *named = json_object();
+    for (size_t i = 0; i < n; i++)
+        name_blobs(&ms[i], named);
     if (store_list(st, prefix, &l) == 0) {
         for (size_t i = 0; i < l.n; i++)
             if (!json_object_get(named, l.v[i].key + strlen(prefix)))

@@ -7,14 +7,17 @@
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 static void on_egress(void *ctx, const struct egress_event *ev)
 {
     struct event_log *log = ctx;
-    json_t *j = json_pack("{s:s,s:s?,s:s?,s:i,s:b,s:s?,s:s?,s:s?,s:i}", "type", "network", "method",
-                          ev->method, "host", ev->host, "port", (int)ev->port, "allowed",
+    json_t *j = json_pack("{s:s,s:s?,s:s?,s:i,s:b,s:s?,s:s?,s:s?,s:i,s:s*,s:s*}", "type", "network",
+                          "method", ev->method, "host", ev->host, "port", (int)ev->port, "allowed",
                           ev->allowed, "rule", ev->rule, "address", ev->address, "reason",
-                          ev->reason, "status", ev->status);
+                          ev->reason, "status", ev->status, "path", ev->path, "secret", ev->secret);
+    if (j && ev->intercepted)
+        json_object_set_new(j, "intercepted", json_true());
     if (j)
         event_log_add(log, j);
 }
@@ -28,12 +31,22 @@ int sandbox_net_start(struct sandbox_net *sn, const struct net_opts *n, struct w
     if (!n->policy)
         return 0;
     _cleanup_free_ char *dir = workspace_aside_path(ws, "egress");
-    int r = egress_new(dir, n->policy, on_egress, log, &sn->egress);
+    int r = egress_new(dir, n->policy, n->secrets, on_egress, log, &sn->egress);
     if (r < 0)
         return r;
     sn->binds[0] = egress_dir(sn->egress);
     sn->binds[1] = NET_SANDBOX_DIR;
     sn->env_extra = net_proxy_env(n->policy, sn->env_extra);
+    if (egress_has_ca(sn->egress)) {
+        /* The session's CA, trusted in the sandbox alone: its bundle (this host's roots plus
+         * the CA) over the system's, and the variables clients read. */
+        sn->env_extra = net_ca_env(sn->env_extra);
+        if (access(NET_SYSTEM_BUNDLE, F_OK) == 0) {
+            sn->bundle = xasprintf("%s/%s", egress_dir(sn->egress), NET_BUNDLE_NAME);
+            sn->binds[2] = sn->bundle;
+            sn->binds[3] = NET_SYSTEM_BUNDLE;
+        }
+    }
     if (n->index_url) {
         _cleanup_free_ char *line = xasprintf("PIP_INDEX_URL=%s", n->index_url);
         sn->env_extra = strv_push(sn->env_extra, line);
@@ -45,6 +58,7 @@ void sandbox_net_stop(struct sandbox_net *sn)
 {
     egress_free(sn->egress);
     strv_free(sn->env_extra);
+    free(sn->bundle);
     memset(sn, 0, sizeof(*sn));
 }
 
@@ -58,9 +72,13 @@ char **sandbox_net_apply(const struct sandbox_net *sn, struct sandbox_spec *spec
         binds_storage[n++] = b[0];
         binds_storage[n++] = b[1];
     }
+    for (size_t i = 0;
+         sn && sn->egress && i + 1 < ARRAY_SIZE(sn->binds) && sn->binds[i] && n + 3 < storage_len;
+         i += 2) {
+        binds_storage[n++] = sn->binds[i];
+        binds_storage[n++] = sn->binds[i + 1];
+    }
     if (sn && sn->egress) {
-        binds_storage[n++] = sn->binds[0];
-        binds_storage[n++] = sn->binds[1];
         spec->relay_socket = NET_SANDBOX_SOCKET;
         spec->relay_port = NET_RELAY_PORT;
     }
@@ -145,4 +163,116 @@ int net_opts_check(const struct net_opts *n)
                            *p);
     }
     return n->index_url ? check_index_url(n) : 0;
+}
+
+/* ---- a live session's network: what it is, changing it, and keeping secrets out of records ----
+ */
+
+json_t *session_network_json(struct session *s)
+{
+    struct sandbox_net *sn = session_sandbox_net(s);
+    if (!sn->egress)
+        return net_policy_json(NULL);
+    return egress_rules_json(sn->egress);
+}
+
+int session_network_change(struct session *s, const json_t *change, const struct net_policy *max)
+{
+    struct sandbox_net *sn = session_sandbox_net(s);
+    if (!sn->egress)
+        return err_set(ENOTSUP,
+                       "this session has no network (mode none): only a session created with "
+                       "an allowlist has an egress proxy whose rules can change; create it with "
+                       "network {\"mode\": \"allowlist\", \"allow\": [...]}");
+    if (json_object_get(change, "internet"))
+        return err_set(EINVAL, "internet: not a field of a network change; list the hosts in "
+                               "allow");
+    return egress_change(sn->egress, change, max);
+}
+
+int session_network_replace(struct session *s, const struct net_policy *p,
+                            const struct net_policy *max)
+{
+    struct sandbox_net *sn = session_sandbox_net(s);
+    if (!sn->egress)
+        return err_set(ENOTSUP, "the sandbox was made without a network, so there is no egress "
+                                "proxy to change: make it with one (an allowlist or the "
+                                "internet) to change it later");
+    json_t *allow = json_array();
+    for (size_t i = 0; p && !p->internet && i < p->n; i++)
+        json_array_append_new(allow, json_string(p->entries[i].text));
+    json_t *change = json_pack("{s:o,s:b}", "allow", allow, "internet", p && p->internet);
+    int r = egress_change(sn->egress, change, max);
+    json_decref(change);
+    return r;
+}
+
+/* n bytes of data (NULs and all) and a NUL after them; caller frees. */
+static char *memdup(const char *data, size_t n)
+{
+    char *copy = xmalloc(n + 1);
+    memcpy(copy, data, n);
+    copy[n] = '\0';
+    return copy;
+}
+
+static void scrub_outcap(struct egress *e, struct outcap *c)
+{
+    egress_scrub(e, c->head.data, c->head.len);
+    if (c->tail)
+        egress_scrub(e, c->tail, c->tail_size);
+}
+
+/* Masks the secrets in every string below j (a result bundle, the error). */
+static void scrub_json(struct egress *e, json_t *j)
+{
+    const char *key;
+    size_t i;
+    json_t *v;
+    if (json_is_string(j)) {
+        size_t n = json_string_length(j);
+        char *copy = memdup(json_string_value(j), n);
+        if (egress_scrub(e, copy, n))
+            json_string_setn(j, copy, n);
+        free(copy);
+    } else if (json_is_object(j)) {
+        json_object_foreach(j, key, v)
+        {
+            scrub_json(e, v);
+        }
+    } else if (json_is_array(j)) {
+        json_array_foreach(j, i, v)
+        {
+            scrub_json(e, v);
+        }
+    }
+}
+
+char *sandbox_net_scrub_copy(struct sandbox_net *sn, const char *data, size_t n)
+{
+    if (!sn || !sn->egress || !egress_has_secrets(sn->egress))
+        return NULL;
+    char *copy = memdup(data, n);
+    if (egress_scrub(sn->egress, copy, n))
+        return copy;
+    free(copy);
+    return NULL;
+}
+
+void sandbox_net_scrub_json(struct sandbox_net *sn, json_t *j)
+{
+    if (sn && sn->egress && egress_has_secrets(sn->egress))
+        scrub_json(sn->egress, j);
+}
+
+void sandbox_net_scrub_record(struct sandbox_net *sn, struct exec_record *rec)
+{
+    if (!sn || !sn->egress || !egress_has_secrets(sn->egress))
+        return;
+    scrub_outcap(sn->egress, &rec->out);
+    scrub_outcap(sn->egress, &rec->err);
+    scrub_json(sn->egress, rec->results);
+    scrub_json(sn->egress, rec->error);
+    if (rec->message)
+        egress_scrub(sn->egress, rec->message, strlen(rec->message));
 }

@@ -372,6 +372,7 @@ int run_oneshot(struct sandbox_host *host, const struct run_request *req, struct
     run_sandbox(host, ws, &spec, &io, rec);
     collect_files(rec, ws, &before, req->out_dir);
 out:
+    sandbox_net_scrub_record(&net, rec);
     sandbox_net_stop(&net);
     record_network(rec, &log);
     event_log_release(&log);

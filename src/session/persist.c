@@ -21,12 +21,23 @@
 
 struct persist {
     const struct persist_config *c;
+    /* A local history of files only (persist_local_new): its own store, beside the
+     * workspace; never named, recorded or resumed. */
+    bool local;
+    struct persist_config own;
+    char *dir;
     char *id;
     bool files;           /* files and variables go to the store */
     bool discarded;       /* closed: nothing more is saved */
     bool fenced;          /* another node took its lease: nothing more is written at all */
     pthread_mutex_t lock; /* m, and one save at a time */
     struct manifest m;    /* what the store holds */
+    /* For undo: the lists each cell's save replaced, oldest first, hist_before[i] the cell
+     * whose save it was (so hist[i] is the files just before it); at most max_hist. Their
+     * blobs stay in the store until they leave the history. */
+    struct manifest *hist;
+    long *hist_before;
+    size_t n_hist, max_hist;
 };
 
 bool session_id_valid(const char *id)
@@ -54,13 +65,28 @@ bool session_stores_files(struct session *s)
     return p && p->files;
 }
 
+const struct persist_config *persist_config_of(struct persist *p)
+{
+    return p->c;
+}
+
 static void persist_free(struct persist *p)
 {
     if (!p)
         return;
+    for (size_t i = 0; i < p->n_hist; i++)
+        manifest_release(&p->hist[i]);
+    free(p->hist);
+    free(p->hist_before);
     manifest_release(&p->m);
     pthread_mutex_destroy(&p->lock);
     free(p->id);
+    if (p->local) {
+        store_free(p->own.store);
+        if (p->dir)
+            rm_rf(p->dir);
+        free(p->dir);
+    }
     free(p);
 }
 
@@ -84,10 +110,18 @@ static char *options_text(const struct session_opts *o, const struct net_policy 
 
 static void persist_after_execute(struct persist *p, struct workspace *ws,
                                   const struct ws_listing *after, struct exec_record *rec);
+static json_t *persist_undo_files(struct persist *p, struct workspace *ws, long before);
+
+static bool persist_stores_files(struct persist *p)
+{
+    return p->files;
+}
 
 static const struct persist_ops persist_ops = {
     .after_execute = persist_after_execute,
     .free = persist_free,
+    .undo_files = persist_undo_files,
+    .stores_files = persist_stores_files,
 };
 
 int session_persist(struct session *s, const struct persist_config *c, const char *id,
@@ -101,6 +135,11 @@ int session_persist(struct session *s, const struct persist_config *c, const cha
     p->c = c;
     p->id = xstrdup(id);
     p->files = store_files && c->store;
+    p->max_hist = p->files ? session_options(s)->history : 0;
+    if (p->max_hist) {
+        p->hist = xcalloc(p->max_hist + 1, sizeof(*p->hist));
+        p->hist_before = xcalloc(p->max_hist + 1, sizeof(*p->hist_before));
+    }
     pthread_mutex_init(&p->lock, NULL);
     session_set_persist(s, p, &persist_ops);
     if (!c->meta)
@@ -139,8 +178,57 @@ void session_persist_fence(struct session *s)
 
 /* ---- saving files ---- */
 
+/* The current list and the history, for manifest_drop_blobs: hist[from..] with m after
+ * them. Caller frees the array (not what it points into). */
+static struct manifest *kept_lists(struct persist *p, size_t from, size_t to, size_t *ret_n)
+{
+    struct manifest *v = xcalloc(to - from + 1, sizeof(*v));
+    size_t n = 0;
+    for (size_t i = from; i < to; i++)
+        v[n++] = p->hist[i];
+    v[n++] = p->m;
+    *ret_n = n;
+    return v;
+}
+
+/* An old list leaves (old: replaced by a save that is not a cell's, or out of the history):
+ * its blobs go unless the current list or the history names them. */
+static void drop_list(struct persist *p, struct manifest *old)
+{
+    size_t n;
+    _cleanup_free_ struct manifest *keep = kept_lists(p, 0, p->n_hist, &n);
+    manifest_drop_blobs(p->c, p->id, old, keep, n);
+    manifest_release(old);
+}
+
+/* The list a save replaced: the files before cell `cell` (0: not a cell's save). */
+static void keep_replaced(struct persist *p, struct manifest *old, long cell)
+{
+    if (!cell) {
+        drop_list(p, old);
+        return;
+    }
+    p->hist[p->n_hist] = *old;
+    p->hist_before[p->n_hist++] = cell;
+    while (p->n_hist > p->max_hist) {
+        struct manifest first = p->hist[0];
+        memmove(p->hist, p->hist + 1, --p->n_hist * sizeof(*p->hist));
+        memmove(p->hist_before, p->hist_before + 1, p->n_hist * sizeof(*p->hist_before));
+        drop_list(p, &first);
+    }
+}
+
+static int save_locked_cell(struct persist *p, struct workspace *ws, const struct ws_listing *after,
+                            json_t *variables, long cell, char **ret_error);
+
 static int save_locked(struct persist *p, struct workspace *ws, const struct ws_listing *after,
                        json_t *variables, char **ret_error)
+{
+    return save_locked_cell(p, ws, after, variables, 0, ret_error);
+}
+
+static int save_locked_cell(struct persist *p, struct workspace *ws, const struct ws_listing *after,
+                            json_t *variables, long cell, char **ret_error)
 {
     if (p->discarded) {
         json_decref(variables);
@@ -152,8 +240,18 @@ static int save_locked(struct persist *p, struct workspace *ws, const struct ws_
         *ret_error = xasprintf("files not saved: %s", err_msg());
         return -ENOLCK;
     }
-    int r = manifest_save(p->c, p->id, &p->m, ws, after, variables, ret_error);
-    if (r < 0)
+    struct manifest old = {0};
+    bool was_empty = !p->m.n && !p->m.variables && !p->m.have_version;
+    int r = manifest_save_keep(p->c, p->id, &p->m, ws, after, variables, p->max_hist ? &old : NULL,
+                               ret_error);
+    /* An empty list replaced (the first files a cell made) is a state to go back to too. */
+    bool replaced = old.n || old.variables || old.have_version || (was_empty && p->m.n);
+    if (p->max_hist && replaced)
+        keep_replaced(p, &old, cell);
+    if (r < 0 && p->local) /* its undo says what it could not bring back */
+        log_debug("msg=\"files not kept for undo\" error=%s",
+                  log_quote(*ret_error ? *ret_error : err_msg()));
+    else if (r < 0)
         log_warn("msg=\"files not saved\" session=%s error=%s", p->id,
                  log_quote(*ret_error ? *ret_error : err_msg()));
     return r;
@@ -168,8 +266,163 @@ static void persist_after_execute(struct persist *p, struct workspace *ws,
     if (!p->files)
         return;
     pthread_mutex_lock(&p->lock);
-    save_locked(p, ws, after, NULL, &rec->persist_error);
+    save_locked_cell(p, ws, after, NULL, rec->execution_count, &rec->persist_error);
     pthread_mutex_unlock(&p->lock);
+}
+
+/* ---- a local history of files, for the undo of a session that keeps none in a store ---- */
+
+static struct persist *persist_local_new(struct workspace *ws, uint64_t quota_bytes)
+{
+    struct persist *p = xcalloc(1, sizeof(*p));
+    p->local = p->files = true;
+    p->id = xstrdup("local");
+    p->dir = workspace_aside_path(ws, "history");
+    pthread_mutex_init(&p->lock, NULL);
+    struct store_config sc = {.url = p->dir};
+    if (mkdir(p->dir, 0700) < 0)
+        err_set(errno, "cannot create %s: %s", p->dir, strerror(errno));
+    else
+        (void)store_open(&sc, &p->own.store);
+    if (!p->own.store) {
+        log_warn("msg=\"no history of files for undo\" error=%s", log_quote(err_msg()));
+        persist_free(p);
+        return NULL;
+    }
+    p->own.quota_bytes = quota_bytes;
+    p->c = &p->own;
+    p->hist = xcalloc(SESSION_HISTORY_MAX + 1, sizeof(*p->hist));
+    p->hist_before = xcalloc(SESSION_HISTORY_MAX + 1, sizeof(*p->hist_before));
+    return p;
+}
+
+static void persist_local_save(struct persist *p, struct workspace *ws,
+                               const struct ws_listing *listing, long cell, unsigned depth)
+{
+    struct ws_listing own = {0};
+    if (!listing) {
+        if (workspace_scan(ws, &own) < 0) {
+            log_warn("msg=\"files not kept for undo\" error=%s", log_quote(err_msg()));
+            return;
+        }
+        listing = &own;
+    }
+    pthread_mutex_lock(&p->lock);
+    p->max_hist = MIN(depth, SESSION_HISTORY_MAX);
+    char *error = NULL;
+    save_locked_cell(p, ws, listing, NULL, cell, &error);
+    free(error); /* logged; an undo says which files it could not bring back */
+    pthread_mutex_unlock(&p->lock);
+    ws_listing_release(&own);
+}
+
+const struct files_history_ops persist_local_ops = {
+    .open = persist_local_new,
+    .save = persist_local_save,
+    .undo = persist_undo_files,
+    .free = persist_free,
+};
+
+void session_files_history_enable(void)
+{
+    session_enable_files_history(&persist_local_ops);
+}
+
+/* ---- undo: the files before a cell, from the history ---- */
+
+static const struct mentry *entry_of(const struct manifest *m, const char *path)
+{
+    for (size_t i = 0; i < m->n; i++)
+        if (!strcmp(m->v[i].path, path))
+            return &m->v[i];
+    return NULL;
+}
+
+static bool same_entry(const struct mentry *a, const struct mentry *b)
+{
+    return a && b && a->mode == b->mode && !strcmp(a->sha, b->sha) &&
+           !strcmp(a->target ? a->target : "", b->target ? b->target : "");
+}
+
+/* The workspace made like target: what is not in it removed, what differs from the last
+ * save restored from its blob. */
+static void apply_list(struct persist *p, struct workspace *ws, const struct manifest *target,
+                       json_t *restored, json_t *removed, json_t *failed)
+{
+    struct ws_listing now;
+    if (workspace_scan(ws, &now) == 0) {
+        for (size_t i = 0; i < now.n; i++) {
+            /* Only what the last save holds is known to have come since: a file no save could
+             * keep (a sparse one, one past the quota) stays as it is. */
+            if (entry_of(target, now.v[i].path) || !entry_of(&p->m, now.v[i].path))
+                continue;
+            const char *leaf;
+            _cleanup_close_ int dfd = workspace_open_parent(ws, now.v[i].path, false, &leaf);
+            if (dfd >= 0 && unlinkat(dfd, leaf, 0) == 0)
+                json_array_append_new(removed, json_string(now.v[i].path));
+        }
+        ws_listing_release(&now);
+    }
+    for (size_t i = 0; i < target->n; i++) {
+        const struct mentry *e = &target->v[i];
+        if (same_entry(entry_of(&p->m, e->path), e))
+            continue; /* as the last save left it */
+        if (manifest_restore_entry(p->c->store, p->id, e, ws) < 0)
+            json_array_append_new(failed,
+                                  json_pack("{s:s,s:s}", "path", e->path, "error", err_msg()));
+        else
+            json_array_append_new(restored, json_string(e->path));
+    }
+}
+
+static json_t *persist_undo_files(struct persist *p, struct workspace *ws, long before)
+{
+    json_t *restored = json_array(), *removed = json_array(), *failed = json_array();
+    pthread_mutex_lock(&p->lock);
+    if (!p->files || !p->max_hist || p->discarded) {
+        pthread_mutex_unlock(&p->lock);
+        json_decref(restored);
+        json_decref(removed);
+        json_decref(failed);
+        return json_pack("{s:b,s:s}", "kept", 0, "why",
+                         "the session keeps no history of its files in a store");
+    }
+    /* The first save at or after that cell replaced the list of the files before it; none:
+     * no cell since changed a file. */
+    size_t i = 0;
+    while (i < p->n_hist && p->hist_before[i] < before)
+        i++;
+    if (i < p->n_hist) {
+        apply_list(p, ws, &p->hist[i], restored, removed, failed);
+        /* What came after is the future now: its lists leave the history. */
+        for (size_t j = p->n_hist; j-- > i;) {
+            struct manifest gone = p->hist[j];
+            p->n_hist = j;
+            if (j != i)
+                drop_list(p, &gone);
+            else
+                p->hist[j] = gone; /* kept until the save below names its blobs */
+        }
+        struct manifest target = p->hist[i];
+        memset(&p->hist[i], 0, sizeof(p->hist[i]));
+        char *error = NULL;
+        struct ws_listing after;
+        if (workspace_scan(ws, &after) == 0) {
+            struct manifest old = {0};
+            manifest_save_keep(p->c, p->id, &p->m, ws, &after, NULL, &old, &error);
+            ws_listing_release(&after);
+            if (old.n || old.variables)
+                drop_list(p, &old);
+            else
+                manifest_release(&old);
+        }
+        drop_list(p, &target);
+        if (error)
+            json_array_append_new(failed, json_pack("{s:s,s:s}", "path", "", "error", error));
+        free(error);
+    }
+    pthread_mutex_unlock(&p->lock);
+    return json_pack("{s:o,s:o,s:o}", "restored", restored, "removed", removed, "failed", failed);
 }
 
 /* Scans the workspace and saves it; variables as for manifest_save. */
@@ -193,6 +446,7 @@ int session_save_files(struct session *s)
 {
     struct persist *p = session_get_persist(s);
     char *error = NULL;
+    session_files_changed(s); /* the state the next cell starts from */
     if (!p || !p->files)
         return 0;
     int r = save_now(p, session_workspace(s), NULL, &error);
@@ -402,8 +656,11 @@ static int do_checkpoint(struct session *s, void *arg)
     free(error);
     pthread_mutex_lock(&x->p->lock);
     /* Blobs a crash left behind go once the store holds the final list. */
-    if (saved)
-        store_collect_garbage(x->p->c->store, x->p->id, &x->p->m);
+    if (saved) {
+        size_t n;
+        _cleanup_free_ struct manifest *keep = kept_lists(x->p, 0, x->p->n_hist, &n);
+        store_collect_garbage_of(x->p->c->store, x->p->id, keep, n);
+    }
     json_object_set_new(x->report, "files", json_integer((json_int_t)x->p->m.n));
     json_object_set_new(x->report, "stored_bytes",
                         json_integer((json_int_t)manifest_bytes(&x->p->m)));
@@ -438,6 +695,8 @@ static enum meta_state end_state(enum session_end how)
     return META_STOPPED;
 }
 
+static char *notebook_key(const char *id);
+
 void session_retire(struct session *s, enum session_end how, json_t **ret_report)
 {
     struct persist *p = session_get_persist(s);
@@ -445,6 +704,11 @@ void session_retire(struct session *s, enum session_end how, json_t **ret_report
     /* Said at once: the session is out of the table, and a checkpoint takes a while. */
     if (p && p->c->meta)
         meta_set_state(p->c->meta, p->id, end_state(how), false, NULL);
+    if (p && !p->files && how == SESSION_END_CLOSE && p->c->store) {
+        /* Nothing else of it is stored, but the console's notebook may be. */
+        _cleanup_free_ char *key = notebook_key(p->id);
+        (void)store_delete(p->c->store, key);
+    }
     if (!p || !p->files) {
         if (how == SESSION_END_CHECKPOINT)
             json_object_set_new(report, "error",
@@ -612,6 +876,9 @@ static int do_restore(struct session *s, void *arg)
     return 0;
 }
 
+static void copy_notebook(const struct persist_config *c, const char *from, const char *to);
+static char *notebook_key(const char *id);
+
 int session_restore(struct session *s, const char *from_id, json_t **ret_report)
 {
     struct persist *p = session_get_persist(s);
@@ -626,6 +893,7 @@ int session_restore(struct session *s, const char *from_id, json_t **ret_report)
         json_decref(x.report);
         return r;
     }
+    copy_notebook(p->c, from_id, p->id);
     if (p->files && session_save_files(s) < 0)
         json_object_set_new(x.report, "persist_error", json_string(err_msg()));
     *ret_report = x.report;
@@ -707,4 +975,43 @@ int session_stored_delete(const struct persist_config *c, const char *id)
     if (c->meta && meta_set_state(c->meta, id, META_CLOSED, false, NULL) < 0)
         return -EIO;
     return 0;
+}
+
+/* ---- the console's notebook ---- */
+
+static char *notebook_key(const char *id)
+{
+    return xasprintf("sessions/%s/notebook.json", id);
+}
+
+int session_notebook_get(const struct persist_config *c, const char *id, char **ret, size_t *ret_n)
+{
+    if (!c || !c->store || !session_id_valid(id))
+        return err_set(ENOENT, "no notebook");
+    _cleanup_free_ char *key = notebook_key(id);
+    int r = store_get_buf(c->store, key, SESSION_NOTEBOOK_MAX, ret, ret_n);
+    return r == -EFBIG
+               ? err_set(EFBIG, "the notebook kept is past %u MiB", SESSION_NOTEBOOK_MAX >> 20)
+               : r;
+}
+
+int session_notebook_put(const struct persist_config *c, const char *id, const char *text, size_t n)
+{
+    if (!c || !c->store)
+        return err_set(EINVAL, "this server keeps no store for notebooks");
+    if (n > SESSION_NOTEBOOK_MAX)
+        return err_set(EFBIG, "a notebook is kept up to %u MiB; this one is %.1f MiB",
+                       SESSION_NOTEBOOK_MAX >> 20, (double)n / 1048576.0);
+    _cleanup_free_ char *key = notebook_key(id);
+    return store_put_buf(c->store, key, text, n);
+}
+
+/* A resume takes the notebook along (best effort: the session is made without it). */
+static void copy_notebook(const struct persist_config *c, const char *from, const char *to)
+{
+    char *text = NULL;
+    size_t n;
+    if (strcmp(from, to) && session_notebook_get(c, from, &text, &n) == 0)
+        (void)session_notebook_put(c, to, text, n);
+    free(text);
 }

@@ -140,7 +140,7 @@ struct session *session_pool_take(struct session_pool *p, const struct session_o
      * and input files are set up before its kernel starts; the ready sessions run the
      * Python kernel. */
     if (!p || want.limits.disk_mb != p->opts.limits.disk_mb || (opts->argv && opts->argv[0]) ||
-        lang_is_javascript(opts->lang) || opts->net.policy ||
+        lang_is_javascript(opts->lang) || opts->net.policy || opts->net.secrets ||
         (opts->net.packages && opts->net.packages[0]) || opts->n_files)
         return NULL;
     pthread_mutex_lock(&p->lock);

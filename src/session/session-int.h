@@ -62,6 +62,10 @@ struct exec_turn {
     /* Called (no lock held) once the turn has come and the session is its, before the cell
      * is sent; may be NULL. */
     void (*on_start)(struct exec_turn *t);
+    /* A cell that fails takes down what waits behind it (Jupyter's stop_on_error): those
+     * end unrun as "aborted", before the next one could begin. */
+    bool stop_on_error;
+    bool aborted; /* cancelled by such a failure */
 };
 /* Takes t's place at the end of s's queue. 0, -EAGAIN (full), -ESHUTDOWN, with err_msg(). */
 int session_enqueue(struct session *s, struct exec_turn *t);
@@ -74,6 +78,16 @@ void session_turn_cancel(struct session *s, struct exec_turn *t);
 /* Stops t: cancelled while it waits, its cell interrupted while it runs (nothing once it has
  * ended: the interrupt never reaches the execution after it). */
 void session_turn_stop(struct session *s, struct exec_turn *t);
+
+/* ---- pauses (snapshot.c), through session.c ---- */
+/* The kernels go (a hibernation), or the session's own comes back (a resume). */
+void session_stop_kernels(struct session *s);
+int session_start_own_kernel(struct session *s);
+/* The sandboxes of s's running kernels (at most two) into ret; how many. */
+int session_kernel_sandboxes(struct session *s, struct sandbox *ret[2]);
+/* Marks s paused (how) with resume, called (the session busy) before the next thing that
+ * begins in it; PAUSE_NONE and NULL once it is back. */
+void session_set_pause(struct session *s, enum session_pause how, int (*resume)(struct session *s));
 
 /* ---- the executions a session keeps (exec.c) ---- */
 struct execution;
@@ -124,13 +138,26 @@ json_t *event_log_since(struct event_log *l, uint64_t after_seq, const char *typ
 struct sandbox_net {
     struct egress *egress; /* the proxy; NULL when the policy is "none" */
     struct event_log *log; /* where its attempts go (borrowed) */
-    const char *binds[3];  /* its socket directory at NET_SANDBOX_DIR, for sandbox_spec */
+    const char *binds[5];  /* pairs for sandbox_spec: its directory at NET_SANDBOX_DIR, and
+                            * the CA bundle over the system's trust store when it has a CA */
+    char *bundle;          /* that bundle's host path */
     char **env_extra;      /* proxy variables and PIP_INDEX_URL */
 };
 /* Starts the egress proxy for n->policy (if any) on ws, logging into log. 0 or -errno. */
 int sandbox_net_start(struct sandbox_net *sn, const struct net_opts *n, struct workspace *ws,
                       struct event_log *log);
 void sandbox_net_stop(struct sandbox_net *sn);
+/* Masks the values of the proxy's secrets in rec's text (streams, results, error, message):
+ * an upstream that echoes a request's headers back must not put them in a record. */
+void sandbox_net_scrub_record(struct sandbox_net *sn, struct exec_record *rec);
+/* The same for a chunk of output as it streams: a masked copy (caller frees), or NULL when
+ * there is nothing to mask (no secrets, or none in it; sn may be NULL). A value split
+ * between two chunks is masked in the record only. */
+char *sandbox_net_scrub_copy(struct sandbox_net *sn, const char *data, size_t n);
+/* ... and for every string below j (a result bundle), in place. */
+void sandbox_net_scrub_json(struct sandbox_net *sn, json_t *j);
+/* The network of a session (session.c). */
+struct sandbox_net *session_sandbox_net(struct session *s);
 /* Fills spec's binds, relay and env (default env + extras, which the caller frees with
  * strv_free) for a sandbox on this network. extra_binds (may be NULL) come first. */
 char **sandbox_net_apply(const struct sandbox_net *sn, struct sandbox_spec *spec,
@@ -213,6 +240,15 @@ uint64_t manifest_bytes(const struct manifest *m);
 int manifest_save(const struct persist_config *c, const char *id, struct manifest *m,
                   struct workspace *ws, const struct ws_listing *after, json_t *variables,
                   char **ret_error);
+/* As manifest_save; with ret_old, the list that was replaced (when it differs) is handed
+ * there rather than freed, and no blob is deleted: a history keeps naming them (see
+ * manifest_drop_blobs). */
+int manifest_save_keep(const struct persist_config *c, const char *id, struct manifest *m,
+                       struct workspace *ws, const struct ws_listing *after, json_t *variables,
+                       struct manifest *ret_old, char **ret_error);
+/* Deletes the blobs of gone that none of keep (n_keep lists) names. Best effort, logged. */
+void manifest_drop_blobs(const struct persist_config *c, const char *id,
+                         const struct manifest *gone, const struct manifest *keep, size_t n_keep);
 /* Writes m's files from session from_id's blobs into ws; appends restored paths to ok and
  * {path, error} to failed. */
 void manifest_restore_files(struct store *st, const char *from_id, const struct manifest *m,
@@ -234,6 +270,13 @@ int store_discard(struct store *st, const char *id);
 /* Removes blobs of id that m does not name (left by a crash between a blob and its
  * manifest). Best effort. */
 void store_collect_garbage(struct store *st, const char *id, const struct manifest *m);
+/* The same, keeping what any of the n lists ms names. */
+void store_collect_garbage_of(struct store *st, const char *id, const struct manifest *ms,
+                              size_t n);
+/* Restores one entry of a manifest (file from from_id's blob, or link) into ws. 0 or -errno
+ * with err_msg(). */
+int manifest_restore_entry(struct store *st, const char *from_id, const struct mentry *e,
+                           struct workspace *ws);
 
 /* What session.c calls of persist.c, through the pointers session_persist hands it rather
  * than by name: a program that never persists (runcell run) then links none of the store and
@@ -244,11 +287,37 @@ struct persist_ops {
                           struct exec_record *rec);
     /* When the session is freed. */
     void (*free)(struct persist *p);
+    /* Puts the workspace back as it was before execution `before` (the session busy): a
+     * report {restored, removed, failed} or {kept: false, why}; may be NULL. */
+    json_t *(*undo_files)(struct persist *p, struct workspace *ws, long before);
+    /* Whether its files go to a store (session_stores_files). */
+    bool (*stores_files)(struct persist *p);
 };
 /* The lists named by keys (NULL-terminated) of a kernel's reply as they may be kept: at
  * most REPLY_MAX_ITEMS items of short strings (or small objects of them), and
  * "lists_cut_at" when items were left out. Caller owns it. */
 json_t *persist_capped_reply(json_t *reply, const char *const *keys);
+
+/* A history of files for session_undo in a session that keeps nothing in a store: its own
+ * store in a directory beside the workspace (out of the sandbox's reach), dropped with it.
+ * Operations through a pointer, as persist_ops, so that a program that keeps no history
+ * (runcell run) links none of the store; a program that does calls
+ * session_enable_files_history(&persist_local_ops) once (the session table does). */
+struct files_history_ops {
+    /* At most quota_bytes kept (0: no cap). NULL when it cannot be made (logged). */
+    struct persist *(*open)(struct workspace *ws, uint64_t quota_bytes);
+    /* Saves the workspace (listing: as a scan just found it; NULL: scanned here) as the
+     * state after cell `cell` (0: a change between cells), keeping the last depth cells'. */
+    void (*save)(struct persist *p, struct workspace *ws, const struct ws_listing *listing,
+                 long cell, unsigned depth);
+    /* The workspace put back as it was before cell `before`: as persist_ops.undo_files. */
+    json_t *(*undo)(struct persist *p, struct workspace *ws, long before);
+    void (*free)(struct persist *p);
+};
+extern const struct files_history_ops persist_local_ops;
+void session_enable_files_history(const struct files_history_ops *ops);
+/* A change to s's files between cells, for its local history of files (if any). */
+void session_files_changed(struct session *s);
 
 /* session.c, for persist.c. */
 struct persist *session_get_persist(struct session *s);
@@ -257,6 +326,12 @@ void session_set_persist(struct session *s, struct persist *p, const struct pers
  * it idle again. -EBUSY when a cell still runs, -ESHUTDOWN when closed, else fn's result. */
 int session_run_exclusive(struct session *s, uint64_t wait_ms,
                           int (*fn)(struct session *s, void *ctx), void *ctx);
+/* As session_run_exclusive, but a paused session is not resumed first (the pause's own
+ * operations). */
+int session_run_exclusive_raw(struct session *s, uint64_t wait_ms,
+                              int (*fn)(struct session *s, void *ctx), void *ctx);
+/* The persistence p was made with (persist.c). */
+const struct persist_config *persist_config_of(struct persist *p);
 /* A variables request to the kernel (see kernel_request), within the session's execution
  * timeout; the caller runs exclusively. A kernel that fails it is replaced (variables
  * lost). 0 with *ret_reply, or -errno with err_msg(). */

@@ -51,16 +51,22 @@ struct session {
     json_t *packages_report;
     struct persist *persist;               /* NULL unless session_persist was called */
     const struct persist_ops *persist_ops; /* set with persist */
-    struct exec_gate *gate;                /* borrowed; NULL: none */
+    /* The history of files for undo when they go to no store (persist_local_new); made at the
+     * first cell of a session with a history. */
+    struct persist *files_history;
+    struct exec_gate *gate; /* borrowed; NULL: none */
     /* The executions waiting for their turn, oldest first (lock); the head runs next. */
     struct exec_turn *queue_head, *queue_tail;
     size_t queued;
-    struct exec_turn *running_turn;       /* whose cell runs now (lock), or NULL */
-    bool closing;                         /* being closed: nothing more is queued or begun */
-    struct exec_registry execs;           /* durable executions kept (exec.c) */
-    struct session_procs *procs;          /* programs beside the cells (procs.c), or NULL */
-    struct net_policy **policies_retired; /* replaced by session_set_network; freed with s */
-    size_t n_policies_retired;
+    struct exec_turn *running_turn; /* whose cell runs now (lock), or NULL */
+    bool closing;                   /* being closed: nothing more is queued or begun */
+    /* Paused (snapshot.c): what comes next to the session resumes it first, through
+     * resume_fn (a pointer, as persist_ops: runcell run links no snapshot.c). */
+    enum session_pause paused;
+    int (*resume_fn)(struct session *s);
+    char *resume_error;          /* why the last automatic resume lost state, for the next record */
+    struct exec_registry execs;  /* durable executions kept (exec.c) */
+    struct session_procs *procs; /* programs beside the cells (procs.c), or NULL */
 };
 
 const char *session_home_dir(const char *home_dir)
@@ -110,6 +116,10 @@ static int start_kernel_for(struct session *s, const char *lang)
     int r = kernel_start(s->host, s->ws, &l, s->argv, s->opts.start_timeout_ms, &extra, &k);
     if (r < 0)
         return r;
+    /* A kernel that cannot keep its history still runs: an undo says what is missing. */
+    if (s->opts.history && !extra.javascript &&
+        kernel_history(k, s->opts.history, s->opts.start_timeout_ms) < 0)
+        log_warn("msg=\"the kernel keeps no history\" error=%s", log_quote(err_msg()));
     pthread_mutex_lock(&s->lock);
     *kernel_slot(s, lang) = k;
     pthread_mutex_unlock(&s->lock);
@@ -167,6 +177,7 @@ static int prepare_workspace(struct session *s, const struct session_opts *opts)
     if (r < 0)
         return r;
     r = sandbox_net_start(&s->net, &s->opts.net, s->ws, &s->events);
+    s->opts.net.secrets = NULL; /* the proxy holds its own copy; the session keeps none */
     if (r < 0)
         return r;
     if (deps_wanted(&s->opts.net, s->ws))
@@ -222,6 +233,9 @@ int session_adopt(struct session *s, const struct session_opts *opts)
      * hands over Python sessions, whose only kernel is s->k. */
     if (strcmp(home, s->opts.home_dir) && (r = kernel_set_home(s->k, home, o.start_timeout_ms)) < 0)
         return r;
+    if (o.history != s->opts.history && !lang_is_javascript(s->lang) &&
+        (r = kernel_history(s->k, MIN(o.history, SESSION_HISTORY_MAX), o.start_timeout_ms)) < 0)
+        return r;
     set_opts(s, opts);
     s->created_ms = now_realtime_ms();
     s->last_used_ms = now_ms();
@@ -274,8 +288,9 @@ struct exec_ctx {
     json_t *done;
     size_t results_bytes; /* charged as above */
     size_t n_results;
-    char *limit;     /* the first cap the kernel's output broke (STOP_LIMIT), or NULL */
-    char *violation; /* what the kernel did wrong (STOP_PROTOCOL) */
+    char *limit;             /* the first cap the kernel's output broke (STOP_LIMIT), or NULL */
+    char *violation;         /* what the kernel did wrong (STOP_PROTOCOL) */
+    struct sandbox_net *net; /* whose secrets are masked in what the cell shows */
 };
 
 static void over_limit(struct exec_ctx *x, const char *fmt, ...)
@@ -403,9 +418,11 @@ static void on_kernel_event(void *ctx, const struct kernel_event *ev)
     case KEV_STDOUT:
     case KEV_STDERR: {
         bool out = ev->type == KEV_STDOUT;
-        size_t head = outcap_append(out ? &x->rec->out : &x->rec->err, ev->data, ev->len);
+        _cleanup_free_ char *masked = sandbox_net_scrub_copy(x->net, ev->data, ev->len);
+        const char *data = masked ? masked : ev->data;
+        size_t head = outcap_append(out ? &x->rec->out : &x->rec->err, data, ev->len);
         if (head)
-            emit(x, out ? EV_STDOUT : EV_STDERR, ev->data, head, NULL);
+            emit(x, out ? EV_STDOUT : EV_STDERR, data, head, NULL);
         break;
     }
     case KEV_DISPLAY: {
@@ -422,6 +439,7 @@ static void on_kernel_event(void *ctx, const struct kernel_event *ev)
             break;
         }
         json_t *bundle = clean_bundle(json_object_get(ev->msg, "data"));
+        sandbox_net_scrub_json(x->net, bundle);
         x->results_bytes += cost;
         x->n_results++;
         json_array_append(x->rec->results, bundle);
@@ -766,6 +784,51 @@ static int begin(struct session *s)
     return begin_within(s, 0);
 }
 
+/* A paused session comes back before what begins in it (the session is busy, its lock not
+ * held). What a resume could not bring back is said by the next record. */
+static void resume_if_paused(struct session *s)
+{
+    if (s->paused == PAUSE_NONE || !s->resume_fn)
+        return;
+    if (s->resume_fn(s) < 0) {
+        free(s->resume_error);
+        s->resume_error = xstrdup(err_msg());
+    }
+}
+
+enum session_pause session_pause_state(struct session *s)
+{
+    return s->paused;
+}
+
+void session_set_pause(struct session *s, enum session_pause how, int (*resume)(struct session *s))
+{
+    s->paused = how;
+    s->resume_fn = resume;
+}
+
+void session_stop_kernels(struct session *s)
+{
+    stop_kernel(s);
+}
+
+int session_start_own_kernel(struct session *s)
+{
+    return s->k ? 0 : start_kernel(s);
+}
+
+int session_kernel_sandboxes(struct session *s, struct sandbox *ret[2])
+{
+    int n = 0;
+    pthread_mutex_lock(&s->lock);
+    if (s->k)
+        ret[n++] = kernel_sandbox(s->k);
+    if (s->other)
+        ret[n++] = kernel_sandbox(s->other);
+    pthread_mutex_unlock(&s->lock);
+    return n;
+}
+
 static void end(struct session *s)
 {
     pthread_mutex_lock(&s->lock);
@@ -791,7 +854,7 @@ static void run_cell(struct session *s, struct kernel *k, const struct exec_requ
                      const struct exec_sink *sink, struct exec_record *rec,
                      struct ws_listing *after, int *ret_scan_err)
 {
-    struct exec_ctx x = {.k = k, .rec = rec, .sink = sink};
+    struct exec_ctx x = {.k = k, .rec = rec, .sink = sink, .net = &s->net};
     struct ws_listing before;
     struct sandbox_usage u1 = {0};
     enum stop stop = STOP_NONE;
@@ -941,7 +1004,7 @@ static int wait_turn(struct session *s, struct exec_turn *t, const struct exec_r
     pthread_mutex_lock(&s->lock);
     for (;;) {
         if (t->cancelled) {
-            r = -ECANCELED;
+            r = t->aborted ? -ECONNABORTED : -ECANCELED;
             break;
         }
         if (s->state == SESSION_CLOSED || s->closing) {
@@ -981,6 +1044,8 @@ static int wait_turn(struct session *s, struct exec_turn *t, const struct exec_r
         t->on_start(t);
     if (r == -ECANCELED)
         err_set(ECANCELED, "cancelled before it ran");
+    else if (r == -ECONNABORTED)
+        err_set(ECONNABORTED, "not run: a cell before it failed (stop_on_error)");
     else if (r == -ESHUTDOWN)
         err_set(ESHUTDOWN, "the session is closed");
     return r;
@@ -990,6 +1055,20 @@ void session_turn_cancel(struct session *s, struct exec_turn *t)
 {
     t->cancelled = true;
     pthread_mutex_lock(&s->lock);
+    pthread_cond_broadcast(&s->idle);
+    pthread_mutex_unlock(&s->lock);
+    exec_gate_wake(s->gate);
+}
+
+/* What waits in s's queue now ends unrun, as aborted (the session still busy: nothing could
+ * begin between the failure and this). */
+static void abort_queued(struct session *s)
+{
+    pthread_mutex_lock(&s->lock);
+    for (struct exec_turn *t = s->queue_head; t; t = t->next) {
+        t->aborted = true;
+        t->cancelled = true;
+    }
     pthread_cond_broadcast(&s->idle);
     pthread_mutex_unlock(&s->lock);
     exec_gate_wake(s->gate);
@@ -1056,6 +1135,31 @@ static int check_request(const struct exec_request *req)
     return 0;
 }
 
+/* The history of files a session with no store keeps for its undo, when the workspace has no
+ * size cap: as if it had 1 GiB (twice that kept at most). */
+#define FILES_HISTORY_NO_DISK_MB 1024
+
+static const struct files_history_ops *files_history_ops; /* session_enable_files_history */
+
+/* Whether s keeps a local history of its files for undo: a Python session with a history
+ * whose files go to no store (a store's history serves the others). */
+static bool wants_files_history(struct session *s)
+{
+    return files_history_ops && s->opts.history && !lang_is_javascript(s->lang) &&
+           !(s->persist && s->persist_ops->stores_files(s->persist));
+}
+
+void session_enable_files_history(const struct files_history_ops *ops)
+{
+    files_history_ops = ops;
+}
+
+void session_files_changed(struct session *s)
+{
+    if (s->files_history && wants_files_history(s))
+        files_history_ops->save(s->files_history, s->ws, NULL, 0, s->opts.history);
+}
+
 int session_execute(struct session *s, const struct exec_request *req, const struct exec_sink *sink,
                     struct exec_record *rec)
 {
@@ -1081,6 +1185,11 @@ int session_execute_turn(struct session *s, struct exec_turn *t, const struct ex
     const char *lang = req->lang ? lang_name(req->lang) : s->lang;
     if ((r = wait_turn(s, t, req, &gated)) < 0)
         return r;
+    resume_if_paused(s);
+    if (s->resume_error) {
+        rec->message = s->resume_error; /* said once, by the first record after the resume */
+        s->resume_error = NULL;
+    }
     if (!*kernel_slot(s, lang) && start_kernel_for(s, lang) < 0) {
         rec->status = EXEC_SANDBOX_ERROR;
         rec->state = STATE_LOST;
@@ -1090,6 +1199,12 @@ int session_execute_turn(struct session *s, struct exec_turn *t, const struct ex
             exec_gate_leave(s->gate);
         return 0;
     }
+    if (wants_files_history(s) && !s->files_history) {
+        /* The state before the first cell, for its undo: what was put there before it. */
+        uint64_t disk = s->opts.limits.disk_mb ? s->opts.limits.disk_mb : FILES_HISTORY_NO_DISK_MB;
+        if ((s->files_history = files_history_ops->open(s->ws, 2 * (disk << 20))))
+            files_history_ops->save(s->files_history, s->ws, NULL, 0, s->opts.history);
+    }
     struct ws_listing after = {0};
     int scan_err = 0;
     /* The thread stays lowered after the execution: on an HTTP connection the next request
@@ -1097,6 +1212,7 @@ int session_execute_turn(struct session *s, struct exec_turn *t, const struct ex
      * (session_work_priority_reset), which saves two system calls per execution. */
     work_priority_lower();
     run_cell(s, *kernel_slot(s, lang), req, sink, rec, &after, &scan_err);
+    sandbox_net_scrub_record(&s->net, rec);
     if (rec->state == STATE_LOST) {
         /* Only the kernel that was lost is replaced; the other keeps its variables. */
         stop_kernel_for(s, lang);
@@ -1107,7 +1223,12 @@ int session_execute_turn(struct session *s, struct exec_turn *t, const struct ex
         rec->persist_error = xasprintf("files not saved: %s", err_msg());
     else if (s->persist)
         s->persist_ops->after_execute(s->persist, s->ws, &after, rec);
+    if (s->files_history && wants_files_history(s) && scan_err == 0)
+        files_history_ops->save(s->files_history, s->ws, &after, rec->execution_count,
+                                s->opts.history);
     ws_listing_release(&after);
+    if (t->stop_on_error && rec->status != EXEC_OK)
+        abort_queued(s);
     end(s);
     if (gated)
         exec_gate_leave(s->gate);
@@ -1130,6 +1251,79 @@ void session_interrupt_first_cell(struct session *s)
     if (busy && s->cell_sent && s->k)
         kernel_interrupt(s->k);
     pthread_mutex_unlock(&s->lock);
+}
+
+/* ---- undo ---- */
+
+struct undo_ctx {
+    long before;
+    json_t *report;
+};
+
+static int do_undo(struct session *s, void *arg)
+{
+    struct undo_ctx *u = arg;
+    long count = 0;
+    json_t *kept = NULL;
+    if (!s->k)
+        return err_set(ENOENT, "the interpreter was lost with its history; nothing to undo");
+    if (u->before <= 0)
+        u->before = s->execution_count;
+    if (u->before <= 0)
+        return err_set(ENOENT, "no cell has run yet: nothing to undo");
+    int r = kernel_undo(s->k, u->before, s->opts.timeout_ms, &count, &kept);
+    if (r == -ENOENT)
+        return r;
+    if (r < 0) {
+        /* The kernel broke off or lied: as after a kernel lost, a fresh one, files kept. */
+        char *msg = xstrdup(err_msg());
+        stop_kernel_for(s, s->lang);
+        if (start_kernel_for(s, s->lang) < 0)
+            log_warn("msg=\"cannot restart the kernel\" error=%s", log_quote(err_msg()));
+        s->execution_count = 0;
+        err_set(EIO,
+                "the undo failed (%s); the interpreter was restarted and its variables are "
+                "lost (files are kept)",
+                msg);
+        free(msg);
+        return -EIO;
+    }
+    s->execution_count = count;
+    u->report =
+        json_pack("{s:I,s:I,s:s,s:s,s:o}", "before", (json_int_t)u->before, "execution_count",
+                  (json_int_t)count, "variables", "restored", "shell", "restarted", "kept", kept);
+    if (s->persist && s->persist_ops->undo_files && s->persist_ops->stores_files(s->persist))
+        json_object_set_new(u->report, "files",
+                            s->persist_ops->undo_files(s->persist, s->ws, u->before));
+    else if (s->files_history)
+        json_object_set_new(u->report, "files",
+                            files_history_ops->undo(s->files_history, s->ws, u->before));
+    else
+        json_object_set_new(u->report, "files",
+                            json_pack("{s:b,s:s}", "kept", 0, "why",
+                                      "the session keeps no files in a store: its files are as "
+                                      "the cells left them"));
+    return 0;
+}
+
+int session_undo(struct session *s, long before, json_t **ret_report)
+{
+    if (lang_is_javascript(s->lang))
+        return err_set(EINVAL, "a JavaScript session keeps no history: undo is for Python "
+                               "sessions");
+    if (!s->opts.history)
+        return err_set(EINVAL,
+                       "this session keeps no history: create it with history (the "
+                       "number of cells it can undo, up to %d)",
+                       SESSION_HISTORY_MAX);
+    struct undo_ctx u = {.before = before};
+    int r = session_run_exclusive(s, s->opts.timeout_ms, do_undo, &u);
+    if (r < 0) {
+        json_decref(u.report);
+        return r;
+    }
+    *ret_report = u.report;
+    return 0;
 }
 
 int session_restart(struct session *s)
@@ -1209,6 +1403,11 @@ json_t *session_packages(struct session *s)
     return s->packages_report;
 }
 
+struct sandbox_net *session_sandbox_net(struct session *s)
+{
+    return &s->net;
+}
+
 const struct net_policy *session_net_policy(struct session *s)
 {
     return s->policy;
@@ -1276,19 +1475,33 @@ void session_set_persist(struct session *s, struct persist *p, const struct pers
     s->persist_ops = ops;
 }
 
-int session_run_exclusive(struct session *s, uint64_t wait_ms,
-                          int (*fn)(struct session *s, void *ctx), void *ctx)
+static int run_exclusive(struct session *s, uint64_t wait_ms,
+                         int (*fn)(struct session *s, void *ctx), void *ctx, bool resume)
 {
     int r = begin_within(s, wait_ms);
     if (r < 0)
         return r;
     bool lowered = work_lowered; /* by an execution before: then it stays so */
     work_priority_lower();
+    if (resume)
+        resume_if_paused(s);
     r = fn(s, ctx);
     if (!lowered)
         session_work_priority_reset();
     end(s);
     return r;
+}
+
+int session_run_exclusive(struct session *s, uint64_t wait_ms,
+                          int (*fn)(struct session *s, void *ctx), void *ctx)
+{
+    return run_exclusive(s, wait_ms, fn, ctx, true);
+}
+
+int session_run_exclusive_raw(struct session *s, uint64_t wait_ms,
+                              int (*fn)(struct session *s, void *ctx), void *ctx)
+{
+    return run_exclusive(s, wait_ms, fn, ctx, false);
 }
 
 int session_kernel_request(struct session *s, const char *type, const char *path,
@@ -1308,39 +1521,6 @@ int session_kernel_request(struct session *s, const char *type, const char *path
         free(msg);
     }
     return r;
-}
-
-int session_set_network(struct session *s, const struct net_policy *p)
-{
-    if (!s->net.egress)
-        return err_set(
-            EOPNOTSUPP,
-            "the sandbox was made without a network, so there is no egress proxy to "
-            "change: make it with one (an allowlist or the internet) to change it later");
-    pthread_mutex_lock(&s->lock);
-    if (s->n_policies_retired >= SESSION_NET_UPDATES_MAX) {
-        pthread_mutex_unlock(&s->lock);
-        return err_set(EAGAIN, "the network was changed %d times; make a new sandbox",
-                       SESSION_NET_UPDATES_MAX);
-    }
-    struct net_policy *mine;
-    if (p)
-        mine = net_policy_copy(p);
-    else if (net_policy_parse(NULL, 0, &mine) < 0) /* an allowlist of nothing */
-        mine = NULL;
-    if (mine) {
-        mine->max_connections = s->policy ? s->policy->max_connections : 0;
-        mine->max_bytes = s->policy ? s->policy->max_bytes : 0;
-        egress_set_policy(s->net.egress, mine);
-        /* the old one stays until s goes: session_net_policy's readers may hold it */
-        s->policies_retired = xrealloc(s->policies_retired,
-                                       (s->n_policies_retired + 1) * sizeof(*s->policies_retired));
-        s->policies_retired[s->n_policies_retired++] = s->policy;
-        s->policy = mine;
-        s->opts.net.policy = mine;
-    }
-    pthread_mutex_unlock(&s->lock);
-    return mine ? 0 : -EINVAL;
 }
 
 struct connect_req {
@@ -1415,6 +1595,8 @@ void session_free(struct session *s)
     pthread_mutex_destroy(&s->execs.lock);
     if (s->persist)
         s->persist_ops->free(s->persist);
+    if (s->files_history) /* before the workspace it lives beside */
+        files_history_ops->free(s->files_history);
     stop_kernel(s);
     /* The proxy goes before the workspace its socket lives in. */
     sandbox_net_stop(&s->net);
@@ -1424,11 +1606,9 @@ void session_free(struct session *s)
     event_log_release(&s->events);
     json_decref(s->packages_report);
     net_policy_free(s->policy);
-    for (size_t i = 0; i < s->n_policies_retired; i++)
-        net_policy_free(s->policies_retired[i]);
-    free(s->policies_retired);
     strv_free(s->packages);
     free(s->index_url);
+    free(s->resume_error);
     free(s->python_version);
     strv_free(s->argv);
     free(s);

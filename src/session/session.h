@@ -94,8 +94,11 @@ typedef void (*output_fn)(void *ctx, int stream, const char *data, size_t n);
 
 /* Network and packages of a sandbox (runs and sessions alike). */
 struct net_opts {
-    const struct net_policy *policy; /* NULL: loopback only; else an allowlist enforced by an
-                                      * egress proxy (borrowed; sessions copy it) */
+    const struct net_policy *policy;   /* NULL: loopback only; else an allowlist enforced by an
+                                        * egress proxy (borrowed; sessions copy it) */
+    const struct net_secrets *secrets; /* credentials the proxy adds to their hosts' requests
+                                        * (each host on the allowlist), or NULL (borrowed;
+                                        * sessions copy them, never into the sandbox) */
     char *const *packages;       /* pip requirements installed before the code runs; NULL: those of
                                   * /workspace/requirements.txt when there is a policy */
     const char *index_url;       /* PIP_INDEX_URL in the sandbox, or NULL for pip's default */
@@ -163,7 +166,10 @@ struct session_opts {
     const char *home_dir; /* HOME and the working directory of the kernels, their shell and
                            * the programs they start: "/workspace" (NULL, runcell's own) or
                            * SANDBOX_HOME_DIR ("/home/user", E2B's), the same files */
+    unsigned history;     /* cells whose state before them is kept for session_undo (a Python
+                           * session's; 0: none), at most SESSION_HISTORY_MAX */
 };
+#define SESSION_HISTORY_MAX 100
 void session_opts_fill_defaults(struct session_opts *o);
 /* The home a session_opts.home_dir names: "/workspace" or SANDBOX_HOME_DIR (static strings),
  * or NULL for any other value. */
@@ -206,6 +212,7 @@ struct exec_request {
                           * cancel_events is 0 too) for none */
     short cancel_events; /* poll events for cancel_fd: 0 = POLLIN (a pipe); POLLRDHUP for
                           * a client socket that hangs up */
+    bool stop_on_error;  /* a failure ends what waits behind it unrun (session_submit only) */
 };
 
 struct session;
@@ -234,6 +241,21 @@ void session_cancel_queued(struct session *s);
  * so; this gives it back, for a thread that goes on to other work (the HTTP server calls it
  * before each request that is not an execution). Nothing when the thread is not lowered. */
 void session_work_priority_reset(void);
+/* Takes s back to its state before execution `before` (0: before the last one): the Python
+ * kernel's whole memory as it was then (a copy of the process kept since, see
+ * docs/ARCHITECTURE.md "Undo"), and, when s keeps its files in a store, the files that cell
+ * and those after it created, changed and deleted. Waits for a running cell up to its
+ * timeout (-EBUSY past it). 0 with *ret_report: {before (the cell undone, with those after
+ * it), execution_count (the session's count now), variables: "restored",
+ * files: {restored: [...], removed: [...], failed: [{path, error}]} or {kept: false, why},
+ * shell: "restarted" or absent, kept: [cells still undoable]} (caller decrefs); -ENOENT when
+ * the state before that cell is not kept (with what is, in err_msg()); -EINVAL for a
+ * session that keeps no history (or a JavaScript one). */
+int session_undo(struct session *s, long before, json_t **ret_report);
+/* Lets sessions whose files go to no store keep a history of them for session_undo (beside
+ * the workspace; docs/ARCHITECTURE.md "Undo"): a program with such sessions calls it once
+ * before making them (session_table_new does). Without it their undo keeps files as they are. */
+void session_files_history_enable(void);
 /* Interrupts the running cell, if any (KeyboardInterrupt), also one whose interpreter is
  * still starting. Safe from any thread. */
 int session_interrupt(struct session *s);
@@ -264,16 +286,25 @@ void session_set_idle_timeout(struct session *s, uint64_t idle_ms);
  * "status": "ok"|"partial"|"failed"|"timeout", "seconds": S}; NULL when nothing was to
  * install. Borrowed; valid while the session lives. */
 json_t *session_packages(struct session *s);
-/* The session's network policy (NULL: loopback only); valid while the session lives. */
+/* The network policy the session was created with (NULL: loopback only); valid while the
+ * session lives. See session_network_json for the one in force. */
 const struct net_policy *session_net_policy(struct session *s);
-/* Changes the session's network at run time: its egress proxy judges new connections by p
- * (copied; NULL: nothing may be reached), keeping the session's caps on connections and
- * bytes; those open stay. Only a session made with a network has a proxy: -EOPNOTSUPP
- * otherwise, and -EAGAIN past SESSION_NET_UPDATES_MAX changes; with err_msg(). (Another
- * branch grows runtime allowlist changes in src/net: this is the one place that calls
- * them.) */
-int session_set_network(struct session *s, const struct net_policy *p);
-#define SESSION_NET_UPDATES_MAX 256
+/* The session's network as it is now: {"mode": "none"}, or {"mode": "allowlist", "allow",
+ * "max_connections", "max_bytes", "secrets": [{"host", "header", "kind", "path_prefix",
+ * "allow_http"}]} (never a secret's value), or {"mode": "internet", ...}. Caller owns it. */
+json_t *session_network_json(struct session *s);
+/* Changes a live session's network (see net_rules_change for change's JSON, but for its
+ * "internet", which session_network_replace gives), checked against the server's cap max
+ * (NULL: none); effective for connections opened from now on and for each further request
+ * of an intercepted one. 0, -EINVAL (a bad change), -ENOTSUP (the session has no network
+ * proxy: created with mode none), with err_msg(). */
+int session_network_change(struct session *s, const json_t *change, const struct net_policy *max);
+/* Replaces a live session's allowlist whole with p's entries, or with the public internet
+ * when p is (NULL: nothing may be reached), keeping its secrets and caps, checked against
+ * max as session_network_change. For a surface whose own rules allow the internet (E2B's
+ * updateNetwork, runcell serve --e2b-internet). Same returns. */
+int session_network_replace(struct session *s, const struct net_policy *p,
+                            const struct net_policy *max);
 /* A TCP connection to port on the loopback of s's sandbox (see sandbox_connect): what a
  * server a program of s runs answers, reached from the daemon. 0 and *ret_fd, or -errno
  * with err_msg(). */
@@ -691,6 +722,53 @@ int session_stored_delete(const struct persist_config *c, const char *id);
  * name, see node_name_valid) in the ids of servers that name their node. */
 bool session_id_valid(const char *id);
 
+/* ---- snapshots, forks and pauses (snapshot.c) ----
+ *
+ * What a session is can be written to the store apart from what it keeps of its own
+ * (session_export): its files and its variables (pickled, each kept or named as lost, as a
+ * checkpoint is). A snapshot is such an export under a name, listed and deleted, that new
+ * sessions start from, on any node of the store; a fork is an export that new sessions start
+ * from at once. A pause stops every process of the session's sandboxes (no CPU; memory kept)
+ * or, without keep_memory, hibernates it: its variables exported, its kernels gone; the next
+ * thing that comes to it (an execution, an undo, a checkpoint) resumes it first. */
+enum session_pause { PAUSE_NONE, PAUSE_FROZEN, PAUSE_HIBERNATED };
+const char *session_pause_name(enum session_pause p);
+enum session_pause session_pause_state(struct session *s);
+
+/* Writes s's files and variables to c's store as session to_id (waiting for a running cell up
+ * to its timeout). 0 with *ret_report {files, bytes, variables: {saved, modules, skipped} |
+ * variables_error} (caller decrefs), or -errno with err_msg(). */
+int session_export(struct session *s, const struct persist_config *c, const char *to_id,
+                   json_t **ret_report);
+/* Pauses s: keep_memory stops its processes, else hibernates it (its variables exported under
+ * its own id, its kernels gone). 0 with *ret_report, -EALREADY when it is paused, -EINVAL for
+ * a session that keeps nothing in a store (hibernation needs one), others with err_msg(). */
+int session_pause(struct session *s, bool keep_memory, json_t **ret_report);
+/* Resumes a paused s now: 0 with *ret_report (what a hibernated one brought back), -EALREADY
+ * when it is not paused. */
+int session_resume(struct session *s, json_t **ret_report);
+
+/* Snapshots in c's store: snapshots/ID.json records {id, name, from, created_at, bytes, files,
+ * language, variables}; the state itself stored as session ID. At most max in all. */
+#define SNAPSHOT_MAX_DEFAULT 100
+int snapshot_create(const struct persist_config *c, struct session *s, const char *name, size_t max,
+                    json_t **ret_record);
+/* The records, newest first (at most limit); caller decrefs. */
+json_t *snapshot_list(const struct persist_config *c, size_t limit);
+int snapshot_get(const struct persist_config *c, const char *id, json_t **ret_record);
+int snapshot_delete(const struct persist_config *c, const char *id);
+/* Whether id names a snapshot's stored state (an id of session_id_valid's form). */
+bool snapshot_id_valid(const char *id);
+
+/* The console's notebook of session id, kept in c's store beside what the session keeps
+ * (sessions/ID/notebook.json; gone with it), taken along by a resume (session_restore). At
+ * most SESSION_NOTEBOOK_MAX bytes (-EFBIG past it). get: 0 with the text (caller frees) or
+ * -ENOENT. */
+#define SESSION_NOTEBOOK_MAX (8u << 20)
+int session_notebook_get(const struct persist_config *c, const char *id, char **ret, size_t *ret_n);
+int session_notebook_put(const struct persist_config *c, const char *id, const char *text,
+                         size_t n);
+
 /* ---- a fleet (lease.c): nodes sharing one store, a lease per session ----
  *
  * Each session a node stores has a record in the shared store, sessions/ID/lease.json: its
@@ -786,6 +864,15 @@ struct session_create {
  * session_restore; caller decrefs), and -ENOENT means nothing is stored for that id. */
 int session_table_create_ex(struct session_table *t, const struct session_create *rq, char **ret_id,
                             json_t **ret_restored);
+/* Forks session src_id into count new sessions (count at most SESSION_FORK_MAX, all or
+ * none: -EAGAIN past --max-sessions) that start from its files and variables, each a sandbox
+ * of its own with src's options. 0 with *ret_forks [{id, restored}] (caller decrefs), or
+ * -errno with err_msg(). */
+#define SESSION_FORK_MAX 100
+int session_table_fork(struct session_table *t, const char *src_id, unsigned count,
+                       json_t **ret_forks);
+/* The persistence the table gives its sessions (NULL: none). */
+const struct persist_config *session_table_persistence(struct session_table *t);
 /* Closes a session as session_table_remove does; with checkpoint, its variables and files
  * are kept in the store (*ret_report as session_retire's), otherwise what was stored is
  * discarded. 0 or -ENOENT. */

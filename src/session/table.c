@@ -4,6 +4,7 @@
 #include "session/session-int.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <fcntl.h>
 #include <sys/resource.h>
 #include <pthread.h>
@@ -48,6 +49,7 @@ struct session_table *session_table_new(struct sandbox_host *host, size_t max_se
                                         struct session_pool *pool)
 {
     struct session_table *t = xcalloc(1, sizeof(*t));
+    session_files_history_enable();
     t->host = host;
     t->pool = pool;
     t->max_sessions = max_sessions;
@@ -567,4 +569,111 @@ void session_table_free(struct session_table *t)
     pthread_cond_destroy(&t->retired);
     pthread_mutex_destroy(&t->lock);
     free(t);
+}
+
+const struct persist_config *session_table_persistence(struct session_table *t)
+{
+    return t->persist;
+}
+
+/* ---- forks ---- */
+
+struct fork_job {
+    struct session_table *t;
+    const struct session_opts *opts;
+    const char *from;
+    unsigned count;
+    atomic_uint next;
+    pthread_mutex_t lock;
+    json_t *made; /* [{id, restored}] */
+    char *error;  /* the first failure */
+    int err;
+};
+
+static void *fork_worker(void *arg)
+{
+    struct fork_job *j = arg;
+    for (;;) {
+        unsigned i = atomic_fetch_add(&j->next, 1);
+        pthread_mutex_lock(&j->lock);
+        bool stop = i >= j->count || j->err;
+        pthread_mutex_unlock(&j->lock);
+        if (stop)
+            return NULL;
+        struct session_create rq = {.opts = j->opts, .resume_from = j->from};
+        char *id = NULL;
+        json_t *restored = NULL;
+        int r = session_table_create_ex(j->t, &rq, &id, &restored);
+        pthread_mutex_lock(&j->lock);
+        if (r < 0 && !j->err) {
+            j->err = r;
+            j->error = xstrdup(err_msg());
+        } else if (r == 0) {
+            json_object_del(restored, "from"); /* the export's id, gone once they are made */
+            json_array_append_new(j->made, json_pack("{s:s,s:o}", "id", id, "restored", restored));
+        }
+        pthread_mutex_unlock(&j->lock);
+        free(id);
+    }
+}
+
+int session_table_fork(struct session_table *t, const char *src_id, unsigned count,
+                       json_t **ret_forks)
+{
+    if (count < 1 || count > SESSION_FORK_MAX)
+        return err_set(EINVAL, "a fork makes 1 to %d sessions, not %u", SESSION_FORK_MAX, count);
+    if (!t->persist || !t->persist->store)
+        return err_set(EINVAL, "this server keeps no store: a fork goes through one");
+    pthread_mutex_lock(&t->lock);
+    bool room = !t->max_sessions || t->count + count <= t->max_sessions;
+    size_t live = t->count;
+    pthread_mutex_unlock(&t->lock);
+    if (!room)
+        return err_set(EAGAIN,
+                       "a fork into %u would pass the server's maximum of %zu live sessions "
+                       "(%zu live); close some, or fork into fewer",
+                       count, t->max_sessions, live);
+    int err;
+    struct session *src = session_table_acquire(t, src_id, &err);
+    if (!src)
+        return err_set(-err, "no live session %s to fork", src_id);
+    _cleanup_free_ char *tmp = random_hex(16);
+    json_t *report = NULL;
+    int r = session_export(src, t->persist, tmp, &report);
+    if (r < 0) {
+        session_table_put(t, src);
+        return r;
+    }
+    json_decref(report);
+    /* The forks' options are the source's own (borrowed while it is held). */
+    struct session_opts opts = *session_options(src);
+    opts.files = NULL;
+    opts.n_files = 0;
+    struct fork_job j = {.t = t, .opts = &opts, .from = tmp, .count = count, .made = json_array()};
+    pthread_mutex_init(&j.lock, NULL);
+    pthread_t th[4];
+    unsigned n = count < 4 ? count : 4, started = 0;
+    for (unsigned i = 0; i < n; i++)
+        if (pthread_create(&th[started], NULL, fork_worker, &j) == 0)
+            started++;
+    if (!started)
+        fork_worker(&j);
+    for (unsigned i = 0; i < started; i++)
+        pthread_join(th[i], NULL);
+    session_table_put(t, src);
+    store_discard(t->persist->store, tmp);
+    pthread_mutex_destroy(&j.lock);
+    if (j.err) {
+        /* All or none: the forks made go again. */
+        size_t i;
+        json_t *f;
+        json_array_foreach(j.made, i, f)
+            session_table_remove(t, json_string_value(json_object_get(f, "id")));
+        json_decref(j.made);
+        err_set(-j.err, "the fork failed after %zu of %u: %s", i, count, j.error);
+        free(j.error);
+        return -j.err;
+    }
+    *ret_forks = j.made;
+    return 0;
 }

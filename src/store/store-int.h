@@ -10,6 +10,14 @@ struct store_ops {
     /* Optional: the same from memory, where a backend does it cheaper than from a memfd. */
     int (*put_buf)(struct store *st, const char *key, const void *data, size_t n);
     int (*get)(struct store *st, const char *key, int fd, uint64_t max, uint64_t *ret_size);
+    /* Optional: get, checking the bytes hash to sha256_hex (-EBADMSG when they do not), where
+     * a backend knows cheaper ways than hashing what it wrote out (store_get_verified). */
+    int (*get_verified)(struct store *st, const char *key, int fd, uint64_t max,
+                        const char *sha256_hex, uint64_t *ret_size);
+    /* Optional: put under prefix + the hash of what was read, hashing as it copies
+     * (store_put_fd_hashed). */
+    int (*put_hashed)(struct store *st, const char *prefix, int fd, uint64_t size,
+                      char ret_sha[SHA256_HEX_SIZE]);
     int (*del)(struct store *st, const char *key);
     int (*list)(struct store *st, const char *prefix, struct store_listing *ret);
     /* records.c's compare-and-swap: see store_get_versioned and store_put_if */

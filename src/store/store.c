@@ -129,6 +129,40 @@ int store_get_fd(struct store *st, const char *key, int fd, uint64_t max_bytes, 
     return r;
 }
 
+int store_get_verified(struct store *st, const char *key, int fd, uint64_t max_bytes,
+                       const char *sha256_hex, uint64_t *ret_size)
+{
+    uint64_t size = 0;
+    if (!store_key_valid(key))
+        return bad_key(key);
+    int r;
+    if (st->ops->get_verified) {
+        r = st->ops->get_verified(st, key, fd, max_bytes, sha256_hex, &size);
+    } else {
+        char got[SHA256_HEX_SIZE];
+        r = st->ops->get(st, key, fd, max_bytes, &size);
+        if (!r && (r = sha256_fd(fd, size, got)) < 0)
+            r = err_set(-r, "cannot read object %s back: %s", key, strerror(-r));
+        else if (!r && strcmp(got, sha256_hex))
+            r = err_set(EBADMSG, "object %s does not hash to its name", key);
+    }
+    if (ret_size)
+        *ret_size = size;
+    return r;
+}
+
+int store_put_fd_hashed(struct store *st, const char *prefix, int fd, uint64_t size,
+                        char ret_sha[SHA256_HEX_SIZE])
+{
+    if (st->ops->put_hashed)
+        return st->ops->put_hashed(st, prefix, fd, size, ret_sha);
+    int r = sha256_fd(fd, size, ret_sha);
+    if (r < 0)
+        return err_set(-r, "cannot read what is to be stored: %s", strerror(-r));
+    _cleanup_free_ char *key = xasprintf("%s%s", prefix, ret_sha);
+    return store_put_fd(st, key, fd, size, ret_sha);
+}
+
 int store_get_buf(struct store *st, const char *key, size_t max, char **ret, size_t *ret_len)
 {
     _cleanup_close_ int fd = memfd_create("runcell-object", MFD_CLOEXEC);

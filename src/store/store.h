@@ -14,6 +14,8 @@
 
 #include "base/base.h"
 
+#define SHA256_HEX_SIZE 65 /* 64 hex digits and a NUL */
+
 /* ---- object stores ---- */
 
 struct store_config {
@@ -54,6 +56,16 @@ int store_put_buf(struct store *st, const char *key, const void *data, size_t n)
  * -EFBIG past max_bytes (0 = no cap; what was written stays written). 0 or -errno with
  * err_msg(); *ret_size (may be NULL) is the byte count written. */
 int store_get_fd(struct store *st, const char *key, int fd, uint64_t max_bytes, uint64_t *ret_size);
+/* store_get_fd of an object stored under its SHA-256 (a blob): the bytes written to fd must
+ * hash to sha256_hex, -EBADMSG otherwise (what was written stays written). A local store
+ * hashes an object once per process: a copy it wrote or checked since, unchanged (same file,
+ * size and time), is copied without hashing again. */
+int store_get_verified(struct store *st, const char *key, int fd, uint64_t max_bytes,
+                       const char *sha256_hex, uint64_t *ret_size);
+/* Stores size bytes of fd under prefix followed by their SHA-256 in hex, hashing as it
+ * copies (a local store reads fd once); *ret_sha is the hash. 0 or -errno with err_msg(). */
+int store_put_fd_hashed(struct store *st, const char *prefix, int fd, uint64_t size,
+                        char ret_sha[SHA256_HEX_SIZE]);
 /* The object in memory, NUL-terminated, at most max bytes (-EFBIG past it); caller frees. */
 int store_get_buf(struct store *st, const char *key, size_t max, char **ret, size_t *ret_len);
 /* Removes key; a key that is not there is not an error. 0 or -errno with err_msg(). */
@@ -96,7 +108,6 @@ int store_put_if(struct store *st, const char *key, const void *data, size_t n,
 int store_check_conditional(struct store *st, const char *node);
 
 /* ---- SHA-256 ---- */
-#define SHA256_HEX_SIZE 65 /* 64 hex digits and a NUL */
 void sha256_hex(const void *data, size_t n, char out[SHA256_HEX_SIZE]);
 /* Hashes bytes 0..size of fd (pread). -EAGAIN when the file is shorter than size. */
 int sha256_fd(int fd, uint64_t size, char out[SHA256_HEX_SIZE]);

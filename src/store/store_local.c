@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/file.h>
@@ -15,20 +16,73 @@
 
 #define LIST_DEPTH_MAX 32
 
+/* Objects this process wrote or read back and found to hash to their names, by the identity
+ * of their file: a blob file is never rewritten in place (a new copy is renamed over it), so
+ * one whose file, size and times are unchanged still holds the bytes that were hashed. */
+#define VERIFIED_MAX 256
+
+struct verified {
+    dev_t dev;
+    ino_t ino;
+    off_t size;
+    struct timespec mtime, ctime;
+    char sha[SHA256_HEX_SIZE];
+};
+
 struct local {
     char *root;
+    pthread_mutex_t lock; /* verified */
+    struct verified verified[VERIFIED_MAX];
+    unsigned next; /* the slot the next one takes (round robin) */
 };
+
+static bool same_file(const struct verified *v, const struct stat *sb, const char *sha)
+{
+    return v->dev == sb->st_dev && v->ino == sb->st_ino && v->size == sb->st_size &&
+           v->mtime.tv_sec == sb->st_mtim.tv_sec && v->mtime.tv_nsec == sb->st_mtim.tv_nsec &&
+           v->ctime.tv_sec == sb->st_ctim.tv_sec && v->ctime.tv_nsec == sb->st_ctim.tv_nsec &&
+           !strcmp(v->sha, sha);
+}
+
+static bool was_verified(struct store *st, const struct stat *sb, const char *sha)
+{
+    struct local *l = st->impl;
+    bool found = false;
+    pthread_mutex_lock(&l->lock);
+    for (unsigned i = 0; i < VERIFIED_MAX && !found; i++)
+        found = same_file(&l->verified[i], sb, sha);
+    pthread_mutex_unlock(&l->lock);
+    return found;
+}
+
+static void note_verified(struct store *st, int fd, const char *sha)
+{
+    struct local *l = st->impl;
+    struct stat sb;
+    if (fstat(fd, &sb) < 0 || strlen(sha) != SHA256_HEX_SIZE - 1)
+        return;
+    pthread_mutex_lock(&l->lock);
+    struct verified *v = &l->verified[l->next++ % VERIFIED_MAX];
+    *v = (struct verified){.dev = sb.st_dev,
+                           .ino = sb.st_ino,
+                           .size = sb.st_size,
+                           .mtime = sb.st_mtim,
+                           .ctime = sb.st_ctim};
+    memcpy(v->sha, sha, SHA256_HEX_SIZE);
+    pthread_mutex_unlock(&l->lock);
+}
 
 static const char *root_of(struct store *st)
 {
     return ((struct local *)st->impl)->root;
 }
 
-/* Copies bytes 0..size of in to out, hashing them; -EAGAIN when in is shorter than size or
- * (expect != NULL) the bytes do not hash to expect. */
-static int copy_hashed(int in, int out, uint64_t size, const char *expect)
+/* Copies bytes 0..size of in to out, hashing them into got; -EAGAIN when in is shorter than
+ * size or (expect != NULL) the bytes do not hash to expect. */
+static int copy_hashed(int in, int out, uint64_t size, const char *expect,
+                       char got[SHA256_HEX_SIZE])
 {
-    char chunk[65536], got[SHA256_HEX_SIZE];
+    char chunk[65536];
     struct sha256_ctx *c = sha256_new();
     uint64_t off = 0;
     int r = 0;
@@ -114,9 +168,30 @@ static int local_put(struct store *st, const char *key, int fd, uint64_t size, c
     _cleanup_close_ int out = open_temporary(st, key, &tmp);
     if (out < 0)
         return out;
-    int r = copy_hashed(fd, out, size, sha);
+    char got[SHA256_HEX_SIZE];
+    int r = copy_hashed(fd, out, size, sha, got);
     if (!r) /* blobs (new names) and conditional writes: a rename */
         r = into_place(tmp, path, false);
+    if (!r && sha)
+        note_verified(st, out, sha);
+    return r < 0 ? put_failed(st, key, tmp, r) : 0;
+}
+
+static int local_put_hashed(struct store *st, const char *prefix, int fd, uint64_t size,
+                            char ret_sha[SHA256_HEX_SIZE])
+{
+    _cleanup_free_ char *probe = xasprintf("%sx", prefix); /* a key in the same directory */
+    _cleanup_free_ char *tmp = NULL;
+    _cleanup_close_ int out = open_temporary(st, probe, &tmp);
+    if (out < 0)
+        return out;
+    int r = copy_hashed(fd, out, size, NULL, ret_sha);
+    _cleanup_free_ char *key = xasprintf("%s%s", prefix, ret_sha);
+    _cleanup_free_ char *path = xasprintf("%s/%s", root_of(st), key);
+    if (!r)
+        r = into_place(tmp, path, false);
+    if (!r)
+        note_verified(st, out, ret_sha);
     return r < 0 ? put_failed(st, key, tmp, r) : 0;
 }
 
@@ -165,6 +240,53 @@ static int local_get(struct store *st, const char *key, int fd, uint64_t max, ui
             return err_set(-r, "cannot write object %s out: %s", key, strerror(-r));
         *ret_size += (uint64_t)n;
     }
+}
+
+static int local_get_verified(struct store *st, const char *key, int fd, uint64_t max,
+                              const char *sha, uint64_t *ret_size)
+{
+    _cleanup_free_ char *path = xasprintf("%s/%s", root_of(st), key);
+    _cleanup_close_ int in = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    struct stat sb;
+    if (in < 0 && errno == ENOENT)
+        return err_set(ENOENT, "object %s is missing from %s", key, root_of(st));
+    if (in < 0 || fstat(in, &sb) < 0)
+        return err_set(errno, "cannot read object %s: %s", path, strerror(errno));
+    if (!S_ISREG(sb.st_mode))
+        return err_set(EINVAL, "object %s is not a regular file", path);
+    if (max && (uint64_t)sb.st_size > max)
+        return err_set(EFBIG, "object %s holds %llu bytes, more than the %llu allowed", key,
+                       (unsigned long long)sb.st_size, (unsigned long long)max);
+    uint64_t size = (uint64_t)sb.st_size;
+    if (was_verified(st, &sb, sha)) {
+        /* In the kernel, no hash: copy_file_range, or read and write where it cannot. */
+        uint64_t off = 0;
+        while (off < size) {
+            ssize_t n = copy_file_range(in, NULL, fd, NULL, (size_t)MIN(size - off, 1u << 30), 0);
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n <= 0)
+                break;
+            off += (uint64_t)n;
+        }
+        if (off == size) {
+            *ret_size = size;
+            return 0;
+        }
+        if (off && lseek(fd, -(off_t)off, SEEK_CUR) < 0) /* start again, hashing */
+            return err_set(errno, "cannot write object %s out: %s", key, strerror(errno));
+    }
+    char got[SHA256_HEX_SIZE];
+    int r = copy_hashed(in, fd, size, NULL, got);
+    if (r == -EAGAIN)
+        return err_set(EIO, "object %s changed while it was read", key);
+    if (r < 0)
+        return err_set(-r, "cannot copy object %s out: %s", key, strerror(-r));
+    *ret_size = size;
+    if (strcmp(got, sha))
+        return err_set(EBADMSG, "object %s does not hash to its name", key);
+    note_verified(st, in, sha);
+    return 0;
 }
 
 /* The exclusive flock of ROOT/.cas-lock that conditional writes take (local_put_if): an fd
@@ -325,6 +447,7 @@ static int local_put_if(struct store *st, const char *key, int fd, uint64_t size
 static void local_free(struct store *st)
 {
     struct local *l = st->impl;
+    pthread_mutex_destroy(&l->lock);
     free(l->root);
     free(l);
 }
@@ -333,6 +456,8 @@ static const struct store_ops local_ops = {
     .put = local_put,
     .put_buf = local_put_buf,
     .get = local_get,
+    .get_verified = local_get_verified,
+    .put_hashed = local_put_hashed,
     .del = local_del,
     .list = local_list,
     .get_v = local_get_v,
@@ -352,6 +477,7 @@ int store_local_open(const char *dir, struct store **ret)
         return err_set(errno, "cannot resolve the store directory %s: %s", dir, strerror(errno));
     struct local *l = xcalloc(1, sizeof(*l));
     l->root = xstrdup(real);
+    pthread_mutex_init(&l->lock, NULL);
     struct store *st = xcalloc(1, sizeof(*st));
     st->ops = &local_ops;
     st->impl = l;

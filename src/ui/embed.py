@@ -6,8 +6,12 @@ usage: embed.py OUT.c ROOT=DIR [FILE...] [ROOT=DIR FILE...] ...
 Each FILE is named, in the URL space of /ui/, by its path below the last ROOT given
 (ROOT=DIR:PREFIX puts PREFIX/ before it). The table is sorted by name; each entry has its
 MIME type (from the suffix: an unknown one fails the build rather than be served as
-something a browser might sniff), its bytes and a strong ETag (SHA-256 of the bytes).
+something a browser might sniff), its bytes and a strong ETag (SHA-256 of the bytes). Text
+assets also carry their gzip form (level 9, no name or time in the header, so the build is
+reproducible) when it is at most 90% of the size, with an ETag of its own: routes_ui.c serves
+it with Content-Encoding: gzip to a client whose Accept-Encoding takes gzip.
 """
+import gzip
 import hashlib
 import os
 import sys
@@ -22,6 +26,8 @@ MIME = {
     ".ico": "image/x-icon",
     ".txt": "text/plain; charset=utf-8",
 }
+COMPRESSIBLE = (".html", ".js", ".mjs", ".css", ".svg", ".txt")
+GZIP_GAIN = 0.9  # the gzip form is kept when at most this fraction of the size
 
 
 def c_string(data):
@@ -74,9 +80,15 @@ def main(argv):
         data = entries[name]
         parts.append("static const char asset_%d[] =\n    %s;" % (i, c_string(data)))
         etag = '"%s"' % hashlib.sha256(data).hexdigest()[:32]
+        gz = gzip.compress(data, compresslevel=9, mtime=0)
+        gz_row = "NULL, NULL, 0"
+        if name.endswith(COMPRESSIBLE) and len(gz) <= len(data) * GZIP_GAIN:
+            parts.append("static const char asset_%d_gz[] =\n    %s;" % (i, c_string(gz)))
+            gz_etag = etag[:-1] + '-gzip"'
+            gz_row = '"%s", asset_%d_gz, %d' % (gz_etag.replace('"', '\\"'), i, len(gz))
         mime = MIME[os.path.splitext(name)[1]]
-        rows.append('    {"%s", "%s", "%s", asset_%d, %d},' % (
-            name, mime, etag.replace('"', '\\"'), i, len(data)))
+        rows.append('    {"%s", "%s", "%s", asset_%d, %d, %s},' % (
+            name, mime, etag.replace('"', '\\"'), i, len(data), gz_row))
     parts += ["", "static const struct ui_asset assets[] = {"] + rows + ["};", ""]
     parts += ["const struct ui_asset *ui_asset_find(const char *name)",
               "{",

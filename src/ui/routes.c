@@ -3,17 +3,20 @@
 #include "ui/ui.h"
 #include "http/http.h"
 
-#include <string.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <strings.h>
 #include <unistd.h>
 
-/* Every console response carries these (docs/SECURITY.md, "The web console"). Scripts and
- * styles come only from /ui/ itself (no inline script, no eval); the only HTML sink the
- * console has, a cell's text/html in a sandboxed iframe, goes through the one Trusted Types
- * policy named here, so that any other innerHTML-like assignment throws. */
+/* Every console response carries these (docs/SECURITY.md, "The web console"). Scripts come
+ * only from /ui/ itself (no inline script, no eval); styles from /ui/ and data: URLs (the
+ * stylesheets a cell's HTML brings, e.g. pandas Styler's, as render.js hands them to the
+ * cell's sandboxed frame; no inline style). The only HTML sink the console has, a cell's
+ * text/html in a sandboxed iframe, goes through the one Trusted Types policy named here, so
+ * that any other innerHTML-like assignment throws. */
 static const char csp[] =
-    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; "
+    "default-src 'none'; script-src 'self'; style-src 'self' data:; img-src 'self' data: blob:; "
     "connect-src 'self'; frame-src 'self'; base-uri 'none'; form-action 'none'; "
     "frame-ancestors 'none'; object-src 'none'; require-trusted-types-for 'script'; "
     "trusted-types runcell-cell-html";
@@ -63,6 +66,32 @@ static bool etag_matches(const char *inm, const char *etag)
     return false;
 }
 
+/* Whether Accept-Encoding takes gzip: named with a q-value above 0, or "*" so when gzip is not
+ * named (RFC 9110 12.5.3). */
+static bool accepts_gzip(const char *ae)
+{
+    double gzip_q = -1, star_q = -1;
+    for (const char *p = ae; p && *p;) {
+        p += strspn(p, " \t,");
+        size_t n = strcspn(p, ";, \t");
+        const char *end = p + strcspn(p, ",");
+        double q = 1;
+        for (const char *s = p + n; s < end; s++) {
+            if (*s != ';')
+                continue;
+            s += 1 + strspn(s + 1, " \t");
+            if ((*s == 'q' || *s == 'Q') && s[1] == '=')
+                q = strtod(s + 2, NULL);
+        }
+        if ((n == 4 && !strncasecmp(p, "gzip", 4)) || (n == 6 && !strncasecmp(p, "x-gzip", 6)))
+            gzip_q = q;
+        else if (n == 1 && *p == '*')
+            star_q = q;
+        p = end;
+    }
+    return gzip_q >= 0 ? gzip_q > 0 : star_q > 0;
+}
+
 static enum MHD_Result redirect(struct request *rq, const char *to)
 {
     static const char body[] = "the console is at /ui/\n";
@@ -88,14 +117,24 @@ static enum MHD_Result h_ui_asset(struct request *rq)
     const struct ui_asset *a = ui_asset_find(name);
     if (!a)
         return api_error(rq, AE_NOT_FOUND, "the console has no file '%s'", name);
+    /* The gzip form where the client takes it (built by embed.py), with an ETag of its own. */
+    bool gz = a->gz_data && accepts_gzip(MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND,
+                                                                     "Accept-Encoding"));
+    const char *etag = gz ? a->gz_etag : a->etag;
     const char *inm = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, "If-None-Match");
-    bool fresh = inm && etag_matches(inm, a->etag);
+    bool fresh = inm && etag_matches(inm, etag);
     struct MHD_Response *r =
         fresh ? MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT)
-              : MHD_create_response_from_buffer(a->size, (void *)a->data, MHD_RESPMEM_PERSISTENT);
+              : MHD_create_response_from_buffer(gz ? a->gz_size : a->size,
+                                                (void *)(gz ? a->gz_data : a->data),
+                                                MHD_RESPMEM_PERSISTENT);
     if (!fresh)
         MHD_add_response_header(r, "Content-Type", a->mime);
-    MHD_add_response_header(r, "ETag", a->etag);
+    if (gz && !fresh)
+        MHD_add_response_header(r, "Content-Encoding", "gzip");
+    if (a->gz_data)
+        MHD_add_response_header(r, "Vary", "Accept-Encoding");
+    MHD_add_response_header(r, "ETag", etag);
     add_ui_headers(r, a->name);
     return reply_response(rq, fresh ? 304 : 200, r);
 }

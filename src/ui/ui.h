@@ -11,6 +11,9 @@ struct ui_asset {
     const char *etag; /* strong, quoted: a hash of the bytes */
     const char *data; /* static, never freed */
     size_t size;
+    const char *gz_etag; /* the gzip form (Content-Encoding: gzip), or all three NULL/0 */
+    const char *gz_data;
+    size_t gz_size;
 };
 
 /* The asset of that name, or NULL. */

@@ -103,6 +103,7 @@ const scenarios = {
       type: e.type, path: e.path, size: e.size }))
     const made = await sbx.files.makeDir('/home/user/sub/dir')
     const madeAgain = await sbx.files.makeDir('/home/user/sub/dir')
+    const madeRoot = await sbx.files.makeDir('/home/user')
     const exists = await sbx.files.exists('/home/user/data/hello.txt')
     const renamed = await sbx.files.rename('/home/user/data/hello.txt', '/home/user/sub/hi.txt')
     const fromCode = await sbx.runCode("open('sub/hi.txt').read()")
@@ -112,7 +113,7 @@ const scenarios = {
     try { await sbx.files.read('/home/user/nope.txt') } catch (e) { missing = errorInfo(e) }
     let outside = null
     try { await sbx.files.read('/etc/passwd') } catch (e) { outside = errorInfo(e) }
-    return { w, read, bytes, readBytes, list, made, madeAgain, exists, renamed: renamed.path,
+    return { w, read, bytes, readBytes, list, made, madeAgain, madeRoot, exists, renamed: renamed.path,
              fromCode: fromCode.text, stillThere, missing, outside }
   },
   async commands(sbx) {
@@ -132,6 +133,7 @@ const scenarios = {
     await sbx.files.makeDir('/home/user/sub')
     const cwd = await sbx.commands.run('pwd', { cwd: '/home/user/sub' })
     const cwdWs = await sbx.commands.run('pwd', { cwd: '/workspace/sub' })
+    const cwdTmp = await sbx.commands.run('pwd', { cwd: '/tmp' })
     const env = await sbx.commands.run('echo "$SANDBOX_WIDE"')
     await sbx.files.write('/home/user/made-by-files.txt', 'x')
     const ls = await sbx.commands.run('ls')
@@ -148,7 +150,7 @@ const scenarios = {
     const killedAgain = await sbx.commands.kill(bg.pid)
     const afterKill = await sbx.runCode('21 * 2')
     return { live: { stdout: live.stdout, streamed }, ok: { exitCode: ok.exitCode, stdout: ok.stdout, stderr: ok.stderr }, out, failed,
-             cwd: cwd.stdout, cwdWs: cwdWs.stdout, env: env.stdout, ls: ls.stdout, procs,
+             cwd: cwd.stdout, cwdWs: cwdWs.stdout, cwdTmp: cwdTmp.stdout, env: env.stdout, ls: ls.stdout, procs,
              bg: { pid: bg.pid, running, killed, bgEnd, killedAgain }, afterKill: afterKill.text }
   },
   async processes(sbx) {

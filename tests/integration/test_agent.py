@@ -121,6 +121,26 @@ class TestLoop(AgentCase):
         self.assertEqual(fails[0]["fixed_by"], "run_python")
         self.assertNotIn("fix", fails[0])  # facts, not the code
 
+    def test_a_failed_cell_is_undone_before_the_repair(self):
+        # The second cell changes the data, then fails: the retry sees the data as it was
+        # before that cell, not half-changed.
+        script = [{"tool": "run_python", "code": "rows = [1, 2]"},
+                  {"tool": "run_python", "code": "rows.append(3)\nrows.append(undefined)"},
+                  {"tool": "run_python", "code": "print(rows)"},
+                  {"answer": "done"}]
+        with ScriptedModel(script) as m:
+            out, p = self.agent(m, "extend the rows", json_out=False)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("taken back to its state before this cell", p.stderr)
+        with ScriptedModel(script) as m:
+            out, p = self.agent(m, "extend the rows")
+        self.assertEqual(self.statuses(out), ["ok", "error", "ok"])
+        self.assertTrue(out["attempts"][1]["undone"])
+        self.assertNotIn("undone", out["attempts"][0])
+        told = m.tool_messages(2)[-1]["content"]
+        self.assertIn("the session was taken back", told)
+        self.assertIn("[1, 2]\n", m.tool_messages(3)[-1]["content"])
+
     def test_three_failures_then_the_fallbacks_in_order(self):
         script = [{"tool": "run_python", "code": "int('x')"},
                   {"tool": "run_python", "code": "{}['k']"},

@@ -3,9 +3,11 @@ semantics"; docs/MCP.md): HTTP semantics of RFC 9110 checked with curl (HEAD, Ra
 `curl -C -` resume, ETag and Last-Modified with conditional requests, 413 before 100 Continue,
 a chunked upload that runs out of space), the edge cases curl smooths over with a raw socket
 (keep-alive after errors, a request without Host, OPTIONS, a lowercase bearer, Accept
-q-values), and /mcp driven by the official MCP TypeScript SDK (tests/mcp-clients/
-sdk-client.mjs) and the MCP Inspector's CLI, both from npm (pinned in
-tests/mcp-clients/package.json, installed by scripts/install-test-servers).
+q-values), and MCP: /mcp driven by the official MCP TypeScript SDK (tests/mcp-clients/
+sdk-client.mjs; v2's client for protocol 2026-07-28 on /mcp and `runcell mcp`) and the MCP
+Inspector's CLI, and the official MCP conformance suite run against /mcp and `runcell mcp`,
+all from npm (pinned in tests/mcp-clients/package.json, installed by
+scripts/install-test-servers).
 
 Every server listens on 127.0.0.1 with its own data and run directories. No timing here but
 generous limits that catch hangs.
@@ -13,12 +15,14 @@ generous limits that catch hangs.
 import hashlib
 import json
 import os
+import re
 import socket
 import subprocess
 import tempfile
 import unittest
 
-from rctest import (HANG, MCP_CLIENTS_DIR, ServerCase,
+from mcpbridge import AuthProxy, StdioBridge
+from rctest import (HANG, MCP_CLIENTS_DIR, RUNCELL, ServerCase,
                     mcp_clients_missing, shutil_which, wait_until)
 
 
@@ -435,14 +439,19 @@ class McpHttpEdges(ServerCase):
         self.addCleanup(self.srv.request, "DELETE", "/mcp", headers={"Mcp-Session-Id": sid})
         return sid
 
-    def test_protocol_version_must_match_the_negotiated_one(self):
+    def test_protocol_version_header_on_a_session(self):
         sid = self.initialize("2025-06-18")
         ping = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
+        # Another version this server speaks: served as the negotiated one (the header SHOULD
+        # name it, and the official conformance suite sends 2025-03-26 on a 2025-11-25 one).
         r = self.post(ping, {"Mcp-Session-Id": sid, "MCP-Protocol-Version": "2025-11-25"})
+        self.assertEqual((r.status, r.json()["result"]), (200, {}))
+        # One it does not speak: 400 and -32022 naming what it speaks.
+        r = self.post(ping, {"Mcp-Session-Id": sid, "MCP-Protocol-Version": "2099-01-01"})
         self.assertEqual(r.status, 400, r)
-        msg = r.json()["error"]["message"]
-        self.assertIn("2025-11-25", msg)
-        self.assertIn("2025-06-18", msg)
+        err = r.json()["error"]
+        self.assertEqual(err["code"], -32022)
+        self.assertIn("2025-06-18", err["data"]["supported"])
         r = self.post(ping, {"Mcp-Session-Id": sid, "MCP-Protocol-Version": "2025-06-18"})
         self.assertEqual((r.status, r.json()["result"]), (200, {}))
         # Without the header: taken as the negotiated version (backwards compatibility).
@@ -494,8 +503,9 @@ class McpTypeScriptSdk(McpClientCase):
         self.assertEqual(out["server"]["name"], "runcell")
         tools = {t["name"]: t for t in out["tools"]}
         self.assertIn("run_code", tools)
-        self.assertEqual(out["first"], {"text": "42\n", "isError": False})
-        self.assertEqual(out["second"], {"text": "43\n", "isError": False})
+        # the summary a model reads: output without its last newline
+        self.assertEqual(out["first"], {"text": "42", "isError": False})
+        self.assertEqual(out["second"], {"text": "43", "isError": False})
         # Optional arguments may be null; required ones may not.
         props = tools["run_code"]["inputSchema"]["properties"]
         self.assertEqual(props["code"]["type"], "string")
@@ -503,7 +513,7 @@ class McpTypeScriptSdk(McpClientCase):
         self.assertIn(None, props["language"]["enum"])
 
     def test_null_for_optional_arguments(self):
-        self.assertEqual(self.sdk("null-args"), {"text": "null ok\n", "isError": False})
+        self.assertEqual(self.sdk("null-args"), {"text": "null ok", "isError": False})
 
     def test_delete_while_a_call_runs_answers_the_call(self):
         before = self.live_sessions()
@@ -542,6 +552,77 @@ class McpInspectorCli(McpClientCase):
                              "--tool-arg", "code=print(6*7)")
         self.assertFalse(out.get("isError"), out)
         self.assertEqual(out["structuredContent"]["stdout"], "42\n")
+
+
+class McpConformanceSuite(McpClientCase):
+    """The official MCP conformance suite (@modelcontextprotocol/conformance; its scenarios
+    are those of 2025-11-25) against /mcp, behind a proxy that adds the token (the suite sends
+    none), and against `runcell mcp`, behind a bridge that carries each HTTP message to its
+    stdin as it is. Its own baseline check decides: the scenarios runcell cannot pass, each
+    for a reason, are in tests/mcp-clients/conformance-baseline.yaml; any other failure, or
+    a listed one that passes, fails the run."""
+
+    PASS = {"server-initialize", "ping", "tools-list", "server-sse-multiple-streams"}
+
+    def suite(self, url, baseline):
+        out = tempfile.mkdtemp(prefix="runcell-conformance-")
+        self.addCleanup(subprocess.run, ["rm", "-rf", out])
+        p = self.node("--import", "./node20.mjs",
+                      "node_modules/@modelcontextprotocol/conformance/dist/index.js", "server",
+                      "--url", url, "--expected-failures", baseline, "-o", out)
+        self.assertEqual(p.returncode, 0, p.stdout[-4000:] + p.stderr[-2000:])
+        self.assertIn("Baseline check passed", p.stdout)
+        passed = set()
+        for d in os.listdir(out):
+            with open(os.path.join(out, d, "checks.json")) as f:
+                checks = json.load(f)
+            name = re.match(r"server-(.*)-\d{4}-\d\d-\d\dT", d).group(1)
+            if checks and all(c["status"] in ("SUCCESS", "INFO") for c in checks):
+                passed.add(name)
+        return passed
+
+    def test_over_http(self):
+        with AuthProxy(self.srv.port, self.srv.token) as proxy:
+            passed = self.suite(proxy.url, "conformance-baseline.yaml")
+        self.assertEqual(passed, self.PASS | {"dns-rebinding-protection"})
+
+    def test_over_stdio(self):
+        # dns-rebinding-protection checks the Origin rules of an HTTP server: the bridge's here
+        baseline = os.path.join(tempfile.mkdtemp(prefix="runcell-baseline-"), "stdio.yaml")
+        self.addCleanup(subprocess.run, ["rm", "-rf", os.path.dirname(baseline)])
+        with open(os.path.join(MCP_CLIENTS_DIR, "conformance-baseline.yaml")) as f, \
+                open(baseline, "w") as g:
+            g.write(f.read() + "  - dns-rebinding-protection\n")
+        with StdioBridge(RUNCELL) as bridge:
+            passed = self.suite(bridge.url, baseline)
+        self.assertEqual(passed, self.PASS)
+
+
+class McpSdkV2(McpClientCase):
+    """The TypeScript SDK's v2 client (@modelcontextprotocol/client), pinned to protocol
+    2026-07-28, on /mcp and on `runcell mcp`: it validates every result with its own schemas."""
+
+    def run_v2(self, *target):
+        p = self.node("sdk-v2-client.mjs", *target)
+        lines = p.stdout.strip().splitlines()
+        self.assertTrue(lines, "sdk-v2-client.mjs printed nothing: %s" % p.stderr[-3000:])
+        out = json.loads(lines[-1])
+        self.assertNotIn("error", out, out)
+        self.assertEqual(out["protocolVersion"], "2026-07-28")
+        self.assertEqual(out["server"]["name"], "runcell")
+        self.assertIn("create_session", out["instructions"])
+        self.assertIn("run_code", out["tools"])
+        self.assertEqual(out["second"], "43")
+        self.assertTrue(out["error_result"]["isError"])
+        self.assertIn("KeyError", out["error_result"]["text"])
+        self.assertEqual(out["ping"], "METHOD_NOT_SUPPORTED_BY_PROTOCOL_VERSION")
+        return out
+
+    def test_over_http(self):
+        self.run_v2("http", self.url, self.srv.token)
+
+    def test_over_stdio(self):
+        self.run_v2("stdio", RUNCELL)
 
 
 if __name__ == "__main__":

@@ -9,15 +9,24 @@ The server listens on 127.0.0.1 (a free port) with a generated token, so the log
 prints is the one a user gets; the agent runs against tests/lib/scripted_model.py on
 127.0.0.1. Nothing leaves loopback. Waits are on elements and events; timeouts only stop
 hangs. Screenshots of each step go to $RUNCELL_TEST_ARTIFACTS/console (default
-tests/console/artifacts); RUNCELL_UPDATE_SCREENSHOTS=1 also refreshes README's two, in
-docs/img.
+tests/console/artifacts); RUNCELL_UPDATE_SCREENSHOTS=1 also refreshes the ones in docs/img.
+
+The console is written against durable executions (docs/API.md, "The web console": an
+execution id in a first "start" line, numbered events, re-attach with
+GET .../executions/{id}/events?after=N, "on_disconnect": "continue", a FIFO queue) and a
+notebook kept by the server (GET/PUT /v1/sessions/{id}/notebook), and does without them.
+SERVER_KEEPS_EXECUTIONS says which the server under test has; the assertions that need the
+server's side are under it, and a server that has it while the flag says no fails the test,
+so that the flag is turned on when the server side lands.
 """
+import gzip
 import json
 import os
 import re
 import shutil
 import subprocess
 import unittest
+from concurrent.futures import ThreadPoolExecutor
 
 from rctest import HANG, ROOT, RuncellTestCase, Server, slow
 from scripted_model import ScriptedModel
@@ -29,6 +38,9 @@ CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = os.path.join(os.environ.get("RUNCELL_TEST_ARTIFACTS") or
                          os.path.join(CONSOLE_DIR, "artifacts"), "console")
 SHOTS = os.path.join(ROOT, "docs", "img") if os.environ.get("RUNCELL_UPDATE_SCREENSHOTS") else ""
+# Set to True when the server keeps executions and notebooks (the lead's side of the
+# contract above): the reload test then asserts the cell goes on, whole, across the reload.
+SERVER_KEEPS_EXECUTIONS = True
 
 
 def browser_missing():
@@ -56,8 +68,8 @@ SCRIPT = [
     {"tool": "run_python", "code": "import pandas as pd\ndf = pd.read_csv('sales.csv')\n"
                                    "df['revenu'].sum()"},
     {"tool": "run_python", "code": CHART},
-    {"answer": "Revenue rose from 120 in January to 171 in May (738 in all); "
-               "the chart is chart.png."},
+    {"answer": "Revenue rose from **120** in January to **171** in May (738 in all); "
+               "the chart is `chart.png`."},
     {"tool": "run_python", "code": "1/0"},
     {"tool": "run_python", "code": "[][1]"},
     {"tool": "run_python", "code": "{}[1]"},
@@ -89,10 +101,10 @@ class Console(RuncellTestCase):
         cls.srv.close()
         cls.model.__exit__(None, None, None)
 
-    def scenario(self, name):
+    def scenario(self, name, **extra_env):
         env = dict(os.environ, RUNCELL_URL=self.srv.base_url, RUNCELL_LOGIN_URL=self.login_url,
                    RUNCELL_TOKEN=self.srv.token, ARTIFACTS=ARTIFACTS, SHOTS=SHOTS,
-                   HANG_MS=str(int(slow(60) * 1000)), CHROMIUM=CHROMIUM)
+                   HANG_MS=str(int(slow(60) * 1000)), CHROMIUM=CHROMIUM, **extra_env)
         p = subprocess.run([NODE, SCENARIOS, name], cwd=CONSOLE_DIR, env=env, capture_output=True,
                            text=True, timeout=HANG)
         lines = p.stdout.strip().splitlines()
@@ -104,6 +116,8 @@ class Console(RuncellTestCase):
         # Nothing the page did may have been refused or thrown, and no dialog opened.
         self.assertEqual(out["dialogs"], [], out)
         self.assertEqual(out["pageErrors"], [], out)
+        if name != "reload":
+            self.assertEqual(out["beforeunload"], [], out)
         for shot in out.get("shots", []):
             self.assertGreater(os.path.getsize(shot), 1000, shot)
         return out
@@ -115,7 +129,8 @@ class Console(RuncellTestCase):
             r = self.srv.request("GET", path, token=False)
             self.assertEqual(r.status, 200, (path, r))
             csp = r.headers["Content-Security-Policy"]
-            for directive in ("default-src 'none'", "script-src 'self'", "frame-ancestors 'none'",
+            for directive in ("default-src 'none'", "script-src 'self'", "style-src 'self' data:;",
+                              "frame-ancestors 'none'",
                               "object-src 'none'", "base-uri 'none'",
                               "require-trusted-types-for 'script'"):
                 self.assertIn(directive, csp, path)
@@ -152,6 +167,45 @@ class Console(RuncellTestCase):
         self.assertIn("nope.js", missing.json()["error"]["message"])
         # The API around it is as before: a token is still needed everywhere else.
         self.assertEqual(self.srv.request("GET", "/v1/sessions", token=False).status, 401)
+
+    def test_assets_are_gzipped_for_clients_that_take_it(self):
+        total = {"identity": 0, "gzip": 0}
+        for path in ("/ui/", "/ui/app.js", "/ui/notebook.js", "/ui/console.css",
+                     "/ui/vendor/codemirror/lib/codemirror.js"):
+            plain = self.srv.request("GET", path, token=False)
+            zipped = self.srv.request("GET", path, headers={"Accept-Encoding": "gzip, deflate, br"},
+                                      token=False)
+            self.assertEqual(zipped.status, 200)
+            self.assertEqual(zipped.headers["Content-Encoding"], "gzip", path)
+            self.assertEqual(zipped.headers["Vary"], "Accept-Encoding")
+            self.assertEqual(gzip.decompress(zipped.body), plain.body, path)
+            self.assertLess(len(zipped.body), len(plain.body) * 0.5, path)
+            self.assertNotEqual(zipped.headers["ETag"], plain.headers["ETag"])
+            self.assertIsNone(plain.headers["Content-Encoding"])
+            self.assertIn("Content-Security-Policy", zipped.headers)
+            total["identity"] += len(plain.body)
+            total["gzip"] += len(zipped.body)
+            # Its own ETag revalidates the gzip form; the other form's does not.
+            again = self.srv.request("GET", path, token=False, headers={
+                "Accept-Encoding": "gzip", "If-None-Match": zipped.headers["ETag"]})
+            self.assertEqual((again.status, again.body), (304, b""))
+            other = self.srv.request("GET", path, token=False, headers={
+                "Accept-Encoding": "gzip", "If-None-Match": plain.headers["ETag"]})
+            self.assertEqual(other.status, 200)
+        print("\nconsole assets: %d bytes, %d gzipped (%.0f%%)" % (
+            total["identity"], total["gzip"], 100.0 * total["gzip"] / total["identity"]))
+        for ae in ("gzip;q=0", "identity", "br", "deflate, gzip;q=0.0"):
+            r = self.srv.request("GET", "/ui/app.js", headers={"Accept-Encoding": ae}, token=False)
+            self.assertIsNone(r.headers["Content-Encoding"], ae)
+        for ae in ("*", "GZIP", "br;q=1, *;q=0.5", "x-gzip"):
+            r = self.srv.request("GET", "/ui/app.js", headers={"Accept-Encoding": ae}, token=False)
+            self.assertEqual(r.headers["Content-Encoding"], "gzip", ae)
+        head = self.srv.request("HEAD", "/ui/app.js", headers={"Accept-Encoding": "gzip"}, token=False)
+        zipped = self.srv.request("GET", "/ui/app.js", headers={"Accept-Encoding": "gzip"}, token=False)
+        self.assertEqual(head.headers["Content-Length"], str(len(zipped.body)))
+        # An image is not worth compressing: served as it is.
+        svg = self.srv.request("GET", "/ui/favicon.svg", headers={"Accept-Encoding": "gzip"}, token=False)
+        self.assertEqual(svg.status, 200)
 
     def test_login_url_and_where_the_token_is_printed(self):
         self.assertEqual(self.login_token, self.srv.token)
@@ -264,29 +318,51 @@ class Console(RuncellTestCase):
         self.assertEqual(out["fileNameHtml"], "&lt;img src=x onerror=alert(10)&gt;.csv")
         self.assertFalse(out["tokenInHtml"])
 
-    def test_a_second_tab_sees_the_same_sessions(self):
+    def test_a_second_tab_is_logged_in_and_sees_the_same_sessions_and_notebook(self):
         out = self.scenario("tabs")
-        self.assertTrue(out["secondTabSees"])
+        self.assertEqual(out["secondTabLoginForm"], 0)  # the first tab gave it the token
+        self.assertTrue(out["secondTabToken"])
+        self.assertEqual([c["source"] for c in out["secondTabCells"]][:1], ['x = 41\nprint("x is", x)'])
+        self.assertEqual(out["secondTabCells"][0]["stream"], "x is 41\n")
+        self.assertEqual(out["secondTabCells"][0]["prompt"], "[1]")
         self.assertTrue(out["storedInSecond"])  # closed with a checkpoint in the first tab
+        self.assertIn("files and variables", out["kept"])
         self.assertNotEqual(out["resumed"], out["sid"])
+        self.assertEqual(out["resumedSources"][0], 'x = 41\nprint("x is", x)')  # its notebook
+        self.assertEqual(out["again"]["texts"], ["42"])  # and its variables
+        self.assertIsNone(out["firstLoggedOut"])
         live = self.srv.ok("GET", "/v1/sessions")["sessions"]
         self.assertIn(out["resumed"], [s["id"] for s in live])
 
-    def test_agent_run_step_by_step_then_its_review_resolved(self):
+    def test_agent_run_as_a_conversation_then_its_review_resolved(self):
         out = self.scenario("agent")
         types = [s["type"] for s in out["steps"]]
-        self.assertEqual(types[0], "session")
-        self.assertIn("code", types)
-        self.assertIn("observation failed", types)  # the KeyError...
-        self.assertIn("observation ok", types)      # ...repaired
-        self.assertEqual(types[-1], "outcome answered")
-        self.assertIn("Revenue rose from 120", out["answer"])
+        self.assertEqual(types, ["observation failed", "observation ok"], out["steps"])
+        self.assertIn("KeyError", out["steps"][0]["observation"])
+        self.assertIn("df['revenu'].sum()", out["steps"][0]["code"])
+        self.assertTrue(out["steps"][0]["open"])      # a failed step stays open
+        self.assertFalse(out["steps"][1]["open"])     # a good one folds away
+        # The chart step printed while it ran: that output came live, before its observation.
+        self.assertGreater(out["steps"][1]["live"], 0)
+        self.assertIn("total 738", out["steps"][1]["observation"])
+        # The answer once, first, as markdown; the steps folded under it.
+        self.assertTrue(out["answerFirst"])
+        self.assertEqual(out["answerCount"], 1)
+        self.assertIn("Revenue rose from 120 in January to 171 in May", out["answer"])
+        self.assertEqual(out["answerStrong"], ["120", "171"])
+        self.assertFalse(out["stepsOpen"])
         self.assertEqual([c["alt"] for c in out["charts"]], ["chart.png"])
         self.assertGreater(out["charts"][0]["w"], 100)
+        self.assertEqual(out["downloadName"], "chart.png")
+        self.assertEqual(out["downloadHead"], [0x89, 0x50, 0x4E, 0x47])  # a PNG
+        for scan in out["axe"]:
+            self.assertEqual((scan["critical"], scan["serious"]), (0, 0), scan)
         failed = out["failed"]
-        ftypes = [s["type"] for s in failed["steps"]]
-        self.assertIn("fallback", ftypes)
-        self.assertEqual(ftypes[-1], "outcome failed")
+        self.assertEqual(failed["heading"], "Could not finish")
+        self.assertIn("It stopped because", failed["text"])
+        self.assertNotIn("repairs it next", failed["text"])
+        self.assertTrue(failed["stepsOpen"])
+        self.assertIn("fallback", failed["notes"])
         self.assertEqual(len(out["history"]), 2)
         rid = failed["reviewId"]
         self.assertRegex(rid, r"^rv_")
@@ -298,6 +374,245 @@ class Console(RuncellTestCase):
         rec = self.srv.ok("GET", "/v1/reviews/" + rid)
         self.assertEqual(rec["status"], "resolved")
         self.assertEqual(rec["note"], "the input was wrong; <b>fixed</b> by hand")
+
+    def test_keyboard_only_from_login_to_a_chart(self):
+        out = self.scenario("keyboard")
+        self.assertEqual(out["loginFocus"], "token-input")
+        self.assertGreater(out["tabsToCreate"], 0)
+        self.assertTrue(out["startFocus"]["inEditor"])
+        self.assertEqual(out["startFocus"]["label"], "Code of cell 1")  # a labelled editor
+        self.assertTrue(out["startFocus"]["ring"])  # and its focus shows
+        self.assertGreater(out["chart"], 100)
+        self.assertRegex(out["announced"], r"^Cell 1 finished: ok in \d+ ms$")
+        self.assertEqual((out["afterRun"]["cell"], out["afterRun"]["inEditor"]), (2, True))
+        esc = out["afterEsc"]
+        self.assertEqual((esc["isCell"], esc["cell"], esc["mode"], esc["ring"]), (True, 2, "command", True))
+        # Tab leaves the cell (no trap), for the cell's own controls; Shift+Tab comes back.
+        tab = out["afterTab"]
+        self.assertFalse(tab["inEditor"])
+        self.assertFalse(tab["isCell"])
+        self.assertEqual((out["afterShiftTab"]["isCell"], out["afterShiftTab"]["cell"]), (True, 2))
+        self.assertEqual((out["afterUp"]["cell"], out["afterK"]["cell"]), (1, 1))
+        self.assertEqual((out["afterEnter"]["cell"], out["afterEnter"]["inEditor"]), (1, True))
+        self.assertEqual((out["afterJ"]["cell"], out["afterJ"]["isCell"]), (2, True))
+        self.assertEqual((out["afterB"]["cell"], out["afterB"]["cells"]), (2, 3))
+        self.assertIn("<h2>Notes, <em>typed</em></h2>", out["markdown"])
+        self.assertEqual(out["afterMarkdown"]["cell"], 3)
+        self.assertEqual(out["countAfterA"], 4)
+        self.assertEqual((out["typeAfterM"], out["typeAfterY"]), ("markdown", "code"))
+        self.assertEqual((out["countAfterDD"], out["countAfterZ"]), (3, 4))
+        self.assertEqual(out["runningButton"], "Stop")
+        self.assertEqual(out["header"], "running")
+        i = out["interrupted"]
+        self.assertEqual((i["status"], i["state"], i["error"]), ("error", "kept", "KeyboardInterrupt: "))
+        self.assertTrue(out["help"])
+        self.assertTrue(out["editorFocus"]["inEditor"])
+        self.assertTrue(out["editorFocus"]["ring"])
+
+    def test_axe_finds_nothing_critical_or_serious_in_any_view_light_or_dark(self):
+        out = self.scenario("a11y")
+        views = sorted({(s["view"], s["scheme"]) for s in out["scans"]})
+        self.assertEqual(len(views), 14, views)  # 7 views, 2 schemes
+        for scan in out["scans"]:
+            self.assertEqual((scan["critical"], scan["serious"]), (0, 0), scan)
+        # The dark theme is dark.
+        rgb = [int(x) for x in re.findall(r"\d+", out["darkBackground"])[:3]]
+        self.assertLess(sum(rgb), 3 * 60, out["darkBackground"])
+
+    def test_a_phone_reaches_every_control_in_every_view(self):
+        out = self.scenario("mobile")
+        for view, v in out["views"].items():
+            self.assertLessEqual(v["overflow"], 0, (view, v))  # nothing wider than the screen
+            self.assertEqual(v["reach"]["bad"], [], view)
+            self.assertGreater(v["reach"]["count"], 3, view)
+        lay = out["layout"]
+        self.assertEqual(lay["viewport"], 390)
+        self.assertGreater(lay["editor"], 300)  # the editor is the cell's width, not 2 px
+        self.assertGreaterEqual(lay["filesTop"], lay["cellsBottom"])  # files below the cells
+        self.assertEqual(out["c1"]["status"], "ok")
+        self.assertEqual(out["c1"]["stream"], "tapped\n")
+        self.assertEqual(len(out["c1"]["images"]), 1)
+
+    def test_running_cells_queue_stop_and_a_failure_empties_the_queue(self):
+        out = self.scenario("running")
+        self.assertEqual(out["header1"], "running")
+        self.assertEqual(out["button1"], "Stop")
+        self.assertEqual(out["button1Label"], "Stop cell 1")
+        self.assertEqual(out["header2"], "running, 1 queued")
+        self.assertEqual(out["button2"], "Stop")
+        self.assertEqual(out["queuedAnnounced"], "Cell 2 queued")
+        self.assertEqual(out["c1"]["stream"], "".join("step %d\n" % i for i in range(8)))
+        self.assertEqual((out["c2"]["status"], out["c2"]["stream"]), ("ok", "second, after 7\n"))
+        self.assertEqual((out["c1"]["count"], out["c2"]["count"]), ("1", "2"))
+        self.assertEqual(out["header3"], "idle")
+        c3 = out["c3"]
+        self.assertEqual((c3["status"], c3["state"], c3["error"]), ("error", "kept", "KeyboardInterrupt: "))
+        self.assertEqual(c3["button"], "Run")
+        self.assertEqual(out["c4"]["error"], "ValueError: stop here")
+        self.assertEqual(out["c5"]["status"], "cancelled")
+        self.assertIn("an earlier cell failed", out["c5"]["statusLine"])
+        self.assertEqual((out["c6"]["status"], out["c6"]["stream"]), ("ok", "six\n"))
+        self.assertEqual(out["c7"]["status"], "cancelled")
+        self.assertIn("taken out of the queue", out["c7"]["statusLine"])
+        self.assertEqual(out["count"], "executions: 5")  # 5 and 7 never ran
+
+    def test_a_reload_mid_run_keeps_the_notebook_and_the_cell(self):
+        out = self.scenario("reload")
+        before = out["afterReload"]
+        # The notebook comes back: both cells, the finished one's output, the running one's
+        # output up to the reload.
+        self.assertEqual(before[0]["source"], "x = 1")
+        self.assertTrue(before[1]["source"].startswith("import time\nfor i in range(20):"))
+        self.assertIn("tick 3\n", before[1]["stream"])
+        c2 = out["c2"]
+        durable = out["durable"] == "true"
+        if not SERVER_KEEPS_EXECUTIONS:
+            self.assertFalse(durable, "the server now keeps executions: set SERVER_KEEPS_EXECUTIONS")
+            # Without the server's side: the page warned before the reload (the stream closing
+            # interrupts the cell), and says what became of the cell.
+            self.assertEqual(out["durable"], "false")
+            self.assertEqual(len(out["beforeunload"]), 1, out["beforeunload"])
+            self.assertEqual(c2["status"], "lost")
+            self.assertIn("this server interrupts a cell whose page goes away", c2["statusLine"])
+            self.assertIn("kept in this browser", out["saved"])
+            self.assertIn("tick 3\n", out["otherTab"]["stream"])
+            return
+        # NEEDS THE SERVER'S SIDE (durable executions and the notebook route): no warning, the
+        # cell went on while the page reloaded, re-attached from its last event, its output
+        # whole and once; the notebook is the server's, and another tab follows it too.
+        self.assertEqual(out["beforeunload"], [])
+        self.assertEqual((c2["status"], c2["state"]), ("ok", "kept"), c2)
+        self.assertEqual(c2["stream"], "".join("tick %d\n" % i for i in range(20)))
+        self.assertEqual(out["saved"], "kept with the session")
+        self.assertEqual(out["otherTab"]["stream"], c2["stream"])
+        nb = self.srv.ok("GET", "/v1/sessions/%s/notebook" % out["sid"])
+        self.assertEqual(len(nb["cells"]), 3)
+
+    def test_output_long_coloured_progress_scripts_and_styler(self):
+        out = self.scenario("output")
+        long = out["long"]
+        self.assertTrue(long["hasFirst"] and long["hasLast"])  # all of it is there...
+        self.assertLess(long["height"], 800)  # ...in a scroll box
+        self.assertEqual(long["showAll"], "Show all (10000 lines)")
+        self.assertGreater(out["longExpanded"], 10000 * 10)
+        self.assertLess(out["longCollapsed"], 800)
+        self.assertEqual(out["c2"]["stream"], "red bold green on blue bright plain\nprogress 100%\ndone\n")
+        self.assertEqual(out["spans"], [["stdout ansi-fg-1", "red"],
+                                        ["stdout ansi-fg-2 ansi-bold", "bold green"],
+                                        ["stdout ansi-bg-4", "on blue"],
+                                        ["stdout ansi-fg-11", "bright"]])
+        self.assertNotIn("\x1b", out["c2"]["streamHtml"])
+        self.assertEqual(out["c3"]["stderr"], "5/5 [#####]\n")  # a progress bar, one line
+        self.assertIn("needs Plotly's scripts, which the console does not run", out["note"])
+        self.assertEqual(out["saveHtml"], 1)
+        # pandas Styler's colours are kept in the frame; its <script> still does not run, nor
+        # does a style attribute apply (the CSP holds).
+        colours = dict(out["styler"])
+        self.assertEqual(colours["5"], "rgb(200, 30, 30)")
+        self.assertEqual(colours["9"], "rgb(200, 30, 30)")
+        self.assertNotEqual(colours["1"], "rgb(200, 30, 30)")
+        self.assertEqual(out["frameSandbox"], "")
+        self.assertIsNone(out["flag"])
+        # The caps: a notebook past its size loses its largest output, said in its place;
+        # one output is kept head and tail; a cell shows its stream up to a cap, and counts
+        # the rest.
+        caps = out["caps"]
+        self.assertLessEqual(caps["fittedLength"], 2 << 20)
+        self.assertIn("was not kept: the notebook is kept up to 2097152", caps["fittedNote"])
+        self.assertEqual(caps["fittedSmall"], "small")
+        self.assertTrue(caps["cutHead"] and caps["cutTail"] and caps["cutNote"])
+        self.assertLess(caps["cutLength"], 270000)
+        self.assertEqual((caps["termShown"], caps["termDropped"]), (100, 150))
+
+    def test_markdown_cells_ipynb_export_and_import_and_run_all(self):
+        try:
+            import nbformat
+        except ImportError:
+            self.skipTest("python3-nbformat is not installed (scripts/install-deps installs it)")
+        from nbformat import v4
+        src = os.path.join(ARTIFACTS, "made-by-nbformat.ipynb")
+        nb = v4.new_notebook(cells=[
+            v4.new_markdown_cell("## Imported"),
+            v4.new_code_cell("y = 6 * 7\nprint('y is', y)", execution_count=1,
+                             outputs=[v4.new_output("stream", name="stdout", text="y is 42\n")]),
+            v4.new_code_cell("%%bash\necho imported bash")])
+        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+        nbformat.write(nb, src)
+        out = self.scenario("ipynb", IPYNB_IN=src)
+        md = out["md"]
+        self.assertEqual((md["h1"], md["strong"], md["code"]), ("Sales", "bold", "code"))
+        self.assertEqual(md["items"], ["one", "two"])
+        self.assertEqual(md["cells"], ["1", "2"])
+        # Only the safe link is a link, opened apart; markup stays text.
+        self.assertEqual(md["links"], [["safe link", "https://example.com/x", "noopener noreferrer", "_blank"]])
+        self.assertEqual((md["imgs"], md["scripts"]), (0, 0))
+        self.assertIn('<img src=x onerror="top.__pwned=2">', md["text"])
+        self.assertIsNone(out["flag"])
+        self.assertEqual(out["c2"]["texts"], ["42"])
+        self.assertEqual(out["c3"]["stream"], "from bash\n")
+        # The export is a valid nbformat 4 notebook with what the page showed.
+        self.assertTrue(out["exportName"].endswith(".ipynb"))
+        exported = nbformat.read(out["exportPath"], as_version=4)
+        nbformat.validate(exported)
+        cells = exported.cells
+        self.assertEqual([c.cell_type for c in cells[:3]], ["markdown", "code", "code"])
+        self.assertTrue(cells[0].source.startswith("# Sales"))
+        self.assertEqual(cells[1].execution_count, 1)
+        self.assertEqual([o.output_type for o in cells[1].outputs], ["stream", "display_data"])
+        self.assertEqual(cells[1].outputs[1].data["text/plain"], "42")
+        self.assertEqual(cells[2].source, '%%bash\necho "from bash"')
+        self.assertEqual(cells[2].outputs[0].text, "from bash\n")
+        # The import: after the page's cells, markdown, code with its outputs, bash.
+        imp = out["imported"][-3:]
+        self.assertEqual([(c["type"], c["lang"]) for c in imp],
+                         [("markdown", "markdown"), ("code", "python"), ("code", "bash")])
+        self.assertEqual(imp[1]["stream"], "y is 42\n")
+        self.assertEqual(imp[2]["source"], "echo imported bash")
+        self.assertIn("nbformat 3", out["importError"])
+        runs = [c for c in out["afterRunAll"] if c["status"] != "new"]
+        self.assertTrue(all(c["status"] == "ok" for c in runs), runs)
+        self.assertIn("y is 42\n", [c["stream"] for c in runs])
+        self.assertIn("imported bash\n", [c["stream"] for c in runs])
+        counts = [int(c["count"]) for c in runs if c["count"]]
+        self.assertEqual(counts, sorted(counts))  # top to bottom
+
+    def test_stored_sessions_true_paged_and_polled_only_when_it_may_change(self):
+        def made(checkpoint):
+            sid = self.srv.create_session()
+            self.srv.ok("DELETE", "/v1/sessions/%s%s" % (sid, "?checkpoint=true" if checkpoint else ""))
+            return sid
+        with ThreadPoolExecutor(4) as pool:
+            kept = list(pool.map(made, [True] * 21))
+            closed = list(pool.map(made, [False] * 3))
+        out = self.scenario("sessions_list", SESSIONS_MADE=json.dumps({"kept": kept, "closed": closed}))
+        rows = dict(out["rows"])
+        self.assertEqual(len(rows), 20)
+        self.assertEqual(out["closedShown"], 0)  # closed without a checkpoint: not resumable
+        for sid in kept:
+            if sid in rows:
+                self.assertEqual(rows[sid], "0 files and variables")
+        self.assertRegex(out["page"], r"^page 1 of 2 \(\d+ sessions\)$")
+        self.assertRegex(out["hidden"], r"^\d+ more ended without keeping anything")
+        self.assertGreaterEqual(len(out["rows2"]), 1)
+        self.assertFalse(set(out["rows2"]) & set(rows))
+        self.assertEqual(out["delays"], [3000, 6000, 12000, 24000, 48000, 60000, 60000])
+        self.assertEqual(out["pollsWhileHidden"], 0)
+        self.assertEqual(out["pollsWhenShown"], 1)
+        self.assertEqual(out["delayWhenShown"], 3000)
+
+    def test_an_ended_session_says_so_plainly_and_resumes_with_its_notebook(self):
+        out = self.scenario("expiry")
+        self.assertEqual(out["c1"]["stream"], "still here\n")
+        banner = out["banner"]
+        self.assertIn("This session has ended. It was idle longer than its idle timeout (2 s), "
+                      "so it was stopped.", banner)
+        self.assertIn("Its files and variables were kept", banner)
+        self.assertNotIn("resume_from", banner)  # no API syntax
+        self.assertNotIn("POST", banner)
+        self.assertNotEqual(out["resumed"], out["sid"])
+        self.assertEqual(out["resumedCells"][0]["source"], 'kept = "still here"\nprint(kept)')
+        self.assertEqual(out["resumedCells"][0]["stream"], "still here\n")
+        self.assertEqual(out["again"]["texts"], ["'still here'"])
 
     def test_health_view_shows_the_metrics(self):
         out = self.scenario("health")

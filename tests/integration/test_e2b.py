@@ -122,6 +122,7 @@ class E2BSdk(ServerCase):
                                         "path": "/home/user/data/hello.txt", "size": 15}])
         self.assertTrue(out["made"])
         self.assertFalse(out["madeAgain"])  # AlreadyExists
+        self.assertFalse(out["madeRoot"])  # the workspace itself is there already
         self.assertTrue(out["exists"])
         self.assertEqual(out["renamed"], "/home/user/sub/hi.txt")
         self.assertEqual(out["fromCode"], "'hello from e2b\\n'")  # the code sees the same files
@@ -144,6 +145,7 @@ class E2BSdk(ServerCase):
         self.assertEqual(out["failed"], {"isExit": True, "exitCode": 3, "stdout": "before\n"})
         self.assertEqual(out["cwd"], "/home/user/sub\n")
         self.assertEqual(out["cwdWs"], "/home/user/sub\n")  # the workspace by E2B's name
+        self.assertEqual(out["cwdTmp"], "/tmp\n")  # a directory of the sandbox's own
         self.assertEqual(out["env"], "wide\n")  # the sandbox's envs reach commands
         self.assertIn("made-by-files.txt", out["ls"].split())
         self.assertEqual(out["procs"], [])

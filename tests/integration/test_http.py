@@ -656,7 +656,7 @@ class Disconnect(ServerCase):
         st.next()
         st.hang_up()
         self.assertTrue(wait_until(lambda: re.search(
-            r"route=/v1/sessions/\{id\}/execute status=200 .*session=%s.* aborted=1" % sid,
+            r"route=/v1/sessions/\{id\}/execute status=200 .*session=\"%s\".* aborted=1" % sid,
             self.srv.log())), self.srv.log()[-3000:])
 
 
@@ -1374,8 +1374,9 @@ class Observability(ServerCase):
         self.srv.request("GET", "/v1/sessions", token="wrong-" + marker)
         self.srv.request("PUT", path_of(sid, "/files/" + marker), marker.encode())
         self.srv.request("GET", "/nothing")
-        line = re.compile(r"^\S+ level=info method=(\S+) route=(\S+) status=(\d+) "
-                          r"duration_ms=[\d.]+ session=(\S+) client=127\.0\.0\.1")
+        # Values from outside are quoted ("GET", "ID"); a field never given is -.
+        line = re.compile(r'^\S+ level=info method="(\S+)" route=(\S+) status=(\d+) '
+                          r'duration_ms=[\d.]+ session="?([^" ]+)"? client=127\.0\.0\.1')
 
         def seen():
             return [m.groups() for m in map(line.match, self.srv.log().splitlines()) if m]

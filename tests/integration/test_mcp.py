@@ -1,6 +1,9 @@
 """runcell as an MCP server: a scripted client over stdio (`runcell mcp`) and over Streamable
 HTTP (/mcp of `runcell serve`). The same protocol cases run on both transports; each
-transport has its own cases too."""
+transport has its own cases too. McpCases speak the legacy era (initialize, 2025-11-25 and
+older), ModernCases revision 2026-07-28 (per-request _meta, session handles), on the same
+endpoints. Every message the clients get is validated against its revision's official JSON
+schema (tests/lib/mcpschema.py)."""
 import base64
 import http.client
 import json
@@ -11,12 +14,12 @@ import unittest
 import urllib.error
 import urllib.request
 
-from mcpclient import HttpClient, StdioClient, texts
-from rctest import RUNCELL, RuncellTestCase, ServeProcess
+from mcpclient import MODERN, HttpClient, StdioClient, texts
+from rctest import RUNCELL, RuncellTestCase, ServeProcess, wait_until
 
 VERSIONS = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"]
 TOOLS = {"run_code", "run_shell", "create_session", "close_session", "list_files",
-         "read_file", "write_file"}
+         "read_file", "write_file", "wait_for_cell", "undo"}
 
 
 def first_image(result):
@@ -86,6 +89,48 @@ class McpCases:
         self.assertEqual(s2["execution_count"], s1["execution_count"] + 1)
         self.assertEqual(s2["results"], [{"text/plain": "42"}])
 
+    def test_undo_takes_back_a_cell_that_broke_the_state(self):
+        # the session's default history (3 cells) holds the state before each cell
+        self.c.tool_result("run_code", {"code": "rows = [1, 2]\nopen('log.txt', 'w').write('a')"})
+        bad = self.c.tool_result("run_code", {
+            "code": "rows.append(3)\nopen('log.txt', 'a').write('b')\nopen('new.txt', 'w')\n1/0"})
+        self.assertTrue(bad["isError"])
+        count = bad["structuredContent"]["execution_count"]
+        u = self.c.tool_result("undo")
+        self.assertFalse(u["isError"], texts(u))
+        st = u["structuredContent"]
+        self.assertEqual(st["before"], count)
+        self.assertEqual(st["execution_count"], count - 1)
+        self.assertIn("back to its state before cell %d" % count, texts(u))
+        self.assertEqual(sorted(st["files"]["restored"]), ["log.txt"])
+        self.assertEqual(st["files"]["removed"], ["new.txt"])
+        r = self.c.tool_result("run_code", {
+            "code": "import os\n(rows, open('log.txt').read(), os.path.exists('new.txt'))"})
+        self.assertEqual(texts(r), "([1, 2], 'a', False)")
+        # back past what is kept (the last 3 cells): a tool error that says what is
+        for i in range(4):
+            self.c.tool_result("run_code", {"code": "step = %d" % i})
+        far = self.c.tool_result("undo", {"before": count})
+        self.assertTrue(far["isError"])
+        self.assertIn("undo:", texts(far))
+        for bad_arg in ({"before": -1}, {"before": 1.5}):
+            e = self.c.tool_result("undo", bad_arg)
+            self.assertTrue(e["isError"])
+            self.assertIn("whole number", texts(e))
+
+    def test_undo_needs_a_history(self):
+        made = self.c.tool_result("create_session", {"history": 0})
+        self.assertFalse(made["isError"], texts(made))
+        sid = made["structuredContent"]["session_id"]
+        self.c.tool_result("run_code", {"code": "x = 1", "session_id": sid})
+        r = self.c.tool_result("undo", {"session_id": sid})
+        self.assertTrue(r["isError"])
+        self.assertIn("keeps no history", texts(r))
+        e = self.c.tool_result("create_session", {"history": 101})
+        self.assertTrue(e["isError"])
+        self.assertIn("0 to 100", texts(e))
+        self.c.tool_result("close_session", {"session_id": sid})
+
     def test_image_result(self):
         r = self.c.tool_result("run_code", {"code": (
             "import matplotlib.pyplot as plt\n"
@@ -97,9 +142,34 @@ class McpCases:
         self.assertEqual(img["mimeType"], "image/png")
         self.assertEqual(base64.b64decode(img["data"])[:8], b"\x89PNG\r\n\x1a\n")
         self.assertIn("plotted", texts(r))
+        # the summary comes first, and a caption right before the image; the session and
+        # the cell last
+        self.assertEqual(r["content"][0], {"type": "text", "text": "plotted"})
+        self.assertEqual(r["content"][-1]["text"], "[runcell] session %s, cell %d" % (
+            r["structuredContent"]["session_id"], r["structuredContent"]["execution_count"]))
+        caption = r["content"][r["content"].index(img) - 1]
+        self.assertRegex(caption["text"], r"^figure 1: PNG, 640x480, \d+ KB$")
         # the record names the image instead of repeating its bytes
         bundle = r["structuredContent"]["results"][0]
         self.assertIn("sent as image content", bundle["image/png"])
+        self.assertNotIn(img["data"][:100], json.dumps(r["structuredContent"]))
+
+    def test_summary_is_one_text_part_trimmed_to_size(self):
+        r = self.c.tool_result("run_code", {"code": (
+            "print('\\n'.join('line %d' % i for i in range(20000)))\n"
+            "import sys; print('warned', file=sys.stderr)\n"
+            "{'a': 1}['b']")})
+        self.assertTrue(r["isError"])
+        self.assertEqual([c["type"] for c in r["content"]], ["text", "text"])
+        text = r["content"][0]["text"]
+        self.assertLess(len(text), 16000)  # of 64 KiB of output kept in the record
+        self.assertTrue(text.startswith("line 0\nline 1\n"))
+        self.assertIn("bytes of stdout not shown here", text)
+        self.assertIn("line 19999\n", text)  # the tail is there
+        self.assertIn("[stderr]\nwarned", text)
+        self.assertTrue(text.rstrip().endswith("KeyError: 'b'"), text[-300:])
+        self.assertIn("in the structured result", text)
+        self.assertGreater(len(r["structuredContent"]["stdout"]), 60000)
 
     def test_error_result_sets_is_error(self):
         r = self.c.tool_result("run_code", {"code": "row = {'name': 'x'}\nrow['fare']"})
@@ -143,8 +213,9 @@ class McpCases:
         r = self.c.tool_result("run_code", {"code": "print('y' * 300000)"})
         self.assertFalse(r["isError"])
         self.assertTrue(r["structuredContent"]["truncated"]["stdout"])
-        self.assertIn("bytes of output dropped", texts(r))
-        self.assertLess(len(texts(r)), 100000)
+        self.assertIn("bytes of stdout not shown here", texts(r))
+        self.assertIn("bytes of output dropped", r["structuredContent"]["stdout"])
+        self.assertLess(len(texts(r)), 16000)
 
     # ---- progress and cancellation ----
 
@@ -244,8 +315,9 @@ class McpCases:
             "import matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\n"
             "plt.figure(); plt.plot([1, 2]); plt.savefig('chart.png'); plt.close('all')")})
         r = self.c.tool_result("read_file", {"path": "chart.png"})
-        self.assertEqual(r["content"][0]["type"], "image")
-        self.assertEqual(base64.b64decode(r["content"][0]["data"])[:4], b"\x89PNG")
+        self.assertRegex(r["content"][0]["text"], r"^chart.png: PNG, 640x480, \d+ KB$")
+        self.assertEqual(r["content"][1]["type"], "image")
+        self.assertEqual(base64.b64decode(r["content"][1]["data"])[:4], b"\x89PNG")
 
     def test_file_errors(self):
         for path, words in (("missing.txt", "no file"), ("../../etc/passwd", "bad path"),
@@ -483,6 +555,39 @@ class StdioTest(McpCases, RuncellTestCase):
                    m["params"].get("message") == "in")
         c.proc.send_signal(signal.SIGTERM)
         self.assertEqual(c.proc.wait(60), 0)
+
+    def test_a_cell_past_the_reply_deadline_answers_with_a_run_id(self):
+        c = StdioClient(RUNCELL, "--reply-deadline", "1")
+        self.addCleanup(c.kill)
+        c.initialize()
+        r = c.tool_result("run_code", {"timeout_s": 60, "code": (
+            "import time\nlong_mark = 'started'\nprint('working', flush=True)\n"
+            "time.sleep(4)\nlong_mark = 'done'\n'the end'")})
+        self.assertFalse(r["isError"])
+        s = r["structuredContent"]
+        self.assertEqual(s["status"], "running")
+        self.assertIn("wait_for_cell", texts(r))
+        self.assertIn(s["run_id"], texts(r))
+        self.assertIn("working", texts(r))
+        # the session is busy with it: a call on it waits for the cell, in order
+        waits = []
+        while True:
+            w = c.tool_result("wait_for_cell", {"run_id": s["run_id"]})
+            waits.append(w)
+            if w["structuredContent"]["status"] != "running":
+                break
+            self.assertLess(len(waits), 100)
+        self.assertGreater(len(waits), 1)  # each wait ends after the deadline
+        self.assertEqual(texts(w).splitlines()[-1], "'the end'")
+        self.assertIn("working", texts(w))
+        self.assertEqual(texts(c.tool_result("run_code", {"code": "long_mark"})), "'done'")
+        # asking again gives the same result; an unknown run is a tool error
+        again = c.tool_result("wait_for_cell", {"run_id": s["run_id"]})
+        self.assertEqual(texts(again), texts(w))
+        bad = c.tool_result("wait_for_cell", {"run_id": "nope"})
+        self.assertTrue(bad["isError"])
+        self.assertIn("no run nope", texts(bad))
+        self.close_client(c)
 
     def test_idle_sessions_expire_when_asked(self):
         c = StdioClient(RUNCELL, "--idle-timeout", "1")
@@ -726,6 +831,368 @@ class HttpTest(McpCases, RuncellTestCase):
         self.c.tool_result("close_session", {"session_id": sid})
 
 
+class ModernCases:
+    """Revision 2026-07-28 on both transports. A subclass provides new_client(modern=...) and
+    self.m, one modern client shared by the cases."""
+
+    def test_discover(self):
+        r = self.m.request("server/discover")["result"]
+        self.assertEqual(r["resultType"], "complete")
+        self.assertEqual(r["supportedVersions"][0], MODERN)
+        self.assertIn("2025-11-25", r["supportedVersions"])
+        self.assertEqual(r["capabilities"]["extensions"], {"io.modelcontextprotocol/tasks": {}})
+        self.assertIn("tools", r["capabilities"])
+        self.assertEqual((r["ttlMs"], r["cacheScope"]), (3600000, "public"))
+        self.assertEqual(r["_meta"]["io.modelcontextprotocol/serverInfo"]["name"], "runcell")
+        self.assertIn("create_session", r["instructions"])
+        self.assertIn("JavaScript", r["instructions"])
+
+    def test_tools_list_is_cacheable_and_takes_handles(self):
+        r = self.m.request("tools/list")["result"]
+        self.assertEqual((r["resultType"], r["ttlMs"], r["cacheScope"]),
+                         ("complete", 3600000, "public"))
+        tools = {t["name"]: t for t in r["tools"]}
+        self.assertEqual(set(tools), TOOLS)
+        for name, t in tools.items():
+            required = t["inputSchema"]["required"]
+            self.assertEqual("session_id" in required,
+                             name not in ("create_session", "wait_for_cell"), name)
+        # deterministic order: the same list twice
+        self.assertEqual(self.m.request("tools/list")["result"]["tools"], r["tools"])
+        self.assertIn("without a call", tools["create_session"]["description"])
+
+    def test_state_lives_in_a_session_handle(self):
+        sid = self.m.new_session()
+        r1 = self.m.tool_result("run_code", {"code": "handled = 41", "session_id": sid})
+        self.assertEqual(r1["resultType"], "complete")
+        r2 = self.m.tool_result("run_code", {"code": "handled + 1", "session_id": sid})
+        self.assertEqual(texts(r2), "42")
+        # A second client of the same server reaches the same state through the handle alone.
+        other = self.new_client(modern=True)
+        r3 = other.tool_result("run_code", {"code": "handled", "session_id": sid})
+        self.assertEqual(texts(r3), "41")
+        self.close_client(other)
+        # without a handle the model is told what to do
+        r = self.m.tool_result("run_code", {"code": "1"})
+        self.assertTrue(r["isError"])
+        self.assertIn("session_id' is required", texts(r))
+        self.assertIn("create_session", texts(r))
+        self.m.tool_result("close_session", {"session_id": sid})
+        r = self.m.tool_result("run_code", {"code": "1", "session_id": sid})
+        self.assertTrue(r["isError"])
+        self.assertIn("create_session", texts(r))
+        self.assertNotIn("default session", texts(r))
+
+    def test_removed_methods_and_bad_versions(self):
+        for method in ("ping", "logging/setLevel", "resources/list"):
+            resp = self.m.request(method, {"level": "info"} if "Level" in method else None)
+            self.assertEqual(resp["error"]["code"], -32601, method)
+            self.assert_status(404)
+        params = {"_meta": self.m.meta({"io.modelcontextprotocol/protocolVersion": "2099-01-01"})}
+        resp = self.m.request("tools/list", params, headers={"MCP-Protocol-Version": "2099-01-01"})
+        self.assertEqual(resp["error"]["code"], -32022)
+        self.assertEqual(resp["error"]["data"]["requested"], "2099-01-01")
+        self.assertEqual(resp["error"]["data"]["supported"][0], MODERN)
+        self.assert_status(400)
+        # clientCapabilities is required on every request
+        meta = self.m.meta()
+        del meta["io.modelcontextprotocol/clientCapabilities"]
+        resp = self.m.request("tools/list", {"_meta": meta}, meta=False)
+        self.assertEqual(resp["error"]["code"], -32602)
+        self.assertIn("clientCapabilities", resp["error"]["message"])
+        self.assert_status(400)
+        meta = self.m.meta({"io.modelcontextprotocol/logLevel": "loud"})
+        resp = self.m.request("tools/list", {"_meta": meta})
+        self.assertEqual(resp["error"]["code"], -32602)
+        # server/discover of a client that forgot _meta
+        resp = self.m.request("server/discover", meta=False,
+                              headers={"MCP-Protocol-Version": None})
+        self.assertEqual(resp["error"]["code"], -32602)
+
+    def test_both_eras_on_one_endpoint(self):
+        sid = self.legacy_default_session("both_eras = 'set by a 2025-11-25 client'")
+        # the legacy client's default session is a handle like any other
+        r = self.m.tool_result("run_code", {"code": "both_eras", "session_id": sid})
+        self.assertEqual(texts(r), "'set by a 2025-11-25 client'")
+
+    def test_progress_on_the_modern_era(self):
+        sid = self.m.new_session()
+        self.m.notifications.clear()
+        resp = self.m.call_tool("run_code", {"session_id": sid, "code": (
+            "import time\nprint('one', flush=True)\ntime.sleep(1.5)\n'done'")},
+            progress_token="modern-progress")
+        self.assertEqual(texts(resp["result"]).splitlines()[-1], "'done'")
+        progress = [n["params"] for n in self.m.notifications
+                    if n["method"] == "notifications/progress"]
+        self.assertTrue(progress)
+        self.assertTrue(all(p["progressToken"] == "modern-progress" for p in progress))
+
+    # ---- the tasks extension ----
+
+    def tasks_client(self):
+        c = self.new_client(modern=True)
+        if c is self.m:  # stdio: one process; declare the extension for these cases only
+            self.addCleanup(setattr, c, "capabilities", dict(c.capabilities))
+        c.capabilities = {"extensions": {"io.modelcontextprotocol/tasks": {}}}
+        return c
+
+    def poll(self, c, task_id, until=("completed", "failed", "cancelled")):
+        deadline = time.time() + 120
+        while True:
+            r = c.request("tasks/get", {"taskId": task_id})["result"]
+            if r["status"] in until or time.time() > deadline:
+                return r
+            time.sleep(r.get("pollIntervalMs", 1000) / 1000.0)
+
+    def test_a_long_call_becomes_a_task(self):
+        c = self.tasks_client()
+        sid = c.new_session()
+        quick = c.tool_result("run_code", {"session_id": sid, "code": "'quick'"})
+        self.assertEqual(quick["resultType"], "complete")  # short calls answer as before
+        r = c.tool_result("run_code", {"session_id": sid, "code": (
+            "import time\nfor i in range(4):\n    print('step', i, flush=True)\n"
+            "    time.sleep(1)\n'all done'")})
+        self.assertEqual(r["resultType"], "task", r)
+        self.assertEqual(r["status"], "working")
+        self.assertGreaterEqual(r["ttlMs"], 3600000)
+        task = r["taskId"]
+        self.assertRegex(task, "^[0-9a-f]{32}$")
+        # while it runs: its latest output is readable
+        got = self.poll(c, task, until=("working",))
+        for _ in range(60):
+            if "step" in got["statusMessage"] or got["status"] != "working":
+                break
+            time.sleep(0.5)
+            got = c.request("tasks/get", {"taskId": task})["result"]
+        if got["status"] == "working":
+            self.assertIn("last output: step", got["statusMessage"])
+            self.assertIn("step 0", got["_meta"]["runcell/output"]["stdout"])
+        done = self.poll(c, task)
+        self.assertEqual(done["status"], "completed")
+        self.assertEqual(done["resultType"], "complete")
+        self.assertFalse(done["result"]["isError"])
+        self.assertTrue(texts(done["result"]).endswith("'all done'"))
+        self.assertIn("step 3", texts(done["result"]))
+        # the task is still there for the next poll (idempotent reads)
+        again = c.request("tasks/get", {"taskId": task})["result"]
+        self.assertEqual(again["result"], done["result"])
+        r = c.request("tasks/update", {"taskId": task, "inputResponses": {"x": {}}})
+        self.assertEqual(r["result"]["resultType"], "complete")
+
+    def test_cancelling_a_task_interrupts_the_cell_and_keeps_state(self):
+        c = self.tasks_client()
+        sid = c.new_session()
+        r = c.tool_result("run_code", {"session_id": sid, "code": (
+            "import time\nmark = 'in cell'\nprint('sleeping', flush=True)\n"
+            "time.sleep(300)\nmark = 'finished'")})
+        self.assertEqual(r["resultType"], "task", r)
+        ack = c.request("tasks/cancel", {"taskId": r["taskId"]})
+        self.assertEqual(ack["result"]["resultType"], "complete")
+        done = self.poll(c, r["taskId"])
+        self.assertEqual(done["status"], "cancelled")
+        self.assertIn("kept", done["statusMessage"])
+        after = c.tool_result("run_code", {"session_id": sid, "code": "mark"})
+        self.assertEqual(texts(after), "'in cell'")
+
+    def test_task_errors(self):
+        c = self.tasks_client()
+        resp = c.request("tasks/get", {"taskId": "0" * 32})
+        self.assertEqual(resp["error"]["code"], -32602)
+        self.assertIn("no task", resp["error"]["message"])
+        # a client that did not declare the extension gets none of it
+        plain = self.m.meta({"io.modelcontextprotocol/clientCapabilities": {}})
+        resp = c.request("tasks/get", {"taskId": "0" * 32, "_meta": plain}, meta=False)
+        self.assertEqual(resp["error"]["code"], -32021)
+        self.assertEqual(resp["error"]["data"]["requiredCapabilities"],
+                         {"extensions": {"io.modelcontextprotocol/tasks": {}}})
+        self.assert_status(400, c)
+        sid = c.new_session()
+        r = c.request("tools/call", {"name": "run_code", "_meta": plain, "arguments": {
+            "session_id": sid, "code": "import time\ntime.sleep(3)\n'no task for me'"}},
+            meta=False)["result"]
+        self.assertEqual(r["resultType"], "complete")
+        self.assertEqual(texts(r), "'no task for me'")
+
+
+class StdioModernTest(ModernCases, RuncellTestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.m = StdioClient(RUNCELL, modern=True)
+
+    @classmethod
+    def tearDownClass(cls):
+        status = cls.m.close()
+        cls.m.kill()
+        assert status == 0, "runcell mcp exited %s: %s" % (status, cls.m.stderr[-2000:])
+        assert not cls.m.bad_lines, cls.m.bad_lines
+
+    def new_client(self, modern=False):
+        if modern:
+            return self.m  # one process: the stdio server is one client's
+        c = StdioClient(RUNCELL)
+        self.addCleanup(c.kill)
+        return c
+
+    def close_client(self, c):
+        if c is not self.m:
+            self.assertEqual(c.close(), 0, c.stderr)
+
+    def legacy_default_session(self, code):
+        # One process, both eras: initialize makes it a legacy connection too, and requests
+        # with the modern _meta are still served on the modern era.
+        c = StdioClient(RUNCELL, modern=True)
+        self.addCleanup(c.kill)
+        legacy = {"meta": False, "revision": "2025-11-25"}
+        c.request("initialize", {"protocolVersion": "2025-11-25", "capabilities": {}}, **legacy)
+        r = c.request("tools/call", {"name": "run_code", "arguments": {"code": code}}, **legacy)
+        self.assertNotIn("resultType", r["result"])
+        sid = r["result"]["structuredContent"]["session_id"]
+        r = c.request("tools/list")["result"]
+        self.assertEqual(r["resultType"], "complete")  # modern still
+        self.m = c  # the session lives in this process
+        self.addCleanup(setattr, self, "m", type(self).m)
+        return sid
+
+    def assert_status(self, status, client=None):
+        pass  # stdio has no status beside the error
+
+    def test_cancel_by_notification(self):
+        sid = self.m.new_session()
+        self.m.tool_result("run_code", {"session_id": sid, "code": "mark = 'before'"})
+        rid = self.m.new_id()
+        self.m.pending[rid] = ("tools/call", MODERN)
+        self.m.send({"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": self.m.with_meta(
+            "tools/call", {"name": "run_code", "arguments": {"session_id": sid, "code": (
+                "import time\nmark = 'in cell'\nprint('sleeping', flush=True)\n"
+                "time.sleep(120)")}, "_meta": {"progressToken": "c"}})})
+        self.m.wait_for(lambda m: m.get("method") == "notifications/progress" and
+                        "sleeping" in m["params"].get("message", ""))
+        self.m.notify("notifications/cancelled", {"requestId": rid})
+        seen = []
+        probe = self.m.new_id()
+        self.m.pending[probe] = ("tools/call", MODERN)
+        self.m.send({"jsonrpc": "2.0", "id": probe, "method": "tools/call", "params":
+                     self.m.with_meta("tools/call", {"name": "run_code", "arguments": {
+                         "session_id": sid, "code": "mark"}})})
+        r = self.m.wait_for(lambda m: seen.append(m.get("id")) or m.get("id") == probe)
+        self.assertNotIn(rid, seen)
+        self.assertEqual(texts(r["result"]), "'in cell'")
+
+
+class HttpModernTest(ModernCases, RuncellTestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.server = ServeProcess()
+        cls.server.__enter__()
+        cls.m = HttpClient(cls.server.port, cls.server.token, modern=True)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.__exit__()
+        assert cls.server.status == 0, cls.server.last_output[-3000:]
+
+    def new_client(self, modern=False, **kw):
+        return HttpClient(self.server.port, self.server.token, modern=modern, **kw)
+
+    def close_client(self, c):
+        if c.session:
+            self.assertEqual(c.delete().status, 204)
+
+    def assert_status(self, status, client=None):
+        last = (client or self.m).last_http
+        self.assertEqual(last.status, status, last.body)
+
+    def legacy_default_session(self, code):
+        legacy = self.new_client()
+        legacy.initialize("2025-11-25")
+        r = legacy.tool_result("run_code", {"code": code})
+        self.assertNotIn("resultType", r)
+        self.addCleanup(self.close_client, legacy)
+        return r["structuredContent"]["session_id"]
+
+    def post(self, body, headers):
+        c = self.new_client()
+        return c.http("POST", body, headers=headers)
+
+    def discover(self, **params):
+        return {"jsonrpc": "2.0", "id": 7, "method": "server/discover",
+                "params": dict({"_meta": self.m.meta()}, **params)}
+
+    def call(self, name, args):
+        return {"jsonrpc": "2.0", "id": 8, "method": "tools/call",
+                "params": {"name": name, "arguments": args, "_meta": self.m.meta()}}
+
+    def assert_mismatch(self, r, words):
+        self.assertEqual(r.status, 400, r.body)
+        err = r.messages[0]["error"]
+        self.assertEqual(err["code"], -32020, r.body)
+        self.assertIn(words, err["message"])
+        self.assertEqual(r.messages[0]["id"], json.loads(json.dumps(r.messages[0]["id"])))
+
+    def test_request_headers_are_checked(self):
+        v = {"MCP-Protocol-Version": MODERN}
+        r = self.post(self.discover(), v)
+        self.assert_mismatch(r, "Mcp-Method header is missing")
+        r = self.post(self.discover(), dict(v, **{"Mcp-Method": "tools/list"}))
+        self.assert_mismatch(r, "does not match body value 'server/discover'")
+        r = self.post(self.discover(), {"Mcp-Method": "server/discover"})
+        self.assert_mismatch(r, "MCP-Protocol-Version header is missing")
+        r = self.post(self.discover(), {"Mcp-Method": "server/discover",
+                                        "MCP-Protocol-Version": "2025-11-25"})
+        self.assert_mismatch(r, "does not match body value '2026-07-28'")
+        call = self.call("create_session", {})
+        h = dict(v, **{"Mcp-Method": "tools/call"})
+        self.assert_mismatch(self.post(call, h), "Mcp-Name header is missing")
+        self.assert_mismatch(self.post(call, dict(h, **{"Mcp-Name": "run_code"})),
+                             "does not match body value 'create_session'")
+        self.assert_mismatch(self.post(call, dict(h, **{"Mcp-Name": "=?base64?%%%?="})),
+                             "Mcp-Name")
+        # the base64 sentinel form is decoded before it is compared
+        ok = self.post(call, dict(h, **{"Mcp-Name": "=?base64?%s?=" % base64.b64encode(
+            b"create_session").decode()}))
+        self.assertEqual(ok.status, 200, ok.body)
+        self.assertFalse(ok.messages[-1]["result"]["isError"])
+        # no Mcp-Session-Id is minted, and one sent is ignored
+        self.assertIsNone(ok.header("Mcp-Session-Id"))
+        r = self.post(self.discover(), dict(v, **{"Mcp-Method": "server/discover",
+                                                  "Mcp-Session-Id": "no-such-session"}))
+        self.assertEqual(r.status, 200, r.body)
+        self.assertIsNone(r.header("Mcp-Session-Id"))
+
+    def test_no_get_stream_and_no_delete(self):
+        c = self.new_client(modern=True)
+        for method in ("GET", "DELETE"):
+            r = c.http(method, headers={"Accept": "text/event-stream"})
+            self.assertEqual(r.status, 405, method)
+            self.assertIn("2026-07-28", r.body)
+
+    def test_closing_the_stream_cancels_the_call(self):
+        sid = self.m.new_session()
+        self.m.tool_result("run_code", {"session_id": sid, "code": "mark = 'before'"})
+        body = {"jsonrpc": "2.0", "id": 90, "method": "tools/call", "params": {
+            "name": "run_code", "_meta": self.m.meta({"progressToken": "p"}),
+            "arguments": {"session_id": sid, "code": (
+                "import time\nmark = 'in cell'\nprint('sleeping', flush=True)\n"
+                "time.sleep(120)\nmark = 'finished'")}}}
+        conn = http.client.HTTPConnection("127.0.0.1", self.server.port, timeout=120)
+        h = self.m.headers(self.m.modern_headers("tools/call", body["params"]))
+        conn.request("POST", "/mcp", body=json.dumps(body), headers=h)
+        resp = conn.getresponse()
+        self.assertTrue(resp.getheader("Content-Type").startswith("text/event-stream"))
+        buf = b""
+        while b"sleeping" not in buf:
+            chunk = resp.read1(65536)
+            self.assertTrue(chunk, "the stream ended before the cell slept")
+            buf += chunk
+        t0 = time.time()
+        conn.close()  # the cancellation signal of Streamable HTTP 2026-07-28
+        # The next call on the session runs as soon as the interrupted cell let go of it, and
+        # finds the variables of before the sleep.
+        r = self.m.tool_result("run_code", {"session_id": sid, "code": "mark"})
+        self.assertEqual(texts(r), "'in cell'")
+        self.assertLess(time.time() - t0, 60)
+
+
 class HttpLimitsTest(RuncellTestCase):
     """The limits of /mcp, each on a server of its own."""
 
@@ -750,13 +1217,26 @@ class HttpLimitsTest(RuncellTestCase):
                                   "time.sleep(120)"}}}, on_event=on_event)))
             t.start()
             self.assertTrue(sleeping.wait(120))
-            r = c2.tool_result("run_code", {"code": "1"})  # another session, no slot
-            self.assertTrue(r["isError"])
-            self.assertIn("maximum of 1 executions", texts(r))
+            # Another session's call finds no place to run: it waits for one (the server's
+            # gate, as every surface's executions do), and runs once the first is cancelled.
+            waiting = {}
+            w = threading.Thread(target=lambda: waiting.update(
+                r=c2.tool_result("run_code", {"code": "1"})))
+            w.start()
+            def metrics():
+                req = urllib.request.Request("http://127.0.0.1:%d/metrics" % srv.port,
+                                             headers={"Authorization": "Bearer " + srv.token})
+                with urllib.request.urlopen(req, timeout=30) as resp:
+                    return resp.read().decode()
+            self.assertTrue(wait_until(lambda: "runcell_executions_queued 1\n" in metrics()))
+            self.assertTrue(w.is_alive())
             c1.notify("notifications/cancelled", {"requestId": 77})
             t.join(120)
+            w.join(120)
             self.assertFalse(t.is_alive())
             self.assertFalse(any(m.get("id") == 77 for m in box["r"].messages))
+            self.assertFalse(waiting["r"]["isError"], waiting["r"])
+            self.assertEqual(waiting["r"]["content"][0]["text"], "1")
             self.assertEqual(c2.tool_result("run_code", {"code": "2"})["content"][0]["text"],
                              "2")
 

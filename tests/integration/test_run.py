@@ -848,7 +848,8 @@ class DegradedMode(RuncellTestCase):
         self.assertEqual(p.returncode, 0, p.stderr)
         uid, cwd, root = p.stdout.split(" ", 2)
         self.assertEqual((uid, cwd), ("1000", "/workspace"))
-        self.assertNotIn("home", root)  # the sandbox's own root, not the host's
+        self.assertIn(".runcell", root)  # the sandbox's own root, not the host's
+        self.assertNotIn("'boot'", root)
         warning = one_line(self, p.stderr)
         self.assertTrue(warning.startswith("runcell: warning:"), warning)
         self.assertIn("degraded", warning)

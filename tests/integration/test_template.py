@@ -297,6 +297,42 @@ class TemplateTest(RuncellTestCase):
             self.assertEqual(self.scan(srv, c, head, tail)["hits"], [])
             self.assertEqual(memory_holds(tpl, {secret.encode()}), set(), "the template")
 
+    def test_forks_undos_and_snapshots_hold_no_other_sessions_secret(self):
+        # Session A holds a secret in a variable. Session B (another tenant) is forked, kept
+        # as a snapshot that a new session starts from, and undone: each of those, reading
+        # every byte of its own memory, finds none of A's secret, nor does the host in any
+        # process but A's.
+        head, tail = "rcfk%s" % os.urandom(6).hex(), "%sx" % os.urandom(6).hex()
+        secret = (head + tail).encode()
+        with Server("--pool", "0") as srv:
+            a = srv.create_session()
+            self.assertStatus(srv.execute(a, "secret = %r + %r" % (head, tail)), "ok")
+            [tpl] = templates_of(srv)
+            [a_init] = children_of()[tpl]
+            a_procs = {a_init, *descendants(a_init)}
+            self.assertTrue(self.scan(srv, a, head, tail)["hits"])
+            b = srv.ok("POST", "/v1/sessions", {"history": 2}, status=201)["id"]
+            self.assertStatus(srv.execute(b, "mine = list(range(1000))"), "ok")
+            forks = srv.ok("POST", "/v1/sessions/%s/fork" % b, {"count": 2},
+                           status=201)["sessions"]
+            snap = srv.ok("POST", "/v1/sessions/%s/snapshots" % b, {}, status=201)["id"]
+            c = srv.ok("POST", "/v1/sessions", {"snapshot": snap}, status=201)["id"]
+            self.assertStatus(srv.execute(b, "mine = None"), "ok")
+            srv.ok("POST", "/v1/sessions/%s/undo" % b, {})  # B's kernel is the copy now
+            for sid in [f["id"] for f in forks] + [c, b]:
+                self.assertEqual(self.value(srv.execute(sid, "len(mine)")), "1000")
+                mine = self.scan(srv, sid, head, tail)
+                self.assertEqual(mine["hits"], [], "session %s holds A's secret" % sid)
+                self.assertGreater(mine["scanned_mb"], 20, "the scan read the whole memory")
+            for pid in descendants(srv.pid):
+                if pid in a_procs:
+                    continue
+                try:
+                    held = memory_holds(pid, {secret})
+                except FileNotFoundError:  # it ended since it was listed (a copy dropped)
+                    continue
+                self.assertEqual(held, set(), "process %d (%s)" % (pid, cmdline(pid)))
+
     def test_each_session_draws_its_own_random_numbers(self):
         with Server("--pool", "1") as srv:
             firsts = [draws(srv, srv.create_session(), DRAWS) for _ in range(3)]

@@ -7,6 +7,12 @@ HttpClient speaks Streamable HTTP to /mcp of a `runcell serve`. Both offer the s
     c.request(method, params)             -> the whole response message
     c.call_tool(name, args, progress=...) -> the response; notifications land in c.notifications
     c.notify(method, params)
+
+A client made with modern=True speaks revision 2026-07-28: no initialize, and every request
+carries _meta with the version and c.capabilities (over HTTP also the MCP-Protocol-Version,
+Mcp-Method and Mcp-Name headers). Every message a client receives is validated against the
+official JSON schema of the revision it speaks (mcpschema); c.schema_errors lists what did
+not fit, and a request whose answer does not fit fails.
 """
 import http.client
 import json
@@ -16,7 +22,14 @@ import subprocess
 import threading
 import time
 
+import mcpschema
+
 TIMEOUT = 120  # anti-hang: no single exchange takes longer
+MODERN = "2026-07-28"
+META_VERSION = "io.modelcontextprotocol/protocolVersion"
+META_CAPS = "io.modelcontextprotocol/clientCapabilities"
+META_CLIENT = "io.modelcontextprotocol/clientInfo"
+TASKS = "io.modelcontextprotocol/tasks"
 
 
 class McpError(AssertionError):
@@ -24,14 +37,49 @@ class McpError(AssertionError):
 
 
 class _Base:
-    def __init__(self):
+    def __init__(self, modern=False):
         self.next_id = 1
         self.notifications = []
         self.version = None
+        self.modern = modern
+        self.capabilities = {}  # modern: sent as clientCapabilities with every request
+        self.pending = {}       # request id -> method, for validating the responses
+        self.schema_errors = []
 
     def new_id(self):
         self.next_id += 1
         return self.next_id
+
+    def meta(self, extra=None):
+        m = {META_VERSION: MODERN, META_CAPS: self.capabilities,
+             META_CLIENT: {"name": "runcell-tests", "version": "1"}}
+        m.update(extra or {})
+        return m
+
+    def with_meta(self, method, params):
+        """params with the modern era's _meta added (for requests of a modern client)."""
+        if not self.modern or method.startswith("notifications/"):
+            return params
+        params = dict(params or {})
+        params["_meta"] = self.meta(params.get("_meta"))
+        return params
+
+    def revision(self):
+        return MODERN if self.modern else (self.version or "2025-11-25")
+
+    def validate(self, msg):
+        """Checks a received message against its revision's schema; raises on a misfit."""
+        method, revision = None, self.revision()
+        if isinstance(msg, dict) and "method" not in msg:
+            method, revision = self.pending.pop(msg.get("id"), (None, revision))
+            if method == "initialize" and "result" in msg:
+                self.version = msg["result"].get("protocolVersion", self.version)
+                revision = self.version
+        try:
+            mcpschema.check(revision, msg, method)
+        except mcpschema.SchemaError as e:
+            self.schema_errors.append(str(e))
+            raise McpError(str(e))
 
     def initialize(self, version="2025-11-25", notify=True):
         resp = self.request("initialize", {
@@ -50,6 +98,10 @@ class _Base:
             params["_meta"] = {"progressToken": progress_token}
         return self.request("tools/call", params, **kw)
 
+    def new_session(self):
+        """modern: a new session's id (the handle the tools take)."""
+        return self.tool_result("create_session")["structuredContent"]["session_id"]
+
     def tool_result(self, name, args=None, **kw):
         """Calls a tool and returns its result, failing on a JSON-RPC error."""
         resp = self.call_tool(name, args, **kw)
@@ -59,13 +111,15 @@ class _Base:
 
 
 def texts(result):
-    """The text items of a tool result, joined."""
-    return "\n".join(c["text"] for c in result["content"] if c["type"] == "text")
+    """The text items of a tool result, joined, but the last part of a run's result that only
+    names its session and cell ("[runcell] session ...")."""
+    return "\n".join(c["text"] for c in result["content"] if c["type"] == "text" and
+                     not c["text"].startswith("[runcell] session "))
 
 
 class StdioClient(_Base):
-    def __init__(self, runcell, *args, env=None):
-        super().__init__()
+    def __init__(self, runcell, *args, env=None, modern=False):
+        super().__init__(modern)
         e = dict(os.environ)
         e.update(env or {})
         self.proc = subprocess.Popen([runcell, "mcp", *args], stdin=subprocess.PIPE,
@@ -113,6 +167,7 @@ class StdioClient(_Base):
             raise McpError("no message within %s s; stderr: %s" % (timeout, self.stderr[-2000:]))
         if msg is None:
             raise McpError("runcell mcp closed stdout; stderr: %s" % self.stderr[-2000:])
+        self.validate(msg)
         return msg
 
     def wait_for(self, pred, timeout=TIMEOUT):
@@ -131,11 +186,16 @@ class StdioClient(_Base):
         return self.wait_for(lambda m: isinstance(m, dict) and m.get("id") == rid and
                              "method" not in m, timeout)
 
-    def request(self, method, params=None, rid=None, timeout=TIMEOUT):
+    def request(self, method, params=None, rid=None, timeout=TIMEOUT, meta=True, revision=None,
+                headers=None):
+        """revision: the one to validate the answer against (default: the client's); headers
+        are HTTP's, and stdio has none."""
         rid = self.new_id() if rid is None else rid
         msg = {"jsonrpc": "2.0", "id": rid, "method": method}
+        params = self.with_meta(method, params) if meta else params
         if params is not None:
             msg["params"] = params
+        self.pending[rid] = (method, revision or self.revision())
         self.send(msg)
         return self.response_to(rid, timeout)
 
@@ -144,8 +204,11 @@ class StdioClient(_Base):
         write, then reads until every one has its response. Returns the responses in the
         order of calls and the ids in the order their responses came."""
         ids = [self.new_id() for _ in calls]
+        for rid in ids:
+            self.pending[rid] = ("tools/call", self.revision())
         data = "".join(json.dumps({"jsonrpc": "2.0", "id": rid, "method": "tools/call",
-                                   "params": {"name": name, "arguments": args}}) + "\n"
+                                   "params": self.with_meta("tools/call", {
+                                       "name": name, "arguments": args})}) + "\n"
                        for rid, (name, args) in zip(ids, calls))
         self.send_raw(data)
         got, order = {}, []
@@ -208,8 +271,9 @@ def parse_sse(data):
 
 
 class HttpClient(_Base):
-    def __init__(self, port, token, path="/mcp", accept="application/json, text/event-stream"):
-        super().__init__()
+    def __init__(self, port, token, path="/mcp", accept="application/json, text/event-stream",
+                 modern=False):
+        super().__init__(modern)
         self.port = port
         self.token = token
         self.path = path
@@ -222,8 +286,8 @@ class HttpClient(_Base):
             h["Authorization"] = "Bearer " + self.token
         if self.session:
             h["Mcp-Session-Id"] = self.session
-        if self.version:
-            h["MCP-Protocol-Version"] = self.version
+        if self.version or self.modern:
+            h["MCP-Protocol-Version"] = MODERN if self.modern else self.version
         h.update(extra or {})
         return {k: v for k, v in h.items() if v is not None}
 
@@ -267,12 +331,27 @@ class HttpClient(_Base):
         if r.status != 202:
             raise McpError("notification got HTTP %d: %s" % (r.status, r.body))
 
-    def request(self, method, params=None, rid=None, timeout=TIMEOUT, on_event=None):
+    def modern_headers(self, method, params):
+        """The request metadata headers of revision 2026-07-28."""
+        h = {"Mcp-Method": method}
+        name = (params or {}).get("taskId" if method.startswith("tasks/") else "name")
+        if isinstance(name, str):
+            h["Mcp-Name"] = name
+        return h
+
+    def request(self, method, params=None, rid=None, timeout=TIMEOUT, on_event=None,
+                headers=None, meta=True):
         rid = self.new_id() if rid is None else rid
         msg = {"jsonrpc": "2.0", "id": rid, "method": method}
+        params = self.with_meta(method, params) if meta else params
         if params is not None:
             msg["params"] = params
-        r = self.http("POST", msg, timeout=timeout, on_event=on_event)
+        h = self.modern_headers(method, params) if self.modern else {}
+        h.update(headers or {})
+        self.pending[rid] = (method, self.revision())
+        r = self.http("POST", msg, timeout=timeout, on_event=on_event, headers=h)
+        for m in r.messages:
+            self.validate(m)
         if method == "initialize" and r.header("Mcp-Session-Id"):
             self.session = r.header("Mcp-Session-Id")
         for m in r.messages:

@@ -923,7 +923,8 @@ def s3_server_missing():
 
 
 MCP_CLIENTS_DIR = os.path.join(ROOT, "tests", "mcp-clients")
-MCP_CLIENT_PACKAGES = ("@modelcontextprotocol/sdk", "@modelcontextprotocol/inspector-cli")
+MCP_CLIENT_PACKAGES = ("@modelcontextprotocol/sdk", "@modelcontextprotocol/inspector-cli",
+                       "@modelcontextprotocol/client", "@modelcontextprotocol/conformance")
 
 
 def mcp_clients_missing():

@@ -20,8 +20,10 @@ function connect() {
     return client.connect(transport).then(() => ({ client, transport }));
 }
 
+// The summary: a run's first text part (the last one names its session and cell).
 function text(result) {
-    return (result.content || []).filter((c) => c.type === "text").map((c) => c.text).join("");
+    const first = (result.content || []).find((c) => c.type === "text");
+    return first ? first.text : "";
 }
 
 async function basic() {

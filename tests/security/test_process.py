@@ -96,8 +96,12 @@ class SandboxKind(RuncellTestCase):
         # tests/run.py runs this suite twice: sandboxes made from scratch, then sandboxes
         # cloned from the template (RUNCELL_TEMPLATE=1). A template clone has the data stack
         # imported before the first cell; one made from scratch has not.
-        res, _ = probe(self, 'import sys\nreport({"preloaded": "pandas" in sys.modules})')
+        # A third pass runs the cells in a fork of another session (RUNCELL_FORKED=1): the
+        # parent's variable is there.
+        res, _ = probe(self, 'import sys\nreport({"preloaded": "pandas" in sys.modules, '
+                             '"forked": "forked_from" in globals()})')
         self.assertEqual(res["preloaded"], bool(os.environ.get("RUNCELL_TEMPLATE")))
+        self.assertEqual(res["forked"], bool(os.environ.get("RUNCELL_FORKED")))
 
 
 class CoreDumps(RuncellTestCase):

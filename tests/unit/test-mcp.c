@@ -157,7 +157,7 @@ TEST(requests_before_initialize_are_refused_but_ping_works)
     fx_free(&f);
 }
 
-TEST(malformed_json_is_a_parse_error_with_null_id)
+TEST(malformed_json_is_a_parse_error_without_id)
 {
     struct fixture f;
     enum mcp_input in;
@@ -165,7 +165,7 @@ TEST(malformed_json_is_a_parse_error_with_null_id)
     json_t *r = say(&f, "{\"jsonrpc\":\"2.0\",\"id\":1,", &in);
     CHECK(in == MCP_IN_INVALID);
     CHECK(error_code(r) == MCP_PARSE_ERROR);
-    CHECK(json_is_null(json_object_get(r, "id")));
+    CHECK(json_object_get(r, "id") == NULL); /* no id: it could not be read */
     CHECK(strstr(error_message(r), "parse error"));
     r = say(&f, "\xff\xfe not utf-8", &in);
     CHECK(error_code(r) == MCP_PARSE_ERROR);
@@ -198,7 +198,7 @@ TEST(invalid_messages_name_the_problem)
     CHECK(strstr(error_message(r), "jsonrpc"));
     r = say(&f, "{\"jsonrpc\":\"2.0\",\"id\":null,\"method\":\"ping\"}", NULL);
     CHECK(error_code(r) == MCP_INVALID_REQUEST);
-    CHECK(json_is_null(json_object_get(r, "id")));
+    CHECK(json_object_get(r, "id") == NULL);
     r = say(&f, "{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"ping\",\"params\":[1]}", NULL);
     CHECK(error_code(r) == MCP_INVALID_PARAMS);
     CHECK(json_integer_value(json_object_get(r, "id")) == 5);
@@ -253,9 +253,9 @@ static json_t *tool_named(json_t *list, const char *name)
 
 TEST(tools_list_fits_each_version)
 {
-    static const char *const names[] = {"run_code",      "run_shell",  "create_session",
-                                        "close_session", "list_files", "read_file",
-                                        "write_file"};
+    static const char *const names[] = {"run_code",      "run_shell",     "create_session",
+                                        "close_session", "list_files",    "read_file",
+                                        "write_file",    "wait_for_cell", "undo"};
     for (const char *const *v = mcp_versions; *v; v++) {
         struct fixture f;
         fx_init(&f);
@@ -444,6 +444,92 @@ TEST(msg_check_classifies)
     CHECK(mcp_msg_check(v, &m, &err) == MCP_INVALID_REQUEST && strstr(err, "id"));
     free(err);
     json_decref(v);
+}
+
+#define MODERN_META                                                                                \
+    "\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\","                       \
+    "\"io.modelcontextprotocol/clientCapabilities\":{}}"
+
+TEST(modern_requests_need_no_initialize)
+{
+    struct fixture f;
+    enum mcp_input in;
+    fx_init(&f);
+    json_t *r = say(&f,
+                    "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"server/discover\",\"params\":"
+                    "{" MODERN_META "}}",
+                    &in);
+    CHECK(in == MCP_IN_REQUEST);
+    CHECK_STREQ(json_string_value(json_object_get(result(r), "resultType")), "complete");
+    CHECK(json_integer_value(json_object_get(result(r), "ttlMs")) > 0);
+    CHECK(json_object_get(json_object_get(json_object_get(result(r), "capabilities"), "extensions"),
+                          "io.modelcontextprotocol/tasks"));
+    CHECK(mcp_conn_version(f.conn) == NULL); /* nothing negotiated: each request on its own */
+    r = say(&f, "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"ping\",\"params\":{" MODERN_META "}}",
+            &in);
+    CHECK(in == MCP_IN_NO_METHOD && error_code(r) == MCP_METHOD_NOT_FOUND);
+    r = say(&f,
+            "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/list\",\"params\":{\"_meta\":"
+            "{\"io.modelcontextprotocol/protocolVersion\":\"2030-01-01\","
+            "\"io.modelcontextprotocol/clientCapabilities\":{}}}}",
+            &in);
+    CHECK(in == MCP_IN_REFUSED && error_code(r) == MCP_UNSUPPORTED_VERSION);
+    CHECK_STREQ(json_string_value(json_object_get(
+                    json_object_get(json_object_get(r, "error"), "data"), "requested")),
+                "2030-01-01");
+    r = say(&f,
+            "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"tools/list\",\"params\":{\"_meta\":"
+            "{\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\"}}}",
+            &in);
+    CHECK(in == MCP_IN_REFUSED && error_code(r) == MCP_INVALID_PARAMS);
+    fx_free(&f);
+}
+
+static enum mcp_http_era classify(const char *version, const char *method, const char *name,
+                                  const char *body, int *ret_code)
+{
+    struct mcp_http_headers h = {.protocol_version = version, .method = method, .name = name};
+    unsigned status;
+    char *text;
+    enum mcp_http_era era = mcp_http_classify(&h, body, strlen(body), &status, &text);
+    *ret_code = 0;
+    if (era == MCP_HTTP_REJECT) {
+        json_t *j = json_loads(text, 0, NULL);
+        CHECK(status == 400);
+        *ret_code = (int)error_code(j);
+        json_decref(j);
+    }
+    free(text);
+    return era;
+}
+
+TEST(http_classify_checks_the_headers)
+{
+    static const char call[] = "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\","
+                               "\"params\":{\"name\":\"run_code\"," MODERN_META "}}";
+    static const char legacy[] = "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\"}";
+    int code;
+    CHECK(classify("2026-07-28", "tools/call", "run_code", call, &code) == MCP_HTTP_MODERN);
+    CHECK(classify("2026-07-28", "tools/call", "=?base64?cnVuX2NvZGU=?=", call, &code) ==
+          MCP_HTTP_MODERN);
+    CHECK(classify("2026-07-28", "tools/call", "run_shell", call, &code) == MCP_HTTP_REJECT &&
+          code == MCP_HEADER_MISMATCH);
+    CHECK(classify("2026-07-28", "tools/call", NULL, call, &code) == MCP_HTTP_REJECT &&
+          code == MCP_HEADER_MISMATCH);
+    CHECK(classify("2026-07-28", NULL, "run_code", call, &code) == MCP_HTTP_REJECT &&
+          code == MCP_HEADER_MISMATCH);
+    CHECK(classify(NULL, "tools/call", "run_code", call, &code) == MCP_HTTP_REJECT &&
+          code == MCP_HEADER_MISMATCH);
+    CHECK(classify("2025-11-25", "tools/call", "run_code", call, &code) == MCP_HTTP_REJECT &&
+          code == MCP_HEADER_MISMATCH);
+    CHECK(classify("2026-07-28", "tools/call", "run\x01code", call, &code) == MCP_HTTP_REJECT &&
+          code == MCP_HEADER_MISMATCH);
+    CHECK(classify("1999-01-01", NULL, NULL, legacy, &code) == MCP_HTTP_REJECT &&
+          code == MCP_UNSUPPORTED_VERSION);
+    CHECK(classify("2025-11-25", NULL, NULL, legacy, &code) == MCP_HTTP_LEGACY);
+    CHECK(classify(NULL, NULL, NULL, legacy, &code) == MCP_HTTP_LEGACY);
+    CHECK(classify("2026-07-28", NULL, NULL, "{not json", &code) == MCP_HTTP_MODERN);
+    CHECK(mcp_http_status(MCP_IN_NO_METHOD) == 404 && mcp_http_status(MCP_IN_REFUSED) == 400);
 }
 
 int main(int argc, char **argv)

@@ -434,6 +434,548 @@ TEST(heads_with_nul_or_bare_cr_are_refused)
     buf_release(&rq.forward);
 }
 
+/* ---- secrets ---- */
+
+static struct net_secrets *secrets(const char *json, const char *allow)
+{
+    json_error_t jerr;
+    json_t *j = json_loads(json, 0, &jerr);
+    CHECK(j != NULL);
+    struct net_policy *p = allow ? policy(allow) : NULL;
+    struct net_secrets *s = NULL;
+    int r = net_secrets_from_json(j, p, &s);
+    json_decref(j);
+    net_policy_free(p);
+    return r == 0 ? s : NULL;
+}
+
+/* The error a secret gets, which must never quote its value. */
+static const char *secret_error(const char *json, const char *allow)
+{
+    CHECK(secrets(json, allow) == NULL);
+    CHECK(strstr(err_msg(), "TOPSECRET") == NULL);
+    return err_msg();
+}
+
+TEST(secrets_parse_headers_and_basic_auth)
+{
+    struct net_secrets *s = secrets(
+        "[{\"host\": \"API.example.test\", \"header\": \"Authorization\", \"value\": \"Bearer "
+        "TOPSECRET-1\", \"path_prefix\": \"/v1/\"},"
+        " {\"host\": \"*.files.test:8443\", \"basic\": {\"user\": \"me\", \"password\": "
+        "\"TOPSECRET-2\"}, \"allow_http\": true}]",
+        "api.example.test,*.files.test:8443");
+    CHECK(s && s->n == 2);
+    CHECK_STREQ(s->v[0].host.text, "api.example.test");
+    CHECK_STREQ(s->v[0].header, "Authorization");
+    CHECK_STREQ(s->v[0].value, "Bearer TOPSECRET-1");
+    CHECK_STREQ(s->v[0].path_prefix, "/v1/");
+    CHECK(!s->v[0].allow_http);
+    CHECK(s->v[1].kind == NET_SECRET_BASIC);
+    CHECK_STREQ(s->v[1].header, "Authorization");
+    /* base64("me:TOPSECRET-2") */
+    CHECK_STREQ(s->v[1].value, "Basic bWU6VE9QU0VDUkVULTI=");
+    CHECK(s->v[1].allow_http);
+    /* What may be shown holds no value, no user. */
+    json_t *shown = net_secrets_json(s);
+    char *text = json_dumps(shown, JSON_SORT_KEYS);
+    CHECK_STREQ(text, "[{\"allow_http\": false, \"header\": \"Authorization\", \"host\": "
+                      "\"api.example.test\", \"kind\": \"header\", \"path_prefix\": \"/v1/\"}, "
+                      "{\"allow_http\": true, \"header\": \"Authorization\", \"host\": "
+                      "\"*.files.test:8443\", \"kind\": \"basic\"}]");
+    free(text);
+    json_decref(shown);
+    struct net_secrets *c = net_secrets_copy(s);
+    net_secrets_free(s);
+    CHECK_STREQ(c->v[1].value, "Basic bWU6VE9QU0VDUkVULTI=");
+    net_secrets_free(c);
+    net_secrets_free(NULL);
+    json_t *none = json_null();
+    CHECK(net_secrets_from_json(none, NULL, &s) == 0 && s == NULL);
+    json_decref(none);
+}
+
+TEST(bad_secrets_are_refused_naming_the_field_never_the_value)
+{
+    const char *allow = "api.test";
+    CHECK(strstr(secret_error("{}", allow), "secrets must be an array"));
+    CHECK(strstr(secret_error("[1]", allow), "secrets[0] must be an object"));
+    CHECK(strstr(secret_error("[{\"host\": \"api.test\", \"value\": \"TOPSECRET\"}]", allow),
+                 "secrets[0] needs \"header\" and \"value\""));
+    CHECK(strstr(secret_error("[{\"header\": \"X-Key\", \"value\": \"TOPSECRET\"}]", allow),
+                 "secrets[0].host is missing"));
+    CHECK(strstr(secret_error("[{\"host\": \"a..b\", \"header\": \"X\", \"value\": "
+                              "\"TOPSECRET\"}]",
+                              allow),
+                 "secrets[0].host: "));
+    CHECK(strstr(secret_error("[{\"host\": \"api.test\", \"header\": \"X-Key\", \"value\": "
+                              "\"TOPSECRET\\r\\nX-Evil: 1\"}]",
+                              allow),
+                 "secrets[0].value holds a control character"));
+    CHECK(strstr(secret_error("[{\"host\": \"api.test\", \"header\": \"Host\", \"value\": "
+                              "\"TOPSECRET\"}]",
+                              allow),
+                 "secrets[0].header: a secret cannot set 'Host'"));
+    CHECK(strstr(secret_error("[{\"host\": \"api.test\", \"header\": \"X Key\", \"value\": "
+                              "\"TOPSECRET\"}]",
+                              allow),
+                 "secrets[0].header: 'X Key' is not a header name"));
+    CHECK(strstr(secret_error("[{\"host\": \"api.test\", \"header\": \"X\", \"value\": "
+                              "\" TOPSECRET\"}]",
+                              allow),
+                 "white space"));
+    CHECK(strstr(secret_error("[{\"host\": \"api.test\", \"header\": \"X\", \"value\": "
+                              "\"TOPSECRET\", \"vaule\": 1}]",
+                              allow),
+                 "secrets[0]: unknown field 'vaule'"));
+    CHECK(strstr(secret_error("[{\"host\": \"api.test\", \"header\": \"X\", \"value\": "
+                              "\"TOPSECRET\", \"path_prefix\": \"/v1/../admin\"}]",
+                              allow),
+                 "secrets[0].path_prefix"));
+    CHECK(strstr(secret_error("[{\"host\": \"api.test\", \"basic\": {\"user\": \"a:b\", "
+                              "\"password\": \"TOPSECRET\"}}]",
+                              allow),
+                 "secrets[0].basic.user cannot hold ':'"));
+    CHECK(strstr(secret_error("[{\"host\": \"api.test\", \"header\": \"X\", \"value\": "
+                              "\"TOPSECRET\", \"basic\": {\"user\": \"a\", \"password\": \"b\"}}]",
+                              allow),
+                 "either \"basic\""));
+    CHECK(strstr(secret_error("[{\"host\": \"api.test\", \"header\": \"X\", \"value\": "
+                              "\"TOPSECRET\", \"allow_http\": 1}]",
+                              allow),
+                 "secrets[0].allow_http must be true or false"));
+    CHECK(strstr(
+        secret_error("[{\"host\": \"api.test\", \"header\": \"X\", \"value\": \"TOPSECRET\"},"
+                     " {\"host\": \"API.test\", \"header\": \"x\", \"value\": \"TOPSECRET\"}]",
+                     allow),
+        "secrets[1] sets the same header"));
+    /* A secret does not allow its host: the allowlist must name it at its port. */
+    CHECK(strstr(secret_error("[{\"host\": \"other.test\", \"header\": \"X\", \"value\": "
+                              "\"TOPSECRET\"}]",
+                              allow),
+                 "other.test port 443 is not on the network allowlist; add 'other.test'"));
+    CHECK(strstr(secret_error("[{\"host\": \"api.test:8443\", \"header\": \"X\", \"value\": "
+                              "\"TOPSECRET\"}]",
+                              allow),
+                 "api.test:8443 port 8443 is not on the network allowlist"));
+    CHECK(strstr(secret_error("[{\"host\": \"api.test\", \"header\": \"X\", \"value\": "
+                              "\"TOPSECRET\"}]",
+                              NULL),
+                 "the session has no network"));
+    /* A wildcard entry covers the names below it. */
+    struct net_secrets *s =
+        secrets("[{\"host\": \"a.b.test\", \"header\": \"X\", \"value\": \"v\"}]", "*.b.test");
+    CHECK(s != NULL);
+    net_secrets_free(s);
+    char big[NET_SECRET_VALUE_MAX + 200];
+    snprintf(big, sizeof(big), "[{\"host\": \"api.test\", \"header\": \"X\", \"value\": \"%0*d\"}]",
+             NET_SECRET_VALUE_MAX + 1, 0);
+    CHECK(strstr(secret_error(big, allow), "at most 8192"));
+    struct buf many;
+    buf_init(&many, 0);
+    buf_printf(&many, "[");
+    for (int i = 0; i <= NET_MAX_SECRETS; i++)
+        buf_printf(&many, "%s{\"host\": \"api.test\", \"header\": \"X-%d\", \"value\": \"v\"}",
+                   i ? "," : "", i);
+    buf_printf(&many, "]");
+    CHECK(strstr(secret_error(many.data, allow), "at most 64 secrets"));
+    buf_release(&many);
+}
+
+static const char *chosen(const struct net_secrets *s, const char *host, uint16_t port, bool tls,
+                          const char *path)
+{
+    static char out[256];
+    const struct net_secret *v[8];
+    size_t n = net_secrets_select(s, host, port, tls, path, strlen(path), v, 8);
+    out[0] = '\0';
+    for (size_t i = 0; i < n; i++)
+        snprintf(out + strlen(out), sizeof(out) - strlen(out), "%s%s=%s", i ? "," : "",
+                 v[i]->header, v[i]->value);
+    return n ? out : "none";
+}
+
+TEST(a_request_gets_the_secrets_of_its_host_port_and_path)
+{
+    struct net_secrets *s = secrets(
+        "[{\"host\": \"api.test\", \"header\": \"Authorization\", \"value\": \"A\"},"
+        " {\"host\": \"api.test\", \"header\": \"Authorization\", \"value\": \"B\", "
+        "\"path_prefix\": \"/v2/\"},"
+        " {\"host\": \"api.test\", \"header\": \"X-Org\", \"value\": \"O\", \"path_prefix\": "
+        "\"/v2/\"},"
+        " {\"host\": \"*.cdn.test\", \"header\": \"X-Key\", \"value\": \"K\", \"allow_http\": "
+        "true},"
+        " {\"host\": \"alt.test:8443\", \"header\": \"X-Key\", \"value\": \"P\"}]",
+        "api.test,*.cdn.test,alt.test:8443");
+    CHECK(s != NULL);
+    CHECK_STREQ(chosen(s, "api.test", 443, true, "/v1/x"), "Authorization=A");
+    CHECK_STREQ(chosen(s, "API.test.", 443, true, "/v2/x?q=1"), "Authorization=B,X-Org=O");
+    CHECK_STREQ(chosen(s, "api.test", 8443, true, "/v1/x"), "none");
+    /* Plain HTTP only with allow_http. */
+    CHECK_STREQ(chosen(s, "api.test", 80, false, "/v1/x"), "none");
+    CHECK_STREQ(chosen(s, "a.cdn.test", 80, false, "/"), "X-Key=K");
+    CHECK_STREQ(chosen(s, "a.cdn.test", 443, true, "/"), "X-Key=K");
+    CHECK_STREQ(chosen(s, "cdn.test", 443, true, "/"), "none");
+    CHECK_STREQ(chosen(s, "alt.test", 8443, true, "/"), "X-Key=P");
+    CHECK_STREQ(chosen(s, "alt.test", 443, true, "/"), "none");
+    /* A name that resolves to the same place is another name; an address is not a name. */
+    CHECK_STREQ(chosen(s, "api.test.evil", 443, true, "/"), "none");
+    CHECK_STREQ(chosen(s, "127.0.0.1", 443, true, "/"), "none");
+    /* A path that climbs out of the prefix (as servers resolve it) gets no prefixed secret. */
+    CHECK_STREQ(chosen(s, "api.test", 443, true, "/v2/../admin"), "Authorization=A");
+    CHECK_STREQ(chosen(s, "api.test", 443, true, "/v2/%2e%2E/admin"), "Authorization=A");
+    CHECK_STREQ(chosen(s, "api.test", 443, true, "/v2/..%2fadmin"), "Authorization=A");
+    CHECK_STREQ(chosen(s, "api.test", 443, true, "/v2/.\\admin"), "Authorization=A");
+    CHECK_STREQ(chosen(s, "api.test", 443, true, "/v2/a..b/c"), "Authorization=B,X-Org=O");
+    CHECK_STREQ(chosen(s, "api.test", 443, true, "/v2"), "Authorization=A");
+    CHECK(net_secrets_for_host(s, "api.test", 443, true));
+    CHECK(!net_secrets_for_host(s, "api.test", 80, false));
+    CHECK(net_secrets_for_host(s, "x.cdn.test", 80, false));
+    net_secrets_free(s);
+}
+
+TEST(secret_values_are_masked_in_text_and_wiped_from_json)
+{
+    const char *json = "[{\"host\": \"api.test\", \"header\": \"Authorization\", \"value\": "
+                       "\"Bearer tok-0123456789\"}, {\"host\": \"api.test\", \"basic\": {\"user\": "
+                       "\"u\", \"password\": \"pass-0123456789\"}, \"path_prefix\": \"/b/\"}]";
+    json_t *j = json_loads(json, 0, NULL);
+    struct net_policy *p = policy("api.test");
+    struct net_secrets *s = NULL;
+    CHECK(net_secrets_from_json(j, p, &s) == 0);
+    char text[] = "got Bearer tok-0123456789 and tok-0123456789 and pass-0123456789 and "
+                  "dTpwYXNzLTAxMjM0NTY3ODk=, not tok-01234";
+    CHECK(net_secrets_scrub(s, text, strlen(text)) == 4);
+    CHECK_STREQ(text, "got ********************* and ************** and *************** and "
+                      "************************, not tok-01234");
+    net_secrets_json_wipe(j);
+    const char *v = json_string_value(json_object_get(json_array_get(j, 0), "value"));
+    CHECK(v[0] == '\0' && v[5] == '\0');
+    v = json_string_value(
+        json_object_get(json_object_get(json_array_get(j, 1), "basic"), "password"));
+    CHECK(v[0] == '\0');
+    json_decref(j);
+    net_secrets_free(s);
+    net_policy_free(p);
+}
+
+/* Applies change (JSON) to rules allow + secrets_json; returns the result as text, or
+ * "error: MESSAGE". */
+static char *changed(const char *allow, const char *secrets_json, const char *change,
+                     const char *max)
+{
+    struct net_policy *p = policy(allow), *m = max ? policy(max) : NULL, *np = NULL;
+    struct net_secrets *s = secrets_json ? secrets(secrets_json, allow) : NULL, *ns = NULL;
+    json_t *c = json_loads(change, 0, NULL);
+    CHECK(c != NULL);
+    p->max_connections = 7;
+    char *out;
+    if (net_rules_change(p, s, c, m, &np, &ns) == 0) {
+        json_t *j = net_policy_json(np);
+        json_object_set_new(j, "secrets", net_secrets_json(ns));
+        CHECK(json_integer_value(json_object_get(j, "max_connections")) == 7);
+        json_object_del(j, "max_connections");
+        json_object_del(j, "max_bytes");
+        out = json_dumps(j, JSON_SORT_KEYS | JSON_COMPACT);
+        json_decref(j);
+    } else {
+        out = xasprintf("error: %s", err_msg());
+    }
+    json_decref(c);
+    net_policy_free(p);
+    net_policy_free(m);
+    net_policy_free(np);
+    net_secrets_free(s);
+    net_secrets_free(ns);
+    return out;
+}
+
+#define CHECK_CHANGE(allow, secrets_json, change, max, want)                                       \
+    do {                                                                                           \
+        char *got_ = changed(allow, secrets_json, change, max);                                    \
+        if (strncmp(got_, want, strlen(want))) {                                                   \
+            fprintf(stderr, "%s:%d: got %s\n  want %s\n", __FILE__, __LINE__, got_, want);         \
+            exit(1);                                                                               \
+        }                                                                                          \
+        free(got_);                                                                                \
+    } while (0)
+
+/* "internet" turns the public internet on and off (E2B's updateNetwork, through
+ * session_network_replace); the server's cap refuses it unless it is the internet. */
+TEST(a_change_turns_the_internet_on_and_off)
+{
+    CHECK_CHANGE("a.test", NULL, "{\"allow\": [], \"internet\": true}", NULL,
+                 "{\"mode\":\"internet\",\"secrets\":[]}");
+    CHECK_CHANGE("a.test", NULL, "{\"internet\": true}", "a.test",
+                 "error: the public internet is wider");
+    CHECK_CHANGE("a.test", NULL, "{\"internet\": \"yes\"}", NULL, "error: internet: true or false");
+    CHECK_CHANGE("a.test", NULL, "{\"allow_add\": [\"b.test\"]}", NULL, "{\"allow\":[\"a.test\",");
+    struct net_policy *inet = net_policy_internet(), *np = NULL;
+    struct net_secrets *ns = NULL;
+    json_t *c = json_pack("{s:[s],s:b}", "allow", "b.test", "internet", 0);
+    CHECK(net_rules_change(inet, NULL, c, NULL, &np, &ns) == 0);
+    CHECK(!np->internet && np->n == 1 && ns == NULL);
+    net_policy_free(np);
+    json_decref(c);
+    c = json_pack("{s:[s]}", "allow_add", "b.test"); /* without "internet": kept as it was */
+    CHECK(net_rules_change(inet, NULL, c, NULL, &np, &ns) == 0);
+    CHECK(np->internet);
+    net_policy_free(np);
+    json_decref(c);
+    net_policy_free(inet);
+}
+
+TEST(a_running_sessions_rules_change_as_asked)
+{
+    const char *one = "[{\"host\": \"a.test\", \"header\": \"X\", \"value\": \"v\"}]";
+    CHECK_CHANGE("a.test", NULL, "{\"allow_add\": [\"b.test:8443\"]}", NULL,
+                 "{\"allow\":[\"a.test\",\"b.test:8443\"],\"mode\":\"allowlist\",\"secrets\":[]}");
+    CHECK_CHANGE("a.test,b.test", NULL, "{\"allow_remove\": [\"B.test\"]}", NULL,
+                 "{\"allow\":[\"a.test\"],");
+    CHECK_CHANGE("a.test", NULL, "{\"allow\": []}", NULL, "{\"allow\":[],");
+    CHECK_CHANGE("a.test", NULL,
+                 "{\"secrets_add\": [{\"host\": \"a.test\", \"header\": \"X\", \"value\": \"v\"}]}",
+                 NULL,
+                 "{\"allow\":[\"a.test\"],\"mode\":\"allowlist\",\"secrets\":[{\"allow_http\":"
+                 "false,\"header\":\"X\",\"host\":\"a.test\",\"kind\":\"header\"}]}");
+    CHECK_CHANGE("a.test", one, "{\"secrets_remove\": [{\"host\": \"a.test\"}]}", NULL,
+                 "{\"allow\":[\"a.test\"],\"mode\":\"allowlist\",\"secrets\":[]}");
+    CHECK_CHANGE("a.test", one, "{\"secrets\": []}", NULL, "{\"allow\":[\"a.test\"],");
+    CHECK_CHANGE("a.test", one, "{\"secrets_remove\": [{\"host\": \"a.test\", \"header\": \"Y\"}]}",
+                 NULL, "error: secrets_remove[0]: no secret for a.test with header Y matches");
+    CHECK_CHANGE("a.test", NULL, "{\"allow_remove\": [\"c.test\"]}", NULL,
+                 "error: allow_remove[0]: 'c.test' is not on the allowlist");
+    /* Removing the host of a secret leaves the secret with nowhere to go: refused. */
+    CHECK_CHANGE("a.test,b.test", one, "{\"allow_remove\": [\"a.test\"]}", NULL,
+                 "error: secret for a.test: a.test port 443 is not on the network allowlist");
+    CHECK_CHANGE("a.test", NULL, "{\"allow_add\": [\"c.test\"]}", "a.test,b.test",
+                 "error: network allowlist entry 'c.test' is outside what this server allows");
+    CHECK_CHANGE("a.test", NULL, "{\"allow\": [\"b.test\"], \"allow_add\": [\"c.test\"]}", NULL,
+                 "error: give either \"allow\"");
+    CHECK_CHANGE("a.test", NULL, "{\"allowed\": []}", NULL,
+                 "error: network change: unknown field 'allowed'");
+    CHECK_CHANGE("a.test", NULL, "[]", NULL, "error: a network change is an object");
+    CHECK_CHANGE("a.test", NULL, "{\"allow_add\": [\"a..b\"]}", NULL,
+                 "error: network allowlist entry 'a..b'");
+}
+
+/* ---- requests inside an intercepted connection ---- */
+
+static int h1(const char *head, struct h1_request *rq)
+{
+    return h1_parse_head(head, strlen(head), "api.test", 443, true, rq);
+}
+
+TEST(intercepted_requests_parse_strictly)
+{
+    struct h1_request rq;
+    CHECK(h1("POST /v1/x?q=1 HTTP/1.1\r\nHost: API.test\r\nContent-Length: 5\r\n"
+             "Authorization: Bearer mine\r\n\r\n",
+             &rq) == 0);
+    CHECK_STREQ(rq.method, "POST");
+    CHECK(rq.path_len == 9 && !memcmp(rq.path, "/v1/x?q=1", 9));
+    CHECK(rq.has_length && rq.content_length == 5 && !rq.chunked && !rq.close);
+    CHECK(rq.n_headers == 3);
+    CHECK(h1("GET https://api.test:443/a HTTP/1.1\r\nHost: api.test:443\r\n\r\n", &rq) == 0);
+    CHECK(rq.path_len == 2 && !memcmp(rq.path, "/a", 2));
+    CHECK(h1("GET / HTTP/1.0\r\n\r\n", &rq) == 0 && rq.close);
+    CHECK(h1("GET / HTTP/1.1\r\nHost: api.test\r\nConnection: Keep-Alive, close\r\n\r\n", &rq) ==
+              0 &&
+          rq.close);
+    CHECK(h1("GET /ws HTTP/1.1\r\nHost: api.test\r\nUpgrade: websocket\r\n\r\n", &rq) == 0 &&
+          rq.upgrade);
+    CHECK(h1("PUT / HTTP/1.1\r\nHost: api.test\r\nTransfer-Encoding: Chunked\r\n\r\n", &rq) == 0 &&
+          rq.chunked);
+    /* Smuggling patterns and what could make the proxy and the server disagree. */
+    static const struct {
+        const char *head;
+        int status;
+        const char *why;
+    } bad[] = {
+        {"GET / HTTP/1.1\r\nHost: api.test\r\nContent-Length: 5\r\nTransfer-Encoding: "
+         "chunked\r\n\r\n",
+         400, "both Content-Length and Transfer-Encoding"},
+        {"GET / HTTP/1.1\r\nHost: api.test\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n", 400,
+         "more than one Content-Length"},
+        {"GET / HTTP/1.1\r\nHost: api.test\r\nContent-Length: 5, 5\r\n\r\n", 400, "not a number"},
+        {"GET / HTTP/1.1\r\nHost: api.test\r\nContent-Length: +5\r\n\r\n", 400, "not a number"},
+        {"GET / HTTP/1.1\r\nHost: api.test\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 501,
+         "only one"},
+        {"GET / HTTP/1.1\r\nHost: api.test\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: "
+         "chunked\r\n\r\n",
+         400, "more than one Transfer-Encoding"},
+        {"GET / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n", 400, "HTTP/1.0"},
+        {"GET / HTTP/1.1\r\nHost: api.test\r\nX-A: 1\r\n  folded\r\n\r\n", 400, "obs-fold"},
+        {"GET / HTTP/1.1\r\nHost: api.test\r\nContent-Length : 5\r\n\r\n", 400, "white space"},
+        {"GET / HTTP/1.1\nHost: api.test\r\n\r\n", 400, "bare LF"},
+        {"GET / HTTP/1.1\r\nHost: other.test\r\n\r\n", 421, "another host"},
+        {"GET / HTTP/1.1\r\nHost: api.test:8443\r\n\r\n", 421, "another host"},
+        {"GET / HTTP/1.1\r\nHost: api.test\r\nHost: other.test\r\n\r\n", 400, "more than one Host"},
+        {"GET / HTTP/1.1\r\n\r\n", 400, "no Host header"},
+        {"GET https://other.test/ HTTP/1.1\r\nHost: api.test\r\n\r\n", 421, "another host"},
+        {"GET https://u:p@api.test/ HTTP/1.1\r\nHost: api.test\r\n\r\n", 400, "credentials"},
+        {"CONNECT other.test:443 HTTP/1.1\r\nHost: api.test\r\n\r\n", 400, "CONNECT inside"},
+        {"GET / HTTP/2.0\r\nHost: api.test\r\n\r\n", 400, "HTTP/1.1"},
+        {"GET /a b HTTP/1.1\r\nHost: api.test\r\n\r\n", 400, "HTTP/1.1"},
+        {"GET /\x7f HTTP/1.1\r\nHost: api.test\r\n\r\n", 400, "URL cannot have"},
+        {"GET / HTTP/1.1\r\nHost: api.test\r\nX: a\x01b\r\n\r\n", 400, "control character"},
+        {"GET http://api.test/ HTTP/1.1\r\nHost: api.test\r\n\r\n", 400, "neither a path"},
+    };
+    for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
+        int st = h1(bad[i].head, &rq);
+        if (st != bad[i].status || !strstr(err_msg(), bad[i].why)) {
+            fprintf(stderr, "case %zu: %d %s\n", i, st, err_msg());
+            CHECK(0);
+        }
+    }
+    struct buf many;
+    buf_init(&many, 0);
+    buf_printf(&many, "GET / HTTP/1.1\r\nHost: api.test\r\n");
+    for (int i = 0; i < H1_MAX_HEADERS; i++)
+        buf_printf(&many, "X-%d: 1\r\n", i);
+    buf_printf(&many, "\r\n");
+    CHECK(h1(many.data, &rq) == 431);
+    buf_release(&many);
+    /* Plain HTTP: the first request is in absolute form, to the host it was allowed for. */
+    const char *plain = "GET http://api.test/x HTTP/1.1\r\nHost: api.test\r\n\r\n";
+    CHECK(h1_parse_head(plain, strlen(plain), "api.test", 80, false, &rq) == 0);
+    plain = "GET /x HTTP/1.1\r\nHost: api.test\r\n\r\n";
+    CHECK(h1_parse_head(plain, strlen(plain), "api.test", 80, false, &rq) == 400);
+}
+
+TEST(the_head_sent_upstream_carries_the_secret_in_place_of_the_clients)
+{
+    struct net_secrets *s = secrets("[{\"host\": \"api.test\", \"header\": \"Authorization\", "
+                                    "\"value\": \"Bearer real\"}]",
+                                    "api.test");
+    const struct net_secret *sel[] = {&s->v[0]};
+    struct h1_request rq;
+    CHECK(h1("GET https://api.test/v1 HTTP/1.1\r\nHost: api.test\r\nauthorization: Bearer fake\r\n"
+             "Proxy-Authorization: Basic x\r\nAuthorization: Bearer fake2\r\nAccept: */*\r\n"
+             "Connection: keep-alive\r\n\r\n",
+             &rq) == 0);
+    struct buf out;
+    buf_init(&out, 0);
+    h1_build_head(&rq, sel, 1, false, &out);
+    CHECK_STREQ(out.data, "GET /v1 HTTP/1.1\r\nHost: api.test\r\nAccept: */*\r\nConnection: "
+                          "keep-alive\r\nAuthorization: Bearer real\r\n\r\n");
+    buf_reset(&out);
+    h1_build_head(&rq, NULL, 0, true, &out);
+    CHECK_STREQ(out.data,
+                "GET /v1 HTTP/1.1\r\nHost: api.test\r\nauthorization: Bearer fake\r\n"
+                "Authorization: Bearer fake2\r\nAccept: */*\r\nConnection: close\r\n\r\n");
+    buf_release(&out);
+    net_secrets_free(s);
+}
+
+/* Feeds body bytes one at a time (the hardest split); returns how many belonged to it, or -1. */
+static ssize_t body_len(const char *head, const char *data, size_t n)
+{
+    struct h1_request rq;
+    struct h1_body b;
+    CHECK(h1(head, &rq) == 0);
+    h1_body_init(&b, &rq);
+    size_t used = 0;
+    for (size_t i = 0; i < n && b.state != H1_BODY_DONE; i++) {
+        ssize_t k = h1_body_feed(&b, data + i, 1);
+        if (k < 0)
+            return -1;
+        used += (size_t)k;
+    }
+    return b.state == H1_BODY_DONE ? (ssize_t)used : -2;
+}
+
+TEST(request_bodies_end_where_their_framing_says)
+{
+    const char *len5 = "POST / HTTP/1.1\r\nHost: api.test\r\nContent-Length: 5\r\n\r\n";
+    const char *chunked = "POST / HTTP/1.1\r\nHost: api.test\r\nTransfer-Encoding: chunked\r\n\r\n";
+    const char *none = "GET / HTTP/1.1\r\nHost: api.test\r\n\r\n";
+    CHECK(body_len(len5, "helloGET /next", 14) == 5);
+    CHECK(body_len(none, "GET /next", 9) == 0);
+    const char *ok = "5;ext=1\r\nhello\r\nA\r\n0123456789\r\n0\r\n\r\nGET /next";
+    CHECK(body_len(chunked, ok, strlen(ok)) == (ssize_t)strlen(ok) - 9);
+    /* Chunks that could be read two ways are refused. */
+    const char *bad[] = {"5\r\nhelloXX0\r\n\r\n",
+                         "5\nhello\r\n0\r\n\r\n",
+                         "g\r\n",
+                         "\r\n",
+                         "0\r\nX-Trailer: 1\r\n\r\n",
+                         "-1\r\n",
+                         "5 \r\nhello\r\n",
+                         "ffffffffffffffffff\r\n"};
+    for (size_t i = 0; i < ARRAY_SIZE(bad); i++)
+        CHECK(body_len(chunked, bad[i], strlen(bad[i])) == -1);
+    /* Whole buffers at once, as the proxy feeds them. */
+    struct h1_request rq;
+    struct h1_body b;
+    CHECK(h1(chunked, &rq) == 0);
+    h1_body_init(&b, &rq);
+    CHECK(h1_body_feed(&b, ok, strlen(ok)) == (ssize_t)strlen(ok) - 9 && b.state == H1_BODY_DONE);
+}
+
+/* ---- the TLS part ---- */
+
+TEST(a_proxy_makes_a_ca_of_its_own_and_writes_only_its_certificate)
+{
+    char dir[] = "/tmp/test-net-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    char *sub = xasprintf("%s/egress", dir);
+    net_tls_enable();
+    struct net_policy *p = policy("api.test");
+    struct net_secrets *s =
+        secrets("[{\"host\": \"api.test\", \"header\": \"X-Key\", \"value\": \"TOPSECRET-1\"}]",
+                "api.test");
+    struct egress *e1 = NULL, *e2 = NULL;
+    CHECK(egress_new(sub, p, s, NULL, NULL, &e1) == 0);
+    CHECK(egress_has_ca(e1));
+    char *ca_path = xasprintf("%s/%s", sub, NET_CA_NAME);
+    char *bundle_path = xasprintf("%s/%s", sub, NET_BUNDLE_NAME);
+    char *ca = NULL, *bundle = NULL;
+    size_t ca_len, bundle_len;
+    CHECK(read_file(ca_path, 1 << 20, &ca, &ca_len) == 0);
+    CHECK(read_file(bundle_path, 32 << 20, &bundle, &bundle_len) == 0);
+    CHECK(strstr(ca, "-----BEGIN CERTIFICATE-----") == ca);
+    CHECK(strstr(bundle, ca) != NULL);
+    CHECK(!strstr(ca, "PRIVATE KEY") && !strstr(bundle, "PRIVATE KEY"));
+    /* The directory holds the socket and the two certificates, nothing else. */
+    char *cmd = xasprintf("test \"$(ls %s | tr '\\n' ' ')\" = '%s %s %s '", sub, NET_BUNDLE_NAME,
+                          NET_CA_NAME, NET_SOCKET_NAME);
+    CHECK(system(cmd) == 0);
+    /* The rules show no value; a change applies. */
+    json_t *rules = egress_rules_json(e1);
+    char *text = json_dumps(rules, 0);
+    CHECK(strstr(text, "X-Key") && !strstr(text, "TOPSECRET"));
+    free(text);
+    json_decref(rules);
+    json_t *change = json_loads("{\"secrets_remove\": [{\"host\": \"api.test\"}]}", 0, NULL);
+    CHECK(egress_change(e1, change, NULL) == 0);
+    json_decref(change);
+    rules = egress_rules_json(e1);
+    CHECK(json_array_size(json_object_get(rules, "secrets")) == 0);
+    json_decref(rules);
+    /* A second proxy has a CA of its own. */
+    char *sub2 = xasprintf("%s/egress2", dir), *ca2_path = xasprintf("%s/%s", sub2, NET_CA_NAME);
+    char *ca2 = NULL;
+    CHECK(egress_new(sub2, p, NULL, NULL, NULL, &e2) == 0);
+    CHECK(read_file(ca2_path, 1 << 20, &ca2, &ca_len) == 0);
+    CHECK(strcmp(ca, ca2) != 0);
+    egress_free(e1);
+    egress_free(e2);
+    CHECK(access(sub, F_OK) < 0 && access(sub2, F_OK) < 0);
+    rmdir(dir);
+    free(ca);
+    free(ca2);
+    free(bundle);
+    free(cmd);
+    free(ca_path);
+    free(ca2_path);
+    free(bundle_path);
+    free(sub);
+    free(sub2);
+    net_secrets_free(s);
+    net_policy_free(p);
+}
+
 int main(int argc, char **argv)
 {
     return run_tests(argc, argv);

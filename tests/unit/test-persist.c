@@ -156,7 +156,7 @@ TEST(quota_keeps_what_fits_and_names_what_does_not)
     setup(&f, 10);
     put(f.ws, "small", "12345");
     put(f.ws, "large", "0123456789abcdef");
-    CHECK(save(&f, &m, &error) == -EIO);
+    CHECK(save(&f, &m, &error) == -EDQUOT);
     CHECK(error && strstr(error, "large") && strstr(error, "quota"));
     CHECK(!strstr(error, "small:"));
     CHECK(m.n == 1 && !strcmp(m.v[0].path, "small"));
@@ -176,7 +176,7 @@ TEST(quota_counts_kept_files_whatever_their_names)
     put(f.ws, "z", "123456789");
     CHECK(save(&f, &m, &error) == 0 && !error);
     put(f.ws, "a", "abcdefghi");
-    CHECK(save(&f, &m, &error) == -EIO);
+    CHECK(save(&f, &m, &error) == -EDQUOT);
     CHECK(error && strstr(error, "a:") && strstr(error, "quota"));
     CHECK(m.n == 1 && !strcmp(m.v[0].path, "z"));
     CHECK(count_objects(&f, "sessions/abc/blobs/") == 1);

@@ -220,6 +220,44 @@ TEST(put_checks_the_hash_and_leaves_nothing_half_written)
     free(dir);
 }
 
+TEST(blobs_are_stored_under_their_hash_and_checked_when_read)
+{
+    char *dir;
+    struct store *st = local_store(&dir);
+    int in = memfd_create("in", MFD_CLOEXEC);
+    char sha[SHA256_HEX_SIZE], want[SHA256_HEX_SIZE];
+    CHECK(write_all(in, "0123456789", 10) == 0);
+    CHECK(store_put_fd_hashed(st, "b/", in, 10, sha) == 0);
+    sha256_hex("0123456789", 10, want);
+    CHECK_STREQ(sha, want);
+    _cleanup_free_ char *key = xasprintf("b/%s", sha);
+    /* Read back twice: once as written (copied without hashing again), once after the file
+     * changed in place (its times differ: hashed, and refused). */
+    for (int pass = 0; pass < 2; pass++) {
+        int out = memfd_create("out", MFD_CLOEXEC);
+        uint64_t n = 0;
+        char back[16] = {0};
+        CHECK(store_get_verified(st, key, out, 11, sha, &n) == 0);
+        CHECK(n == 10 && pread(out, back, sizeof(back), 0) == 10 &&
+              !memcmp(back, "0123456789", 10));
+        close(out);
+    }
+    _cleanup_free_ char *path = xasprintf("%s/%s", dir, key);
+    usleep(10000); /* a time the file system shows apart */
+    int f = open(path, O_WRONLY);
+    CHECK(f >= 0 && pwrite(f, "X", 1, 0) == 1);
+    close(f);
+    int out = memfd_create("out", MFD_CLOEXEC);
+    uint64_t n = 0;
+    CHECK(store_get_verified(st, key, out, 11, sha, &n) == -EBADMSG);
+    CHECK(strstr(err_msg(), "does not hash"));
+    close(out);
+    close(in);
+    store_free(st);
+    rm_rf(dir);
+    free(dir);
+}
+
 TEST(streams_large_objects)
 {
     char *dir;

@@ -27,6 +27,18 @@ class Serve(RuncellTestCase):
             self.assertIn("42", rec["stdout"] + repr(rec["results"]))
             if is_root():
                 self.assertTrue(cgroups_of(srv.pid), "no cgroup for the session")
+            if is_root():
+                # A pause with keep_memory freezes the session's cgroup (v2's freezer here),
+                # and a resume thaws it with every variable.
+                self.assertEqual(srv.ok("POST", "/v1/sessions/%s/pause" % sid,
+                                        {"keep_memory": True})["state"], "paused")
+                frozen = []
+                for cg in cgroups_of(srv.pid):
+                    with open(os.path.join(cg, "cgroup.events")) as f:
+                        frozen.append("frozen 1" in f.read())
+                self.assertIn(True, frozen)
+                srv.ok("POST", "/v1/sessions/%s/resume" % sid)
+                self.assertIn("42", repr(srv.execute(sid, "x * 2")["results"]))
             rec = srv.ok("POST", "/v1/execute", {"code": "print(sum(range(10)))"})
             self.assertStatus(rec, "ok")
             self.assertEqual(rec["stdout"], "45\n")

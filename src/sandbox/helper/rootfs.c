@@ -78,6 +78,11 @@ static int make_mountpoint(const char *dst, bool dir)
         *slash = '\0';
         mkdir_p(parent, 0755);
     }
+    /* A file that is there already is its own mount point (one of a read-only bind, such as
+     * the trust store a session's CA bundle goes over). */
+    struct stat st;
+    if (stat(dst, &st) == 0 && S_ISREG(st.st_mode))
+        return 0;
     int fd = open(dst, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
     if (fd < 0 && errno != EEXIST)
         return fail_errno("cannot create mount point %s", dst);

@@ -1,12 +1,47 @@
 // api.js - the console's only way to the server: the routes of docs/API.md, with the token
-// from sessionStorage in an Authorization header. The token is never put in a URL, a cookie
-// or the page.
+// in an Authorization header. The token is never put in a URL, a cookie or the page.
+//
+// The token lives in sessionStorage (this tab, gone when the tab closes; never written to
+// localStorage, so it is not kept on disk after the browser ends). A new tab of the console
+// asks the tabs already open for it over a BroadcastChannel (same origin only: no other site
+// and no sandboxed output frame, whose origin is opaque, can listen), so one login serves
+// every tab while one is open; logging out in one tab logs out all (docs/SECURITY.md).
 
 const KEY = 'runcell.token';
+const channel = 'BroadcastChannel' in window ? new BroadcastChannel('runcell.console') : null;
+const listeners = new Set();
 
 export function getToken() { return sessionStorage.getItem(KEY); }
 export function setToken(t) { sessionStorage.setItem(KEY, t); }
 export function dropToken() { sessionStorage.removeItem(KEY); }
+
+// Tells the other tabs; each message is {type, ...}.
+export function broadcast(msg) { if (channel) channel.postMessage(msg); }
+export function onBroadcast(fn) { listeners.add(fn); return () => listeners.delete(fn); }
+
+if (channel) {
+  channel.onmessage = (ev) => {
+    const msg = ev.data || {};
+    if (msg.type === 'token?' && getToken()) channel.postMessage({type: 'token', token: getToken()});
+    for (const fn of listeners) fn(msg);
+  };
+}
+
+// The token from another open tab of the console, or null after waitMs.
+export function askOtherTabs(waitMs = 300) {
+  if (!channel) return Promise.resolve(null);
+  return new Promise((resolve) => {
+    const stop = onBroadcast((msg) => {
+      if (msg.type === 'token' && typeof msg.token === 'string') {
+        clearTimeout(timer);
+        stop();
+        resolve(msg.token);
+      }
+    });
+    const timer = setTimeout(() => { stop(); resolve(null); }, waitMs);
+    channel.postMessage({type: 'token?'});
+  });
+}
 
 export class ApiError extends Error {
   constructor(status, code, message, body) {
@@ -63,28 +98,42 @@ export async function api(method, path, body, signal) {
   return type.startsWith('application/json') ? res.json() : res.text();
 }
 
-// A streamed route (execute, agent runs): calls onEvent with each NDJSON line as it comes.
-// Returns the last event.
-export async function stream(path, body, onEvent, signal) {
-  const res = await send('POST', path, body, {Accept: 'application/x-ndjson'}, signal);
+// A streamed route (execute, agent runs, an execution's events): calls onEvent with each
+// NDJSON line as it comes. Returns the last event. method is POST with a body, GET without.
+export async function stream(path, body, onEvent, signal, method) {
+  const res = await send(method || (body === undefined ? 'GET' : 'POST'), path, body,
+                         {Accept: 'application/x-ndjson'}, signal);
+  const type = res.headers.get('Content-Type') || '';
+  if (!type.startsWith('application/x-ndjson')) {
+    // A server that answered the whole record at once: one event.
+    const last = await res.json();
+    onEvent(last);
+    return last;
+  }
   const reader = res.body.getReader();
   const dec = new TextDecoder();
   let buf = '', last = null;
   for (;;) {
     const {value, done} = await reader.read();
     buf += dec.decode(value || new Uint8Array(), {stream: !done});
-    let nl;
-    while ((nl = buf.indexOf('\n')) >= 0) {
-      const line = buf.slice(0, nl).trim();
-      buf = buf.slice(nl + 1);
+    // Each line of the chunk in turn, the rest kept once (not copied once per line).
+    let start = 0, nl;
+    while ((nl = buf.indexOf('\n', start)) >= 0) {
+      const line = buf.slice(start, nl).trim();
+      start = nl + 1;
       if (!line) continue;
       last = JSON.parse(line);
       onEvent(last);
     }
+    buf = buf.slice(start);
     if (done) break;
   }
   if (buf.trim()) { last = JSON.parse(buf); onEvent(last); }
   return last;
+}
+
+export function sessionPath(sid, rest) {
+  return '/v1/sessions/' + encodeURIComponent(sid) + (rest || '');
 }
 
 export function filePath(sid, path) {

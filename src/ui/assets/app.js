@@ -1,7 +1,9 @@
 // app.js - the console's entry: login (the token moves from the URL's fragment to
-// sessionStorage and out of the address bar), then one view at a time by the fragment's
-// route: #/sessions, #/s/ID (a notebook), #/agent, #/reviews, #/health.
-import {api, ApiError, dropToken, getToken, setToken} from './api.js';
+// sessionStorage and out of the address bar; a new tab takes it from a tab already logged
+// in, api.js), then one view at a time by the fragment's route: #/sessions, #/s/ID (a
+// notebook), #/agent, #/reviews, #/health.
+import {api, ApiError, askOtherTabs, broadcast, dropToken, getToken, onBroadcast,
+        setToken} from './api.js';
 import {clear, h} from './dom.js';
 import {sessionsView} from './sessions.js';
 import {notebookView} from './notebook.js';
@@ -46,6 +48,10 @@ function showLogin(message) {
 
 // Checks the token with a request that needs it.
 async function start() {
+  if (!getToken()) {
+    const t = await askOtherTabs();
+    if (t) setToken(t);
+  }
   if (!getToken()) return showLogin(null);
   try {
     await api('GET', '/v1/sessions');
@@ -92,7 +98,15 @@ window.addEventListener('runcell:unauthorized', () => {
 });
 document.getElementById('logout').addEventListener('click', () => {
   dropToken();
+  broadcast({type: 'logout'});
   showLogin(null);
+});
+// Logged out in another tab: here too.
+onBroadcast((msg) => {
+  if (msg.type === 'logout' && getToken()) {
+    dropToken();
+    showLogin('Logged out (in another tab).');
+  }
 });
 
 takeTokenFromUrl();

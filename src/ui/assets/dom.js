@@ -19,7 +19,7 @@ export function h(tag, attrs, ...children) {
 }
 
 export function append(el, children) {
-  for (const c of children.flat()) {
+  for (const c of children.flat(Infinity)) {
     if (c === null || c === undefined || c === false) continue;
     el.append(c instanceof Node ? c : document.createTextNode(String(c)));
   }
@@ -38,6 +38,34 @@ export function toast(msg, kind) {
   t.hidden = false;
   clearTimeout(toast.timer);
   toast.timer = setTimeout(() => { t.hidden = true; }, 6000);
+}
+
+// Says msg to a screen reader (the page's polite live region, index.html), without showing
+// it: a cell that finished, a queued run, a mode change.
+export function announce(msg) {
+  const r = document.getElementById('announcer');
+  if (!r) return;
+  // The same words twice in a row are still read: the region is emptied first.
+  r.textContent = '';
+  setTimeout(() => { r.textContent = msg; }, 30);
+}
+
+// Saves blob under name: an anchor with `download`, the blob re-typed as
+// application/octet-stream so that no browser renders it in the console's origin.
+export function saveBlob(name, blob) {
+  const url = URL.createObjectURL(new Blob([blob], {type: 'application/octet-stream'}));
+  const a = h('a', {href: url, download: name, hidden: true});
+  document.body.append(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 10000);
+}
+
+export function b64ToBlob(b64) {
+  const bin = atob(String(b64).replace(/\s/g, ''));
+  const bytes = new Uint8Array(bin.length);
+  for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
+  return new Blob([bytes]);
 }
 
 // "3 min", "2 h 5 min" ...
@@ -60,7 +88,8 @@ export function bytes(n) {
   return (n / (1 << 30)).toFixed(2) + ' GiB';
 }
 
-// Terminal colour codes in tracebacks and output, which are not for a web page.
-export function stripAnsi(s) {
-  return String(s).replace(/\x1b\[[0-9;?]*[ -\/]*[@-~]/g, '');
+// A random id of the letters nbformat 4.5 allows in a cell id.
+export function randomId() {
+  const b = crypto.getRandomValues(new Uint8Array(6));
+  return [...b].map((x) => x.toString(16).padStart(2, '0')).join('');
 }

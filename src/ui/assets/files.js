@@ -3,7 +3,7 @@
 // sandbox and are shown as text only; downloads are blobs of a type no browser renders
 // (application/octet-stream), so that a file named like a page is saved, never opened here.
 import {api, download, filePath, upload} from './api.js';
-import {append, bytes, clear, h, toast} from './dom.js';
+import {append, bytes, clear, h, saveBlob, toast} from './dom.js';
 
 const IMAGE = {png: 'image/png', jpg: 'image/jpeg', jpeg: 'image/jpeg', gif: 'image/gif',
                webp: 'image/webp'};
@@ -15,7 +15,8 @@ function ext(path) { const m = /\.([^./]+)$/.exec(path); return m ? m[1].toLower
 export function filePanel(sid) {
   const list = h('div', {class: 'file-list', id: 'file-list'});
   const preview = h('div', {class: 'preview', id: 'file-preview'});
-  const picker = h('input', {type: 'file', multiple: true, id: 'file-input', hidden: true});
+  const picker = h('input', {type: 'file', multiple: true, id: 'file-input', hidden: true,
+                             'aria-label': 'Files to upload'});
   let previewUrl = null;
 
   async function refresh() {
@@ -36,10 +37,13 @@ export function filePanel(sid) {
       h('span', {class: 'muted'}, f.type === 'symlink' ? 'link' : bytes(f.size)),
       h('span', {class: 'file-actions'},
         f.type === 'file' ? h('button', {type: 'button', class: 'preview-file',
+                                         'aria-label': 'View ' + f.path,
                                          onclick: () => show(f)}, 'View') : null,
         f.type === 'file' ? h('button', {type: 'button', class: 'download-file',
+                                         'aria-label': 'Download ' + f.path,
                                          onclick: () => save(f)}, 'Download') : null,
-        h('button', {type: 'button', class: 'delete-file', onclick: () => remove(f)}, 'Delete')));
+        h('button', {type: 'button', class: 'delete-file', 'aria-label': 'Delete ' + f.path,
+                     onclick: () => remove(f)}, 'Delete')));
   }
 
   async function show(f) {
@@ -55,7 +59,7 @@ export function filePanel(sid) {
         preview.append(h('img', {src: previewUrl, alt: f.path, class: 'preview-image'}));
       } else if (TEXT.test(f.path) || blob.size < 4096) {
         const text = await blob.slice(0, PREVIEW_CAP).text();
-        append(preview, [h('pre', {class: 'preview-text'}, text),
+        append(preview, [h('pre', {class: 'preview-text', tabindex: '0'}, text),
           blob.size > PREVIEW_CAP ? h('p', {class: 'muted'}, 'the first ' + bytes(PREVIEW_CAP) +
                                                              ' of ' + bytes(blob.size)) : null]);
       } else {
@@ -68,13 +72,7 @@ export function filePanel(sid) {
 
   async function save(f) {
     try {
-      const blob = await download(sid, f.path);
-      const url = URL.createObjectURL(new Blob([blob], {type: 'application/octet-stream'}));
-      const a = h('a', {href: url, download: f.path.split('/').pop()});
-      document.body.append(a);
-      a.click();
-      a.remove();
-      setTimeout(() => URL.revokeObjectURL(url), 10000);
+      saveBlob(f.path.split('/').pop(), await download(sid, f.path));
     } catch (e) {
       toast('Cannot download ' + f.path + ': ' + e.message, 'error');
     }
@@ -104,7 +102,7 @@ export function filePanel(sid) {
 
   picker.addEventListener('change', () => { uploadAll([...picker.files]); picker.value = ''; });
   const el = h('div', {class: 'card files', id: 'files-panel'},
-    h('h3', {}, 'Files ', h('button', {type: 'button', id: 'upload-button',
+    h('h2', {}, 'Files ', h('button', {type: 'button', id: 'upload-button',
                                       onclick: () => picker.click()}, 'Upload'),
       h('button', {type: 'button', id: 'refresh-files', onclick: () => refresh()}, 'Refresh')),
     picker,

@@ -44,7 +44,7 @@ export function healthView() {
     if (!stopped) timer = setTimeout(refresh, 5000);
   }
   refresh();
-  const el = h('section', {id: 'health-view', class: 'card'}, h('h2', {}, 'Health'), grid,
+  const el = h('section', {id: 'health-view', class: 'card'}, h('h1', {}, 'Health'), grid,
                statuses, note);
   return {el, stop() { stopped = true; clearTimeout(timer); }};
 }

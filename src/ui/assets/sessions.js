@@ -1,10 +1,15 @@
-// sessions.js - the sessions view: live sessions (refreshed every few seconds, so another
-// tab's sessions show up too), the create form, and the stored sessions one can resume.
-import {api} from './api.js';
-import {bytes, clear, duration, h, toast} from './dom.js';
-import {lastPeakKb} from './notebook.js';
+// sessions.js - the sessions view: live sessions, the create form, and the stored sessions
+// one can resume (only those: a session closed without a checkpoint kept nothing), a page at
+// a time. The list is read again when this or another tab of the console changes it (a
+// BroadcastChannel message), when the page comes back into view, and else by a poll that
+// slows down while nothing changes (3 s doubling to 60 s) and stops while the page is hidden.
+import {api, broadcast, onBroadcast} from './api.js';
+import {append, bytes, clear, duration, h, toast} from './dom.js';
+import {lastPeakKb, resume} from './notebook.js';
 
-const REFRESH_MS = 3000;
+const POLL_MIN_MS = 3000;
+const POLL_MAX_MS = 60000;
+const PAGE = 20;
 
 function numberField(label, name, attrs) {
   return h('label', {}, label, ' ',
@@ -80,6 +85,7 @@ function liveRow(s, refresh) {
     } catch (e) {
       toast('Cannot close ' + s.id + ': ' + e.message, 'error');
     }
+    broadcast({type: 'sessions'});
     refresh();
   };
   return h('tr', {'data-id': s.id, class: 'session-row'},
@@ -97,40 +103,48 @@ function liveRow(s, refresh) {
         'Close with checkpoint')));
 }
 
+// What a stored record kept, in words (docs/PERSISTENCE.md's table).
+function keptOf(s) {
+  const files = s.checkpoint && typeof s.checkpoint.files === 'number'
+    ? s.checkpoint.files + ' file' + (s.checkpoint.files === 1 ? '' : 's') : 'files';
+  if (s.variables_stored) return files + ' and variables';
+  if (s.state === 'stopped') return files + ' (as of the last cell; no variables)';
+  return files;
+}
+
 function storedRow(s, refresh) {
-  const resume = async () => {
-    try {
-      const n = await api('POST', '/v1/sessions', {resume_from: s.id});
-      toast('Resumed ' + s.id + ' as ' + n.id);
-      location.hash = '#/s/' + encodeURIComponent(n.id);
-    } catch (e) {
-      toast('Cannot resume ' + s.id + ': ' + e.message, 'error');
-    }
-  };
   const forget = async () => {
     try {
       await api('DELETE', '/v1/sessions/' + encodeURIComponent(s.id));
     } catch (e) {
       toast('Cannot delete ' + s.id + ': ' + e.message, 'error');
     }
+    broadcast({type: 'sessions'});
     refresh();
   };
   return h('tr', {'data-id': s.id, class: 'stored-row'},
-    h('td', {}, h('code', {}, s.id)),
-    h('td', {}, (s.options && s.options.language) || 'python'),
-    h('td', {}, s.state),
-    h('td', {}, s.last_used_at ? duration(Date.now() - Date.parse(s.last_used_at)) + ' ago' : '-'),
-    h('td', {class: 'num'}, String(s.execution_count ?? '-')),
-    h('td', {}, s.variables_stored ? 'files and variables' : 'files'),
+    h('td', {'data-label': 'id'}, h('code', {}, s.id)),
+    h('td', {'data-label': 'language'}, (s.options && s.options.language) || 'python'),
+    h('td', {'data-label': 'ended'}, s.state),
+    h('td', {'data-label': 'last used'},
+      s.last_used_at ? duration(Date.now() - Date.parse(s.last_used_at)) + ' ago' : '-'),
+    h('td', {class: 'num', 'data-label': 'executions'}, String(s.execution_count ?? '-')),
+    h('td', {'data-label': 'kept'}, keptOf(s)),
     h('td', {class: 'actions'},
-      s.resumable ? h('button', {type: 'button', class: 'resume', onclick: resume}, 'Resume') : null,
-      h('button', {type: 'button', class: 'forget', onclick: forget}, 'Delete')));
+      h('button', {type: 'button', class: 'resume', onclick: () => resume(s.id),
+                   'aria-label': 'Resume ' + s.id}, 'Resume'),
+      h('button', {type: 'button', class: 'forget', onclick: forget,
+                   'aria-label': 'Delete what is kept of ' + s.id}, 'Delete')));
 }
 
 function table(cls, head, rows, empty) {
   if (!rows.length) return h('p', {class: 'muted ' + cls + '-empty'}, empty);
+  // Each cell carries its column's name, shown beside it where the table is laid out as
+  // cards (a narrow screen, console.css).
+  for (const tr of rows)
+    [...tr.children].forEach((td, i) => { if (head[i] && !td.dataset.label) td.dataset.label = head[i]; });
   return h('table', {class: 'list ' + cls},
-    h('thead', {}, h('tr', {}, head.map((t) => h('th', {}, t)))),
+    h('thead', {}, h('tr', {}, head.map((t) => h('th', {scope: 'col'}, t || h('span', {class: 'sr-only'}, 'actions'))))),
     h('tbody', {}, rows));
 }
 
@@ -138,36 +152,87 @@ export function sessionsView() {
   const live = h('div', {id: 'live-sessions'});
   const stored = h('div', {id: 'stored-sessions'});
   const status = h('span', {class: 'muted', id: 'sessions-status'});
-  let timer = null, stopped = false;
+  let timer = null, stopped = false, delay = POLL_MIN_MS, seen = null, page = 0, records = [];
 
-  async function refresh() {
+  function showStored() {
+    const resumable = records.filter((s) => s.state !== 'live' && s.resumable);
+    const hidden = records.filter((s) => s.state !== 'live' && !s.resumable).length;
+    const pages = Math.max(1, Math.ceil(resumable.length / PAGE));
+    page = Math.min(page, pages - 1);
+    const shown = resumable.slice(page * PAGE, (page + 1) * PAGE);
+    const pager = resumable.length > PAGE ? h('div', {class: 'pager', role: 'navigation',
+                                                      'aria-label': 'Stored sessions pages'},
+      h('button', {type: 'button', id: 'stored-prev', disabled: page === 0,
+                   onclick: () => { page--; showStored(); }}, 'Newer'),
+      h('span', {id: 'stored-page'}, 'page ' + (page + 1) + ' of ' + pages + ' (' +
+                                     resumable.length + ' sessions)'),
+      h('button', {type: 'button', id: 'stored-next', disabled: page >= pages - 1,
+                   onclick: () => { page++; showStored(); }}, 'Older')) : null;
+    append(clear(stored), [
+      table('stored', ['id', 'language', 'ended', 'last used', 'executions', 'kept', ''],
+            shown.map((s) => storedRow(s, () => refresh(true))), 'No stored sessions.'),
+      pager,
+      hidden ? h('p', {class: 'muted', id: 'stored-hidden'}, hidden + ' more ended without ' +
+               'keeping anything (closed without a checkpoint, or created with persist off): ' +
+               'nothing to resume.') : null]);
+  }
+
+  // fresh: asked for (back into view, told by a tab): the poll starts again from 3 s.
+  async function refresh(fresh) {
     clearTimeout(timer);
+    timer = null;
+    if (stopped) return;
+    el.dataset.polls = String(Number(el.dataset.polls || 0) + 1);
     try {
       const r = await api('GET', '/v1/sessions?all=true');
       if (stopped) return;
-      clear(live).append(table('live', ['id', 'language', 'state', 'age', 'idle left', 'memory',
-                                        'executions', ''],
-                               r.sessions.map((s) => liveRow(s, refresh)),
-                               'No live sessions. Create one below.'));
-      const resumable = (r.stored || []).filter((s) => s.state !== 'live');
-      clear(stored).append(table('stored', ['id', 'language', 'state', 'last used',
-                                            'executions', 'kept', ''],
-                                 resumable.map((s) => storedRow(s, refresh)),
-                                 'No stored sessions.'));
+      // The same answer as last time: nothing to redraw, and the next look comes later.
+      const key = JSON.stringify([r.sessions.map((s) => [s.id, s.status, s.execution_count]),
+                                  (r.stored || []).map((s) => [s.id, s.state, s.resumable])]);
+      if (key === seen && fresh !== true) {
+        delay = Math.min(delay * 2, POLL_MAX_MS);
+      } else {
+        seen = key;
+        delay = POLL_MIN_MS;
+        clear(live).append(table('live', ['id', 'language', 'state', 'age', 'idle left', 'memory',
+                                          'executions', ''],
+                                 r.sessions.map((s) => liveRow(s, () => refresh(true))),
+                                 'No live sessions. Create one below.'));
+        records = r.stored || [];
+        showStored();
+      }
       status.textContent = 'updated ' + new Date().toLocaleTimeString();
     } catch (e) {
       status.textContent = 'cannot list the sessions: ' + e.message;
     }
-    if (!stopped) timer = setTimeout(refresh, REFRESH_MS);
+    schedule();
   }
 
+  function schedule() {
+    clearTimeout(timer);
+    timer = stopped || document.hidden ? null : setTimeout(refresh, delay);
+    el.dataset.pollMs = timer ? String(delay) : '';
+  }
+  // Back into view, or told by another tab: at once.
+  const onVisible = () => { if (!document.hidden) refresh(true); else schedule(); };
+  const onFocus = () => refresh(true);
+  document.addEventListener('visibilitychange', onVisible);
+  window.addEventListener('focus', onFocus);
+  const unlisten = onBroadcast((msg) => { if (msg.type === 'sessions') onFocus(); });
+
   const el = h('section', {id: 'sessions-view'},
-    h('div', {class: 'card'}, h('h2', {}, 'Sessions ', status), live),
-    createForm((s) => { location.hash = '#/s/' + encodeURIComponent(s.id); }),
+    h('div', {class: 'card'}, h('h1', {}, 'Sessions ', status), live),
+    createForm((s) => { broadcast({type: 'sessions'}); location.hash = '#/s/' + encodeURIComponent(s.id); }),
     h('div', {class: 'card'}, h('h2', {}, 'Stored sessions'),
-      h('p', {class: 'muted'}, 'Closed with a checkpoint, expired or left by a restart: ' +
-        'resume one to get a new session with its files (and variables when stored).'),
+      h('p', {class: 'muted'}, 'Closed with a checkpoint, ended for idleness, or left by a ' +
+        'restart: resume one to get a new session with its files (and variables when kept).'),
       stored));
   refresh();
-  return {el, stop() { stopped = true; clearTimeout(timer); }};
+  return {el, stop() {
+    stopped = true;
+    clearTimeout(timer);
+    document.removeEventListener('visibilitychange', onVisible);
+    window.removeEventListener('focus', onFocus);
+    unlisten();
+  }};
 }

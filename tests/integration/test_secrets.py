@@ -1,0 +1,286 @@
+"""Secrets the egress proxy adds for a session (docs/NETWORK.md, "Secrets"): given on the
+native API and to `runcell run --secret`, used by real clients in the sandbox (Python's
+urllib and requests, curl, git, pip, Node), and changed while the session runs.
+
+The module runs in a network namespace of its own: api.test is 127.0.0.2 (TLS on 443, plain
+HTTP on 80), other.test 127.0.0.3, both with certificates of a CA the test makes, which
+runcell's proxy trusts (SSL_CERT_FILE in its environment) and the sandbox does not."""
+import base64
+import json
+import os
+import subprocess
+import sys
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "lib"))
+from rctest import RUNCELL, RuncellTestCase, Server  # noqa: E402
+from tlslab import RecordingServer, TestCA, enter_own_netns, netns_missing  # noqa: E402
+
+VALUE = "sk-test-0f1e2d3c4b5a69788796a5b4c3d2e1f0"
+ALLOW = ["api.test", "127.0.0.2", "other.test", "127.0.0.3"]
+
+
+def setUpModule():
+    why = netns_missing()
+    if why:
+        raise unittest.SkipTest(why)
+    enter_own_netns()
+
+
+class Lab:
+    """The CA, the servers and the hosts file a class shares."""
+
+    def __init__(self):
+        self.ca = TestCA()
+        self.api = RecordingServer("127.0.0.2", 443, self.ca.issue("api.test"), "api")
+        self.api_http = RecordingServer("127.0.0.2", 80, None, "api-http")
+        self.other = RecordingServer("127.0.0.3", 443, self.ca.issue("other.test"), "other")
+        self.hosts = os.path.join(self.ca.dir, "hosts")
+        with open(self.hosts, "w") as f:
+            f.write("127.0.0.2 api.test\n127.0.0.3 other.test\n")
+        self.env = {"RUNCELL_NET_HOSTS": self.hosts, "SSL_CERT_FILE": self.ca.cert}
+
+    def close(self):
+        for s in (self.api, self.api_http, self.other):
+            s.close()
+        self.ca.close()
+
+
+def py(code):
+    """A cell that prints, as its last line, the JSON of what code leaves in `out`."""
+    return "import json\nout = {}\n" + code + "\nprint(json.dumps(out))"
+
+
+def last_json(rec):
+    return json.loads(rec["stdout"].strip().splitlines()[-1])
+
+
+class Api(RuncellTestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.lab = Lab()
+        cls.srv = Server("--pool", "0", env=cls.lab.env).start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.srv.close()
+        cls.lab.close()
+
+    def create(self, secrets, allow=ALLOW, status=201):
+        body = {"network": {"mode": "allowlist", "allow": allow}, "secrets": secrets}
+        r = self.srv.request("POST", "/v1/sessions", body)
+        self.assertEqual(r.status, status, r)
+        self.assertNotIn(VALUE.encode(), r.body)
+        if status == 201:
+            self.addCleanup(self.srv.request, "DELETE", "/v1/sessions/" + r.json()["id"])
+        return r.json()
+
+    def test_a_session_sends_its_secret_to_its_host_and_shows_no_value(self):
+        info = self.create([{"host": "api.test", "header": "Authorization",
+                             "value": "Bearer " + VALUE, "path_prefix": "/v1/"}])
+        self.assertEqual(info["network"]["secrets"],
+                         [{"host": "api.test", "header": "Authorization", "kind": "header",
+                           "path_prefix": "/v1/", "allow_http": False}])
+        rec = self.srv.execute(info["id"], py("""
+import os, urllib.request, requests
+out["urllib"] = urllib.request.urlopen("https://api.test/v1/a", timeout=30).status
+out["requests"] = requests.get("https://api.test/v1/b", headers={"Authorization": "x"},
+                               timeout=30).status_code
+out["outside_prefix"] = requests.get("https://api.test/v2/c", timeout=30).status_code
+out["env"] = {k: os.environ.get(k) for k in ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE",
+              "CURL_CA_BUNDLE", "GIT_SSL_CAINFO", "PIP_CERT", "NODE_EXTRA_CA_CERTS")}
+"""))
+        self.assertStatus(rec, "ok")
+        out = last_json(rec)
+        self.assertEqual((out["urllib"], out["requests"], out["outside_prefix"]), (200, 200, 200))
+        bundle = "/.runcell-net/ca-certificates.crt"
+        self.assertEqual(out["env"], {
+            "SSL_CERT_FILE": bundle, "REQUESTS_CA_BUNDLE": bundle, "CURL_CA_BUNDLE": bundle,
+            "GIT_SSL_CAINFO": bundle, "PIP_CERT": bundle,
+            "NODE_EXTRA_CA_CERTS": "/.runcell-net/ca.pem"})
+        seen = dict(self.lab.api.seen("authorization"))
+        self.assertEqual(seen["/v1/a"], "Bearer " + VALUE)
+        self.assertEqual(seen["/v1/b"], "Bearer " + VALUE)  # the client's own was replaced
+        self.assertIsNone(seen["/v2/c"])
+        events = self.srv.ok("GET", "/v1/sessions/%s/events" % info["id"])["events"]
+        got = [(e["method"], e.get("path"), e.get("secret")) for e in events
+               if e.get("path")]
+        self.assertEqual(got, [("GET", "/v1/a", "Authorization"),
+                               ("GET", "/v1/b", "Authorization"), ("GET", "/v2/c", None)])
+        self.assertTrue(any(e.get("intercepted") for e in events))
+        self.assertNotIn(VALUE, json.dumps(events))
+
+    def test_bad_secrets_are_refused_naming_the_field(self):
+        cases = [
+            ({"host": "api.test", "header": "Host", "value": VALUE},
+             "secrets[0].header: a secret cannot set 'Host'"),
+            ({"host": "api.test", "header": "X-Key", "value": VALUE + "\r\nX-Evil: 1"},
+             "secrets[0].value holds a control character"),
+            ({"host": "nowhere.test", "header": "X-Key", "value": VALUE},
+             "nowhere.test port 443 is not on the network allowlist; add 'nowhere.test'"),
+            ({"host": "api.test", "basic": {"user": "a:b", "password": VALUE}},
+             "secrets[0].basic.user cannot hold ':'"),
+            ({"host": "api.test", "header": "X-Key", "value": VALUE, "extra": 1},
+             "secrets[0]: unknown field 'extra'"),
+        ]
+        for secret, message in cases:
+            err = self.create([secret], status=400)["error"]
+            self.assertEqual(err["code"], "bad_request")
+            self.assertIn(message, err["message"])
+        r = self.srv.request("POST", "/v1/sessions", {"secrets": [
+            {"host": "api.test", "header": "X-Key", "value": VALUE}]})
+        self.assertEqual(r.status, 400)
+        self.assertIn("the session has no network", r.json()["error"]["message"])
+        self.assertNotIn(VALUE, self.srv.log())
+
+    def test_the_network_changes_while_the_session_runs(self):
+        info = self.create(None, allow=["api.test", "127.0.0.2"])
+        sid = info["id"]
+        path = "/v1/sessions/%s/network" % sid
+        # Requests on one kept-alive connection: each follows the rules as they are then.
+        self.srv.execute(sid, py("""
+import requests
+s = requests.Session()
+def get(p):
+    try:
+        return s.get("https://api.test" + p, timeout=30).status_code
+    except Exception as e:
+        return type(e).__name__
+"""))
+        changed = self.srv.ok("PATCH", path, {"secrets_add": [
+            {"host": "api.test", "header": "X-Key", "value": VALUE}]})
+        self.assertEqual([x["header"] for x in changed["secrets"]], ["X-Key"])
+        connections = self.lab.api.connections
+        rec = self.srv.execute(sid, py('out["a"] = get("/keep/1"); out["b"] = get("/keep/2")'))
+        self.assertEqual(last_json(rec), {"a": 200, "b": 200}, rec)
+        self.srv.ok("PATCH", path, {"secrets_remove": [{"host": "api.test"}]})
+        rec = self.srv.execute(sid, py('out["c"] = get("/keep/3")'))
+        seen = dict(self.lab.api.seen("x-key"))
+        self.assertEqual((seen["/keep/1"], seen["/keep/2"]), (VALUE, VALUE))
+        # Removed: the next request, on the same connection, goes without it.
+        self.assertEqual(last_json(rec), {"c": 200}, rec)
+        self.assertIsNone(dict(self.lab.api.seen("x-key"))["/keep/3"])
+        self.assertEqual(self.lab.api.connections - connections, 1)  # one connection for all
+        self.srv.ok("PATCH", path, {"allow_add": ["other.test", "127.0.0.3"],
+                                    "allow_remove": ["api.test"]})
+        rec = self.srv.execute(sid, py("""
+import urllib.request, urllib.error
+try:
+    urllib.request.urlopen("https://api.test/gone", timeout=30)
+except urllib.error.URLError as e:
+    out["gone"] = str(e.reason)
+"""))
+        self.assertIn("403", last_json(rec)["gone"])
+        self.assertEqual(self.srv.ok("GET", "/v1/sessions/" + sid)["network"]["allow"],
+                         ["127.0.0.2", "other.test", "127.0.0.3"])
+        # Bad changes say what is wrong and change nothing.
+        for change, message in [
+                ({"allow_remove": ["nope.test"]}, "'nope.test' is not on the allowlist"),
+                ({"secrets_add": [{"host": "api.test", "header": "X", "value": VALUE}]},
+                 "api.test port 443 is not on the network allowlist"),
+                ({"allow": [], "allow_add": ["a.test"]}, "give either \"allow\""),
+                ({"colour": "blue"}, "unknown field 'colour'")]:
+            r = self.srv.request("PATCH", path, change)
+            self.assertEqual(r.status, 400, r)
+            self.assertIn(message, r.json()["error"]["message"])
+        none = self.srv.create_session()
+        r = self.srv.request("PATCH", "/v1/sessions/%s/network" % none, {"allow_add": ["a.test"]})
+        self.assertEqual(r.status, 400)
+        self.assertIn("this session has no network (mode none)", r.json()["error"]["message"])
+        r = self.srv.request("PATCH", "/v1/sessions/nosuch/network", {"allow_add": ["a.test"]})
+        self.assertEqual(r.status, 404)
+
+    def test_curl_git_pip_and_node_use_the_session_ca(self):
+        info = self.create([{"host": "api.test", "basic": {"user": "u", "password": VALUE}}])
+        node = r"""
+const http = require('http'), tls = require('tls');
+const req = http.request({host: '127.0.0.1', port: 3128, method: 'CONNECT', path: 'api.test:443'});
+req.on('connect', (res, socket) => {
+  const t = tls.connect({socket, servername: 'api.test'}, () => {
+    t.write('GET /node HTTP/1.1\r\nHost: api.test\r\nConnection: close\r\n\r\n');
+  });
+  let data = '';
+  t.on('data', d => data += d);
+  t.on('end', () => console.log('node ' + data.split('\r\n')[0]));
+  t.on('error', e => console.log('node error ' + e.message));
+});
+req.end();
+"""
+        rec = self.srv.execute(info["id"], """
+curl -sS -o /dev/null -w 'curl %{http_code}\\n' https://api.test/curl
+git ls-remote https://api.test/repo.git >/dev/null 2>&1; echo "git done"
+pip download --no-deps --index-url https://api.test/simple/ nosuchpkg -d /tmp/p >/dev/null 2>&1
+echo "pip done"
+cat > /tmp/n.js <<'EOF'
+""" + node + """
+EOF
+node /tmp/n.js
+""", language="bash")
+        self.assertStatus(rec, "ok")
+        self.assertIn("curl 200", rec["stdout"])
+        self.assertIn("node HTTP/1.1 200 OK", rec["stdout"])
+        basic = "Basic " + base64.b64encode(("u:" + VALUE).encode()).decode()
+        seen = self.lab.api.seen("authorization")
+        paths = {p.split("?")[0]: v for p, v in seen}
+        for p in ("/curl", "/repo.git/info/refs", "/simple/nosuchpkg/", "/node"):
+            self.assertEqual(paths.get(p), basic, (p, seen))
+
+
+class Cli(RuncellTestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.lab = Lab()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.lab.close()
+
+    def run_cli(self, *args, env=None):
+        e = dict(os.environ, **self.lab.env, TEST_TOKEN=VALUE, **(env or {}))
+        return subprocess.run([RUNCELL, "run", *args], capture_output=True, text=True,
+                              env=e, timeout=180)
+
+    def test_run_reads_the_value_from_the_environment(self):
+        code = py("""
+import os, urllib.request
+out["status"] = urllib.request.urlopen("https://api.test/cli", timeout=30).status
+out["env"] = sorted(os.environ)
+""")
+        p = self.run_cli("--json", "--net", "allow:api.test,127.0.0.2", "--secret",
+                         "api.test=TEST_TOKEN:X-Api-Key", "-c", code)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        rec = json.loads(p.stdout.splitlines()[-1])
+        out = last_json(rec)
+        self.assertEqual(out["status"], 200)
+        self.assertNotIn("TEST_TOKEN", out["env"])
+        self.assertEqual(dict(self.lab.api.seen("x-api-key"))["/cli"], VALUE)
+        self.assertNotIn(VALUE, p.stdout + p.stderr)
+        # Without --net, the secrets' hosts are the allowlist (the address is named too:
+        # api.test is a loopback address here, which must be named exactly).
+        p = self.run_cli("--net", "allow:api.test,127.0.0.2", "--secret", "api.test=TEST_TOKEN",
+                         "-c", "import urllib.request as u; print(u.urlopen("
+                         "'https://api.test/bearer', timeout=30).status)")
+        self.assertEqual((p.returncode, p.stdout), (0, "200\n"), p.stderr)
+        self.assertEqual(dict(self.lab.api.seen("authorization"))["/bearer"], "Bearer " + VALUE)
+        p = self.run_cli("--secret", "api.test=TEST_TOKEN", "-c", "print('alone')")
+        self.assertEqual((p.returncode, p.stdout), (0, "alone\n"), p.stderr)
+
+    def test_bad_secret_options_never_echo_a_value(self):
+        for args, message in [
+                (["--secret", "api.test=" + VALUE], "after '=' comes the name of an environment"),
+                (["--secret", "api.test=NOT_SET_ANYWHERE"],
+                 "the environment variable NOT_SET_ANYWHERE is not set"),
+                (["--net", "allow:other.test", "--secret", "api.test=TEST_TOKEN"],
+                 "api.test port 443 is not on the network allowlist"),
+                (["--secret", "api.test=TEST_TOKEN:Content-Length"],
+                 "a secret cannot set 'Content-Length'"),
+                (["--secret", "noequals"], "give HOST=ENVNAME[:HEADER]")]:
+            p = self.run_cli(*args, "-c", "print(1)")
+            self.assertEqual(p.returncode, 2, (args, p.stderr))
+            self.assertIn(message, p.stderr)
+            self.assertNotIn(VALUE, p.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
