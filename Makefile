@@ -13,7 +13,7 @@ EXT_SUFFIX := $(shell $(PY) -c 'import sysconfig; print(sysconfig.get_config_var
 PROGRAMS   := src/runcell src/runcell-full src/runcell-sandbox src/kernel/_runcell_template$(EXT_SUFFIX)
 
 .PHONY: all deps deps-demo test-deps check-format build programs asan fuzz test test-unit test-asan \
-        test-integration test-vm test-loaded demo bench format clean
+        test-integration test-vm test-loaded demo bench format clean image test-image
 
 all: build
 
@@ -71,6 +71,15 @@ test-integration: build
 test-vm: build
 	$(PY) tests/vm/run --build $(BUILD)
 
+# The container image (deploy/image): Debian packages only (mmdebstrap, podman, buildah), no
+# base image from a registry; the root file system is cached under ~/.cache/runcell-image.
+image: deps programs
+	deploy/image/build
+
+# The demo and a `serve` smoke test inside the image, under podman, privileged as the pod is.
+test-image: image
+	deploy/image/test
+
 # The whole suite: the stages listed in tests/stages (unit, integration and security, the
 # sanitizer build), each run whatever the others did; a summary of all of them at the end,
 # and a failure if any failed.
@@ -87,8 +96,10 @@ demo: programs
 bench: build
 	bench/run $(BUILD)/src/runcell
 	bench/mcp $(BUILD)/src/runcell
+	bench/state.py $(BUILD)/src/runcell
 	bench/fleet.py $(BUILD)/src/runcell
 	bench/leaderboard.py $(BUILD)/src/runcell
+	bench/fleet_scale.py $(BUILD)/src/runcell
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')

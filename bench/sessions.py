@@ -267,8 +267,21 @@ def python_pss():
 HOLD_RESERVE_MB = 1536
 
 
-def hold_sessions(runcell, n, creators=4):
-    srv = Server(runcell, "--pool", "4")
+# With --hibernate: the sessions not yet hibernated are at most this many; a creator waits for
+# the server to hibernate the idle ones before it makes more.
+AWAKE_MAX = 400
+
+
+def awake_sessions(srv):
+    h = json.loads(srv.get("/healthz"))
+    return h["sessions"] - h.get("hibernated", 0)
+
+
+def hold_sessions(runcell, n, creators=4, hibernate=False):
+    """n idle sessions at once; with hibernate, the server hibernates each one second after
+    its cell (--hibernate-after 1)."""
+    extra = ("--hibernate-after", "1", "--max-sessions", str(n + 100)) if hibernate else ()
+    srv = Server(runcell, "--pool", "4", *extra)
     errors = []
     made = []
     lock = threading.Lock()
@@ -278,6 +291,10 @@ def hold_sessions(runcell, n, creators=4):
         local = Server.__new__(Server)
         local.__dict__.update(port=srv.port, token=srv.token, conn=None)
         for _ in range(count):
+            waited = 0
+            while hibernate and awake_sessions(local) > AWAKE_MAX and waited < 600:
+                time.sleep(0.2)
+                waited += 0.2
             avail = meminfo_mb("MemAvailable")
             if avail < HOLD_RESERVE_MB:
                 with lock:
@@ -301,6 +318,10 @@ def hold_sessions(runcell, n, creators=4):
         for t in threads:
             t.join()
         created_s = time.time() - t0
+        deadline = time.time() + 600
+        while hibernate and awake_sessions(srv) > 0 and time.time() < deadline:
+            time.sleep(0.5)
+        hibernated = json.loads(srv.get("/healthz")).get("hibernated", 0)
         lat = []
         for _ in range(200):
             t = time.perf_counter()
@@ -308,7 +329,8 @@ def hold_sessions(runcell, n, creators=4):
             lat.append((time.perf_counter() - t) * 1000)
         used = meminfo_used_mb() - mem0
         t0 = time.time()
-        return {"held": len(made), "errors": (stopped[:1] + errors)[:3], "create_s": created_s,
+        return {"held": len(made), "hibernated": hibernated,
+                "errors": (stopped[:1] + errors)[:3], "create_s": created_s,
                 "healthz_p50": pct(lat, 50), "healthz_p99": pct(lat, 99),
                 "healthz_max": max(lat),
                 "memory_mb": used}
@@ -358,8 +380,21 @@ def main(argv):
     rows.append(("idle sessions held", ">= 2500", held["held"], []))
     rows.append(("/healthz while held (p50 / max ms)", "< 50", held["healthz_max"],
                  [("p50", held["healthz_p50"])]))
+    hib = None
+    if "--hibernate" in argv or not quick:
+        print("idle sessions held, hibernating")
+        n_hib = int(argv[argv.index("--hibernate") + 1]) if "--hibernate" in argv else 10000
+        hib = hold_sessions(runcell, n_hib, hibernate=True)
+        rows.append(("idle sessions held, hibernated", ">= 10000", hib["hibernated"],
+                     [("held awake", held["held"])]))
     shutil.rmtree(spec_dir, ignore_errors=True)
     print_table(rows)
+    if hib:
+        print("  %d sessions made in %.1f s, %d hibernated, about %.0f MB of memory; /healthz "
+              "p50 %.1f ms, max %.1f ms%s" % (
+                  hib["held"], hib["create_s"], hib["hibernated"], hib["memory_mb"],
+                  hib["healthz_p50"], hib["healthz_max"],
+                  "; errors: %s" % hib["errors"] if hib["errors"] else ""))
     print("  %d sessions made in %.1f s (4 clients), about %.0f MB of memory%s" % (
         held["held"], held["create_s"], held["memory_mb"],
         "; errors: %s" % held["errors"] if held["errors"] else ""))
@@ -376,7 +411,10 @@ def main(argv):
                        "held": held["held"], "healthz_p50_ms": held["healthz_p50"],
                        "healthz_p99_ms": held["healthz_p99"],
                        "healthz_max_ms": held["healthz_max"], "held_memory_mb": held["memory_mb"],
-                       "held_asked": hold}, f)
+                       "held_asked": hold,
+                       "hibernated": hib["hibernated"] if hib else None,
+                       "hibernated_memory_mb": hib["memory_mb"] if hib else None,
+                       "hibernated_create_s": hib["create_s"] if hib else None}, f)
     return rows
 
 

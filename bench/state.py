@@ -24,7 +24,10 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "tests", "lib"))
 from sessions import Server, pct  # noqa: E402
+from rctest import descendants  # noqa: E402
 
 ROUNDS = int(sys.argv[sys.argv.index("--rounds") + 1]) if "--rounds" in sys.argv else 20
 SUMMARY = sys.argv[sys.argv.index("--summary") + 1] if "--summary" in sys.argv else None
@@ -60,26 +63,6 @@ def pss_kb(pids):
         except OSError:
             pass
     return total
-
-
-def descendants(pid):
-    parent = {}
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                with open("/proc/%s/stat" % d) as f:
-                    parent[int(d)] = int(f.read().rsplit(")", 1)[1].split()[1])
-            except OSError:
-                pass
-    below, grew = {pid}, True
-    while grew:
-        grew = False
-        for p, pp in parent.items():
-            if pp in below and p not in below:
-                below.add(p)
-                grew = True
-    below.discard(pid)
-    return below
 
 
 def new_session(srv, history=0):
@@ -164,7 +147,7 @@ def bench_memory(srv, out):
     """PSS of the sandboxes' processes: one session, then with 3 undo levels taken after cells
     that each change 10 MB, then one fork, then paused (hibernated)."""
     def sandboxes():
-        return descendants(srv.proc.pid)
+        return set(descendants(srv.proc.pid))
     base_pids = sandboxes()
     sid = new_session(srv, history=3)
     one = pss_kb(sandboxes() - base_pids)

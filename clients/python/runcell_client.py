@@ -245,22 +245,25 @@ class Session:
         return self.client.request("GET", self._path())
 
     def run(self, code, timeout=None, language=None, on_stdout=None, on_stderr=None,
-            on_result=None, on_error=None):
+            on_result=None, on_error=None, idempotency_key=None):
         """Runs one cell and returns its result record (a dict: status, stdout, stderr,
         results, error, files, state, usage, ...). With any on_* callback the output is
         streamed: on_stdout(text) and on_stderr(text) are called with each chunk while the
         cell runs, on_result(bundle) with each MIME bundle, on_error(error) with the
-        exception. A failed cell is not an exception: look at record["status"]."""
+        exception. A failed cell is not an exception: look at record["status"].
+        idempotency_key: a string of your choosing; run() again with the same key (after a
+        lost connection, say) gives the first run's record and never runs the cell twice."""
         body = {"code": code}
         if timeout is not None:
             body["timeout_s"] = timeout
         if language:
             body["language"] = language
+        key = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
         if not (on_stdout or on_stderr or on_result or on_error):
-            return self.client.request("POST", self._path("/execute"), body)
+            return self.client.request("POST", self._path("/execute"), body, headers=key)
         callbacks = {"stdout": on_stdout, "stderr": on_stderr, "result": on_result,
                      "error": on_error}
-        return self._stream(body, callbacks)
+        return self._stream(body, callbacks, key)
 
     def start(self, code, timeout=None, language=None):
         """Submits a cell that runs on whatever the client does (on_disconnect "continue"):
@@ -299,10 +302,10 @@ class Session:
         """Takes a waiting execution out of the queue, or interrupts it while it runs."""
         return self.client.request("POST", self._path("/executions/%s/cancel" % execution_id))
 
-    def _stream(self, body, callbacks):
+    def _stream(self, body, callbacks, headers=None):
         conn, resp = self.client._send("POST", self._path("/execute"), json.dumps(body).encode(),
-                                       {"Content-Type": "application/json",
-                                        "Accept": "application/x-ndjson"})
+                                       dict(headers or {}, **{"Content-Type": "application/json",
+                                                              "Accept": "application/x-ndjson"}))
         return self._read_events(conn, resp, callbacks)
 
     def _read_events(self, conn, resp, callbacks):

@@ -372,7 +372,20 @@ static int execute(struct run *r, const char *code, const char *lang, struct exe
                                .cancel_events = r->o.cancel.events};
     struct live_output lo = {.r = r};
     struct exec_sink sink = {.fn = live_output, .ctx = &lo};
-    int rc = session_execute(r->s, &req, r->ev && r->ev->fn ? &sink : NULL, rec);
+    /* A durable execution, as every surface's: it waits its turn in the session's queue and
+     * is listed with its events (GET /v1/sessions/{id}/executions) while the run goes on. */
+    struct execution *x = NULL;
+    int rc = session_submit(NULL, r->s, &req, &x);
+    if (rc == 0) {
+        execution_run(x, r->ev && r->ev->fn ? &sink : NULL);
+        const struct exec_record *done = execution_record(x);
+        const char *why = NULL;
+        if (done)
+            exec_record_copy(rec, done);
+        else
+            rc = err_set(-execution_failure(x, &why), "%s", why ? why : "the cell did not run");
+        execution_unref(x);
+    }
     if (rc < 0) {
         rec->status = EXEC_SANDBOX_ERROR;
         rec->state = STATE_LOST;

@@ -47,18 +47,13 @@ static void add_stream(struct buf *b, const char *name, const struct outcap *c, 
     buf_printf(b, "%s:\n%s%s", name, clipped, len && clipped[len - 1] == '\n' ? "" : "\n");
 }
 
-static bool is_image_bundle(json_t *bundle)
-{
-    return json_object_get(bundle, "image/png") || json_object_get(bundle, "image/jpeg");
-}
-
 static void add_results(struct buf *b, const struct exec_record *rec, char *const *images)
 {
     size_t i, total = 0, shown_images = 0;
     json_t *bundle;
     json_array_foreach(rec->results, i, bundle)
     {
-        if (is_image_bundle(bundle)) {
+        if (exec_bundle_image(bundle, NULL)) {
             if (images && images[shown_images])
                 buf_printf(b, "image: saved as %s\n", images[shown_images++]);
             continue;

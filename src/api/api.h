@@ -66,11 +66,25 @@ int fleet_open(struct server *srv);
  * same id; true when handled: *ret (a reference) set, or NULL after an error reply. false:
  * not a session of the fleet (the caller replies 404). */
 bool fleet_takeover(struct request *rq, const char *id, struct session **ret);
-/* Whether this node still holds s's lease; false with s put: after replying 503 (the lease
- * could not be renewed), or without a reply when another node took it (s is dropped). */
+/* Whether this node still holds s's lease; false with s put: after replying 503 (the node is
+ * fenced), or without a reply when another node took it (s is dropped). */
 bool fleet_check(struct request *rq, const char *id, struct session *s);
-/* Returns once no session is being handed back (before the table goes). */
-void fleet_wait_handovers(struct server *srv);
+/* /healthz in a fleet: the node lease into j ("fleet"), and 503 with "status" and "reason"
+ * when the node holds no valid lease or its last store request failed. */
+void fleet_healthz(struct server *srv, json_t *j, unsigned *status);
+/* Replies 503 node_fenced with why and a Retry-After. */
+enum MHD_Result fleet_reply_fenced(struct request *rq, const char *why);
+/* ---- forwarding (fleet_forward.c) ---- */
+/* Called once a request is routed and authenticated, before its body: refuses everything but
+ * health, metrics and the console's files while the node is fenced, and hands a request for a
+ * session that another live node owns to that node (its body streamed there, the answer streamed
+ * back). true when it took the request over (replied, or forwarding). */
+bool fleet_route(struct request *rq);
+/* From a handler, its JSON body read: forwards rq to the live node that owns its session (it
+ * won a takeover this node lost); true after replying. */
+bool fleet_forward_now(struct request *rq);
+/* Frees what forwarding rq left (request_free). */
+void fleet_forward_free(struct request *rq);
 /* POST /v1/sessions/{id}/checkpoint */
 enum MHD_Result h_session_checkpoint(struct request *rq);
 /* With resume_from in *body: checks it and puts the stored session's options under the

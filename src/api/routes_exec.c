@@ -93,11 +93,16 @@ static void put_line(struct buf *out, json_t *j)
     free(line);
 }
 
+/* The encoder's ctx of a replayed execution (an idempotency key seen before). */
+static char replayed_marker;
+
 static void ndjson_begin(void *ctx, struct execution *x, struct buf *out)
 {
-    (void)ctx;
-    put_line(out, json_pack("{s:s,s:s,s:s,s:i}", "type", "start", "execution_id", execution_id(x),
-                            "phase", exec_phase_name(execution_phase(x)), "seq", 0));
+    json_t *start = json_pack("{s:s,s:s,s:s,s:i}", "type", "start", "execution_id", execution_id(x),
+                              "phase", exec_phase_name(execution_phase(x)), "seq", 0);
+    if (ctx == &replayed_marker)
+        json_object_set_new(start, "replayed", json_true());
+    put_line(out, start);
 }
 
 static void ndjson_event(void *ctx, struct execution *x, const struct exec_item *it,
@@ -145,6 +150,33 @@ static enum MHD_Result reply_not_run(struct request *rq, struct execution *x)
                      msg ? msg : "unknown");
 }
 
+/* The execution an idempotency key named before: its events again, or its record once it
+ * ends. It is the first request's to run (or to have stopped); this one leaving stops
+ * nothing. */
+static enum MHD_Result reply_replayed(struct request *rq, struct session *s, struct execution *x,
+                                      bool stream)
+{
+    log_info("msg=\"execution replayed for its idempotency key\" execution=%s", execution_id(x));
+    if (stream) {
+        struct exec_stream_opts o = {.table = rq->srv->table, .session = s};
+        return http_stream_execution(rq, x, 0, &ndjson_encoder, &replayed_marker, &o);
+    }
+    execution_wait(x, 0);
+    json_t *shared = execution_record_json(x);
+    enum MHD_Result ret;
+    if (shared) {
+        json_t *j = json_copy(shared); /* the top level only: "replayed" is added there */
+        json_decref(shared);
+        json_object_set_new(j, "replayed", json_true());
+        ret = reply_json_header(rq, 200, j, "X-Runcell-Execution", execution_id(x));
+    } else {
+        ret = reply_not_run(rq, x);
+    }
+    execution_unref(x);
+    session_table_put(rq->srv->table, s);
+    return ret;
+}
+
 enum MHD_Result h_execute(struct request *rq)
 {
     json_t *body = body_json(rq);
@@ -171,7 +203,11 @@ enum MHD_Result h_execute(struct request *rq)
     } else {
         req.cancel_fd = -1;
     }
-    int r = session_submit(rq->srv->table, s, &req, &x);
+    /* A client that retries sends the key it sent the first time: the same execution, never
+     * a second run. */
+    const char *key = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, "Idempotency-Key");
+    bool replayed = false;
+    int r = session_submit_keyed(rq->srv->table, s, &req, key, &x, &replayed);
     json_decref(body);
     if (r < 0) {
         ret = api_errno(rq, r);
@@ -179,6 +215,8 @@ enum MHD_Result h_execute(struct request *rq)
         return ret;
     }
     request_owes_reply(rq);
+    if (replayed)
+        return reply_replayed(rq, s, x, stream);
     if (stream) {
         if (execution_spawn(x) < 0) {
             session_table_put(rq->srv->table, s);
@@ -193,10 +231,9 @@ enum MHD_Result h_execute(struct request *rq)
     /* A client that chose "continue" and leaves: this thread still runs the cell to its end
      * (the connection's thread stays until its handler returns), and keeps its events. */
     execution_run(x, NULL);
-    const struct exec_record *rec = execution_record(x);
+    json_t *rec = execution_record_json(x); /* made once, for its done event too */
     if (rec)
-        ret = reply_json_header(rq, 200, exec_record_json(rec), "X-Runcell-Execution",
-                                execution_id(x));
+        ret = reply_json_header(rq, 200, rec, "X-Runcell-Execution", execution_id(x));
     else
         ret = reply_not_run(rq, x);
     execution_unref(x);
@@ -242,10 +279,9 @@ enum MHD_Result h_execution_get(struct request *rq)
     struct execution *x = acquire_execution(rq, &s);
     if (!x)
         return MHD_YES;
-    json_t *j = execution_json(x);
-    const struct exec_record *rec = execution_record(x);
+    json_t *j = execution_json(x), *rec = execution_record_json(x);
     if (rec)
-        json_object_set_new(j, "record", exec_record_json(rec));
+        json_object_set_new(j, "record", rec);
     execution_unref(x);
     session_table_put(rq->srv->table, s);
     return reply_json(rq, 200, j);

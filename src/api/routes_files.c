@@ -38,21 +38,6 @@ static bool check_path(struct request *rq, const char *path)
     return false;
 }
 
-/* What a file that is not a regular file is, for messages. */
-static const char *file_kind(mode_t mode)
-{
-    static const struct {
-        mode_t type;
-        const char *what;
-    } kinds[] = {{S_IFSOCK, "a socket"},          {S_IFIFO, "a named pipe (FIFO)"},
-                 {S_IFCHR, "a character device"}, {S_IFBLK, "a block device"},
-                 {S_IFLNK, "a symbolic link"},    {S_IFDIR, "a directory"}};
-    for (size_t i = 0; i < ARRAY_SIZE(kinds); i++)
-        if ((mode & S_IFMT) == kinds[i].type)
-            return kinds[i].what;
-    return "a special file";
-}
-
 /* Replies for an -errno from opening a workspace path. */
 static enum MHD_Result path_error(struct request *rq, const char *path, int err)
 {
@@ -315,7 +300,7 @@ enum MHD_Result h_file_get(struct request *rq)
         return api_error(rq, AE_BAD_PATH,
                          "'%s' is %s, not a regular file; only regular "
                          "files can be read",
-                         path, file_kind(st.st_mode));
+                         path, session_file_kind(st.st_mode));
     }
     if (fd >= 0)
         close(fd);

@@ -40,65 +40,76 @@ int fleet_node_name(const char *given, char **ret)
     return 0;
 }
 
-struct handover {
+/* The listen address, or for a wildcard one the host name with its port: where other
+ * nodes forward requests (--advertise says it when neither is right). */
+static char *default_advertise(const char *listen)
+{
+    const char *port = strrchr(listen, ':');
+    size_t hl = port ? (size_t)(port - listen) : 0;
+    char host[256] = "";
+    if (!port)
+        return xstrdup(listen);
+    bool wildcard = (hl == 7 && !strncmp(listen, "0.0.0.0", 7)) ||
+                    (hl == 4 && !strncmp(listen, "[::]", 4)) || (hl == 1 && listen[0] == '*') ||
+                    hl == 0;
+    if (!wildcard || gethostname(host, sizeof(host) - 1) < 0 || !*host)
+        return xstrdup(listen);
+    return xasprintf("%s%s", host, port);
+}
+
+struct fence_ctx {
     struct server *srv;
-    char *id;
+    enum fleet_fence_step step;
+    char **ids;
 };
 
-static void *handover_main(void *arg)
+/* Only sessions with a record in the store can move to another node: those are fenced. */
+static void fence_one(void *arg, const char *id, struct session *s)
 {
-    struct handover *h = arg;
-    if (session_table_handover(h->srv->table, h->id) == 0)
-        log_info("msg=\"session handed back to its node\" session=%s", h->id);
-    atomic_fetch_sub(&h->srv->handovers, 1);
-    free(h->id);
-    free(h);
-    return NULL;
+    struct fence_ctx *x = arg;
+    if (!session_stores_files(s))
+        return;
+    if (x->step == FENCE_BEGIN)
+        session_interrupt(s);
+    else if (x->step == FENCE_KILL && session_busy(s))
+        session_kill(s);
+    else if (x->step == FENCE_DROP)
+        x->ids = strv_push(x->ids, id);
 }
 
-static void on_lost(void *ctx, const char *id, bool handback)
+static void on_fence(void *ctx, enum fleet_fence_step step)
 {
     struct server *srv = ctx;
-    pthread_t th;
-    pthread_attr_t attr;
-    if (!handback) {
-        session_table_drop(srv->table, id);
+    struct fence_ctx x = {.srv = srv, .step = step, .ids = xcalloc(1, sizeof(char *))};
+    if (step == FENCE_LIFTED) {
+        strv_free(x.ids);
         return;
     }
-    /* The checkpoint takes a while: not on the renewer's thread. */
-    struct handover *h = xcalloc(1, sizeof(*h));
-    h->srv = srv;
-    h->id = xstrdup(id);
-    atomic_fetch_add(&srv->handovers, 1);
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    if (pthread_create(&th, &attr, handover_main, h) != 0) {
-        atomic_fetch_sub(&srv->handovers, 1);
-        free(h->id);
-        free(h);
-        log_warn("msg=\"cannot hand a session back: no thread\" session=%s", id);
-    }
-    pthread_attr_destroy(&attr);
-}
-
-void fleet_wait_handovers(struct server *srv)
-{
-    while (atomic_load(&srv->handovers) > 0) {
-        struct timespec ts = {.tv_nsec = 10 * 1000000L};
-        nanosleep(&ts, NULL);
-    }
+    session_table_foreach(srv->table, fence_one, &x);
+    /* The sessions' records stay as they are: another node takes them once this node's
+     * lease has expired; nothing of this node's copy is written. */
+    for (char **id = x.ids; *id; id++)
+        if (session_table_drop(srv->table, *id) == 0)
+            log_warn("msg=\"session dropped: the node's lease lapsed\" session=%s", *id);
+    if (x.ids[0])
+        log_warn("msg=\"fenced node dropped its sessions\" count=%zu", strv_len(x.ids));
+    strv_free(x.ids);
 }
 
 int fleet_open(struct server *srv)
 {
     uint64_t ttl = srv->cfg->lease_ttl_ms ? srv->cfg->lease_ttl_ms : DEFAULT_LEASE_TTL_MS;
-    int r = fleet_new(srv->store, srv->node, ttl, &srv->fleet);
+    _cleanup_free_ char *advertise =
+        srv->cfg->advertise ? xstrdup(srv->cfg->advertise) : default_advertise(srv->cfg->listen);
+    int r = fleet_new(srv->store, srv->node, advertise, ttl, srv->watchdog_fd, &srv->fleet);
     if (r < 0)
         return err_set(-r, "--fleet: %s", err_msg());
+    srv->watchdog_fd = -1; /* the fleet's now */
     srv->persist.fleet = srv->fleet;
-    log_info("msg=\"fleet node\" node=%s lease_ttl_ms=%llu store=%s", srv->node,
-             (unsigned long long)ttl, log_quote(store_describe(srv->store)));
-    return fleet_start(srv->fleet, on_lost, srv);
+    log_info("msg=\"fleet node\" node=%s advertise=%s lease_ttl_ms=%llu store=%s", srv->node,
+             advertise, (unsigned long long)ttl, log_quote(store_describe(srv->store)));
+    struct fleet_hooks hooks = {.fence = on_fence, .ctx = srv};
+    return fleet_start(srv->fleet, &hooks);
 }
 
 /* What a takeover cannot bring back, for the response. */
@@ -136,20 +147,51 @@ bool fleet_takeover(struct request *rq, const char *id, struct session **ret)
     *ret = NULL;
     if (!srv->fleet || !session_id_valid(id))
         return false;
-    int r = fleet_lease_take(srv->fleet, id, &rec);
+    int r, err = -ENOENT;
+    bool wait_for_owner = false;
+    for (int tries = 0;; tries++) {
+        r = fleet_lease_take(srv->fleet, id, wait_for_owner, &rec);
+        /* Another node owns it and renews its lease: that node serves this request (it won
+         * a race for it, or the router's pick is not its node); when it does not answer, it
+         * is waited for, as a node that died before its lease ends. */
+        if (r == -EBUSY) {
+            if (fleet_forward_now(rq))
+                return true;
+            if (!wait_for_owner && tries < 3) {
+                wait_for_owner = true;
+                continue;
+            }
+        }
+        if (r != -EALREADY)
+            break;
+        /* Another request of this node took it over meanwhile: it is served here; or that
+         * takeover failed, and this one tries again. */
+        if ((*ret = session_table_acquire(srv->table, id, &err)))
+            return true;
+        if (tries >= 3) {
+            reply_not_live(rq, err);
+            return true;
+        }
+    }
     if (r == -ENOENT)
         return false;
     if (r < 0) {
-        api_error(rq, r == -EBUSY ? AE_MOVED : AE_SANDBOX, "%s", err_msg());
+        api_error(rq,
+                  r == -EBUSY    ? AE_MOVED
+                  : r == -ENOLCK ? AE_FENCED
+                                 : AE_SANDBOX,
+                  "%s", err_msg());
         return true;
     }
     if (!takeover_options(rq, rec, &o)) {
         fleet_lease_release(srv->fleet, id, "stopped", NULL);
+        fleet_lease_taken(srv->fleet, id);
         json_decref(rec);
         return true;
     }
     struct session_create create = {.opts = &o, .resume_from = id, .id = id};
     r = session_table_create_ex(srv->table, &create, &new_id, &restored);
+    fleet_lease_taken(srv->fleet, id);
     if (r < 0) {
         api_error(rq, r == -EAGAIN ? AE_LIMIT : AE_SANDBOX,
                   "cannot take over session %s on node %s: %s", id, srv->node, err_msg());
@@ -157,7 +199,6 @@ bool fleet_takeover(struct request *rq, const char *id, struct session **ret)
         return true;
     }
     free(new_id);
-    int err;
     struct session *s = session_table_acquire(srv->table, id, &err);
     if (!s) {
         json_decref(restored);
@@ -176,15 +217,35 @@ bool fleet_takeover(struct request *rq, const char *id, struct session **ret)
     return true;
 }
 
+void fleet_healthz(struct server *srv, json_t *j, unsigned *status)
+{
+    const char *why;
+    json_t *lease = fleet_health(srv->fleet);
+    const char *store_error = json_string_value(json_object_get(lease, "store_error"));
+    bool admitting = fleet_admitting(srv->fleet, &why);
+    if (*status == 200 && (!admitting || store_error)) {
+        /* Unhealthy: the router sends new sessions elsewhere; requests for this node's
+         * sessions that reach other nodes are forwarded here while it still holds them. */
+        *status = 503;
+        json_object_set_new(j, "status", json_string(!admitting ? "fenced" : "store_unreachable"));
+        _cleanup_free_ char *reason =
+            !admitting
+                ? xstrdup(why)
+                : xasprintf("this node cannot reach the store: %s; it holds its lease "
+                            "for %lld ms more",
+                            store_error,
+                            (long long)json_integer_value(json_object_get(lease, "lease_ms_left")));
+        json_object_set_new(j, "reason", json_string(reason));
+    }
+    json_object_set_new(j, "fleet", lease);
+}
+
 bool fleet_check(struct request *rq, const char *id, struct session *s)
 {
     struct server *srv = rq->srv;
     if (!srv->fleet || !session_stores_files(s))
         return true;
     int r = fleet_lease_state(srv->fleet, id);
-    /* Lapsed (this node was stopped, or the store away): renewing now tells which. */
-    if (r == -ENOLCK && (r = fleet_lease_update(srv->fleet, id, "live", NULL)) == -ECANCELED)
-        r = 0;
     if (r == 0)
         return true;
     session_table_put(srv->table, s);
@@ -193,14 +254,11 @@ bool fleet_check(struct request *rq, const char *id, struct session *s)
          * caller takes it over from the store, or says where it is. */
         log_warn("msg=\"session moved to another node; dropping it here\" session=%s", id);
         session_table_drop(srv->table, id);
+        fleet_lease_forget(srv->fleet, id);
         return false;
     }
-    /* The session is kept: it runs again once the store answers and the lease is renewed
-     * (unless another node took it meanwhile, which this node then learns). */
-    api_error(rq, AE_SANDBOX,
-              "session %s cannot run now: this node could not renew its lease on it in the "
-              "store (%s); its state is kept here, try again when the store answers",
-              id, err_msg());
+    /* Fenced: the session is kept while the lease may still be renewed in time. */
+    fleet_reply_fenced(rq, err_msg());
     return false;
 }
 

@@ -6,12 +6,23 @@
 #include <string.h>
 
 static const struct field create_fields[] = {
-    {"language", F_STRING}, {"timeout_s", F_NUMBER},   {"idle_timeout_s", F_NUMBER},
-    {"memory_mb", F_INT},   {"pids", F_INT},           {"disk_mb", F_INT},
-    {"cpus", F_NUMBER},     {"network", F_OBJECT},     {"secrets", F_ARRAY},
-    {"packages", F_ARRAY},  {"index_url", F_STRING},   {"install_timeout_s", F_NUMBER},
-    {"persist", F_BOOL},    {"resume_from", F_STRING}, {"history", F_INT},
+    {"language", F_STRING},
+    {"timeout_s", F_NUMBER},
+    {"idle_timeout_s", F_NUMBER},
+    {"memory_mb", F_INT},
+    {"pids", F_INT},
+    {"disk_mb", F_INT},
+    {"cpus", F_NUMBER},
+    {"network", F_OBJECT},
+    {"secrets", F_ARRAY},
+    {"packages", F_ARRAY},
+    {"index_url", F_STRING},
+    {"install_timeout_s", F_NUMBER},
+    {"persist", F_BOOL},
+    {"resume_from", F_STRING},
+    {"history", F_INT},
     {"snapshot", F_STRING},
+    {"hibernate_after_s", F_NUMBER},
 };
 
 /* Strings of a JSON array into a fresh vector; false after replying 400. */
@@ -126,6 +137,12 @@ bool session_opts_from_json(struct request *rq, json_t *body, struct session_opt
         !get_count(rq, body, "pids", max->max_pids, &o->limits.pids) ||
         !get_count(rq, body, "disk_mb", max->max_disk_mb, &o->limits.disk_mb))
         return false;
+    json_t *hib = json_object_get(body, "hibernate_after_s");
+    if (json_is_number(hib) && json_number_value(hib) == 0)
+        o->hibernate_after_ms = 0; /* never */
+    else if (!get_seconds(rq, body, "hibernate_after_s", max->max_idle_timeout_ms,
+                          &o->hibernate_after_ms))
+        return false;
     json_t *hist = json_object_get(body, "history");
     if (json_is_integer(hist)) {
         json_int_t h = json_integer_value(hist);
@@ -179,6 +196,8 @@ json_t *session_info(const char *id, struct session *s)
     json_object_set_new(info, "history", json_integer(session_options(s)->history));
     json_object_set_new(info, "state", json_string(session_pause_name(session_pause_state(s))));
     json_object_set_new(info, "undo", json_boolean(session_options(s)->history > 0));
+    json_object_set_new(info, "hibernate_after_s",
+                        json_real((double)session_options(s)->hibernate_after_ms / 1000.0));
     if (session_packages(s))
         json_object_set(info, "packages", session_packages(s));
     return info;
@@ -393,10 +412,13 @@ enum MHD_Result h_session_events(struct request *rq)
 enum MHD_Result h_healthz(struct request *rq)
 {
     bool down = atomic_load(&rq->srv->shutting_down);
-    return reply_json(rq, down ? 503 : 200,
-                      json_pack("{s:s,s:I,s:s}", "status", down ? "shutting_down" : "ok",
-                                "sessions", (json_int_t)session_table_count(rq->srv->table), "node",
-                                rq->srv->node));
+    unsigned status = down ? 503 : 200;
+    json_t *j = json_pack("{s:s,s:I,s:I,s:s}", "status", down ? "shutting_down" : "ok", "sessions",
+                          (json_int_t)session_table_count(rq->srv->table), "hibernated",
+                          (json_int_t)session_hibernated_count(), "node", rq->srv->node);
+    if (rq->srv->fleet)
+        fleet_healthz(rq->srv, j, &status);
+    return reply_json(rq, status, j);
 }
 
 enum MHD_Result h_metrics(struct request *rq)

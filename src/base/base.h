@@ -101,6 +101,8 @@ struct outcap {
 };
 void outcap_init(struct outcap *c, size_t cap);
 void outcap_release(struct outcap *c);
+/* dst (uninitialised) made a copy of src. */
+void outcap_copy(struct outcap *dst, const struct outcap *src);
 /* Records n bytes; returns how many of them went into the head (the caller may forward those
  * live; the rest is kept only as tail). Memory use never exceeds cap. */
 size_t outcap_append(struct outcap *c, const void *data, size_t n);

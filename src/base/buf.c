@@ -82,6 +82,19 @@ void outcap_release(struct outcap *c)
     c->tail_len = c->tail_start = 0;
 }
 
+void outcap_copy(struct outcap *dst, const struct outcap *src)
+{
+    *dst = *src;
+    dst->head = (struct buf){.max = src->head.max};
+    if (src->head.data)
+        buf_append(&dst->head, src->head.data, src->head.len);
+    dst->tail = NULL;
+    if (src->tail) {
+        dst->tail = xmalloc(src->tail_size);
+        memcpy(dst->tail, src->tail, src->tail_size);
+    }
+}
+
 size_t outcap_append(struct outcap *c, const void *data, size_t n)
 {
     const char *p = data;

@@ -50,8 +50,9 @@ static int opt_reply_deadline(void *opts, const char *cmd, char *val)
 /* The common options an MCP server takes, as its sessions' defaults. */
 static const char mcp_limits_help[] =
     "  --memory MB, --pids N, --disk MB, --cpus N   limits of each session\n"
-    "  --net none           the only network policy: loopback only (--net allow:...,\n"
-    "                       --package, --index-url and --install-timeout are refused)";
+    "  --net, --secret      every session's network and credentials (default none;\n"
+    "                       the run_code tool says what the code can reach; --package,\n"
+    "                       --index-url and --install-timeout are refused)";
 
 static const char no_files[] =
     "--file and --out do not apply to mcp; use the write_file and read_file tools";
@@ -84,10 +85,19 @@ static const struct opt_cmd mcp_cmd = {
 static int parse_args(int argc, char **argv, struct mcp_opts *o)
 {
     int first, r = opttab_parse(&mcp_cmd, argc, argv, o, &first);
-    /* The tools tell the client there is no network, and nothing would report what pip
-     * installed or the proxy refused. */
+    /* --net and --secret hold for every session (the tools tell the client what the code
+     * can reach); nothing would report what pip installed. */
+    const char *refused = o->common.packages             ? "--package"
+                          : o->common.index_url          ? "--index-url"
+                          : o->common.install_timeout_ms ? "--install-timeout"
+                                                         : NULL;
+    if (!r && refused)
+        r = usage_error("mcp",
+                        "%s is not supported by runcell mcp: its sessions get no packages "
+                        "beyond those installed",
+                        refused);
     if (!r)
-        r = refuse_net_opts("mcp", &o->common);
+        r = check_net_opts("mcp", &o->common);
     if (!r && o->max_timeout_ms && o->common.timeout_ms > o->max_timeout_ms)
         r = usage_error("mcp", "--timeout is longer than --max-timeout");
     return r;
@@ -266,7 +276,8 @@ int cmd_mcp(int argc, char **argv)
                      .timeout_ms = o.common.timeout_ms,
                      .idle_timeout_ms = o.idle_timeout_ms,
                      .output_cap = MCP_DEFAULT_OUTPUT_CAP,
-                     .history = MCP_DEFAULT_HISTORY},
+                     .history = MCP_DEFAULT_HISTORY,
+                     .net = common_net_opts(&o.common)},
         .max_timeout_ms = o.max_timeout_ms ? o.max_timeout_ms : 3600u * 1000,
         .reply_deadline_ms = o.reply_deadline_ms,
         .server_version = RUNCELL_VERSION,

@@ -128,6 +128,14 @@ static const struct opt_spec serve_opts[] = {
              "this long idle (default 10); with it, after 300"},
     {"idle-timeout", "SEC", OPTK_SECONDS, F(defaults.idle_timeout_ms), 0, MAX_IDLE_OPT_SECONDS,
      .help = "default idle timeout of sessions (default 600)"},
+    {"hibernate-after", "SEC", OPTK_SECONDS, F(defaults.hibernate_after_ms), 0,
+     MAX_IDLE_OPT_SECONDS,
+     .help = "a session idle this long hibernates: its variables go to\n"
+             "the store and its interpreter stops, until it is used again\n"
+             "(default: never)"},
+    {"checkpoint-workers", "N", OPTK_SIZE, F(checkpoint_workers), 1, 64,
+     .help = "sessions checkpointed at once when the server stops (default\n"
+             "32: each checkpoint waits mostly on the store)"},
     {"shutdown-grace", "SEC", OPTK_SECONDS, F(shutdown_grace_ms),
      .help = "on SIGTERM, how long running cells may finish (default 10)"},
     {"pool", "N", OPTK_SIZE_OR_0, F(pool_size), 0, 256,
@@ -171,12 +179,17 @@ static const struct opt_spec serve_opts[] = {
              "so a router can send a session's requests to its node: a\n"
              "short DNS label (default: the host name)"},
     {"fleet", NULL, OPTK_FLAG, F(fleet),
-     .help = "the store is shared with other nodes: hold a lease per\n"
-             "session in it, and take over the sessions of nodes that are\n"
-             "gone (docs/PERSISTENCE.md#fleet)"},
+     .help = "the store is shared with other nodes: hold a node lease in\n"
+             "it, forward requests for sessions other nodes run, and take\n"
+             "over the sessions of nodes that are gone\n"
+             "(docs/PERSISTENCE.md#fleet)"},
     {"lease-ttl", "SEC", OPTK_SECONDS, F(lease_ttl_ms), 0, 3600,
-     .help = "how long a lease lasts unrenewed, so how soon a dead node's\n"
-             "sessions move (default 15; at least 1)"},
+     .help = "how long the node lease lasts unrenewed, so how soon a dead\n"
+             "node's sessions move (default 15; at least 3)"},
+    {"advertise", "HOST:PORT", OPTK_STRING, F(advertise),
+     .help = "where other nodes of the fleet reach this one to forward\n"
+             "requests (default: --listen; for a wildcard address, the host\n"
+             "name with its port)"},
     {"package", "SPEC", OPTK_REFUSED, .help = per_session},
     {"secret", "HOST=ENVNAME[:HEADER]", OPTK_REFUSED,
      .help = "--secret is an option of sessions: give \"secrets\" in POST /v1/sessions"},

@@ -25,7 +25,9 @@
 /* A sandbox route that E2B's SDK calls without its access token (the code interpreter's
  * /contexts): the sandbox id, 96 random bits, is the credential. */
 #define ROUTE_E2B_BOX_ID (1u << 10)
-#define ROUTE_E2B_ANY    (ROUTE_E2B_API | ROUTE_E2B_BOX | ROUTE_E2B_BOX_ID)
+/* a preview host, PORT-ID.DOMAIN: knowing a live sandbox's id is the credential */
+#define ROUTE_E2B_PREVIEW (1u << 11)
+#define ROUTE_E2B_ANY     (ROUTE_E2B_API | ROUTE_E2B_BOX | ROUTE_E2B_BOX_ID)
 
 /* What the SDK is told envd is: 0.4.0 and later need no user name on requests; from 0.5.2 the
  * SDKs call closeStdin; below 0.5.7 file uploads are multipart (never gzip); below 0.6.3 a

@@ -45,7 +45,7 @@ bool e2b_host_parse(const char *host, const char *domain, unsigned *port, char *
 
 static enum MHD_Result h_e2b_preview(struct request *rq);
 
-static const struct route preview_route = {"*", "PORT-ID.DOMAIN", h_e2b_preview, ROUTE_NO_AUTH,
+static const struct route preview_route = {"*", "PORT-ID.DOMAIN", h_e2b_preview, ROUTE_E2B_PREVIEW,
                                            NULL};
 
 const struct route *e2b_host_route(struct request *rq, const char *host)
@@ -65,19 +65,6 @@ static enum MHD_Result h_e2b_preview(struct request *rq)
 {
     const char *id = rq->params[0];
     unsigned port = (unsigned)atoi(rq->params[1]);
-    e2b_expire_if_due(rq, id);
-    struct e2b *e = rq->srv->e2b;
-    pthread_mutex_lock(&e->lock);
-    bool known = e2b_box_find(e, id) != NULL;
-    pthread_mutex_unlock(&e->lock);
-    if (!known)
-        return e2b_error(rq, 502,
-                         "sandbox %s is not running on this server (killed, expired, "
-                         "or never created)",
-                         id);
-    /* Knowing a live sandbox's id is the credential here, as on E2B's hosts: the connection
-     * keeps an authenticated one's idle time (a page's slow response). */
-    conn_guard_authenticated(rq->srv->conns, rq->conn, CONNECTION_IDLE_TIMEOUT_S);
     struct session *s = e2b_box_session(rq, id);
     if (!s)
         return MHD_YES;

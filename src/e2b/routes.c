@@ -280,6 +280,21 @@ static bool e2b_authorize(struct request *rq)
 {
     struct e2b *e = rq->srv->e2b;
     unsigned flags = rq->route->flags;
+    if (flags & ROUTE_E2B_PREVIEW) {
+        /* Knowing a live sandbox's id is the credential here, as on E2B's hosts (a fleet
+         * forwards the request to the sandbox's node before this: e2b_pinned_id). */
+        const char *id = rq->params[0];
+        e2b_expire_if_due(rq, id);
+        pthread_mutex_lock(&e->lock);
+        bool known = e2b_box_find(e, id) != NULL;
+        pthread_mutex_unlock(&e->lock);
+        if (!known)
+            e2b_error(rq, 502,
+                      "sandbox %s is not running on this server (killed, expired, or never "
+                      "created)",
+                      id);
+        return known;
+    }
     if (flags & ROUTE_E2B_API) {
         if (api_key_ok(rq))
             return true;
@@ -471,10 +486,36 @@ static bool e2b_enabled(const struct server *srv)
     return srv->e2b != NULL;
 }
 
+/* A sandbox lives on the node its id names: the control plane names it in the path (runcell's
+ * token, which any node checks), a sandbox's own routes in E2b-Sandbox-Id (with its access
+ * token, which only its node holds). */
+static const char *e2b_pinned_id(struct request *rq, bool *ret_before_auth)
+{
+    unsigned flags = rq->route->flags;
+    if (flags & ROUTE_E2B_API)
+        return rq->params[0];
+    *ret_before_auth = true;
+    if (flags & ROUTE_E2B_PREVIEW) /* PORT-ID.DOMAIN (e2b_host_route) */
+        return rq->params[0];
+    const char *id = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, "E2b-Sandbox-Id");
+    const char *host = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, "Host");
+    char host_id[128];
+    unsigned port;
+    /* envd's and the interpreter's own hosts name it too (49983-ID.DOMAIN) */
+    if (!id && host && rq->srv->cfg->e2b_domain &&
+        e2b_host_parse(host, rq->srv->cfg->e2b_domain, &port, host_id, sizeof(host_id))) {
+        free(rq->session_id);
+        rq->session_id = xstrdup(host_id);
+        id = rq->session_id;
+    }
+    return id; /* a signed URL's sandbox is found by its signature, on the node it reaches */
+}
+
 const struct surface e2b_surface = {.name = "e2b",
                                     .routes = e2b_routes,
                                     .n_routes = ARRAY_SIZE(e2b_routes),
                                     .shape = SHAPE_E2B,
                                     .authorize = e2b_authorize,
                                     .enabled = e2b_enabled,
-                                    .host_route = e2b_host_route};
+                                    .host_route = e2b_host_route,
+                                    .pinned_id = e2b_pinned_id};

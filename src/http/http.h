@@ -25,7 +25,7 @@ struct server {
     struct persist_config persist; /* store and meta, for the session table */
     char *node;                    /* this node's name (in ids, X-Runcell-Node) */
     struct fleet *fleet;           /* leases in the shared store (--fleet), or NULL */
-    atomic_int handovers;          /* sessions being handed back to their node (threads) */
+    int watchdog_fd;               /* the fleet watchdog's pipe until the fleet takes it */
     struct metrics *metrics;
     struct mcp_http *mcp; /* MCP sessions of /mcp */
     struct e2b *e2b;      /* E2B's sandboxes (--e2b), or NULL */
@@ -54,7 +54,6 @@ struct request {
     struct MHD_Connection *conn;
     const struct route *route;
     char method[16];               /* for the log */
-    char *raw_uri;                 /* as the client sent it (path and query, not decoded) */
     bool url_has_nul;              /* "%00" in the raw URL: the decoded URL was cut short */
     bool http10;                   /* an HTTP/1.0 request (no Host needed) */
     bool authenticated;            /* it carried the token */
@@ -78,6 +77,8 @@ struct request {
     bool responded;
     bool owes_reply;             /* counted in srv->replies_owed until completed */
     json_t *takeover;            /* this request resumed its session here: {resumed, lost, ...} */
+    char *raw_uri;               /* as the client sent it, query included (for forwarding) */
+    struct forward *forward;     /* the request goes to the node that owns its session */
     struct net_policy *net;      /* the network policy a create body asked for */
     struct net_secrets *secrets; /* ... and its secrets */
     char **packages;             /* ... and its packages */
@@ -137,6 +138,12 @@ struct surface {
     /* A route for every request to a host the surface serves (E2B's PORT-ID.DOMAIN preview
      * hosts), whatever its method and path, or NULL; may set rq->params. NULL: none. */
     const struct route *(*host_route)(struct request *rq, const char *host);
+    /* Optional, for a fleet (fleet_forward.c): the id of a session of this surface that lives
+     * on the node its id names and never moves (nothing of it is stored: an E2B sandbox, an
+     * MCP session), where the request names it; NULL for a request of no such session. Sets
+     * *ret_before_auth when only that node can check the request's credentials (they are the
+     * session's own), so the request goes there before authorize. */
+    const char *(*pinned_id)(struct request *rq, bool *ret_before_auth);
 };
 
 /* The route for method on url among srv's surfaces (server.c), its {id} and {path} in params
@@ -170,6 +177,8 @@ enum api_err {
     AE_MOVED,          /* 409 session_moved: another node of the fleet runs it */
     AE_DEADLINE,       /* 504 timeout: a deadline the client set passed */
     AE_CANCELLED,      /* 499 cancelled: the client or an interrupt stopped it */
+    AE_FENCED,         /* 503 node_fenced: this node could not renew its fleet lease */
+    AE_BAD_GATEWAY,    /* 502 bad_gateway: the node a request was forwarded to failed */
     AE_N_ERRORS,
 };
 /* The status and codes of e: for the native shape, E2B's, Connect's (its name and the HTTP
@@ -278,9 +287,9 @@ struct http_source_ops {
  * from now: ops->free frees it, also when this fails). keepalive_ms 0: none. */
 enum MHD_Result http_stream(struct request *rq, unsigned status, const char *content_type,
                             const struct http_source_ops *ops, void *src, int keepalive_ms);
-/* As http_stream, with the response's headers given whole: name, value, ... NULL (a line
- * libmicrohttpd refuses is left out). */
-enum MHD_Result http_stream_headers(struct request *rq, unsigned status, const char *const *headers,
+/* The same with the response's headers given whole ("Name: value" each, NULL-terminated; none
+ * added), for a reply that passes another server's on (fleet_forward.c, proxy.c). */
+enum MHD_Result http_stream_headers(struct request *rq, unsigned status, char *const *headers,
                                     const struct http_source_ops *ops, void *src, int keepalive_ms);
 
 /* ---- forwarding a request (proxy.c) ---- */

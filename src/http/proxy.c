@@ -33,7 +33,7 @@ struct proxy_job {
     size_t body_len;
     /* the response's head */
     long status;
-    char **headers; /* "Name", "value", ... NULL-terminated */
+    char **headers; /* "Name: value" each, NULL-terminated (http_stream_headers') */
     size_t n_headers, head_bytes;
     bool head_done, head_bad;
     /* its body, and the end */
@@ -137,12 +137,10 @@ static size_t on_header(char *data, size_t size, size_t n, void *ctx)
                 pthread_mutex_unlock(&j->lock);
                 return size * n;
             }
-            char *name = xstrndup(data, name_len), *value = xstrndup(v, (size_t)(data + len - v));
-            j->headers = strv_push(j->headers, name);
-            j->headers = strv_push(j->headers, value);
+            _cleanup_free_ char *line =
+                xasprintf("%.*s: %.*s", (int)name_len, data, (int)(data + len - v), v);
+            j->headers = strv_push(j->headers, line);
             j->n_headers++;
-            free(name);
-            free(value);
         }
     }
     pthread_mutex_unlock(&j->lock);
@@ -360,7 +358,7 @@ int http_proxy(struct request *rq, int fd, uint16_t port)
         job_unref(j);
         return err_set(EPROTO, "the server in the sandbox on port %u: %s", port, error);
     }
-    (void)http_stream_headers(rq, (unsigned)status, (const char *const *)headers, &job_ops, j, 0);
+    (void)http_stream_headers(rq, (unsigned)status, headers, &job_ops, j, 0);
     strv_free(headers);
     return 0;
 }

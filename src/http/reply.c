@@ -32,6 +32,8 @@ static const struct api_err_info api_errs[AE_N_ERRORS] = {
     [AE_MOVED] = {409, "session_moved", 409, "unavailable", 503, -32000},
     [AE_DEADLINE] = {504, "timeout", 504, "deadline_exceeded", 504, -32000},
     [AE_CANCELLED] = {499, "cancelled", 499, "canceled", 499, -32800},
+    [AE_FENCED] = {503, "node_fenced", 503, "unavailable", 503, -32000},
+    [AE_BAD_GATEWAY] = {502, "bad_gateway", 502, "unavailable", 503, -32603},
 };
 
 const struct api_err_info *api_err_info(enum api_err e)
@@ -101,8 +103,14 @@ enum MHD_Result reply_json_header(struct request *rq, unsigned status, json_t *j
                                   const char *value)
 {
     /* The first reply about a session taken over says so, whatever the route. */
-    if (rq->takeover && json_is_object(j))
+    if (rq->takeover && json_is_object(j)) {
+        if (j->refcount > 1) { /* shared (an execution's record): not changed, copied */
+            json_t *own = json_copy(j);
+            json_decref(j);
+            j = own;
+        }
         json_object_update_missing(j, rq->takeover);
+    }
     char *text = json_dumps(j, JSON_COMPACT);
     json_decref(j);
     if (!text)

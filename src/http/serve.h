@@ -57,6 +57,8 @@ struct server_config {
     const char *node;           /* named in session ids; NULL: the host name */
     bool fleet;                 /* share the store with other nodes: take leases */
     uint64_t lease_ttl_ms;      /* a lease not renewed for this long may be taken over */
+    const char *advertise;      /* HOST:PORT other nodes forward to; NULL: from listen */
+    size_t checkpoint_workers;  /* sessions checkpointed at once at shutdown; 0: default */
 };
 #define DEFAULT_LEASE_TTL_MS 15000
 

@@ -108,13 +108,14 @@ static void request_free(struct request *rq)
 {
     if (rq->on_free)
         rq->on_free(rq);
+    fleet_forward_free(rq);
+    free(rq->raw_uri);
     if (rq->held)
         MHD_destroy_response(rq->held);
     buf_release(&rq->body);
     free(rq->params[0]);
     free(rq->params[1]);
     free(rq->session_id);
-    free(rq->raw_uri);
     json_decref(rq->takeover);
     net_policy_free(rq->net);
     net_secrets_free(rq->secrets);
@@ -272,8 +273,14 @@ static enum MHD_Result route_request(struct request *rq, const char *url, const 
     }
     bool needs_auth = !rq->route || !(rq->route->flags & ROUTE_NO_AUTH);
     if (needs_auth && rq->route && rq->surface->authorize) {
-        /* A surface that authenticates its own way (E2B's SDK); past that, as any request. */
+        /* A surface that authenticates its own way (E2B's SDK); past that, as any request.
+         * Credentials only a session's own node can check send the request there first
+         * (fleet_forward.c). */
         needs_auth = false;
+        if (fleet_route(rq)) {
+            buf_release(&allow);
+            return MHD_YES;
+        }
         if (!rq->surface->authorize(rq)) {
             buf_release(&allow);
             return MHD_YES;
@@ -322,7 +329,13 @@ static enum MHD_Result route_request(struct request *rq, const char *url, const 
                          "the URL holds an encoded NUL byte (%%00), which no "
                          "session id or file name may contain");
     if (atomic_load(&srv->shutting_down) && rq->route->handle != h_healthz)
-        return api_error(rq, AE_SHUTTING_DOWN, "the server is shutting down");
+        return srv->fleet ? api_error_header(rq, AE_SHUTTING_DOWN, "Retry-After", "1",
+                                             "the node is shutting down: its sessions move to "
+                                             "other nodes of the fleet as they are checkpointed; "
+                                             "send the request again")
+                          : api_error(rq, AE_SHUTTING_DOWN, "the server is shutting down");
+    if (fleet_route(rq))
+        return MHD_YES;
     const char *cl = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, "Content-Length");
     uint64_t len, max = rq->route->flags & ROUTE_STREAM_BODY ? srv->cfg->limits.max_upload_bytes
                                                              : srv->cfg->limits.max_body_bytes;
@@ -565,7 +578,6 @@ static void shutdown_gracefully(struct server *srv)
     /* The renewer drops sessions from the table: not while it goes. It goes on renewing, so
      * that the sessions' last saves happen under their leases however long they take. */
     fleet_quiesce(srv->fleet);
-    fleet_wait_handovers(srv);
     session_table_free(srv->table);
     srv->table = NULL;
     session_pool_free(srv->pool);
@@ -696,6 +708,8 @@ static int prepare(struct server *srv, struct sockaddr_storage *addr)
     session_table_set_exec_limits(srv->table, srv->cfg->limits.max_executions,
                                   srv->cfg->limits.max_queued_executions);
     session_table_set_node(srv->table, srv->node);
+    if (srv->cfg->checkpoint_workers)
+        session_table_set_retire_workers(srv->table, srv->cfg->checkpoint_workers);
     if (srv->cfg->fleet && (r = fleet_open(srv)) < 0)
         return r;
     session_table_set_persistence(srv->table, &srv->persist);
@@ -709,7 +723,7 @@ static int prepare(struct server *srv, struct sockaddr_storage *addr)
 
 int server_run(const struct server_config *cfg)
 {
-    struct server srv = {.cfg = cfg, .oneshots_lock = PTHREAD_MUTEX_INITIALIZER};
+    struct server srv = {.cfg = cfg, .oneshots_lock = PTHREAD_MUTEX_INITIALIZER, .watchdog_fd = -1};
     struct sockaddr_storage addr;
     sigset_t stop;
     int sig = 0, status = 0;
@@ -721,7 +735,9 @@ int server_run(const struct server_config *cfg)
     sigaddset(&stop, SIGINT);
     pthread_sigmask(SIG_BLOCK, &stop, NULL);
     signal(SIGPIPE, SIG_IGN);
-    if (prepare(&srv, &addr) < 0 || start_http(&srv, &addr) < 0) {
+    /* Before any thread: the watchdog is a fork of this process as it is now. */
+    if ((cfg->fleet && fleet_watchdog_spawn(&srv.watchdog_fd) < 0) || prepare(&srv, &addr) < 0 ||
+        start_http(&srv, &addr) < 0) {
         fprintf(stderr, "runcell serve: %s\n", err_msg());
         status = 1;
         goto out;
@@ -740,9 +756,10 @@ out:
         MHD_stop_daemon(srv.mhd);
     conn_guard_free(srv.conns); /* the daemon, which used it, is stopped */
     fleet_quiesce(srv.fleet);
-    fleet_wait_handovers(&srv);
     session_table_free(srv.table); /* releases the leases of the sessions it retires */
     fleet_free(srv.fleet);
+    if (srv.watchdog_fd >= 0)
+        close(srv.watchdog_fd);
     free(srv.node);
     session_pool_free(srv.pool);
     store_free(srv.store);

@@ -89,11 +89,13 @@ static void hstream_free(void *cls)
 enum MHD_Result http_stream(struct request *rq, unsigned status, const char *content_type,
                             const struct http_source_ops *ops, void *src, int keepalive_ms)
 {
-    const char *headers[] = {"Content-Type", content_type, "Cache-Control", "no-store", NULL};
+    _cleanup_free_ char *ct = xasprintf("Content-Type: %s", content_type);
+    _cleanup_free_ char *cc = xstrdup("Cache-Control: no-store");
+    char *headers[3] = {ct, cc, NULL};
     return http_stream_headers(rq, status, headers, ops, src, keepalive_ms);
 }
 
-enum MHD_Result http_stream_headers(struct request *rq, unsigned status, const char *const *headers,
+enum MHD_Result http_stream_headers(struct request *rq, unsigned status, char *const *headers,
                                     const struct http_source_ops *ops, void *src, int keepalive_ms)
 {
     struct hstream *h = xcalloc(1, sizeof(*h));
@@ -108,8 +110,13 @@ enum MHD_Result http_stream_headers(struct request *rq, unsigned status, const c
         hstream_free(h);
         return MHD_NO;
     }
-    for (const char *const *kv = headers; kv && kv[0] && kv[1]; kv += 2)
-        (void)MHD_add_response_header(r, kv[0], kv[1]);
+    for (char *const *hd = headers; hd && *hd; hd++) {
+        const char *colon = strchr(*hd, ':');
+        if (!colon)
+            continue;
+        _cleanup_free_ char *name = xstrndup(*hd, (size_t)(colon - *hd));
+        MHD_add_response_header(r, name, colon + 1 + strspn(colon + 1, " \t"));
+    }
     return reply_response(rq, status, r);
 }
 

@@ -79,11 +79,8 @@ static void append_names(struct buf *b, const char *what, json_t *names, bool *f
 
 static const char *image_mime(json_t *bundle)
 {
-    static const char *const mimes[] = {"image/png", "image/jpeg", "image/gif", "image/webp"};
-    for (size_t i = 0; i < ARRAY_SIZE(mimes); i++)
-        if (json_is_string(json_object_get(bundle, mimes[i])))
-            return mimes[i];
-    return NULL;
+    const char *mime = NULL;
+    return exec_bundle_image(bundle, &mime) ? mime : NULL;
 }
 
 static unsigned be16(const unsigned char *p)

@@ -798,5 +798,14 @@ static const struct route mcp_routes[] = {
     {"DELETE", "/mcp", h_mcp_delete, 0, NULL},
 };
 
-const struct surface mcp_surface = {
-    .name = "mcp", .routes = mcp_routes, .n_routes = ARRAY_SIZE(mcp_routes)};
+/* An MCP session lives on the node its id names. */
+static const char *mcp_pinned_id(struct request *rq, bool *ret_before_auth)
+{
+    (void)ret_before_auth;
+    return header(rq, "Mcp-Session-Id");
+}
+
+const struct surface mcp_surface = {.name = "mcp",
+                                    .routes = mcp_routes,
+                                    .n_routes = ARRAY_SIZE(mcp_routes),
+                                    .pinned_id = mcp_pinned_id};

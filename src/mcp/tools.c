@@ -155,7 +155,7 @@ static const struct tool tools[] = {
      "like a notebook cell: variables, imports and files in /workspace persist between calls to "
      "the same session. The value of the last expression is returned, matplotlib figures come "
      "back as PNG images, and a failure returns the traceback with isError set, so the code can "
-     "be fixed and run again. numpy, pandas and matplotlib are installed; there is no network.",
+     "be fixed and run again. numpy, pandas and matplotlib are installed.",
      ARGS(run_code_args), false, false, false, record_schema, t_run_code},
     {"run_shell", "Run a shell command",
      "Run a bash command line in the session's shell (the same files as run_code): it starts "
@@ -283,14 +283,47 @@ static char *lifetime_sentence(const struct mcp_config *cfg)
                      (unsigned long long)(idle / 1000));
 }
 
+/* What the code can reach, as the server's --net and --secret say: " There is no network.",
+ * or the hosts, and which of them get credentials added (never their values). */
+static char *network_sentence(const struct mcp_config *cfg)
+{
+    const struct net_opts *n = &cfg->defaults.net;
+    if (!n->policy)
+        return xstrdup(" There is no network.");
+    struct buf b;
+    buf_init(&b, 0);
+    json_t *p = net_policy_json(n->policy), *v;
+    size_t i;
+    buf_printf(&b, " The network reaches only");
+    json_array_foreach(json_object_get(p, "allow"), i, v)
+        buf_printf(&b, "%s %s", i ? "," : "", json_string_value(v));
+    buf_printf(&b, ", through a proxy.");
+    json_decref(p);
+    json_t *sec = net_secrets_json(n->secrets);
+    if (json_array_size(sec)) {
+        buf_printf(&b, " Requests to");
+        json_array_foreach(sec, i, v)
+            buf_printf(&b, "%s %s", i ? "," : "", json_string_value(json_object_get(v, "host")));
+        buf_printf(&b,
+                   " get their credentials (%s) added by that proxy: send them without any; "
+                   "the code never sees them.",
+                   json_string_value(json_object_get(json_array_get(sec, 0), "header")));
+    }
+    json_decref(sec);
+    return buf_detach(&b, NULL);
+}
+
 json_t *tools_list_json(const struct mcp_config *cfg, unsigned features)
 {
     json_t *list = json_array();
+    _cleanup_free_ char *network = network_sentence(cfg);
     for (size_t i = 0; i < ARRAY_SIZE(tools); i++) {
         const struct tool *t = &tools[i];
         _cleanup_free_ char *lifetime = t->run == t_create_session ? lifetime_sentence(cfg) : NULL;
+        bool runs = t->run == t_run_code || t->run == t_run_shell;
         _cleanup_free_ char *description =
-            xasprintf("%s%s", t->description, lifetime ? lifetime : "");
+            xasprintf("%s%s%s", t->description, lifetime ? lifetime : "",
+                      t->run == t_run_code ? network : "");
         json_t *j = json_pack("{s:s,s:s,s:o}", "name", t->name, "description", description,
                               "inputSchema", input_schema(t, features));
         if (features & VF_TITLES)
@@ -300,7 +333,7 @@ json_t *tools_list_json(const struct mcp_config *cfg, unsigned features)
                                 json_pack("{s:s,s:b,s:b,s:b,s:b}", "title", t->title,
                                           "readOnlyHint", t->read_only, "destructiveHint",
                                           t->destructive, "idempotentHint", t->idempotent,
-                                          "openWorldHint", 0));
+                                          "openWorldHint", runs && cfg->defaults.net.policy));
         if (features & VF_STRUCTURED)
             json_object_set_new(j, "outputSchema", json_loads(t->output_schema, 0, NULL));
         json_array_append_new(list, j);

@@ -46,6 +46,7 @@ struct execution {
     bool ran; /* execution_run was called */
     struct exec_record rec;
     bool has_record;
+    json_t *record_json; /* exec_record_json(&rec), made once when it ends (its EV_DONE's) */
     int failure;
     char *failure_msg;
     struct item *items; /* items[i] has seq first_seq + i */
@@ -131,6 +132,10 @@ static void registry_prune(struct exec_registry *r)
 
 static void registry_release(struct exec_registry *r)
 {
+    pthread_mutex_lock(&r->keys_lock);
+    free(r->keys);
+    r->keys = NULL;
+    pthread_mutex_unlock(&r->keys_lock);
     pthread_mutex_lock(&r->lock);
     struct execution *x = r->head;
     r->head = r->tail = NULL;
@@ -167,6 +172,7 @@ void execution_unref(struct execution *x)
     if (!x || atomic_fetch_sub(&x->refs, 1) != 1)
         return;
     items_free(x->items, x->n_items);
+    json_decref(x->record_json);
     exec_record_release(&x->rec);
     free(x->failure_msg);
     free(x->code);
@@ -307,6 +313,85 @@ int session_submit(struct session_table *t, struct session *s, const struct exec
     return 0;
 }
 
+/* ---- idempotency keys ---- */
+
+struct exec_key {
+    char key[EXEC_KEY_MAX + 1];
+    char id[EXEC_ID_SIZE];
+    uint64_t hash; /* of the code and its language: a key stands for one request */
+};
+
+bool exec_key_valid(const char *key)
+{
+    size_t n = key ? strlen(key) : 0;
+    if (n < 1 || n > EXEC_KEY_MAX)
+        return false;
+    for (const char *p = key; *p; p++)
+        if (*p < 0x21 || *p > 0x7e)
+            return false;
+    return true;
+}
+
+static uint64_t request_hash(const struct exec_request *req)
+{
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    const char *parts[] = {req->lang ? lang_name(req->lang) : "", "\n", req->code};
+    for (size_t i = 0; i < ARRAY_SIZE(parts); i++)
+        for (const unsigned char *p = (const unsigned char *)parts[i]; *p; p++)
+            h = (h ^ *p) * 1099511628211ull;
+    return h;
+}
+
+int session_submit_keyed(struct session_table *t, struct session *s, const struct exec_request *req,
+                         const char *key, struct execution **ret, bool *ret_replayed)
+{
+    *ret_replayed = false;
+    if (!key)
+        return session_submit(t, s, req, ret);
+    if (!exec_key_valid(key))
+        return err_set(EINVAL,
+                       "an idempotency key is 1 to %d visible ASCII characters, without spaces",
+                       EXEC_KEY_MAX);
+    if (!req->code)
+        return err_set(EINVAL, "no code to execute");
+    struct exec_registry *reg = session_registry(s);
+    uint64_t hash = request_hash(req);
+    pthread_mutex_lock(&reg->keys_lock);
+    for (size_t i = 0; reg->keys && i < EXEC_KEYS_MAX; i++) {
+        struct exec_key *k = &reg->keys[i];
+        if (strcmp(k->key, key))
+            continue;
+        int r;
+        if (k->hash != hash) {
+            r = err_set(EEXIST,
+                        "idempotency key '%s' was given to execution %s, of other code: a key "
+                        "stands for one request; use a new key for new code",
+                        key, k->id);
+        } else if ((*ret = session_execution_find(s, k->id))) {
+            *ret_replayed = true;
+            r = 0;
+        } else {
+            r = err_set(EEXIST,
+                        "idempotency key '%s' was given to execution %s, which is no longer "
+                        "kept (the last %d, for %d minutes): it is not run again",
+                        key, k->id, EXEC_KEEP, EXEC_KEEP_MS / 60000);
+        }
+        pthread_mutex_unlock(&reg->keys_lock);
+        return r;
+    }
+    int r = session_submit(t, s, req, ret);
+    if (r == 0) {
+        if (!reg->keys)
+            reg->keys = xcalloc(EXEC_KEYS_MAX, sizeof(*reg->keys));
+        struct exec_key *k = &reg->keys[reg->next_key++ % EXEC_KEYS_MAX];
+        snprintf(k->key, sizeof(k->key), "%s", key);
+        snprintf(k->id, sizeof(k->id), "%s", execution_id(*ret));
+        k->hash = hash;
+    }
+    pthread_mutex_unlock(&reg->keys_lock);
+    return r;
+}
+
 /* What EV_DONE says when x did not run. */
 static const char *failure_code(int err)
 {
@@ -328,8 +413,12 @@ static const char *failure_code(int err)
 static void finish(struct execution *x, int r)
 {
     json_t *done;
+    /* Counted before its end is seen: a client that read it finds it in the metrics. */
+    if (x->t && r == 0)
+        session_table_observe(x->t, &x->rec);
+    json_t *record = r == 0 ? exec_record_json(&x->rec) : NULL;
     if (r == 0) {
-        done = json_pack("{s:o}", "record", exec_record_json(&x->rec));
+        done = json_pack("{s:O}", "record", record);
     } else {
         x->failure = r;
         x->failure_msg = xstrdup(err_msg());
@@ -338,6 +427,7 @@ static void finish(struct execution *x, int r)
     }
     pthread_mutex_lock(&x->lock);
     x->has_record = r == 0;
+    x->record_json = record;
     /* What the record holds besides the streams' live part: a rough figure for the keep. */
     x->bytes += x->rec.out.head.len + x->rec.out.tail_len + x->rec.err.head.len +
                 x->rec.err.tail_len + 1024;
@@ -353,8 +443,6 @@ static void finish(struct execution *x, int r)
     json_decref(done);
     if (s)
         registry_prune(session_registry(s));
-    if (t && r == 0)
-        session_table_observe(t, &x->rec);
     if (t)
         session_table_put(t, s); /* s may be gone after this */
 }
@@ -434,6 +522,14 @@ const struct exec_record *execution_record(struct execution *x)
     bool has = x->has_record;
     pthread_mutex_unlock(&x->lock);
     return has ? &x->rec : NULL;
+}
+
+json_t *execution_record_json(struct execution *x)
+{
+    pthread_mutex_lock(&x->lock);
+    json_t *j = x->has_record ? json_incref(x->record_json) : NULL;
+    pthread_mutex_unlock(&x->lock);
+    return j;
 }
 
 int execution_failure(struct execution *x, const char **ret_message)

@@ -5,18 +5,27 @@
 #include <errno.h>
 #include <string.h>
 
+/* The raster images a bundle may hold, in the order they are preferred, with the extension a
+ * saved one takes. Every surface asks exec_bundle_image: one list. */
+static const char *const image_types[][2] = {
+    {"image/png", "png"}, {"image/jpeg", "jpg"}, {"image/gif", "gif"}, {"image/webp", "webp"}};
+
 static char *figure_name(long cell, size_t n, const char *mime)
 {
-    return xasprintf("figure-%ld-%zu.%s", cell, n, mime && strstr(mime, "jpeg") ? "jpg" : "png");
+    const char *ext = "png";
+    for (size_t i = 0; mime && i < ARRAY_SIZE(image_types); i++)
+        if (!strcmp(mime, image_types[i][0]))
+            ext = image_types[i][1];
+    return xasprintf("figure-%ld-%zu.%s", cell, n, ext);
 }
 
 const char *exec_bundle_image(json_t *bundle, const char **ret_mime)
 {
-    static const char *const types[] = {"image/png", "image/jpeg"};
-    for (size_t i = 0; i < ARRAY_SIZE(types); i++) {
-        const char *b64 = json_string_value(json_object_get(bundle, types[i]));
+    for (size_t i = 0; i < ARRAY_SIZE(image_types); i++) {
+        const char *b64 = json_string_value(json_object_get(bundle, image_types[i][0]));
         if (b64) {
-            *ret_mime = types[i];
+            if (ret_mime)
+                *ret_mime = image_types[i][0];
             return b64;
         }
     }

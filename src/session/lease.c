@@ -1,45 +1,14 @@
-/* lease.c - a fleet's shared session records and leases: which node runs a session, kept in
- * the shared store as sessions/ID/lease.json and changed only by compare-and-swap, renewed
- * while held, so that two nodes never run one session and a successor can resume it. */
-#include "session/session-int.h"
+/* lease.c - a fleet's session records: which node owns a session, kept in the shared store as
+ * sessions/ID/lease.json, tied to the owner's node lease (node.c) by its epoch and changed
+ * only by compare-and-swap, so that two nodes never run one session and a successor can
+ * resume it; and the lookups that send a request to the node that owns its session. */
+#include "session/fleet-int.h"
 
 #include <errno.h>
-#include <pthread.h>
 #include <string.h>
 #include <time.h>
 
-#define RECORD_MAX    (256u << 10) /* a record is options and a checkpoint summary */
-#define CLOCK_SKEW_MS 1000         /* between nodes' wall clocks, at most */
-#define NODE_NAME_MAX 32
-#define MIN_TTL_MS    1000
-/* A hand-back waits for the holder's next renewal (a third of the ttl) and its checkpoint. */
-#define HANDBACK_EXTRA_MS 30000
-#define HANDBACK_POLL_MS  100
-
-struct lease {
-    char *id;
-    char version[STORE_VERSION_SIZE];
-    json_t *record;            /* as last written */
-    uint64_t valid_until_mono; /* the holder's side of the lease: shorter than the record's */
-    bool lost;                 /* another node took it (or the record went) */
-    struct lease *next;
-};
-
-struct fleet {
-    struct store *store;
-    char *node;
-    char *instance; /* this process: a restarted node knows its previous life's leases */
-    uint64_t ttl_ms;
-    pthread_mutex_t lock;    /* held, and each lease's fields */
-    pthread_mutex_t io_lock; /* one write of a record at a time, in this process */
-    pthread_mutex_t cb_lock; /* on_lost, and its calls */
-    pthread_cond_t wake;
-    pthread_t renewer;
-    bool running, stopping;
-    struct lease *held;
-    void (*on_lost)(void *ctx, const char *id, bool handback);
-    void *on_lost_ctx;
-};
+#define RECORD_MAX (256u << 10) /* a record is options and a checkpoint summary */
 
 bool node_name_valid(const char *name)
 {
@@ -75,18 +44,19 @@ static struct lease *find_locked(struct fleet *f, const char *id)
     return NULL;
 }
 
-/* The record as it is to be written now: held by this node until now + ttl. */
-static void stamp(struct fleet *f, json_t *rec, const char *state)
+static const char *str_of(json_t *rec, const char *key)
 {
-    _cleanup_free_ char *nonce = random_hex(8);
-    uint64_t now = now_realtime_ms();
+    return json_string_value(json_object_get(rec, key));
+}
+
+/* The record as it is to be written now: owned by this node at its epoch. */
+static void stamp(struct fleet *f, json_t *rec, const char *state, long long epoch)
+{
     json_object_set_new(rec, "node", json_string(f->node));
+    json_object_set_new(rec, "epoch", json_integer(epoch));
     json_object_set_new(rec, "instance", json_string(f->instance));
     json_object_set_new(rec, "state", json_string(state));
-    json_object_set_new(rec, "expires_ms",
-                        json_integer(strcmp(state, "live") ? 0 : (json_int_t)(now + f->ttl_ms)));
-    json_object_set_new(rec, "updated_ms", json_integer((json_int_t)now));
-    json_object_set_new(rec, "nonce", json_string(nonce));
+    json_object_set_new(rec, "updated_ms", json_integer((json_int_t)now_realtime_ms()));
 }
 
 /* Writes rec over version (NULL: only if absent); 0 with ret_version, -ESTALE, -errno. */
@@ -109,8 +79,7 @@ static int read_record(struct fleet *f, const char *id, json_t **ret,
     int r = store_get_versioned(f->store, key, RECORD_MAX, &text, &n, ret_version);
     if (r < 0)
         return r;
-    json_error_t e;
-    json_t *j = json_loadb(text, n, 0, &e);
+    json_t *j = json_loadb(text, n, 0, NULL);
     free(text);
     if (!json_is_object(j)) {
         json_decref(j);
@@ -120,40 +89,47 @@ static int read_record(struct fleet *f, const char *id, json_t **ret,
     return 0;
 }
 
-/* Registers a lease just written at version; the caller holds no lock. */
-static void hold(struct fleet *f, const char *id, json_t *rec, const char *version,
-                 uint64_t sent_mono)
+/* Registers a record just written at version. */
+static void hold(struct fleet *f, const char *id, json_t *rec, const char *version)
 {
     struct lease *l = xcalloc(1, sizeof(*l));
     l->id = xstrdup(id);
     l->record = rec;
     memcpy(l->version, version, STORE_VERSION_SIZE);
-    /* The holder stops a third of the ttl before the record's expiry: a successor waits for
-     * that expiry (and the clock skew), so their times to run never overlap. */
-    l->valid_until_mono = sent_mono + f->ttl_ms - f->ttl_ms / 3;
     pthread_mutex_lock(&f->lock);
     l->next = f->held;
     f->held = l;
     pthread_mutex_unlock(&f->lock);
 }
 
+/* The epoch to write under, or 0 with err_msg() when the node may not write now. */
+static long long writing_epoch(struct fleet *f)
+{
+    const char *why;
+    if (!fleet_admitting(f, &why)) {
+        err_set(ENOLCK, "%s", why);
+        return 0;
+    }
+    return fleet_epoch(f);
+}
+
 int fleet_lease_new(struct fleet *f, const char *id, const char *options_json)
 {
+    long long epoch = writing_epoch(f);
+    if (!epoch)
+        return -ENOLCK;
     json_t *opts = options_json ? json_loads(options_json, 0, NULL) : NULL;
     json_t *rec = json_pack("{s:s,s:I,s:I,s:o,s:n}", "id", id, "generation", (json_int_t)1,
                             "created_ms", (json_int_t)now_realtime_ms(), "options",
                             opts ? opts : json_object(), "checkpoint");
     char version[STORE_VERSION_SIZE];
-    stamp(f, rec, "live");
-    uint64_t sent = now_ms();
-    pthread_mutex_lock(&f->io_lock);
+    stamp(f, rec, "live", epoch);
     int r = write_record(f, id, rec, NULL, version);
-    pthread_mutex_unlock(&f->io_lock);
     if (r < 0) {
         json_decref(rec);
         return r == -ESTALE ? err_set(EEXIST, "session %s exists in the store already", id) : r;
     }
-    hold(f, id, rec, version, sent);
+    hold(f, id, rec, version);
     return 0;
 }
 
@@ -168,138 +144,233 @@ long long fleet_lease_generation(struct fleet *f, const char *id)
 
 int fleet_lease_state(struct fleet *f, const char *id)
 {
+    const char *why;
     pthread_mutex_lock(&f->lock);
     struct lease *l = find_locked(f, id);
-    int r = !l || l->lost ? -EXDEV : now_ms() >= l->valid_until_mono ? -ENOLCK : 0;
+    bool held = l && !l->lost;
     pthread_mutex_unlock(&f->lock);
-    if (r == -EXDEV)
+    if (!held)
         return err_set(EXDEV, "session %s moved to another node: this node no longer holds it", id);
-    if (r == -ENOLCK)
-        return err_set(ENOLCK,
-                       "this node could not renew its lease on session %s in the store; "
-                       "try again when the store answers",
-                       id);
+    if (!fleet_admitting(f, &why))
+        return err_set(ENOLCK, "%s", why);
     return 0;
 }
 
-/* Whether the stored record lets this node take the session now; else *ret_wait_ms says for
- * how long it is held (0: held by a live lease that will not end soon enough to wait). */
-static bool takeable(struct fleet *f, json_t *rec, uint64_t *ret_wait_ms)
+/* ---- who owns a session ---- */
+
+static bool holds(struct fleet *f, const char *id)
 {
-    const char *state = json_string_value(json_object_get(rec, "state"));
-    const char *node = json_string_value(json_object_get(rec, "node"));
-    const char *inst = json_string_value(json_object_get(rec, "instance"));
-    uint64_t expires = (uint64_t)json_integer_value(json_object_get(rec, "expires_ms"));
-    uint64_t now = now_realtime_ms();
-    *ret_wait_ms = 0;
-    if (!state || strcmp(state, "live"))
-        return true; /* released: it ended with its state stored */
-    /* This node's earlier process (before a crash or restart) cannot run it any more. */
-    if (node && !strcmp(node, f->node) && inst && strcmp(inst, f->instance))
-        return true;
-    if (now >= expires + CLOCK_SKEW_MS)
-        return true;
-    *ret_wait_ms = expires + CLOCK_SKEW_MS - now;
-    return false;
+    pthread_mutex_lock(&f->lock);
+    struct lease *l = find_locked(f, id);
+    bool held = l && !l->lost;
+    pthread_mutex_unlock(&f->lock);
+    return held;
 }
 
-/* Asks the holder of rec (at version) to hand id back to this node, its home: the holder's
- * next renewal sees handback_to, checkpoints the session and releases the lease. */
-static int ask_back(struct fleet *f, const char *id, json_t *rec, const char *version)
+/* Classifies rec for this node; the owner's lease in *v (read, cached unless fresh). For
+ * OWNER_REMOTE, *ret_wait_ms says how long until its lease expires with the skew allowance. */
+static int classify(struct fleet *f, const char *id, json_t *rec, bool fresh,
+                    struct fleet_owner *ret, uint64_t *ret_wait_ms)
 {
-    const char *to = json_string_value(json_object_get(rec, "handback_to"));
-    char nv[STORE_VERSION_SIZE];
-    if (to && !strcmp(to, f->node))
-        return 0; /* asked already */
-    json_t *ask = json_deep_copy(rec);
-    json_object_set_new(ask, "handback_to", json_string(f->node));
-    pthread_mutex_lock(&f->io_lock);
-    int r = write_record(f, id, ask, version, nv);
-    pthread_mutex_unlock(&f->io_lock);
-    json_decref(ask);
-    if (r == 0)
-        log_info("msg=\"asked for a session back\" session=%s holder=%s", id,
-                 json_string_value(json_object_get(rec, "node")));
+    const char *state = str_of(rec, "state"), *node = str_of(rec, "node");
+    long long epoch = json_integer_value(json_object_get(rec, "epoch"));
+    memset(ret, 0, sizeof(*ret));
+    *ret_wait_ms = 0;
+    snprintf(ret->node, sizeof(ret->node), "%s", node ? node : "");
+    ret->epoch = epoch;
+    if (!state || (strcmp(state, "live") && strcmp(state, "stopped"))) {
+        ret->kind = OWNER_NONE; /* it ended on purpose (expired, checkpointed): no takeover */
+        return 0;
+    }
+    if (!strcmp(state, "stopped") || !node) {
+        ret->kind = OWNER_TAKEABLE; /* released with its state stored */
+        return 0;
+    }
+    if (!strcmp(node, f->node)) {
+        /* Held here, or this node's at an earlier epoch (or dropped): this node may take it. */
+        ret->kind = holds(f, id) ? OWNER_HERE : OWNER_TAKEABLE;
+        return 0;
+    }
+    struct node_view v;
+    int r = fleet_node_view(f, node, fresh, &v);
+    if (r < 0)
+        return r;
+    uint64_t now = now_realtime_ms();
+    if (!v.present || v.released || v.epoch != epoch || now >= v.expires_ms + FLEET_CLOCK_SKEW_MS) {
+        /* Gone: but a cached view may be older than the record; only a fresh one decides. */
+        if (!fresh)
+            return classify(f, id, rec, true, ret, ret_wait_ms);
+        ret->kind = OWNER_TAKEABLE;
+        return 0;
+    }
+    ret->kind = OWNER_REMOTE;
+    snprintf(ret->address, sizeof(ret->address), "%s", v.address);
+    *ret_wait_ms = v.expires_ms + FLEET_CLOCK_SKEW_MS - now;
+    return 0;
+}
+
+int fleet_lookup(struct fleet *f, const char *id, bool fresh, struct fleet_owner *ret)
+{
+    json_t *rec = NULL;
+    char version[STORE_VERSION_SIZE];
+    uint64_t wait;
+    int r = read_record(f, id, &rec, version);
+    if (r == -ENOENT) {
+        memset(ret, 0, sizeof(*ret));
+        ret->kind = OWNER_NONE;
+        return 0;
+    }
+    if (r < 0)
+        return r;
+    r = classify(f, id, rec, fresh, ret, &wait);
+    json_decref(rec);
     return r;
 }
 
-int fleet_lease_take(struct fleet *f, const char *id, json_t **ret_record)
+int fleet_node_address(struct fleet *f, const char *node, char ret_address[272])
 {
-    uint64_t deadline = now_ms() + f->ttl_ms + 2 * CLOCK_SKEW_MS;
-    /* A node that comes back asks for its sessions back rather than waiting on a lease that
-     * the successor renews: the id names it, so the router sends them to it. */
-    _cleanup_free_ char *home_node = session_id_node(id);
-    bool home = home_node && !strcmp(home_node, f->node);
-    uint64_t handback_deadline = now_ms() + f->ttl_ms + HANDBACK_EXTRA_MS;
+    struct node_view v;
+    int r = fleet_node_view(f, node, false, &v);
+    if (r < 0)
+        return r;
+    if (!v.present || v.released || now_realtime_ms() >= v.expires_ms + FLEET_CLOCK_SKEW_MS ||
+        !*v.address)
+        return -ENOENT;
+    memcpy(ret_address, v.address, sizeof(v.address));
+    return 0;
+}
+
+/* ---- taking over ---- */
+
+/* Registers a takeover of id by this node; false after waiting for one already going. */
+static bool taking_begin(struct fleet *f, const char *id)
+{
+    bool waited = false;
+    pthread_mutex_lock(&f->lock);
     for (;;) {
-        json_t *rec = NULL;
-        char version[STORE_VERSION_SIZE], nv[STORE_VERSION_SIZE];
+        struct taking *t = f->takings;
+        while (t && strcmp(t->id, id))
+            t = t->next;
+        if (!t)
+            break;
+        waited = true;
+        pthread_cond_wait(&f->taken, &f->lock);
+    }
+    if (!waited) {
+        struct taking *t = xcalloc(1, sizeof(*t));
+        t->id = xstrdup(id);
+        t->next = f->takings;
+        f->takings = t;
+    }
+    pthread_mutex_unlock(&f->lock);
+    return !waited;
+}
+
+void fleet_lease_taken(struct fleet *f, const char *id)
+{
+    pthread_mutex_lock(&f->lock);
+    for (struct taking **p = &f->takings; *p; p = &(*p)->next) {
+        if (!strcmp((*p)->id, id)) {
+            struct taking *t = *p;
+            *p = t->next;
+            free(t->id);
+            free(t);
+            break;
+        }
+    }
+    pthread_cond_broadcast(&f->taken);
+    pthread_mutex_unlock(&f->lock);
+}
+
+/* One try: 0 taken (*ret_record), 1 to try again after *ret_wait_ms, -errno. */
+static int take_once(struct fleet *f, const char *id, uint64_t deadline, json_t **ret_record,
+                     uint64_t *ret_wait_ms, char waited_for[48])
+{
+    json_t *rec = NULL;
+    char version[STORE_VERSION_SIZE], nv[STORE_VERSION_SIZE];
+    struct fleet_owner o;
+    int r = read_record(f, id, &rec, version);
+    if (r < 0)
+        return r;
+    if ((r = classify(f, id, rec, true, &o, ret_wait_ms)) < 0)
+        goto out;
+    if (o.kind == OWNER_NONE) {
+        r = err_set(ENOENT, "session %s %s", id, str_of(rec, "state"));
+        goto out;
+    }
+    if (o.kind == OWNER_HERE) {
+        r = -EALREADY;
+        goto out;
+    }
+    if (o.kind == OWNER_REMOTE) {
+        /* The owner waited for is not the one that holds it now (another node took it over
+         * meanwhile, and renews it): that one serves the request. */
+        char who[48];
+        snprintf(who, sizeof(who), "%s/%lld", o.node, o.epoch);
+        bool other = *waited_for && strcmp(waited_for, who);
+        if (!*waited_for)
+            snprintf(waited_for, 48, "%s", who);
+        if (other || now_ms() + *ret_wait_ms > deadline)
+            r = err_set(EBUSY,
+                        "session %s is running on node %s (%s), which holds its lease and renews "
+                        "it; send the request to that node",
+                        id, o.node, o.address);
+        else
+            r = 1; /* its owner's lease expiry is the event waited for */
+        goto out;
+    }
+    long long epoch = writing_epoch(f);
+    if (!epoch) {
+        r = -ENOLCK;
+        goto out;
+    }
+    json_t *prev_node = json_object_get(rec, "node");
+    json_object_set(rec, "previous_node", prev_node ? prev_node : json_null());
+    json_object_set_new(rec, "generation",
+                        json_integer(json_integer_value(json_object_get(rec, "generation")) + 1));
+    stamp(f, rec, "live", epoch);
+    r = write_record(f, id, rec, version, nv);
+    if (r == -ESTALE) { /* another node moved first: see who holds it now */
+        *ret_wait_ms = 0;
+        r = 1;
+        goto out;
+    }
+    if (r < 0)
+        goto out;
+    hold(f, id, json_incref(rec), nv);
+    log_info("msg=\"session taken over\" session=%s from_node=%s generation=%lld epoch=%lld", id,
+             json_string_value(prev_node) ? json_string_value(prev_node) : "?",
+             (long long)json_integer_value(json_object_get(rec, "generation")), epoch);
+    *ret_record = rec;
+    return 0;
+out:
+    json_decref(rec);
+    return r;
+}
+
+int fleet_lease_take(struct fleet *f, const char *id, bool wait_for_owner, json_t **ret_record)
+{
+    if (!taking_begin(f, id))
+        return -EALREADY;
+    uint64_t deadline = now_ms() + (wait_for_owner ? f->ttl_ms + 2 * FLEET_CLOCK_SKEW_MS : 0);
+    char waited_for[48] = "";
+    for (;;) {
         uint64_t wait = 0;
-        int r = read_record(f, id, &rec, version);
-        if (r < 0)
-            return r;
-        const char *state = json_string_value(json_object_get(rec, "state"));
-        if (state && strcmp(state, "live") && strcmp(state, "stopped")) {
-            /* It ended on purpose (expired, closed with a checkpoint): not a takeover. */
-            json_decref(rec);
-            return err_set(ENOENT, "session %s %s", id, state);
-        }
-        if (!takeable(f, rec, &wait)) {
-            const char *node = json_string_value(json_object_get(rec, "node"));
-            _cleanup_free_ char *holder = xstrdup(node ? node : "?");
-            if (home) {
-                r = ask_back(f, id, rec, version);
-                json_decref(rec);
-                if (r < 0 && r != -ESTALE)
-                    return r;
-                if (now_ms() >= handback_deadline)
-                    return err_set(EBUSY,
-                                   "session %s runs on node %s, which did not hand it back in "
-                                   "time; try again",
-                                   id, holder);
-                struct timespec poll_ts = {.tv_nsec = HANDBACK_POLL_MS * 1000000L};
-                nanosleep(&poll_ts, NULL); /* the holder's next renewal sees the request */
-                continue;
-            }
-            json_decref(rec);
-            if (now_ms() + wait > deadline)
-                return err_set(EBUSY,
-                               "session %s is running on node %s, which holds its lease and "
-                               "renews it; send the request to that node",
-                               id, holder);
-            struct timespec ts = {.tv_sec = (time_t)(wait / 1000),
-                                  .tv_nsec = (long)(wait % 1000) * 1000000L};
-            nanosleep(&ts, NULL); /* the lease's expiry is the event waited for */
-            continue;
-        }
-        json_t *prev_node = json_object_get(rec, "node");
-        json_object_set(rec, "previous_node", prev_node ? prev_node : json_null());
-        json_object_set_new(
-            rec, "generation",
-            json_integer(json_integer_value(json_object_get(rec, "generation")) + 1));
-        stamp(f, rec, "live");
-        uint64_t sent = now_ms();
-        pthread_mutex_lock(&f->io_lock);
-        r = write_record(f, id, rec, version, nv);
-        pthread_mutex_unlock(&f->io_lock);
-        if (r == -ESTALE) { /* another node moved first: see who holds it now */
-            json_decref(rec);
-            continue;
-        }
-        if (r < 0) {
-            json_decref(rec);
+        int r = take_once(f, id, deadline, ret_record, &wait, waited_for);
+        if (r <= 0) {
+            if (r < 0)
+                fleet_lease_taken(f, id);
             return r;
         }
-        hold(f, id, json_incref(rec), nv, sent);
-        *ret_record = rec;
-        log_info("msg=\"session taken over\" session=%s from_node=%s generation=%lld", id,
-                 json_string_value(prev_node) ? json_string_value(prev_node) : "?",
-                 (long long)json_integer_value(json_object_get(rec, "generation")));
-        return 0;
+        wait = MIN(wait, f->ttl_ms / 3);
+        struct timespec ts = {.tv_sec = (time_t)(wait / 1000),
+                              .tv_nsec = (long)(wait % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
     }
 }
 
-/* Takes l out of the held list; the caller frees it. */
+/* ---- the records this node holds ---- */
+
 static struct lease *unhold(struct fleet *f, const char *id)
 {
     pthread_mutex_lock(&f->lock);
@@ -324,30 +395,58 @@ static void lease_free(struct lease *l)
     free(l);
 }
 
-/* Whether rec (just read) is still this process's own lease at generation gen: another
- * writer changed only what a holder keeps (a hand-back request). */
-static bool still_mine(struct fleet *f, json_t *rec, json_int_t gen)
+/* Whether rec (just read) is still this node's record of generation gen at its epoch. */
+static bool still_mine(struct fleet *f, json_t *rec, json_int_t gen, long long epoch)
 {
-    const char *node = json_string_value(json_object_get(rec, "node"));
-    const char *inst = json_string_value(json_object_get(rec, "instance"));
-    const char *state = json_string_value(json_object_get(rec, "state"));
-    return node && inst && state && !strcmp(node, f->node) && !strcmp(inst, f->instance) &&
-           !strcmp(state, "live") && json_integer_value(json_object_get(rec, "generation")) == gen;
+    const char *node = str_of(rec, "node"), *state = str_of(rec, "state");
+    return node && state && !strcmp(node, f->node) && !strcmp(state, "live") &&
+           json_integer_value(json_object_get(rec, "epoch")) == epoch &&
+           json_integer_value(json_object_get(rec, "generation")) == gen;
 }
 
-/* After a lost compare-and-swap on l: adopts the stored record when it is still ours (with
- * the hand-back request that changed it), else marks l lost. true when adopted. Holds
- * io_lock. */
+/* One compare-and-swap of id's record as state says; 0, -ESTALE, -EXDEV, -ENOLCK, -errno. */
+static int update_once(struct fleet *f, const char *id, const char *state, json_t *checkpoint)
+{
+    long long epoch = writing_epoch(f);
+    if (!epoch)
+        return -ENOLCK;
+    pthread_mutex_lock(&f->lock);
+    struct lease *l = find_locked(f, id);
+    json_t *rec = l && !l->lost ? json_deep_copy(l->record) : NULL;
+    char version[STORE_VERSION_SIZE], nv[STORE_VERSION_SIZE];
+    if (l)
+        memcpy(version, l->version, STORE_VERSION_SIZE);
+    pthread_mutex_unlock(&f->lock);
+    if (!rec)
+        return err_set(EXDEV, "session %s is not held by this node", id);
+    if (checkpoint)
+        json_object_set(rec, "checkpoint", checkpoint);
+    stamp(f, rec, state, epoch);
+    int r = write_record(f, id, rec, version, nv);
+    pthread_mutex_lock(&f->lock);
+    if (r == 0 && (l = find_locked(f, id))) {
+        json_decref(l->record);
+        l->record = json_incref(rec);
+        memcpy(l->version, nv, STORE_VERSION_SIZE);
+    }
+    pthread_mutex_unlock(&f->lock);
+    json_decref(rec);
+    return r;
+}
+
+/* After a lost compare-and-swap: adopts the stored record when it is still ours, else marks
+ * id lost. true when adopted. */
 static bool reread(struct fleet *f, const char *id)
 {
     json_t *rec = NULL;
     char version[STORE_VERSION_SIZE];
     bool mine = false;
     int r = read_record(f, id, &rec, version);
+    long long epoch = fleet_epoch(f);
     pthread_mutex_lock(&f->lock);
     struct lease *l = find_locked(f, id);
     if (l && r == 0 &&
-        still_mine(f, rec, json_integer_value(json_object_get(l->record, "generation")))) {
+        still_mine(f, rec, json_integer_value(json_object_get(l->record, "generation")), epoch)) {
         json_decref(l->record);
         l->record = json_incref(rec);
         memcpy(l->version, version, STORE_VERSION_SIZE);
@@ -360,40 +459,8 @@ static bool reread(struct fleet *f, const char *id)
     return mine;
 }
 
-/* One compare-and-swap of l's record as state says; 0, -ESTALE, -EXDEV, -errno. */
-static int update_once(struct fleet *f, const char *id, const char *state, json_t *checkpoint)
-{
-    pthread_mutex_lock(&f->lock);
-    struct lease *l = find_locked(f, id);
-    json_t *rec = l && !l->lost ? json_deep_copy(l->record) : NULL;
-    char version[STORE_VERSION_SIZE], nv[STORE_VERSION_SIZE];
-    if (l)
-        memcpy(version, l->version, STORE_VERSION_SIZE);
-    pthread_mutex_unlock(&f->lock);
-    if (!rec)
-        return err_set(EXDEV, "session %s is not held by this node", id);
-    if (checkpoint)
-        json_object_set(rec, "checkpoint", checkpoint);
-    if (strcmp(state, "live"))
-        json_object_del(rec, "handback_to"); /* released: whoever asked may take it */
-    stamp(f, rec, state);
-    uint64_t sent = now_ms();
-    int r = write_record(f, id, rec, version, nv);
-    pthread_mutex_lock(&f->lock);
-    if (r == 0 && (l = find_locked(f, id))) {
-        json_decref(l->record);
-        l->record = json_incref(rec);
-        memcpy(l->version, nv, STORE_VERSION_SIZE);
-        l->valid_until_mono = sent + f->ttl_ms - f->ttl_ms / 3;
-    }
-    pthread_mutex_unlock(&f->lock);
-    json_decref(rec);
-    return r;
-}
-
 int fleet_lease_update(struct fleet *f, const char *id, const char *state, json_t *checkpoint)
 {
-    pthread_mutex_lock(&f->io_lock);
     int r = update_once(f, id, state, checkpoint);
     if (r == -ESTALE)
         r = reread(f, id) ? update_once(f, id, state, checkpoint) : -EXDEV;
@@ -401,174 +468,33 @@ int fleet_lease_update(struct fleet *f, const char *id, const char *state, json_
         reread(f, id);
         r = -EXDEV;
     }
-    char *asker = NULL;
-    pthread_mutex_lock(&f->lock);
-    struct lease *l = find_locked(f, id);
-    const char *to =
-        l && !l->lost ? json_string_value(json_object_get(l->record, "handback_to")) : NULL;
-    if (to && !strcmp(state, "live"))
-        asker = xstrdup(to);
-    pthread_mutex_unlock(&f->lock);
-    pthread_mutex_unlock(&f->io_lock);
     if (r == -EXDEV)
         return err_set(EXDEV, "session %s moved to another node: its record changed", id);
-    if (r == 0 && asker) {
-        err_set(ECANCELED, "node %s asks for session %s back", asker, id);
-        free(asker);
-        return -ECANCELED;
-    }
-    free(asker);
     return r;
 }
 
 void fleet_lease_release(struct fleet *f, const char *id, const char *how, json_t *checkpoint)
 {
     if (how && fleet_lease_update(f, id, how, checkpoint) < 0)
-        log_warn("msg=\"cannot release the session's lease\" session=%s error=%s", id,
+        log_warn("msg=\"cannot release the session's record\" session=%s error=%s", id,
                  log_quote(err_msg()));
     lease_free(unhold(f, id));
 }
 
-/* One round of renewals; returns the ids found lost, and in *handbacks those their home
- * node asks back (NULL-terminated, caller frees). */
-static char **renew_all(struct fleet *f, char ***handbacks)
+void fleet_lease_forget(struct fleet *f, const char *id)
 {
-    char **ids = xcalloc(1, sizeof(char *)), **lost = xcalloc(1, sizeof(char *));
-    *handbacks = xcalloc(1, sizeof(char *));
+    lease_free(unhold(f, id));
+}
+
+void fleet_leases_free(struct fleet *f)
+{
     pthread_mutex_lock(&f->lock);
-    for (struct lease *l = f->held; l; l = l->next)
-        if (!l->lost)
-            ids = strv_push(ids, l->id);
+    struct lease *l = f->held;
+    f->held = NULL;
     pthread_mutex_unlock(&f->lock);
-    for (char **id = ids; *id; id++) {
-        int r = fleet_lease_update(f, *id, "live", NULL);
-        if (r == -EXDEV)
-            lost = strv_push(lost, *id);
-        else if (r == -ECANCELED)
-            *handbacks = strv_push(*handbacks, *id);
-        else if (r < 0)
-            log_warn("msg=\"cannot renew a lease\" session=%s error=%s", *id, log_quote(err_msg()));
-    }
-    strv_free(ids);
-    return lost;
-}
-
-static void *renewer_main(void *arg)
-{
-    struct fleet *f = arg;
-    pthread_mutex_lock(&f->lock);
-    while (!f->stopping) {
-        struct timespec ts;
-        realtime_after_ms(&ts, f->ttl_ms / 3);
-        pthread_cond_timedwait(&f->wake, &f->lock, &ts);
-        if (f->stopping)
-            break;
-        pthread_mutex_unlock(&f->lock);
-        char **handbacks, **lost = renew_all(f, &handbacks);
-        pthread_mutex_lock(&f->cb_lock);
-        void (*on_lost)(void *, const char *, bool) = f->on_lost;
-        for (char **id = lost; *id; id++) {
-            log_warn("msg=\"session moved to another node; dropping it here\" session=%s", *id);
-            if (on_lost)
-                on_lost(f->on_lost_ctx, *id, false);
-        }
-        for (char **id = handbacks; *id; id++) {
-            log_info("msg=\"handing a session back to its node\" session=%s", *id);
-            if (on_lost)
-                on_lost(f->on_lost_ctx, *id, true);
-        }
-        pthread_mutex_unlock(&f->cb_lock);
-        strv_free(handbacks);
-        strv_free(lost);
-        pthread_mutex_lock(&f->lock);
-    }
-    pthread_mutex_unlock(&f->lock);
-    return NULL;
-}
-
-int fleet_new(struct store *st, const char *node, uint64_t ttl_ms, struct fleet **ret)
-{
-    if (!node_name_valid(node))
-        return err_set(EINVAL,
-                       "node name '%s' is not a short DNS label (1 to %d of a-z, 0-9 and '-', "
-                       "not starting or ending with '-')",
-                       node ? node : "", NODE_NAME_MAX);
-    if (ttl_ms < MIN_TTL_MS)
-        return err_set(EINVAL, "a lease ttl under %d ms leaves no time to renew it", MIN_TTL_MS);
-    int r = store_check_conditional(st, node);
-    if (r < 0)
-        return r;
-    struct fleet *f = xcalloc(1, sizeof(*f));
-    f->store = st;
-    f->node = xstrdup(node);
-    f->instance = random_hex(8);
-    f->ttl_ms = ttl_ms;
-    pthread_mutex_init(&f->lock, NULL);
-    pthread_mutex_init(&f->io_lock, NULL);
-    pthread_mutex_init(&f->cb_lock, NULL);
-    pthread_cond_init(&f->wake, NULL);
-    *ret = f;
-    return 0;
-}
-
-int fleet_start(struct fleet *f, void (*on_lost)(void *ctx, const char *id, bool handback),
-                void *ctx)
-{
-    f->on_lost = on_lost;
-    f->on_lost_ctx = ctx;
-    int r = pthread_create(&f->renewer, NULL, renewer_main, f);
-    if (r)
-        return err_set(r, "cannot start the lease renewer: %s", strerror(r));
-    f->running = true;
-    return 0;
-}
-
-const char *fleet_node(const struct fleet *f)
-{
-    return f->node;
-}
-
-uint64_t fleet_ttl_ms(const struct fleet *f)
-{
-    return f->ttl_ms;
-}
-
-void fleet_quiesce(struct fleet *f)
-{
-    if (!f)
-        return;
-    pthread_mutex_lock(&f->cb_lock);
-    f->on_lost = NULL;
-    pthread_mutex_unlock(&f->cb_lock);
-}
-
-void fleet_stop(struct fleet *f)
-{
-    if (!f || !f->running)
-        return;
-    pthread_mutex_lock(&f->lock);
-    f->stopping = true;
-    pthread_cond_broadcast(&f->wake);
-    pthread_mutex_unlock(&f->lock);
-    pthread_join(f->renewer, NULL);
-    f->running = false;
-}
-
-void fleet_free(struct fleet *f)
-{
-    if (!f)
-        return;
-    fleet_stop(f);
-    while (f->held) {
-        struct lease *l = f->held;
-        f->held = l->next;
+    while (l) {
+        struct lease *next = l->next;
         lease_free(l);
+        l = next;
     }
-    pthread_cond_destroy(&f->wake);
-    pthread_mutex_destroy(&f->io_lock);
-    pthread_mutex_destroy(&f->cb_lock);
-    pthread_mutex_destroy(&f->lock);
-    free(f->instance);
-    free(f->node);
-    free(f);
 }

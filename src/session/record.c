@@ -42,6 +42,32 @@ void exec_record_release(struct exec_record *r)
     memset(r, 0, sizeof(*r));
 }
 
+static char **strv_copy(char *const *v)
+{
+    char **out = NULL;
+    for (; v && *v; v++)
+        out = strv_push(out, *v);
+    return out;
+}
+
+void exec_record_copy(struct exec_record *dst, const struct exec_record *src)
+{
+    exec_record_release(dst);
+    *dst = *src;
+    outcap_copy(&dst->out, &src->out);
+    outcap_copy(&dst->err, &src->err);
+    dst->results = json_deep_copy(src->results);
+    dst->error = src->error ? json_deep_copy(src->error) : NULL;
+    dst->created = strv_copy(src->created);
+    dst->modified = strv_copy(src->modified);
+    dst->deleted = strv_copy(src->deleted);
+    dst->copied_out = strv_copy(src->copied_out);
+    dst->network = src->network ? json_deep_copy(src->network) : NULL;
+    dst->packages = src->packages ? json_deep_copy(src->packages) : NULL;
+    dst->message = src->message ? xstrdup(src->message) : NULL;
+    dst->persist_error = src->persist_error ? xstrdup(src->persist_error) : NULL;
+}
+
 static json_t *stream_json(const struct outcap *c)
 {
     size_t len, clean_len;

@@ -91,10 +91,16 @@ void session_set_pause(struct session *s, enum session_pause how, int (*resume)(
 
 /* ---- the executions a session keeps (exec.c) ---- */
 struct execution;
+struct exec_key; /* exec.c */
 struct exec_registry {
     pthread_mutex_t lock;
     struct execution *head, *tail; /* oldest first */
     size_t n;
+    /* Idempotency keys (session_submit_keyed): a ring made at the first, under keys_lock,
+     * which a keyed submit holds from its look-up to its registration. */
+    pthread_mutex_t keys_lock;
+    struct exec_key *keys;
+    size_t next_key;
     /* Set by the first session_submit, called by session_free: the session goes, and its
      * executions are forgotten (those still referenced live on without a session). Through
      * a pointer, as persist_ops, so that a program that never submits (runcell run) links

@@ -258,6 +258,7 @@ int session_new(struct sandbox_host *host, const struct session_opts *opts, stru
     own_net_opts(s, &opts->net);
     event_log_init(&s->events);
     pthread_mutex_init(&s->execs.lock, NULL);
+    pthread_mutex_init(&s->execs.keys_lock, NULL);
     s->last_used_ms = now_ms();
     s->created_ms = now_realtime_ms();
     r = workspace_new(host, s->opts.limits.disk_mb, &s->ws);
@@ -801,8 +802,20 @@ enum session_pause session_pause_state(struct session *s)
     return s->paused;
 }
 
+/* Sessions hibernated in this process, for /healthz without a walk of the table. */
+static atomic_size_t hibernated_count;
+
+size_t session_hibernated_count(void)
+{
+    return atomic_load(&hibernated_count);
+}
+
 void session_set_pause(struct session *s, enum session_pause how, int (*resume)(struct session *s))
 {
+    if (s->paused == PAUSE_HIBERNATED && how != PAUSE_HIBERNATED)
+        atomic_fetch_sub(&hibernated_count, 1);
+    else if (s->paused != PAUSE_HIBERNATED && how == PAUSE_HIBERNATED)
+        atomic_fetch_add(&hibernated_count, 1);
     s->paused = how;
     s->resume_fn = resume;
 }
@@ -1593,6 +1606,9 @@ void session_free(struct session *s)
     if (s->execs.release)
         s->execs.release(&s->execs);
     pthread_mutex_destroy(&s->execs.lock);
+    pthread_mutex_destroy(&s->execs.keys_lock);
+    if (s->paused == PAUSE_HIBERNATED)
+        atomic_fetch_sub(&hibernated_count, 1);
     if (s->persist)
         s->persist_ops->free(s->persist);
     if (s->files_history) /* before the workspace it lives beside */

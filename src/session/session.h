@@ -64,6 +64,8 @@ struct exec_record {
 
 void exec_record_init(struct exec_record *r, size_t output_cap);
 void exec_record_release(struct exec_record *r);
+/* dst (initialised; what it held is released) made a copy of src. */
+void exec_record_copy(struct exec_record *dst, const struct exec_record *src);
 /* The record as DESIGN.md's JSON object; caller owns the reference. Output that is not
  * valid UTF-8 is repaired with U+FFFD. */
 json_t *exec_record_json(const struct exec_record *r);
@@ -72,14 +74,15 @@ json_t *exec_record_json(const struct exec_record *r);
 int exec_record_exit_status(const struct exec_record *r);
 /* ---- figures: the images a cell displayed, as files (figure.c) ---- */
 
-/* The image of a MIME bundle a cell displayed: its base64 text, image/png's if it has one,
- * else image/jpeg's, with *ret_mime; NULL when it has neither. */
+/* The raster image of a MIME bundle a cell displayed: its base64 text, of the first of
+ * image/png, image/jpeg, image/gif and image/webp it has, with *ret_mime (may be NULL); NULL
+ * when it has none. The one answer every surface gives to "is this result an image". */
 const char *exec_bundle_image(json_t *bundle, const char **ret_mime);
-/* Saves the Nth image (from 1) that cell CELL displayed, base64 b64 of type image/png or
- * image/jpeg, as "figure-CELL-N.png" (.jpg): one name everywhere images are saved (run --out,
- * the REPL, the agent), so a person can tell which cell made which. Into host directory
- * out_dir (made when missing) when it is not NULL, else into ws (owned by the sandbox user,
- * see workspace_write). 0 and *ret_name, the file name (caller frees), or -errno with
+/* Saves the Nth image (from 1) that cell CELL displayed, base64 b64 of type mime (as
+ * exec_bundle_image named it), as "figure-CELL-N.png" (.jpg, .gif, .webp): one name everywhere
+ * images are saved (run --out, the REPL, the agent), so a person can tell which cell made which.
+ * Into host directory out_dir (made when missing) when it is not NULL, else into ws (owned by the
+ * sandbox user, see workspace_write). 0 and *ret_name, the file name (caller frees), or -errno with
  * err_msg() naming the file. */
 int exec_figure_save(struct workspace *ws, const char *out_dir, long cell, size_t n,
                      const char *mime, const char *b64, char **ret_name);
@@ -163,11 +166,13 @@ struct session_opts {
     const struct input_file *files; /* copied into the workspace first (before packages are
                                      * installed: a requirements.txt among them counts) */
     size_t n_files;
-    const char *home_dir; /* HOME and the working directory of the kernels, their shell and
-                           * the programs they start: "/workspace" (NULL, runcell's own) or
-                           * SANDBOX_HOME_DIR ("/home/user", E2B's), the same files */
-    unsigned history;     /* cells whose state before them is kept for session_undo (a Python
-                           * session's; 0: none), at most SESSION_HISTORY_MAX */
+    const char *home_dir;        /* HOME and the working directory of the kernels, their shell and
+                                  * the programs they start: "/workspace" (NULL, runcell's own) or
+                                  * SANDBOX_HOME_DIR ("/home/user", E2B's), the same files */
+    unsigned history;            /* cells whose state before them is kept for session_undo (a Python
+                                  * session's; 0: none), at most SESSION_HISTORY_MAX */
+    uint64_t hibernate_after_ms; /* idle this long, a session of a table with a store
+                                  * hibernates (session_pause without keep_memory); 0: never */
 };
 #define SESSION_HISTORY_MAX 100
 void session_opts_fill_defaults(struct session_opts *o);
@@ -397,6 +402,17 @@ void exec_items_release(struct exec_item *items, size_t n);
  * err_msg(). */
 int session_submit(struct session_table *t, struct session *s, const struct exec_request *req,
                    struct execution **ret);
+/* session_submit with an idempotency key (NULL: none): a key s has seen before, for the same
+ * code and language, gives that execution back (a reference, *ret_replayed set) instead of a
+ * new one, so a retried request never runs twice; one given to other code, or whose
+ * execution is no longer kept, is -EEXIST. s keeps its last EXEC_KEYS_MAX keys, in memory:
+ * a session taken over by another node after its node died forgets them. -EINVAL for a key
+ * that is not 1 to EXEC_KEY_MAX visible ASCII characters. */
+#define EXEC_KEY_MAX  64
+#define EXEC_KEYS_MAX 1024
+bool exec_key_valid(const char *key);
+int session_submit_keyed(struct session_table *t, struct session *s, const struct exec_request *req,
+                         const char *key, struct execution **ret, bool *ret_replayed);
 /* Waits for x's turn and runs it on this thread; also (may be NULL) gets each event as it
  * happens. Returns when x is done (its record, or why it did not run, in its EV_DONE). Call
  * once. */
@@ -417,6 +433,9 @@ bool execution_wait(struct execution *x, uint64_t timeout_ms);
 /* x's record once done and run (NULL before, or when it did not run): borrowed, valid while
  * the caller holds its reference. */
 const struct exec_record *execution_record(struct execution *x);
+/* x's record as exec_record_json gives it, made once when x ended (a reference to the one
+ * its EV_DONE holds: shared, so never changed; json_copy it to add to it), or NULL. */
+json_t *execution_record_json(struct execution *x);
 /* Why x did not run, once done without a record (-ECANCELED, -ESHUTDOWN, -EAGAIN, ...), with
  * its message; 0 when it ran or is not done. */
 int execution_failure(struct execution *x, const char **ret_message);
@@ -704,6 +723,11 @@ int session_save_files(struct session *s);
  * (may be NULL; caller decrefs): {variables: {saved, modules, skipped, bytes}, files,
  * stored_bytes} or {error}. The session itself is not freed. */
 void session_retire(struct session *s, enum session_end how, json_t **ret_report);
+/* Retires n sessions as session_retire does (no reports), workers at a time (at least 1):
+ * a shutdown's checkpoints wait on the store, so they go in parallel. Returns when all are
+ * retired. (retire.c) */
+#define RETIRE_WORKERS_DEFAULT 32
+void session_retire_all(struct session **v, size_t n, enum session_end how, size_t workers);
 /* Checkpoints a live session's variables and files now (it goes on running): what a
  * successor node resumes after this node dies. -EBUSY while a cell runs; *ret_report as
  * session_retire's. */
@@ -734,6 +758,8 @@ bool session_id_valid(const char *id);
 enum session_pause { PAUSE_NONE, PAUSE_FROZEN, PAUSE_HIBERNATED };
 const char *session_pause_name(enum session_pause p);
 enum session_pause session_pause_state(struct session *s);
+/* How many sessions of this process are hibernated now. */
+size_t session_hibernated_count(void);
 
 /* Writes s's files and variables to c's store as session to_id (waiting for a running cell up
  * to its timeout). 0 with *ret_report {files, bytes, variables: {saved, modules, skipped} |
@@ -769,58 +795,122 @@ int session_notebook_get(const struct persist_config *c, const char *id, char **
 int session_notebook_put(const struct persist_config *c, const char *id, const char *text,
                          size_t n);
 
-/* ---- a fleet (lease.c): nodes sharing one store, a lease per session ----
+/* ---- a fleet (node.c, lease.c): nodes sharing one store ----
  *
- * Each session a node stores has a record in the shared store, sessions/ID/lease.json: its
- * options, the node that runs it, a generation, an expiry and its last checkpoint. It is
- * only ever changed by a conditional write at the version read (store_put_if), so of two
- * nodes that race for it one wins. The holder renews it every third of the ttl and runs or
- * saves the session only while its own, shorter view of the lease lasts; a successor takes
- * a lease once it is released or its expiry (plus a clock skew allowance) has passed. */
+ * Membership: each node holds one lease in the store, nodes/NODE.json (its epoch, its expiry,
+ * the address other nodes forward to), renewed every third of the ttl by a thread of its
+ * own, each renewal with a deadline: store traffic grows with the nodes, not the sessions.
+ * The epoch is new each time the node (re)gains its lease. A node that cannot renew fences
+ * itself before its lease can expire (fleet_hooks), and a watchdog process kills it when it
+ * cannot even do that (stopped, hung).
+ *
+ * Sessions: each session a node stores has a record, sessions/ID/lease.json: its options,
+ * its owner node and that node's epoch, a generation and its last checkpoint. Records (and
+ * node leases) are only ever changed by a conditional write at the version read
+ * (store_put_if): of two nodes that race for one, one wins. A session may be taken from its
+ * owner only when the owner's node lease has expired (plus a clock skew allowance) or was
+ * released, or its epoch is not the record's. */
 
 /* A node name: 1 to 32 of a-z, 0-9 and '-', not starting or ending with '-' (a DNS label). */
 bool node_name_valid(const char *name);
 /* The node an id names ("NODE-HEX"), or NULL for an id without one; caller frees. */
 char *session_id_node(const char *id);
-/* Checks node and that the store honours conditional writes (-ENOTSUP otherwise). *ret
- * owned by the caller (fleet_free). */
-int fleet_new(struct store *st, const char *node, uint64_t ttl_ms, struct fleet **ret);
-/* Starts renewing; on_lost(ctx, id, false) is called (from the renewer thread, no lock
- * held) for each lease found taken by another node, which the session must not outlive;
- * on_lost(ctx, id, true) when the session's home node (named in its id) asks for it back:
- * the session is to be retired as at a shutdown (its state stored, its lease released),
- * not on the renewer's thread, whose other leases must go on being renewed. */
-int fleet_start(struct fleet *f, void (*on_lost)(void *ctx, const char *id, bool handback),
-                void *ctx);
+
+#define FLEET_MIN_TTL_MS    3000
+#define FLEET_CLOCK_SKEW_MS 1000 /* between nodes' wall clocks, at most */
+
+/* What a node does as it fences itself, in this order, each at its time before the hard
+ * deadline (the last renewal's send time + ttl - skew allowance); called from the fence
+ * thread, no lock held. */
+enum fleet_fence_step {
+    FENCE_BEGIN = 1, /* new work is refused (fleet_admitting is false): interrupt running cells */
+    FENCE_KILL,      /* kill the cells still running */
+    FENCE_DROP,      /* drop every session (kill its sandbox, save nothing): the lease lapses */
+    FENCE_LIFTED,    /* a renewal came through before the drop: work again */
+};
+struct fleet_hooks {
+    void (*fence)(void *ctx, enum fleet_fence_step step);
+    void *ctx;
+};
+
+/* Checks node, advertise ("HOST:PORT", where other nodes reach this one) and ttl, and that
+ * the store honours conditional writes (-ENOTSUP otherwise). watchdog_fd: the pipe of
+ * fleet_watchdog_spawn, or -1. *ret owned by the caller (fleet_free). */
+int fleet_new(struct store *st, const char *node, const char *advertise, uint64_t ttl_ms,
+              int watchdog_fd, struct fleet **ret);
+/* Starts the renewer (which first joins: takes the node lease, at once when it is free or
+ * was this host's earlier process, else once it expires) and the fence thread. */
+int fleet_start(struct fleet *f, const struct fleet_hooks *hooks);
+/* Forks the watchdog: a process of its own that SIGKILLs this one when the node's lease
+ * reaches its hard deadline before the node has fenced itself (it was stopped or hangs), so
+ * that its sandboxes (which end with it) never outlive its lease. Call before any thread
+ * starts. 0 with *ret_fd (the pipe to it, O_CLOEXEC) or -errno with err_msg(). */
+int fleet_watchdog_spawn(int *ret_fd);
 const char *fleet_node(const struct fleet *f);
 uint64_t fleet_ttl_ms(const struct fleet *f);
-/* Takes the lease of a new session (the record must not exist). options_json: its options
- * as session records keep them. 0 or -errno with err_msg(). */
+/* Whether this node holds its lease and may start work and write to the store now; when
+ * not, *ret_why (may be NULL; static or valid until the next call from this thread) says
+ * why, for a 503. */
+bool fleet_admitting(struct fleet *f, const char **ret_why);
+/* The node lease as /healthz shows it: {node, epoch, state, lease_ms_left, store, ...};
+ * caller decrefs. */
+json_t *fleet_health(struct fleet *f);
+/* Takes the record of a new session (it must not exist), owned by this node at its epoch.
+ * options_json: its options as session records keep them. 0 or -errno with err_msg(). */
 int fleet_lease_new(struct fleet *f, const char *id, const char *options_json);
 /* Whether this node may run and save id now: 0; -EXDEV when another node took it (or this
- * node never held it); -ENOLCK when it could not renew it in time (the store is away). */
+ * node never held it); -ENOLCK when the node is fenced (it could not renew its lease). */
 int fleet_lease_state(struct fleet *f, const char *id);
-/* Takes over id's lease from the node that held it: at once when it was released or came
- * from this node's earlier process, after its expiry when it was live (a bounded wait of
- * at most ttl and twice the skew allowance). 0 with *ret_record (the record as now written:
- * options, checkpoint, previous_node; caller decrefs); -ENOENT when the store has no
- * record; -EBUSY when another node holds and renews it; other -errno with err_msg(). */
-int fleet_lease_take(struct fleet *f, const char *id, json_t **ret_record);
+
+/* Who runs a session, as the store says. */
+enum fleet_owner_kind {
+    OWNER_HERE,     /* this node holds it */
+    OWNER_REMOTE,   /* another live node owns it: forward to ret->address */
+    OWNER_TAKEABLE, /* its owner is gone (or it was released): a takeover may have it */
+    OWNER_NONE,     /* no record: not a session of the fleet, or ended */
+};
+struct fleet_owner {
+    enum fleet_owner_kind kind;
+    char node[40];
+    char address[272]; /* HOST:PORT (OWNER_REMOTE) */
+    long long epoch;
+};
+/* Looks id up: its record (one store read) and its owner's node lease (cached for a fraction
+ * of the ttl; fresh when fresh is true). 0 with *ret, or -errno with err_msg(). */
+int fleet_lookup(struct fleet *f, const char *id, bool fresh, struct fleet_owner *ret);
+/* The advertised address of node while its lease is live (read as fleet_lookup reads it):
+ * 0, or -ENOENT when it holds none, or -errno from the store. */
+int fleet_node_address(struct fleet *f, const char *node, char ret_address[272]);
+/* Takes over id from the node that owned it: at once when it was released, when its owner's
+ * lease expired or its epoch changed, or when this node owned it at an earlier epoch; with
+ * wait_for_owner (the owner does not answer), a live owner's lease is waited for (at most ttl
+ * and twice the skew allowance), else it is -EBUSY at once. A takeover of id
+ * already going on in this node is waited for instead (-EALREADY: the session is then in this
+ * node's table, or the takeover failed). 0 with *ret_record (the record as now written:
+ * options, checkpoint, previous_node; caller decrefs), after which the caller must call
+ * fleet_lease_taken; -ENOENT when the store has no record or it ended; -EBUSY when a live
+ * node holds it; other -errno with err_msg(). */
+int fleet_lease_take(struct fleet *f, const char *id, bool wait_for_owner, json_t **ret_record);
+/* The takeover fleet_lease_take began is over (the session is in the table, or it failed):
+ * requests of this node waiting on it go on. */
+void fleet_lease_taken(struct fleet *f, const char *id);
 /* Rewrites the held record with state ("live", or how it ended) and, when not NULL, its
- * last checkpoint summary. -EXDEV when another node took it meanwhile; -ECANCELED (the
- * write done) when its home node asks for it back. */
+ * last checkpoint summary. -EXDEV when another node took it meanwhile; -ENOLCK when fenced. */
 int fleet_lease_update(struct fleet *f, const char *id, const char *state, json_t *checkpoint);
-/* The generation of the lease this node holds on id (the record's, +1 at each takeover),
- * or 0 when it holds none: the fencing token written into what it stores for id. */
+/* The generation of the record this node holds for id (+1 at each takeover), or 0 when it
+ * holds none: the fencing token written into what it stores for id. */
 long long fleet_lease_generation(struct fleet *f, const char *id);
 /* Ends holding id: with how (e.g. "expired"), the record says the session ended so that a
  * successor may take it at once; how NULL only forgets it (the record was deleted). */
 void fleet_lease_release(struct fleet *f, const char *id, const char *how, json_t *checkpoint);
-/* Calls on_lost no more, and returns once a call in progress is over (a shutdown: the table
- * goes, while the leases are still renewed until its sessions have released them). NULL is a
- * no-op. */
+/* Forgets id without writing anything (a dropped session: its record stays as it is). */
+void fleet_lease_forget(struct fleet *f, const char *id);
+/* Calls the hooks no more, and returns once a call in progress is over (a shutdown: the
+ * table goes, while the node lease is still renewed until its sessions are released). NULL
+ * is a no-op. */
 void fleet_quiesce(struct fleet *f);
-/* Stops the renewer (a graceful shutdown releases the leases first); NULL is a no-op. */
+/* Stops the threads and releases the node lease (its sessions move at once); NULL is a
+ * no-op. */
 void fleet_stop(struct fleet *f);
 void fleet_free(struct fleet *f);
 
@@ -888,6 +978,8 @@ struct session *session_table_acquire(struct session_table *t, const char *id, i
 void session_table_put(struct session_table *t, struct session *s);
 /* Returns once id is not being retired (at once if it is not): its stored record is final. */
 void session_table_wait_retired(struct session_table *t, const char *id);
+/* How many sessions a shutdown checkpoints at once (RETIRE_WORKERS_DEFAULT; at least 1). */
+void session_table_set_retire_workers(struct session_table *t, size_t workers);
 /* Names the node in the ids of sessions created from now on ("NODE-HEX"; NULL: hex only). */
 void session_table_set_node(struct session_table *t, const char *node);
 /* Retires a session as a shutdown does (variables checkpointed, files saved, its lease

@@ -19,7 +19,8 @@ struct entry {
     struct session *s;
     int refs;
     bool removed;
-    bool retiring; /* removed, its checkpoint and final record not yet written */
+    bool retiring;                /* removed, its checkpoint and final record not yet written */
+    uint64_t hibernate_failed_at; /* its last use when hibernate_idle last tried it */
     struct entry *next;
 };
 
@@ -43,6 +44,7 @@ struct session_table {
     bool reaper_running;
     bool stopping;
     uint64_t reap_interval_ms;
+    size_t retire_workers; /* checkpoints at once at shutdown */
 };
 
 struct session_table *session_table_new(struct sandbox_host *host, size_t max_sessions,
@@ -53,6 +55,7 @@ struct session_table *session_table_new(struct sandbox_host *host, size_t max_se
     t->host = host;
     t->pool = pool;
     t->max_sessions = max_sessions;
+    t->retire_workers = RETIRE_WORKERS_DEFAULT;
     pthread_mutex_init(&t->lock, NULL);
     pthread_cond_init(&t->wake, NULL);
     pthread_cond_init(&t->retired, NULL);
@@ -293,6 +296,11 @@ int session_table_create_ex(struct session_table *t, const struct session_create
     return 0;
 }
 
+void session_table_set_retire_workers(struct session_table *t, size_t workers)
+{
+    t->retire_workers = workers ? workers : 1;
+}
+
 void session_table_set_node(struct session_table *t, const char *node)
 {
     free(t->node);
@@ -493,6 +501,41 @@ static int reap_idle(struct session_table *t)
     }
 }
 
+/* Hibernates the sessions idle past their hibernate_after_ms (one at a time, each held by a
+ * reference while its variables go to the store); returns how many. A session that cannot
+ * hibernate (no store, a JavaScript one whose variables are not kept) is left as it is and
+ * not tried again until it is used. */
+static int hibernate_idle(struct session_table *t)
+{
+    int n = 0;
+    for (;;) {
+        struct session *s = NULL;
+        pthread_mutex_lock(&t->lock);
+        uint64_t now = now_ms();
+        for (struct entry *e = t->head; e && !s; e = e->next) {
+            uint64_t after = session_options(e->s)->hibernate_after_ms;
+            uint64_t used = session_last_used_ms(e->s);
+            if (!after || e->removed || e->refs || session_active(e->s) ||
+                session_pause_state(e->s) != PAUSE_NONE || e->hibernate_failed_at == used ||
+                ms_since(now, used) < after)
+                continue;
+            e->refs++;
+            e->hibernate_failed_at = used;
+            s = e->s;
+        }
+        pthread_mutex_unlock(&t->lock);
+        if (!s)
+            return n;
+        json_t *report = NULL;
+        if (session_pause(s, false, &report) == 0)
+            n++;
+        else
+            log_debug("msg=\"idle session not hibernated\" error=%s", log_quote(err_msg()));
+        json_decref(report);
+        session_table_put(t, s);
+    }
+}
+
 /* How long a session is idle before it gives back the descriptors it keeps open only to
  * measure its next execution: a thousand idle sessions hold three thousand fewer. */
 #define IDLE_RELEASE_MS 10000
@@ -518,6 +561,7 @@ static void *reaper_main(void *arg)
             break;
         pthread_mutex_unlock(&t->lock);
         reap_idle(t);
+        hibernate_idle(t);
         release_idle(t);
         pthread_mutex_lock(&t->lock);
     }
@@ -547,11 +591,15 @@ void session_table_free(struct session_table *t)
         pthread_join(t->reaper, NULL);
     /* Kept sessions checkpoint first (their kernels must still run); then every kernel is
      * killed at once, so the namespaces are torn down in parallel, and each is reaped. */
+    size_t n = 0;
+    struct session **live = xcalloc(t->count + 1, sizeof(*live));
     for (struct entry *e = t->head; e; e = e->next)
         session_cancel_queued(e->s);
     for (struct entry *e = t->head; e; e = e->next)
-        if (!e->removed)
-            session_retire(e->s, SESSION_END_SHUTDOWN, NULL);
+        if (!e->removed && n < t->count)
+            live[n++] = e->s;
+    session_retire_all(live, n, SESSION_END_SHUTDOWN, t->retire_workers);
+    free(live);
     for (struct entry *e = t->head; e; e = e->next)
         session_kill(e->s);
     while (t->head) {

@@ -42,6 +42,13 @@ const char *store_describe(const struct store *st);
  * endpoint work), else -errno with err_msg() saying what failed. */
 int store_check(struct store *st);
 
+/* A deadline (now_ms() time) for every store request the calling thread makes from now on,
+ * retries included: an S3 request still going then is cut off and fails with -ETIMEDOUT, one
+ * made after it fails at once. 0 clears it. A fleet's lease renewer sets it, so that a store
+ * that hangs cannot keep it past the point where the node must stop work. A local directory
+ * store is not bounded by it (a hung file system blocks the call). */
+void store_thread_deadline(uint64_t deadline_ms);
+
 /* Keys are relative paths of plain components made of [A-Za-z0-9._-], not starting with a
  * dot; store_key_valid says whether one is. */
 bool store_key_valid(const char *key);

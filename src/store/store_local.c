@@ -209,21 +209,41 @@ static int local_put_buf(struct store *st, const char *key, const void *data, si
     return r < 0 ? put_failed(st, key, tmp, r) : 0;
 }
 
+/* Opens the object at path for reading, a regular file of at most max bytes (0: any);
+ * its stat in *sb. An fd, or -errno with err_msg(). */
+static int open_object(struct store *st, const char *key, const char *path, uint64_t max,
+                       struct stat *sb)
+{
+    int in = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (in < 0 && errno == ENOENT)
+        return err_set(ENOENT, "object %s is missing from %s", key, root_of(st));
+    if (in < 0 || fstat(in, sb) < 0) {
+        int r = err_set(errno, "cannot read object %s: %s", path, strerror(errno));
+        if (in >= 0)
+            close(in);
+        return r;
+    }
+    int r = 0;
+    if (!S_ISREG(sb->st_mode))
+        r = err_set(EINVAL, "object %s is not a regular file", path);
+    else if (max && (uint64_t)sb->st_size > max)
+        r = err_set(EFBIG, "object %s holds %llu bytes, more than the %llu allowed", key,
+                    (unsigned long long)sb->st_size, (unsigned long long)max);
+    if (r < 0) {
+        close(in);
+        return r;
+    }
+    return in;
+}
+
 static int local_get(struct store *st, const char *key, int fd, uint64_t max, uint64_t *ret_size)
 {
     _cleanup_free_ char *path = xasprintf("%s/%s", root_of(st), key);
-    _cleanup_close_ int in = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     struct stat sb;
     char chunk[65536];
-    if (in < 0 && errno == ENOENT)
-        return err_set(ENOENT, "object %s is missing from %s", key, root_of(st));
-    if (in < 0 || fstat(in, &sb) < 0)
-        return err_set(errno, "cannot read object %s: %s", path, strerror(errno));
-    if (!S_ISREG(sb.st_mode))
-        return err_set(EINVAL, "object %s is not a regular file", path);
-    if (max && (uint64_t)sb.st_size > max)
-        return err_set(EFBIG, "object %s holds %llu bytes, more than the %llu allowed", key,
-                       (unsigned long long)sb.st_size, (unsigned long long)max);
+    _cleanup_close_ int in = open_object(st, key, path, max, &sb);
+    if (in < 0)
+        return in;
     for (;;) {
         ssize_t n = read(in, chunk, sizeof(chunk));
         if (n < 0 && errno == EINTR)
@@ -246,17 +266,10 @@ static int local_get_verified(struct store *st, const char *key, int fd, uint64_
                               const char *sha, uint64_t *ret_size)
 {
     _cleanup_free_ char *path = xasprintf("%s/%s", root_of(st), key);
-    _cleanup_close_ int in = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     struct stat sb;
-    if (in < 0 && errno == ENOENT)
-        return err_set(ENOENT, "object %s is missing from %s", key, root_of(st));
-    if (in < 0 || fstat(in, &sb) < 0)
-        return err_set(errno, "cannot read object %s: %s", path, strerror(errno));
-    if (!S_ISREG(sb.st_mode))
-        return err_set(EINVAL, "object %s is not a regular file", path);
-    if (max && (uint64_t)sb.st_size > max)
-        return err_set(EFBIG, "object %s holds %llu bytes, more than the %llu allowed", key,
-                       (unsigned long long)sb.st_size, (unsigned long long)max);
+    _cleanup_close_ int in = open_object(st, key, path, max, &sb);
+    if (in < 0)
+        return in;
     uint64_t size = (uint64_t)sb.st_size;
     if (was_verified(st, &sb, sha)) {
         /* In the kernel, no hash: copy_file_range, or read and write where it cannot. */

@@ -317,9 +317,21 @@ static struct curl_slist *sign_headers(struct s3 *s, struct s3_req *rq, const ch
     return l;
 }
 
+static _Thread_local uint64_t thread_deadline_ms;
+
+void store_thread_deadline(uint64_t deadline_ms)
+{
+    thread_deadline_ms = deadline_ms;
+}
+
 static void setup_transfer(struct s3 *s, CURL *h, struct s3_req *rq, char *errbuf)
 {
     long secs = (long)MAX(1, s->timeout_ms / 1000);
+    if (thread_deadline_ms) {
+        uint64_t now = now_ms();
+        long left = thread_deadline_ms > now ? (long)(thread_deadline_ms - now) : 1;
+        curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, left);
+    }
     curl_easy_setopt(h, CURLOPT_SHARE, s->share);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
@@ -399,6 +411,11 @@ static int perform(struct s3 *s, struct s3_req *rq)
 {
     int r = 0;
     for (int i = 0; i < ATTEMPTS; i++) {
+        if (thread_deadline_ms && now_ms() >= thread_deadline_ms) {
+            r = err_set(ETIMEDOUT, "the store at %s did not answer %s %s before the deadline",
+                        s->base_url, rq->method, rq->key ? rq->key : "");
+            break;
+        }
         buf_release(&rq->err_body);
         buf_init(&rq->err_body, ERROR_BODY_CAP);
         r = attempt(s, rq);

@@ -827,6 +827,10 @@ class TestServer(AgentCase):
             self.assertEqual(status, 200, outcome)
             self.assertEqual(outcome["answer"], "42")
             self.assertIn("42", m.tool_messages(3)[0]["content"])
+            # Its cells are the session's executions, as any surface's are.
+            status, listing = self.call("GET", "/v1/sessions/%s/executions" % sid)
+            self.assertEqual(status, 200)
+            self.assertEqual([e["status"] for e in listing["executions"]], ["ok", "ok"])
 
     def test_without_an_endpoint_the_server_serves_but_agent_runs_are_refused(self):
         self.start(None)  # --model only: the server starts; agent runs say what is missing

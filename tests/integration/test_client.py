@@ -81,6 +81,17 @@ class Basics(ClientCase):
         rec = s.run("import time\ntime.sleep(30)", timeout=0.5)
         self.assertStatus(rec, "timeout")
 
+    def test_a_run_retried_with_its_key_runs_once(self):
+        s = self.session()
+        code = "n = globals().get('n', 0) + 1\nn"
+        first = s.run(code, idempotency_key="retry-1")
+        again = s.run(code, idempotency_key="retry-1")
+        self.assertEqual(first["results"], again["results"])
+        self.assertTrue(again["replayed"])
+        streamed = s.run(code, idempotency_key="retry-1", on_stdout=lambda t: None)
+        self.assertEqual(streamed["results"], [{"text/plain": "1"}])
+        self.assertEqual(s.run("n")["results"], [{"text/plain": "1"}])
+
     def test_bash_session(self):
         s = self.session(language="bash")
         self.assertEqual(s.run("echo $((1 + 1))")["stdout"], "2\n")

@@ -893,8 +893,9 @@ class Limits(RuncellTestCase):
     def test_out_of_open_files_is_503_and_loses_nothing(self):
         # The server's own limit, lowered under it: sessions are refused before they are
         # begun, with what to do; those it has go on, the template is kept, and a closed
-        # session's descriptors serve the next one.
-        with Server("--max-sessions", "500") as srv:
+        # session's descriptors serve the next one (no ready pool, whose refill would take
+        # them first).
+        with Server("--max-sessions", "500", "--pool", "0") as srv:
             first = srv.create_session()
             srv.execute(first, "x = 41")
             limit = len(os.listdir("/proc/%d/fd" % srv.pid)) + 150
@@ -1141,6 +1142,65 @@ class WorkPriority(RuncellTestCase):
             call("POST", path_of(sid, "/execute"), {"code": "x += 1"})
             call("GET", path_of(sid))
             self.assertEqual(lowered_threads(srv.pid), {})
+
+
+class Idempotency(ServerCase):
+    COUNT = "import os\nopen('runs', 'a').write('x')\nruns = os.path.getsize('runs')\nruns"
+
+    def keyed(self, sid, code, key, **kw):
+        return self.srv.request("POST", path_of(sid, "/execute"), {"code": code},
+                                headers={"Idempotency-Key": key}, **kw)
+
+    def test_a_retried_execute_with_its_key_never_runs_twice(self):
+        sid = self.session()
+        first = self.keyed(sid, self.COUNT, "k-1")
+        self.assertEqual(first.status, 200, first)
+        self.assertEqual(first.json()["results"], [{"text/plain": "1"}])
+        again = self.keyed(sid, self.COUNT, "k-1")
+        self.assertEqual(again.status, 200, again)
+        self.assertEqual(again.json()["results"], [{"text/plain": "1"}])
+        self.assertTrue(again.json()["replayed"])
+        self.assertEqual(again.headers["X-Runcell-Execution"],
+                         first.headers["X-Runcell-Execution"])
+        # streamed: the same execution's events again, from its start
+        conn = self.srv.connection()
+        conn.request("POST", path_of(sid, "/execute"), body=json.dumps({"code": self.COUNT}),
+                     headers=self.srv.headers(dict(NDJSON, **{"Idempotency-Key": "k-1"})))
+        lines = [json.loads(l) for l in conn.getresponse().read().splitlines()]
+        conn.close()
+        self.assertTrue(lines[0]["replayed"])
+        self.assertEqual(lines[-1]["record"]["results"], [{"text/plain": "1"}])
+        # without a key, or with a new one, it runs
+        self.assertEqual(self.srv.execute(sid, self.COUNT)["results"], [{"text/plain": "2"}])
+        self.assertEqual(self.keyed(sid, self.COUNT, "k-2").json()["results"],
+                         [{"text/plain": "3"}])
+
+    def test_two_requests_at_once_with_one_key_run_once(self):
+        sid = self.session()
+        code = "import time\ntime.sleep(0.3)\n" + self.COUNT
+        out = [None, None]
+
+        def send(i):
+            out[i] = self.keyed(sid, code, "same")
+        threads = [threading.Thread(target=send, args=(i,)) for i in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(HANG)
+        self.assertEqual([r.status for r in out], [200, 200], out)
+        self.assertEqual([r.json()["results"] for r in out], [[{"text/plain": "1"}]] * 2)
+        self.assertEqual(sorted(bool(r.json().get("replayed")) for r in out), [False, True])
+
+    def test_a_key_for_other_code_or_out_of_shape_is_refused(self):
+        sid = self.session()
+        self.assertEqual(self.keyed(sid, "1", "k").status, 200)
+        r = self.keyed(sid, "2", "k")
+        self.assertEqual((r.status, r.error_code), (409, "exists"), r)
+        self.assertIn("other code", r.json()["error"]["message"])
+        for bad in ("x" * 65, "has space"):
+            r = self.keyed(sid, "1", bad)
+            self.assertEqual((r.status, r.error_code), (400, "bad_request"), r)
+            self.assertIn("idempotency key", r.json()["error"]["message"])
 
 
 class Concurrency(ServerCase):

@@ -266,6 +266,36 @@ out["env"] = sorted(os.environ)
         p = self.run_cli("--secret", "api.test=TEST_TOKEN", "-c", "print('alone')")
         self.assertEqual((p.returncode, p.stdout), (0, "alone\n"), p.stderr)
 
+    def test_runcell_mcp_gives_its_sessions_the_secret_and_says_what_the_code_reaches(self):
+        from mcpclient import StdioClient
+        c = StdioClient(RUNCELL, "--net", "allow:api.test,127.0.0.2", "--secret",
+                        "api.test=TEST_TOKEN", env=dict(self.lab.env, TEST_TOKEN=VALUE))
+        try:
+            c.initialize()
+            tools = {t["name"]: t for t in c.request("tools/list")["result"]["tools"]}
+            text = tools["run_code"]["description"]
+            self.assertIn("The network reaches only api.test, 127.0.0.2", text)
+            self.assertIn("Requests to api.test get their credentials (Authorization)", text)
+            self.assertNotIn(VALUE, json.dumps(tools))
+            r = c.tool_result("run_code", {"code": py("""
+import os, urllib.request
+out["status"] = urllib.request.urlopen("https://api.test/mcp", timeout=30).status
+out["env"] = sorted(os.environ)
+""")})
+            self.assertFalse(r["isError"], r)
+            out = last_json(r["structuredContent"])
+            self.assertEqual(out["status"], 200)
+            self.assertNotIn("TEST_TOKEN", out["env"])
+            self.assertEqual(dict(self.lab.api.seen("authorization"))["/mcp"], "Bearer " + VALUE)
+            self.assertNotIn(VALUE, json.dumps(r))
+        finally:
+            c.close()
+        # What MCP sessions cannot have is refused with why.
+        p = subprocess.run([RUNCELL, "mcp", "--package", "x"], capture_output=True, text=True,
+                           timeout=60)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("--package is not supported by runcell mcp", p.stderr)
+
     def test_bad_secret_options_never_echo_a_value(self):
         for args, message in [
                 (["--secret", "api.test=" + VALUE], "after '=' comes the name of an environment"),

@@ -220,6 +220,30 @@ class Pauses(ServerCase):
         self.assertEqual(rec["results"], [{"text/plain": "(6, True)"}])
         self.assertEqual(self.srv.ok("GET", path_of(sid))["state"], "running")
 
+    def test_an_idle_session_hibernates_by_itself_and_comes_back_when_used(self):
+        # hibernate_after_s: once idle that long, the server hibernates it (its interpreter
+        # stops); a file read does not wake it, its next cell does, with its variables.
+        sid = self.srv.ok("POST", "/v1/sessions", {"hibernate_after_s": 0.5}, status=201)["id"]
+        self.addCleanup(self.srv.request, "DELETE", path_of(sid))
+        self.assertEqual(self.srv.ok("GET", path_of(sid))["hibernate_after_s"], 0.5)
+        hibernated = self.srv.ok("GET", "/healthz")["hibernated"]
+        self.srv.execute(sid, "kept = 41\nopen('f.txt', 'w').write('x')")
+        self.assertTrue(wait_until(
+            lambda: self.srv.ok("GET", path_of(sid))["state"] == "hibernated"))
+        r = self.srv.request("GET", path_of(sid, "/files/f.txt"))
+        self.assertEqual((r.status, r.body), (200, b"x"))
+        self.assertEqual(self.srv.ok("GET", path_of(sid))["state"], "hibernated")
+        self.assertEqual(self.srv.ok("GET", "/healthz")["hibernated"], hibernated + 1)
+        rec = self.srv.execute(sid, "kept + 1")
+        self.assertEqual(rec["results"], [{"text/plain": "42"}])
+        self.assertEqual(self.srv.ok("GET", path_of(sid))["state"], "running")
+        # 0 is never; a negative value is refused.
+        r = self.srv.request("POST", "/v1/sessions", {"hibernate_after_s": -1})
+        self.assertEqual(r.status, 400, r)
+        never = self.srv.ok("POST", "/v1/sessions", {"hibernate_after_s": 0}, status=201)["id"]
+        self.addCleanup(self.srv.request, "DELETE", path_of(never))
+        self.assertEqual(self.srv.ok("GET", path_of(never))["hibernate_after_s"], 0)
+
     def test_a_pause_waits_for_the_running_cell(self):
         sid = self.srv.create_session()
         self.addCleanup(self.srv.request, "DELETE", path_of(sid))

@@ -103,6 +103,26 @@ async function readWhole(stream) {
   return Buffer.concat(chunks);
 }
 
+// A conditional PUT whose client went away before its body was whole, or that takes too long
+// (they are small records), fails (as S3 fails a request it times out) instead of keeping its
+// key's chain: later requests for that key would wait behind it for ever. Only events that do
+// not consume the body are listened to: s3rver reads it.
+const CONDITIONAL_PUT_MAX_MS = 20000;
+function bodyOrGiveUp(ctx) {
+  return new Promise((_, reject) => {
+    let timer;
+    const fail = why => {
+      clearTimeout(timer);
+      if (ctx.req.complete) return;
+      ctx.req.destroy();
+      reject(Object.assign(new Error(why), { status: 400, expose: true }));
+    };
+    timer = setTimeout(() => fail('the request took too long'), CONDITIONAL_PUT_MAX_MS);
+    ctx.req.on('end', () => clearTimeout(timer));
+    ctx.req.on('close', () => fail('the client went away before its body was whole'));
+  });
+}
+
 async function conditionalPut(ctx, next) {
   const ifNone = ctx.get('if-none-match');
   const ifMatch = ctx.get('if-match');
@@ -133,7 +153,7 @@ async function conditionalPut(ctx, next) {
     const etag = await currentEtag(ctx, bucketName, key);
     if (ifNone === '*' && etag) return preconditionFailed(ctx);
     if (ifMatch && etag !== ifMatch) return preconditionFailed(ctx);
-    await next();
+    await Promise.race([next(), bodyOrGiveUp(ctx)]);
   } finally {
     release();
     if (keyChains.get(id) === chained) keyChains.delete(id);
