@@ -585,12 +585,14 @@ static void shutdown_gracefully(struct server *srv)
 }
 
 /* Each session holds a few descriptors here (its kernel's channel and pipes, its sandbox's
- * status pipe and pidfd, its uid slot lock, its cgroup usage files and its workspace's
- * directory, the last two closed when it is idle: 9.6 a Python session that has run a
- * cell, measured), each connection one: the soft limit is raised to the hard one, and the
- * hard one to what max_sessions needs where the server may (CAP_SYS_RESOURCE, up to
- * fs.nr_open); a limit still short of that is logged. */
-#define FDS_PER_SESSION     11
+ * status pipe, pidfd and exec channel, its uid slot lock, its cgroup usage files and its
+ * workspace's directory, the last two closed when it is idle, and once it has started a
+ * program beside its cells their poller's eventfd: 11 a Python session that has run a cell,
+ * 12 one that has also run an E2B command, measured with --pool 0; a running command holds
+ * 3 or 4 more while it runs, which this does not count), each connection one: the soft
+ * limit is raised to the hard one, and the hard one to what max_sessions needs where the
+ * server may (CAP_SYS_RESOURCE, up to fs.nr_open); a limit still short of that is logged. */
+#define FDS_PER_SESSION     13
 #define FDS_BESIDE_SESSIONS 64
 
 static void raise_fd_limit(const struct server_limits *l)
