@@ -48,6 +48,27 @@ static int add_origin(void *opts, const char *cmd, char *val)
     return 0;
 }
 
+/* A DNS name of labels of [a-z0-9-] (the SDKs put PORT-ID. before it). */
+static bool domain_ok(const char *d)
+{
+    size_t label = 0;
+    if (!*d || strlen(d) > 200)
+        return false;
+    for (const char *c = d;; c++) {
+        if (*c == '.' || !*c) {
+            if (!label || c[-1] == '-')
+                return false;
+            if (!*c)
+                return true;
+            label = 0;
+        } else if (((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || (*c == '-' && label)) &&
+                   ++label <= 63) {
+        } else {
+            return false;
+        }
+    }
+}
+
 /* Longer would keep a stranger's connection past what an authenticated one gets. */
 #define CONNECTION_IDLE_OPT_SECONDS 300
 
@@ -126,6 +147,15 @@ static const struct opt_spec serve_opts[] = {
     {"e2b", NULL, OPTK_FLAG, F(e2b),
      .help = "also serve E2B's API and sandbox routes, so that E2B's SDKs\n"
              "work unmodified (docs/E2B.md)"},
+    {"e2b-internet", NULL, OPTK_FLAG, F(e2b_internet),
+     .help = "E2B sandboxes get the public internet through the egress\n"
+             "proxy (private, link-local and metadata addresses refused)\n"
+             "unless they ask for none, as in E2B; without it,\n"
+             "allow_internet_access: true is refused"},
+    {"e2b-domain", "DOMAIN", OPTK_STRING, F(e2b_domain),
+     .help = "E2B's sandbox hosts are PORT-ID.DOMAIN: the create response\n"
+             "says DOMAIN (the SDKs' getHost), and a request to such a\n"
+             "host reaches the sandbox's PORT (point *.DOMAIN here)"},
     {"net-allow-max", "none|HOST[:PORT],...", OPTK_FN, .fn = parse_allow_max,
      .help = "the most a session's network allowlist may name\n"
              "(default: anything; none: no network at all)"},
@@ -228,6 +258,17 @@ int cmd_serve(int argc, char **argv)
     int first, r = opttab_parse(&serve_cmd, argc, argv, &o, &first);
     if (!r && o.co.net && !net_policy_within(o.co.net, allow_max))
         r = usage_error("serve", "--net: %s", err_msg());
+    if (!r && (cfg->e2b_internet || cfg->e2b_domain) && !cfg->e2b)
+        r = usage_error("serve", "--e2b-internet and --e2b-domain are options of the E2B routes: "
+                                 "add --e2b");
+    if (!r && cfg->e2b_domain && !domain_ok(cfg->e2b_domain))
+        r = usage_error("serve",
+                        "--e2b-domain: '%s' is not a domain name such as sandbox.example.com",
+                        cfg->e2b_domain);
+    if (!r && cfg->e2b_internet && allow_max)
+        r = usage_error("serve",
+                        "--e2b-internet gives E2B sandboxes the public internet, more than "
+                        "--net-allow-max allows; drop one of them");
     if (r) {
         common_opts_release(&o.co);
         net_policy_free(allow_max);

@@ -12,7 +12,8 @@
 
 /* ---- control plane ---- */
 
-static json_t *box_json(const struct e2b_box *b, struct session *s, bool with_token)
+static json_t *box_json(const struct e2b_box *b, struct session *s, bool with_token,
+                        const char *domain)
 {
     char started[32], end[32];
     const struct session_opts *o = session_options(s);
@@ -23,51 +24,75 @@ static json_t *box_json(const struct e2b_box *b, struct session *s, bool with_to
         end_ms = b->deadline_ms;
     format_time_iso(b->started_ms, started);
     format_time_iso(end_ms, end);
-    const struct net_policy *np = session_net_policy(s);
+    json_t *net = session_network_json(s); /* as updateNetwork left it */
+    const char *mode = json_string_value(json_object_get(net, "mode"));
+    bool internet = mode && !strcmp(mode, "internet"),
+         allowlist = mode && !strcmp(mode, "allowlist");
     json_t *j = json_pack("{s:s,s:s,s:s,s:s,s:O,s:s,s:s,s:s,s:I,s:I,s:I,s:b}", "sandboxID", b->id,
                           "templateID", b->template_id, "clientID", "runcell", "envdVersion",
                           E2B_ENVD_VERSION, "metadata", b->metadata, "startedAt", started, "endAt",
                           end, "state", "running", "cpuCount",
                           (json_int_t)((o->limits.cpus_milli ? o->limits.cpus_milli : 1000) / 1000),
                           "memoryMB", (json_int_t)o->limits.memory_mb, "diskSizeMB",
-                          (json_int_t)o->limits.disk_mb, "allowInternetAccess", false);
-    if (np && np->n) {
-        json_t *pj = net_policy_json(np), *allow = json_object_get(pj, "allow");
+                          (json_int_t)o->limits.disk_mb, "allowInternetAccess", internet);
+    if (allowlist) {
+        json_t *allow = json_object_get(net, "allow");
         json_object_set_new(j, "network",
                             allow ? json_pack("{s:O}", "allowOut", allow)
                                   : json_pack("{s:[]}", "allowOut"));
-        json_decref(pj);
     }
+    json_decref(net);
     if (with_token)
         json_object_set_new(j, "envdAccessToken", json_string(b->token));
+    if (domain) /* the SDKs' getHost(port): PORT-ID.DOMAIN */
+        json_object_set_new(j, "domain", json_string(domain));
     return j;
 }
 
-/* The parsed create's allowOut onto runcell's allowlist (rq->net), within the server's cap;
- * false after a 400. */
+/* The parsed create's (or network update's) network onto runcell's, into rq->net (NULL:
+ * loopback only): allowOut is the egress allowlist (within the server's cap); denyOut
+ * ALL_TRAFFIC without it, loopback only; otherwise the public internet when
+ * allow_internet_access asks for it or the operator made it E2B's default (--e2b-internet),
+ * which E2B's Python SDK sends unless told otherwise. False after a 400. */
+static bool network_policy(struct request *rq, const struct e2b_create *cr)
+{
+    const struct server_config *cfg = rq->srv->cfg;
+    bool allowlist = cr->allow_out && cr->allow_out[0];
+    if (!allowlist && !cr->deny_all && cr->internet == 1 && !cfg->e2b_internet) {
+        e2b_error(rq, 400,
+                  "field 'allow_internet_access': this server gives E2B sandboxes no internet "
+                  "access unless its operator allows it (runcell serve --e2b-internet); create "
+                  "the sandbox with allow_internet_access=False (Python: Sandbox.create("
+                  "allow_internet_access=False); JavaScript: allowInternetAccess: false), or "
+                  "name the hosts it may reach in network.allowOut (e.g. [\"pypi.org\"])");
+        return false;
+    }
+    if (allowlist) {
+        int r = net_policy_parse((const char **)cr->allow_out, strv_len(cr->allow_out), &rq->net);
+        if (r < 0) {
+            e2b_error(rq, 400, "field 'network.allowOut': %s", err_msg());
+            return false;
+        }
+        if (cfg->net_allow_max && !net_policy_within(rq->net, cfg->net_allow_max)) {
+            e2b_error(rq, 400,
+                      "field 'network.allowOut' names hosts this server does not allow "
+                      "(see runcell serve --net-allow-max)");
+            return false;
+        }
+    } else if (!cr->deny_all && cr->internet != 0 && cfg->e2b_internet) {
+        rq->net = net_policy_internet();
+    }
+    if (rq->net) {
+        rq->net->max_connections = cfg->limits.max_net_connections;
+        rq->net->max_bytes = cfg->limits.max_net_bytes;
+    }
+    return true;
+}
+
 static bool create_network(struct request *rq, const struct e2b_create *cr, struct session_opts *o)
 {
-    if (cr->internet) {
-        e2b_error(rq, 400,
-                  "field 'allow_internet_access': runcell gives no sandbox the whole "
-                  "internet; name the hosts with network.allowOut (e.g. [\"pypi.org\"]), or "
-                  "leave it false");
+    if (!network_policy(rq, cr))
         return false;
-    }
-    if (!cr->allow_out || !cr->allow_out[0])
-        return true;
-    int r = net_policy_parse((const char **)cr->allow_out, strv_len(cr->allow_out), &rq->net);
-    if (r < 0) {
-        e2b_error(rq, 400, "field 'network.allowOut': %s", err_msg());
-        return false;
-    }
-    const struct net_policy *max = rq->srv->cfg->net_allow_max;
-    if (max && !net_policy_within(rq->net, max)) {
-        e2b_error(rq, 400,
-                  "field 'network.allowOut' names hosts this server does not allow "
-                  "(see runcell serve --net-allow-max)");
-        return false;
-    }
     o->net.policy = rq->net;
     return true;
 }
@@ -152,8 +177,8 @@ enum MHD_Result h_e2b_create(struct request *rq)
     b->contexts =
         json_pack("[{s:s,s:s,s:s}]", "id", "default", "language", "python", "cwd", E2B_HOME);
     b->started_ms = now_realtime_ms();
-    b->next_pid = 1000;
-    json_t *info = box_json(b, s, true);
+    b->env = env ? json_deep_copy(env) : json_object();
+    json_t *info = box_json(b, s, true, rq->srv->cfg->e2b_domain);
     session_table_put(rq->srv->table, s);
     struct e2b *e = rq->srv->e2b;
     pthread_mutex_lock(&e->lock);
@@ -177,7 +202,7 @@ static enum MHD_Result reply_box(struct request *rq, unsigned status, bool with_
     struct e2b *e = rq->srv->e2b;
     pthread_mutex_lock(&e->lock);
     struct e2b_box *b = e2b_box_find(e, id);
-    json_t *j = b && s ? box_json(b, s, with_token) : NULL;
+    json_t *j = b && s ? box_json(b, s, with_token, rq->srv->cfg->e2b_domain) : NULL;
     pthread_mutex_unlock(&e->lock);
     if (s)
         session_table_put(rq->srv->table, s);
@@ -218,13 +243,32 @@ static bool box_matches(const struct e2b_box *b, json_t *want, const char *tmpl)
     return true;
 }
 
+/* The list's state filter: "running,paused" (the JavaScript SDK) or state=running&state=paused
+ * (the Python SDK's repeated parameter). */
+struct states {
+    bool given, running;
+};
+
+static enum MHD_Result state_arg(void *ctx, enum MHD_ValueKind kind, const char *key,
+                                 const char *value)
+{
+    struct states *st = ctx;
+    (void)kind;
+    if (key && !strcmp(key, "state")) {
+        st->given = true;
+        st->running |= value && strstr(value, "running");
+    }
+    return MHD_YES;
+}
+
 enum MHD_Result h_e2b_list(struct request *rq)
 {
-    const char *state = MHD_lookup_connection_value(rq->conn, MHD_GET_ARGUMENT_KIND, "state");
+    struct states st = {0};
+    MHD_get_connection_values(rq->conn, MHD_GET_ARGUMENT_KIND, state_arg, &st);
     const char *meta = MHD_lookup_connection_value(rq->conn, MHD_GET_ARGUMENT_KIND, "metadata");
     const char *tmpl = MHD_lookup_connection_value(rq->conn, MHD_GET_ARGUMENT_KIND, "template");
     json_t *arr = json_array();
-    if (state && !strstr(state, "running"))
+    if (st.given && !st.running)
         return reply_json(rq, 200, arr); /* runcell keeps no paused sandboxes */
     char why[256];
     json_t *want = meta && *meta ? e2b_metadata_parse(meta, why) : json_object();
@@ -248,7 +292,7 @@ enum MHD_Result h_e2b_list(struct request *rq)
         pthread_mutex_lock(&e->lock);
         struct e2b_box *b = e2b_box_find(e, *id);
         if (b && box_matches(b, want, tmpl && *tmpl ? tmpl : NULL))
-            json_array_append_new(arr, box_json(b, s, false));
+            json_array_append_new(arr, box_json(b, s, false, rq->srv->cfg->e2b_domain));
         pthread_mutex_unlock(&e->lock);
         session_table_put(rq->srv->table, s);
     }
@@ -281,29 +325,30 @@ enum MHD_Result h_e2b_timeout(struct request *rq)
     json_decref(body);
     if (secs <= 0)
         return e2b_error(rq, 400, "field 'timeout' must be a whole number of seconds above 0");
+    uint64_t max_s = rq->srv->cfg->limits.max_idle_timeout_ms / 1000;
+    if ((uint64_t)secs > max_s)
+        return e2b_error(rq, 400,
+                         "field 'timeout': %lld s is past this server's longest, %llu s "
+                         "(runcell serve --max-idle-timeout)",
+                         (long long)secs, (unsigned long long)max_s);
     const char *id = rq->params[0];
     int err;
     struct session *s = session_table_acquire(rq->srv->table, id, &err);
     struct e2b *e = rq->srv->e2b;
     pthread_mutex_lock(&e->lock);
     struct e2b_box *b = s ? e2b_box_find(e, id) : NULL;
-    uint64_t idle_ms = s ? session_options(s)->idle_timeout_ms : 0;
-    bool longer = (uint64_t)secs > idle_ms / 1000; /* in seconds: ms could wrap */
-    if (b && !longer)
+    if (b) {
+        /* As E2B: the sandbox goes timeout seconds from now, used or not (unlike create's
+         * timeout, runcell's idle expiry, which is raised to it so as not to come first). */
         b->deadline_ms = now_realtime_ms() + (uint64_t)secs * 1000;
-    else if (b)
-        b->deadline_ms = 0;
+        if ((uint64_t)secs * 1000 > session_options(s)->idle_timeout_ms)
+            session_set_idle_timeout(s, (uint64_t)secs * 1000);
+    }
     pthread_mutex_unlock(&e->lock);
     if (s)
         session_table_put(rq->srv->table, s);
     if (!b)
         return e2b_error(rq, 404, "sandbox %s not found", id);
-    if (longer)
-        return e2b_error(rq, 400,
-                         "field 'timeout': %lld s is longer than the timeout the "
-                         "sandbox was created with (%llu s), which runcell keeps as its idle "
-                         "expiry; create it with the longer timeout",
-                         (long long)secs, (unsigned long long)(idle_ms / 1000));
     return e2b_reply_empty(rq, 204);
 }
 
@@ -315,12 +360,153 @@ enum MHD_Result h_e2b_refused(struct request *rq)
                      rq->method, rq->route->pattern);
 }
 
+/* E2B's objects beside sandboxes: what each is, and what to do instead on runcell. */
+enum MHD_Result h_e2b_unsupported(struct request *rq)
+{
+    const char *p = rq->route->pattern;
+    const char *what, *instead;
+    if (strstr(p, "/volume")) {
+        what = "volumes";
+        instead = "keep files in the sandbox's /home/user (files.write, files.read)";
+    } else if (strstr(p, "/secrets")) {
+        what = "secrets";
+        instead = "pass values as envs to Sandbox.create (the sandbox's environment)";
+    } else {
+        what = "templates (building, listing, tags, aliases)";
+        instead = "create sandboxes from the one template, code-interpreter-v1 (or base): "
+                  "Python with numpy, pandas, matplotlib, bash, Node and git; install what "
+                  "else you need in the sandbox (pip install --user, npm install in "
+                  "/home/user)";
+    }
+    return e2b_error(rq, 400, "%s are not supported by runcell's E2B endpoint: %s", what, instead);
+}
+
 enum MHD_Result h_e2b_health(struct request *rq)
 {
-    const char *id = e2b_header(rq, "E2b-Sandbox-Id");
+    const char *id = e2b_box_id(rq);
     struct session *s = e2b_box_session(rq, id);
     if (!s)
         return MHD_YES;
     session_table_put(rq->srv->table, s);
     return e2b_reply_empty(rq, 204);
+}
+
+/* The CPU use (percent of the sandbox's cores) since the last call for b, or since its start;
+ * e->lock held. */
+static double cpu_used_pct(struct e2b_box *b, const struct session_metrics *m, uint64_t cpus)
+{
+    uint64_t now = now_ms();
+    double since_ms = b->metrics_at_ms ? (double)(now - b->metrics_at_ms)
+                                       : (double)(now_realtime_ms() - b->started_ms);
+    double cpu = m->cpu_ms - (b->metrics_at_ms ? b->metrics_cpu_ms : 0);
+    if (cpu < 0) /* the kernel was replaced: its successor counts from 0 */
+        cpu = m->cpu_ms;
+    b->metrics_cpu_ms = m->cpu_ms;
+    b->metrics_at_ms = now;
+    if (since_ms < 1)
+        return 0;
+    double pct = cpu / since_ms / (double)cpus * 100.0;
+    return pct < 0 ? 0 : pct > 100 ? 100 : pct;
+}
+
+/* One sample, now: what the session's cgroups and workspace hold (E2B samples every few
+ * seconds and keeps them; runcell measures when asked). A start or end that leaves now out
+ * of the window gives none. */
+enum MHD_Result h_e2b_metrics(struct request *rq)
+{
+    const char *id = rq->params[0];
+    const char *start = MHD_lookup_connection_value(rq->conn, MHD_GET_ARGUMENT_KIND, "start");
+    const char *end = MHD_lookup_connection_value(rq->conn, MHD_GET_ARGUMENT_KIND, "end");
+    uint64_t from = 0, to = UINT64_MAX;
+    if ((start && parse_u64(start, &from) < 0) || (end && parse_u64(end, &to) < 0))
+        return e2b_error(rq, 400, "query 'start' and 'end' are Unix times in seconds");
+    e2b_expire_if_due(rq, id);
+    int err;
+    struct session *s = session_table_acquire(rq->srv->table, id, &err);
+    if (!s)
+        return e2b_error(rq, 404, "sandbox %s not found", id);
+    struct session_metrics m;
+    session_metrics(s, &m);
+    session_table_put(rq->srv->table, s);
+    uint64_t cpus = m.cpus_milli >= 1000 ? m.cpus_milli / 1000 : 1;
+    uint64_t now = now_realtime_ms();
+    char stamp[32];
+    format_time_iso(now, stamp);
+    struct e2b *e = rq->srv->e2b;
+    pthread_mutex_lock(&e->lock);
+    struct e2b_box *b = e2b_box_find(e, id);
+    double pct = b ? cpu_used_pct(b, &m, cpus) : 0;
+    pthread_mutex_unlock(&e->lock);
+    if (!b)
+        return e2b_error(rq, 404, "sandbox %s not found", id);
+    json_t *arr = json_array();
+    if (now / 1000 + 1 >= from && now / 1000 <= to)
+        json_array_append_new(
+            arr, json_pack("{s:I,s:f,s:I,s:I,s:I,s:I,s:I,s:s,s:I}", "cpuCount", (json_int_t)cpus,
+                           "cpuUsedPct", pct, "memUsed", (json_int_t)m.mem_used_bytes, "memTotal",
+                           (json_int_t)m.mem_total_bytes, "memCache", (json_int_t)m.mem_cache_bytes,
+                           "diskUsed", (json_int_t)m.disk_used_bytes, "diskTotal",
+                           (json_int_t)m.disk_total_bytes, "timestamp", stamp, "timestampUnix",
+                           (json_int_t)(now / 1000)));
+    return reply_json(rq, 200, arr);
+}
+
+/* updateNetwork: PUT /sandboxes/{id}/network {allowOut, denyOut, allow_internet_access},
+ * which replaces the whole egress configuration (what it leaves out is cleared), by the
+ * create's rules. Only a sandbox made with a network has an egress proxy to change. */
+enum MHD_Result h_e2b_network(struct request *rq)
+{
+    static const char *const known[] = {"allowOut", "denyOut", "allow_internet_access"};
+    const char *id = rq->params[0];
+    json_t *body = e2b_body(rq);
+    if (!body)
+        return MHD_YES;
+    enum MHD_Result ret = MHD_YES;
+    json_t *net = json_object(), *create = NULL;
+    const char *k;
+    json_t *v;
+    json_object_foreach(body, k, v)
+    {
+        bool ours = false;
+        for (size_t i = 0; i < ARRAY_SIZE(known) && !ours; i++)
+            ours = !strcmp(k, known[i]);
+        if (!ours && e2b_asks_for(v)) {
+            ret = e2b_error(rq, 400,
+                            "field '%.100s' is not supported by runcell's updateNetwork; "
+                            "allowOut, denyOut [\"0.0.0.0/0\"] and allow_internet_access are",
+                            k);
+            goto out;
+        }
+        if (ours && strcmp(k, "allow_internet_access"))
+            json_object_set(net, k, v);
+    }
+    create = json_pack("{s:O,s:O?}", "network", net, "allow_internet_access",
+                       json_object_get(body, "allow_internet_access"));
+    struct e2b_create cr;
+    char why[512];
+    if (e2b_create_parse(create, UINT64_MAX / 1000, &cr, why) < 0) {
+        ret = e2b_error(rq, 400, "%s", why);
+        goto out;
+    }
+    bool ok = network_policy(rq, &cr);
+    strv_free(cr.allow_out);
+    if (!ok)
+        goto out;
+    e2b_expire_if_due(rq, id);
+    int err;
+    struct session *s = session_table_acquire(rq->srv->table, id, &err);
+    if (!s) {
+        ret = e2b_error(rq, 404, "sandbox %s not found", id);
+        goto out;
+    }
+    int r = session_network_replace(s, rq->net, rq->srv->cfg->net_allow_max);
+    session_table_put(rq->srv->table, s);
+    ret = r < 0 ? e2b_error(rq, r == -ENOTSUP || r == -EINVAL ? 400 : e2b_status_of(r),
+                            "%s; or give the sandbox a network when you create it", err_msg())
+                : e2b_reply_empty(rq, 204);
+out:
+    json_decref(create);
+    json_decref(net);
+    json_decref(body);
+    return ret;
 }

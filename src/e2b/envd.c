@@ -1,5 +1,5 @@
-/* envd.c - envd's routes: /health, /files (read and upload) and the process and filesystem
- * services over Connect RPC with the JSON codec. */
+/* envd.c - envd's routes: /health, /files (read and upload) and the filesystem service over
+ * Connect RPC with the JSON codec (process.c has the process service). */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -12,7 +12,7 @@
 
 enum MHD_Result h_e2b_files_get(struct request *rq)
 {
-    const char *box = e2b_header(rq, "E2b-Sandbox-Id");
+    const char *box = e2b_box_id(rq);
     const char *p = MHD_lookup_connection_value(rq->conn, MHD_GET_ARGUMENT_KIND, "path");
     char why[512];
     _cleanup_free_ char *rel = e2b_ws_path(p, why);
@@ -55,7 +55,7 @@ static enum MHD_Result write_one(struct request *rq, struct session *s, const ch
 
 enum MHD_Result h_e2b_files_post(struct request *rq)
 {
-    const char *box = e2b_header(rq, "E2b-Sandbox-Id");
+    const char *box = e2b_box_id(rq);
     const char *path = MHD_lookup_connection_value(rq->conn, MHD_GET_ARGUMENT_KIND, "path");
     const char *ct = e2b_header(rq, "Content-Type");
     const char *enc = e2b_header(rq, "Content-Encoding");
@@ -104,125 +104,6 @@ enum MHD_Result h_e2b_files_post(struct request *rq)
         return ret;
     }
     return reply_json(rq, 200, out);
-}
-
-static uint64_t connect_timeout_ms(struct request *rq)
-{
-    const char *t = e2b_header(rq, "Connect-Timeout-Ms");
-    uint64_t ms = 0, max = rq->srv->cfg->limits.max_timeout_ms;
-    if (!t || parse_u64(t, &ms) < 0 || !ms || ms > max)
-        return max;
-    return ms;
-}
-
-static enum MHD_Result process_start(struct request *rq, json_t *msg, const char *box)
-{
-    json_t *cfg = json_object_get(msg, "process");
-    if (json_object_get(msg, "pty") && !json_is_null(json_object_get(msg, "pty")))
-        return e2b_connect_error(rq, "unimplemented", "pty is not supported by runcell");
-    if (json_is_true(json_object_get(msg, "stdin")))
-        return e2b_connect_error(rq, "unimplemented",
-                                 "stdin is not supported by runcell: commands "
-                                 "read /dev/null");
-    char why[512];
-    char *cell = e2b_process_command(cfg, why);
-    if (!cell)
-        return e2b_connect_error(rq, "invalid_argument", "%s", why);
-    struct session *s = e2b_box_session(rq, box);
-    if (!s) {
-        free(cell);
-        return MHD_YES;
-    }
-    struct e2b *e = rq->srv->e2b;
-    pthread_mutex_lock(&e->lock);
-    struct e2b_box *b = e2b_box_find(e, box);
-    unsigned pid = b ? ++b->next_pid : 1;
-    pthread_mutex_unlock(&e->lock);
-    e2b_box_set_running(rq->srv, box, pid, cfg, 0);
-    struct process_enc *p = xcalloc(1, sizeof(*p));
-    p->srv = rq->srv;
-    p->box = xstrdup(box);
-    p->pid = pid;
-    enum MHD_Result ret =
-        e2b_start_stream(rq, s, cell, "bash", connect_timeout_ms(rq), &e2b_process_encoder, p);
-    free(cell);
-    return ret;
-}
-
-static enum MHD_Result process_list(struct request *rq, const char *box)
-{
-    struct e2b *e = rq->srv->e2b;
-    json_t *procs = json_array();
-    pthread_mutex_lock(&e->lock);
-    struct e2b_box *b = e2b_box_find(e, box);
-    if (b && b->running_pid)
-        json_array_append_new(
-            procs, json_pack("{s:O,s:i}", "config", b->running_cfg, "pid", (int)b->running_pid));
-    pthread_mutex_unlock(&e->lock);
-    return reply_json(rq, 200, json_pack("{s:o}", "processes", procs));
-}
-
-static enum MHD_Result process_signal(struct request *rq, json_t *msg, const char *box)
-{
-    json_t *sel = json_object_get(json_object_get(msg, "process"), "pid");
-    json_int_t want = json_integer_value(sel);
-    /* A pid past what a command can have is no command's (not one truncated to another's). */
-    unsigned pid = want > 0 && want <= UINT_MAX ? (unsigned)want : 0;
-    json_t *sv = json_object_get(msg, "signal");
-    const char *sname = json_string_value(sv);
-    int sig = sname ? (!strcmp(sname, "SIGNAL_SIGTERM")   ? 15
-                       : !strcmp(sname, "SIGNAL_SIGKILL") ? 9
-                                                          : 0)
-                    : (int)json_integer_value(sv);
-    if (sig != 9 && sig != 15)
-        return e2b_connect_error(rq, "invalid_argument",
-                                 "signal must be SIGNAL_SIGKILL or "
-                                 "SIGNAL_SIGTERM");
-    struct e2b *e = rq->srv->e2b;
-    pthread_mutex_lock(&e->lock);
-    struct e2b_box *b = e2b_box_find(e, box);
-    bool running = b && pid && b->running_pid == pid;
-    if (running)
-        b->signalled = sig;
-    pthread_mutex_unlock(&e->lock);
-    if (!running)
-        return e2b_connect_error(rq, "not_found", "no process %lld is running in sandbox %s",
-                                 (long long)want, box);
-    struct session *s = e2b_box_session(rq, box);
-    if (!s)
-        return MHD_YES;
-    /* Whatever the signal, the command's cell is interrupted: the kernel stops bash and what
-     * it started. */
-    session_interrupt(s);
-    session_table_put(rq->srv->table, s);
-    return reply_json(rq, 200, json_object());
-}
-
-enum MHD_Result h_e2b_process_rpc(struct request *rq)
-{
-    const char *box = e2b_header(rq, "E2b-Sandbox-Id"), *method = rq->params[0];
-    json_t *msg = e2b_connect_request(rq);
-    if (!msg)
-        return MHD_YES;
-    enum MHD_Result ret;
-    if (!strcmp(method, "Start"))
-        ret = e2b_is_connect_stream(rq)
-                  ? process_start(rq, msg, box)
-                  : e2b_connect_error(rq, "invalid_argument",
-                                      "Start is a "
-                                      "streaming method: application/connect+json");
-    else if (!strcmp(method, "List"))
-        ret = process_list(rq, box);
-    else if (!strcmp(method, "SendSignal"))
-        ret = process_signal(rq, msg, box);
-    else
-        ret = e2b_connect_error(rq, "unimplemented",
-                                "process.Process/%s is not supported by "
-                                "runcell (Start, List and SendSignal are; no stdin, no pty, no "
-                                "reconnecting to a command)",
-                                method);
-    json_decref(msg);
-    return ret;
 }
 
 /* ---- the filesystem service ---- */
@@ -298,6 +179,8 @@ static enum MHD_Result fs_call(struct request *rq, const char *method, json_t *m
     const char *p =
         json_string_value(json_object_get(msg, strcmp(method, "Move") ? "path" : "source"));
     char why[512];
+    if (!p)
+        p = ""; /* proto3's JSON leaves a default out: an empty path is the home */
     _cleanup_free_ char *rel = e2b_ws_path(p, why);
     if (!rel)
         return e2b_connect_error(rq, "invalid_argument", "%s", why);
@@ -333,23 +216,30 @@ static enum MHD_Result fs_call(struct request *rq, const char *method, json_t *m
 
 enum MHD_Result h_e2b_filesystem_rpc(struct request *rq)
 {
-    static const char *const methods[] = {"Stat", "ListDir", "MakeDir", "Remove", "Move"};
-    const char *box = e2b_header(rq, "E2b-Sandbox-Id"), *method = rq->params[0];
+    static const char *const methods[] = {
+        "Stat",     "ListDir",       "MakeDir",          "Remove",       "Move",
+        "WatchDir", "CreateWatcher", "GetWatcherEvents", "RemoveWatcher"};
+    const char *box = e2b_box_id(rq), *method = rq->params[0];
     bool known = false;
     for (size_t i = 0; i < ARRAY_SIZE(methods); i++)
         known |= !strcmp(methods[i], method);
     if (!known)
         return e2b_connect_error(rq, "unimplemented",
-                                 "filesystem.Filesystem/%s is not supported by "
-                                 "runcell (Stat, ListDir, MakeDir, Remove and Move are)",
-                                 method);
+                                 "filesystem.Filesystem/%s is not a method runcell knows", method);
+    bool watch = !strcmp(method, "WatchDir");
+    if (watch != e2b_is_connect_stream(rq))
+        return e2b_connect_error(rq, "invalid_argument", "%s is %sa streaming method", method,
+                                 watch ? "" : "not ");
     json_t *msg = e2b_connect_request(rq);
     if (!msg)
         return MHD_YES;
     struct session *s = e2b_box_session(rq, box);
     enum MHD_Result ret = MHD_YES;
-    if (s) {
-        ret = fs_call(rq, method, msg, s);
+    if (s && watch) {
+        ret = e2b_watch_dir(rq, msg, s); /* the stream holds s from now */
+    } else if (s) {
+        ret = strstr(method, "Watcher") ? e2b_watcher_rpc(rq, method, msg, s)
+                                        : fs_call(rq, method, msg, s);
         session_table_put(rq->srv->table, s);
     }
     json_decref(msg);

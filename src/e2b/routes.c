@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "e2b/e2b-int.h"
+#include "store/store.h"
 
 struct e2b *e2b_new(void)
 {
@@ -28,7 +29,8 @@ static void box_free(struct e2b_box *b)
     free(b->template_id);
     json_decref(b->metadata);
     json_decref(b->contexts);
-    json_decref(b->running_cfg);
+    json_decref(b->env);
+    e2b_watchers_free(b->watchers);
     free(b);
 }
 
@@ -85,6 +87,15 @@ enum MHD_Result e2b_error(struct request *rq, unsigned status, const char *fmt, 
     char *clean = utf8_sanitize(msg, strlen(msg), &n);
     json_t *j = e2b_error_body(rq, status, clean, n); /* Connect's shape on its routes */
     free(clean);
+    if (connect_streaming(rq)) {
+        /* a streaming call's error is its end of stream, with the code it would have had */
+        enum MHD_Result r =
+            reply_connect_end_error(rq, json_string_value(json_object_get(j, "code")),
+                                    json_string_value(json_object_get(j, "message")),
+                                    json_string_length(json_object_get(j, "message")));
+        json_decref(j);
+        return r;
+    }
     return reply_json(rq, status, j);
 }
 
@@ -133,12 +144,18 @@ const char *e2b_header(struct request *rq, const char *name)
 
 /* ---- authentication ---- */
 
+/* The API key is runcell's token, as is or as "e2b_" and the token: E2B's Python SDK
+ * checks that a key is "e2b_" and hex before it sends it (runcell's generated tokens are
+ * hex), so docs/E2B.md has E2B_API_KEY=e2b_$(cat DATA/token). Either form is compared whole
+ * with the token; nothing shorter or longer passes. */
 static bool api_key_ok(struct request *rq)
 {
     const char *key = e2b_header(rq, "X-API-KEY");
     const char *auth = e2b_header(rq, "Authorization");
-    if (key)
-        return token_equal(key, rq->srv->token);
+    if (key) {
+        bool prefixed = !strncmp(key, "e2b_", 4) && token_equal(key + 4, rq->srv->token);
+        return token_equal(key, rq->srv->token) || prefixed;
+    }
     return auth && !strncmp(auth, "Bearer ", 7) && token_equal(auth + 7, rq->srv->token);
 }
 
@@ -156,24 +173,153 @@ void e2b_expire_if_due(struct request *rq, const char *id)
     }
 }
 
+/* The user a sandbox call names (E2B's `user` option: Authorization: Basic, or the files
+ * route's username query): runcell's sandbox has one, E2B's "user" (uid 1000), and refuses
+ * the others by name, root first, rather than running as someone else than asked. False
+ * after replying. */
+static bool user_ok(struct request *rq)
+{
+    char user[64];
+    const char *query = MHD_lookup_connection_value(rq->conn, MHD_GET_ARGUMENT_KIND, "username");
+    int r = e2b_basic_user(e2b_header(rq, "Authorization"), user, sizeof(user));
+    if (r == -ENOENT && query)
+        r = snprintf(user, sizeof(user), "%s", query) < (int)sizeof(user) ? 0 : -EINVAL;
+    if (r == -ENOENT || (r == 0 && (!*user || !strcmp(user, "user"))))
+        return true;
+    if (r < 0) {
+        e2b_error(rq, 400,
+                  "the Authorization header is not Basic base64(user:), as E2B's SDK "
+                  "sends a user");
+        return false;
+    }
+    if (!strcmp(user, "root")) {
+        e2b_error(rq, 400,
+                  "user 'root' is not available: everything in runcell's sandbox runs as its one "
+                  "user, 'user' (uid 1000), without privileges; its system directories are "
+                  "read-only, so install into the home instead (pip install --user, npm install "
+                  "in /home/user), and leave the user option unset");
+        return false;
+    }
+    e2b_error(rq, 400,
+              "user '%.40s' does not exist in runcell's sandbox: it has one user, 'user' (uid "
+              "1000); leave the user option unset",
+              user);
+    return false;
+}
+
+const char *e2b_box_id(struct request *rq)
+{
+    return rq->session_id ? rq->session_id : "";
+}
+
+/* E2B's signature of a file URL (the SDKs' getSignature): "v1_" and the unpadded base64 of
+ * SHA-256("path:operation:user:token[:expiration]"), into out. */
+static void file_signature(const char *path, const char *op, const char *user, const char *token,
+                           const char *expiration, char out[64])
+{
+    _cleanup_free_ char *raw = xasprintf("%s:%s:%s:%s%s%s", path, op, user, token,
+                                         expiration ? ":" : "", expiration ? expiration : "");
+    char hex[SHA256_HEX_SIZE];
+    unsigned char digest[32];
+    sha256_hex(raw, strlen(raw), hex);
+    for (int i = 0; i < 32; i++) {
+        unsigned v;
+        sscanf(hex + 2 * i, "%2x", &v);
+        digest[i] = (unsigned char)v;
+    }
+    explicit_bzero(raw, strlen(raw));
+    size_t n;
+    _cleanup_free_ char *b64 = base64_encode(digest, sizeof(digest), &n);
+    while (n && b64[n - 1] == '=')
+        b64[--n] = '\0';
+    snprintf(out, 64, "v1_%s", b64);
+}
+
+/* A signed URL (downloadUrl, uploadUrl): its signature names the sandbox whose access token
+ * made it (the one id says, else any: each is tried, in constant time), for this path,
+ * operation (GET read, POST write) and user, until its expiration. False after replying. */
+static bool signed_url_ok(struct request *rq, const char *id)
+{
+    const char *q[4] = {"signature", "path", "username", "signature_expiration"};
+    const char *v[4];
+    for (int i = 0; i < 4; i++)
+        v[i] = MHD_lookup_connection_value(rq->conn, MHD_GET_ARGUMENT_KIND, q[i]);
+    const char *op = !strcmp(rq->method, "POST") ? "write" : "read";
+    uint64_t exp = 0;
+    if (v[3] && (parse_u64(v[3], &exp) < 0 || exp * 1000 < now_realtime_ms())) {
+        e2b_error(rq, 401, "the signed URL expired (signature_expiration %s); make a new one",
+                  v[3]);
+        return false;
+    }
+    struct e2b *e = rq->srv->e2b;
+    char *found = NULL;
+    pthread_mutex_lock(&e->lock);
+    for (struct e2b_box *b = e->boxes; b && !found; b = b->next) {
+        char want[64];
+        if (id && !token_equal(id, b->id))
+            continue;
+        file_signature(v[1] ? v[1] : "", op, v[2] ? v[2] : "", b->token, v[3], want);
+        if (token_equal(want, v[0]))
+            found = xstrdup(b->id);
+    }
+    pthread_mutex_unlock(&e->lock);
+    if (!found) {
+        e2b_error(rq, 401,
+                  "the URL's signature is not one a sandbox here made for %s of '%.200s' "
+                  "(the sandbox may be gone, or the URL changed)",
+                  op, v[1] ? v[1] : "");
+        return false;
+    }
+    free(rq->session_id);
+    rq->session_id = found;
+    e2b_expire_if_due(rq, found);
+    return user_ok(rq);
+}
+
 static bool e2b_authorize(struct request *rq)
 {
     struct e2b *e = rq->srv->e2b;
     unsigned flags = rq->route->flags;
+    if (flags & ROUTE_E2B_PREVIEW) {
+        /* Knowing a live sandbox's id is the credential here, as on E2B's hosts (a fleet
+         * forwards the request to the sandbox's node before this: e2b_pinned_id). */
+        const char *id = rq->params[0];
+        e2b_expire_if_due(rq, id);
+        pthread_mutex_lock(&e->lock);
+        bool known = e2b_box_find(e, id) != NULL;
+        pthread_mutex_unlock(&e->lock);
+        if (!known)
+            e2b_error(rq, 502,
+                      "sandbox %s is not running on this server (killed, expired, or never "
+                      "created)",
+                      id);
+        return known;
+    }
     if (flags & ROUTE_E2B_API) {
         if (api_key_ok(rq))
             return true;
         e2b_error(rq, 401,
-                  "%s; set E2B_API_KEY to runcell's API token (the file 'token' in "
-                  "the server's data directory)",
+                  "%s; set E2B_API_KEY to e2b_ and runcell's API token (E2B_API_KEY=e2b_$(cat "
+                  "DATA/token), DATA being the server's data directory)",
                   e2b_header(rq, "X-API-KEY") ? "wrong API key" : "no API key");
         return false;
     }
     const char *id = e2b_header(rq, "E2b-Sandbox-Id");
     const char *tok = e2b_header(rq, "X-Access-Token");
+    const char *host = e2b_header(rq, "Host");
+    const char *sig = MHD_lookup_connection_value(rq->conn, MHD_GET_ARGUMENT_KIND, "signature");
+    char host_id[128];
+    unsigned port;
+    /* Without the header, the host names it (49983-ID.DOMAIN, as the SDKs reach envd when
+     * E2B_SANDBOX_URL is not set), or a signed URL's signature does (downloadUrl). */
+    if (!id && host && rq->srv->cfg->e2b_domain &&
+        e2b_host_parse(host, rq->srv->cfg->e2b_domain, &port, host_id, sizeof(host_id)))
+        id = host_id;
+    if (!tok && sig && !strcmp(rq->route->pattern, "/files"))
+        return signed_url_ok(rq, id);
     if (!id) {
         e2b_error(rq, 400,
-                  "no E2b-Sandbox-Id e2b_header: set E2B_SANDBOX_URL to this server so "
+                  "no E2b-Sandbox-Id header: set E2B_SANDBOX_URL to this server so "
                   "that E2B's SDK names the sandbox in every request");
         return false;
     }
@@ -198,7 +344,7 @@ static bool e2b_authorize(struct request *rq)
         e2b_error(rq, 401, "%s access token for sandbox %s", tok ? "wrong" : "no", id);
         return false;
     }
-    return true;
+    return user_ok(rq);
 }
 
 /* The session of the request's sandbox (a reference), or NULL after replying 502. */
@@ -255,6 +401,11 @@ enum MHD_Result e2b_connect_error(struct request *rq, const char *code, const ch
             status = connect_codes[i].status;
     size_t n;
     char *clean = utf8_sanitize(msg, strlen(msg), &n);
+    if (connect_streaming(rq)) {
+        enum MHD_Result r = reply_connect_end_error(rq, code, clean, n);
+        free(clean);
+        return r;
+    }
     json_t *j = json_pack("{s:s,s:s%}", "code", code, "message", clean, n);
     free(clean);
     return reply_json(rq, status, j);
@@ -275,12 +426,47 @@ static const struct route e2b_routes[] = {
     {"GET", "/sandboxes/{id}", h_e2b_get, ROUTE_E2B_API, NULL},
     {"DELETE", "/sandboxes/{id}", h_e2b_kill, ROUTE_E2B_API, NULL},
     {"POST", "/sandboxes/{id}/timeout", h_e2b_timeout, ROUTE_E2B_API, NULL},
+    {"GET", "/sandboxes/{id}/metrics", h_e2b_metrics, ROUTE_E2B_API, NULL},
+    {"PUT", "/sandboxes/{id}/network", h_e2b_network, ROUTE_E2B_API, NULL},
     {"POST", "/sandboxes/{id}/connect", h_e2b_connect, ROUTE_E2B_API, NULL},
     {"POST", "/v2/sandboxes/{id}/connect", h_e2b_connect, ROUTE_E2B_API, NULL},
     {"POST", "/sandboxes/{id}/pause", h_e2b_refused, ROUTE_E2B_API, NULL},
     {"POST", "/sandboxes/{id}/resume", h_e2b_refused, ROUTE_E2B_API, NULL},
     {"POST", "/sandboxes/{id}/fork", h_e2b_refused, ROUTE_E2B_API, NULL},
     {"POST", "/sandboxes/{id}/snapshots", h_e2b_refused, ROUTE_E2B_API, NULL},
+    {"GET", "/snapshots", h_e2b_refused, ROUTE_E2B_API, NULL},
+    {"GET", "/sandboxes/{id}/logs", h_e2b_refused, ROUTE_E2B_API, NULL},
+    {"GET", "/v2/sandboxes/{id}/logs", h_e2b_refused, ROUTE_E2B_API, NULL},
+/* E2B's other objects (templates, volumes, secrets): refused by name, saying what to do */
+#define UNSUPPORTED(method, pattern)                                                               \
+    {                                                                                              \
+        method, pattern, h_e2b_unsupported, ROUTE_E2B_API, NULL                                    \
+    }
+    UNSUPPORTED("GET", "/templates"),
+    UNSUPPORTED("POST", "/templates"),
+    UNSUPPORTED("GET", "/templates/{path}"),
+    UNSUPPORTED("POST", "/templates/{path}"),
+    UNSUPPORTED("PATCH", "/templates/{path}"),
+    UNSUPPORTED("DELETE", "/templates/{path}"),
+    UNSUPPORTED("POST", "/v2/templates"),
+    UNSUPPORTED("POST", "/v2/templates/{path}"),
+    UNSUPPORTED("PATCH", "/v2/templates/{path}"),
+    UNSUPPORTED("POST", "/v3/templates"),
+    UNSUPPORTED("GET", "/volumes"),
+    UNSUPPORTED("POST", "/volumes"),
+    UNSUPPORTED("GET", "/volumes/{path}"),
+    UNSUPPORTED("DELETE", "/volumes/{path}"),
+    UNSUPPORTED("GET", "/volumecontent/{path}"),
+    UNSUPPORTED("POST", "/volumecontent/{path}"),
+    UNSUPPORTED("PUT", "/volumecontent/{path}"),
+    UNSUPPORTED("PATCH", "/volumecontent/{path}"),
+    UNSUPPORTED("DELETE", "/volumecontent/{path}"),
+    UNSUPPORTED("GET", "/secrets"),
+    UNSUPPORTED("POST", "/secrets"),
+    UNSUPPORTED("GET", "/secrets/{path}"),
+    UNSUPPORTED("POST", "/secrets/{path}"),
+    UNSUPPORTED("DELETE", "/secrets/{path}"),
+#undef UNSUPPORTED
     /* a sandbox's ports (E2B_SANDBOX_URL): envd and the code interpreter */
     {"GET", "/health", h_e2b_health, ROUTE_E2B_BOX, NULL},
     {"POST", "/execute", h_e2b_execute, ROUTE_E2B_BOX | ROUTE_EXECUTES, NULL},
@@ -309,7 +495,20 @@ static const char *e2b_pinned_id(struct request *rq, bool *ret_before_auth)
     if (flags & ROUTE_E2B_API)
         return rq->params[0];
     *ret_before_auth = true;
-    return MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, "E2b-Sandbox-Id");
+    if (flags & ROUTE_E2B_PREVIEW) /* PORT-ID.DOMAIN (e2b_host_route) */
+        return rq->params[0];
+    const char *id = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, "E2b-Sandbox-Id");
+    const char *host = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, "Host");
+    char host_id[128];
+    unsigned port;
+    /* envd's and the interpreter's own hosts name it too (49983-ID.DOMAIN) */
+    if (!id && host && rq->srv->cfg->e2b_domain &&
+        e2b_host_parse(host, rq->srv->cfg->e2b_domain, &port, host_id, sizeof(host_id))) {
+        free(rq->session_id);
+        rq->session_id = xstrdup(host_id);
+        id = rq->session_id;
+    }
+    return id; /* a signed URL's sandbox is found by its signature, on the node it reaches */
 }
 
 const struct surface e2b_surface = {.name = "e2b",
@@ -318,4 +517,5 @@ const struct surface e2b_surface = {.name = "e2b",
                                     .shape = SHAPE_E2B,
                                     .authorize = e2b_authorize,
                                     .enabled = e2b_enabled,
+                                    .host_route = e2b_host_route,
                                     .pinned_id = e2b_pinned_id};

@@ -1,8 +1,11 @@
-/* stream.c - an execution's events in E2B's messages: the code interpreter's NDJSON and
- * envd's Connect envelopes, as encoders for the HTTP core's one streaming reader. */
+/* stream.c - streams in E2B's messages, for the HTTP core's one streaming reader: an
+ * execution's events as the code interpreter's NDJSON (an encoder), and a program's output
+ * and end as envd's Connect envelopes (a source). */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -33,6 +36,11 @@ static void put_msg(struct buf *out, json_t *j, bool connect, unsigned char flag
     free(text);
 }
 
+void e2b_envelope(struct buf *out, json_t *j, unsigned char flags)
+{
+    put_msg(out, j, true, flags);
+}
+
 static json_t *timestamp_now(void)
 {
     char t[32];
@@ -47,11 +55,17 @@ static json_t *timestamp_now(void)
 static json_t *e2b_result(json_t *bundle, bool main)
 {
     static const char *const names[][2] = {
-        {"text/plain", "text"},        {"text/html", "html"},
-        {"text/markdown", "markdown"}, {"image/svg+xml", "svg"},
-        {"image/png", "png"},          {"image/jpeg", "jpeg"},
-        {"application/pdf", "pdf"},    {"text/latex", "latex"},
-        {"application/json", "json"},  {"application/javascript", "javascript"},
+        {"text/plain", "text"},
+        {"text/html", "html"},
+        {"text/markdown", "markdown"},
+        {"image/svg+xml", "svg"},
+        {"image/png", "png"},
+        {"image/jpeg", "jpeg"},
+        {"application/pdf", "pdf"},
+        {"text/latex", "latex"},
+        {"application/json", "json"},
+        {"application/javascript", "javascript"},
+        {"application/vnd.runcell.chart+json", "chart"}, /* kernel.py's chart of a figure */
     };
     json_t *j = json_pack("{s:s,s:b}", "type", "result", "is_main_result", main);
     const char *k;
@@ -65,12 +79,6 @@ static json_t *e2b_result(json_t *bundle, bool main)
         json_object_set(j, name, v);
     }
     return j;
-}
-
-/* A picture (raster or SVG) is displayed, never the cell's main result. */
-static bool is_display_only(json_t *bundle)
-{
-    return exec_bundle_image(bundle, NULL) || json_object_get(bundle, "image/svg+xml");
 }
 
 /* The code interpreter's /execute stream. */
@@ -126,9 +134,8 @@ static void execute_encode(void *ctx, struct execution *x, const struct exec_ite
         break;
     }
     case EV_RESULT: {
-        /* runcell does not mark the cell's value: a figure is a display, the first other
-         * bundle the value. */
-        bool main = !e->main_sent && !is_display_only(it->json);
+        /* the cell's value is E2B's main result; a display (figures, display()) is not */
+        bool main = it->len == 1 && !e->main_sent;
         e->main_sent |= main;
         put_msg(out, e2b_result(it->json, main), false, 0);
         break;
@@ -166,125 +173,215 @@ const struct exec_encoder e2b_execute_encoder = {
     .free = free,
 };
 
-/* Sets (or with pid 0 clears, when it is still pid `only`) the running command; returns the
- * signal it was stopped with. */
-int e2b_box_set_running(struct server *srv, const char *id, unsigned pid, json_t *cfg,
-                        unsigned only)
+enum MHD_Result e2b_execute_refused(struct request *rq, const char *name, const char *fmt, ...)
 {
-    int sig = 0;
-    pthread_mutex_lock(&srv->e2b->lock);
-    struct e2b_box *b = e2b_box_find(srv->e2b, id);
-    if (b && (pid || !only || b->running_pid == only)) {
-        sig = b->signalled;
-        b->signalled = 0;
-        b->running_pid = pid;
-        json_decref(b->running_cfg);
-        b->running_cfg = cfg ? json_incref(cfg) : NULL;
-    }
-    pthread_mutex_unlock(&srv->e2b->lock);
-    return sig;
-}
-
-static void process_begin(void *ctx, struct execution *x, struct buf *out)
-{
-    struct process_enc *p = ctx;
-    (void)x;
-    put_msg(out, json_pack("{s:{s:{s:i}}}", "event", "start", "pid", (int)p->pid), true, 0);
-}
-
-static void process_done(struct process_enc *p, struct execution *x, struct buf *out)
-{
-    const struct exec_record *rec = execution_record(x);
-    int sig = e2b_box_set_running(p->srv, p->box, 0, NULL, p->pid);
-    p->ended = true;
-    if (!rec) {
-        const char *why;
-        int r = execution_failure(x, &why);
-        enum api_err e = api_err_of(r ? r : -EIO);
-        /* A stream's error is in its end-of-stream message (the status stays 200). */
-        put_msg(out,
-                json_pack("{s:{s:s,s:s}}", "error", "code", api_err_info(e)->connect, "message",
-                          why ? why : "the command did not run"),
-                true, 0x02);
-        return;
-    }
-    /* A command stopped by SendSignal ends as a shell says a signalled one did. */
-    int code = sig ? 128 + sig : exec_record_exit_status(rec);
-    json_t *end = json_pack("{s:i,s:b,s:s}", "exitCode", code, "exited",
-                            !sig && (rec->status == EXEC_OK || rec->status == EXEC_ERROR), "status",
-                            sig ? "signal" : exec_status_name(rec->status));
-    if (rec->status != EXEC_OK && rec->status != EXEC_ERROR && rec->message)
-        json_object_set_new(end, "error", json_string(rec->message));
-    put_msg(out, json_pack("{s:{s:o}}", "event", "end", end), true, 0);
-    put_msg(out, json_object(), true, 0x02);
-}
-
-static void process_encode(void *ctx, struct execution *x, const struct exec_item *it,
-                           struct buf *out)
-{
-    struct process_enc *p = ctx;
-    if (it->type == EV_DONE) {
-        process_done(p, x, out);
-        return;
-    }
-    if (it->type != EV_STDOUT && it->type != EV_STDERR)
-        return;
+    char msg[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
     size_t n;
-    char *b64 = base64_encode(it->data, it->len, &n);
-    /* StartResponse {event: ProcessEvent}, ProcessEvent's oneof by its member's name. */
-    put_msg(out,
-            json_pack("{s:{s:{s:s%}}}", "event", "data",
-                      it->type == EV_STDOUT ? "stdout" : "stderr", b64, n),
-            true, 0);
-    free(b64);
+    char *clean = utf8_sanitize(msg, strlen(msg), &n);
+    struct buf out;
+    buf_init(&out, 0);
+    put_msg(&out,
+            json_pack("{s:s,s:s,s:s%,s:s%}", "type", "error", "name", name, "value", clean, n,
+                      "traceback", clean, n),
+            false, 0);
+    put_msg(&out, json_pack("{s:s}", "type", "end_of_execution"), false, 0);
+    free(clean);
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(out.len, out.data, MHD_RESPMEM_MUST_COPY);
+    buf_release(&out);
+    MHD_add_response_header(r, "Content-Type", "application/x-ndjson");
+    return reply_response(rq, 200, r);
 }
-
-static void process_keepalive(void *ctx, struct buf *out)
-{
-    (void)ctx;
-    put_msg(out, json_pack("{s:{s:{}}}", "event", "keepalive"), true, 0);
-}
-
-static void process_enc_free(void *ctx)
-{
-    struct process_enc *p = ctx;
-    if (!p->ended)
-        e2b_box_set_running(p->srv, p->box, 0, NULL, p->pid);
-    free(p->box);
-    free(p);
-}
-
-const struct exec_encoder e2b_process_encoder = {
-    .content_type = "application/connect+json",
-    .begin = process_begin,
-    .event = process_encode,
-    .keepalive = process_keepalive,
-    .free = process_enc_free,
-};
 
 /* Submits code to s (its reference, owned now) and replies with the stream of its events:
- * it queues behind what runs (E2B runs each call; runcell one at a time per sandbox, in
- * order). A client that leaves (the SDK's timeoutMs) interrupts it, as E2B's does. */
-enum MHD_Result e2b_start_stream(struct request *rq, struct session *s, const char *code,
-                                 const char *lang, uint64_t timeout_ms,
-                                 const struct exec_encoder *enc, void *enc_ctx)
+ * it queues behind the cell that runs (one at a time per sandbox, in order; commands run
+ * beside). A client that leaves (the SDK's timeoutMs) interrupts it, as E2B's does. */
+enum MHD_Result e2b_execute_stream(struct request *rq, struct session *s, const char *code,
+                                   const char *lang)
 {
-    struct exec_request req = {
-        .code = code, .lang = lang, .timeout_ms = timeout_ms, .cancel_fd = -1};
+    struct exec_request req = {.code = code,
+                               .lang = lang,
+                               .timeout_ms = rq->srv->cfg->limits.max_timeout_ms,
+                               .cancel_fd = -1};
     struct execution *x;
     int r = session_submit(rq->srv->table, s, &req, &x);
     if (r == 0 && (r = execution_spawn(x)) < 0)
         execution_unref(x);
     if (r < 0) {
-        if (enc->free)
-            enc->free(enc_ctx);
         session_table_put(rq->srv->table, s);
-        return e2b_error(rq, e2b_status_of(r), "%s", err_msg());
+        return e2b_execute_refused(rq, r == -EAGAIN ? "RateLimitError" : "SandboxError", "%s%s",
+                                   err_msg(),
+                                   r == -EAGAIN ? " (the server's limit on executions at once "
+                                                  "was reached: try again once one has ended)"
+                                                : "");
     }
     request_owes_reply(rq);
     struct exec_stream_opts o = {.interrupt_on_leave = true,
                                  .keepalive_ms = E2B_KEEPALIVE_MS,
                                  .table = rq->srv->table,
                                  .session = s};
-    return http_stream_execution(rq, x, 0, enc, enc_ctx, &o);
+    return http_stream_execution(rq, x, 0, &e2b_execute_encoder, e2b_execute_state(), &o);
+}
+
+/* ---- a program's events: envd's process.Process Start and Connect streams ---- */
+
+struct proc_stream {
+    struct session_proc *p;
+    struct proc_watch *w;
+    uint64_t after;
+    bool begun;
+};
+
+/* Go's names for the signals a command is stopped with (envd's status is Go's
+ * ProcessState.String()). */
+static const char *signal_word(int sig)
+{
+    switch (sig) {
+    case SIGKILL:
+        return "killed";
+    case SIGTERM:
+        return "terminated";
+    case SIGINT:
+        return "interrupt";
+    case SIGSEGV:
+        return "segmentation fault";
+    case SIGABRT:
+        return "aborted";
+    case SIGPIPE:
+        return "broken pipe";
+    default:
+        return NULL;
+    }
+}
+
+/* The end of the program: its EndEvent (a shell's 128+N for a signal), or past its timeout,
+ * Connect's deadline_exceeded in the end of the stream (the SDKs' TimeoutException). */
+static void proc_end(struct proc_stream *ps, struct buf *out)
+{
+    struct session_proc_end e = {0};
+    session_proc_ended(ps->p, &e);
+    int pid = session_proc_pid(ps->p);
+    if (e.timed_out) {
+        _cleanup_free_ char *msg = xasprintf("process %d ran past its timeout and was killed "
+                                             "(the timeout the SDK sends as Connect-Timeout-Ms; "
+                                             "0 for none)",
+                                             pid);
+        put_msg(out,
+                json_pack("{s:{s:s,s:s}}", "error", "code", "deadline_exceeded", "message", msg),
+                true, 0x02);
+        return;
+    }
+    char status[64];
+    const char *word = signal_word(e.signal);
+    int code = e.exited ? e.exit_code : e.signal ? 128 + e.signal : -1;
+    if (e.lost)
+        snprintf(status, sizeof(status), "lost");
+    else if (e.signal && word)
+        snprintf(status, sizeof(status), "signal: %s", word);
+    else if (e.signal)
+        snprintf(status, sizeof(status), "signal: %d", e.signal);
+    else
+        snprintf(status, sizeof(status), "exit status %d", e.exit_code);
+    json_t *end =
+        json_pack("{s:i,s:b,s:s}", "exitCode", code, "exited", e.exited, "status", status);
+    if (e.lost)
+        json_object_set_new(end, "error",
+                            json_string("the sandbox was restarted (a cell that had to be killed "
+                                        "takes its processes with it) or closed"));
+    put_msg(out, json_pack("{s:{s:o}}", "event", "end", end), true, 0);
+    put_msg(out, json_object(), true, 0x02);
+}
+
+static int proc_pull(void *src, struct buf *out)
+{
+    struct proc_stream *ps = src;
+    struct proc_item items[64];
+    if (!ps->begun) {
+        ps->begun = true;
+        put_msg(out, json_pack("{s:{s:{s:i}}}", "event", "start", "pid", session_proc_pid(ps->p)),
+                true, 0);
+    }
+    size_t n = session_proc_read(ps->p, ps->after, items, ARRAY_SIZE(items));
+    bool over = false;
+    for (size_t i = 0; i < n && !over; i++) {
+        ps->after = items[i].seq;
+        if (items[i].type == PROC_END) {
+            proc_end(ps, out);
+            over = true;
+            continue;
+        }
+        size_t len;
+        char *b64 = base64_encode(items[i].data, items[i].len, &len);
+        /* StartResponse {event: ProcessEvent}, ProcessEvent's oneof by its member's name */
+        put_msg(out,
+                json_pack("{s:{s:{s:s%}}}", "event", "data",
+                          items[i].type == PROC_STDOUT ? "stdout" : "stderr", b64, len),
+                true, 0);
+        free(b64);
+    }
+    proc_items_release(items, n);
+    return over ? 1 : 0;
+}
+
+static int proc_wait_fd(void *src)
+{
+    return proc_watch_fd(((struct proc_stream *)src)->w);
+}
+
+static void proc_clear(void *src)
+{
+    proc_watch_clear(((struct proc_stream *)src)->w);
+}
+
+static void proc_keepalive(void *src, struct buf *out)
+{
+    (void)src;
+    put_msg(out, json_pack("{s:{s:{}}}", "event", "keepalive"), true, 0);
+}
+
+static void proc_stream_free(void *src)
+{
+    struct proc_stream *ps = src;
+    proc_watch_free(ps->w);
+    session_proc_unref(ps->p);
+    free(ps);
+}
+
+/* A client that goes (the SDK's disconnect(), its timeout) leaves the program running, as in
+ * E2B: no `left`. */
+static const struct http_source_ops proc_source_ops = {
+    .pull = proc_pull,
+    .wait_fd = proc_wait_fd,
+    .clear = proc_clear,
+    .keepalive = proc_keepalive,
+    .free = proc_stream_free,
+};
+
+/* The keepalive interval the SDK asks for (Keepalive-Ping-Interval, in seconds), within
+ * E2B_KEEPALIVE_MS. */
+static int keepalive_ms(struct request *rq)
+{
+    const char *h = e2b_header(rq, "Keepalive-Ping-Interval");
+    uint64_t s = 0;
+    if (h && parse_u64(h, &s) == 0 && s > 0 && s * 1000 < E2B_KEEPALIVE_MS)
+        return (int)(s * 1000);
+    return E2B_KEEPALIVE_MS;
+}
+
+enum MHD_Result e2b_process_stream(struct request *rq, struct session_proc *p, uint64_t after)
+{
+    struct proc_stream *ps = xcalloc(1, sizeof(*ps));
+    ps->p = p;
+    ps->after = after;
+    int r = session_proc_watch(p, &ps->w);
+    if (r < 0) {
+        session_proc_unref(p);
+        free(ps);
+        return e2b_connect_error(rq, "resource_exhausted", "%s", err_msg());
+    }
+    return http_stream(rq, 200, "application/connect+json", &proc_source_ops, ps, keepalive_ms(rq));
 }

@@ -4,7 +4,9 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -61,12 +63,30 @@ json_t *e2b_metadata_parse(const char *q, char why[256])
     return want;
 }
 
-/* The workspace-relative path for an E2B path ("" for the workspace itself), or NULL with
- * why in err. */
+/* rel with its "." and empty components dropped ("./a//b/." is "a/b"; "." is ""). */
+static char *drop_dots(const char *rel)
+{
+    struct buf b;
+    buf_init(&b, 0);
+    for (const char *p = rel; *p;) {
+        size_t n = strcspn(p, "/");
+        if (n && !(n == 1 && p[0] == '.')) {
+            if (b.len)
+                buf_append(&b, "/", 1);
+            buf_append(&b, p, n);
+        }
+        p += n + (p[n] == '/');
+    }
+    buf_append(&b, "", 1);
+    return buf_detach(&b, NULL);
+}
+
+/* The workspace-relative path for an E2B path ("" for the workspace itself: "", ".",
+ * /home/user), or NULL with why in err. */
 char *e2b_ws_path(const char *p, char err[512])
 {
     static const char *const roots[] = {E2B_HOME, "/workspace"};
-    if (!p || !*p) {
+    if (!p) {
         snprintf(err, 512, "no path given");
         return NULL;
     }
@@ -85,15 +105,10 @@ char *e2b_ws_path(const char *p, char err[512])
                      p, E2B_HOME, E2B_HOME);
             return NULL;
         }
-        while (*rel == '/')
-            rel++;
     }
-    char *out = xstrdup(rel);
-    size_t n = strlen(out);
-    while (n && out[n - 1] == '/')
-        out[--n] = '\0';
+    char *out = drop_dots(rel);
     if (*out && !path_is_safe_relative(out)) {
-        snprintf(err, 512, "bad path '%.180s': no '..', '.' or empty parts", p);
+        snprintf(err, 512, "bad path '%.180s': no '..' parts", p);
         free(out);
         return NULL;
     }
@@ -203,77 +218,181 @@ bool e2b_env_name_ok(const char *k)
     return true;
 }
 
-/* Single-quoted for bash. */
-void e2b_shell_quote(struct buf *b, const char *s)
+/* The longest working directory and the most arguments and variables a command takes (the
+ * sandbox's own cap on their bytes is SANDBOX_EXEC_MAX_ARGS). */
+#define COMMAND_MAX_CWD  4096
+#define COMMAND_MAX_ARGS 4096
+
+void e2b_command_release(struct e2b_command *c)
 {
-    buf_append(b, "'", 1);
-    for (const char *p = s; *p; p++) {
-        if (*p == '\'')
-            buf_append(b, "'\\''", 4);
-        else
-            buf_append(b, p, 1);
-    }
-    buf_append(b, "'", 1);
+    strv_free(c->argv);
+    strv_free(c->env);
+    free(c->cwd);
+    memset(c, 0, sizeof(*c));
 }
 
-/* It runs in a subshell, as E2B runs each command in a process of its own: the session's
- * kept shell neither takes the command's cd and variables nor is replaced by its exec. */
-char *e2b_process_command(json_t *cfg, char why[512])
+/* envVars then envs, each a variable name with a string value; envs' replace envVars'. */
+static bool command_env(json_t *box_env, json_t *envs, struct e2b_command *c, char why[512])
 {
-    const char *cmd = json_string_value(json_object_get(cfg, "cmd"));
-    const char *cwd = json_string_value(json_object_get(cfg, "cwd"));
-    json_t *args = json_object_get(cfg, "args"), *envs = json_object_get(cfg, "envs");
-    if (!cmd || !*cmd) {
-        snprintf(why, 512, "process.cmd is required");
-        return NULL;
-    }
-    char pwhy[512];
-    const char *given = cwd && *cwd ? cwd : E2B_HOME;
-    _cleanup_free_ char *rel = e2b_ws_path(given, pwhy);
-    /* Another absolute directory is one of the sandbox's own (/, /tmp): the command's cd
-     * happens inside the sandbox, which says whether it is there. */
-    if (!rel && given[0] != '/') {
-        snprintf(why, 512, "process.cwd: %.400s", pwhy);
-        return NULL;
-    }
-    struct buf b;
-    buf_init(&b, 0);
-    _cleanup_free_ char *dir =
-        rel ? xasprintf("%s%s%s", E2B_HOME, *rel ? "/" : "", rel) : xstrdup(given);
-    buf_printf(&b, "(cd -- ");
-    e2b_shell_quote(&b, dir);
-    buf_printf(&b, " &&");
     const char *k;
     json_t *v;
+    if (envs && !json_is_null(envs) && !json_is_object(envs)) {
+        snprintf(why, 512, "process.envs must be an object of strings");
+        return false;
+    }
     json_object_foreach(json_is_object(envs) ? envs : NULL, k, v)
     {
         if (!e2b_env_name_ok(k) || !json_is_string(v)) {
-            buf_release(&b);
             snprintf(why, 512, "process.envs: '%.100s' is not a variable name with a string value",
                      k);
-            return NULL;
+            return false;
         }
-        /* exported by the subshell itself: one program fewer than env(1) (~2.5 ms here) */
-        _cleanup_free_ char *kv = xasprintf("%s=%s", k, json_string_value(v));
-        buf_append(&b, " export ", 8);
-        e2b_shell_quote(&b, kv);
-        buf_append(&b, " &&", 3);
     }
-    buf_append(&b, " exec ", 6);
-    e2b_shell_quote(&b, cmd);
+    json_object_foreach(json_is_object(box_env) ? box_env : NULL, k, v)
+    {
+        if (json_is_string(v) && !json_object_get(envs, k)) {
+            _cleanup_free_ char *kv = xasprintf("%s=%s", k, json_string_value(v));
+            c->env = strv_push(c->env, kv);
+        }
+    }
+    json_object_foreach(json_is_object(envs) ? envs : NULL, k, v)
+    {
+        _cleanup_free_ char *kv = xasprintf("%s=%s", k, json_string_value(v));
+        c->env = strv_push(c->env, kv);
+    }
+    return true;
+}
+
+int e2b_command_parse(json_t *cfg, json_t *box_env, struct e2b_command *ret, char why[512])
+{
+    struct e2b_command c = {.argv = xcalloc(1, sizeof(char *)), .env = xcalloc(1, sizeof(char *))};
+    const char *cmd = json_string_value(json_object_get(cfg, "cmd"));
+    json_t *cwd = json_object_get(cfg, "cwd"), *args = json_object_get(cfg, "args"), *v;
     size_t i;
+    if (!cmd || !*cmd || strlen(cmd) != json_string_length(json_object_get(cfg, "cmd"))) {
+        snprintf(why, 512, "process.cmd is required: the program to run, a string");
+        goto fail;
+    }
+    c.argv = strv_push(c.argv, cmd);
+    if (args && !json_is_null(args) &&
+        (!json_is_array(args) || json_array_size(args) > COMMAND_MAX_ARGS)) {
+        snprintf(why, 512, "process.args must be an array of at most %d strings", COMMAND_MAX_ARGS);
+        goto fail;
+    }
     json_array_foreach(json_is_array(args) ? args : NULL, i, v)
     {
-        if (!json_is_string(v)) {
-            buf_release(&b);
-            snprintf(why, 512, "process.args[%zu] is not a string", i);
-            return NULL;
+        /* a NUL would end the argument where the program reads it: refused, not cut */
+        if (!json_is_string(v) || strlen(json_string_value(v)) != json_string_length(v)) {
+            snprintf(why, 512, "process.args[%zu] is not a string without NUL characters", i);
+            goto fail;
         }
-        buf_append(&b, " ", 1);
-        e2b_shell_quote(&b, json_string_value(v));
+        c.argv = strv_push(c.argv, json_string_value(v));
     }
-    buf_append(&b, ")", 2); /* with the NUL */
-    return buf_detach(&b, NULL);
+    if (!command_env(box_env, json_object_get(cfg, "envs"), &c, why))
+        goto fail;
+    const char *dir = json_string_value(cwd);
+    if (cwd && !json_is_null(cwd) &&
+        (!dir || strlen(dir) != json_string_length(cwd) || strlen(dir) > COMMAND_MAX_CWD)) {
+        snprintf(why, 512,
+                 "process.cwd must be a path (a string without NUL characters, at most "
+                 "%d bytes)",
+                 COMMAND_MAX_CWD);
+        goto fail;
+    }
+    /* Any directory of the sandbox: the program enters it there, not the daemon. The
+     * workspace is named as E2B names it (/workspace/x is /home/user/x, what pwd says). */
+    if (dir && *dir) {
+        char pwhy[512];
+        _cleanup_free_ char *rel = e2b_ws_path(dir, pwhy);
+        c.cwd = rel           ? xasprintf("%s%s%s", E2B_HOME, *rel ? "/" : "", rel)
+                : *dir == '/' ? xstrdup(dir)
+                              : xasprintf("%s/%s", E2B_HOME, dir);
+    }
+    *ret = c;
+    return 0;
+fail:
+    e2b_command_release(&c);
+    return -EINVAL;
+}
+
+unsigned char *e2b_bytes_decode(const char *s, size_t *ret_len)
+{
+    size_t n = strlen(s);
+    if (n > ((size_t)1 << 30))
+        return NULL;
+    char *std = xmalloc(n + 4);
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++)
+        std[m++] = s[i] == '-' ? '+' : s[i] == '_' ? '/' : s[i];
+    while (m % 4)
+        std[m++] = '=';
+    std[m] = '\0';
+    unsigned char *out = base64_decode(std, m, ret_len);
+    free(std);
+    return out;
+}
+
+json_t *e2b_connect_messages(const char *data, size_t n, size_t max, char why[256])
+{
+    json_t *arr = json_array();
+    const unsigned char *p = (const unsigned char *)data;
+    while (n) {
+        size_t len = n >= 5 ? ((size_t)p[1] << 24 | (size_t)p[2] << 16 | (size_t)p[3] << 8 | p[4])
+                            : SIZE_MAX;
+        if (n < 5 || len > n - 5 || (p[0] & 1)) {
+            snprintf(why, 256, "the request is not a sequence of uncompressed Connect envelopes");
+            goto fail;
+        }
+        bool end = p[0] & 2;
+        json_t *m = len ? json_loadb((const char *)p + 5, len, JSON_REJECT_DUPLICATES, NULL)
+                        : json_object();
+        if (!json_is_object(m)) {
+            json_decref(m);
+            snprintf(why, 256, "message %zu of the stream is not a JSON object",
+                     json_array_size(arr));
+            goto fail;
+        }
+        if (end) {
+            json_decref(m);
+            break;
+        }
+        if (json_array_size(arr) >= max) {
+            json_decref(m);
+            snprintf(why, 256, "the stream holds more than %zu messages", max);
+            goto fail;
+        }
+        json_array_append_new(arr, m);
+        p += 5 + len;
+        n -= 5 + len;
+    }
+    return arr;
+fail:
+    json_decref(arr);
+    return NULL;
+}
+
+int e2b_basic_user(const char *authorization, char *ret_user, size_t size)
+{
+    if (!authorization || strncasecmp(authorization, "Basic ", 6))
+        return -ENOENT;
+    const char *b64 = authorization + 6;
+    while (*b64 == ' ')
+        b64++;
+    size_t n;
+    unsigned char *raw = e2b_bytes_decode(b64, &n);
+    if (!raw)
+        return -EINVAL;
+    /* "user:" (E2B's envd takes no password); the name ends at the first ':' */
+    size_t len = 0;
+    while (len < n && raw[len] != ':')
+        len++;
+    bool ok = len < size && !memchr(raw, '\0', len);
+    if (ok) {
+        memcpy(ret_user, raw, len);
+        ret_user[len] = '\0';
+    }
+    free(raw);
+    return ok ? 0 : -EINVAL;
 }
 
 /* ---- a create's body ---- */
@@ -287,15 +406,33 @@ static const char *const create_known[] = {
 static const char *const create_refused[] = {
     "mcp", "iam", "autoPause", "autoPauseMemory", "autoResume", "volumeMounts", "alias"};
 
-bool e2b_asks_for(json_t *v)
+/* Nested at most this deep: deeper is taken as asking (a create body is the client's, and
+ * the SDKs' "off" values are one level deep). */
+#define ASKS_MAX_DEPTH 8
+
+static bool asks_for(json_t *v, int depth)
 {
     if (!v || json_is_null(v) || json_is_false(v))
         return false;
-    if (json_is_object(v))
-        return json_object_size(v) > 0;
     if (json_is_array(v))
         return json_array_size(v) > 0;
-    return true;
+    if (!json_is_object(v))
+        return true;
+    if (depth >= ASKS_MAX_DEPTH)
+        return json_object_size(v) > 0;
+    const char *k;
+    json_t *m;
+    json_object_foreach(v, k, m)
+    {
+        if (asks_for(m, depth + 1))
+            return true;
+    }
+    return false;
+}
+
+bool e2b_asks_for(json_t *v)
+{
+    return asks_for(v, 0);
 }
 
 static bool create_fields_ok(json_t *body, char why[512])
@@ -347,7 +484,34 @@ static bool strings_object(json_t *v, const char *field, char why[512])
     return true;
 }
 
-/* network: {allowOut: [hosts]}, the only member runcell maps; into ret->allow_out. */
+/* E2B's ALL_TRAFFIC, the one denyOut entry runcell takes: "everything not in allowOut". */
+#define E2B_ALL_TRAFFIC "0.0.0.0/0"
+
+/* network.denyOut: only [ALL_TRAFFIC] (the SDKs' way to say "nothing but allowOut"), into
+ * ret->deny_all. */
+static bool deny_out_parse(json_t *deny, struct e2b_create *ret, char why[512])
+{
+    size_t i;
+    json_t *v;
+    if (!deny || json_is_null(deny))
+        return true;
+    bool all = json_is_array(deny) && json_array_size(deny) > 0;
+    json_array_foreach(json_is_array(deny) ? deny : NULL, i, v) all &=
+        json_is_string(v) && !strcmp(json_string_value(v), E2B_ALL_TRAFFIC);
+    if (!all && !(json_is_array(deny) && !json_array_size(deny))) {
+        snprintf(why, 512,
+                 "field 'network.denyOut': runcell takes only [\"%s\"] (E2B's ALL_TRAFFIC: "
+                 "nothing but network.allowOut is reachable); its egress is an allowlist, so "
+                 "name what the sandbox may reach in network.allowOut instead",
+                 E2B_ALL_TRAFFIC);
+        return false;
+    }
+    ret->deny_all = all;
+    return true;
+}
+
+/* network: {allowOut: [hosts], denyOut: [ALL_TRAFFIC]}, the members runcell maps; into
+ * ret->allow_out and ret->deny_all. */
 static bool create_network_parse(json_t *body, struct e2b_create *ret, char why[512])
 {
     json_t *net = json_object_get(body, "network");
@@ -361,14 +525,17 @@ static bool create_network_parse(json_t *body, struct e2b_create *ret, char why[
     json_t *v;
     json_object_foreach(net, k, v)
     {
-        if (strcmp(k, "allowOut") && !json_is_null(v)) {
+        if (strcmp(k, "allowOut") && strcmp(k, "denyOut") && e2b_asks_for(v)) {
             snprintf(why, 512,
                      "field 'network.%.100s' is not supported by runcell; only network.allowOut "
-                     "(hosts, *.domains, host:port) maps onto its egress allowlist",
-                     k);
+                     "(hosts, *.domains, host:port) maps onto its egress allowlist, with "
+                     "denyOut [\"%s\"] at most",
+                     k, E2B_ALL_TRAFFIC);
             return false;
         }
     }
+    if (!deny_out_parse(json_object_get(net, "denyOut"), ret, why))
+        return false;
     json_t *allow = json_object_get(net, "allowOut");
     if (!allow || json_is_null(allow))
         return true;
@@ -447,7 +614,12 @@ int e2b_create_parse(json_t *body, uint64_t max_timeout_s, struct e2b_create *re
         }
         ret->timeout_s = (uint64_t)t;
     }
-    ret->internet = json_is_true(json_object_get(body, "allow_internet_access"));
+    json_t *inet = json_object_get(body, "allow_internet_access");
+    if (inet && !json_is_null(inet) && !json_is_boolean(inet)) {
+        snprintf(why, 512, "field 'allow_internet_access' must be true or false");
+        return -EINVAL;
+    }
+    ret->internet = json_is_boolean(inet) ? json_is_true(inet) : -1;
     if (!create_network_parse(body, ret, why)) {
         strv_free(ret->allow_out);
         ret->allow_out = NULL;

@@ -135,6 +135,9 @@ struct surface {
     bool (*authorize)(struct request *rq);
     /* Whether the server offers the surface at all (E2B's only with --e2b); NULL: always. */
     bool (*enabled)(const struct server *srv);
+    /* A route for every request to a host the surface serves (E2B's PORT-ID.DOMAIN preview
+     * hosts), whatever its method and path, or NULL; may set rq->params. NULL: none. */
+    const struct route *(*host_route)(struct request *rq, const char *host);
     /* Optional, for a fleet (fleet_forward.c): the id of a session of this surface that lives
      * on the node its id names and never moves (nothing of it is stored: an E2B sandbox, an
      * MCP session), where the request names it; NULL for a request of no such session. Sets
@@ -200,6 +203,13 @@ enum MHD_Result api_error_header(struct request *rq, enum api_err e, const char 
 /* As api_error, with extra's fields (reference stolen; may be NULL) beside "error". */
 enum MHD_Result api_error_with(struct request *rq, enum api_err e, json_t *extra, const char *fmt,
                                ...) __attribute__((format(printf, 4, 5)));
+/* Whether rq is a Connect streaming call (a ROUTE_CONNECT route, Content-Type
+ * application/connect+...): its errors are a 200 whose body is the end-of-stream message. */
+bool connect_streaming(struct request *rq);
+/* That reply: 200, one envelope flagged end-of-stream (0x02) holding
+ * {"error": {"code": code, "message": msg}} (msg n bytes of UTF-8). */
+enum MHD_Result reply_connect_end_error(struct request *rq, const char *code, const char *msg,
+                                        size_t n);
 /* Replies for -errno (with err_msg()) with the right api_err. */
 enum MHD_Result api_errno(struct request *rq, int err);
 /* The api_err for -errno, and the JSON code of an api_err (for errors that cannot be an
@@ -278,9 +288,17 @@ struct http_source_ops {
 enum MHD_Result http_stream(struct request *rq, unsigned status, const char *content_type,
                             const struct http_source_ops *ops, void *src, int keepalive_ms);
 /* The same with the response's headers given whole ("Name: value" each, NULL-terminated; none
- * added), for a reply that passes another server's on (fleet_forward.c). */
+ * added), for a reply that passes another server's on (fleet_forward.c, proxy.c). */
 enum MHD_Result http_stream_headers(struct request *rq, unsigned status, char *const *headers,
                                     const struct http_source_ops *ops, void *src, int keepalive_ms);
+
+/* ---- forwarding a request (proxy.c) ---- */
+/* Forwards rq (method, raw URI, headers less the hop-by-hop ones, its whole body) over fd, a
+ * connection to an HTTP server (owned now), as a request to 127.0.0.1:port with rq's Host,
+ * and replies with the server's answer as it comes. 0 once it has replied; -errno with
+ * err_msg() when it has not (the server did not answer, a WebSocket upgrade: -ENOTSUP), for
+ * the caller's error in its surface's shape. */
+int http_proxy(struct request *rq, int fd, uint16_t port);
 
 /* How a surface writes an execution's events (exec_item) on the wire: NDJSON lines, E2B's
  * messages, Connect envelopes. ctx is the encoder's state for one response. */

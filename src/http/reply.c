@@ -125,8 +125,36 @@ enum MHD_Result reply_json_header(struct request *rq, unsigned status, json_t *j
     return reply_response(rq, status, r);
 }
 
+bool connect_streaming(struct request *rq)
+{
+    const char *ct = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, "Content-Type");
+    return connect_route(rq) && ct && !strncasecmp(ct, "application/connect+", 20);
+}
+
+enum MHD_Result reply_connect_end_error(struct request *rq, const char *code, const char *msg,
+                                        size_t n)
+{
+    json_t *j = json_pack("{s:{s:s,s:s%}}", "error", "code", code, "message", msg, n);
+    char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    if (!text)
+        return MHD_NO;
+    size_t len = strlen(text);
+    unsigned char *body = xmalloc(len + 5);
+    body[0] = 0x02; /* end of stream */
+    body[1] = (unsigned char)(len >> 24);
+    body[2] = (unsigned char)(len >> 16);
+    body[3] = (unsigned char)(len >> 8);
+    body[4] = (unsigned char)len;
+    memcpy(body + 5, text, len);
+    free(text);
+    struct MHD_Response *r = MHD_create_response_from_buffer(len + 5, body, MHD_RESPMEM_MUST_FREE);
+    MHD_add_response_header(r, "Content-Type", "application/connect+json");
+    return reply_response(rq, 200, r);
+}
+
 /* The one error reply: {"error":{"code","message"}} plus extra's fields, with a header
- * when name is set. */
+ * when name is set. A Connect streaming call gets it as its end of stream. */
 static enum MHD_Result api_verror(struct request *rq, enum api_err e, json_t *extra,
                                   const char *name, const char *value, const char *fmt, va_list ap)
 {
@@ -134,6 +162,12 @@ static enum MHD_Result api_verror(struct request *rq, enum api_err e, json_t *ex
     vsnprintf(msg, sizeof(msg), fmt, ap);
     size_t n;
     char *clean = utf8_sanitize(msg, strlen(msg), &n);
+    if (connect_streaming(rq)) {
+        enum MHD_Result r = reply_connect_end_error(rq, api_err_info(e)->connect, clean, n);
+        free(clean);
+        json_decref(extra);
+        return r;
+    }
     json_t *j = error_body(rq, e, clean, n);
     free(clean);
     if (extra)

@@ -51,6 +51,9 @@ struct server_config {
     struct llm_config agent;    /* the model endpoint of POST /v1/agent/runs */
     const char *review_webhook; /* review incidents are also POSTed here, or NULL */
     bool e2b;                   /* serve E2B's routes too (docs/E2B.md) */
+    bool e2b_internet;          /* E2B sandboxes get the public internet unless they say
+                                 * allow_internet_access: false (E2B's default) */
+    const char *e2b_domain;     /* E2B's sandbox hosts PORT-ID.DOMAIN (getHost), or NULL */
     const char *node;           /* named in session ids; NULL: the host name */
     bool fleet;                 /* share the store with other nodes: take leases */
     uint64_t lease_ttl_ms;      /* a lease not renewed for this long may be taken over */

@@ -230,12 +230,31 @@ static bool legacy_mcp_path(const char *url)
 }
 
 /* Routes a new request: 401, 404, 405, 503 and 413 are decided here, before the body. */
+/* The route a surface gives every request to this host (see struct surface), or NULL. */
+static const struct route *host_route(struct request *rq)
+{
+    const char *host = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, "Host");
+    for (size_t k = 0; host && k < ARRAY_SIZE(surfaces); k++) {
+        const struct surface *sf = surfaces[k];
+        const struct route *rt = NULL;
+        if ((!sf->enabled || sf->enabled(rq->srv)) && sf->host_route &&
+            (rt = sf->host_route(rq, host))) {
+            rq->surface = sf;
+            return rt;
+        }
+    }
+    return NULL;
+}
+
 static enum MHD_Result route_request(struct request *rq, const char *url, const char *method)
 {
     struct server *srv = rq->srv;
     struct buf allow;
     buf_init(&allow, 0);
-    rq->route = route_match(srv, url, method, rq->params, &rq->surface, &allow);
+    rq->route = host_route(rq);
+    bool by_host = rq->route != NULL;
+    if (!by_host)
+        rq->route = route_match(srv, url, method, rq->params, &rq->surface, &allow);
     bool path_known = rq->route || allow.len;
     if (rq->route && rq->params[0])
         rq->session_id = xstrdup(rq->params[0]);
@@ -247,7 +266,7 @@ static enum MHD_Result route_request(struct request *rq, const char *url, const 
                          "(RFC 9112 3.2); send Host: %s",
                          srv->cfg->listen);
     }
-    if (!strcmp(method, "OPTIONS")) {
+    if (!strcmp(method, "OPTIONS") && !by_host) {
         enum MHD_Result r = reply_options(rq, url, path_known ? allow.data : NULL);
         buf_release(&allow);
         return r;
@@ -566,12 +585,14 @@ static void shutdown_gracefully(struct server *srv)
 }
 
 /* Each session holds a few descriptors here (its kernel's channel and pipes, its sandbox's
- * status pipe and pidfd, its uid slot lock, its cgroup usage files and its workspace's
- * directory, the last two closed when it is idle: 9.6 a Python session that has run a
- * cell, measured), each connection one: the soft limit is raised to the hard one, and the
- * hard one to what max_sessions needs where the server may (CAP_SYS_RESOURCE, up to
- * fs.nr_open); a limit still short of that is logged. */
-#define FDS_PER_SESSION     11
+ * status pipe, pidfd and exec channel, its uid slot lock, its cgroup usage files and its
+ * workspace's directory, the last two closed when it is idle, and once it has started a
+ * program beside its cells their poller's eventfd: 11 a Python session that has run a cell,
+ * 12 one that has also run an E2B command, measured with --pool 0; a running command holds
+ * 3 or 4 more while it runs, which this does not count), each connection one: the soft
+ * limit is raised to the hard one, and the hard one to what max_sessions needs where the
+ * server may (CAP_SYS_RESOURCE, up to fs.nr_open); a limit still short of that is logged. */
+#define FDS_PER_SESSION     13
 #define FDS_BESIDE_SESSIONS 64
 
 static void raise_fd_limit(const struct server_limits *l)

@@ -374,6 +374,7 @@ int kernel_start(struct sandbox_host *host, struct workspace *ws,
         .relay_port = extra ? extra->relay_port : 0,
         .from_template = !js, /* the template is a Python process */
         .work_dir = home,
+        .exec_channel = extra && extra->exec_channel,
     };
     if ((r = sandbox_start(host, ws, &spec, &k->sb)) < 0)
         goto fail;

@@ -82,6 +82,7 @@ struct kernel_env {
     bool javascript;      /* kernel.js on /usr/bin/node, not kernel.py (no template) */
     const char *home_dir; /* HOME and the kernel's working directory: "/workspace" (NULL) or
                            * SANDBOX_HOME_DIR (see kernel_set_home) */
+    bool exec_channel;    /* other programs may be started in its sandbox (sandbox_exec) */
 };
 /* A kernel's start is CPU work done under its sandbox's CPU limit: below one core it takes
  * longer in proportion, so the wait for its hello grows by 1000 / cpus_milli, at most

@@ -398,6 +398,7 @@ _REPR_METHODS = [
     ("_repr_jpeg_", "image/jpeg"),
     ("_repr_latex_", "text/latex"),
     ("_repr_json_", "application/json"),
+    ("_repr_javascript_", "application/javascript"),
 ]
 _BINARY = {"image/png", "image/jpeg"}
 
@@ -423,11 +424,233 @@ def _is_figure(obj):
     return mod is not None and isinstance(obj, mod.Figure)
 
 
+# ---- charts: what a matplotlib figure shows, as data (E2B's results[].chart) ----
+#
+# A figure's bundle carries, beside its PNG, CHART_MIME: the figure's type (line, scatter,
+# bar, pie, box_and_whisker, or a superchart of several axes), title, axis labels, units
+# and scales, and its elements, in the schema of E2B's chart extraction (which E2B's SDKs
+# read from a result's "chart"). Read from the figure once it is drawn (tick labels exist
+# only then); a figure of more than CHART_MAX_POINTS values, or one this cannot read, has
+# none (never a cut one).
+
+CHART_MIME = "application/vnd.runcell.chart+json"
+CHART_MAX_POINTS = 10000
+
+
+class _TooBig(Exception):
+    pass
+
+
+def _chart_value(v):
+    """A point's coordinate as JSON has it: numbers as floats, dates as ISO text."""
+    import datetime
+    if isinstance(v, (datetime.date, datetime.datetime)):
+        return v.isoformat()
+    np = sys.modules.get("numpy")
+    if np is not None and isinstance(v, np.datetime64):
+        return str(v.astype("datetime64[s]"))
+    if isinstance(v, (int, float)) or (np is not None and isinstance(v, np.number)):
+        f = float(v)
+        return f if f == f and f not in (float("inf"), float("-inf")) else None
+    return str(v)
+
+
+def _chart_label(text):
+    return text if text else None
+
+
+def _chart_unit(label):
+    """The unit a label names at its end, as 'Speed (m/s)' or 'Mass [kg]'."""
+    if not label:
+        return None
+    label = label.rstrip()
+    for open_, close in (("(", ")"), ("[", "]")):
+        if label.endswith(close) and open_ in label:
+            unit = label[label.rindex(open_) + 1:-1].strip()
+            if unit and label[:label.rindex(open_)].strip():
+                return unit
+    return None
+
+
+def _axis_info(ax, which):
+    import matplotlib.category
+    import matplotlib.dates
+    axis = ax.xaxis if which == "x" else ax.yaxis
+    converter = axis.converter
+    ticks = list(axis.get_ticklocs())
+    labels = [t.get_text() for t in axis.get_ticklabels()]
+    if isinstance(converter, matplotlib.dates.DateConverter) or \
+            type(converter).__name__ == "_SwitchableDateConverter":
+        scale = "datetime"
+        ticks = [matplotlib.dates.num2date(t).isoformat() for t in ticks]
+    elif isinstance(converter, matplotlib.category.StrCategoryConverter):
+        scale = "categorical"
+        ticks = [_chart_value(t) for t in ticks]
+    else:
+        scale = (ax.get_xscale if which == "x" else ax.get_yscale)()
+        ticks = [_chart_value(t) for t in ticks]
+    return ticks, labels, scale
+
+
+def _chart_2d(ax, kind, swap=False):
+    x, y = _chart_label(ax.get_xlabel()), _chart_label(ax.get_ylabel())
+    if swap:  # the category axis is "x" whichever way the bars or boxes lie
+        x, y = y, x
+    return {"type": kind, "title": _chart_label(ax.get_title()), "x_label": x, "y_label": y,
+            "x_unit": _chart_unit(x), "y_unit": _chart_unit(y), "elements": []}
+
+
+def _is_grid_line(line):
+    xs, ys = line.get_xdata(), line.get_ydata()
+    return len(xs) == 2 and len(ys) == 2 and (xs[0] == xs[1] or ys[0] == ys[1])
+
+
+def _point_chart(ax, kind, series, budget):
+    chart = _chart_2d(ax, kind)
+    for which in ("x", "y"):
+        ticks, labels, scale = _axis_info(ax, which)
+        chart[which + "_ticks"], chart[which + "_tick_labels"] = ticks, labels
+        chart[which + "_scale"] = scale
+    for i, (label, xs, ys) in enumerate(series):
+        budget[0] -= len(xs)
+        if budget[0] < 0:
+            raise _TooBig()
+        if not label or label.startswith("_"):
+            label = "%s %d" % ("Line" if kind == "line" else "Series", i)
+        chart["elements"].append({"label": label, "points": [
+            [_chart_value(a), _chart_value(b)] for a, b in zip(xs, ys)]})
+    return chart
+
+
+def _tick_label_at(ax, which, pos):
+    """The tick label nearest pos on an axis (a bar's or box's category)."""
+    axis = ax.xaxis if which == "x" else ax.yaxis
+    best, label = None, ""
+    for loc, tick in zip(axis.get_ticklocs(), axis.get_ticklabels()):
+        if best is None or abs(loc - pos) < best:
+            best, label = abs(loc - pos), tick.get_text()
+    return label
+
+
+def _bar_chart(ax, budget):
+    horizontal = any(getattr(c, "orientation", "vertical") == "horizontal"
+                     for c in ax.containers)
+    chart = _chart_2d(ax, "bar", swap=horizontal)
+    for i, container in enumerate(ax.containers):
+        group = container.get_label()
+        if not group or group.startswith("_"):
+            group = "Group %d" % i
+        for rect in container:
+            budget[0] -= 1
+            if budget[0] < 0:
+                raise _TooBig()
+            if horizontal:
+                where, value = rect.get_y() + rect.get_height() / 2, rect.get_width()
+            else:
+                where, value = rect.get_x() + rect.get_width() / 2, rect.get_height()
+            chart["elements"].append({"label": _tick_label_at(ax, "y" if horizontal else "x",
+                                                              where),
+                                      "group": group, "value": _chart_value(value)})
+    return chart
+
+
+def _pie_chart(ax):
+    chart = {"type": "pie", "title": _chart_label(ax.get_title()), "elements": []}
+    for w in ax.patches:
+        chart["elements"].append({"label": w.get_label(),
+                                  "angle": round(abs(float(w.theta2) - float(w.theta1)), 8),
+                                  "radius": _chart_value(w.r)})
+    return chart
+
+
+def _rects(ax):
+    """The boxes of a box plot: the 5-point closed outlines of its lines (patch_artist
+    False) or its patches' paths, as (x0, x1, y0, y1)."""
+    out = []
+    shapes = [line.get_xydata() for line in ax.lines if len(line.get_xdata()) == 5]
+    shapes += [p.get_path().vertices for p in ax.patches if hasattr(p, "get_path")]
+    for v in shapes:
+        xs, ys = sorted(set(float(a) for a in v[:, 0])), sorted(set(float(b) for b in v[:, 1]))
+        if len(xs) == 2 and len(ys) == 2 and len(v) >= 4:
+            out.append((xs[0], xs[1], ys[0], ys[1]))
+    return out
+
+
+def _box_chart(ax, boxes):
+    # Vertical boxes share their width; horizontal ones their height.
+    vertical = len({round(b[1] - b[0], 9) for b in boxes}) == 1
+    chart = _chart_2d(ax, "box_and_whisker", swap=not vertical)
+    for x0, x1, y0, y1 in boxes:
+        if not vertical:  # read a horizontal box as a vertical one
+            x0, x1, y0, y1 = y0, y1, x0, x1
+        e = {"label": _tick_label_at(ax, "x" if vertical else "y", (x0 + x1) / 2),
+             "min": y0, "first_quartile": y0, "median": None, "third_quartile": y1,
+             "max": y1, "outliers": []}
+        for line in ax.lines:
+            xs = [float(a) for a in line.get_xdata()]
+            ys = [float(b) for b in line.get_ydata()]
+            if not vertical:
+                xs, ys = ys, xs
+            if len(xs) == 5 or not xs or not all(x0 <= a <= x1 for a in xs):
+                continue
+            if line.get_linestyle() in ("None", "none", " ", ""):  # fliers: markers only
+                e["outliers"] += ys
+            elif len(ys) == 2 and ys[0] == ys[1] and y0 <= ys[0] <= y1 and len(set(xs)) == 2:
+                e["median"] = ys[0]
+            elif len(ys) == 2 and ys[0] != ys[1]:  # a whisker, from the box outwards
+                e["min"], e["max"] = min(e["min"], *ys), max(e["max"], *ys)
+        chart["elements"].append(e)
+    return chart
+
+
+def _axes_chart(ax, budget):
+    import matplotlib.collections
+    import matplotlib.container
+    import matplotlib.patches
+    lines = [line for line in ax.lines if not _is_grid_line(line)]
+    bars = [c for c in ax.containers if isinstance(c, matplotlib.container.BarContainer)]
+    if bars:
+        return _bar_chart(ax, budget)
+    if ax.patches and all(isinstance(p, matplotlib.patches.Wedge) for p in ax.patches):
+        return _pie_chart(ax)
+    boxes = _rects(ax)
+    if boxes:
+        return _box_chart(ax, boxes)
+    points = [c for c in ax.collections if isinstance(c, matplotlib.collections.PathCollection)]
+    if points and not lines:
+        return _point_chart(ax, "scatter", [(c.get_label(), list(c.get_offsets()[:, 0]),
+                                             list(c.get_offsets()[:, 1])) for c in points],
+                            budget)
+    if lines and not ax.collections and not ax.patches:
+        return _point_chart(ax, "line", [(line.get_label(), line.get_xdata(),
+                                          line.get_ydata()) for line in lines], budget)
+    return {"type": "unknown", "title": _chart_label(ax.get_title()), "elements": []}
+
+
+def _figure_chart(fig):
+    """The figure's chart, or None (no data, too much of it, or not read)."""
+    try:
+        axes = [ax for ax in fig.get_axes() if ax.has_data()]
+        if not axes:
+            return None
+        budget = [CHART_MAX_POINTS]
+        if len(axes) == 1:
+            return _wire_safe(_axes_chart(axes[0], budget))
+        title = fig._suptitle.get_text() if getattr(fig, "_suptitle", None) else None
+        return _wire_safe({"type": "superchart", "title": title or None,
+                           "elements": [_axes_chart(ax, budget) for ax in axes]})
+    except Exception:
+        return None
+
+
 def mime_bundle(obj):
     """Jupyter-style MIME bundle: text/plain always, rich forms where the object has them."""
     data = {}
     if _is_figure(obj):
-        data["image/png"] = _figure_png(obj)
+        data["image/png"] = _figure_png(obj)  # draws it: tick labels exist from here on
+        chart = _figure_chart(obj)
+        if chart is not None:
+            data[CHART_MIME] = chart
     method = getattr(type(obj), "_repr_mimebundle_", None)
     if callable(method):
         try:
@@ -1125,7 +1348,14 @@ class Kernel:
     def run_python(self, code, filename):
         _remember_source(filename, code)
         try:
-            tree = compile(code, filename, "exec", _ast.PyCF_ONLY_AST, dont_inherit=True)
+            try:
+                tree = compile(code, filename, "exec", _ast.PyCF_ONLY_AST, dont_inherit=True)
+            except SyntaxError:
+                # IPython's lines (!cmd, %magic, %%magic): rewritten, else the first error
+                ipy = _ipython_transform(code)
+                if ipy is None:
+                    raise
+                tree = compile(ipy, filename, "exec", _ast.PyCF_ONLY_AST, dont_inherit=True)
             last = None
             if tree.body and isinstance(tree.body[-1], _ast.Expr):
                 last = _ast.Expression(tree.body.pop().value)
@@ -1541,6 +1771,330 @@ def _display(*objs):
         _kernel.display(obj)
 
 
+# ---- IPython's syntax and display, as Jupyter's users write them ----
+#
+# Cells written for Jupyter (and so for E2B, whose interpreter is one) use IPython's syntax:
+# `!cmd` and `x = !cmd` run a shell command, `%pip install`, `%timeit`, `%time`, `%cd`, ...
+# are line magics, `%%bash`, `%%timeit`, `%%writefile` cell magics. A cell that does not
+# parse as Python has those lines rewritten into calls of __runcell_ipy__ (one line for one,
+# so that tracebacks keep their line numbers) and is compiled again; valid Python is never
+# touched. `import IPython` (and IPython.display, IPython.core.display) is a shim of the
+# kernel's: display(), HTML, Markdown, Image, SVG, JSON, Latex, Javascript, clear_output,
+# get_ipython() (None). Debian's IPython costs ~250 ms and ~500 modules to import, and
+# without its shell its display() only prints a repr.
+
+class UsageError(Exception):
+    """A magic that does not exist, or was called wrong (IPython's name for it)."""
+
+
+def _var_expand(cmd, ns):
+    """IPython's expansion in shell lines: {expression} and $name from the namespace ($$ is
+    a $); what cannot be expanded is left as it is."""
+    import re
+
+    def brace(m):
+        try:
+            return str(eval(m.group(1), ns))
+        except Exception:
+            return m.group(0)
+
+    def dollar(m):
+        if m.group(0) == "$$":
+            return "$"
+        return str(ns[m.group(1)]) if m.group(1) in ns else m.group(0)
+    cmd = re.sub(r"\{([^{}]+)\}", brace, cmd)
+    return re.sub(r"\$\$|\$([A-Za-z_]\w*)", dollar, cmd)
+
+
+def _format_time(seconds):
+    for unit, scale in (("s", 1.0), ("ms", 1e3), ("\u00b5s", 1e6), ("ns", 1e9)):
+        if seconds >= 1.0 / scale or unit == "ns":
+            return "%.3g %s" % (seconds * scale, unit)
+
+
+class _IPythonLines:
+    """What the rewritten lines call (builtins.__runcell_ipy__)."""
+
+    def system(self, cmd, ns):
+        import subprocess
+        _kernel.flush_streams()
+        code = subprocess.call(["/bin/bash", "-c", _var_expand(cmd, ns)],
+                               stdin=subprocess.DEVNULL)
+        ns["_exit_code"] = code
+
+    def getoutput(self, cmd, ns):
+        import subprocess
+        p = subprocess.run(["/bin/bash", "-c", _var_expand(cmd, ns)], stdin=subprocess.DEVNULL,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        ns["_exit_code"] = p.returncode
+        return p.stdout.decode("utf-8", "replace").splitlines()
+
+    def magic(self, name, line, ns):
+        fn = getattr(self, "line_" + name, None)
+        if fn is None:
+            raise UsageError("Line magic function `%%%s` not found (runcell knows %s)."
+                             % (name, ", ".join("%" + n[5:] for n in dir(self)
+                                                if n.startswith("line_"))))
+        return fn(line.strip(), ns)
+
+    def cell_magic(self, name, line, body, ns):
+        fn = getattr(self, "cell_" + name, None)
+        if fn is None:
+            raise UsageError("Cell magic `%%%%%s` not found (runcell knows %s)."
+                             % (name, ", ".join("%%" + n[5:] for n in dir(self)
+                                                if n.startswith("cell_"))))
+        return fn(line.strip(), body, ns)
+
+    # -- line magics --
+    def line_pip(self, line, ns):
+        self.system("%s -m pip %s" % (sys.executable, line), ns)
+        importlib_invalidate()
+        print("Note: you may need to restart the kernel to use updated packages.")
+
+    def line_conda(self, line, ns):
+        raise UsageError("conda is not available here; use %pip install instead")
+
+    def _timeit(self, line, body, ns):
+        import shlex
+        import timeit
+        words = shlex.split(line)
+        number = repeat = None
+        while words and words[0] in ("-n", "-r", "-q", "-o"):
+            flag = words.pop(0)
+            if flag in ("-n", "-r") and words:
+                value = int(words.pop(0))
+                number, repeat = (value, repeat) if flag == "-n" else (number, value)
+        setup, stmt = (" ".join(words), body) if body is not None else ("pass", " ".join(words))
+        timer = timeit.Timer(stmt, setup or "pass", globals=ns)
+        if number is None:
+            number, _ = timer.autorange()
+        runs = [t / number for t in timer.repeat(repeat or 7, number)]
+        mean = sum(runs) / len(runs)
+        std = (sum((r - mean) ** 2 for r in runs) / len(runs)) ** 0.5
+        print("%s \u00b1 %s per loop (mean \u00b1 std. dev. of %d run%s, %d loop%s each)"
+              % (_format_time(mean), _format_time(std), len(runs), "s" * (len(runs) != 1),
+                 number, "s" * (number != 1)))
+
+    def line_timeit(self, line, ns):
+        self._timeit(line, None, ns)
+
+    def _time(self, code, ns):
+        t0, c0 = time.perf_counter(), time.process_time()
+        tree = compile(code, "<timed>", "exec", _ast.PyCF_ONLY_AST)
+        value = None
+        if tree.body and isinstance(tree.body[-1], _ast.Expr):
+            last = _ast.Expression(tree.body.pop().value)
+            exec(compile(tree, "<timed>", "exec"), ns)
+            value = eval(compile(last, "<timed>", "eval"), ns)
+        else:
+            exec(compile(tree, "<timed>", "exec"), ns)
+        cpu, wall = time.process_time() - c0, time.perf_counter() - t0
+        print("CPU times: total: %s\nWall time: %s" % (_format_time(cpu), _format_time(wall)))
+        return value
+
+    def line_time(self, line, ns):
+        return self._time(line, ns)
+
+    def line_matplotlib(self, line, ns):
+        pass  # figures are shown inline already
+
+    def line_load_ext(self, line, ns):
+        pass  # autoreload and the like: nothing to load here
+
+    line_reload_ext = line_autoreload = line_config = line_load_ext
+
+    def line_cd(self, line, ns):
+        os.chdir(os.path.expanduser(_var_expand(line, ns) or "~"))
+        print(os.getcwd())
+
+    def line_pwd(self, line, ns):
+        return os.getcwd()
+
+    def line_env(self, line, ns):
+        if not line:
+            return dict(os.environ)
+        key, sep, value = line.partition("=") if "=" in line else line.partition(" ")
+        if not sep:
+            return os.environ.get(key.strip())
+        os.environ[key.strip()] = _var_expand(value.strip(), ns)
+
+    def line_sx(self, line, ns):
+        return self.getoutput(line, ns)
+
+    line_system = line_sx
+
+    # -- cell magics --
+    def cell_bash(self, line, body, ns):
+        self.system(body, ns)
+
+    cell_sh = cell_script = cell_bash
+
+    def cell_timeit(self, line, body, ns):
+        self._timeit(line, body, ns)
+
+    def cell_time(self, line, body, ns):
+        return self._time(body, ns)
+
+    def cell_writefile(self, line, body, ns):
+        append = line.startswith("-a ")
+        name = os.path.expanduser(line[3:].strip() if append else line)
+        with open(name, "a" if append else "w") as f:
+            f.write(body if body.endswith("\n") else body + "\n")
+        print("%s %s" % ("Appending to" if append else "Writing", name))
+
+    def cell_html(self, line, body, ns):
+        _display(_ipython_module("IPython.display").HTML(body))
+
+    def cell_markdown(self, line, body, ns):
+        _display(_ipython_module("IPython.display").Markdown(body))
+
+    def reset(self):
+        """The default context made new (E2B's restartCodeContext('default')): its names go,
+        the figures close; the kernel, its shell, the other contexts and the programs beside
+        stay."""
+        ns = _kernel.ns
+        for name in [n for n in ns if n not in ("__builtins__", "__name__")]:
+            del ns[name]
+        _kernel.definitions.clear()
+        plt = sys.modules.get("matplotlib.pyplot")
+        if plt is not None:
+            plt.close("all")
+
+
+def _ipython_transform(code):
+    """code with IPython's lines made calls, or None when it has none."""
+    import re
+    lines = code.split("\n")
+    first = lines[0].lstrip() if lines else ""
+    if first.startswith("%%"):
+        name, _, args = first[2:].partition(" ")
+        return "__runcell_ipy__.cell_magic(%r, %r, %r, globals())" % (
+            name.strip(), args, "\n".join(lines[1:]))
+    assign = re.compile(r"^(\s*)([A-Za-z_][\w.]*(?:\s*,\s*[A-Za-z_][\w.]*)*)\s*=\s*([!%])(.*)$")
+    out, changed = [], False
+    for line in lines:
+        body = line.lstrip()
+        indent = line[:len(line) - len(body)]
+        m = assign.match(line)
+        if m:
+            call = ("__runcell_ipy__.getoutput(%r, globals())" % m.group(4) if m.group(3) == "!"
+                    else "__runcell_ipy__.magic(%r, %r, globals())"
+                    % tuple(m.group(4).partition(" ")[::2]))
+            out.append("%s%s = %s" % (m.group(1), m.group(2), call))
+        elif body.startswith("!"):
+            out.append("%s__runcell_ipy__.system(%r, globals())" % (indent, body[1:]))
+        elif body.startswith("%") and not body.startswith("%%"):
+            name, _, args = body[1:].partition(" ")
+            out.append("%s__runcell_ipy__.magic(%r, %r, globals())" % (indent, name, args))
+        else:
+            out.append(line)
+            continue
+        changed = True
+    return "\n".join(out) if changed else None
+
+
+def _ipython_module(name):
+    """The shim's module name, made once (sys.modules keeps it)."""
+    mod = sys.modules.get(name)
+    if mod is None:
+        import importlib
+        mod = importlib.import_module(name)
+    return mod
+
+
+class _DisplayObject:
+    """IPython.display's rich objects: data (or a file's, or a URL), shown by its repr."""
+
+    def __init__(self, data=None, url=None, filename=None, metadata=None, **kwargs):
+        if data is not None and isinstance(data, str) and filename is None and url is None \
+                and type(self).__name__ == "Image" and os.path.exists(data):
+            filename, data = data, None
+        if filename is not None:
+            with open(filename, "rb" if type(self).__name__ == "Image" else "r") as f:
+                data = f.read()
+        self.data, self.url, self.filename, self.metadata = data, url, filename, metadata
+
+    def __repr__(self):
+        return "<IPython.core.display.%s object>" % type(self).__name__
+
+
+def _display_class(name, method, wrap=None):
+    def fn(self):
+        if self.data is None:
+            return None
+        return wrap(self.data) if wrap else self.data
+    return type(name, (_DisplayObject,), {method: fn})
+
+
+class _Image(_DisplayObject):
+    def __init__(self, data=None, url=None, filename=None, format=None, embed=None,
+                 width=None, height=None, **kwargs):
+        super().__init__(data, url, filename)
+        self.format = (format or (filename or url or "").rsplit(".", 1)[-1]).lower()
+        if isinstance(self.data, bytes) and self.data[:3] == b"\xff\xd8\xff":
+            self.format = "jpeg"
+        elif isinstance(self.data, bytes) and self.data[:8] == b"\x89PNG\r\n\x1a\n":
+            self.format = "png"
+        self.width, self.height = width, height
+
+    def _repr_png_(self):
+        return self.data if isinstance(self.data, bytes) and self.format == "png" else None
+
+    def _repr_jpeg_(self):
+        ok = isinstance(self.data, bytes) and self.format in ("jpeg", "jpg")
+        return self.data if ok else None
+
+    def _repr_html_(self):
+        if self.data is None and self.url:
+            return '<img src="%s"/>' % self.url
+        return None
+
+
+_Image.__name__ = _Image.__qualname__ = "Image"
+
+
+def _ipython_fill(module):
+    """The shim's names in module (IPython, IPython.display or IPython.core.display)."""
+    if module.__name__ in ("IPython", "IPython.core"):
+        module.__path__ = []
+        module.__version__ = "8.5.0+runcell"
+        module.version_info = (8, 5, 0, "runcell")
+        module.get_ipython = lambda: None
+        if module.__name__ == "IPython":
+            module.display = _display
+        return
+    for name, method, wrap in (("HTML", "_repr_html_", None),
+                               ("Markdown", "_repr_markdown_", None),
+                               ("Latex", "_repr_latex_", None),
+                               ("Math", "_repr_latex_", lambda d: "$\\displaystyle %s$" % d),
+                               ("SVG", "_repr_svg_", None), ("JSON", "_repr_json_", None),
+                               ("Javascript", "_repr_javascript_", None)):
+        setattr(module, name, _display_class(name, method, wrap))
+    module.Image = _Image
+    module.display = lambda *objs, **kwargs: _display(*objs)
+    module.update_display = module.display
+    module.clear_output = lambda wait=False: None
+    module.DisplayObject = _DisplayObject
+
+
+class _IPythonShim:
+    """Meta-path finder: `import IPython` (and its display modules) is the kernel's shim."""
+    NAMES = ("IPython", "IPython.display", "IPython.core", "IPython.core.display")
+
+    def find_spec(self, name, path=None, target=None):
+        if name not in self.NAMES:
+            return None
+        import importlib.util
+        return importlib.util.spec_from_loader(name, self,
+                                               is_package=name in ("IPython", "IPython.core"))
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        _ipython_fill(module)
+
+
 # ---- undo: the kernel as it was before each of its last cells ----
 #
 # A "history" request turns the process the sandbox started into an anchor: it forks the
@@ -1751,6 +2305,8 @@ def _prepare():
     # sys.stdin stays on fd 0, which the sandbox points at /dev/null.
     builtins.input = _no_input
     builtins.display = _display
+    builtins.__runcell_ipy__ = _IPythonLines()
+    sys.meta_path.insert(0, _IPythonShim())
     patches = {"matplotlib.pyplot": _patch_pyplot, "linecache": _fill_linecache,
                "subprocess": _sync_before_programs()}
     for name in list(patches):

@@ -184,7 +184,7 @@ static int session_init(struct helper_config *cfg, const int *fds, int n, int sy
     if (cfg->relay_socket && relay_start(cfg, filter) < 0)
         _exit(1);
     cfg->retitle = true; /* init's command line is the template's until it writes its own */
-    if (init_fork_payload(cfg) != 0)
+    if (init_fork_payload(cfg, filter) != 0)
         _exit(1);
     /* The kernel. */
     PyOS_AfterFork_Child();

@@ -56,6 +56,10 @@ struct net_entry {
 struct net_policy {
     struct net_entry *entries;
     size_t n;
+    /* The public internet: every host name and port, through the proxy as for an allowlist
+     * (names resolved by the proxy; private, loopback, link-local, metadata and other
+     * special-purpose addresses refused, as net_addr_allowed says). No entries. */
+    bool internet;
     uint64_t max_connections; /* 0 = NET_DEFAULT_MAX_CONNECTIONS */
     uint64_t max_bytes;       /* 0 = NET_DEFAULT_MAX_BYTES */
 };
@@ -65,11 +69,14 @@ struct net_policy {
 int net_policy_parse(const char *const *entries, size_t n, struct net_policy **ret);
 /* The same from a comma-separated list ("a.example,b.example:8443"). */
 int net_policy_parse_list(const char *list, struct net_policy **ret);
+/* The public internet (see struct net_policy's internet); owned by the caller. */
+struct net_policy *net_policy_internet(void);
 struct net_policy *net_policy_copy(const struct net_policy *p);
 /* NULL is a no-op. */
 void net_policy_free(struct net_policy *p);
 /* True when every entry of req is covered by an entry of max (same or wider host set, same
- * or wider ports). Otherwise false with err_msg() naming the first entry that is not. */
+ * or wider ports), and req is the internet only where max is. Otherwise false with err_msg()
+ * naming the first entry that is not. */
 bool net_policy_within(const struct net_policy *req, const struct net_policy *max);
 /* The entry that allows host (a name or an IP literal, as a client sent it) on port, or
  * NULL. host is compared case-insensitively, without a trailing dot. */
@@ -85,7 +92,8 @@ bool net_addr_allowed(const struct net_policy *p, const struct sockaddr *sa, uin
                       const char **ret_why);
 /* Whether some entry names a loopback address (then loopback is not exempt from the proxy). */
 bool net_policy_names_loopback(const struct net_policy *p);
-/* {"mode": "allowlist", "allow": [...], "max_connections": N, "max_bytes": N}; NULL p gives
+/* {"mode": "allowlist", "allow": [...], "max_connections": N, "max_bytes": N}, or for the
+ * internet {"mode": "internet", "max_connections": N, "max_bytes": N}; NULL p gives
  * {"mode": "none"}. Caller owns the reference. */
 json_t *net_policy_json(const struct net_policy *p);
 /* Appends to env the variables that point clients in the sandbox at the relay (HTTP_PROXY,
@@ -159,7 +167,9 @@ void net_secrets_json_wipe(json_t *arr);
  *   {"allow": [...]} replaces the allowlist; {"allow_add": [...], "allow_remove": [...]}
  *   edit it; {"secrets": [...]} replaces the secrets; {"secrets_add": [...],
  *   "secrets_remove": [{"host": H, "header": NAME, "path_prefix": P}]} edit them (header and
- *   path_prefix narrow what is removed; a removal that matches nothing is an error).
+ *   path_prefix narrow what is removed; a removal that matches nothing is an error);
+ *   {"internet": true|false} turns the public internet (net_policy's internet) on or off,
+ *   kept as it was when absent.
  * The result is checked as a new session's would be: entries within max (NULL: no cap), each
  * secret's host on the allowlist. Caps (max_connections, max_bytes) stay p's. 0 with *ret_p
  * and *ret_s (NULL when none are left; both owned by the caller), or -EINVAL with err_msg()

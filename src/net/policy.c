@@ -193,6 +193,14 @@ int net_policy_parse_list(const char *list, struct net_policy **ret)
     return net_policy_parse((const char *const *)v, strv_len(v), ret);
 }
 
+struct net_policy *net_policy_internet(void)
+{
+    struct net_policy *p = xcalloc(1, sizeof(*p));
+    p->entries = xcalloc(1, sizeof(*p->entries));
+    p->internet = true;
+    return p;
+}
+
 struct net_policy *net_policy_copy(const struct net_policy *p)
 {
     if (!p)
@@ -275,6 +283,13 @@ static const struct net_entry *find_entry(const struct net_policy *p, const char
     struct host_key k;
     if (!p || !host_key(host, &k))
         return NULL;
+    if (p->internet) {
+        /* Any name a request can carry, on any port: the address it resolves to is what the
+         * proxy judges (net_addr_allowed). */
+        static const struct net_entry internet = {
+            .kind = NET_ENTRY_WILDCARD, .host = (char *)"", .text = (char *)"internet"};
+        return k.family || valid_name(k.name) ? &internet : NULL;
+    }
     for (size_t i = 0; i < p->n; i++) {
         const struct net_entry *e = &p->entries[i];
         if ((any_port || port_ok(e, port)) && entry_names(e, &k))
@@ -495,6 +510,10 @@ bool net_policy_within(const struct net_policy *req, const struct net_policy *ma
 {
     if (!req || !max)
         return true;
+    if (req->internet && !max->internet) {
+        err_set(EPERM, "the public internet is wider than what this server allows");
+        return false;
+    }
     for (size_t i = 0; i < req->n; i++) {
         bool covered = false;
         for (size_t j = 0; j < max->n && !covered; j++)
@@ -523,6 +542,11 @@ json_t *net_policy_json(const struct net_policy *p)
 {
     if (!p)
         return json_pack("{s:s}", "mode", "none");
+    if (p->internet)
+        return json_pack(
+            "{s:s,s:I,s:I}", "mode", "internet", "max_connections",
+            (json_int_t)(p->max_connections ? p->max_connections : NET_DEFAULT_MAX_CONNECTIONS),
+            "max_bytes", (json_int_t)(p->max_bytes ? p->max_bytes : NET_DEFAULT_MAX_BYTES));
     json_t *allow = json_array();
     for (size_t i = 0; i < p->n; i++)
         json_array_append_new(allow, json_string(p->entries[i].text));

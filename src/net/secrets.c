@@ -672,8 +672,8 @@ int net_rules_change(const struct net_policy *p, const struct net_secrets *s, co
                      const struct net_policy *max, struct net_policy **ret_p,
                      struct net_secrets **ret_s)
 {
-    static const char *const keys[] = {"allow",   "allow_add",   "allow_remove",
-                                       "secrets", "secrets_add", "secrets_remove"};
+    static const char *const keys[] = {"allow",       "allow_add",      "allow_remove", "secrets",
+                                       "secrets_add", "secrets_remove", "internet"};
     _cleanup_strv_ char **allow = NULL;
     struct net_policy *np = NULL;
     struct net_secrets *ns = NULL;
@@ -684,6 +684,9 @@ int net_rules_change(const struct net_policy *p, const struct net_secrets *s, co
                                "\"secrets_remove\"");
     if ((r = check_keys("network change", (json_t *)change, keys, ARRAY_SIZE(keys))) < 0)
         return r;
+    json_t *internet = json_object_get(change, "internet");
+    if (internet && !json_is_boolean(internet))
+        return err_set(EINVAL, "internet: true or false");
     if ((r = change_allow(p, change, &allow)) < 0)
         return r;
     if ((r = net_policy_parse((const char *const *)allow, strv_len(allow), &np)) < 0)
@@ -692,6 +695,7 @@ int net_rules_change(const struct net_policy *p, const struct net_secrets *s, co
         np->max_connections = p->max_connections;
         np->max_bytes = p->max_bytes;
     }
+    np->internet = internet ? json_is_true(internet) : p && p->internet;
     if (!net_policy_within(np, max)) {
         r = -EINVAL;
         goto fail;

@@ -43,6 +43,8 @@ char **cgroup_procs_files(const struct cgroup *cg);
 char *cgroup_leaf_procs_file(const struct cgroup *cg);
 /* The CPU time of cg alone (cgroup_read_usage's first figure, one read). 0 or -ENODATA. */
 int cgroup_read_cpu(const struct cgroup *cg, double *ret_cpu_ms);
+/* The memory charged to cg now, in bytes, and of it the page cache. 0 or -errno. */
+int cgroup_read_memory(const struct cgroup *cg, uint64_t *ret_used, uint64_t *ret_cache);
 /* CPU time, peak memory and (unless ret_oom_kills is NULL) the OOM kills so far. */
 int cgroup_read_usage(const struct cgroup *cg, double *ret_cpu_ms, uint64_t *ret_peak_kb,
                       uint64_t *ret_oom_kills);

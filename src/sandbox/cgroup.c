@@ -958,6 +958,25 @@ int cgroup_read_usage(const struct cgroup *cg, double *ret_cpu_ms, uint64_t *ret
     return 0;
 }
 
+int cgroup_read_memory(const struct cgroup *cg, uint64_t *ret_used, uint64_t *ret_cache)
+{
+    char text[16384]; /* memory.stat: a few dozen lines on either version */
+    bool v2 = cg->mode == CGROUP_V2;
+    const char *dir = v2 ? cg->dirs[0] : cg->dirs[CG_MEMORY];
+    if (!dir)
+        return -ENODATA;
+    int r = read_small(dir, v2 ? "memory.current" : "memory.usage_in_bytes", text, sizeof(text));
+    if (r < 0)
+        return r;
+    *ret_used = strtoull(text, NULL, 10);
+    *ret_cache = 0;
+    /* v1 counts the cgroup's own pages as "cache" and with its children's as "total_cache" */
+    if (read_small(dir, "memory.stat", text, sizeof(text)) == 0 &&
+        keyed_value(text, v2 ? "file" : "total_cache", ret_cache) < 0)
+        (void)keyed_value(text, "cache", ret_cache);
+    return 0;
+}
+
 void cgroup_reset_peak(const struct cgroup *cg)
 {
     if (cg->mode == CGROUP_V2) {

@@ -180,6 +180,9 @@ void workspace_free(struct workspace *ws);
 /* Opens the workspace directory (O_PATH-free, O_DIRECTORY) for *at() access that never
  * follows links; caller closes. */
 int workspace_open(const struct workspace *ws);
+/* The bytes the workspace's file system holds and can hold (its size cap when it is a tmpfs
+ * of its own; the host file system's when it is a plain directory). 0 or -errno. */
+int workspace_usage(const struct workspace *ws, uint64_t *ret_used, uint64_t *ret_total);
 
 /* ---- workspace files, as the daemon sees them: never following a link the sandboxed code
  * may have planted, never leaving the workspace. ---- */
@@ -271,6 +274,8 @@ struct ws_newfile {
     char *tmp_name;
     char *leaf;
 };
+/* The name of such a temporary file starts with this. */
+#define WS_TMP_PREFIX ".runcell-write-"
 /* Creates rel's parent directories (owned by the sandbox user) and the temporary file, of
  * mode, in the last of them. 0, or -errno with err_msg() (-EINVAL for an unsafe rel, -ELOOP
  * for a link on the way); *ret is then released. */
@@ -322,6 +327,7 @@ struct sandbox_spec {
     uint16_t relay_port;
     const char *work_dir; /* the payload's working directory: "/workspace" (NULL) or
                            * SANDBOX_HOME_DIR, the same files by another path */
+    bool exec_channel;    /* other programs may be started beside the payload (sandbox_exec) */
 };
 
 /* The clean environment of a sandboxed program; caller frees with strv_free. */
@@ -384,6 +390,9 @@ int sandbox_usage(struct sandbox *sb, struct sandbox_usage *ret);
 int sandbox_usage_alive(struct sandbox *sb, struct sandbox_usage *ret);
 /* sandbox_usage's cpu_ms alone, with one read: what a cell's start needs. */
 double sandbox_cpu_ms(struct sandbox *sb);
+/* The memory sb's cgroup holds now, in bytes, and of it the page cache. 0 or -errno;
+ * -ENODATA without a cgroup. */
+int sandbox_memory_now(struct sandbox *sb, uint64_t *ret_used, uint64_t *ret_cache);
 /* Applies new memory, pids and CPU limits to a running sandbox's cgroup. 0 or -errno;
  * -ENODATA without a cgroup. */
 int sandbox_set_limits(struct sandbox *sb, const struct sandbox_limits *limits);
@@ -393,6 +402,42 @@ void sandbox_reset_peak(struct sandbox *sb);
 /* Gives back the descriptors kept for sandbox_usage while the sandbox is idle; the next
  * sandbox_usage or sandbox_reset_peak opens them again. Not while either runs. */
 void sandbox_usage_idle(struct sandbox *sb);
+
+/* ---- programs beside the payload (spec->exec_channel) ----
+ *
+ * A sandbox started with an exec channel runs other programs on request: in its namespaces
+ * (its network too: a server one starts is reached on the sandbox's loopback by the payload
+ * and the others), its cgroup and limits, as the sandbox user under the payload's whole
+ * lockdown, each a session and process group of its own. They are started by a spawner that
+ * the sandbox's init starts at the first request (helper/execd.c); everything the spawner
+ * says is read as untrusted. */
+struct sandbox_exec {
+    char *const *argv; /* argv[0] a path, or a name looked up on env's PATH */
+    char *const *env;  /* the whole environment */
+    const char *cwd;   /* an absolute path in the sandbox */
+    int stdin_fd;      /* the program's fds 0, 1 and 2 (borrowed: sent, not closed) */
+    int stdout_fd;
+    int stderr_fd;
+    int status_fd; /* the write end of a pipe: "exit N\n" or "signal N\n" when the program
+                    * ends, then EOF; EOF alone if the spawner or the sandbox is gone
+                    * (borrowed) */
+};
+#define SANDBOX_EXEC_MAX_ARGS (128u << 10) /* bytes of argv and env together */
+/* Starts x in sb. 0 and *ret_pid (its pid in the sandbox), or -errno with err_msg(): -ENOTSUP
+ * without an exec channel, -ESRCH when the sandbox is gone, -E2BIG past
+ * SANDBOX_EXEC_MAX_ARGS, -EINVAL when the program cannot run as asked (no such program or
+ * directory: the spawner's reason in err_msg()), -EAGAIN at the sandbox's pids limit, -EIO
+ * for another failure. Thread-safe. */
+int sandbox_exec(struct sandbox *sb, const struct sandbox_exec *x, int *ret_pid);
+/* Sends sig to the process group of pid, a program sandbox_exec started that has not ended
+ * (then to pid itself). 0, or -ESRCH for no such program, -errno as sandbox_exec. */
+int sandbox_exec_signal(struct sandbox *sb, int pid, int sig);
+
+/* A TCP connection to 127.0.0.1:port in sb's own network namespace (a server a program in
+ * it listens with), made from the daemon (which needs root: CAP_SYS_ADMIN to enter it); the
+ * sandbox still reaches nothing outside. 0 and *ret_fd (non-blocking, connected; caller
+ * closes), or -errno with err_msg(): -ECONNREFUSED when nothing listens, -ETIMEDOUT, -ESRCH. */
+int sandbox_connect(struct sandbox *sb, uint16_t port, int timeout_ms, int *ret_fd);
 
 /* Kills what is left, reaps, removes the cgroup and the root directory; NULL is a no-op. */
 void sandbox_free(struct sandbox *sb);

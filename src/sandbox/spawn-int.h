@@ -3,6 +3,7 @@
 #define RUNCELL_SPAWN_INT_H
 
 #include <jansson.h>
+#include <pthread.h>
 
 #include "sandbox/sandbox-int.h"
 #include "sandbox/sandbox.h"
@@ -32,6 +33,9 @@ struct sandbox {
     double ru_cpu_ms; /* rusage of init and everything it reaped, once reaped */
     uint64_t ru_maxrss_kb;
     double started_ms;
+    int exec_fd;               /* the daemon's end of the exec channel, or -1 */
+    pthread_mutex_t exec_lock; /* one request and its reply at a time */
+    int64_t exec_seq;          /* the id of the last request */
 };
 
 /* A sandbox struct with its name, cgroup and limits set up, not yet started. */

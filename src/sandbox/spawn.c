@@ -9,6 +9,9 @@
 #include <jansson.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdatomic.h>
@@ -16,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -105,6 +109,8 @@ json_t *sandbox_config(const struct sandbox *sb, const struct workspace *ws,
         json_object_set_new(o, "relay_socket", json_string(spec->relay_socket));
         json_object_set_new(o, "relay_port", json_integer(spec->relay_port));
     }
+    if (spec->exec_channel)
+        json_object_set_new(o, "exec_channel", json_true()); /* the last extra fd */
     if (getenv("RUNCELL_NO_LANDLOCK"))
         json_object_set_new(o, "landlock", json_false());
     if (spec->template_profile) {
@@ -257,6 +263,8 @@ int sandbox_prepare(struct sandbox_host *host, const struct sandbox_spec *spec,
     sb->host = host;
     sb->pidfd = -1;
     sb->status_fd = -1;
+    sb->exec_fd = -1;
+    pthread_mutex_init(&sb->exec_lock, NULL);
     sb->started_ms = now_ms_f();
     buf_init(&sb->status_buf, 65536);
     sb->name = xasprintf("%s-%llu", host->owner_id, (unsigned long long)seq);
@@ -341,8 +349,8 @@ out:
     return r;
 }
 
-int sandbox_start(struct sandbox_host *host, struct workspace *ws, const struct sandbox_spec *spec,
-                  struct sandbox **ret)
+static int start_sandbox(struct sandbox_host *host, struct workspace *ws,
+                         const struct sandbox_spec *spec, struct sandbox **ret)
 {
     struct sandbox *sb;
     int r = sandbox_prepare(host, spec, &sb);
@@ -374,6 +382,217 @@ int sandbox_start(struct sandbox_host *host, struct workspace *ws, const struct 
         return r;
     }
     *ret = sb;
+    return 0;
+}
+
+int sandbox_start(struct sandbox_host *host, struct workspace *ws, const struct sandbox_spec *spec,
+                  struct sandbox **ret)
+{
+    if (!spec->exec_channel)
+        return start_sandbox(host, ws, spec, ret);
+    /* The exec channel travels as one more extra fd, the last (sandbox_config says so). */
+    int sp[2], extra[17];
+    if (spec->n_extra_fds > 15)
+        return err_set(EINVAL, "too many fds for a sandbox with an exec channel");
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) < 0)
+        return err_set(errno, "cannot make the sandbox's exec channel: %s", strerror(errno));
+    struct sandbox_spec with = *spec;
+    for (int i = 0; i < spec->n_extra_fds; i++)
+        extra[i] = spec->extra_fds[i];
+    extra[spec->n_extra_fds] = sp[1];
+    with.extra_fds = extra;
+    with.n_extra_fds = spec->n_extra_fds + 1;
+    int r = start_sandbox(host, ws, &with, ret);
+    close(sp[1]);
+    if (r < 0) {
+        close(sp[0]);
+        return r;
+    }
+    (*ret)->exec_fd = sp[0];
+    return 0;
+}
+
+/* ---- a connection into the sandbox's network namespace ---- */
+
+struct netns_socket {
+    int pidfd;
+    pid_t pid;
+    int fd; /* the socket, or -errno */
+};
+
+/* On a thread of its own: the sandbox's network namespace is entered, a socket made in it,
+ * and the thread ends (its namespace goes with it: the daemon's threads never change). */
+static void *socket_in_netns(void *arg)
+{
+    struct netns_socket *q = arg;
+    int ns = -1;
+    if (q->pidfd >= 0 && setns(q->pidfd, CLONE_NEWNET) == 0) {
+        ns = -2; /* entered through the pidfd */
+    } else {
+        char path[64];
+        snprintf(path, sizeof(path), "/proc/%d/ns/net", (int)q->pid);
+        ns = open(path, O_RDONLY | O_CLOEXEC);
+        if (ns < 0 || setns(ns, CLONE_NEWNET) < 0) {
+            q->fd = -errno;
+            if (ns >= 0)
+                close(ns);
+            return NULL;
+        }
+    }
+    q->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (q->fd < 0)
+        q->fd = -errno;
+    if (ns >= 0)
+        close(ns);
+    return NULL;
+}
+
+int sandbox_connect(struct sandbox *sb, uint16_t port, int timeout_ms, int *ret_fd)
+{
+    if (sb->state != SANDBOX_RUNNING || sb->init_pid <= 0)
+        return err_set(ESRCH, "the sandbox is not running");
+    struct netns_socket q = {.pidfd = sb->pidfd, .pid = sb->init_pid, .fd = -EIO};
+    pthread_t th;
+    int e = pthread_create(&th, NULL, socket_in_netns, &q);
+    if (e)
+        return err_set(e, "cannot start a thread: %s", strerror(e));
+    pthread_join(th, NULL);
+    if (q.fd < 0)
+        return err_set(-q.fd,
+                       "cannot enter the sandbox's network namespace: %s (runcell needs root "
+                       "for this)",
+                       strerror(-q.fd));
+    struct sockaddr_in sin = {
+        .sin_family = AF_INET, .sin_port = htons(port), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    int r = connect(q.fd, (struct sockaddr *)&sin, sizeof(sin)) == 0 ? 0 : -errno;
+    if (r == -EINPROGRESS) {
+        struct pollfd p = {.fd = q.fd, .events = POLLOUT};
+        socklen_t len = sizeof(r);
+        if (poll(&p, 1, timeout_ms) <= 0)
+            r = -ETIMEDOUT;
+        else if (getsockopt(q.fd, SOL_SOCKET, SO_ERROR, &r, &len) < 0)
+            r = -errno;
+        else
+            r = -r;
+    }
+    if (r < 0) {
+        close(q.fd);
+        return err_set(-r, "nothing answers on port %u in the sandbox: %s", port, strerror(-r));
+    }
+    *ret_fd = q.fd;
+    return 0;
+}
+
+/* ---- programs beside the payload ---- */
+
+#define EXEC_REPLY_MS   10000 /* the spawner answers at once; its first start is a fork */
+#define EXEC_REPLY_SIZE 4096
+
+/* Sends req (reference stolen; its id set here) with fds, and waits for the reply of the same
+ * id (an earlier request's late reply is dropped). 0 and *ret_reply (caller decrefs), or
+ * -errno with err_msg(). */
+static int exec_request(struct sandbox *sb, json_t *req, const int *fds, int n_fds,
+                        json_t **ret_reply)
+{
+    if (sb->exec_fd < 0) {
+        json_decref(req);
+        return err_set(ENOTSUP, "this sandbox was started without a way to run more programs");
+    }
+    pthread_mutex_lock(&sb->exec_lock);
+    int64_t id = ++sb->exec_seq;
+    json_object_set_new(req, "id", json_integer(id));
+    char *text = json_dumps(req, JSON_COMPACT);
+    json_decref(req);
+    int r = text ? send_with_fds(sb->exec_fd, text, fds, n_fds) : -ENOMEM;
+    free(text);
+    if (r == -EPIPE || r == -ECONNRESET || r == -ECONNREFUSED)
+        r = err_set(ESRCH, "the sandbox is gone");
+    else if (r < 0)
+        r = err_set(-r, "cannot reach the sandbox's process spawner: %s", strerror(-r));
+    double deadline = now_ms_f() + EXEC_REPLY_MS;
+    while (r == 0) {
+        char buf[EXEC_REPLY_SIZE];
+        struct pollfd p = {.fd = sb->exec_fd, .events = POLLIN};
+        double left = deadline - now_ms_f();
+        if (left <= 0 || poll(&p, 1, (int)left + 1) == 0) {
+            r = err_set(ETIMEDOUT, "the sandbox's process spawner did not answer within %d s",
+                        EXEC_REPLY_MS / 1000);
+            break;
+        }
+        ssize_t n = recv(sb->exec_fd, buf, sizeof(buf) - 1, MSG_DONTWAIT);
+        if (n < 0 && (errno == EINTR || errno == EAGAIN))
+            continue;
+        if (n <= 0) {
+            r = err_set(ESRCH, "the sandbox is gone");
+            break;
+        }
+        json_t *reply = json_loadb(buf, (size_t)n, 0, NULL);
+        if (json_is_object(reply) && json_integer_value(json_object_get(reply, "id")) == id) {
+            *ret_reply = reply;
+            break;
+        }
+        json_decref(reply); /* another request's, come too late */
+    }
+    pthread_mutex_unlock(&sb->exec_lock);
+    return r;
+}
+
+/* The spawner's error in a reply, as a message (cut, and only printable ASCII kept: the
+ * spawner runs as the sandbox user). */
+static int exec_refused(json_t *reply, int err)
+{
+    const char *why = json_string_value(json_object_get(reply, "error"));
+    char clean[320];
+    size_t n = 0;
+    for (const char *p = why ? why : "no answer"; *p && n < sizeof(clean) - 1; p++)
+        clean[n++] = *p >= 0x20 && *p < 0x7f ? *p : '?';
+    clean[n] = '\0';
+    json_decref(reply);
+    return err_set(err, "%s", clean);
+}
+
+int sandbox_exec(struct sandbox *sb, const struct sandbox_exec *x, int *ret_pid)
+{
+    size_t bytes = 0;
+    for (char *const *a = x->argv; a && *a; a++)
+        bytes += strlen(*a) + 1;
+    for (char *const *e = x->env; e && *e; e++)
+        bytes += strlen(*e) + 1;
+    if (bytes > SANDBOX_EXEC_MAX_ARGS)
+        return err_set(E2BIG,
+                       "the program's arguments and environment are %zu bytes; at most "
+                       "%u are taken",
+                       bytes, SANDBOX_EXEC_MAX_ARGS);
+    if (!x->argv || !x->argv[0] || !x->cwd || x->cwd[0] != '/')
+        return err_set(EINVAL, "a program needs arguments and an absolute working directory");
+    json_t *req = json_pack("{s:s,s:o,s:o,s:s}", "op", "exec", "argv", strv_json(x->argv), "env",
+                            strv_json(x->env), "cwd", x->cwd);
+    int fds[4] = {x->stdin_fd, x->stdout_fd, x->stderr_fd, x->status_fd};
+    json_t *reply = NULL;
+    int r = exec_request(sb, req, fds, 4, &reply);
+    if (r < 0)
+        return r;
+    json_t *pid = json_object_get(reply, "pid");
+    if (!json_is_integer(pid) || json_integer_value(pid) <= 0 ||
+        json_integer_value(pid) > INT32_MAX)
+        return exec_refused(reply, json_is_true(json_object_get(reply, "asked"))  ? EINVAL
+                                   : json_is_true(json_object_get(reply, "busy")) ? EAGAIN
+                                                                                  : EIO);
+    *ret_pid = (int)json_integer_value(pid);
+    json_decref(reply);
+    return 0;
+}
+
+int sandbox_exec_signal(struct sandbox *sb, int pid, int sig)
+{
+    json_t *reply = NULL;
+    int r = exec_request(sb, json_pack("{s:s,s:i,s:i}", "op", "signal", "pid", pid, "signal", sig),
+                         NULL, 0, &reply);
+    if (r < 0)
+        return r;
+    if (!json_is_true(json_object_get(reply, "ok")))
+        return exec_refused(reply, ESRCH);
+    json_decref(reply);
     return 0;
 }
 
@@ -533,6 +752,11 @@ double sandbox_cpu_ms(struct sandbox *sb)
     return ms;
 }
 
+int sandbox_memory_now(struct sandbox *sb, uint64_t *ret_used, uint64_t *ret_cache)
+{
+    return sb->cgroup ? cgroup_read_memory(sb->cgroup, ret_used, ret_cache) : -ENODATA;
+}
+
 int sandbox_set_limits(struct sandbox *sb, const struct sandbox_limits *limits)
 {
     return sb->cgroup ? cgroup_apply_limits(sb->cgroup, limits) : -ENODATA;
@@ -564,6 +788,9 @@ void sandbox_free(struct sandbox *sb)
         close(sb->status_fd);
     if (sb->pidfd >= 0)
         close(sb->pidfd);
+    if (sb->exec_fd >= 0)
+        close(sb->exec_fd);
+    pthread_mutex_destroy(&sb->exec_lock);
     cgroup_free(sb->cgroup);
     if (sb->root_dir)
         rmdir(sb->root_dir);

@@ -12,6 +12,7 @@
 #include <sys/file.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #define UID_SLOTS 65536
@@ -146,6 +147,16 @@ int workspace_open(const struct workspace *ws)
     if (fd < 0)
         return err_set(errno, "cannot open workspace %s: %s", ws->dir, strerror(errno));
     return fd;
+}
+
+int workspace_usage(const struct workspace *ws, uint64_t *ret_used, uint64_t *ret_total)
+{
+    struct statvfs sv;
+    if (statvfs(ws->dir, &sv) < 0)
+        return err_set(errno, "cannot measure workspace %s: %s", ws->dir, strerror(errno));
+    *ret_total = (uint64_t)sv.f_blocks * sv.f_frsize;
+    *ret_used = (uint64_t)(sv.f_blocks - sv.f_bfree) * sv.f_frsize;
+    return 0;
 }
 
 char *workspace_aside_path(const struct workspace *ws, const char *name)

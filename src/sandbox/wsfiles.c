@@ -146,7 +146,7 @@ int ws_newfile_open(const struct workspace *ws, const char *rel, mode_t mode,
         return err_set(-dfd, "cannot create the directories of %s in the workspace: %s", rel,
                        strerror(-dfd));
     _cleanup_free_ char *hex = random_hex(8);
-    char *tmp = xasprintf(".runcell-write-%s", hex);
+    char *tmp = xasprintf(WS_TMP_PREFIX "%s", hex);
     /* A fresh name, O_EXCL and O_NOFOLLOW: nothing the sandbox placed is opened. */
     int fd = openat(dfd, tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
     if (fd < 0) {

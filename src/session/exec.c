@@ -235,6 +235,7 @@ static void keep_locked(struct execution *x, enum exec_event_type type, const ch
         x->bytes += len;
     } else {
         it->json = json_incref(json);
+        it->len = type == EV_RESULT ? len : 0; /* 1: the cell's value (session.h) */
     }
     x->last_seq++;
     notify_locked(x);

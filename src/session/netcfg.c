@@ -184,7 +184,27 @@ int session_network_change(struct session *s, const json_t *change, const struct
                        "this session has no network (mode none): only a session created with "
                        "an allowlist has an egress proxy whose rules can change; create it with "
                        "network {\"mode\": \"allowlist\", \"allow\": [...]}");
+    if (json_object_get(change, "internet"))
+        return err_set(EINVAL, "internet: not a field of a network change; list the hosts in "
+                               "allow");
     return egress_change(sn->egress, change, max);
+}
+
+int session_network_replace(struct session *s, const struct net_policy *p,
+                            const struct net_policy *max)
+{
+    struct sandbox_net *sn = session_sandbox_net(s);
+    if (!sn->egress)
+        return err_set(ENOTSUP, "the sandbox was made without a network, so there is no egress "
+                                "proxy to change: make it with one (an allowlist or the "
+                                "internet) to change it later");
+    json_t *allow = json_array();
+    for (size_t i = 0; p && !p->internet && i < p->n; i++)
+        json_array_append_new(allow, json_string(p->entries[i].text));
+    json_t *change = json_pack("{s:o,s:b}", "allow", allow, "internet", p && p->internet);
+    int r = egress_change(sn->egress, change, max);
+    json_decref(change);
+    return r;
 }
 
 /* n bytes of data (NULs and all) and a NUL after them; caller frees. */

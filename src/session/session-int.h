@@ -109,6 +109,21 @@ struct exec_registry {
 };
 struct exec_registry *session_registry(struct session *s);
 
+/* ---- a session's programs beside its cells (procs.c), and what they need of it
+ * (session.c) ---- */
+struct session_procs;
+/* A session's table of programs, with its thread not yet started (that comes with the first
+ * program); freed by session_free (session_procs_free: every program ends as "lost"). */
+struct session_procs *session_procs_new(struct session *s);
+void session_procs_free(struct session_procs *p);
+/* s's table (made with create, unless s is closed), or NULL. */
+struct session_procs *session_procs_of(struct session *s, bool create);
+/* Calls fn with the sandbox of s's kernel, s's lock held (so fn must not call back into s):
+ * fn's result, -ESRCH while there is no kernel, -ESHUTDOWN once s is closed. */
+int session_with_sandbox(struct session *s, int (*fn)(struct sandbox *sb, void *ctx), void *ctx);
+/* The environment s's kernels start with: the defaults, the network's, HOME. Caller frees. */
+char **session_env(struct session *s);
+
 /* ---- event log (events.c): a capped, thread-safe ring of JSON events ---- */
 struct event_log {
     pthread_mutex_t lock;

@@ -64,8 +64,9 @@ struct session {
      * resume_fn (a pointer, as persist_ops: runcell run links no snapshot.c). */
     enum session_pause paused;
     int (*resume_fn)(struct session *s);
-    char *resume_error;         /* why the last automatic resume lost state, for the next record */
-    struct exec_registry execs; /* durable executions kept (exec.c) */
+    char *resume_error;          /* why the last automatic resume lost state, for the next record */
+    struct exec_registry execs;  /* durable executions kept (exec.c) */
+    struct session_procs *procs; /* programs beside the cells (procs.c), or NULL */
 };
 
 const char *session_home_dir(const char *home_dir)
@@ -108,7 +109,8 @@ static int start_kernel_for(struct session *s, const char *lang)
                                .relay_socket = spec.relay_socket,
                                .relay_port = spec.relay_port,
                                .javascript = lang_is_javascript(lang),
-                               .home_dir = s->opts.home_dir};
+                               .home_dir = s->opts.home_dir,
+                               .exec_channel = true};
     /* The CPU-time rlimit is a backstop for a whole kernel's life, not one cell. */
     l.cpu_time_s = 0;
     int r = kernel_start(s->host, s->ws, &l, s->argv, s->opts.start_timeout_ms, &extra, &k);
@@ -442,7 +444,8 @@ static void on_kernel_event(void *ctx, const struct kernel_event *ev)
         x->results_bytes += cost;
         x->n_results++;
         json_array_append(x->rec->results, bundle);
-        emit(x, EV_RESULT, NULL, 0, bundle);
+        /* len says whether it is the cell's value (the kernel's "result"), not a display */
+        emit(x, EV_RESULT, NULL, json_is_true(json_object_get(ev->msg, "result")) ? 1 : 0, bundle);
         json_decref(bundle);
         break;
     }
@@ -1403,6 +1406,11 @@ const struct session_opts *session_options(struct session *s)
     return &s->opts;
 }
 
+void session_set_idle_timeout(struct session *s, uint64_t idle_ms)
+{
+    __atomic_store_n(&s->opts.idle_timeout_ms, idle_ms, __ATOMIC_RELAXED);
+}
+
 json_t *session_packages(struct session *s)
 {
     return s->packages_report;
@@ -1435,6 +1443,27 @@ bool session_limits_degraded(struct session *s)
         s->k ? sandbox_limits_degraded(kernel_sandbox(s->k)) : s->host->degraded_reason != NULL;
     pthread_mutex_unlock(&s->lock);
     return v;
+}
+
+void session_metrics(struct session *s, struct session_metrics *ret)
+{
+    memset(ret, 0, sizeof(*ret));
+    ret->mem_total_bytes = s->opts.limits.memory_mb << 20;
+    ret->cpus_milli = s->opts.limits.cpus_milli;
+    pthread_mutex_lock(&s->lock); /* the kernels stay while it is held */
+    struct kernel *ks[2] = {s->k, s->other};
+    for (size_t i = 0; i < ARRAY_SIZE(ks); i++) {
+        uint64_t used = 0, cache = 0;
+        if (!ks[i])
+            continue;
+        ret->cpu_ms += sandbox_cpu_ms(kernel_sandbox(ks[i]));
+        if (sandbox_memory_now(kernel_sandbox(ks[i]), &used, &cache) == 0) {
+            ret->mem_used_bytes += used;
+            ret->mem_cache_bytes += cache;
+        }
+    }
+    pthread_mutex_unlock(&s->lock);
+    (void)workspace_usage(s->ws, &ret->disk_used_bytes, &ret->disk_total_bytes);
 }
 
 void session_kill(struct session *s)
@@ -1507,6 +1536,62 @@ int session_kernel_request(struct session *s, const char *type, const char *path
     return r;
 }
 
+struct connect_req {
+    uint16_t port;
+    int fd;
+};
+
+static int connect_in(struct sandbox *sb, void *ctx)
+{
+    struct connect_req *q = ctx;
+    return sandbox_connect(sb, q->port, 5000, &q->fd);
+}
+
+int session_connect_port(struct session *s, uint16_t port, int *ret_fd)
+{
+    struct connect_req q = {.port = port, .fd = -1};
+    int r = session_with_sandbox(s, connect_in, &q);
+    if (r == 0)
+        *ret_fd = q.fd;
+    return r;
+}
+
+/* ---- what procs.c needs of a session ---- */
+
+struct session_procs *session_procs_of(struct session *s, bool create)
+{
+    pthread_mutex_lock(&s->lock);
+    if (!s->procs && create && s->state != SESSION_CLOSED)
+        s->procs = session_procs_new(s);
+    struct session_procs *p = s->procs;
+    pthread_mutex_unlock(&s->lock);
+    return p;
+}
+
+int session_with_sandbox(struct session *s, int (*fn)(struct sandbox *sb, void *ctx), void *ctx)
+{
+    pthread_mutex_lock(&s->lock);
+    int r = s->state == SESSION_CLOSED ? err_set(ESHUTDOWN, "the session is closed")
+            : !s->k ? err_set(ESRCH, "the session's sandbox is being restarted; try again")
+                    : fn(kernel_sandbox(s->k), ctx);
+    pthread_mutex_unlock(&s->lock);
+    return r;
+}
+
+char **session_env(struct session *s)
+{
+    struct sandbox_spec spec = {0};
+    const char *binds[8];
+    char **env = sandbox_net_apply(&s->net, &spec, binds, ARRAY_SIZE(binds), NULL);
+    _cleanup_free_ char *home = xasprintf("HOME=%s", s->opts.home_dir);
+    for (char **e = env; *e; e++)
+        if (!strncmp(*e, "HOME=", 5)) {
+            free(*e);
+            *e = xstrdup(home);
+        }
+    return env;
+}
+
 void session_free(struct session *s)
 {
     if (!s)
@@ -1514,7 +1599,10 @@ void session_free(struct session *s)
     pthread_mutex_lock(&s->lock);
     (void)transition_locked(s, SESSION_EV_CLOSE);
     pthread_cond_broadcast(&s->idle);
+    struct session_procs *procs = s->procs;
+    s->procs = NULL;
     pthread_mutex_unlock(&s->lock);
+    session_procs_free(procs); /* its thread reads the kernel's sandbox: it goes first */
     if (s->execs.release)
         s->execs.release(&s->execs);
     pthread_mutex_destroy(&s->execs.lock);

@@ -181,7 +181,9 @@ void session_opts_fill_defaults(struct session_opts *o);
 const char *session_home_dir(const char *home_dir);
 
 /* What an execution streams while it runs (for live output). data/len are the bytes of a
- * stream chunk; json is a MIME bundle (EV_RESULT) or the error object (EV_ERROR), borrowed
+ * stream chunk (for EV_RESULT, len is 1 when the bundle is the cell's value, its last
+ * expression's, and 0 for a display); json is a MIME bundle (EV_RESULT) or the error object
+ * (EV_ERROR), borrowed
  * for the duration of the callback. Each stream goes out live up to half the output cap;
  * what came after (a marker when bytes were dropped, then the tail) follows at the end of
  * the execution, before EV_ERROR. */
@@ -281,6 +283,9 @@ void session_idle_release(struct session *s, uint64_t idle_ms);
 long session_execution_count(struct session *s);
 const char *session_python_version(struct session *s);
 const struct session_opts *session_options(struct session *s);
+/* Changes how long the session may stay idle before the table reaps it (the reaper reads it
+ * atomically; the rest of its options never change). */
+void session_set_idle_timeout(struct session *s, uint64_t idle_ms);
 /* What installing the session's packages did: {"source": "packages"|"requirements.txt",
  * "requested": [...], "installed": [...], "missing": [{"requirement", "name", "reason"}],
  * "status": "ok"|"partial"|"failed"|"timeout", "seconds": S}; NULL when nothing was to
@@ -291,19 +296,43 @@ json_t *session_packages(struct session *s);
 const struct net_policy *session_net_policy(struct session *s);
 /* The session's network as it is now: {"mode": "none"}, or {"mode": "allowlist", "allow",
  * "max_connections", "max_bytes", "secrets": [{"host", "header", "kind", "path_prefix",
- * "allow_http"}]} (never a secret's value). Caller owns it. */
+ * "allow_http"}]} (never a secret's value), or {"mode": "internet", ...}. Caller owns it. */
 json_t *session_network_json(struct session *s);
-/* Changes a live session's network (see net_rules_change for change's JSON), checked against
- * the server's cap max (NULL: none); effective for connections opened from now on and for
- * each further request of an intercepted one. 0, -EINVAL (a bad change), -ENOTSUP (the
- * session has no network proxy: created with mode none), with err_msg(). */
+/* Changes a live session's network (see net_rules_change for change's JSON, but for its
+ * "internet", which session_network_replace gives), checked against the server's cap max
+ * (NULL: none); effective for connections opened from now on and for each further request
+ * of an intercepted one. 0, -EINVAL (a bad change), -ENOTSUP (the session has no network
+ * proxy: created with mode none), with err_msg(). */
 int session_network_change(struct session *s, const json_t *change, const struct net_policy *max);
+/* Replaces a live session's allowlist whole with p's entries, or with the public internet
+ * when p is (NULL: nothing may be reached), keeping its secrets and caps, checked against
+ * max as session_network_change. For a surface whose own rules allow the internet (E2B's
+ * updateNetwork, runcell serve --e2b-internet). Same returns. */
+int session_network_replace(struct session *s, const struct net_policy *p,
+                            const struct net_policy *max);
+/* A TCP connection to port on the loopback of s's sandbox (see sandbox_connect): what a
+ * server a program of s runs answers, reached from the daemon. 0 and *ret_fd, or -errno
+ * with err_msg(). */
+int session_connect_port(struct session *s, uint16_t port, int *ret_fd);
 /* The session's event log (egress attempts, ...), oldest first: {"events": [{"seq", "time",
  * "type", ...}], "dropped": N, "last_seq": N} with the events whose seq is above after_seq;
  * at most SESSION_EVENTS_MAX are kept. Caller owns the reference. */
 json_t *session_events(struct session *s, uint64_t after_seq);
 #define SESSION_EVENTS_MAX 1000
 
+/* What a session uses now: its kernels' sandboxes (cgroups) and its workspace. */
+struct session_metrics {
+    double cpu_ms;            /* CPU time of its kernels' sandboxes so far (a kernel that was
+                               * replaced took its own with it) */
+    uint64_t mem_used_bytes;  /* memory charged to them now, the page cache included */
+    uint64_t mem_cache_bytes; /* ... of which the page cache */
+    uint64_t mem_total_bytes; /* the session's memory limit */
+    uint64_t disk_used_bytes; /* the workspace's file system */
+    uint64_t disk_total_bytes;
+    uint64_t cpus_milli; /* the session's CPU limit */
+};
+/* Fills ret; figures that cannot be read (no cgroup) are 0. Never fails. */
+void session_metrics(struct session *s, struct session_metrics *ret);
 /* Whether the current kernel runs without cgroup limits. */
 bool session_limits_degraded(struct session *s);
 /* Kills the kernel's sandbox without waiting for it (so that many can die at once before
@@ -484,6 +513,132 @@ int session_file_rename(struct session *s, const char *from, const char *to);
 const char *session_file_error(const char *rel, int err);
 /* What a file of this mode is, for messages ("a named pipe (FIFO)", ...). */
 const char *session_file_kind(mode_t mode);
+
+/* ---- programs beside the cells (procs.c): E2B's commands, a background dev server ----
+ *
+ * A session runs programs in its kernel's sandbox beside its cells and one another
+ * (sandbox_exec: the same namespaces, network, limits and lockdown), at most
+ * SESSION_PROCS_MAX at once, each with its own pid, its stdin (a pipe when asked for,
+ * otherwise /dev/null), and its stdout and stderr read as they come by the session's one
+ * thread for its programs. What a program wrote is kept for readers that come and go: the
+ * last SESSION_PROC_KEEP_BYTES of it (a reader that fell further behind is told how much it
+ * missed), and at most SESSION_PROC_OUTPUT_MAX is read in all, past which its output is no
+ * longer read (its writes block). A program past its timeout is killed with its process
+ * group. A program ends when it exits, or is lost when the sandbox goes (a kernel replaced
+ * after a cell that had to be killed, the session closed). The last SESSION_PROCS_KEEP_ENDED
+ * programs that ended are kept for late readers. Programs are reference-counted; every
+ * function may be called from any thread. */
+#define SESSION_PROCS_MAX        64
+#define SESSION_PROC_KEEP_BYTES  (1u << 20)
+#define SESSION_PROC_KEEP_ITEMS  4096
+#define SESSION_PROC_OUTPUT_MAX  (256ull << 20)
+#define SESSION_PROCS_KEEP_ENDED 16
+#define SESSION_PROC_INPUT_WAIT_MS                                                                 \
+    5000 /* a program that takes no more of its stdin for this                                     \
+          * long fails the write */
+#define SESSION_PROC_WATCHERS_MAX 16
+
+struct session_proc;
+struct session_proc_spec {
+    char *const *argv;   /* argv[0] a path, or a name looked up on PATH */
+    char *const *env;    /* KEY=VALUE over the session's environment (see session_env); NULL */
+    const char *cwd;     /* absolute, in the sandbox; NULL: the session's home */
+    bool stdin_pipe;     /* stdin is a pipe fed by session_proc_input; else /dev/null */
+    uint64_t timeout_ms; /* killed with its process group once it has run this long; 0: never */
+    json_t *info;        /* the caller's description, kept with it (a reference is taken) */
+};
+/* Starts spec in s. 0 and *ret (a reference, the caller's), or -errno with err_msg():
+ * -EAGAIN at SESSION_PROCS_MAX, -EINVAL for a bad spec, -ESHUTDOWN once s is closed, and
+ * sandbox_exec's (-EIO with why the program cannot run). */
+int session_proc_start(struct session *s, const struct session_proc_spec *spec,
+                       struct session_proc **ret);
+/* The running or kept program of s with that pid (a reference), or NULL. */
+struct session_proc *session_proc_find(struct session *s, int pid);
+/* s's running programs, oldest first, at most max (references; the caller unrefs each).
+ * Returns how many. */
+size_t session_procs_running(struct session *s, struct session_proc **ret, size_t max);
+struct session_proc *session_proc_ref(struct session_proc *p);
+/* NULL is a no-op. */
+void session_proc_unref(struct session_proc *p);
+int session_proc_pid(const struct session_proc *p);
+/* The description the caller gave (borrowed, valid while the reference is). */
+json_t *session_proc_info(const struct session_proc *p);
+/* Sends sig to p's process group (then to p). 0, -ESRCH once it has ended, or as
+ * sandbox_exec_signal. */
+int session_proc_signal(struct session *s, struct session_proc *p, int sig);
+/* Writes n bytes to p's stdin, waiting up to SESSION_PROC_INPUT_WAIT_MS for the program to
+ * take them. 0, -EBADF (no stdin pipe, or closed), -EPIPE (it is gone or closed its stdin),
+ * -EAGAIN (it did not read), with err_msg(). */
+int session_proc_input(struct session_proc *p, const void *data, size_t n);
+/* Closes p's stdin (the program reads EOF). 0 or -EBADF. */
+int session_proc_close_input(struct session_proc *p);
+
+enum proc_item_type {
+    PROC_STDOUT,
+    PROC_STDERR,
+    PROC_DROPPED, /* data: a sentence on how much output this reader missed */
+    PROC_END,     /* the last item */
+};
+/* One kept item, as session_proc_read copies it (release with proc_items_release). */
+struct proc_item {
+    uint64_t seq;
+    enum proc_item_type type;
+    char *data;
+    size_t len;
+};
+void proc_items_release(struct proc_item *items, size_t n);
+/* Copies up to max items after seq `after` into items; how many. A reader whose next item was
+ * dropped gets a PROC_DROPPED first. */
+size_t session_proc_read(struct session_proc *p, uint64_t after, struct proc_item *items,
+                         size_t max);
+/* The seq of p's last item so far; what p writes after this call comes in later items (a
+ * reader that starts after it misses nothing). */
+uint64_t session_proc_last_seq(struct session_proc *p);
+struct session_proc_end {
+    bool exited;    /* it exited with exit_code */
+    int exit_code;  /* 0 to 255 when exited */
+    int signal;     /* the signal that killed it, or 0 */
+    bool timed_out; /* killed because it ran past its timeout */
+    bool lost;      /* it was not seen to end: its sandbox went */
+};
+/* Whether p has ended; how, in *ret. */
+bool session_proc_ended(struct session_proc *p, struct session_proc_end *ret);
+/* A reader's wake-up (an eventfd readable when p has something new), as exec_watch. At most
+ * SESSION_PROC_WATCHERS_MAX at once per program (-EAGAIN). */
+struct proc_watch;
+int session_proc_watch(struct session_proc *p, struct proc_watch **ret);
+int proc_watch_fd(const struct proc_watch *w);
+void proc_watch_clear(struct proc_watch *w);
+void proc_watch_free(struct proc_watch *w);
+
+/* ---- watching a directory of the workspace (watch.c): E2B's watchDir ----
+ *
+ * inotify in the daemon, on each directory opened beneath the workspace without following a
+ * link (never a host directory a planted link names). A recursive watch covers the
+ * subdirectories there are and those made later, up to SESSION_WATCH_MAX_DIRS; at most
+ * SESSION_WATCH_MAX_PENDING events wait to be read, more are counted as dropped. One thread
+ * at a time per watch, with a reference on its session held during each call. */
+#define SESSION_WATCH_MAX_DIRS    1024
+#define SESSION_WATCH_MAX_PENDING 4096
+enum session_watch_type { SWATCH_CREATE, SWATCH_WRITE, SWATCH_REMOVE, SWATCH_RENAME, SWATCH_CHMOD };
+struct session_watch_event {
+    enum session_watch_type type;
+    char *name; /* below the watched directory; the reader frees it */
+};
+struct session_watch;
+/* Watches workspace directory rel ("" the workspace). 0 and *ret (session_watch_free), or
+ * -errno with err_msg(): -ENOTDIR, -ENOENT, -E2BIG (too many directories), -ELOOP. */
+int session_watch_new(struct session *s, const char *rel, bool recursive,
+                      struct session_watch **ret);
+/* Readable when events wait (an inotify fd). */
+int session_watch_fd(const struct session_watch *w);
+/* The events that wait (without waiting), at most max, into ret; how many. s is w's. */
+size_t session_watch_read(struct session *s, struct session_watch *w,
+                          struct session_watch_event *ret, size_t max);
+/* Events dropped so far (past SESSION_WATCH_MAX_PENDING, or the kernel's queue). */
+uint64_t session_watch_dropped(const struct session_watch *w);
+/* NULL is a no-op. */
+void session_watch_free(struct session_watch *w);
 
 /* ---- a pool of ready sessions: creation becomes a hand-over ---- */
 

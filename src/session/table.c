@@ -477,7 +477,9 @@ static int reap_idle(struct session_table *t)
         for (struct entry *e = t->head; e && !found; e = e->next) {
             if (e->removed || e->refs || session_active(e->s))
                 continue;
-            if (ms_since(now, session_last_used_ms(e->s)) >= session_options(e->s)->idle_timeout_ms)
+            uint64_t idle_ms =
+                __atomic_load_n(&session_options(e->s)->idle_timeout_ms, __ATOMIC_RELAXED);
+            if (ms_since(now, session_last_used_ms(e->s)) >= idle_ms)
                 found = e;
         }
         if (found) {

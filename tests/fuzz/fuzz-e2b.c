@@ -2,8 +2,9 @@
  * byte picks the parser, the rest is its input. 0: a multipart upload (its boundary on the
  * first line); 1 and 2: a Connect request message, streamed (one envelope) and unary, then
  * the path a ListDir or Stat takes from it; 3: a path; 4: a sandbox list's metadata filter;
- * 5: a process.Start's ProcessConfig, made into a command; 6: a create's body. Whatever the
- * input, each parser answers or refuses with a reason, within its caps, and leaks nothing. */
+ * 5: a process.Start's ProcessConfig, made into a command; 6: a create's body; 7: a Connect
+ * client stream's messages; 8: protobuf's JSON form of bytes. Whatever the input, each parser
+ * answers or refuses with a reason, within its caps, and leaks nothing. */
 #include <string.h>
 
 #include "e2b/e2b-int.h"
@@ -63,9 +64,40 @@ static void metadata(const char *p, size_t n)
 static void process(const char *p, size_t n)
 {
     json_t *cfg = json_loadb(p, n, 0, NULL);
+    json_t *box_env = json_pack("{s:s,s:s}", "A", "1", "PATH", "/x");
     char why[512];
-    free(e2b_process_command(cfg, why));
+    struct e2b_command c;
+    if (e2b_command_parse(cfg, box_env, &c, why) == 0) {
+        /* a program, and a working directory the sandbox can enter: absolute */
+        if (!c.argv[0] || !*c.argv[0] || (c.cwd && c.cwd[0] != '/'))
+            abort();
+        for (char **e = c.env; *e; e++)
+            if (!strchr(*e, '='))
+                abort();
+        e2b_command_release(&c);
+    }
+    json_decref(box_env);
     json_decref(cfg);
+}
+
+static void stream_messages(const char *p, size_t n)
+{
+    char why[256];
+    json_t *arr = e2b_connect_messages(p, n, 64, why);
+    if (arr && json_array_size(arr) > 64)
+        abort();
+    json_decref(arr);
+}
+
+static void bytes(const char *p, size_t n)
+{
+    char *s = xstrndup(p, n);
+    size_t len;
+    unsigned char *b = e2b_bytes_decode(s, &len);
+    if (b && len > n)
+        abort();
+    free(b);
+    free(s);
 }
 
 static void create(const char *p, size_t n)
@@ -87,13 +119,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     const char *p = (const char *)data + 1;
     size_t n = size - 1;
-    switch (data[0] % 7) {
+    switch (data[0] % 9) {
     case 0:
         multipart(p, n);
         break;
     case 1:
     case 2:
-        connect_message(p, n, data[0] % 7 == 1);
+        connect_message(p, n, data[0] % 9 == 1);
         break;
     case 3: {
         char *path = xstrndup(p, n);
@@ -109,6 +141,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         break;
     case 6:
         create(p, n);
+        break;
+    case 7:
+        stream_messages(p, n);
+        break;
+    case 8:
+        bytes(p, n);
         break;
     }
     return 0;

@@ -61,7 +61,7 @@ MIME = re.compile(r"^[a-z0-9][a-z0-9.+_-]*/[a-z0-9][a-z0-9.+_-]*$")
 E2B_TYPES = {"stdout", "stderr", "result", "error", "number_of_executions",
              "end_of_execution", "keepalive"}
 E2B_RESULT_KEYS = {"type", "is_main_result", "text", "html", "markdown", "svg", "png", "jpeg",
-                   "pdf", "latex", "json", "javascript"}
+                   "pdf", "latex", "json", "javascript", "chart"}
 
 
 def server_args(*extra):

@@ -325,6 +325,38 @@ TEST(server_cap_covers_hosts_and_ports)
     net_policy_free(max);
 }
 
+/* The internet: any name or address literal on any port passes the policy; the addresses
+ * are judged as for an allowlist (only public ones); it is within no cap but the internet. */
+TEST(the_internet_is_every_name_and_only_public_addresses)
+{
+    struct net_policy *p = net_policy_internet();
+    CHECK_STREQ(rule(p, "pypi.org", 443), "internet");
+    CHECK_STREQ(rule(p, "a.b.example.com.", 8080), "internet");
+    CHECK_STREQ(rule(p, "93.184.215.14", 22), "internet");
+    CHECK_STREQ(rule(p, "[2606:2800:21f:cb07:6820:80da:af6b:8b2c]", 443), "internet");
+    CHECK_STREQ(rule(p, "bad name", 80), "none");
+    CHECK(net_policy_lists_host(p, "pypi.org"));
+    CHECK(allowed(p, "93.184.215.14", 443));
+    const char *special[] = {
+        "127.0.0.1", "169.254.169.254",        "10.0.0.1",  "192.168.0.1", "::1",
+        "fd00::1",   "::ffff:169.254.169.254", "100.64.0.1"};
+    for (size_t i = 0; i < ARRAY_SIZE(special); i++)
+        CHECK(!allowed(p, special[i], 80));
+    CHECK(!net_policy_names_loopback(p));
+    struct net_policy *max = policy("*.corp.test"), *copy = net_policy_copy(p);
+    CHECK(copy->internet);
+    CHECK(!net_policy_within(p, max));
+    CHECK(strstr(err_msg(), "public internet") != NULL);
+    CHECK(net_policy_within(p, copy));
+    CHECK(net_policy_within(p, NULL));
+    json_t *j = net_policy_json(p);
+    CHECK_STREQ(json_string_value(json_object_get(j, "mode")), "internet");
+    json_decref(j);
+    net_policy_free(copy);
+    net_policy_free(max);
+    net_policy_free(p);
+}
+
 static int parse(const char *head, struct proxy_request *rq)
 {
     memset(rq, 0, sizeof(*rq));
@@ -667,6 +699,31 @@ static char *changed(const char *allow, const char *secrets_json, const char *ch
         }                                                                                          \
         free(got_);                                                                                \
     } while (0)
+
+/* "internet" turns the public internet on and off (E2B's updateNetwork, through
+ * session_network_replace); the server's cap refuses it unless it is the internet. */
+TEST(a_change_turns_the_internet_on_and_off)
+{
+    CHECK_CHANGE("a.test", NULL, "{\"allow\": [], \"internet\": true}", NULL,
+                 "{\"mode\":\"internet\",\"secrets\":[]}");
+    CHECK_CHANGE("a.test", NULL, "{\"internet\": true}", "a.test",
+                 "error: the public internet is wider");
+    CHECK_CHANGE("a.test", NULL, "{\"internet\": \"yes\"}", NULL, "error: internet: true or false");
+    CHECK_CHANGE("a.test", NULL, "{\"allow_add\": [\"b.test\"]}", NULL, "{\"allow\":[\"a.test\",");
+    struct net_policy *inet = net_policy_internet(), *np = NULL;
+    struct net_secrets *ns = NULL;
+    json_t *c = json_pack("{s:[s],s:b}", "allow", "b.test", "internet", 0);
+    CHECK(net_rules_change(inet, NULL, c, NULL, &np, &ns) == 0);
+    CHECK(!np->internet && np->n == 1 && ns == NULL);
+    net_policy_free(np);
+    json_decref(c);
+    c = json_pack("{s:[s]}", "allow_add", "b.test"); /* without "internet": kept as it was */
+    CHECK(net_rules_change(inet, NULL, c, NULL, &np, &ns) == 0);
+    CHECK(np->internet);
+    net_policy_free(np);
+    json_decref(c);
+    net_policy_free(inet);
+}
 
 TEST(a_running_sessions_rules_change_as_asked)
 {

@@ -82,6 +82,7 @@ static int config_fill(json_t *o, struct helper_config *cfg)
     cfg->rl_fsize_mb = u64_or(o, "rlimit_fsize_mb", 0);
     cfg->rl_as_mb = u64_or(o, "rlimit_as_mb", 0);
     cfg->extra_fds = (int)u64_or(o, "extra_fds", 0);
+    cfg->exec_channel = json_is_true(json_object_get(o, "exec_channel"));
     cfg->seccomp = !json_is_false(json_object_get(o, "seccomp"));
     cfg->landlock = !json_is_false(json_object_get(o, "landlock"));
     cfg->template_profile = json_is_true(json_object_get(o, "template"));
@@ -114,7 +115,7 @@ static int config_fill(json_t *o, struct helper_config *cfg)
     for (const char *c = cfg->instance; *c; c++)
         if (!((*c >= '0' && *c <= '9') || (*c >= 'a' && *c <= 'f')) || c - cfg->instance >= 32)
             return fail("bad sandbox configuration: instance is up to 32 lower-case hex digits");
-    if (cfg->extra_fds < 0 || cfg->extra_fds > 16)
+    if (cfg->extra_fds < 0 || cfg->extra_fds > 16 || cfg->extra_fds < (cfg->exec_channel ? 1 : 0))
         return fail("bad sandbox configuration: extra_fds out of range");
     return 0;
 }

@@ -39,7 +39,9 @@ struct helper_config {
     uint64_t rl_nofile, rl_nproc, rl_cpu_s, rl_fsize_mb, rl_as_mb;
     struct bind *binds;
     size_t n_binds;
-    int extra_fds; /* fds HELPER_FD_EXTRA.. handed to the payload as 3.. */
+    int extra_fds;     /* fds HELPER_FD_EXTRA.. handed to the payload as 3.. */
+    bool exec_channel; /* the last of the extra fds is the exec channel (execd.c): init's, never
+                        * the payload's */
     bool seccomp;
     bool landlock;
     bool template_profile; /* the template: keeps root in its namespace, maps a uid range */
@@ -103,11 +105,23 @@ int relay_start(const struct helper_config *cfg, void *seccomp_filter);
 void *seccomp_build(void);
 int seccomp_install(void *filter);
 
+/* The extra fds the payload gets (the exec channel is not one of them). */
+static inline int payload_extra_fds(const struct helper_config *cfg)
+{
+    return cfg->extra_fds - (cfg->exec_channel ? 1 : 0);
+}
+
 /* init.c: PID 1 of the sandbox. Never returns. */
 __attribute__((noreturn)) void init_main(struct helper_config *cfg, int sync_fd);
 /* Reports "ready" and forks the payload: returns 0 in the payload (signal handling back to
- * the defaults), -1 on failure; in init itself it supervises and never returns. */
-int init_fork_payload(const struct helper_config *cfg);
+ * the defaults), -1 on failure; in init itself it supervises (and, with an exec channel,
+ * starts the process spawner with seccomp_filter when the daemon first asks) and never
+ * returns. */
+int init_fork_payload(const struct helper_config *cfg, void *seccomp_filter);
+
+/* execd.c: forks the process spawner on channel chan (see execd.c); its pid in init, or -1.
+ * Never returns in the child. */
+pid_t execd_start(const struct helper_config *cfg, void *seccomp_filter, int chan);
 
 extern int status_fd;
 

@@ -54,21 +54,52 @@ static void report_and_exit(int wstatus)
     _exit(0);
 }
 
+/* The exec channel (execd.c) as init holds it: read by the spawner, which init starts when
+ * a request waits and no spawner runs, and starts again if it dies. */
+struct exec_state {
+    int fd; /* -1: none, or the daemon closed it */
+    pid_t spawner;
+    const struct helper_config *cfg;
+    void *filter;
+};
+
+/* A request waits and no spawner runs: start one; the daemon gone: let the channel go. */
+static void exec_channel_ready(struct exec_state *x, short revents)
+{
+    if (revents & POLLIN) {
+        x->spawner = execd_start(x->cfg, x->filter, x->fd);
+        if (x->spawner > 0)
+            return;
+        x->spawner = 0; /* no fork: the request waits for the next try (a child's end) */
+        return;
+    }
+    if (revents & (POLLHUP | POLLERR)) {
+        close(x->fd);
+        x->fd = -1;
+    }
+}
+
 /* Forwards signals, reaps, and watches the status pipe: when the daemon is gone (its read
  * end closed, whichever thread of it started us), the whole sandbox goes too. A
  * parent-death signal would not do: it fires when the spawning *thread* exits. */
-static __attribute__((noreturn)) void supervise(pid_t payload, const sigset_t *set, bool linger)
+static __attribute__((noreturn)) void supervise(pid_t payload, const sigset_t *set, bool linger,
+                                                struct exec_state *x)
 {
     int sfd = signalfd(-1, set, SFD_CLOEXEC);
     prctl(PR_SET_PDEATHSIG, 0);
     for (;;) {
-        struct pollfd pfd[2] = {{.fd = sfd, .events = POLLIN}, {.fd = status_fd, .events = 0}};
-        if (poll(pfd, 2, -1) < 0)
+        bool want_exec = x->fd >= 0 && x->spawner == 0;
+        struct pollfd pfd[3] = {{.fd = sfd, .events = POLLIN},
+                                {.fd = status_fd, .events = 0},
+                                {.fd = want_exec ? x->fd : -1, .events = POLLIN}};
+        if (poll(pfd, 3, -1) < 0)
             continue;
         if (pfd[1].revents & (POLLERR | POLLHUP)) {
             kill(-1, SIGKILL);
             _exit(0);
         }
+        if (pfd[2].revents)
+            exec_channel_ready(x, pfd[2].revents);
         struct signalfd_siginfo si;
         if (!(pfd[0].revents & POLLIN) || read(sfd, &si, sizeof(si)) != sizeof(si))
             continue;
@@ -80,6 +111,8 @@ static __attribute__((noreturn)) void supervise(pid_t payload, const sigset_t *s
         int wstatus;
         pid_t p;
         while ((p = waitpid(-1, &wstatus, WNOHANG)) > 0) {
+            if (p == x->spawner)
+                x->spawner = 0; /* the next request starts another */
             if (p != payload)
                 continue;
             if (!linger)
@@ -145,7 +178,7 @@ void init_main(struct helper_config *cfg, int sync_fd)
         _exit(1);
     if (cfg->relay_socket && relay_start(cfg, filter) < 0)
         _exit(1);
-    if (init_fork_payload(cfg) == 0) {
+    if (init_fork_payload(cfg, filter) == 0) {
         payload_exec(cfg, filter);
         _exit(127);
     }
@@ -196,9 +229,18 @@ void init_retitle(const char *instance)
     ((char *)start)[room - 1] = '\0';
 }
 
-int init_fork_payload(const struct helper_config *cfg)
+int init_fork_payload(const struct helper_config *cfg, void *seccomp_filter)
 {
     sigset_t set;
+    static struct exec_state x = {.fd = -1};
+    if (cfg->exec_channel) {
+        /* Up and away from the fds the payload takes, and never inherited by it: its
+         * lockdown closes every fd past its own. */
+        int orig = HELPER_FD_EXTRA + payload_extra_fds(cfg);
+        x = (struct exec_state){
+            .fd = fcntl(orig, F_DUPFD_CLOEXEC, 64), .cfg = cfg, .filter = seccomp_filter};
+        close(orig);
+    }
     signals_setup(&set);
     status_write("ready");
     pid_t payload = fork();
@@ -218,5 +260,5 @@ int init_fork_payload(const struct helper_config *cfg)
     stdio_to_null(cfg->extra_fds);
     if (cfg->retitle)
         init_retitle(cfg->instance);
-    supervise(payload, &set, cfg->template_profile);
+    supervise(payload, &set, cfg->template_profile, &x);
 }

@@ -46,10 +46,10 @@ static int place_fds(const struct helper_config *cfg)
         return fail_errno("fcntl");
     close(status_fd);
     status_fd = s;
-    for (int i = 0; i < cfg->extra_fds; i++)
+    for (int i = 0; i < payload_extra_fds(cfg); i++)
         if (dup2(HELPER_FD_EXTRA + i, 3 + i) < 0)
             return fail_errno("dup2");
-    int final_status = 3 + cfg->extra_fds;
+    int final_status = 3 + payload_extra_fds(cfg);
     if (dup3(s, final_status, O_CLOEXEC) < 0)
         return fail_errno("dup3");
     close(s);
