@@ -51,8 +51,8 @@ static int opt_reply_deadline(void *opts, const char *cmd, char *val)
 static const char mcp_limits_help[] =
     "  --memory MB, --pids N, --disk MB, --cpus N   limits of each session\n"
     "  --net, --secret      every session's network and credentials (default none;\n"
-    "                       the run_code tool says what the code can reach; --package,\n"
-    "                       --index-url and --install-timeout are refused)";
+    "                       the run_code tool says what the code can reach)\n"
+    "                       --package, --index-url and --install-timeout are refused";
 
 static const char no_files[] =
     "--file and --out do not apply to mcp; use the write_file and read_file tools";
