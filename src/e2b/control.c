@@ -28,13 +28,14 @@ static json_t *box_json(const struct e2b_box *b, struct session *s, bool with_to
     const char *mode = json_string_value(json_object_get(net, "mode"));
     bool internet = mode && !strcmp(mode, "internet"),
          allowlist = mode && !strcmp(mode, "allowlist");
-    json_t *j = json_pack("{s:s,s:s,s:s,s:s,s:O,s:s,s:s,s:s,s:I,s:I,s:I,s:b}", "sandboxID", b->id,
-                          "templateID", b->template_id, "clientID", "runcell", "envdVersion",
-                          E2B_ENVD_VERSION, "metadata", b->metadata, "startedAt", started, "endAt",
-                          end, "state", "running", "cpuCount",
-                          (json_int_t)((o->limits.cpus_milli ? o->limits.cpus_milli : 1000) / 1000),
-                          "memoryMB", (json_int_t)o->limits.memory_mb, "diskSizeMB",
-                          (json_int_t)o->limits.disk_mb, "allowInternetAccess", internet);
+    json_t *j =
+        json_pack("{s:s,s:s,s:s,s:s,s:O,s:s,s:s,s:s,s:I,s:I,s:I,s:b}", "sandboxID", b->id,
+                  "templateID", b->template_id, "clientID", "runcell", "envdVersion",
+                  E2B_ENVD_VERSION, "metadata", b->metadata, "startedAt", started, "endAt", end,
+                  "state", session_pause_state(s) == PAUSE_NONE ? "running" : "paused", "cpuCount",
+                  (json_int_t)((o->limits.cpus_milli ? o->limits.cpus_milli : 1000) / 1000),
+                  "memoryMB", (json_int_t)o->limits.memory_mb, "diskSizeMB",
+                  (json_int_t)o->limits.disk_mb, "allowInternetAccess", internet);
     if (allowlist) {
         json_t *allow = json_object_get(net, "allow");
         json_object_set_new(j, "network",
@@ -147,7 +148,24 @@ enum MHD_Result h_e2b_create(struct request *rq)
     o.idle_timeout_ms = (uint64_t)timeout_s * 1000;
     o.timeout_ms = rq->srv->cfg->limits.max_timeout_ms;
     o.home_dir = E2B_HOME; /* HOME and every start directory, as in E2B */
+    if (cr.auto_pause) {
+        /* autoPause: idle that long, it is paused (keeping its memory, or hibernated), and
+         * lives on paused until killed or the server's longest idle time passes. */
+        o.hibernate_after_ms = o.idle_timeout_ms;
+        o.pause_keeps_memory = cr.auto_pause_memory;
+        o.idle_timeout_ms = rq->srv->cfg->limits.max_idle_timeout_ms;
+    }
     struct session_create create = {.opts = &o, .no_persist = true};
+    if (cr.snapshot[0]) { /* Sandbox.create(snapshotId): a sandbox that starts from it */
+        json_t *rec = NULL;
+        if (snapshot_get(&rq->srv->persist, cr.snapshot, &rec) < 0) {
+            ret = e2b_error(rq, 404, "template '%s' not found: no snapshot %s on this server", tmpl,
+                            cr.snapshot);
+            goto out;
+        }
+        json_decref(rec);
+        create.resume_from = cr.snapshot;
+    }
     int r = session_table_create_ex(rq->srv->table, &create, &id, NULL);
     if (r < 0) {
         if (r != -EAGAIN)
@@ -178,6 +196,8 @@ enum MHD_Result h_e2b_create(struct request *rq)
         json_pack("[{s:s,s:s,s:s}]", "id", "default", "language", "python", "cwd", E2B_HOME);
     b->started_ms = now_realtime_ms();
     b->env = env ? json_deep_copy(env) : json_object();
+    b->auto_pause = cr.auto_pause;
+    b->auto_pause_memory = cr.auto_pause_memory;
     json_t *info = box_json(b, s, true, rq->srv->cfg->e2b_domain);
     session_table_put(rq->srv->table, s);
     struct e2b *e = rq->srv->e2b;
@@ -219,13 +239,227 @@ enum MHD_Result h_e2b_get(struct request *rq)
     return reply_box(rq, 200, false);
 }
 
+/* The {id} sandbox, resumed when paused: 0 and *ret_resumed, or after an E2B error reply. */
+static int resume_box(struct request *rq, bool *ret_resumed)
+{
+    const char *id = rq->params[0];
+    int err;
+    *ret_resumed = false;
+    e2b_expire_if_due(rq, id);
+    struct session *s = session_table_acquire(rq->srv->table, id, &err);
+    if (!s) {
+        e2b_error(rq, 404, "sandbox %s not found", id);
+        return -ENOENT;
+    }
+    json_t *report = NULL;
+    int r = session_pause_state(s) == PAUSE_NONE ? 0 : session_resume(s, &report);
+    *ret_resumed = r == 0 && report;
+    json_decref(report);
+    session_table_put(rq->srv->table, s);
+    if (r < 0 && r != -EALREADY) {
+        e2b_error(rq, 503, "sandbox %s could not be resumed: %s", id, err_msg());
+        return r;
+    }
+    return 0;
+}
+
 enum MHD_Result h_e2b_connect(struct request *rq)
 {
     json_t *body = e2b_body(rq);
     if (!body)
         return MHD_YES;
     json_decref(body);
-    return reply_box(rq, 200, true);
+    bool resumed;
+    if (resume_box(rq, &resumed) < 0)
+        return MHD_YES;
+    return reply_box(rq, resumed ? 201 : 200, true); /* 201: a paused sandbox came back */
+}
+
+enum MHD_Result h_e2b_resume(struct request *rq)
+{
+    json_t *body = e2b_body(rq);
+    if (!body)
+        return MHD_YES;
+    json_decref(body);
+    int err;
+    struct session *s = session_table_acquire(rq->srv->table, rq->params[0], &err);
+    bool running = s && session_pause_state(s) == PAUSE_NONE;
+    if (s)
+        session_table_put(rq->srv->table, s);
+    if (running)
+        return e2b_error(rq, 409, "sandbox %s is already running", rq->params[0]);
+    bool resumed;
+    if (resume_box(rq, &resumed) < 0)
+        return MHD_YES;
+    return reply_box(rq, 201, true);
+}
+
+enum MHD_Result h_e2b_pause(struct request *rq)
+{
+    json_t *body = e2b_body(rq);
+    if (!body)
+        return MHD_YES;
+    /* memory: what the SDKs' keepMemory says; left out, E2B keeps it */
+    json_t *mem = json_object_get(body, "memory");
+    bool keep = !json_is_false(mem);
+    json_decref(body);
+    const char *id = rq->params[0];
+    e2b_expire_if_due(rq, id);
+    int err;
+    struct session *s = session_table_acquire(rq->srv->table, id, &err);
+    if (!s)
+        return e2b_error(rq, 404, "sandbox %s not found", id);
+    json_t *report = NULL;
+    int r = session_pause(s, keep, &report);
+    session_table_put(rq->srv->table, s);
+    json_decref(report);
+    if (r == -EALREADY)
+        return e2b_error(rq, 409, "sandbox %s is already paused", id);
+    if (r < 0)
+        return e2b_error(rq, r == -EINVAL ? 400 : 503, "sandbox %s could not be paused: %s", id,
+                         err_msg());
+    return e2b_reply_empty(rq, 204);
+}
+
+/* ---- snapshots and forks: runcell's (snapshot.c) ---- */
+
+/* E2B's SnapshotInfo of one of runcell's snapshot records. */
+static json_t *snapshot_info(json_t *rec)
+{
+    const char *name = json_string_value(json_object_get(rec, "name"));
+    return json_pack("{s:O,s:[s]}", "snapshotID", json_object_get(rec, "id"), "names",
+                     name ? name : json_string_value(json_object_get(rec, "id")));
+}
+
+enum MHD_Result h_e2b_snapshot_create(struct request *rq)
+{
+    json_t *body = e2b_body(rq);
+    if (!body)
+        return MHD_YES;
+    json_t *nv = json_object_get(body, "name");
+    _cleanup_free_ char *name = json_is_string(nv) ? xstrdup(json_string_value(nv)) : NULL;
+    json_decref(body);
+    const char *id = rq->params[0];
+    int err;
+    struct session *s = session_table_acquire(rq->srv->table, id, &err);
+    if (!s)
+        return e2b_error(rq, 404, "sandbox %s not found", id);
+    json_t *rec = NULL;
+    int r = snapshot_create(&rq->srv->persist, s, name, rq->srv->cfg->limits.max_snapshots, &rec);
+    session_table_put(rq->srv->table, s);
+    if (r < 0)
+        return e2b_error(rq, r == -EAGAIN ? 429 : r == -EINVAL ? 400 : 503, "%s", err_msg());
+    json_t *info = snapshot_info(rec);
+    json_decref(rec);
+    return reply_json(rq, 201, info);
+}
+
+enum MHD_Result h_e2b_snapshot_list(struct request *rq)
+{
+    const char *box = MHD_lookup_connection_value(rq->conn, MHD_GET_ARGUMENT_KIND, "sandboxID");
+    const char *name = MHD_lookup_connection_value(rq->conn, MHD_GET_ARGUMENT_KIND, "name");
+    json_t *all = snapshot_list(&rq->srv->persist, 0), *out = json_array(), *rec;
+    size_t i;
+    json_array_foreach(all, i, rec)
+    {
+        const char *from = json_string_value(json_object_get(rec, "from"));
+        const char *n = json_string_value(json_object_get(rec, "name"));
+        const char *sid = json_string_value(json_object_get(rec, "id"));
+        if (box && *box && (!from || strcmp(from, box)))
+            continue;
+        if (name && *name && strcmp(name, n ? n : "") && strcmp(name, sid ? sid : ""))
+            continue;
+        json_array_append_new(out, snapshot_info(rec));
+    }
+    json_decref(all);
+    return reply_json(rq, 200, out);
+}
+
+enum MHD_Result h_e2b_template_delete(struct request *rq)
+{
+    /* deleteSnapshot names a snapshot as a template; other templates are not runcell's */
+    const char *id = rq->params[1] ? rq->params[1] : rq->params[0];
+    char snap[40];
+    size_t n = id ? strcspn(id, ":") : 0;
+    if (n != 32 || strspn(id, "0123456789abcdef") < 32)
+        return h_e2b_unsupported(rq);
+    snprintf(snap, sizeof(snap), "%.32s", id);
+    int r = snapshot_delete(&rq->srv->persist, snap);
+    if (r == -ENOENT)
+        return e2b_error(rq, 404, "template %s not found: no snapshot of that id", id);
+    if (r < 0)
+        return e2b_error(rq, 503, "%s", err_msg());
+    return e2b_reply_empty(rq, 204);
+}
+
+enum MHD_Result h_e2b_fork(struct request *rq)
+{
+    json_t *body = e2b_body(rq);
+    if (!body)
+        return MHD_YES;
+    json_t *cv = json_object_get(body, "count"), *tv = json_object_get(body, "timeout");
+    json_int_t count = json_is_integer(cv) ? json_integer_value(cv) : 1;
+    json_int_t timeout_s = json_is_integer(tv) ? json_integer_value(tv) : 0;
+    json_decref(body);
+    uint64_t max_s = rq->srv->cfg->limits.max_idle_timeout_ms / 1000;
+    if (count < 1 || count > SESSION_FORK_MAX)
+        return e2b_error(rq, 400, "field 'count' must be 1 to %d", SESSION_FORK_MAX);
+    if (timeout_s < 0 || (uint64_t)timeout_s > max_s)
+        return e2b_error(rq, 400,
+                         "field 'timeout' must be a whole number of seconds from 1 to %llu",
+                         (unsigned long long)max_s);
+    const char *id = rq->params[0];
+    struct e2b *e = rq->srv->e2b;
+    pthread_mutex_lock(&e->lock);
+    struct e2b_box *parent = e2b_box_find(e, id);
+    _cleanup_free_ char *tmpl = parent ? xstrdup(parent->template_id) : NULL;
+    json_t *metadata = parent ? json_deep_copy(parent->metadata) : NULL;
+    json_t *env = parent ? json_deep_copy(parent->env) : NULL;
+    pthread_mutex_unlock(&e->lock);
+    json_t *forks = NULL, *out = json_array(), *f;
+    int r = parent ? session_table_fork(rq->srv->table, id, (unsigned)count, &forks) : -ENOENT;
+    if (r < 0) {
+        json_decref(metadata);
+        json_decref(env);
+        json_decref(out);
+        if (r == -ENOENT)
+            return e2b_error(rq, 404, "sandbox %s not found", id);
+        return e2b_error(rq, r == -EAGAIN ? 429 : 503, "%s", err_msg());
+    }
+    size_t i;
+    json_array_foreach(forks, i, f)
+    {
+        const char *fid = json_string_value(json_object_get(f, "id"));
+        int err;
+        struct session *s = session_table_acquire(rq->srv->table, fid, &err);
+        if (!s) {
+            json_array_append_new(out, json_pack("{s:{s:i,s:s}}", "error", "code", 503, "message",
+                                                 "the fork was closed as it was made"));
+            continue;
+        }
+        if (timeout_s)
+            session_set_idle_timeout(s, (uint64_t)timeout_s * 1000);
+        struct e2b_box *b = xcalloc(1, sizeof(*b));
+        b->id = xstrdup(fid);
+        b->token = random_hex(16);
+        b->template_id = xstrdup(tmpl);
+        b->metadata = json_deep_copy(metadata);
+        b->contexts =
+            json_pack("[{s:s,s:s,s:s}]", "id", "default", "language", "python", "cwd", E2B_HOME);
+        b->started_ms = now_realtime_ms();
+        b->env = json_deep_copy(env);
+        json_array_append_new(
+            out, json_pack("{s:o}", "sandbox", box_json(b, s, true, rq->srv->cfg->e2b_domain)));
+        session_table_put(rq->srv->table, s);
+        pthread_mutex_lock(&e->lock);
+        b->next = e->boxes;
+        e->boxes = b;
+        pthread_mutex_unlock(&e->lock);
+    }
+    json_decref(forks);
+    json_decref(metadata);
+    json_decref(env);
+    return reply_json(rq, 201, out);
 }
 
 static bool box_matches(const struct e2b_box *b, json_t *want, const char *tmpl)
@@ -246,7 +480,7 @@ static bool box_matches(const struct e2b_box *b, json_t *want, const char *tmpl)
 /* The list's state filter: "running,paused" (the JavaScript SDK) or state=running&state=paused
  * (the Python SDK's repeated parameter). */
 struct states {
-    bool given, running;
+    bool given, running, paused;
 };
 
 static enum MHD_Result state_arg(void *ctx, enum MHD_ValueKind kind, const char *key,
@@ -257,6 +491,7 @@ static enum MHD_Result state_arg(void *ctx, enum MHD_ValueKind kind, const char 
     if (key && !strcmp(key, "state")) {
         st->given = true;
         st->running |= value && strstr(value, "running");
+        st->paused |= value && strstr(value, "paused");
     }
     return MHD_YES;
 }
@@ -268,8 +503,6 @@ enum MHD_Result h_e2b_list(struct request *rq)
     const char *meta = MHD_lookup_connection_value(rq->conn, MHD_GET_ARGUMENT_KIND, "metadata");
     const char *tmpl = MHD_lookup_connection_value(rq->conn, MHD_GET_ARGUMENT_KIND, "template");
     json_t *arr = json_array();
-    if (st.given && !st.running)
-        return reply_json(rq, 200, arr); /* runcell keeps no paused sandboxes */
     char why[256];
     json_t *want = meta && *meta ? e2b_metadata_parse(meta, why) : json_object();
     if (!want) {
@@ -291,7 +524,9 @@ enum MHD_Result h_e2b_list(struct request *rq)
         }
         pthread_mutex_lock(&e->lock);
         struct e2b_box *b = e2b_box_find(e, *id);
-        if (b && box_matches(b, want, tmpl && *tmpl ? tmpl : NULL))
+        bool paused = session_pause_state(s) != PAUSE_NONE;
+        bool state_ok = !st.given || (paused ? st.paused : st.running);
+        if (b && state_ok && box_matches(b, want, tmpl && *tmpl ? tmpl : NULL))
             json_array_append_new(arr, box_json(b, s, false, rq->srv->cfg->e2b_domain));
         pthread_mutex_unlock(&e->lock);
         session_table_put(rq->srv->table, s);
@@ -355,8 +590,8 @@ enum MHD_Result h_e2b_timeout(struct request *rq)
 enum MHD_Result h_e2b_refused(struct request *rq)
 {
     return e2b_error(rq, 400,
-                     "%s %s is not supported by runcell's E2B endpoint (pause, resume, "
-                     "snapshots, forks and logs have no runcell counterpart yet; docs/E2B.md)",
+                     "%s %s is not supported by runcell's E2B endpoint (a sandbox's logs have "
+                     "no runcell counterpart yet; docs/E2B.md)",
                      rq->method, rq->route->pattern);
 }
 

@@ -62,6 +62,8 @@ struct e2b_box {
     uint64_t deadline_ms; /* realtime; 0: only the session's idle expiry */
     json_t *env;          /* envVars: every command's environment starts with them */
     struct e2b_watcher *watchers;
+    bool auto_pause;        /* at its timeout it is paused, not killed (autoPause) */
+    bool auto_pause_memory; /* ... keeping its memory (autoPauseMemory, the default) */
     double metrics_cpu_ms;  /* the CPU time getMetrics last saw, and when (monotonic ms; */
     uint64_t metrics_at_ms; /* 0: never), for the CPU use between two calls */
     struct e2b_box *next;
@@ -118,6 +120,12 @@ enum MHD_Result h_e2b_kill(struct request *rq);
 enum MHD_Result h_e2b_timeout(struct request *rq);
 enum MHD_Result h_e2b_connect(struct request *rq);
 enum MHD_Result h_e2b_refused(struct request *rq);
+enum MHD_Result h_e2b_pause(struct request *rq);
+enum MHD_Result h_e2b_resume(struct request *rq);
+enum MHD_Result h_e2b_fork(struct request *rq);
+enum MHD_Result h_e2b_snapshot_create(struct request *rq);
+enum MHD_Result h_e2b_snapshot_list(struct request *rq);
+enum MHD_Result h_e2b_template_delete(struct request *rq);
 enum MHD_Result h_e2b_unsupported(struct request *rq);
 enum MHD_Result h_e2b_health(struct request *rq);
 enum MHD_Result h_e2b_metrics(struct request *rq);
@@ -176,9 +184,12 @@ struct e2b_create {
     json_t *metadata;        /* borrowed: an object of strings, or NULL */
     json_t *env;             /* borrowed: an object of strings with variable names, or NULL */
     uint64_t timeout_s;
-    int internet;     /* allow_internet_access: 1 true, 0 false, -1 not said */
-    bool deny_all;    /* network.denyOut is E2B's ALL_TRAFFIC: only allowOut is reachable */
-    char **allow_out; /* network.allowOut (owned; strv_free), or NULL */
+    int internet;           /* allow_internet_access: 1 true, 0 false, -1 not said */
+    bool deny_all;          /* network.denyOut is E2B's ALL_TRAFFIC: only allowOut is reachable */
+    char **allow_out;       /* network.allowOut (owned; strv_free), or NULL */
+    bool auto_pause;        /* autoPause: at its timeout, paused rather than killed */
+    bool auto_pause_memory; /* autoPauseMemory (default true): paused keeping its memory */
+    char snapshot[40];      /* templateID named one of runcell's snapshots: its id, else "" */
 };
 /* 0, or -EINVAL with why (naming the field). */
 int e2b_create_parse(json_t *body, uint64_t max_timeout_s, struct e2b_create *ret, char why[512]);

@@ -166,8 +166,21 @@ void e2b_expire_if_due(struct request *rq, const char *id)
     pthread_mutex_lock(&e->lock);
     struct e2b_box *b = e2b_box_find(e, id);
     bool due = b && b->deadline_ms && now_realtime_ms() >= b->deadline_ms;
+    bool pause = due && b->auto_pause, keep = due && b->auto_pause_memory;
+    if (pause)
+        b->deadline_ms = 0; /* paused now: its timeout is spent */
     pthread_mutex_unlock(&e->lock);
-    if (due) {
+    if (pause) { /* autoPause: paused at its timeout, as E2B does, not killed */
+        int err;
+        struct session *s = session_table_acquire(rq->srv->table, id, &err);
+        json_t *report = NULL;
+        if (s && session_pause(s, keep, &report) < 0)
+            log_info("msg=\"sandbox not paused at its timeout\" sandbox=%s error=%s", id,
+                     log_quote(err_msg()));
+        json_decref(report);
+        if (s)
+            session_table_put(rq->srv->table, s);
+    } else if (due) {
         session_table_close(rq->srv->table, id, false, NULL);
         e2b_box_forget(e, id);
     }
@@ -430,11 +443,11 @@ static const struct route e2b_routes[] = {
     {"PUT", "/sandboxes/{id}/network", h_e2b_network, ROUTE_E2B_API, NULL},
     {"POST", "/sandboxes/{id}/connect", h_e2b_connect, ROUTE_E2B_API, NULL},
     {"POST", "/v2/sandboxes/{id}/connect", h_e2b_connect, ROUTE_E2B_API, NULL},
-    {"POST", "/sandboxes/{id}/pause", h_e2b_refused, ROUTE_E2B_API, NULL},
-    {"POST", "/sandboxes/{id}/resume", h_e2b_refused, ROUTE_E2B_API, NULL},
-    {"POST", "/sandboxes/{id}/fork", h_e2b_refused, ROUTE_E2B_API, NULL},
-    {"POST", "/sandboxes/{id}/snapshots", h_e2b_refused, ROUTE_E2B_API, NULL},
-    {"GET", "/snapshots", h_e2b_refused, ROUTE_E2B_API, NULL},
+    {"POST", "/sandboxes/{id}/pause", h_e2b_pause, ROUTE_E2B_API, NULL},
+    {"POST", "/sandboxes/{id}/resume", h_e2b_resume, ROUTE_E2B_API, NULL},
+    {"POST", "/sandboxes/{id}/fork", h_e2b_fork, ROUTE_E2B_API, NULL},
+    {"POST", "/sandboxes/{id}/snapshots", h_e2b_snapshot_create, ROUTE_E2B_API, NULL},
+    {"GET", "/snapshots", h_e2b_snapshot_list, ROUTE_E2B_API, NULL},
     {"GET", "/sandboxes/{id}/logs", h_e2b_refused, ROUTE_E2B_API, NULL},
     {"GET", "/v2/sandboxes/{id}/logs", h_e2b_refused, ROUTE_E2B_API, NULL},
 /* E2B's other objects (templates, volumes, secrets): refused by name, saying what to do */
@@ -447,7 +460,7 @@ static const struct route e2b_routes[] = {
     UNSUPPORTED("GET", "/templates/{path}"),
     UNSUPPORTED("POST", "/templates/{path}"),
     UNSUPPORTED("PATCH", "/templates/{path}"),
-    UNSUPPORTED("DELETE", "/templates/{path}"),
+    {"DELETE", "/templates/{path}", h_e2b_template_delete, ROUTE_E2B_API, NULL},
     UNSUPPORTED("POST", "/v2/templates"),
     UNSUPPORTED("POST", "/v2/templates/{path}"),
     UNSUPPORTED("PATCH", "/v2/templates/{path}"),

@@ -402,9 +402,9 @@ static const char *const e2b_templates[] = {"code-interpreter-v1", "code-interpr
 /* Fields of a create body that runcell takes, and those it must refuse when they ask for
  * something (null, false and empty mean "not asked"). */
 static const char *const create_known[] = {
-    "templateID", "timeout", "metadata", "envVars", "secure", "allow_internet_access", "network"};
-static const char *const create_refused[] = {
-    "mcp", "iam", "autoPause", "autoPauseMemory", "autoResume", "volumeMounts", "alias"};
+    "templateID", "timeout",   "metadata",        "envVars",   "secure", "allow_internet_access",
+    "network",    "autoPause", "autoPauseMemory", "autoResume"};
+static const char *const create_refused[] = {"mcp", "iam", "volumeMounts", "alias"};
 
 /* Nested at most this deep: deeper is taken as asking (a create body is the client's, and
  * the SDKs' "off" values are one level deep). */
@@ -574,7 +574,11 @@ int e2b_create_parse(json_t *body, uint64_t max_timeout_s, struct e2b_create *re
     }
     if (json_is_string(tv))
         ret->template_id = json_string_value(tv);
-    bool known = false;
+    /* A snapshot (createSnapshot's snapshotID, maybe with E2B's ":tag"): its id. */
+    size_t id_len = strcspn(ret->template_id, ":");
+    if (id_len == 32 && strspn(ret->template_id, "0123456789abcdef") == 32)
+        snprintf(ret->snapshot, sizeof(ret->snapshot), "%.32s", ret->template_id);
+    bool known = ret->snapshot[0] != '\0';
     for (size_t i = 0; i < ARRAY_SIZE(e2b_templates) && !known; i++)
         known = !strcmp(ret->template_id, e2b_templates[i]);
     if (!known) {
@@ -620,6 +624,15 @@ int e2b_create_parse(json_t *body, uint64_t max_timeout_s, struct e2b_create *re
         return -EINVAL;
     }
     ret->internet = json_is_boolean(inet) ? json_is_true(inet) : -1;
+    json_t *ap = json_object_get(body, "autoPause"),
+           *apm = json_object_get(body, "autoPauseMemory");
+    if ((ap && !json_is_null(ap) && !json_is_boolean(ap)) ||
+        (apm && !json_is_null(apm) && !json_is_boolean(apm))) {
+        snprintf(why, 512, "fields 'autoPause' and 'autoPauseMemory' must be true or false");
+        return -EINVAL;
+    }
+    ret->auto_pause = json_is_true(ap);
+    ret->auto_pause_memory = !json_is_false(apm);
     if (!create_network_parse(body, ret, why)) {
         strv_free(ret->allow_out);
         ret->allow_out = NULL;

@@ -699,6 +699,8 @@ int session_proc_start(struct session *s, const struct session_proc_spec *spec,
         return r;
     if (!ps)
         return err_set(ESHUTDOWN, "the session is closed");
+    if ((r = session_wake(s)) < 0) /* a paused session's processes come back first */
+        return r;
     if ((r = reserve(ps)) < 0)
         return r;
     if (pipe2(out, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC) < 0 || pipe2(st, O_CLOEXEC) < 0 ||

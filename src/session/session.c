@@ -1511,6 +1511,20 @@ int session_run_exclusive(struct session *s, uint64_t wait_ms,
     return run_exclusive(s, wait_ms, fn, ctx, true);
 }
 
+static int woken(struct session *s, void *ctx)
+{
+    (void)s, (void)ctx;
+    return 0;
+}
+
+int session_wake(struct session *s)
+{
+    pthread_mutex_lock(&s->lock);
+    bool paused = s->paused != PAUSE_NONE;
+    pthread_mutex_unlock(&s->lock);
+    return paused ? run_exclusive(s, s->opts.timeout_ms, woken, NULL, true) : 0;
+}
+
 int session_run_exclusive_raw(struct session *s, uint64_t wait_ms,
                               int (*fn)(struct session *s, void *ctx), void *ctx)
 {

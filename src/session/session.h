@@ -173,6 +173,8 @@ struct session_opts {
                                   * session's; 0: none), at most SESSION_HISTORY_MAX */
     uint64_t hibernate_after_ms; /* idle this long, a session of a table with a store
                                   * hibernates (session_pause without keep_memory); 0: never */
+    bool pause_keeps_memory;     /* ... or, with this, is paused with keep_memory (E2B's
+                                  * autoPause keeping memory) */
 };
 #define SESSION_HISTORY_MAX 100
 void session_opts_fill_defaults(struct session_opts *o);
@@ -758,6 +760,9 @@ bool session_id_valid(const char *id);
 enum session_pause { PAUSE_NONE, PAUSE_FROZEN, PAUSE_HIBERNATED };
 const char *session_pause_name(enum session_pause p);
 enum session_pause session_pause_state(struct session *s);
+/* Resumes s when it is paused (waiting for a running cell up to its timeout), for work that
+ * needs its processes (a command); 0 at once otherwise. */
+int session_wake(struct session *s);
 /* How many sessions of this process are hibernated now. */
 size_t session_hibernated_count(void);
 

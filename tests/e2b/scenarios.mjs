@@ -344,6 +344,43 @@ const scenarios = {
                    error: jsError.error && jsError.error.name },
              r, after }
   },
+  async pauseSnapshotFork(sbx) {
+    // pause (keeping memory) and connect (which resumes), then a hibernating pause
+    await sbx.runCode('kept = 41')
+    const paused = await sbx.pause()
+    const again = await sbx.pause()
+    const listedPaused = (await Sandbox.list({ query: { state: ['paused'] } }).nextItems())
+      .map(b => b.sandboxId)
+    const infoPaused = await Sandbox.getInfo(sbx.sandboxId)
+    const resumed = await Sandbox.connect(sbx.sandboxId)
+    const afterResume = executionInfo(await resumed.runCode('kept + 1'))
+    await sbx.pause({ keepMemory: false })
+    const afterHibernate = executionInfo(await sbx.runCode('kept + 2'))
+    // a snapshot, a sandbox from it, the list, and its deletion
+    await sbx.files.write('/home/user/note.txt', 'from the snapshot')
+    const snap = await sbx.createSnapshot({ name: 'kept-state' })
+    const listed = await Sandbox.listSnapshots({ sandboxId: sbx.sandboxId }).nextItems()
+    const fromSnap = await Sandbox.create(snap.snapshotId, { timeoutMs: 60000 })
+    const restored = executionInfo(await fromSnap.runCode(
+      "kept, open('/home/user/note.txt').read()"))
+    await fromSnap.kill()
+    const deleted = await Sandbox.deleteSnapshot(snap.snapshotId)
+    const deletedAgain = await Sandbox.deleteSnapshot(snap.snapshotId)
+    let gone = null
+    try { await Sandbox.create(snap.snapshotId) } catch (e) { gone = errorInfo(e) }
+    // forks: each a sandbox of its own, with the parent's state, changing nothing of it
+    const forks = await sbx.fork({ count: 2, timeoutMs: 60000 })
+    const forked = []
+    for (const f of forks) {
+      await f.runCode('kept = kept * 100')
+      forked.push(executionInfo(await f.runCode('kept')))
+    }
+    const parent = executionInfo(await sbx.runCode('kept'))
+    for (const f of forks) await f.kill()
+    return { paused, again, listedPaused, infoPaused: infoPaused.state, afterResume,
+             afterHibernate, snap, listed, restored, deleted, deletedAgain, gone,
+             forkIds: forks.map(f => f.sandboxId), forked, parent }
+  },
   async kill(sbx) {
     const id = sbx.sandboxId
     const listed = (await Sandbox.list().nextItems()).map(s => s.sandboxId)
@@ -400,11 +437,6 @@ async function main() {
     // What has no runcell counterpart: each call's error, as the user sees it
     const sbx = await Sandbox.create()
     const calls = {
-      pause: () => sbx.pause(),
-      betaPause: () => sbx.betaPause(),
-      snapshot: () => sbx.createSnapshot(),
-      fork: () => sbx.fork(),
-      listSnapshots: () => Sandbox.listSnapshots().nextItems(),
       pty: () => sbx.pty.create({ cols: 80, rows: 24, onData: () => {} }),
       volume: () => Volume.create('data'),
       volumes: () => Volume.list(),
