@@ -700,8 +700,13 @@ class PythonSdkWire(RuncellTestCase):
         self.assertEqual(r.status, 201, r)
         self.assertLessEqual(self.SANDBOX_KEYS, set(r.json()), r.json())
         self.assertFalse(r.json()["allowInternetAccess"])
+        # autoResume {"enabled": true}: taken (a paused sandbox's next cell or command
+        # resumes it, whatever it says); an autoPause that is not a boolean is refused
         self.assertEqual(self.create(allow_internet_access=False,
-                                     autoResume={"enabled": True}).status, 400)
+                                     autoResume={"enabled": True}).status, 201)
+        r = self.create(allow_internet_access=False, autoPause="yes")
+        self.assertEqual(r.status, 400, r)
+        self.assertIn("'autoPause'", r.json()["message"])
         # network={"deny_out": [ALL_TRAFFIC], "allow_out": [...]}: the allowlist
         r = self.create(network={"denyOut": ["0.0.0.0/0"], "allowOut": ["pypi.org"]})
         self.assertEqual(r.status, 201, r)
