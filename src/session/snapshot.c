@@ -270,6 +270,9 @@ static int do_pause(struct session *s, void *arg)
     }
     free(error);
     session_stop_kernels(s);
+    /* What it keeps open only to measure its next cell goes now: a hibernated session holds
+     * one descriptor (its uid's lock), so that ten thousand of them fit a server. */
+    workspace_scan_idle(session_workspace(s));
     session_set_pause(s, PAUSE_HIBERNATED, resume_hook);
     json_object_set_new(x->report, "state", json_string("hibernated"));
     return 0;
