@@ -730,7 +730,7 @@ int session_proc_start(struct session *s, const struct session_proc_spec *spec,
     fd_set_nonblock(p->status_fd, true);
     if (p->in_fd >= 0)
         fd_set_nonblock(p->in_fd, true);
-out:
+out:;
     /* the table's reference is p's first; the caller's is taken on success */
     int settled = settle(ps, p);
     if (r == 0 && settled < 0)
