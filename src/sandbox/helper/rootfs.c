@@ -413,7 +413,7 @@ int home_bind(const char *root)
     char src[64], dst[64];
     /* The same mount again (its flags come with it), not a second copy of the files. */
     snprintf(src, sizeof(src), "%sworkspace", root);
-    snprintf(dst, sizeof(dst), "%s%s", root, SANDBOX_HOME_DIR + 1);
+    snprintf(dst, sizeof(dst), "%s%s", root, &SANDBOX_HOME_DIR[1]);
     if (mount(src, dst, NULL, MS_BIND, NULL) < 0)
         return fail_errno("cannot bind the workspace at %s", SANDBOX_HOME_DIR);
     return 0;
