@@ -231,7 +231,10 @@ class Placement(RuncellTestCase):
         sb = found[0]
         self.assertEqual(read(os.path.join(sb, "pids.max")), "24")
         self.assertEqual(read(os.path.join(sb, "cpu.max")), "50000 100000")
-        self.assertTrue(procs(sb), "the sandbox's cgroup %s holds no process" % sb)
+        # The processes are in the sandbox's leaf below it (the cgroup that names the sandbox).
+        held = [pid for d in [sb] + [os.path.join(sb, rel) for rel in tree(sb)]
+                for pid in procs(d)]
+        self.assertTrue(held, "the sandbox's cgroup %s and its leaf hold no process" % sb)
         self.stop(p)
         self.assertFalse(os.path.exists(sb), "the sandbox's cgroup %s outlived the run" % sb)
 
