@@ -29,6 +29,10 @@ import threading
 import time
 import urllib.request
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "tests", "lib"))
+from rctest import descendants  # noqa: E402
+
 PY = "/usr/bin/python3"
 STACK = "import numpy, pandas, matplotlib.pyplot, openpyxl"
 UID_BASE = 1000000000
@@ -328,12 +332,13 @@ def hold_sessions(runcell, n, creators=4, hibernate=False):
             srv.get("/healthz")
             lat.append((time.perf_counter() - t) * 1000)
         used = meminfo_used_mb() - mem0
+        tree = tree_pss_mb(srv.proc.pid)
         t0 = time.time()
         return {"held": len(made), "hibernated": hibernated,
                 "errors": (stopped[:1] + errors)[:3], "create_s": created_s,
                 "healthz_p50": pct(lat, 50), "healthz_p99": pct(lat, 99),
                 "healthz_max": max(lat),
-                "memory_mb": used}
+                "memory_mb": used, "tree_pss_mb": tree}
     finally:
         t0 = time.time()
         srv.stop()
@@ -348,6 +353,20 @@ def meminfo_mb(*keys):
         k, v = line.split(":")
         info[k] = int(v.split()[0])
     return sum(info[k] for k in keys) / 1024.0
+
+
+def tree_pss_mb(pid):
+    """PSS of the server and every process below it, in MB: unlike the machine's used memory,
+    other work on the machine does not move it (tmpfs and the kernel's own memory are not in
+    it)."""
+    kb = 0
+    for p in [pid] + sorted(descendants(pid)):
+        try:
+            with open("/proc/%d/smaps_rollup" % p) as f:
+                kb += sum(int(line.split()[1]) for line in f if line.startswith("Pss:"))
+        except OSError:
+            pass
+    return kb / 1024
 
 
 def meminfo_used_mb():
@@ -390,9 +409,10 @@ def main(argv):
     shutil.rmtree(spec_dir, ignore_errors=True)
     print_table(rows)
     if hib:
-        print("  %d sessions made in %.1f s, %d hibernated, about %.0f MB of memory; /healthz "
-              "p50 %.1f ms, max %.1f ms%s" % (
+        print("  %d sessions made in %.1f s, %d hibernated, about %.0f MB of memory (the "
+              "server's processes' PSS %.0f MB); /healthz p50 %.1f ms, max %.1f ms%s" % (
                   hib["held"], hib["create_s"], hib["hibernated"], hib["memory_mb"],
+                  hib["tree_pss_mb"],
                   hib["healthz_p50"], hib["healthz_max"],
                   "; errors: %s" % hib["errors"] if hib["errors"] else ""))
     print("  %d sessions made in %.1f s (4 clients), about %.0f MB of memory%s" % (
@@ -414,6 +434,7 @@ def main(argv):
                        "held_asked": hold,
                        "hibernated": hib["hibernated"] if hib else None,
                        "hibernated_memory_mb": hib["memory_mb"] if hib else None,
+                       "hibernated_pss_mb": hib["tree_pss_mb"] if hib else None,
                        "hibernated_create_s": hib["create_s"] if hib else None}, f)
     return rows
 

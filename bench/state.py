@@ -52,13 +52,16 @@ def timed(fn):
     return (time.perf_counter() - t0) * 1000, out
 
 
-def pss_kb(pids):
+def pss_kb(pids, fields=("Pss:",)):
+    """The sum of fields of smaps_rollup over pids, in kB (PSS: a page shared by k processes
+    counts 1/k in each, so a clone's share of the template's pages depends on how many
+    clones there are)."""
     total = 0
     for pid in pids:
         try:
             with open("/proc/%d/smaps_rollup" % pid) as f:
                 for line in f:
-                    if line.startswith("Pss:"):
+                    if line.startswith(fields):
                         total += int(line.split()[1])
         except OSError:
             pass
@@ -177,10 +180,16 @@ def main():
         bench_pause(a, out)
         bench_forks(a, out)
         bench_snapshots(a, b, out)
-        bench_memory(a, out)
     finally:
         a.stop()
         b.stop()
+    # Memory on a server of its own without a pool: no session made ahead (nor the pool grown
+    # by the forks above) among the processes counted.
+    m = Server(runcell, "--pool", "0")
+    try:
+        bench_memory(m, out)
+    finally:
+        m.stop()
         shutil.rmtree(store, ignore_errors=True)
     print("undo, fork, pause and snapshots; a session with pandas imported and 50 MB of "
           "DataFrames (ms)")
@@ -198,8 +207,9 @@ def main():
             key, p50, p95, len(v), goal or "-", "%.2f" % (p50 / goal) if goal else "-",
             "%s: %.2f" % (anchor[0], p50 / anchor[1]) if anchor else ""))
     print()
-    print("memory (PSS): a session %.0f MB; each undo level %.1f MB (cells changing ~10 MB "
-          "each); a fork %.0f MB; a hibernated session %.1f MB" % (
+    print("memory (PSS, no pool: the template's pages split among it and these sessions only): "
+          "a session %.0f MB; each undo level %.1f MB (cells changing ~10 MB each); a fork "
+          "%.0f MB; a hibernated session %.1f MB" % (
               out["pss_session_mb"], out["pss_per_undo_level_mb"], out["pss_fork_mb"],
               out["pss_hibernated_mb"]))
     summary["memory"] = {k: out[k] for k in out if k.startswith("pss_")}
