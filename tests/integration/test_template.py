@@ -20,6 +20,7 @@ import signal
 import tempfile
 import unittest
 
+from memscan import SANDBOX_SCAN
 from rctest import HANG, PY, RUNCELL, RuncellTestCase, Server, is_root, wait_until
 
 SECRET_KEY = "sk-rctest-%s" % os.urandom(12).hex()
@@ -114,46 +115,11 @@ def memory_holds(pid, needles):
     return found
 
 
-# Run inside a session: the regions of its own memory where HEAD is directly followed by TAIL.
-# The two halves of the needle are kept apart, so the whole needle is in this process's memory
-# only where something else put it. Reads in capped pieces (the session has a memory limit).
-SCAN = r"""
-import ctypes, mmap
-def scan_own_memory(head, tail):
-    # Into one buffer mapped apart from the heap (a buffer taken from the heap would
-    # overwrite the freed blocks it is looking for), which is itself not scanned.
-    step, keep = 8 << 20, len(head) + len(tail)
-    buf, hits, regions, scanned = mmap.mmap(-1, step + keep), [], [], 0
-    own = ctypes.addressof(ctypes.c_char.from_buffer(buf))
-    with open("/proc/self/maps") as maps:
-        for line in maps:
-            f = line.split()
-            if f[1].startswith("r") and (len(f) < 6 or f[5] not in ("[vvar]", "[vsyscall]")):
-                lo, hi = (int(x, 16) for x in f[0].split("-"))
-                if not lo <= own < hi:
-                    regions.append((lo, hi, f[5] if len(f) > 5 else ""))
-    with open("/proc/self/mem", "rb", 0) as mem:
-        for lo, hi, name in regions:
-            at = lo
-            while at < hi:
-                try:
-                    mem.seek(at)
-                    n = mem.readinto(memoryview(buf)[:min(step + keep, hi - at)])
-                except OSError:
-                    break
-                scanned += n
-                i = buf.find(head, 0, n)
-                while i >= 0:
-                    if buf[i + len(head):i + keep] == tail:
-                        hits.append("%x %s" % (at + i, name))
-                    i = buf.find(head, i + 1, n)
-                at += step
-    return {"hits": hits, "scanned_mb": scanned >> 20}
-"""
-
-
+# Run inside a session: the regions of its own memory where HEAD is directly followed by TAIL
+# (memscan's scan_memory). The two halves of the needle are kept apart, so the whole needle is
+# in this process's memory only where something else put it.
 def scan_code(head, tail):
-    return SCAN + "\nimport json\nprint(json.dumps(scan_own_memory(%r, %r)))" % (
+    return SANDBOX_SCAN + "\nimport json\nprint(json.dumps(scan_memory(%r, %r)))" % (
         head.encode(), tail.encode())
 
 
