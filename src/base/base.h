@@ -165,6 +165,24 @@ int sendv_all_by(int fd, struct iovec *iov, int cnt, double deadline_ms);
  * 32; none when n is 0) as SCM_RIGHTS; retries on EINTR. 0 or -errno (-EPIPE for a peer
  * that has gone). */
 int send_with_fds(int fd, const char *text, const int *fds, int n);
+/* Readers' wake-ups: each reader of something that changes (an execution's events, a
+ * program's output) has an eventfd, written whenever it changed; a reader polls its fd,
+ * clears it and looks. The set is guarded by its owner's lock. */
+#define WAKERS_MAX 16
+struct wakers {
+    int fd[WAKERS_MAX];
+    size_t n;
+};
+/* A reader's eventfd (non-blocking, close-on-exec), already written once: its first look is
+ * its own. -errno on failure. */
+int waker_open(void);
+/* Clears a reader's eventfd after a wake-up. */
+void waker_clear(int fd);
+/* Adds fd to the set; false when it already has WAKERS_MAX. */
+bool wakers_add(struct wakers *ws, int fd);
+void wakers_remove(struct wakers *ws, int fd);
+/* Wakes every reader of the set. */
+void wakers_notify(const struct wakers *ws);
 /* Reads until EOF into a capped buffer; -E2BIG past the cap. */
 int read_all(int fd, struct buf *out);
 /* Reads the regular file open on fd, at most cap bytes, into ret (set up here; the caller

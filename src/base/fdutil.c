@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
@@ -132,6 +133,42 @@ int send_with_fds(int fd, const char *text, const int *fds, int n)
         r = sendmsg(fd, &mh, MSG_NOSIGNAL);
     while (r < 0 && errno == EINTR);
     return r < 0 ? -errno : 0;
+}
+
+int waker_open(void)
+{
+    int fd = eventfd(1, EFD_CLOEXEC | EFD_NONBLOCK);
+    return fd < 0 ? -errno : fd;
+}
+
+void waker_clear(int fd)
+{
+    uint64_t v;
+    (void)!read(fd, &v, sizeof(v));
+}
+
+bool wakers_add(struct wakers *ws, int fd)
+{
+    if (ws->n == WAKERS_MAX)
+        return false;
+    ws->fd[ws->n++] = fd;
+    return true;
+}
+
+void wakers_remove(struct wakers *ws, int fd)
+{
+    for (size_t i = 0; i < ws->n; i++)
+        if (ws->fd[i] == fd) {
+            ws->fd[i] = ws->fd[--ws->n];
+            return;
+        }
+}
+
+void wakers_notify(const struct wakers *ws)
+{
+    uint64_t one = 1;
+    for (size_t i = 0; i < ws->n; i++)
+        (void)!write(ws->fd[i], &one, sizeof(one));
 }
 
 int read_all(int fd, struct buf *out)

@@ -10,7 +10,6 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 /* A stream's consecutive chunks share one kept event until a reader has seen it or it holds
@@ -54,7 +53,7 @@ struct execution {
     uint64_t first_seq, last_seq;
     uint64_t bytes;     /* kept: the streams' bytes and the record's estimate */
     bool items_dropped; /* EXEC_ITEMS_MAX was reached: later chunks are in the record only */
-    struct exec_watch *watchers[EXEC_WATCHERS_MAX];
+    struct wakers readers;
     uint64_t submitted_ms, started_ms, ended_ms; /* realtime */
     uint64_t ended_mono_ms;
     struct execution *next; /* in the registry (its lock) */
@@ -63,10 +62,7 @@ struct execution {
 
 static void notify_locked(struct execution *x)
 {
-    uint64_t one = 1;
-    for (size_t i = 0; i < EXEC_WATCHERS_MAX; i++)
-        if (x->watchers[i])
-            (void)!write(x->watchers[i]->fd, &one, sizeof(one));
+    wakers_notify(&x->readers);
     pthread_cond_broadcast(&x->changed);
 }
 
@@ -618,29 +614,20 @@ json_t *execution_json(struct execution *x)
 
 int execution_watch(struct execution *x, struct exec_watch **ret)
 {
-    int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    int fd = waker_open();
     if (fd < 0)
-        return err_set(errno, "cannot make an eventfd: %s", strerror(errno));
-    struct exec_watch *w = xcalloc(1, sizeof(*w));
-    w->fd = fd;
-    w->x = execution_ref(x);
+        return err_set(-fd, "cannot make an eventfd: %s", strerror(-fd));
     pthread_mutex_lock(&x->lock);
-    size_t i = 0;
-    while (i < EXEC_WATCHERS_MAX && x->watchers[i])
-        i++;
-    if (i < EXEC_WATCHERS_MAX)
-        x->watchers[i] = w;
-    /* Something may have happened before: the first look is the reader's own. */
-    uint64_t one = 1;
-    (void)!write(fd, &one, sizeof(one));
+    bool added = wakers_add(&x->readers, fd);
     pthread_mutex_unlock(&x->lock);
-    if (i == EXEC_WATCHERS_MAX) {
+    if (!added) {
         close(fd);
-        execution_unref(w->x);
-        free(w);
         return err_set(EAGAIN, "execution %s has its maximum of %d readers", x->id,
                        EXEC_WATCHERS_MAX);
     }
+    struct exec_watch *w = xcalloc(1, sizeof(*w));
+    w->fd = fd;
+    w->x = execution_ref(x);
     *ret = w;
     return 0;
 }
@@ -652,8 +639,7 @@ int exec_watch_fd(const struct exec_watch *w)
 
 void exec_watch_clear(struct exec_watch *w)
 {
-    uint64_t v;
-    (void)!read(w->fd, &v, sizeof(v));
+    waker_clear(w->fd);
 }
 
 void exec_watch_free(struct exec_watch *w)
@@ -662,9 +648,7 @@ void exec_watch_free(struct exec_watch *w)
         return;
     struct execution *x = w->x;
     pthread_mutex_lock(&x->lock);
-    for (size_t i = 0; i < EXEC_WATCHERS_MAX; i++)
-        if (x->watchers[i] == w)
-            x->watchers[i] = NULL;
+    wakers_remove(&x->readers, w->fd);
     pthread_mutex_unlock(&x->lock);
     close(w->fd);
     execution_unref(x);

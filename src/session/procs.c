@@ -61,7 +61,7 @@ struct session_proc {
     uint64_t dropped_bytes;
     bool ended;
     struct session_proc_end end;
-    struct proc_watch *watchers[SESSION_PROC_WATCHERS_MAX];
+    struct wakers readers;
 };
 
 struct session_procs {
@@ -82,10 +82,7 @@ struct session_procs {
 
 static void notify_locked(struct session_proc *p)
 {
-    uint64_t one = 1;
-    for (size_t i = 0; i < SESSION_PROC_WATCHERS_MAX; i++)
-        if (p->watchers[i])
-            (void)!write(p->watchers[i]->fd, &one, sizeof(one));
+    wakers_notify(&p->readers);
 }
 
 static void evict_locked(struct session_proc *p)
@@ -243,28 +240,20 @@ json_t *session_proc_info(const struct session_proc *p)
 
 int session_proc_watch(struct session_proc *p, struct proc_watch **ret)
 {
-    int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    int fd = waker_open();
     if (fd < 0)
-        return err_set(errno, "cannot make an eventfd: %s", strerror(errno));
-    struct proc_watch *w = xcalloc(1, sizeof(*w));
-    w->fd = fd;
-    w->p = session_proc_ref(p);
-    uint64_t one = 1;
-    (void)!write(fd, &one, sizeof(one)); /* the first look is the reader's own */
+        return err_set(-fd, "cannot make an eventfd: %s", strerror(-fd));
     pthread_mutex_lock(&p->lock);
-    size_t i = 0;
-    while (i < SESSION_PROC_WATCHERS_MAX && p->watchers[i])
-        i++;
-    if (i < SESSION_PROC_WATCHERS_MAX)
-        p->watchers[i] = w;
+    bool added = wakers_add(&p->readers, fd);
     pthread_mutex_unlock(&p->lock);
-    if (i == SESSION_PROC_WATCHERS_MAX) {
+    if (!added) {
         close(fd);
-        session_proc_unref(p);
-        free(w);
         return err_set(EAGAIN, "process %d has its maximum of %d readers", p->pid,
                        SESSION_PROC_WATCHERS_MAX);
     }
+    struct proc_watch *w = xcalloc(1, sizeof(*w));
+    w->fd = fd;
+    w->p = session_proc_ref(p);
     *ret = w;
     return 0;
 }
@@ -276,8 +265,7 @@ int proc_watch_fd(const struct proc_watch *w)
 
 void proc_watch_clear(struct proc_watch *w)
 {
-    uint64_t v;
-    (void)!read(w->fd, &v, sizeof(v));
+    waker_clear(w->fd);
 }
 
 void proc_watch_free(struct proc_watch *w)
@@ -286,9 +274,7 @@ void proc_watch_free(struct proc_watch *w)
         return;
     struct session_proc *p = w->p;
     pthread_mutex_lock(&p->lock);
-    for (size_t i = 0; i < SESSION_PROC_WATCHERS_MAX; i++)
-        if (p->watchers[i] == w)
-            p->watchers[i] = NULL;
+    wakers_remove(&p->readers, w->fd);
     pthread_mutex_unlock(&p->lock);
     close(w->fd);
     session_proc_unref(p);

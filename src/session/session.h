@@ -379,7 +379,7 @@ void session_set_gate(struct session *s, struct exec_gate *g);
 #define EXEC_KEEP_MS    (15u * 60 * 1000)
 #define EXEC_ID_SIZE    17 /* 16 hex digits and the NUL */
 /* Readers of one execution at once (watchers). */
-#define EXEC_WATCHERS_MAX 16
+#define EXEC_WATCHERS_MAX WAKERS_MAX
 
 struct execution;
 struct session_table;
@@ -538,7 +538,7 @@ const char *session_file_kind(mode_t mode);
 #define SESSION_PROC_INPUT_WAIT_MS                                                                 \
     5000 /* a program that takes no more of its stdin for this                                     \
           * long fails the write */
-#define SESSION_PROC_WATCHERS_MAX 16
+#define SESSION_PROC_WATCHERS_MAX WAKERS_MAX
 
 struct session_proc;
 struct session_proc_spec {
