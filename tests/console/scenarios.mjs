@@ -920,6 +920,36 @@ const scenarios = {
 
   // The stored sessions: only what can be resumed, what was kept, a page at a time; the
   // list is read again only when something may have changed (the page's clock is Playwright's).
+  // A secret given in the create form: sent once to the server, shown nowhere after (the
+  // page, the notebook's header and the session's description name its host and header).
+  async secret_form(browser) {
+    const page = await login(await browser.newContext());
+    const value = process.env.SECRET_VALUE;
+    const posts = [];
+    page.on('request', (r) => {
+      if (r.method() === 'POST' && new URL(r.url()).pathname === '/v1/sessions')
+        posts.push(r.postData());
+    });
+    out.sid = await newSession(page, {allow: 'api.example.com', secret_host: 'api.example.com',
+                                      secret_header: 'X-Api-Key', secret_value: value});
+    out.posted = posts.map((p) => JSON.parse(p));
+    out.meta = await page.textContent('#notebook .nb-head');
+    // The code's environment has no part of it.
+    const c = await runCell(page, 'import os\nprint(any("rctest-console" in v for v in os.environ.values()))');
+    out.cell = await cellInfo(c);
+    out.valueInPage = (await page.content()).includes(value);
+    out.valueInForm = await page.evaluate(() => [...document.querySelectorAll('input')]
+      .some((i) => i.value && i.value.length > 0 && i.name === 'secret_value'));
+    // Refused when its host is not on the allowlist: the server's words, in the form.
+    await page.goto(BASE + '/ui/#/sessions');
+    await page.waitForSelector('#create-session');
+    await page.fill('#create-session [name=secret_host]', 'other.example.com');
+    await page.fill('#create-session [name=secret_value]', value);
+    await page.click('#create-button');
+    await page.waitForSelector('#create-error:not([hidden])');
+    out.refused = await page.textContent('#create-error');
+  },
+
   async sessions_list(browser) {
     const context = await browser.newContext();
     const page = await context.newPage();

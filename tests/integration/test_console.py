@@ -318,6 +318,23 @@ class Console(RuncellTestCase):
         self.assertEqual(out["fileNameHtml"], "&lt;img src=x onerror=alert(10)&gt;.csv")
         self.assertFalse(out["tokenInHtml"])
 
+    def test_a_secret_from_the_form_goes_to_the_server_once_and_is_shown_nowhere(self):
+        value = "Bearer rctest-console-%s" % os.urandom(8).hex()
+        out = self.scenario("secret_form", SECRET_VALUE=value)
+        self.assertEqual(out["posted"][0]["secrets"],
+                         [{"host": "api.example.com", "header": "X-Api-Key", "value": value}])
+        self.assertEqual(out["posted"][0]["network"],
+                         {"mode": "allowlist", "allow": ["api.example.com"]})
+        self.assertIn("secrets: api.example.com (X-Api-Key)", out["meta"])
+        self.assertEqual((out["cell"]["status"], out["cell"]["stream"]), ("ok", "False\n"),
+                         out["cell"])
+        self.assertFalse(out["valueInPage"])
+        self.assertFalse(out["valueInForm"])
+        described = self.srv.ok("GET", "/v1/sessions/" + out["sid"])
+        self.assertNotIn(value, json.dumps(described))
+        self.assertNotIn(value, self.srv.log())
+        self.assertIn("give it an allowlist that names other.example.com", out["refused"])
+
     def test_a_second_tab_is_logged_in_and_sees_the_same_sessions_and_notebook(self):
         out = self.scenario("tabs")
         self.assertEqual(out["secondTabLoginForm"], 0)  # the first tab gave it the token

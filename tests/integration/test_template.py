@@ -20,37 +20,12 @@ import signal
 import tempfile
 import unittest
 
-from memscan import SANDBOX_SCAN
+from memscan import SANDBOX_SCAN, children_of, descendants
 from rctest import HANG, PY, RUNCELL, RuncellTestCase, Server, is_root, wait_until
 
 SECRET_KEY = "sk-rctest-%s" % os.urandom(12).hex()
 SECRET_TOKEN = "rctest-secret-token-%s" % os.urandom(12).hex()
 PRELOADED = "import sys\nsorted(m for m in ('numpy', 'pandas', 'matplotlib') if m in sys.modules)"
-
-
-def children_of():
-    """{ppid: [pid, ...]} over every live process."""
-    tree = {}
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open("/proc/%s/stat" % d) as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if fields[0] != "Z":
-            tree.setdefault(int(fields[1]), []).append(int(d))
-    return tree
-
-
-def descendants(pid):
-    tree, out, todo = children_of(), [], [pid]
-    while todo:
-        for c in tree.get(todo.pop(), []):
-            out.append(c)
-            todo.append(c)
-    return out
 
 
 def cmdline(pid):

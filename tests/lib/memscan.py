@@ -7,17 +7,19 @@ import os
 
 
 def children_of():
-    """{ppid: [pid, ...]} of every process."""
+    """{ppid: [pid, ...]} of every live process (zombies left out)."""
     tree = {}
     for d in os.listdir("/proc"):
         if not d.isdigit():
             continue
         try:
             with open("/proc/%s/stat" % d) as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                fields = f.read().rsplit(")", 1)[1].split()
+            state, ppid = fields[0], int(fields[1])
         except (OSError, ValueError, IndexError):
             continue
-        tree.setdefault(ppid, []).append(int(d))
+        if state != "Z":
+            tree.setdefault(ppid, []).append(int(d))
     return tree
 
 

@@ -641,6 +641,10 @@ class Notebook {
                       'timeout ' + s.timeout_s + ' s'),
         h('span', {}, 'network: ' + (s.network && s.network.mode === 'allowlist'
                                      ? s.network.allow.join(', ') : 'none')),
+        s.network && s.network.secrets && s.network.secrets.length
+          ? h('span', {class: 'nb-secrets'}, 'secrets: ' + s.network.secrets.map(
+              (x) => x.host + ' (' + (x.header || 'basic auth') + ')').join(', '))
+          : null,
         s.limits_degraded ? h('span', {class: 'warn'}, 'limits degraded') : null));
     this.countEl.textContent = 'executions: ' + s.execution_count;
     this.showStatus();

@@ -26,6 +26,13 @@ function createBody(form) {
     if (f.get(k)) body[k] = parseInt(f.get(k), 10);
   const allow = String(f.get('allow') || '').split(/[\s,]+/).filter(Boolean);
   if (allow.length) body.network = {mode: 'allowlist', allow};
+  // A secret the egress proxy adds to its host's requests: its value goes to the server in
+  // this request only, and is never shown again (the session lists its host and header).
+  const secretHost = String(f.get('secret_host') || '').trim();
+  if (secretHost || f.get('secret_value'))
+    body.secrets = [{host: secretHost,
+                     header: String(f.get('secret_header') || '').trim() || 'Authorization',
+                     value: String(f.get('secret_value') || '')}];
   body.persist = f.get('persist') === 'on';
   return body;
 }
@@ -51,6 +58,18 @@ function createForm(onCreated) {
       h('label', {}, h('input', {type: 'checkbox', name: 'persist', checked: true}),
         ' keep files (persist)'),
       h('button', {type: 'submit', id: 'create-button'}, 'Create session')),
+    h('fieldset', {class: 'row', id: 'create-secret'},
+      h('legend', {}, 'A secret for a host: the proxy adds it to that host\'s requests; ' +
+                      'the code never sees it (the host must be on the allowlist)'),
+      h('label', {}, 'Host ',
+        h('input', {type: 'text', name: 'secret_host', placeholder: 'api.example.com', size: 20,
+                    autocomplete: 'off'})),
+      h('label', {}, 'Header ',
+        h('input', {type: 'text', name: 'secret_header', placeholder: 'Authorization', size: 14,
+                    autocomplete: 'off'})),
+      h('label', {class: 'grow'}, 'Value ',
+        h('input', {type: 'password', name: 'secret_value', placeholder: 'Bearer ...', size: 24,
+                    autocomplete: 'new-password'}))),
     err);
   form.addEventListener('submit', async (ev) => {
     ev.preventDefault();
@@ -59,6 +78,7 @@ function createForm(onCreated) {
     button.disabled = true;
     try {
       const s = await api('POST', '/v1/sessions', createBody(form));
+      form.querySelector('[name=secret_value]').value = ''; // write-only: not kept in the page
       onCreated(s);
     } catch (e) {
       err.textContent = 'Cannot create the session: ' + e.message;
