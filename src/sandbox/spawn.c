@@ -655,8 +655,62 @@ int sandbox_signal(struct sandbox *sb, int sig)
     return -ESRCH;
 }
 
-/* Signals each process of sb's cgroups but its init once, again while new ones appear (a
- * process stopped cannot fork; one that forked as it was read is found the next pass). */
+/* Each process of sb's cgroups but its init, by pid, to fn; how many fn counted. */
+static size_t for_each_payload(struct sandbox *sb, char **files,
+                               size_t (*fn)(long pid, const char *line, void *ctx), void *ctx)
+{
+    size_t n = 0;
+    for (char **f = files; *f; f++) {
+        _cleanup_free_ char *text = NULL;
+        if (read_file(*f, 1 << 20, &text, NULL) < 0)
+            continue;
+        for (char *line = text, *nl; line && *line; line = nl ? nl + 1 : NULL) {
+            nl = strchr(line, '\n');
+            if (nl)
+                *nl = '\0';
+            char *end;
+            long pid = strtol(line, &end, 10);
+            if (pid > 1 && !*end && pid != sb->init_pid)
+                n += fn(pid, line, ctx);
+        }
+    }
+    return n;
+}
+
+/* SIGCONT to a process not signalled yet (ctx: the pids done): 1 when sent. */
+static size_t continue_once(long pid, const char *line, void *ctx)
+{
+    json_t *done = ctx;
+    if (json_object_get(done, line))
+        return 0;
+    json_object_set_new(done, line, json_true());
+    (void)kill((pid_t)pid, SIGCONT);
+    return 1;
+}
+
+/* SIGSTOP to a process that is not stopped (nor gone): 1 when sent. */
+static size_t stop_running(long pid, const char *line, void *ctx)
+{
+    char path[40], buf[256];
+    snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+    _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
+    if (n <= 0)
+        return 0; /* gone */
+    buf[n] = '\0';
+    const char *paren = strrchr(buf, ')');
+    char state = paren && paren[1] == ' ' ? paren[2] : '?';
+    if (state == 'T' || state == 't' || state == 'Z' || state == 'X')
+        return 0;
+    (void)kill((pid_t)pid, SIGSTOP);
+    return 1;
+}
+
+/* Without a freezer: SIGCONT to each process once, again while new ones appear; or SIGSTOP
+ * until every one is seen stopped (a process stopped cannot fork, nor continue another; one
+ * that forked, or continued one, as it was read is found the next pass). -EAGAIN when some
+ * still ran after PAUSE_PASSES passes (in a disk wait, or continued again and again). */
+#define PAUSE_PASSES 200
 static int signal_payloads(struct sandbox *sb, int sig)
 {
     if (!sb->cgroup)
@@ -667,29 +721,18 @@ static int signal_payloads(struct sandbox *sb, int sig)
         files = strv_push(files, leaf);
         free(leaf);
     }
-    json_t *done = json_object();
-    for (int pass = 0; pass < 16; pass++) {
-        size_t fresh = 0;
-        for (char **f = files; *f; f++) {
-            _cleanup_free_ char *text = NULL;
-            if (read_file(*f, 1 << 20, &text, NULL) < 0)
-                continue;
-            for (char *line = text, *nl; line && *line; line = nl ? nl + 1 : NULL) {
-                nl = strchr(line, '\n');
-                if (nl)
-                    *nl = '\0';
-                char *end;
-                long pid = strtol(line, &end, 10);
-                if (pid <= 1 || *end || pid == sb->init_pid || json_object_get(done, line))
-                    continue;
-                json_object_set_new(done, line, json_true());
-                fresh++;
-                (void)kill((pid_t)pid, sig);
-            }
+    if (sig == SIGSTOP) {
+        for (int pass = 0; pass < PAUSE_PASSES; pass++) {
+            if (!for_each_payload(sb, files, stop_running, NULL))
+                return 0;
+            usleep(500); /* the signals are delivered as the processes next run */
         }
-        if (!fresh)
-            break;
+        return -EAGAIN;
     }
+    json_t *done = json_object();
+    for (int pass = 0; pass < 16; pass++)
+        if (!for_each_payload(sb, files, continue_once, done))
+            break;
     json_decref(done);
     return 0;
 }
@@ -701,7 +744,10 @@ int sandbox_pause(struct sandbox *sb, bool pause)
     int r = sb->cgroup ? cgroup_freeze(sb->cgroup, pause) : -ENODATA;
     if (r != -EOPNOTSUPP)
         return r;
-    return signal_payloads(sb, pause ? SIGSTOP : SIGCONT);
+    r = signal_payloads(sb, pause ? SIGSTOP : SIGCONT);
+    if (r == -EAGAIN)
+        (void)signal_payloads(sb, SIGCONT); /* none stays stopped by a pause that failed */
+    return r;
 }
 
 void sandbox_kill(struct sandbox *sb)

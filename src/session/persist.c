@@ -210,7 +210,11 @@ static void keep_replaced(struct persist *p, struct manifest *old, long cell)
     }
     p->hist[p->n_hist] = *old;
     p->hist_before[p->n_hist++] = cell;
-    while (p->n_hist > p->max_hist) {
+    /* The kernel's count went back (it restarted: a restart, a lost kernel, a failed undo, a
+     * resume): the lists kept before are of cells no undo can name again, and go (the
+     * newest, this one, stays). */
+    bool restarted = p->n_hist > 1 && p->hist_before[p->n_hist - 2] > cell;
+    while (p->n_hist > p->max_hist || (restarted && p->n_hist > 1)) {
         struct manifest first = p->hist[0];
         memmove(p->hist, p->hist + 1, --p->n_hist * sizeof(*p->hist));
         memmove(p->hist_before, p->hist_before + 1, p->n_hist * sizeof(*p->hist_before));

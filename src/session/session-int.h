@@ -85,9 +85,16 @@ void session_stop_kernels(struct session *s);
 int session_start_own_kernel(struct session *s);
 /* The sandboxes of s's running kernels (at most two) into ret; how many. */
 int session_kernel_sandboxes(struct session *s, struct sandbox *ret[2]);
-/* Marks s paused (how) with resume, called (the session busy) before the next thing that
- * begins in it; PAUSE_NONE and NULL once it is back. */
-void session_set_pause(struct session *s, enum session_pause how, int (*resume)(struct session *s));
+/* What a paused session is resumed and let go with (snapshot.c's). */
+struct session_pause_ops {
+    /* Called (the session busy) before the next thing that begins in it. */
+    int (*resume)(struct session *s);
+    /* Called when a session still paused is freed: what its pause keeps in the store goes. */
+    void (*release)(struct session *s);
+};
+/* Marks s paused (how) with ops; PAUSE_NONE and NULL once it is back. */
+void session_set_pause(struct session *s, enum session_pause how,
+                       const struct session_pause_ops *ops);
 
 /* ---- the executions a session keeps (exec.c) ---- */
 struct execution;

@@ -61,9 +61,9 @@ struct session {
     struct exec_turn *running_turn; /* whose cell runs now (lock), or NULL */
     bool closing;                   /* being closed: nothing more is queued or begun */
     /* Paused (snapshot.c): what comes next to the session resumes it first, through
-     * resume_fn (a pointer, as persist_ops: runcell run links no snapshot.c). */
+     * pause_ops (pointers, as persist_ops: runcell run links no snapshot.c). */
     enum session_pause paused;
-    int (*resume_fn)(struct session *s);
+    const struct session_pause_ops *pause_ops;
     char *resume_error;          /* why the last automatic resume lost state, for the next record */
     struct exec_registry execs;  /* durable executions kept (exec.c) */
     struct session_procs *procs; /* programs beside the cells (procs.c), or NULL */
@@ -786,15 +786,21 @@ static int begin(struct session *s)
 }
 
 /* A paused session comes back before what begins in it (the session is busy, its lock not
- * held). What a resume could not bring back is said by the next record. */
-static void resume_if_paused(struct session *s)
+ * held). What a resume could not bring back is said by the next record; a session that
+ * could not come back at all stays paused, and this is -errno with err_msg(): what was to
+ * begin does not (the next request tries again). */
+static int resume_if_paused(struct session *s)
 {
-    if (s->paused == PAUSE_NONE || !s->resume_fn)
-        return;
-    if (s->resume_fn(s) < 0) {
+    if (s->paused == PAUSE_NONE || !s->pause_ops)
+        return 0;
+    int r = s->pause_ops->resume(s);
+    if (r < 0 && s->paused != PAUSE_NONE)
+        return r;
+    if (r < 0) {
         free(s->resume_error);
         s->resume_error = xstrdup(err_msg());
     }
+    return 0;
 }
 
 enum session_pause session_pause_state(struct session *s)
@@ -810,14 +816,15 @@ size_t session_hibernated_count(void)
     return atomic_load(&hibernated_count);
 }
 
-void session_set_pause(struct session *s, enum session_pause how, int (*resume)(struct session *s))
+void session_set_pause(struct session *s, enum session_pause how,
+                       const struct session_pause_ops *ops)
 {
     if (s->paused == PAUSE_HIBERNATED && how != PAUSE_HIBERNATED)
         atomic_fetch_sub(&hibernated_count, 1);
     else if (s->paused != PAUSE_HIBERNATED && how == PAUSE_HIBERNATED)
         atomic_fetch_add(&hibernated_count, 1);
     s->paused = how;
-    s->resume_fn = resume;
+    s->pause_ops = ops;
 }
 
 void session_stop_kernels(struct session *s)
@@ -1198,7 +1205,15 @@ int session_execute_turn(struct session *s, struct exec_turn *t, const struct ex
     const char *lang = req->lang ? lang_name(req->lang) : s->lang;
     if ((r = wait_turn(s, t, req, &gated)) < 0)
         return r;
-    resume_if_paused(s);
+    if (resume_if_paused(s) < 0) {
+        rec->status = EXEC_SANDBOX_ERROR;
+        rec->state = STATE_KEPT;
+        rec->message = xstrdup(err_msg());
+        end(s);
+        if (gated)
+            exec_gate_leave(s->gate);
+        return 0;
+    }
     if (s->resume_error) {
         rec->message = s->resume_error; /* said once, by the first record after the resume */
         s->resume_error = NULL;
@@ -1496,9 +1511,8 @@ static int run_exclusive(struct session *s, uint64_t wait_ms,
         return r;
     bool lowered = work_lowered; /* by an execution before: then it stays so */
     work_priority_lower();
-    if (resume)
-        resume_if_paused(s);
-    r = fn(s, ctx);
+    if (!resume || (r = resume_if_paused(s)) == 0)
+        r = fn(s, ctx);
     if (!lowered)
         session_work_priority_reset();
     end(s);
@@ -1621,6 +1635,8 @@ void session_free(struct session *s)
         s->execs.release(&s->execs);
     pthread_mutex_destroy(&s->execs.lock);
     pthread_mutex_destroy(&s->execs.keys_lock);
+    if (s->paused != PAUSE_NONE && s->pause_ops && s->pause_ops->release)
+        s->pause_ops->release(s); /* before its persist, whose store it uses */
     if (s->paused == PAUSE_HIBERNATED)
         atomic_fetch_sub(&hibernated_count, 1);
     if (s->persist)

@@ -773,8 +773,14 @@ int session_export(struct session *s, const struct persist_config *c, const char
                    json_t **ret_report);
 /* Pauses s: keep_memory stops its processes, else hibernates it (its variables exported under
  * its own id, its kernels gone). 0 with *ret_report, -EALREADY when it is paused, -EINVAL for
- * a session that keeps nothing in a store (hibernation needs one), others with err_msg(). */
+ * a session that keeps nothing in a store or a JavaScript session (hibernation needs the
+ * one, and cannot keep the other's variables), others with err_msg(). A Python session's
+ * JavaScript kernel, if it has one, starts empty after a hibernation (the report says so). */
 int session_pause(struct session *s, bool keep_memory, json_t **ret_report);
+/* session_pause by the server itself, for idleness: a hibernation that would lose a second
+ * (JavaScript) kernel's variables is not made (-EBUSY). A JavaScript session is never
+ * hibernated (-EINVAL: its variables cannot be kept). */
+int session_pause_idle(struct session *s, bool keep_memory, json_t **ret_report);
 /* Resumes a paused s now: 0 with *ret_report (what a hibernated one brought back), -EALREADY
  * when it is not paused. */
 int session_resume(struct session *s, json_t **ret_report);

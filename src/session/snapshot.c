@@ -15,6 +15,11 @@
 #define SNAPSHOT_RECORD_MAX (64u << 10)
 #define SNAPSHOT_NAME_MAX   128
 #define FORK_THREADS        4
+#define SNAPSHOT_LIST_KEPT  20 /* items of each list of a record cut to fit */
+#define SNAPSHOT_ERROR_KEPT 1024
+
+static int snapshot_make(const struct persist_config *c, struct session *s, const char *name,
+                         json_t **ret_record);
 
 const char *session_pause_name(enum session_pause p)
 {
@@ -131,15 +136,18 @@ int session_export(struct session *s, const struct persist_config *c, const char
 }
 
 /* Brings the variables stored as session from_id back into s's kernel (s busy): the report
- * gains variables {restored, modules, failed} or variables_error. */
-static void import_variables(struct session *s, const struct persist_config *c, const char *from_id,
-                             json_t *report)
+ * gains variables {restored, modules, failed} or variables_error. 0, or -EAGAIN when the
+ * store could not give them now (it may later), or -EIO when they are not to be had. */
+static int import_variables(struct session *s, const struct persist_config *c, const char *from_id,
+                            json_t *report)
 {
     struct manifest m;
-    if (manifest_load(c->store, from_id, &m) < 0) {
+    int r = manifest_load(c->store, from_id, &m);
+    if (r < 0) {
         json_object_set_new(report, "variables_error", json_string(err_msg()));
-        return;
+        return r == -ENOENT || r == -EBADMSG ? -EIO : -EAGAIN;
     }
+    bool store_failed = false;
     json_t *vars = m.variables, *reply = NULL;
     struct workspace *ws = session_workspace(s);
     _cleanup_free_ char *hex = random_hex(8);
@@ -149,8 +157,10 @@ static void import_variables(struct session *s, const struct persist_config *c, 
     uint64_t size = (uint64_t)json_integer_value(json_object_get(vars, "size"));
     if (!sha)
         json_object_set_new(report, "variables_error", json_string("no variables were kept"));
-    else if (blob_to_workspace(c->store, from_id, sha, size, ws, rel) < 0 ||
-             session_kernel_request(s, "restore", inside, &reply) < 0)
+    else if ((r = blob_to_workspace(c->store, from_id, sha, size, ws, rel)) < 0) {
+        json_object_set_new(report, "variables_error", json_string(err_msg()));
+        store_failed = r != -ENOENT;
+    } else if (session_kernel_request(s, "restore", inside, &reply) < 0)
         json_object_set_new(report, "variables_error", json_string(err_msg()));
     else if (!json_is_true(json_object_get(reply, "ok")))
         json_object_set_new(report, "variables_error",
@@ -162,6 +172,9 @@ static void import_variables(struct session *s, const struct persist_config *c, 
     }
     json_decref(reply);
     manifest_release(&m);
+    if (store_failed)
+        return -EAGAIN;
+    return json_object_get(report, "variables_error") ? -EIO : 0;
 }
 
 /* ---- pause ---- */
@@ -169,6 +182,7 @@ static void import_variables(struct session *s, const struct persist_config *c, 
 struct pause_ctx {
     const struct persist_config *c;
     bool keep_memory;
+    bool idle; /* the server's own, for idleness */
     json_t *report;
 };
 
@@ -190,40 +204,64 @@ static const struct persist_config *pause_config(struct session *s)
     return p ? persist_config_of(p) : NULL;
 }
 
-static int resume_now(struct session *s, json_t *report)
-{
-    enum session_pause how = session_pause_state(s);
-    struct sandbox *sbs[2];
-    int n = session_kernel_sandboxes(s, sbs), r = 0;
-    session_set_pause(s, PAUSE_NONE, NULL);
-    if (how == PAUSE_FROZEN) {
-        for (int i = 0; i < n; i++)
-            sandbox_pause(sbs[i], false);
-        return 0;
-    }
-    /* Hibernated: a fresh kernel, and the variables it had. */
-    const struct persist_config *c = pause_config(s);
-    _cleanup_free_ char *hib = hibernation_id(s);
-    if ((r = session_start_own_kernel(s)) < 0)
-        return err_set(-r,
-                       "the session could not be resumed: %s; its variables are lost (files "
-                       "are kept)",
-                       err_msg());
-    import_variables(s, c, hib, report);
-    store_discard(c->store, hib);
-    if (json_object_get(report, "variables_error"))
-        return err_set(EIO, "resumed without its variables: %s",
-                       json_string_value(json_object_get(report, "variables_error")));
-    return 0;
-}
+static int resume_now(struct session *s, json_t *report);
 
-/* resume_fn: what comes to a paused session resumes it first. */
+/* resume: what comes to a paused session resumes it first. */
 static int resume_hook(struct session *s)
 {
     json_t *report = json_object();
     int r = resume_now(s, report);
     json_decref(report);
     return r;
+}
+
+/* release: a session freed while hibernated leaves nothing of its variables in the store. */
+static void release_hook(struct session *s)
+{
+    const struct persist_config *c = pause_config(s);
+    if (session_pause_state(s) != PAUSE_HIBERNATED || !c || !c->store)
+        return;
+    _cleanup_free_ char *hib = hibernation_id(s);
+    store_discard(c->store, hib);
+}
+
+static const struct session_pause_ops pause_ops = {.resume = resume_hook, .release = release_hook};
+
+static int resume_now(struct session *s, json_t *report)
+{
+    enum session_pause how = session_pause_state(s);
+    struct sandbox *sbs[2];
+    int n = session_kernel_sandboxes(s, sbs), r = 0;
+    if (how == PAUSE_FROZEN) {
+        for (int i = 0; i < n; i++)
+            sandbox_pause(sbs[i], false);
+        session_set_pause(s, PAUSE_NONE, NULL);
+        return 0;
+    }
+    /* Hibernated: a fresh kernel, and the variables it had. Until the kernel runs and the
+     * store has given them back, the session stays hibernated and the next request tries
+     * again; variables not to be had at all (gone from the store, or that the kernel cannot
+     * load) are said, and the session runs on without them. */
+    const struct persist_config *c = pause_config(s);
+    _cleanup_free_ char *hib = hibernation_id(s);
+    if ((r = session_start_own_kernel(s)) < 0)
+        return err_set(-r,
+                       "the session could not be resumed: %s; try again (its files and "
+                       "variables are kept)",
+                       err_msg());
+    if ((r = import_variables(s, c, hib, report)) == -EAGAIN) {
+        session_stop_kernels(s);
+        return err_set(ETIMEDOUT,
+                       "the session could not be resumed: the store did not give back its "
+                       "variables (%s); try again",
+                       json_string_value(json_object_get(report, "variables_error")));
+    }
+    session_set_pause(s, PAUSE_NONE, NULL);
+    store_discard(c->store, hib);
+    if (r < 0)
+        return err_set(EIO, "resumed without its variables: %s",
+                       json_string_value(json_object_get(report, "variables_error")));
+    return 0;
 }
 
 static int do_pause(struct session *s, void *arg)
@@ -239,20 +277,37 @@ static int do_pause(struct session *s, void *arg)
             if (r < 0) {
                 for (int j = 0; j < i; j++)
                     sandbox_pause(sbs[j], false);
+                if (r == -EAGAIN)
+                    return err_set(ETIMEDOUT, "the session's processes did not all stop (one "
+                                              "kept running, or was continued by another): "
+                                              "try again, or pause it without keep_memory");
                 return err_set(-r, "the session's processes cannot all be found (it runs "
                                    "without cgroups): pause it without keep_memory");
             }
         }
-        session_set_pause(s, PAUSE_FROZEN, resume_hook);
+        session_set_pause(s, PAUSE_FROZEN, &pause_ops);
         json_object_set_new(x->report, "state", json_string("paused"));
         return 0;
+    }
+    if (lang_is_javascript(session_options(s)->lang))
+        return err_set(EINVAL, "a JavaScript session's variables cannot be kept while it is "
+                               "hibernated: pause it with keep_memory");
+    struct sandbox *sbs[2];
+    if (session_kernel_sandboxes(s, sbs) > 1) {
+        if (x->idle)
+            return err_set(EBUSY, "its JavaScript kernel's variables would be lost");
+        json_object_set_new(x->report, "javascript_note",
+                            json_string("the JavaScript kernel's variables are not kept: it "
+                                        "starts empty when the session resumes"));
     }
     _cleanup_free_ char *hib = hibernation_id(s);
     struct export_ctx e = {.c = x->c, .to = hib, .report = x->report};
     json_t *vars = export_variables(s, &e);
-    if (!vars && !lang_is_javascript(session_options(s)->lang))
+    if (!vars) {
+        store_discard(x->c->store, hib); /* what an upload left before a refusal */
         return err_set(EIO, "its variables could not be kept (%s): the session runs on",
                        json_string_value(json_object_get(x->report, "variables_error")));
+    }
     /* Only the variables: the files stay where they are, in the session's workspace. */
     struct persist_config c = *x->c;
     c.fleet = NULL;
@@ -273,12 +328,24 @@ static int do_pause(struct session *s, void *arg)
     /* What it keeps open only to measure its next cell goes now: a hibernated session holds
      * one descriptor (its uid's lock), so that ten thousand of them fit a server. */
     workspace_scan_idle(session_workspace(s));
-    session_set_pause(s, PAUSE_HIBERNATED, resume_hook);
+    session_set_pause(s, PAUSE_HIBERNATED, &pause_ops);
     json_object_set_new(x->report, "state", json_string("hibernated"));
     return 0;
 }
 
+static int pause_session(struct session *s, bool keep_memory, bool idle, json_t **ret_report);
+
 int session_pause(struct session *s, bool keep_memory, json_t **ret_report)
+{
+    return pause_session(s, keep_memory, false, ret_report);
+}
+
+int session_pause_idle(struct session *s, bool keep_memory, json_t **ret_report)
+{
+    return pause_session(s, keep_memory, true, ret_report);
+}
+
+static int pause_session(struct session *s, bool keep_memory, bool idle, json_t **ret_report)
 {
     const struct persist_config *c = pause_config(s);
     if (!keep_memory && (!c || !c->store))
@@ -287,7 +354,8 @@ int session_pause(struct session *s, bool keep_memory, json_t **ret_report)
     if (session_pause_state(s) != PAUSE_NONE)
         return err_set(EALREADY, "the session is %s already",
                        session_pause_name(session_pause_state(s)));
-    struct pause_ctx x = {.c = c, .keep_memory = keep_memory, .report = json_object()};
+    struct pause_ctx x = {
+        .c = c, .keep_memory = keep_memory, .idle = idle, .report = json_object()};
     /* Waits for a running cell (up to its timeout): a pause never cuts a cell. The pause
      * itself must not resume what it finds paused: run_exclusive resumes first, so the state
      * is checked again inside. */
@@ -348,6 +416,42 @@ static size_t snapshot_count(const struct persist_config *c)
     return n;
 }
 
+/* Snapshots being made in this process: counted against the maximum with the stored ones, so
+ * that creations at once cannot pass it together. */
+static pthread_mutex_t making_lock = PTHREAD_MUTEX_INITIALIZER;
+static size_t making;
+
+/* The record as it is stored, within SNAPSHOT_RECORD_MAX: the variables' lists cut to their
+ * first items, and an error cut, where the whole would not fit. NULL when even that does not
+ * fit. Caller frees. */
+static char *record_text(json_t *rec)
+{
+    char *text = json_dumps(rec, JSON_COMPACT);
+    if (text && strlen(text) <= SNAPSHOT_RECORD_MAX)
+        return text;
+    free(text);
+    static const char *const lists[] = {"saved", "modules", "skipped", "restored", "failed"};
+    json_t *vars = json_object_get(rec, "variables");
+    for (size_t i = 0; json_is_object(vars) && i < ARRAY_SIZE(lists); i++) {
+        json_t *l = json_object_get(vars, lists[i]);
+        while (json_is_array(l) && json_array_size(l) > SNAPSHOT_LIST_KEPT)
+            json_array_remove(l, json_array_size(l) - 1);
+    }
+    if (json_is_object(vars))
+        json_object_set_new(vars, "lists_cut_at", json_integer(SNAPSHOT_LIST_KEPT));
+    const char *e = json_string_value(json_object_get(rec, "variables_error"));
+    if (e && strlen(e) > SNAPSHOT_ERROR_KEPT) {
+        char *cut = xstrndup(e, SNAPSHOT_ERROR_KEPT);
+        json_object_set_new(rec, "variables_error", json_string(cut));
+        free(cut);
+    }
+    text = json_dumps(rec, JSON_COMPACT);
+    if (text && strlen(text) <= SNAPSHOT_RECORD_MAX)
+        return text;
+    free(text);
+    return NULL;
+}
+
 int snapshot_create(const struct persist_config *c, struct session *s, const char *name, size_t max,
                     json_t **ret_record)
 {
@@ -355,12 +459,27 @@ int snapshot_create(const struct persist_config *c, struct session *s, const cha
         return err_set(EINVAL, "this server keeps no store for snapshots");
     if (name && (!*name || strlen(name) > SNAPSHOT_NAME_MAX))
         return err_set(EINVAL, "a snapshot's name is text of 1 to %d bytes", SNAPSHOT_NAME_MAX);
-    size_t have = snapshot_count(c);
-    if (max && have >= max)
+    pthread_mutex_lock(&making_lock);
+    size_t have = snapshot_count(c) + making;
+    if (max && have >= max) {
+        pthread_mutex_unlock(&making_lock);
         return err_set(EAGAIN,
                        "the store holds its maximum of %zu snapshots; delete one (DELETE "
                        "/v1/snapshots/ID) first",
                        max);
+    }
+    making++;
+    pthread_mutex_unlock(&making_lock);
+    int r = snapshot_make(c, s, name, ret_record);
+    pthread_mutex_lock(&making_lock);
+    making--;
+    pthread_mutex_unlock(&making_lock);
+    return r;
+}
+
+static int snapshot_make(const struct persist_config *c, struct session *s, const char *name,
+                         json_t **ret_record)
+{
     _cleanup_free_ char *id = random_hex(16);
     json_t *report = NULL;
     int r = session_export(s, c, id, &report);
@@ -379,8 +498,13 @@ int snapshot_create(const struct persist_config *c, struct session *s, const cha
     json_object_update_missing(rec, report);
     json_object_del(rec, "variables_note");
     json_decref(report);
-    _cleanup_free_ char *text = json_dumps(rec, JSON_COMPACT);
+    _cleanup_free_ char *text = record_text(rec);
     _cleanup_free_ char *key = record_key(id);
+    if (!text) {
+        store_discard(c->store, id);
+        json_decref(rec);
+        return err_set(EFBIG, "the snapshot's record is past %u bytes", SNAPSHOT_RECORD_MAX);
+    }
     if ((r = store_put_buf(c->store, key, text, strlen(text))) < 0) {
         char *msg = xstrdup(err_msg());
         store_discard(c->store, id);
@@ -435,8 +559,11 @@ json_t *snapshot_list(const struct persist_config *c, size_t limit)
         const char *key = l.v[i].key + strlen(SNAPSHOT_PREFIX);
         char id[40];
         snprintf(id, sizeof(id), "%.32s", key);
-        if (snapshot_get(c, id, &v[n]) == 0)
+        int r = snapshot_get(c, id, &v[n]);
+        if (r == 0)
             n++;
+        else if (r != -ENOENT) /* listed, so that it can be deleted */
+            v[n++] = json_pack("{s:s,s:s}", "id", id, "error", err_msg());
     }
     store_listing_release(&l);
     if (n)
@@ -452,9 +579,10 @@ json_t *snapshot_list(const struct persist_config *c, size_t limit)
 
 int snapshot_delete(const struct persist_config *c, const char *id)
 {
-    json_t *rec;
+    json_t *rec = NULL;
     int r = snapshot_get(c, id, &rec);
-    if (r < 0)
+    /* A record that cannot be read (past its size, corrupted) is deleted all the same. */
+    if (r < 0 && r != -EFBIG && r != -EBADMSG)
         return r;
     json_decref(rec);
     _cleanup_free_ char *key = record_key(id);

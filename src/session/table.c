@@ -527,7 +527,7 @@ static int hibernate_idle(struct session_table *t)
         if (!s)
             return n;
         json_t *report = NULL;
-        if (session_pause(s, session_options(s)->pause_keeps_memory, &report) == 0)
+        if (session_pause_idle(s, session_options(s)->pause_keeps_memory, &report) == 0)
             n++;
         else
             log_debug("msg=\"idle session not hibernated\" error=%s", log_quote(err_msg()));

@@ -4,6 +4,7 @@ on another), and pauses (every process stopped, or hibernated), each with its li
 history's depth, an undo after the kernel was lost to an out-of-memory kill, a fork or a pause
 while a cell runs, forks past --max-sessions, snapshots past --max-snapshots and past the
 store quota."""
+import os
 import shutil
 import tempfile
 import threading
@@ -98,6 +99,21 @@ class Undo(ServerCase):
         self.assertEqual(st.rest()[-1]["record"]["error"]["name"], "KeyboardInterrupt")
 
 
+    def test_an_undo_after_a_restart_brings_back_the_files_of_the_new_cells(self):
+        # The files' history is keyed by the kernel's count, which starts again at a restart:
+        # what was kept before it is of cells no undo can name again.
+        sid = self.session(history=5)
+        for i in range(1, 4):
+            self.srv.execute(sid, "open('f.txt', 'w').write('old %d')" % i)
+        self.srv.ok("POST", path_of(sid, "/restart"))
+        self.srv.execute(sid, "open('f.txt', 'w').write('new 1')")
+        self.srv.execute(sid, "open('f.txt', 'w').write('new 2')")
+        report = self.undo(sid, before=2)
+        self.assertEqual(report["files"]["restored"], ["f.txt"], report)
+        self.assertEqual(self.srv.execute(sid, "open('f.txt').read()")["results"],
+                         [{"text/plain": "'new 1'"}])
+
+
 class Forks(ServerCase):
     server_args = ("--max-sessions", "8")
 
@@ -182,6 +198,42 @@ class Snapshots(RuncellTestCase):
             self.assertEqual(srv.ok("GET", "/v1/snapshots")["snapshots"], [])
 
 
+    def test_a_snapshot_of_many_long_names_is_kept_listed_and_deleted(self):
+        # Its record would pass what a record may be: the lists are cut to fit, so that it
+        # can always be read, listed and deleted.
+        with Server() as srv:
+            sid = srv.create_session()
+            srv.execute(sid, "for i in range(500):\n    globals()['v' * 240 + str(i)] = i")
+            snap = srv.ok("POST", path_of(sid, "/snapshots"), {}, status=201)
+            self.assertEqual(snap["variables"]["lists_cut_at"], 20, snap["variables"])
+            self.assertEqual(len(snap["variables"]["saved"]), 20)
+            self.assertEqual(srv.ok("GET", "/v1/snapshots/" + snap["id"])["variables"],
+                             snap["variables"])
+            self.assertEqual([s["id"] for s in srv.ok("GET", "/v1/snapshots")["snapshots"]],
+                             [snap["id"]])
+            # A session from it has every variable (the cut is of the record only).
+            r = srv.ok("POST", "/v1/sessions", {"snapshot": snap["id"]}, status=201)
+            rec = srv.execute(r["id"], "sum(1 for k in globals() if k.startswith('v' * 240))")
+            self.assertEqual(rec["results"], [{"text/plain": "500"}])
+            self.assertTrue(srv.ok("DELETE", "/v1/snapshots/" + snap["id"])["deleted"])
+            self.assertEqual(srv.ok("GET", "/v1/snapshots")["snapshots"], [])
+
+    def test_snapshots_made_at_once_stay_within_the_maximum(self):
+        with Server("--max-snapshots", "1") as srv:
+            sids = [srv.create_session() for _ in range(2)]
+            for sid in sids:
+                srv.execute(sid, "import numpy as np\na = np.ones(1 << 20)")
+            got = {}
+            threads = [threading.Thread(target=lambda s=sid: got.update(
+                {s: srv.request("POST", path_of(s, "/snapshots"), {})})) for sid in sids]
+            for th in threads:
+                th.start()
+            for th in threads:
+                th.join(HANG)
+            self.assertEqual(sorted(r.status for r in got.values()), [201, 429], got)
+            self.assertEqual(len(srv.ok("GET", "/v1/snapshots")["snapshots"]), 1)
+
+
 class Pauses(ServerCase):
     def size_of(self, sid, name):
         return sum(f["size"] for f in self.srv.ok("GET", path_of(sid, "/files"))["files"]
@@ -243,6 +295,60 @@ class Pauses(ServerCase):
         never = self.srv.ok("POST", "/v1/sessions", {"hibernate_after_s": 0}, status=201)["id"]
         self.addCleanup(self.srv.request, "DELETE", path_of(never))
         self.assertEqual(self.srv.ok("GET", path_of(never))["hibernate_after_s"], 0)
+
+    def stored_ids(self):
+        d = os.path.join(self.srv.data_dir, "store", "sessions")
+        return set(os.listdir(d)) if os.path.isdir(d) else set()
+
+    def test_a_hibernated_session_closed_leaves_nothing_of_its_variables_in_the_store(self):
+        sid = self.srv.ok("POST", "/v1/sessions", {"persist": False}, status=201)["id"]
+        self.srv.execute(sid, "kept = 'not to outlive its session'")
+        before = self.stored_ids()
+        self.assertEqual(self.srv.ok("POST", path_of(sid, "/pause"), {})["state"], "hibernated")
+        self.assertEqual(len(self.stored_ids() - before), 1)  # its variables, while it sleeps
+        self.srv.ok("DELETE", path_of(sid))
+        self.assertEqual(self.stored_ids() - before, set())
+
+    def test_a_javascript_session_is_not_hibernated(self):
+        sid = self.srv.ok("POST", "/v1/sessions", {"language": "javascript"}, status=201)["id"]
+        self.addCleanup(self.srv.request, "DELETE", path_of(sid))
+        self.srv.execute(sid, "let kept = 5")
+        r = self.srv.request("POST", path_of(sid, "/pause"), {})
+        self.assertEqual((r.status, r.error_code), (400, "bad_request"), r)
+        self.assertIn("pause it with keep_memory", r.json()["error"]["message"])
+        self.assertEqual(self.srv.execute(sid, "kept")["results"], [{"text/plain": "5"}])
+
+    def test_processes_that_continue_each_other_are_all_stopped_or_the_pause_refused(self):
+        # Two processes that send each other SIGCONT in a loop: a pause stops both (the
+        # freezer, or SIGSTOP until each is seen stopped), or says it could not and leaves
+        # them running; it never answers paused while one runs.
+        sid = self.srv.create_session()
+        self.addCleanup(self.srv.request, "DELETE", path_of(sid))
+        loop = ("import os, signal, time\n"
+                "while True:\n"
+                "    try:\n        os.kill(int(open('%s').read()), signal.SIGCONT)\n"
+                "    except (OSError, ValueError):\n        pass\n"
+                "    with open('%s', 'a') as f:\n        f.write('x')\n"
+                "    time.sleep(0.001)\n")
+        self.srv.execute(sid, "import subprocess, sys\n"
+                              "a = subprocess.Popen([sys.executable, '-c', %r])\n"
+                              "b = subprocess.Popen([sys.executable, '-c', %r])\n"
+                              "open('pa', 'w').write(str(a.pid))\n"
+                              "open('pb', 'w').write(str(b.pid))"
+                              % (loop % ("pb", "ta"), loop % ("pa", "tb")))
+        self.assertTrue(wait_until(lambda: self.size_of(sid, "ta") > 0 and
+                                   self.size_of(sid, "tb") > 0))
+        r = self.srv.request("POST", path_of(sid, "/pause"), {"keep_memory": True})
+        if r.status == 200:
+            sizes = (self.size_of(sid, "ta"), self.size_of(sid, "tb"))
+            time.sleep(0.3)  # nothing in the sandbox runs: the files cannot grow, however long
+            self.assertEqual((self.size_of(sid, "ta"), self.size_of(sid, "tb")), sizes)
+            self.srv.ok("POST", path_of(sid, "/resume"))
+        else:
+            self.assertIn("did not all stop", r.json()["error"]["message"], r)
+            sizes = (self.size_of(sid, "ta"), self.size_of(sid, "tb"))
+            self.assertTrue(wait_until(lambda: self.size_of(sid, "ta") > sizes[0]))
+        self.srv.execute(sid, "a.kill(); b.kill()")
 
     def test_a_pause_waits_for_the_running_cell(self):
         sid = self.srv.create_session()
