@@ -287,6 +287,7 @@ enum MHD_Result h_session_create(struct request *rq)
     int err;
     struct session *s = session_table_acquire(rq->srv->table, id, &err);
     if (!s) {
+        json_decref(restored);
         ret = api_error(rq, AE_NOT_FOUND, "session %s was closed as it was created", id);
         goto out;
     }

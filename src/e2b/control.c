@@ -199,12 +199,8 @@ enum MHD_Result h_e2b_create(struct request *rq)
     b->auto_pause = cr.auto_pause;
     b->auto_pause_memory = cr.auto_pause_memory;
     json_t *info = box_json(b, s, true, rq->srv->cfg->e2b_domain);
+    e2b_box_add(rq, b); /* before the put: a session that ends from now on takes its box */
     session_table_put(rq->srv->table, s);
-    struct e2b *e = rq->srv->e2b;
-    pthread_mutex_lock(&e->lock);
-    b->next = e->boxes;
-    e->boxes = b;
-    pthread_mutex_unlock(&e->lock);
     ret = reply_json(rq, 201, info);
 out:
     free(id);
@@ -302,7 +298,10 @@ enum MHD_Result h_e2b_pause(struct request *rq)
     /* memory: what the SDKs' keepMemory says; left out, E2B keeps it */
     json_t *mem = json_object_get(body, "memory");
     bool keep = !json_is_false(mem);
+    bool typed = !mem || json_is_null(mem) || json_is_boolean(mem);
     json_decref(body);
+    if (!typed)
+        return e2b_error(rq, 400, "field 'memory' must be true or false");
     const char *id = rq->params[0];
     e2b_expire_if_due(rq, id);
     int err;
@@ -398,9 +397,13 @@ enum MHD_Result h_e2b_fork(struct request *rq)
     if (!body)
         return MHD_YES;
     json_t *cv = json_object_get(body, "count"), *tv = json_object_get(body, "timeout");
+    bool typed = (!cv || json_is_null(cv) || json_is_integer(cv)) &&
+                 (!tv || json_is_null(tv) || json_is_integer(tv));
     json_int_t count = json_is_integer(cv) ? json_integer_value(cv) : 1;
     json_int_t timeout_s = json_is_integer(tv) ? json_integer_value(tv) : 0;
     json_decref(body);
+    if (!typed)
+        return e2b_error(rq, 400, "fields 'count' and 'timeout' must be whole numbers");
     uint64_t max_s = rq->srv->cfg->limits.max_idle_timeout_ms / 1000;
     if (count < 1 || count > SESSION_FORK_MAX)
         return e2b_error(rq, 400, "field 'count' must be 1 to %d", SESSION_FORK_MAX);
@@ -450,11 +453,8 @@ enum MHD_Result h_e2b_fork(struct request *rq)
         b->env = json_deep_copy(env);
         json_array_append_new(
             out, json_pack("{s:o}", "sandbox", box_json(b, s, true, rq->srv->cfg->e2b_domain)));
+        e2b_box_add(rq, b);
         session_table_put(rq->srv->table, s);
-        pthread_mutex_lock(&e->lock);
-        b->next = e->boxes;
-        e->boxes = b;
-        pthread_mutex_unlock(&e->lock);
     }
     json_decref(forks);
     json_decref(metadata);
@@ -516,6 +516,7 @@ enum MHD_Result h_e2b_list(struct request *rq)
         ids = strv_push(ids, b->id);
     pthread_mutex_unlock(&e->lock);
     for (char **id = ids; id && *id; id++) {
+        e2b_expire_if_due(rq, *id); /* past its setTimeout: gone, or paused, before it is listed */
         int err;
         struct session *s = session_table_acquire(rq->srv->table, *id, &err);
         if (!s) {
@@ -576,7 +577,12 @@ enum MHD_Result h_e2b_timeout(struct request *rq)
         /* As E2B: the sandbox goes timeout seconds from now, used or not (unlike create's
          * timeout, runcell's idle expiry, which is raised to it so as not to come first). */
         b->deadline_ms = now_realtime_ms() + (uint64_t)secs * 1000;
-        if ((uint64_t)secs * 1000 > session_options(s)->idle_timeout_ms)
+        /* Left alone, it goes by itself that long after its last use: killed (runcell's idle
+         * expiry, shortened or lengthened to it), or with autoPause paused (and then kept
+         * until the server's longest idle time); touched after the deadline, at once. */
+        if (b->auto_pause)
+            session_set_hibernate_after(s, (uint64_t)secs * 1000);
+        else
             session_set_idle_timeout(s, (uint64_t)secs * 1000);
     }
     pthread_mutex_unlock(&e->lock);

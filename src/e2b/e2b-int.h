@@ -78,6 +78,9 @@ struct e2b {
 /* Under e->lock: the sandbox of that id (compared in constant time), or NULL. */
 struct e2b_box *e2b_box_find(struct e2b *e, const char *id);
 void e2b_box_forget(struct e2b *e, const char *id);
+/* Lists b (takes it). It is forgotten when its session leaves the table, however it ends
+ * (e2b_session_gone), or when a request finds it gone. */
+void e2b_box_add(struct request *rq, struct e2b_box *b);
 /* The control plane's and envd's error: {"code": STATUS, "message": ...} (Connect's shape on
  * its routes). */
 enum MHD_Result e2b_error(struct request *rq, unsigned status, const char *fmt, ...)

@@ -15,5 +15,7 @@ extern const struct surface e2b_surface;
 struct e2b *e2b_new(void);
 /* NULL is a no-op; after the HTTP daemon has stopped. */
 void e2b_free(struct e2b *e);
+/* A session left the table: its sandbox's box, if it is one, goes (ctx: the struct e2b). */
+void e2b_session_gone(void *ctx, const char *id);
 
 #endif

@@ -71,6 +71,20 @@ void e2b_box_forget(struct e2b *e, const char *id)
     pthread_mutex_unlock(&e->lock);
 }
 
+void e2b_box_add(struct request *rq, struct e2b_box *b)
+{
+    struct e2b *e = rq->srv->e2b;
+    pthread_mutex_lock(&e->lock);
+    b->next = e->boxes;
+    e->boxes = b;
+    pthread_mutex_unlock(&e->lock);
+}
+
+void e2b_session_gone(void *ctx, const char *id)
+{
+    e2b_box_forget(ctx, id);
+}
+
 /* ---- replies in E2B's shapes ---- */
 
 static json_t *e2b_error_body(const struct request *rq, unsigned status, const char *msg, size_t n);
@@ -174,9 +188,19 @@ void e2b_expire_if_due(struct request *rq, const char *id)
         int err;
         struct session *s = session_table_acquire(rq->srv->table, id, &err);
         json_t *report = NULL;
-        if (s && session_pause(s, keep, &report) < 0)
-            log_info("msg=\"sandbox not paused at its timeout\" sandbox=%s error=%s", id,
-                     log_quote(err_msg()));
+        /* A request never waits here for a running cell (a pause would wait for it, up to
+         * its timeout): the pause is tried again when the sandbox is next touched, as it is
+         * after a pause that failed. */
+        bool paused = s && (session_pause_state(s) != PAUSE_NONE ||
+                            (!session_active(s) && session_pause(s, keep, &report) == 0));
+        if (s && !paused) {
+            log_info("msg=\"sandbox not paused at its timeout yet\" sandbox=%s error=%s", id,
+                     log_quote(session_active(s) ? "a cell runs" : err_msg()));
+            pthread_mutex_lock(&e->lock);
+            if ((b = e2b_box_find(e, id)) && !b->deadline_ms)
+                b->deadline_ms = now_realtime_ms();
+            pthread_mutex_unlock(&e->lock);
+        }
         json_decref(report);
         if (s)
             session_table_put(rq->srv->table, s);

@@ -464,6 +464,9 @@ static bool create_fields_ok(json_t *body, char why[512])
     return true;
 }
 
+/* What metadata or envVars may hold in all: they are kept with the sandbox. */
+#define E2B_STRINGS_MAX (64u << 10)
+
 static bool strings_object(json_t *v, const char *field, char why[512])
 {
     const char *k;
@@ -474,12 +477,21 @@ static bool strings_object(json_t *v, const char *field, char why[512])
         snprintf(why, 512, "field '%s' must be an object of strings", field);
         return false;
     }
+    size_t bytes = 0;
     json_object_foreach(v, k, x)
     {
         if (!json_is_string(x)) {
             snprintf(why, 512, "field '%s': the value of '%.200s' must be a string", field, k);
             return false;
         }
+        bytes += strlen(k) + json_string_length(x);
+    }
+    if (bytes > E2B_STRINGS_MAX) {
+        snprintf(why, 512,
+                 "field '%s' holds %zu bytes of names and values, past %u: keep it small, and "
+                 "put larger data in a file (files.write)",
+                 field, bytes, E2B_STRINGS_MAX);
+        return false;
     }
     return true;
 }

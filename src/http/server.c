@@ -718,8 +718,12 @@ static int prepare(struct server *srv, struct sockaddr_storage *addr)
     srv->metrics = metrics_new();
     session_table_set_observer(srv->table, observe_execution, srv->metrics);
     srv->mcp = mcp_http_new(srv);
-    if (srv->cfg->e2b)
+    if (srv->cfg->e2b) {
         srv->e2b = e2b_new();
+        /* A sandbox's box (its metadata, watchers, contexts) goes with its session, however
+         * the session ends. */
+        session_table_set_gone(srv->table, e2b_session_gone, srv->e2b);
+    }
     return session_table_start_reaper(srv->table, 1000);
 }
 

@@ -1426,6 +1426,11 @@ void session_set_idle_timeout(struct session *s, uint64_t idle_ms)
     __atomic_store_n(&s->opts.idle_timeout_ms, idle_ms, __ATOMIC_RELAXED);
 }
 
+void session_set_hibernate_after(struct session *s, uint64_t after_ms)
+{
+    __atomic_store_n(&s->opts.hibernate_after_ms, after_ms, __ATOMIC_RELAXED);
+}
+
 json_t *session_packages(struct session *s)
 {
     return s->packages_report;

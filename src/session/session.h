@@ -288,6 +288,8 @@ const struct session_opts *session_options(struct session *s);
 /* Changes how long the session may stay idle before the table reaps it (the reaper reads it
  * atomically; the rest of its options never change). */
 void session_set_idle_timeout(struct session *s, uint64_t idle_ms);
+/* Changes how long s is idle before it pauses by itself (hibernate_after_ms; 0: never). */
+void session_set_hibernate_after(struct session *s, uint64_t after_ms);
 /* What installing the session's packages did: {"source": "packages"|"requirements.txt",
  * "requested": [...], "installed": [...], "missing": [{"requirement", "name", "reason"}],
  * "status": "ok"|"partial"|"failed"|"timeout", "seconds": S}; NULL when nothing was to
@@ -943,6 +945,10 @@ struct exec_gate *session_table_gate(struct session_table *t);
 void session_table_set_observer(struct session_table *t,
                                 void (*fn)(void *ctx, const struct exec_record *rec), void *ctx);
 void session_table_observe(struct session_table *t, const struct exec_record *rec);
+/* fn(ctx, id) whenever a session leaves t for good (closed, expired, moved away), before it
+ * is freed; called without t's lock. */
+void session_table_set_gone(struct session_table *t, void (*fn)(void *ctx, const char *id),
+                            void *ctx);
 /* Takes one more reference on s, which is t's and of which the caller holds one (drop it
  * with session_table_put). */
 void session_table_ref(struct session_table *t, struct session *s);

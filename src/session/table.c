@@ -40,6 +40,8 @@ struct session_table {
     struct exec_gate *gate; /* NULL until set_exec_limits */
     void (*observer)(void *ctx, const struct exec_record *rec);
     void *observer_ctx;
+    void (*gone)(void *ctx, const char *id); /* a session left the table for good */
+    void *gone_ctx;
     pthread_t reaper;
     bool reaper_running;
     bool stopping;
@@ -334,12 +336,28 @@ struct session *session_table_acquire(struct session_table *t, const char *id, i
 void session_table_put(struct session_table *t, struct session *s)
 {
     struct session *to_free = NULL;
+    _cleanup_free_ char *id = NULL;
     pthread_mutex_lock(&t->lock);
     struct entry *e = find_session(t, s);
-    if (e && --e->refs == 0 && e->removed)
+    if (e && --e->refs == 0 && e->removed) {
+        id = t->gone ? xstrdup(e->id) : NULL;
         to_free = unlink_entry(t, e);
+    }
+    void (*gone)(void *, const char *) = t->gone;
+    void *gone_ctx = t->gone_ctx;
     pthread_mutex_unlock(&t->lock);
+    if (id)
+        gone(gone_ctx, id);
     session_free(to_free);
+}
+
+void session_table_set_gone(struct session_table *t, void (*fn)(void *ctx, const char *id),
+                            void *ctx)
+{
+    pthread_mutex_lock(&t->lock);
+    t->gone = fn;
+    t->gone_ctx = ctx;
+    pthread_mutex_unlock(&t->lock);
 }
 
 static struct session *remove_locked(struct session_table *t, struct entry *e)
@@ -513,7 +531,8 @@ static int hibernate_idle(struct session_table *t)
         pthread_mutex_lock(&t->lock);
         uint64_t now = now_ms();
         for (struct entry *e = t->head; e && !s; e = e->next) {
-            uint64_t after = session_options(e->s)->hibernate_after_ms;
+            uint64_t after =
+                __atomic_load_n(&session_options(e->s)->hibernate_after_ms, __ATOMIC_RELAXED);
             uint64_t used = session_last_used_ms(e->s);
             if (!after || e->removed || e->refs || session_active(e->s) ||
                 session_pause_state(e->s) != PAUSE_NONE || e->hibernate_failed_at == used ||
@@ -630,6 +649,7 @@ struct fork_job {
     struct session_table *t;
     const struct session_opts *opts;
     const char *from;
+    bool no_persist; /* as the source: a fork of a session that keeps nothing keeps nothing */
     unsigned count;
     atomic_uint next;
     pthread_mutex_t lock;
@@ -648,7 +668,8 @@ static void *fork_worker(void *arg)
         pthread_mutex_unlock(&j->lock);
         if (stop)
             return NULL;
-        struct session_create rq = {.opts = j->opts, .resume_from = j->from};
+        struct session_create rq = {
+            .opts = j->opts, .resume_from = j->from, .no_persist = j->no_persist};
         char *id = NULL;
         json_t *restored = NULL;
         int r = session_table_create_ex(j->t, &rq, &id, &restored);
@@ -697,7 +718,12 @@ int session_table_fork(struct session_table *t, const char *src_id, unsigned cou
     struct session_opts opts = *session_options(src);
     opts.files = NULL;
     opts.n_files = 0;
-    struct fork_job j = {.t = t, .opts = &opts, .from = tmp, .count = count, .made = json_array()};
+    struct fork_job j = {.t = t,
+                         .opts = &opts,
+                         .from = tmp,
+                         .no_persist = !session_stores_files(src),
+                         .count = count,
+                         .made = json_array()};
     pthread_mutex_init(&j.lock, NULL);
     pthread_t th[4];
     unsigned n = count < 4 ? count : 4, started = 0;

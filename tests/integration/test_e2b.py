@@ -479,6 +479,50 @@ class E2BSdk(ServerCase):
         self.assertEqual(done[0].status, 200)
 
 
+    def test_a_sandbox_that_expired_untouched_leaves_nothing_in_the_server(self):
+        # Expired for idleness with no request to find it gone: its box (metadata, envVars,
+        # watchers) goes with its session all the same, and the watcher's inotify with it.
+        def inotify_fds():
+            n = 0
+            for fd in os.listdir("/proc/%d/fd" % self.srv.pid):
+                try:
+                    n += os.readlink("/proc/%d/fd/%s" % (self.srv.pid, fd)) == \
+                        "anon_inode:inotify"
+                except OSError:
+                    pass
+            return n
+        before = inotify_fds()
+        box = self.e2b("POST", "/v2/sandboxes", {"timeout": 1, "allow_internet_access": False,
+                                                 "metadata": {"k": "v" * 1000}}).json()
+        h = {"E2b-Sandbox-Id": box["sandboxID"], "E2b-Sandbox-Port": "49999",
+             "X-Access-Token": box["envdAccessToken"], "Content-Type": "application/json"}
+        r = self.srv.request("POST", "/filesystem.Filesystem/CreateWatcher",
+                             {"path": "/home/user"}, headers=h, token=False)
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(inotify_fds(), before + 1)
+        # Gone from the native API, which never touches E2B's boxes.
+        self.assertTrue(wait_until(lambda: self.srv.request(
+            "GET", "/v1/sessions/" + box["sandboxID"]).status == 404))
+        self.assertTrue(wait_until(lambda: inotify_fds() == before), inotify_fds())
+        # And metadata or envVars past 64 KiB are refused, not kept.
+        r = self.e2b("POST", "/v2/sandboxes", {"metadata": {"k": "v" * (65 << 10)}})
+        self.assertEqual(r.status, 400, r)
+        self.assertIn("past 65536", r.json()["message"])
+
+    def test_pause_and_fork_fields_of_the_wrong_type_are_refused(self):
+        box = self.e2b("POST", "/v2/sandboxes", {"timeout": 60,
+                                                 "allow_internet_access": False}).json()
+        self.addCleanup(self.e2b, "DELETE", "/sandboxes/" + box["sandboxID"])
+        r = self.e2b("POST", "/sandboxes/%s/pause" % box["sandboxID"], {"memory": "false"})
+        self.assertEqual((r.status, r.json()["code"]), (400, 400), r)
+        self.assertIn("'memory' must be true or false", r.json()["message"])
+        for body in ({"count": "2"}, {"count": 2.0}, {"timeout": 1.5}):
+            r = self.e2b("POST", "/sandboxes/%s/fork" % box["sandboxID"], body)
+            self.assertEqual((r.status, r.json()["code"]), (400, 400), (body, r))
+            self.assertIn("whole numbers", r.json()["message"])
+        self.assertEqual(self.e2b("GET", "/sandboxes/" + box["sandboxID"]).json()["state"],
+                         "running")
+
     def test_limits_and_timeouts(self):
         box = self.e2b("POST", "/v2/sandboxes", {"timeout": 60}).json()
         sid, tok = box["sandboxID"], box["envdAccessToken"]

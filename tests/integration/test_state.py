@@ -132,6 +132,18 @@ class Forks(ServerCase):
             rec = self.srv.execute(sid_, "int(a[0]), open('f.txt').read()")
             self.assertEqual(rec["results"], [{"text/plain": want}], sid_)
 
+    def test_forks_of_a_session_that_keeps_nothing_keep_nothing(self):
+        sid = self.srv.ok("POST", "/v1/sessions", {"persist": False}, status=201)["id"]
+        self.addCleanup(self.srv.request, "DELETE", path_of(sid))
+        self.srv.execute(sid, "x = 1\nopen('f.txt', 'w').write('x')")
+        forks = self.srv.ok("POST", path_of(sid, "/fork"), {"count": 1}, status=201)["sessions"]
+        fid = forks[0]["id"]
+        self.srv.execute(fid, "open('g.txt', 'w').write('y')")
+        self.assertEqual(self.srv.ok("GET", path_of(fid))["persist"], False)
+        self.srv.ok("DELETE", path_of(fid))
+        stored = os.path.join(self.srv.data_dir, "store", "sessions")
+        self.assertNotIn(fid, os.listdir(stored) if os.path.isdir(stored) else [])
+
     def test_a_fork_waits_for_the_running_cell_and_past_max_sessions_none_is_made(self):
         sid = self.srv.create_session()
         self.addCleanup(self.srv.request, "DELETE", path_of(sid))
