@@ -67,11 +67,13 @@ struct failmem_known {
 };
 void failmem_known_release(struct failmem_known *k);
 /* Classifies f (unfixable here: a module that is not installed and cannot be, a network call
- * under policy none), records one more occurrence under (env, scope) and fills *ret with
- * what was known there. scope is the task's fingerprint: what one task learns is seen by
+ * under policy none; networked: the sandbox f came from had a network, where both may be
+ * fixed by a reachable index or host), records one more occurrence under (env, scope) and fills
+ * *ret with what was known there. scope is the task's fingerprint: what one task learns is seen by
  * runs of that task only. data_dir NULL: classification only. 0 or -errno. */
 int failmem_note(const char *data_dir, const char *env, const char *scope, const struct failure *f,
-                 const char *stderr_text, const char *packages, struct failmem_known *ret);
+                 const char *stderr_text, const char *packages, bool networked,
+                 struct failmem_known *ret);
 /* Records that a tool call ("run_python" or "run_shell") succeeded right after a failure
  * with signature sig; nothing of its code is kept. */
 int failmem_fixed(const char *data_dir, const char *env, const char *scope, const char *sig,
@@ -105,7 +107,11 @@ struct agent_env {
     char *python_version;
     char *packages; /* "numpy 1.24.2, pandas 1.5.3, ..." (capped) */
     char *key;      /* identifies this environment in the failure memory */
+    char *hosts;    /* the session's allowlist, "a.example:443, ...", "the public internet",
+                     * or NULL for none (loopback only) */
+    char *keyed;    /* the hosts the proxy adds credentials for, or NULL */
 };
+/* What the model is told of s (NULL: no session, weak mode), and the memory's key for it. */
 void agent_env_init(struct agent_env *e, struct session *s);
 void agent_env_release(struct agent_env *e);
 /* The system prompt: the truth about the sandbox, the tools and the budgets. */

@@ -62,6 +62,26 @@ const char *llm_client_base_url(const struct llm_client *c);
 /* Replaces every occurrence of the client's API key in s (in place) with '*'. */
 void llm_client_redact(const struct llm_client *c, char *s);
 
+/* What lets the code of a run call the model itself with the key never in its sandbox: net's
+ * allowlist (a new one when it has none) with the endpoint's host and port added, net's
+ * secrets with one more that gives the key to that host, under the base URL's path, as
+ * "Authorization: Bearer KEY" (none when the key is empty; over plain HTTP only when the base
+ * URL is plain HTTP, where the key travels so anyway), and the variables a client reads:
+ * OPENAI_BASE_URL (localhost as 127.0.0.1), RUNCELL_MODEL and OPENAI_API_KEY, a placeholder
+ * (clients refuse to start without one; the proxy puts the key in its place). The new
+ * allowlist must be within max (NULL: no cap). 0, or -EINVAL with err_msg() (never the key,
+ * nor a URL that carries a user name). */
+struct model_access {
+    struct net_policy *policy;
+    struct net_secrets *secrets;
+    char **env;
+    char *entry; /* the allowlist's entry for the endpoint, "HOST:PORT" */
+};
+#define MODEL_KEY_PLACEHOLDER "runcell-egress-proxy-adds-the-key"
+int llm_model_access(const struct llm_client *c, const struct net_opts *net,
+                     const struct net_policy *max, struct model_access *ret);
+void model_access_release(struct model_access *a);
+
 struct llm_tool_call {
     char *id; /* made up when the server sent none */
     char *name;
@@ -120,6 +140,8 @@ struct agent_options {
     const char *data_dir;    /* failure memory and review queue; NULL: neither */
     const char *webhook_url; /* review incidents are also POSTed here */
     const char *out_dir;     /* produced files are copied here */
+    bool model_access;       /* the code may call the model too (llm_model_access made the
+                              * session's network): the model is told how */
     const struct session_opts *session_opts; /* the limits the session was made with */
     const char *session_error;               /* why the stateful session could not start (s NULL) */
     struct agent_cancel cancel;

@@ -162,7 +162,7 @@ void failmem_known_release(struct failmem_known *k)
     memset(k, 0, sizeof(*k));
 }
 
-/* ---- what cannot be fixed here (the sandbox's network policy is none) ---- */
+/* ---- what cannot be fixed here (in a sandbox whose network policy is none) ---- */
 
 static const struct {
     const char *module;
@@ -241,10 +241,13 @@ static bool network_failure(const struct failure *f, const char *stderr_text)
 }
 
 /* A note saying why f cannot be fixed here and what works instead, or NULL. */
-static char *unfixable_note(const struct failure *f, const char *stderr_text, const char *packages)
+static char *unfixable_note(const struct failure *f, const char *stderr_text, const char *packages,
+                            bool networked)
 {
+    bool weak = str_has_prefix(f->raw, "weak mode: ");
+    if (networked && !weak)
+        return NULL;
     if (!strcmp(f->type, "ModuleNotFoundError") || !strcmp(f->type, "ImportError")) {
-        bool weak = str_has_prefix(f->raw, "weak mode: ");
         _cleanup_free_ char *module = missing_module(f->raw);
         if (module)
             return module_note(module, weak ? NULL : packages);
@@ -322,12 +325,13 @@ static int upsert(sqlite3 *db, const char *env, const char *scope, const struct 
 }
 
 int failmem_note(const char *data_dir, const char *env, const char *scope, const struct failure *f,
-                 const char *stderr_text, const char *packages, struct failmem_known *ret)
+                 const char *stderr_text, const char *packages, bool networked,
+                 struct failmem_known *ret)
 {
     struct failmem_known k = {0};
     /* Whether it can be fixed is decided from this failure alone: an earlier run's verdict
      * (which its own output could sway) does not skip this run's retries. */
-    k.note = unfixable_note(f, stderr_text, packages);
+    k.note = unfixable_note(f, stderr_text, packages, networked);
     k.unfixable = k.note != NULL;
     int rc = 0;
     if (data_dir) {

@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #define MAX_BACKOFF_MS     30000
@@ -113,6 +114,135 @@ void llm_client_redact(const struct llm_client *c, char *s)
         return; /* a key of 1-3 characters would blank out ordinary text */
     for (char *p = strstr(s, c->api_key); p; p = strstr(p + n, c->api_key))
         memset(p, '*', n);
+}
+
+/* ---- the model, called by the code of a run ---- */
+
+/* The parts of the base URL; NULL members when it cannot be parsed. */
+struct url_parts {
+    CURLU *u;
+    char *scheme, *host, *port, *path, *user;
+};
+
+static void url_parts_release(struct url_parts *p)
+{
+    curl_free(p->scheme);
+    curl_free(p->host);
+    curl_free(p->port);
+    curl_free(p->path);
+    curl_free(p->user);
+    curl_url_cleanup(p->u);
+}
+
+static int url_parts(const char *url, struct url_parts *p)
+{
+    memset(p, 0, sizeof(*p));
+    p->u = curl_url();
+    if (!p->u || curl_url_set(p->u, CURLUPART_URL, url, 0) != CURLUE_OK ||
+        curl_url_get(p->u, CURLUPART_SCHEME, &p->scheme, 0) != CURLUE_OK ||
+        curl_url_get(p->u, CURLUPART_HOST, &p->host, 0) != CURLUE_OK ||
+        curl_url_get(p->u, CURLUPART_PORT, &p->port, CURLU_DEFAULT_PORT) != CURLUE_OK ||
+        curl_url_get(p->u, CURLUPART_PATH, &p->path, 0) != CURLUE_OK)
+        return -EINVAL;
+    (void)curl_url_get(p->u, CURLUPART_USER, &p->user, 0);
+    return 0;
+}
+
+static json_t *key_secret(const struct llm_client *c, const char *entry, const char *path,
+                          bool http)
+{
+    size_t n = strlen(path);
+    while (n && path[n - 1] == '/')
+        n--;
+    _cleanup_free_ char *bearer = xasprintf("Bearer %s", c->api_key);
+    json_t *s = json_pack("{s:s,s:s,s:s,s:b}", "host", entry, "header", "Authorization", "value",
+                          bearer, "allow_http", http);
+    explicit_bzero(bearer, strlen(bearer));
+    if (s && n) {
+        _cleanup_free_ char *prefix = xasprintf("%.*s/", (int)n, path);
+        json_object_set_new(s, "path_prefix", json_string(prefix));
+    }
+    return s;
+}
+
+int llm_model_access(const struct llm_client *c, const struct net_opts *net,
+                     const struct net_policy *max, struct model_access *ret)
+{
+    struct url_parts u;
+    int r = 0;
+    memset(ret, 0, sizeof(*ret));
+    if (url_parts(c->base_url, &u) < 0) {
+        url_parts_release(&u);
+        return err_set(EINVAL, "the model's base URL cannot be parsed, so the code cannot be "
+                               "let reach it");
+    }
+    if (u.user) {
+        url_parts_release(&u);
+        return err_set(EINVAL, "the model's base URL carries a user name or password, which "
+                               "would reach the sandbox: give the key as OPENAI_API_KEY or "
+                               "--api-key instead");
+    }
+    if (!strcasecmp(u.host, "localhost")) {
+        /* A name the proxy would resolve to loopback and refuse: the address itself is an
+         * entry that names loopback, which the proxy then reaches. */
+        curl_free(u.host);
+        u.host = NULL;
+        if (curl_url_set(u.u, CURLUPART_HOST, "127.0.0.1", 0) != CURLUE_OK ||
+            curl_url_get(u.u, CURLUPART_HOST, &u.host, 0) != CURLUE_OK) {
+            url_parts_release(&u);
+            return err_set(EINVAL, "the model's base URL cannot be parsed");
+        }
+    }
+    char *url = NULL;
+    if (curl_url_get(u.u, CURLUPART_URL, &url, 0) != CURLUE_OK) {
+        url_parts_release(&u);
+        return err_set(EINVAL, "the model's base URL cannot be parsed");
+    }
+    ret->entry = xasprintf("%s:%s", u.host, u.port);
+    bool http = !strcasecmp(u.scheme, "http");
+    json_t *change = json_pack("{s:[s]}", "allow_add", ret->entry);
+    if (*c->api_key) {
+        json_t *sec = key_secret(c, ret->entry, u.path, http);
+        if (!sec) {
+            r = err_set(EINVAL, "the model's key is not valid UTF-8");
+            goto out;
+        }
+        json_object_set_new(change, "secrets_add", json_pack("[o]", sec));
+    }
+    r = net_rules_change(net->policy, net->secrets, change, max, &ret->policy, &ret->secrets);
+    if (r < 0) {
+        r = err_set(EINVAL, "the model's endpoint (%s) cannot be added to the network: %s",
+                    ret->entry, err_msg());
+        goto out;
+    }
+    size_t n = strlen(url);
+    while (n && url[n - 1] == '/')
+        n--;
+    ret->env = xcalloc(1, sizeof(char *));
+    char *line = xasprintf("OPENAI_BASE_URL=%.*s", (int)n, url);
+    ret->env = strv_push(ret->env, line);
+    free(line);
+    line = xasprintf("RUNCELL_MODEL=%s", c->model);
+    ret->env = strv_push(ret->env, line);
+    free(line);
+    ret->env = strv_push(ret->env, "OPENAI_API_KEY=" MODEL_KEY_PLACEHOLDER);
+out:
+    net_secrets_json_wipe(json_object_get(change, "secrets_add"));
+    json_decref(change);
+    curl_free(url);
+    url_parts_release(&u);
+    if (r < 0)
+        model_access_release(ret);
+    return r;
+}
+
+void model_access_release(struct model_access *a)
+{
+    net_policy_free(a->policy);
+    net_secrets_free(a->secrets);
+    strv_free(a->env);
+    free(a->entry);
+    memset(a, 0, sizeof(*a));
 }
 
 void llm_reply_release(struct llm_reply *r)

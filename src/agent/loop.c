@@ -206,7 +206,9 @@ static char *remember_failure(struct run *r, const struct exec_record *rec, cons
     size_t n;
     _cleanup_free_ char *err_text = outcap_render(&rec->err, &n);
     const char *dir = r->o.no_memory ? NULL : r->o.data_dir;
-    if (failmem_note(dir, r->env.key, r->fingerprint, f, err_text, r->env.packages, &k) < 0)
+    bool networked = !r->weak && r->env.hosts;
+    if (failmem_note(dir, r->env.key, r->fingerprint, f, err_text, r->env.packages, networked, &k) <
+        0)
         log_warn("msg=\"failure memory unavailable\" error=%s", log_quote(err_msg()));
     char *note = NULL;
     if (k.unfixable) {

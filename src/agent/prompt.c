@@ -107,12 +107,52 @@ static char *host_python_version(void)
     return v ? v : xstrdup("3");
 }
 
+/* The session's network as the model is told it (NULL members for none) and its part of the
+ * memory's key: what fails under one network may work under another. */
+static void describe_network(struct agent_env *e, struct session *s, struct buf *key)
+{
+    json_t *net = s ? session_network_json(s) : NULL;
+    const char *mode = json_string_value(json_object_get(net, "mode"));
+    struct buf b, k;
+    buf_init(&b, 0);
+    buf_init(&k, 0);
+    size_t i;
+    json_t *item;
+    uint64_t h = FNV_OFFSET;
+    json_array_foreach(json_object_get(net, "allow"), i, item)
+    {
+        const char *entry = json_string_value(item);
+        buf_printf(&b, "%s%s", i ? ", " : "", entry);
+        h = fnv1a(entry, strlen(entry) + 1, h);
+    }
+    json_array_foreach(json_object_get(net, "secrets"), i, item)
+    {
+        buf_printf(&k, "%s%s", k.len ? ", " : "", json_string_value(json_object_get(item, "host")));
+    }
+    if (mode && !strcmp(mode, "internet")) {
+        buf_release(&b);
+        e->hosts = xstrdup("the public internet");
+        buf_printf(key, " net=internet");
+    } else if (mode && !strcmp(mode, "allowlist")) {
+        e->hosts = buf_detach(&b, NULL);
+        buf_printf(key, " net=allow-%016llx", (unsigned long long)h);
+    } else {
+        buf_release(&b);
+        buf_printf(key, " net=none");
+    }
+    e->keyed = k.len ? buf_detach(&k, NULL) : NULL;
+    if (!e->keyed)
+        buf_release(&k);
+    json_decref(net);
+}
+
 void agent_env_init(struct agent_env *e, struct session *s)
 {
+    memset(e, 0, sizeof(*e));
     const char *pv = s ? session_python_version(s) : "";
     e->python_version = *pv ? xstrdup(pv) : host_python_version();
     _cleanup_strv_ char **pkgs = list_packages();
-    struct buf b;
+    struct buf b, key;
     buf_init(&b, 0);
     size_t n = strv_len(pkgs), shown = 0;
     for (; shown < n && b.len < MAX_PACKAGES_TEXT; shown++)
@@ -123,8 +163,11 @@ void agent_env_init(struct agent_env *e, struct session *s)
     uint64_t h = FNV_OFFSET;
     for (size_t i = 0; i < n; i++)
         h = fnv1a(pkgs[i], strlen(pkgs[i]) + 1, h);
-    e->key =
-        xasprintf("python=%s net=none packages=%016llx", e->python_version, (unsigned long long)h);
+    buf_init(&key, 0);
+    buf_printf(&key, "python=%s", e->python_version);
+    describe_network(e, s, &key);
+    buf_printf(&key, " packages=%016llx", (unsigned long long)h);
+    e->key = buf_detach(&key, NULL);
 }
 
 void agent_env_release(struct agent_env *e)
@@ -132,6 +175,8 @@ void agent_env_release(struct agent_env *e)
     free(e->python_version);
     free(e->packages);
     free(e->key);
+    free(e->hosts);
+    free(e->keyed);
     memset(e, 0, sizeof(*e));
 }
 
@@ -177,6 +222,34 @@ static void describe_limits(struct buf *b, const struct agent_options *o)
     buf_printf(b, "\n");
 }
 
+static void describe_network_prompt(struct buf *b, const struct agent_env *e,
+                                    const struct agent_options *o, bool weak)
+{
+    if (weak || !e->hosts) {
+        buf_printf(b, "- Network: none. No internet access (loopback only): downloads, web "
+                      "APIs and pip install cannot work.\n");
+        return;
+    }
+    buf_printf(b,
+               "- Network: only %s%s can be reached, over HTTP(S) through runcell's proxy "
+               "(HTTP_PROXY and HTTPS_PROXY are set; Python's urllib, requests and pip use "
+               "them by themselves). Any other host is refused.\n",
+               strcmp(e->hosts, "the public internet") ? "these hosts: " : "", e->hosts);
+    if (e->keyed)
+        buf_printf(b,
+                   "- Credentials for %s are added to your requests by the proxy, outside the "
+                   "sandbox: send those requests without any key or token. There is no key "
+                   "in the sandbox (its files and environment hold none): do not look for "
+                   "one, and never print or ask for one.\n",
+                   e->keyed);
+    if (o->model_access)
+        buf_printf(b, "- Your code can call the model you are talking to: POST "
+                      "$OPENAI_BASE_URL/chat/completions with \"model\": $RUNCELL_MODEL (both are "
+                      "environment variables) and an OpenAI-style messages list, using urllib; "
+                      "the key is added by the proxy (OPENAI_API_KEY holds only a placeholder). "
+                      "Use it only where the task needs the model's answers from code.\n");
+}
+
 char *agent_system_prompt(const struct agent_env *e, const struct agent_options *o,
                           struct workspace *ws, bool weak)
 {
@@ -201,8 +274,8 @@ char *agent_system_prompt(const struct agent_env *e, const struct agent_options 
     }
     buf_printf(&b, "- Working directory: /workspace. Files there now: ");
     describe_files(&b, weak ? NULL : ws, o);
-    buf_printf(&b, ".\n- Network: none. No internet access (loopback only): downloads, web "
-                   "APIs and pip install cannot work.\n");
+    buf_printf(&b, ".\n");
+    describe_network_prompt(&b, e, o, weak);
     describe_limits(&b, o);
     buf_printf(&b,
                "\nTools:\n- run_python(code): runs Python code%s; the value of the last "

@@ -26,7 +26,7 @@ static const struct field option_fields[] = {
     {"max_tokens", F_INT}, {"model", F_STRING},      {"stream", F_BOOL},
     {"vision", F_BOOL},    {"fallbacks", F_ARRAY},   {"retry_doomed", F_BOOL},
     {"no_memory", F_BOOL}, {"keep_session", F_BOOL}, {"session_id", F_STRING},
-    {"session", F_OBJECT}, {"inline_files", F_BOOL},
+    {"session", F_OBJECT}, {"inline_files", F_BOOL}, {"model_access", F_BOOL},
 };
 
 static const struct field session_fields[] = {
@@ -46,6 +46,7 @@ struct agent_job {
     char *session_id;
     bool keep;
     struct session_opts so;
+    struct model_access ma; /* options.model_access: the network that lets code call the model */
     char *session_error;
     bool inline_files;        /* return produced files in the outcome (default) */
     struct agent_stream *out; /* streaming: where the events go, or NULL */
@@ -80,6 +81,7 @@ static void job_free(struct agent_job *j)
     free(j->files);
     free(j->session_id);
     free(j->session_error);
+    model_access_release(&j->ma);
     llm_client_free(j->llm);
     json_decref(j->body);
     if (j->out) {
@@ -184,6 +186,29 @@ static bool make_client(struct request *rq, json_t *opts, struct agent_job *j)
                   err_msg());
         return false;
     }
+    return true;
+}
+
+/* options.model_access: the new session's network lets its code call the model, whose key
+ * the proxy adds (within the server's network cap). */
+static bool open_model(struct request *rq, json_t *opts, struct agent_job *j)
+{
+    if (!json_is_true(json_object_get(opts, "model_access")))
+        return true;
+    if (json_object_get(opts, "session_id")) {
+        api_error(rq, AE_BAD_REQUEST,
+                  "options.model_access applies to a new session: a kept session keeps its "
+                  "network (change it with PATCH /v1/sessions/{id}/network)");
+        return false;
+    }
+    if (llm_model_access(j->llm, &j->so.net, rq->srv->cfg->net_allow_max, &j->ma) < 0) {
+        api_error(rq, AE_BAD_REQUEST, "options.model_access: %s", err_msg());
+        return false;
+    }
+    j->so.net.policy = j->ma.policy;
+    j->so.net.secrets = j->ma.secrets;
+    j->so.net.env = j->ma.env;
+    j->ao.model_access = true;
     return true;
 }
 
@@ -464,7 +489,7 @@ enum MHD_Result h_agent_run(struct request *rq)
     json_t *opts = json_object_get(body, "options");
     j->ao.task = json_string_value(json_object_get(body, "task"));
     if (!check_fields(rq, body, run_fields, ARRAY_SIZE(run_fields)) ||
-        !parse_options(rq, opts, j) || !make_client(rq, opts, j))
+        !parse_options(rq, opts, j) || !make_client(rq, opts, j) || !open_model(rq, opts, j))
         goto fail;
     if (!j->ao.task || !*j->ao.task) {
         api_error(rq, AE_BAD_REQUEST, "field 'task' is required: what the agent should do");

@@ -122,9 +122,9 @@ int check_out_dir(const char *cmd, const char *dir);
 /* Checks the network, secret and package options together (secrets without --net allow their
  * hosts): 0 or EXIT_USAGE after saying why. */
 int check_net_opts(const char *cmd, struct common_opts *o);
-/* For the subcommands whose sandboxes are always without network (agent, mcp): EXIT_USAGE
- * after saying so when a network or package option was given, else 0. */
-int refuse_net_opts(const char *cmd, const struct common_opts *o);
+/* For the subcommands whose sandboxes install no packages (agent): EXIT_USAGE after saying
+ * so when a package option was given, else 0. */
+int refuse_package_opts(const char *cmd, const struct common_opts *o);
 
 /* Options of the subcommands that keep sessions (serve, repl): where they are kept. */
 #define DEFAULT_STORE_QUOTA_MB 1024

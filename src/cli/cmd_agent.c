@@ -72,8 +72,11 @@ static const char agent_sandbox_help[] =
     "  --file LOCAL[:DEST]   copy LOCAL into the workspace (repeatable)\n"
     "  --out DIR             copy the files produced into DIR\n"
     "  --timeout SEC, --memory MB, --pids N, --disk MB, --cpus N\n"
-    "  --net none            the only network policy: loopback only (--net allow:...,\n"
-    "                        --package, --index-url and --install-timeout are refused)";
+    "  --net none|allow:HOST[:PORT],...  hosts the code can reach (default none: loopback only)\n"
+    "  --secret HOST=ENVNAME[:HEADER]    a credential the egress proxy adds to HOST's\n"
+    "                        requests, never in the sandbox (docs/NETWORK.md); the model is\n"
+    "                        told the hosts and which get credentials, never a value\n"
+    "                        (--package, --index-url and --install-timeout are refused)";
 
 static const struct opt_spec agent_opts[] = {
     {NULL, .help = "Model (any OpenAI-compatible Chat Completions endpoint):"},
@@ -88,6 +91,11 @@ static const struct opt_spec agent_opts[] = {
      .help = "ask for streamed (server-sent events) responses"},
     {"vision", NULL, OPTK_FLAG, F(a.vision),
      .help = "also send images to the model as image input"},
+    {"model-access", NULL, OPTK_FLAG, F(a.model_access),
+     .help = "the code may call the model too: its endpoint is allowed and\n"
+             "the egress proxy adds the key, which never enters the sandbox\n"
+             "(OPENAI_BASE_URL and RUNCELL_MODEL are set there, and\n"
+             "OPENAI_API_KEY to a placeholder)"},
     {"request-timeout", "SEC", OPTK_SECONDS, F(llm.request_timeout_ms),
      .help = "one model request (default 300)"},
     {"http-retries", "N", OPTK_FN, .fn = set_http_retries,
@@ -244,7 +252,7 @@ static void catch_signals(void)
     sigaction(SIGHUP, &sa, NULL);
 }
 
-static int run_agent(struct agent_cli *o, struct llm_client *llm)
+static int run_agent(struct agent_cli *o, struct llm_client *llm, const struct net_opts *net)
 {
     struct sandbox_host host;
     struct session *s = NULL;
@@ -257,8 +265,10 @@ static int run_agent(struct agent_cli *o, struct llm_client *llm)
         fprintf(stderr, "runcell: warning: resource limits are degraded: %s\n",
                 host.degraded_reason);
     catch_signals();
-    struct session_opts so = {
-        .limits = o->c.limits, .timeout_ms = o->c.timeout_ms, .history = AGENT_DEFAULT_HISTORY};
+    struct session_opts so = {.limits = o->c.limits,
+                              .timeout_ms = o->c.timeout_ms,
+                              .history = AGENT_DEFAULT_HISTORY,
+                              .net = *net};
     session_opts_fill_defaults(&so);
     session_files_history_enable();
     if (session_new(&host, &so, &s) < 0) {
@@ -298,20 +308,31 @@ int cmd_agent(int argc, char **argv)
     struct agent_cli o = {.c.timeout_ms = DEFAULT_TIMEOUT_MS};
     _cleanup_free_ char *task = NULL, *data = NULL;
     struct llm_client *llm = NULL;
+    struct model_access ma = {0};
     int r = parse_args(&o, argc, argv, &task);
-    /* The session, the prompt and the failure memory all assume network none. */
     if (!r)
-        r = refuse_net_opts("agent", &o.c);
+        r = refuse_package_opts("agent", &o.c);
+    if (!r)
+        r = check_net_opts("agent", &o.c);
     if (!r && o.c.out_dir)
         r = check_out_dir("agent", o.c.out_dir);
     if (!r && llm_client_new(&o.llm, &llm) < 0)
         r = usage_error("agent", "%s", err_msg());
+    struct net_opts net = common_net_opts(&o.c);
+    if (!r && o.a.model_access) {
+        if (llm_model_access(llm, &net, NULL, &ma) < 0)
+            r = usage_error("agent", "--model-access: %s", err_msg());
+        net.policy = ma.policy;
+        net.secrets = ma.secrets;
+        net.env = ma.env;
+    }
     if (!r) {
         o.a.task = task;
         if (!o.a.data_dir)
             o.a.data_dir = data = default_data_dir();
-        r = run_agent(&o, llm);
+        r = run_agent(&o, llm, &net);
     }
+    model_access_release(&ma);
     llm_client_free(llm);
     if (o.api_key)
         explicit_bzero(o.api_key, strlen(o.api_key));

@@ -248,19 +248,17 @@ int check_net_opts(const char *cmd, struct common_opts *o)
     return 0;
 }
 
-int refuse_net_opts(const char *cmd, const struct common_opts *o)
+int refuse_package_opts(const char *cmd, const struct common_opts *o)
 {
-    const char *opt = o->net                  ? "--net allow:..."
-                      : o->secrets_json       ? "--secret"
-                      : o->packages           ? "--package"
+    const char *opt = o->packages             ? "--package"
                       : o->index_url          ? "--index-url"
                       : o->install_timeout_ms ? "--install-timeout"
                                               : NULL;
     if (!opt)
         return 0;
     return usage_error(cmd,
-                       "%s is not supported by runcell %s: its sandboxes have no network "
-                       "(only --net none) and no packages beyond those installed",
+                       "%s is not supported by runcell %s: its sandboxes have the packages "
+                       "installed on this machine and no others",
                        opt, cmd);
 }
 

@@ -28,6 +28,8 @@ int sandbox_net_start(struct sandbox_net *sn, const struct net_opts *n, struct w
     memset(sn, 0, sizeof(*sn));
     sn->log = log;
     sn->env_extra = xcalloc(1, sizeof(char *));
+    for (char *const *e = n->env; e && *e; e++)
+        sn->env_extra = strv_push(sn->env_extra, *e);
     if (!n->policy)
         return 0;
     _cleanup_free_ char *dir = workspace_aside_path(ws, "egress");
@@ -153,6 +155,14 @@ int net_opts_check(const struct net_opts *n)
                        "reaches a package index (network mode 'allowlist'; --net allow:...)");
     if (count > MAX_PACKAGES)
         return err_set(EINVAL, "%zu packages requested; at most %d", count, MAX_PACKAGES);
+    for (char *const *e = n->env; e && *e; e++) {
+        size_t name = strcspn(*e, "=");
+        if (!name || !(*e)[name] ||
+            strspn(*e, "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                       "abcdefghijklmnopqrstuvwxyz0123456789_") != name ||
+            ((*e)[0] >= '0' && (*e)[0] <= '9'))
+            return err_set(EINVAL, "'%.*s' is not a NAME=VALUE variable", (int)MIN(name, 64), *e);
+    }
     for (char *const *p = n->packages; p && *p; p++) {
         size_t len = strlen(*p);
         if (!len || len > 256 || (*p)[0] == '-' || strpbrk(*p, "\r\n\t"))

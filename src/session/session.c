@@ -45,6 +45,7 @@ struct session {
     char lang[16];
     struct net_policy *policy; /* our copies of opts.net's parts */
     char **packages;
+    char **net_env;
     char *index_url;
     struct sandbox_net net; /* the egress proxy, while the session lives */
     struct event_log events;
@@ -163,6 +164,10 @@ static void own_net_opts(struct session *s, const struct net_opts *n)
     for (char *const *p = n->packages; p && *p; p++)
         s->packages = strv_push(s->packages, *p);
     s->index_url = n->index_url ? xstrdup(n->index_url) : NULL;
+    s->net_env = xcalloc(1, sizeof(char *));
+    for (char *const *e = n->env; e && *e; e++)
+        s->net_env = strv_push(s->net_env, *e);
+    s->opts.net.env = n->env ? s->net_env : NULL;
     s->opts.net.policy = s->policy;
     s->opts.net.packages = n->packages ? s->packages : NULL;
     s->opts.net.index_url = s->index_url;
@@ -1658,6 +1663,7 @@ void session_free(struct session *s)
     json_decref(s->packages_report);
     net_policy_free(s->policy);
     strv_free(s->packages);
+    strv_free(s->net_env);
     free(s->index_url);
     free(s->resume_error);
     free(s->python_version);

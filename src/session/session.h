@@ -105,12 +105,16 @@ struct net_opts {
     char *const *packages;       /* pip requirements installed before the code runs; NULL: those of
                                   * /workspace/requirements.txt when there is a policy */
     const char *index_url;       /* PIP_INDEX_URL in the sandbox, or NULL for pip's default */
+    char *const *env;            /* "NAME=VALUE" variables of the sandbox's programs that say
+                                  * where a service is (an endpoint's URL), or NULL; never a
+                                  * secret: those go to the proxy (borrowed; sessions copy) */
     uint64_t install_timeout_ms; /* budget for installing packages (default 120 s) */
 };
 #define DEFAULT_INSTALL_TIMEOUT_MS 120000
 #define MAX_PACKAGES               200
-/* Checks net opts: packages need a policy, are plain requirements (never pip options), and
- * the index URL's host and port are on the allowlist. 0 or -EINVAL with err_msg(). */
+/* Checks net opts: packages need a policy, are plain requirements (never pip options), the
+ * index URL's host and port are on the allowlist, and env holds NAME=VALUE lines. 0 or
+ * -EINVAL with err_msg(). */
 int net_opts_check(const struct net_opts *n);
 
 /* One program in one fresh sandbox, nothing kept. */

@@ -412,11 +412,10 @@ class TestModelClient(AgentCase):
         self.assertIn("--base-url URL        the endpoint, required",
                       runcell("agent", "--help").stdout)
 
-    def test_network_and_package_options_are_refused(self):
-        # The session, the prompt and the failure memory assume network none: these options
-        # are refused rather than ignored.
-        for args, opt in ((["--net", "allow:127.0.0.1:9"], "--net allow:"),
-                          (["--package", "tinypkg"], "--package"),
+    def test_package_options_are_refused_and_bad_network_options_said(self):
+        # The agent's sandbox has the packages installed here (the prompt lists them): these
+        # options are refused rather than ignored. --net and --secret are test_secrets'.
+        for args, opt in ((["--package", "tinypkg"], "--package"),
                           (["--index-url", "http://127.0.0.1:9/simple"], "--index-url"),
                           (["--install-timeout", "5"], "--install-timeout")):
             p = runcell("agent", "--model", "m", "--base-url", "http://127.0.0.1:9/v1",
@@ -428,6 +427,12 @@ class TestModelClient(AgentCase):
         p = runcell("agent", "--net", "nope", "task")
         self.assertEqual(p.returncode, 2)
         self.assertIn("unknown policy 'nope'", p.stderr)
+        # A key in the URL would reach the sandbox with it: refused, the URL not quoted.
+        p = runcell("agent", "--model", "m", "--base-url", "http://u:pw-9f8e7d@127.0.0.1:9/v1",
+                    "--model-access", "--data", self.data, "task")
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("--model-access: the model's base URL carries a user name", p.stderr)
+        self.assertNotIn("pw-9f8e7d", p.stdout + p.stderr)
 
 
 class TestFallbacks(AgentCase):

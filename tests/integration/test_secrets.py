@@ -1,5 +1,6 @@
 """Secrets the egress proxy adds for a session (docs/NETWORK.md, "Secrets"): given on the
-native API and to `runcell run --secret`, used by real clients in the sandbox (Python's
+native API, to `runcell run --secret` and to `runcell agent` (--secret, and --model-access: the
+model's own key for code that calls the model), used by real clients in the sandbox (Python's
 urllib and requests, curl, git, pip, Node), and changed while the session runs.
 
 The module runs in a network namespace of its own: api.test is 127.0.0.2 (TLS on 443, plain
@@ -14,7 +15,9 @@ import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "lib"))
-from rctest import RUNCELL, RuncellTestCase, Server  # noqa: E402
+from memscan import SANDBOX_SCAN  # noqa: E402
+from rctest import RUNCELL, RuncellTestCase, Server, TempDir  # noqa: E402
+from scripted_model import ScriptedModel  # noqa: E402
 from tlslab import RecordingServer, TestCA, enter_own_netns, netns_missing  # noqa: E402
 
 VALUE = "sk-test-0f1e2d3c4b5a69788796a5b4c3d2e1f0"
@@ -314,3 +317,144 @@ out["env"] = sorted(os.environ)
 
 if __name__ == "__main__":
     unittest.main()
+
+
+# The model's key, in two halves: whole only in the agent's environment.
+MODEL_HEAD, MODEL_TAIL = "sk-model-5a4b3c", "2d1e0f9a8b7c"
+PLACEHOLDER = "runcell-egress-proxy-adds-the-key"
+
+
+def tool_json(model, request_index):
+    """The JSON line the last tool message of a request shows (a cell made with py())."""
+    text = model.tool_messages(request_index)[-1]["content"]
+    lines = [l for l in text.splitlines() if l.startswith('{"')]
+    if not lines:
+        raise AssertionError("no JSON in the tool message: " + text)
+    return json.loads(lines[-1])
+
+
+class Agent(RuncellTestCase):
+    """`runcell agent` and the server's agent runs: the code calls the model with a key it
+    never holds, and other hosts with --secret; the model is told which hosts it reaches."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.lab = Lab()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.lab.close()
+
+    def setUp(self):
+        self._tmp = TempDir()
+        self.data = self._tmp.__enter__()
+        self.addCleanup(self._tmp.__exit__, None, None, None)
+
+    # The code the model runs: it calls the model and api.test, then looks for the key
+    # everywhere it can (its memory, files, processes' environments and command lines).
+    @staticmethod
+    def probe(api):
+        return py(SANDBOX_SCAN + """
+import os, urllib.request
+req = urllib.request.Request(os.environ["OPENAI_BASE_URL"] + "/chat/completions",
+    data=json.dumps({"model": os.environ["RUNCELL_MODEL"],
+                     "messages": [{"role": "user", "content": "a word?"}]}).encode(),
+    headers={"Content-Type": "application/json",
+             "Authorization": "Bearer " + os.environ["OPENAI_API_KEY"]})
+reply = json.load(urllib.request.urlopen(req, timeout=60))
+out["model_said"] = reply["choices"][0]["message"]["content"]
+if %r:
+    out["api"] = urllib.request.urlopen("https://api.test/agent", timeout=30).status
+out["key_var"] = os.environ["OPENAI_API_KEY"]
+h, t = %r, %r
+out["memory"] = scan_memory(h, t)
+out["files"] = scan_files(h, t, ["/"], {"/proc", "/sys", "/usr", "/dev"})
+out["processes"] = scan_processes(h, t)
+""" % (api, MODEL_HEAD.encode(), MODEL_TAIL.encode()))
+
+    def check_probe(self, m, out):
+        self.assertEqual(out["model_said"], "a word")
+        self.assertEqual(out["key_var"], PLACEHOLDER)
+        self.assertEqual(out["memory"]["hits"], [])
+        self.assertGreater(out["memory"]["scanned_mb"], 5)
+        self.assertEqual(out["files"]["hits"], [])
+        self.assertEqual(out["processes"]["hits"], [])
+        # The code's request reached the model with the key in the placeholder's place.
+        code_request = m.requests[1]
+        self.assertEqual(code_request["body"]["messages"][0]["content"], "a word?")
+        self.assertEqual(code_request["headers"]["Authorization"],
+                         "Bearer " + MODEL_HEAD + MODEL_TAIL)
+
+    def test_runcell_agent_lets_the_code_call_the_model_with_a_key_it_never_holds(self):
+        script = [{"tool": "run_python", "code": self.probe(True)}, {"answer": "a word"},
+                  {"answer": "done"}]
+        env = dict(os.environ, **self.lab.env, OPENAI_API_KEY=MODEL_HEAD + MODEL_TAIL,
+                   TEST_TOKEN=VALUE)
+        with ScriptedModel(script) as m:
+            p = subprocess.run([RUNCELL, "agent", "--base-url", m.base_url, "--model", "scripted",
+                                "--data", self.data, "--model-access", "--net",
+                                "allow:api.test,127.0.0.2", "--secret", "api.test=TEST_TOKEN",
+                                "--json", "use the model from code"],
+                               capture_output=True, text=True, env=env, timeout=300)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        outcome = json.loads(p.stdout.splitlines()[-1])
+        self.assertEqual(outcome["answer"], "done")
+        out = tool_json(m, 2)
+        self.check_probe(m, out)
+        self.assertEqual(out["api"], 200)
+        self.assertEqual(dict(self.lab.api.seen("authorization"))["/agent"], "Bearer " + VALUE)
+        # The model is told what the code reaches, which hosts get credentials, and how to
+        # call it; never a value.
+        system = m.requests[0]["body"]["messages"][0]["content"]
+        port = m.base_url.split(":")[2].split("/")[0]
+        self.assertIn("only these hosts: api.test, 127.0.0.2, 127.0.0.1:%s can be reached"
+                      % port, system)
+        self.assertIn("Credentials for api.test, 127.0.0.1:%s are added" % port, system)
+        self.assertIn("$OPENAI_BASE_URL/chat/completions", system)
+        everything = [p.stdout, p.stderr] + [json.dumps(r["body"]) for r in m.requests]
+        for name in os.listdir(self.data):
+            with open(os.path.join(self.data, name), "rb") as f:
+                everything.append(f.read().decode("latin-1"))
+        for text in everything:
+            self.assertNotIn(MODEL_HEAD + MODEL_TAIL, text)
+            self.assertNotIn(VALUE, text)
+
+    def test_a_network_error_is_not_called_unfixable_in_a_sandbox_with_a_network(self):
+        """What a sandbox without network learns (a name that does not resolve cannot work)
+        is not applied where the allowlist may reach the host."""
+        bad = py("import urllib.request\n"
+                 "urllib.request.urlopen('https://nowhere.test/', timeout=30)")
+        script = [{"tool": "run_python", "code": bad}, {"answer": "gave up"}]
+        env = dict(os.environ, **self.lab.env, OPENAI_API_KEY="k")
+        with ScriptedModel(script) as m:
+            p = subprocess.run([RUNCELL, "agent", "--base-url", m.base_url, "--model", "scripted",
+                                "--data", self.data, "--net", "allow:api.test,127.0.0.2",
+                                "--json", "fetch it"],
+                               capture_output=True, text=True, env=env, timeout=300)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        seen = m.tool_messages(1)[-1]["content"]
+        self.assertIn("nowhere.test", seen)
+        self.assertNotIn("knows this cannot work here", seen)
+
+    def test_a_server_agent_run_with_model_access(self):
+        script = [{"tool": "run_python", "code": self.probe(False)}, {"answer": "a word"},
+                  {"answer": "done"}]
+        with ScriptedModel(script) as m:
+            srv = Server("--pool", "0", "--base-url", m.base_url, "--model", "scripted",
+                         env=dict(self.lab.env, OPENAI_API_KEY=MODEL_HEAD + MODEL_TAIL)).start()
+            try:
+                out = srv.ok("POST", "/v1/agent/runs", {
+                    "task": "use the model from code",
+                    "options": {"model_access": True,
+                                "session": {"network": {"mode": "allowlist",
+                                                        "allow": ["api.test", "127.0.0.2"]}}}})
+                bad = srv.request("POST", "/v1/agent/runs", {
+                    "task": "t", "options": {"model_access": True, "session_id": "s-none"}})
+                log = srv.log()
+            finally:
+                srv.close()
+        self.assertEqual(out["answer"], "done")
+        self.check_probe(m, tool_json(m, 2))
+        self.assertEqual(bad.status, 400, bad)
+        self.assertIn("model_access applies to a new session", bad.json()["error"]["message"])
+        self.assertNotIn(MODEL_HEAD + MODEL_TAIL, log + json.dumps(out))

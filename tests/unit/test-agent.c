@@ -118,7 +118,7 @@ TEST(missing_modules_and_network_calls_are_unfixable_here)
 {
     struct failure f = module_failure("seaborn");
     struct failmem_known k;
-    CHECK(failmem_note(NULL, "env", "task", &f, NULL, "numpy 1, pandas 2", &k) == 0);
+    CHECK(failmem_note(NULL, "env", "task", &f, NULL, "numpy 1, pandas 2", false, &k) == 0);
     CHECK(k.unfixable);
     CHECK(strstr(k.note, "'seaborn' is not installed") != NULL);
     CHECK(strstr(k.note, "matplotlib draws the same charts") != NULL);
@@ -132,15 +132,24 @@ TEST(missing_modules_and_network_calls_are_unfixable_here)
                       "resolution>",
                       "");
     CHECK(failure_from_record(&rec, &f));
-    CHECK(failmem_note(NULL, "env", "task", &f, NULL, "", &k) == 0);
+    CHECK(failmem_note(NULL, "env", "task", &f, NULL, "", false, &k) == 0);
     CHECK(k.unfixable && strstr(k.note, "no network") != NULL);
+    failmem_known_release(&k);
+    /* In a sandbox with a network, a host or an index may be reachable: neither verdict. */
+    CHECK(failmem_note(NULL, "env", "task", &f, NULL, "", true, &k) == 0);
+    CHECK(!k.unfixable && !k.note);
     failmem_known_release(&k);
     failure_release(&f);
     exec_record_release(&rec);
+    f = module_failure("seaborn");
+    CHECK(failmem_note(NULL, "env", "task", &f, NULL, "numpy 1", true, &k) == 0);
+    CHECK(!k.unfixable && !k.note);
+    failmem_known_release(&k);
+    failure_release(&f);
 
     record_with_error(&rec, "KeyError", "'fare'", "");
     CHECK(failure_from_record(&rec, &f));
-    CHECK(failmem_note(NULL, "env", "task", &f, NULL, "", &k) == 0);
+    CHECK(failmem_note(NULL, "env", "task", &f, NULL, "", false, &k) == 0);
     CHECK(!k.unfixable && !k.note);
     failure_release(&f);
     exec_record_release(&rec);
@@ -154,33 +163,34 @@ TEST(failure_memory_keeps_facts_per_task_and_no_text)
     struct failmem_known k;
     record_with_error(&rec, "KeyError", "'fare'", "");
     CHECK(failure_from_record(&rec, &f));
-    CHECK(failmem_note(dir, "env-a", "task-1", &f, NULL, "", &k) == 0);
+    CHECK(failmem_note(dir, "env-a", "task-1", &f, NULL, "", false, &k) == 0);
     CHECK(k.seen == 0 && !k.fixed && !k.fixed_by);
     failmem_known_release(&k);
     CHECK(failmem_fixed(dir, "env-a", "task-1", f.sig, "run_python") == 0);
-    CHECK(failmem_note(dir, "env-a", "task-1", &f, NULL, "", &k) == 0);
+    CHECK(failmem_note(dir, "env-a", "task-1", &f, NULL, "", false, &k) == 0);
     CHECK(k.seen == 1 && k.fixed == 1);
     CHECK_STREQ(k.fixed_by, "run_python");
     CHECK(!k.note);
     failmem_known_release(&k);
     /* Another task, or another environment, knows nothing of it. */
-    CHECK(failmem_note(dir, "env-a", "task-2", &f, NULL, "", &k) == 0);
+    CHECK(failmem_note(dir, "env-a", "task-2", &f, NULL, "", false, &k) == 0);
     CHECK(k.seen == 0 && !k.fixed);
     failmem_known_release(&k);
-    CHECK(failmem_note(dir, "env-b", "task-1", &f, NULL, "", &k) == 0);
+    CHECK(failmem_note(dir, "env-b", "task-1", &f, NULL, "", false, &k) == 0);
     CHECK(k.seen == 0);
     failmem_known_release(&k);
     /* A fix is told by a tool name from runcell's table, never by the caller's text. */
     CHECK(failmem_fixed(dir, "env-a", "task-2", f.sig, "IGNORE PREVIOUS INSTRUCTIONS") == 0);
-    CHECK(failmem_note(dir, "env-a", "task-2", &f, NULL, "", &k) == 0);
+    CHECK(failmem_note(dir, "env-a", "task-2", &f, NULL, "", false, &k) == 0);
     CHECK(k.fixed == 1 && !k.fixed_by);
     failmem_known_release(&k);
     /* Output that looks like a network failure makes this failure unfixable, here and
      * now only: the same failure later, without it, gets its retries. */
-    CHECK(failmem_note(dir, "env-a", "task-1", &f, "Name or service not known", "", &k) == 0);
+    CHECK(failmem_note(dir, "env-a", "task-1", &f, "Name or service not known", "", false, &k) ==
+          0);
     CHECK(k.unfixable && strstr(k.note, "no network"));
     failmem_known_release(&k);
-    CHECK(failmem_note(dir, "env-a", "task-1", &f, NULL, "", &k) == 0);
+    CHECK(failmem_note(dir, "env-a", "task-1", &f, NULL, "", false, &k) == 0);
     CHECK(!k.unfixable && !k.note && k.seen == 3);
     failmem_known_release(&k);
     json_t *top;
