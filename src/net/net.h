@@ -241,6 +241,10 @@ json_t *egress_rules_json(struct egress *e);
 size_t egress_scrub(struct egress *e, char *buf, size_t len);
 /* Whether any secret is in force. */
 bool egress_has_secrets(struct egress *e);
+/* Copies of the rules e follows now: *ret_p its allowlist, *ret_s its secrets (NULL when
+ * none), both the caller's (net_policy_free, net_secrets_free): what a session made like this
+ * one (a fork) is given. */
+void egress_rules_copy(struct egress *e, struct net_policy **ret_p, struct net_secrets **ret_s);
 /* Stops accepting, cuts every open connection, waits for the proxy's threads, removes the
  * socket and its directory; NULL is a no-op. */
 void egress_free(struct egress *e);

@@ -778,6 +778,14 @@ json_t *egress_rules_json(struct egress *e)
     return j;
 }
 
+void egress_rules_copy(struct egress *e, struct net_policy **ret_p, struct net_secrets **ret_s)
+{
+    struct net_rules *r = egress_rules_get(e);
+    *ret_p = net_policy_copy(r->policy);
+    *ret_s = r->secrets && r->secrets->n ? net_secrets_copy(r->secrets) : NULL;
+    net_rules_put(r);
+}
+
 bool egress_has_secrets(struct egress *e)
 {
     struct net_rules *r = egress_rules_get(e);

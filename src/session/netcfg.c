@@ -186,6 +186,15 @@ json_t *session_network_json(struct session *s)
     return egress_rules_json(sn->egress);
 }
 
+void session_network_copy(struct session *s, struct net_policy **ret_p, struct net_secrets **ret_s)
+{
+    struct sandbox_net *sn = session_sandbox_net(s);
+    *ret_p = NULL;
+    *ret_s = NULL;
+    if (sn->egress)
+        egress_rules_copy(sn->egress, ret_p, ret_s);
+}
+
 int session_network_change(struct session *s, const json_t *change, const struct net_policy *max)
 {
     struct sandbox_net *sn = session_sandbox_net(s);

@@ -306,6 +306,9 @@ const struct net_policy *session_net_policy(struct session *s);
  * "max_connections", "max_bytes", "secrets": [{"host", "header", "kind", "path_prefix",
  * "allow_http"}]} (never a secret's value), or {"mode": "internet", ...}. Caller owns it. */
 json_t *session_network_json(struct session *s);
+/* Copies of the session's network as it is now, its secrets among them (NULL members for
+ * loopback only), for a session made like it (a fork); the caller frees both. */
+void session_network_copy(struct session *s, struct net_policy **ret_p, struct net_secrets **ret_s);
 /* Changes a live session's network (see net_rules_change for change's JSON, but for its
  * "internet", which session_network_replace gives), checked against the server's cap max
  * (NULL: none); effective for connections opened from now on and for each further request

@@ -714,10 +714,16 @@ int session_table_fork(struct session_table *t, const char *src_id, unsigned cou
         return r;
     }
     json_decref(report);
-    /* The forks' options are the source's own (borrowed while it is held). */
+    /* The forks' options are the source's own (borrowed while it is held), their network the
+     * one it has now: run-time changes and secrets included. */
     struct session_opts opts = *session_options(src);
     opts.files = NULL;
     opts.n_files = 0;
+    struct net_policy *net;
+    struct net_secrets *secrets;
+    session_network_copy(src, &net, &secrets);
+    opts.net.policy = net;
+    opts.net.secrets = secrets;
     struct fork_job j = {.t = t,
                          .opts = &opts,
                          .from = tmp,
@@ -735,6 +741,8 @@ int session_table_fork(struct session_table *t, const char *src_id, unsigned cou
     for (unsigned i = 0; i < started; i++)
         pthread_join(th[i], NULL);
     session_table_put(t, src);
+    net_policy_free(net);
+    net_secrets_free(secrets);
     store_discard(t->persist->store, tmp);
     pthread_mutex_destroy(&j.lock);
     if (j.err) {

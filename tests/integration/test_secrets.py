@@ -194,6 +194,31 @@ except urllib.error.URLError as e:
         r = self.srv.request("PATCH", "/v1/sessions/nosuch/network", {"allow_add": ["a.test"]})
         self.assertEqual(r.status, 404)
 
+    def test_forks_have_the_network_in_force_with_its_secrets(self):
+        """A fork is the session as it is now: the allowlist and the secrets its source has
+        after run-time changes, not those it was created with; the secrets' values shown
+        nowhere."""
+        sid = self.create(None, allow=["api.test", "127.0.0.2"])["id"]
+        self.srv.ok("PATCH", "/v1/sessions/%s/network" % sid, {
+            "allow_add": ["other.test", "127.0.0.3"],
+            "secrets_add": [{"host": "api.test", "header": "X-Key", "value": VALUE}]})
+        r = self.srv.ok("POST", "/v1/sessions/%s/fork" % sid, {"count": 2}, status=201)
+        self.assertNotIn(VALUE, json.dumps(r))
+        for n, fork in enumerate(r["sessions"]):
+            fid = fork["id"]
+            self.addCleanup(self.srv.request, "DELETE", "/v1/sessions/" + fid)
+            info = self.srv.ok("GET", "/v1/sessions/" + fid)
+            self.assertEqual(info["network"]["allow"],
+                             ["api.test", "127.0.0.2", "other.test", "127.0.0.3"])
+            self.assertEqual([x["header"] for x in info["network"]["secrets"]], ["X-Key"])
+            rec = self.srv.execute(fid, py(
+                'import urllib.request\nout["s"] = urllib.request.urlopen('
+                '"https://api.test/fork/%d", timeout=30).status' % n))
+            self.assertEqual(last_json(rec), {"s": 200}, rec)
+            self.assertEqual(dict(self.lab.api.seen("x-key"))["/fork/%d" % n], VALUE)
+            self.assertNotIn(VALUE, json.dumps(rec))
+        self.assertNotIn(VALUE, self.srv.log())
+
     def test_curl_git_pip_and_node_use_the_session_ca(self):
         info = self.create([{"host": "api.test", "basic": {"user": "u", "password": VALUE}}])
         node = r"""
