@@ -130,10 +130,23 @@ static json_t *lost_list(json_t *restored)
 /* The stored options into session options (the server's caps apply); false after a reply. */
 static bool takeover_options(struct request *rq, json_t *rec, struct session_opts *o)
 {
-    json_t *opts = json_object_get(rec, "options");
+    json_t *opts = json_object_get(rec, "options"), *secrets = NULL;
     json_t *body = json_is_object(opts) ? json_deep_copy(opts) : json_object();
     json_object_del(body, "persist");
+    const char *id = json_string_value(json_object_get(rec, "id"));
+    if (session_unseal_secrets(&rq->srv->persist, id ? id : "", body, &secrets) < 0) {
+        api_error(rq, AE_SANDBOX, "cannot take over: %s", err_msg());
+        json_decref(body);
+        return false;
+    }
     bool ok = session_opts_from_json(rq, body, o);
+    if (ok && secrets && net_secrets_from_json(secrets, o->net.policy, &rq->secrets) < 0) {
+        api_error(rq, AE_SANDBOX, "cannot take over: its kept secrets: %s", err_msg());
+        ok = false;
+    }
+    o->net.secrets = rq->secrets;
+    net_secrets_json_wipe(secrets);
+    json_decref(secrets);
     json_decref(body);
     return ok;
 }

@@ -84,7 +84,18 @@ bool resume_options(struct request *rq, json_t **body)
         json_decref(merged);
         merged = json_object();
     }
+    /* Secrets the record keeps sealed, unless the request gives its own. */
+    json_t *secrets = NULL;
+    if (json_object_get(*body, "secrets"))
+        json_object_del(merged, "secrets_sealed");
+    else if (session_unseal_secrets(&rq->srv->persist, id, merged, &secrets) < 0) {
+        api_error(rq, AE_BAD_REQUEST, "%s", err_msg());
+        json_decref(merged);
+        return false;
+    }
     json_object_update(merged, *body);
+    if (secrets)
+        json_object_set_new(merged, "secrets", secrets);
     json_decref(*body);
     *body = merged;
     return true;

@@ -156,6 +156,11 @@ static const struct opt_spec serve_opts[] = {
      .help = "E2B's sandbox hosts are PORT-ID.DOMAIN: the create response\n"
              "says DOMAIN (the SDKs' getHost), and a request to such a\n"
              "host reaches the sandbox's PORT (point *.DOMAIN here)"},
+    {"secrets-key", "FILE", OPTK_STRING, F(secrets_key),
+     .help = "keep sessions' secrets in their records, sealed (AES-256-GCM)\n"
+             "with the key in FILE (32 bytes or 64 hex digits, mode 600,\n"
+             "outside the store), so that a resume or a takeover has them;\n"
+             "without it secrets are never kept (docs/NETWORK.md)"},
     {"net-allow-max", "none|HOST[:PORT],...", OPTK_FN, .fn = parse_allow_max,
      .help = "the most a session's network allowlist may name\n"
              "(default: anything; none: no network at all)"},

@@ -22,10 +22,11 @@ struct server {
     struct session_pool *pool;
     struct store *store;
     struct meta_db *meta;
-    struct persist_config persist; /* store and meta, for the session table */
-    char *node;                    /* this node's name (in ids, X-Runcell-Node) */
-    struct fleet *fleet;           /* leases in the shared store (--fleet), or NULL */
-    int watchdog_fd;               /* the fleet watchdog's pipe until the fleet takes it */
+    struct persist_config persist;         /* store and meta, for the session table */
+    unsigned char seal_key[SEAL_KEY_SIZE]; /* --secrets-key: persist.seal_key points here */
+    char *node;                            /* this node's name (in ids, X-Runcell-Node) */
+    struct fleet *fleet;                   /* leases in the shared store (--fleet), or NULL */
+    int watchdog_fd;                       /* the fleet watchdog's pipe until the fleet takes it */
     struct metrics *metrics;
     struct mcp_http *mcp; /* MCP sessions of /mcp */
     struct e2b *e2b;      /* E2B's sandboxes (--e2b), or NULL */

@@ -48,6 +48,8 @@ struct server_config {
     struct store_config store;  /* url NULL: DATA/store */
     uint64_t store_max_files;   /* per session; 0 = DEFAULT_STORE_MAX_FILES */
     uint64_t store_quota_bytes; /* per session; 0 = no limit */
+    const char *secrets_key;    /* a key file: sessions' secrets are kept in their records,
+                                 * sealed with it (docs/NETWORK.md); NULL: never kept */
     struct llm_config agent;    /* the model endpoint of POST /v1/agent/runs */
     const char *review_webhook; /* review incidents are also POSTed here, or NULL */
     bool e2b;                   /* serve E2B's routes too (docs/E2B.md) */

@@ -658,6 +658,13 @@ static int open_persistence(struct server *srv)
                                            .quota_bytes = cfg->store_quota_bytes,
                                            .max_files = cfg->store_max_files,
                                            .owner = srv->host.owner_id};
+    if (cfg->secrets_key) {
+        if ((r = store_seal_key_load(cfg->secrets_key, srv->seal_key)) < 0)
+            return err_set(-r, "--secrets-key: %s", err_msg());
+        srv->persist.seal_key = srv->seal_key;
+        log_info("msg=\"secrets are kept in the records, sealed\" key_file=%s",
+                 log_quote(cfg->secrets_key));
+    }
     log_info("msg=\"sessions are kept\" store=%s records=%s quota_mb=%.1f",
              log_quote(store_describe(srv->store)), db, (double)cfg->store_quota_bytes / 1048576.0);
     return 0;

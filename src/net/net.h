@@ -156,6 +156,9 @@ void net_secrets_free(struct net_secrets *s);
 /* What may be shown of secrets: [{"host", "header", "kind": "header"|"basic", "path_prefix",
  * "allow_http"}], never a value or a user name; an empty array for NULL. Caller owns it. */
 json_t *net_secrets_json(const struct net_secrets *s);
+/* The secrets with their values, as net_secrets_from_json takes them back: only for sealing
+ * (store_seal) before a record keeps them. The caller wipes it (net_secrets_json_wipe). */
+json_t *net_secrets_export(const struct net_secrets *s);
 /* Overwrites with '*' every occurrence of a secret's value (and of its token or password
  * alone, when 8 bytes or longer) in buf; returns how many it masked. */
 size_t net_secrets_scrub(const struct net_secrets *s, char *buf, size_t len);

@@ -417,6 +417,38 @@ json_t *net_secrets_json(const struct net_secrets *s)
     return a;
 }
 
+json_t *net_secrets_export(const struct net_secrets *s)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; s && i < s->n; i++) {
+        const struct net_secret *sec = &s->v[i];
+        json_t *o = json_pack("{s:s,s:b}", "host", sec->host.text, "allow_http", sec->allow_http);
+        size_t n = 0;
+        const char *b64 = sec->value + strlen("Basic ");
+        unsigned char *pair =
+            sec->kind == NET_SECRET_BASIC ? base64_decode(b64, strlen(b64), &n) : NULL;
+        char *colon = pair ? memchr(pair, ':', n) : NULL;
+        if (colon) {
+            /* The user has no ':' (net_secrets_from_json): the first one ends it. */
+            json_object_set_new(o, "basic",
+                                json_pack("{s:s%,s:s%}", "user", (char *)pair,
+                                          (size_t)((unsigned char *)colon - pair), "password",
+                                          colon + 1, n - (size_t)(colon + 1 - (char *)pair)));
+        } else {
+            json_object_set_new(o, "header", json_string(sec->header));
+            json_object_set_new(o, "value", json_string(sec->value));
+        }
+        if (pair) {
+            explicit_bzero(pair, n);
+            free(pair);
+        }
+        if (sec->path_prefix)
+            json_object_set_new(o, "path_prefix", json_string(sec->path_prefix));
+        json_array_append_new(a, o);
+    }
+    return a;
+}
+
 static size_t mask(char *buf, size_t len, const char *needle)
 {
     size_t n = needle ? strlen(needle) : 0, count = 0;

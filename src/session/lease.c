@@ -405,7 +405,8 @@ static bool still_mine(struct fleet *f, json_t *rec, json_int_t gen, long long e
 }
 
 /* One compare-and-swap of id's record as state says; 0, -ESTALE, -EXDEV, -ENOLCK, -errno. */
-static int update_once(struct fleet *f, const char *id, const char *state, json_t *checkpoint)
+static int update_once(struct fleet *f, const char *id, const char *state, json_t *checkpoint,
+                       json_t *options)
 {
     long long epoch = writing_epoch(f);
     if (!epoch)
@@ -421,6 +422,8 @@ static int update_once(struct fleet *f, const char *id, const char *state, json_
         return err_set(EXDEV, "session %s is not held by this node", id);
     if (checkpoint)
         json_object_set(rec, "checkpoint", checkpoint);
+    if (options)
+        json_object_set(rec, "options", options);
     stamp(f, rec, state, epoch);
     int r = write_record(f, id, rec, version, nv);
     pthread_mutex_lock(&f->lock);
@@ -459,17 +462,33 @@ static bool reread(struct fleet *f, const char *id)
     return mine;
 }
 
-int fleet_lease_update(struct fleet *f, const char *id, const char *state, json_t *checkpoint)
+static int update(struct fleet *f, const char *id, const char *state, json_t *checkpoint,
+                  json_t *options)
 {
-    int r = update_once(f, id, state, checkpoint);
+    int r = update_once(f, id, state, checkpoint, options);
     if (r == -ESTALE)
-        r = reread(f, id) ? update_once(f, id, state, checkpoint) : -EXDEV;
+        r = reread(f, id) ? update_once(f, id, state, checkpoint, options) : -EXDEV;
     if (r == -ESTALE) {
         reread(f, id);
         r = -EXDEV;
     }
     if (r == -EXDEV)
         return err_set(EXDEV, "session %s moved to another node: its record changed", id);
+    return r;
+}
+
+int fleet_lease_update(struct fleet *f, const char *id, const char *state, json_t *checkpoint)
+{
+    return update(f, id, state, checkpoint, NULL);
+}
+
+int fleet_lease_set_options(struct fleet *f, const char *id, const char *options_json)
+{
+    json_t *opts = json_loads(options_json, 0, NULL);
+    if (!opts)
+        return err_set(EINVAL, "the options of session %s are not JSON", id);
+    int r = update(f, id, "live", NULL, opts);
+    json_decref(opts);
     return r;
 }
 

@@ -206,7 +206,10 @@ int session_network_change(struct session *s, const json_t *change, const struct
     if (json_object_get(change, "internet"))
         return err_set(EINVAL, "internet: not a field of a network change; list the hosts in "
                                "allow");
-    return egress_change(sn->egress, change, max);
+    int r = egress_change(sn->egress, change, max);
+    if (r == 0)
+        session_network_changed(s);
+    return r;
 }
 
 int session_network_replace(struct session *s, const struct net_policy *p,
@@ -223,6 +226,8 @@ int session_network_replace(struct session *s, const struct net_policy *p,
     json_t *change = json_pack("{s:o,s:b}", "allow", allow, "internet", p && p->internet);
     int r = egress_change(sn->egress, change, max);
     json_decref(change);
+    if (r == 0)
+        session_network_changed(s);
     return r;
 }
 

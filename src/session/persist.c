@@ -92,8 +92,9 @@ static void persist_free(struct persist *p)
 
 /* The options as the create request spells them, its network allowlist among them: a resume
  * or a takeover starts from these (the allowlist checked again against the caps of the
- * server that resumes it). */
-static char *options_text(const struct session_opts *o, const struct net_policy *net, bool persist)
+ * server that resumes it); sealed: the secrets, sealed (secrets_sealed), or NULL. */
+static char *options_text(const struct session_opts *o, const struct net_policy *net, bool persist,
+                          const char *sealed)
 {
     json_t *j =
         json_pack("{s:s,s:f,s:f,s:I,s:I,s:I,s:f,s:b}", "language", o->lang ? o->lang : "python",
@@ -103,9 +104,103 @@ static char *options_text(const struct session_opts *o, const struct net_policy 
                   "cpus", (double)o->limits.cpus_milli / 1000.0, "persist", persist);
     if (net)
         json_object_set_new(j, "network", net_policy_json(net));
+    if (sealed)
+        json_object_set_new(j, "secrets_sealed", json_string(sealed));
     char *text = json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS);
     json_decref(j);
     return text;
+}
+
+/* The secrets sealed for record id with c's key, or NULL (none, no key, or a failure: logged,
+ * and the record keeps none). */
+static char *seal_secrets(const struct persist_config *c, const char *id,
+                          const struct net_secrets *sec)
+{
+    if (!sec || !c->seal_key)
+        return NULL;
+    json_t *plain = net_secrets_export(sec);
+    char *text = json_dumps(plain, JSON_COMPACT);
+    net_secrets_json_wipe(plain);
+    json_decref(plain);
+    char *sealed = text ? store_seal(c->seal_key, id, text, strlen(text)) : NULL;
+    if (text) {
+        explicit_bzero(text, strlen(text));
+        free(text);
+    }
+    if (!sealed)
+        log_warn("msg=\"the session's secrets are not kept\" session=%s error=%s", id,
+                 log_quote(err_msg()));
+    return sealed;
+}
+
+/* The record's options: the network in force, with its secrets sealed when the operator
+ * keeps them. */
+static char *record_options(struct persist *p, struct session *s)
+{
+    struct net_policy *net;
+    struct net_secrets *sec;
+    session_network_copy(s, &net, &sec);
+    _cleanup_free_ char *sealed = seal_secrets(p->c, p->id, sec);
+    char *text = options_text(session_options(s), net, p->files, sealed);
+    net_policy_free(net);
+    net_secrets_free(sec);
+    return text;
+}
+
+/* The session's network changed: its records take the network in force, and its secrets
+ * sealed when the operator keeps them. */
+static void persist_network_changed(struct persist *p, struct session *s)
+{
+    if (p->local || !p->c->meta)
+        return;
+    _cleanup_free_ char *opts = record_options(p, s);
+    struct meta_session m;
+    if (meta_get(p->c->meta, p->id, &m) == 0) {
+        free(m.options);
+        m.options = xstrdup(opts);
+        if (meta_put(p->c->meta, &m) < 0)
+            log_warn("msg=\"cannot record the session's network\" session=%s error=%s", p->id,
+                     log_quote(err_msg()));
+        meta_session_release(&m);
+    }
+    if (p->c->fleet && p->files && fleet_lease_set_options(p->c->fleet, p->id, opts) < 0)
+        log_warn("msg=\"cannot record the session's network in its lease\" session=%s error=%s",
+                 p->id, log_quote(err_msg()));
+}
+
+int session_unseal_secrets(const struct persist_config *c, const char *id, json_t *options,
+                           json_t **ret_secrets)
+{
+    *ret_secrets = NULL;
+    json_t *sealed = json_incref(json_object_get(options, "secrets_sealed"));
+    if (!sealed)
+        return 0;
+    json_object_del(options, "secrets_sealed");
+    size_t n = 0;
+    unsigned char *plain =
+        c->seal_key ? store_unseal(c->seal_key, id, json_string_value(sealed), &n) : NULL;
+    json_decref(sealed);
+    if (!c->seal_key)
+        return err_set(EACCES,
+                       "session %s keeps its secrets sealed in its record, and this server has "
+                       "no key to open them: start it with --secrets-key FILE (the key they were "
+                       "sealed with), or give \"secrets\" in the request (they replace the kept "
+                       "ones)",
+                       id);
+    if (!plain)
+        return err_set(EACCES,
+                       "session %s's secrets cannot be opened: %s; start this server with the "
+                       "--secrets-key they were sealed with, or give \"secrets\" in the request",
+                       id, err_msg());
+    json_t *arr = json_loads((const char *)plain, 0, NULL);
+    explicit_bzero(plain, n);
+    free(plain);
+    if (!json_is_array(arr)) {
+        json_decref(arr);
+        return err_set(EINVAL, "session %s's sealed secrets are not a list of secrets", id);
+    }
+    *ret_secrets = arr;
+    return 0;
 }
 
 static void persist_after_execute(struct persist *p, struct workspace *ws,
@@ -122,6 +217,7 @@ static const struct persist_ops persist_ops = {
     .free = persist_free,
     .undo_files = persist_undo_files,
     .stores_files = persist_stores_files,
+    .network_changed = persist_network_changed,
 };
 
 int session_persist(struct session *s, const struct persist_config *c, const char *id,
@@ -144,7 +240,7 @@ int session_persist(struct session *s, const struct persist_config *c, const cha
     session_set_persist(s, p, &persist_ops);
     if (!c->meta)
         return 0;
-    _cleanup_free_ char *opts = options_text(session_options(s), session_net_policy(s), p->files);
+    _cleanup_free_ char *opts = record_options(p, s);
     _cleanup_free_ char *owner = c->owner ? xstrdup(c->owner) : NULL;
     _cleanup_free_ char *from = resumed_from ? xstrdup(resumed_from) : NULL;
     struct meta_session m = {

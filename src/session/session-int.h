@@ -305,7 +305,11 @@ struct persist_ops {
     json_t *(*undo_files)(struct persist *p, struct workspace *ws, long before);
     /* Whether its files go to a store (session_stores_files). */
     bool (*stores_files)(struct persist *p);
+    /* The session's network changed: its records take the new one (may be NULL). */
+    void (*network_changed)(struct persist *p, struct session *s);
 };
+/* Tells the session's persistence that its network changed (netcfg.c). */
+void session_network_changed(struct session *s);
 /* The lists named by keys (NULL-terminated) of a kernel's reply as they may be kept: at
  * most REPLY_MAX_ITEMS items of short strings (or small objects of them), and
  * "lists_cut_at" when items were left out. Caller owns it. */

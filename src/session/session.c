@@ -1502,6 +1502,12 @@ void session_kill(struct session *s)
     pthread_mutex_unlock(&s->lock);
 }
 
+void session_network_changed(struct session *s)
+{
+    if (s->persist && s->persist_ops->network_changed)
+        s->persist_ops->network_changed(s->persist, s);
+}
+
 struct persist *session_get_persist(struct session *s)
 {
     return s->persist;

@@ -695,12 +695,15 @@ struct fleet;
 #define PERSIST_SAVE_MAX_MS 60000
 
 struct persist_config {
-    struct store *store;  /* where files and variables go (borrowed) */
-    struct meta_db *meta; /* session records (borrowed); NULL for none */
-    uint64_t quota_bytes; /* bytes stored per session at most; 0 = no limit */
-    uint64_t max_files;   /* files and links stored per session at most; 0 = the default */
-    const char *owner;    /* this process's owner id, recorded with its live sessions */
-    struct fleet *fleet;  /* leases in the shared store (lease.c), or NULL for none */
+    struct store *store;           /* where files and variables go (borrowed) */
+    struct meta_db *meta;          /* session records (borrowed); NULL for none */
+    uint64_t quota_bytes;          /* bytes stored per session at most; 0 = no limit */
+    uint64_t max_files;            /* files and links stored per session at most; 0 = the default */
+    const char *owner;             /* this process's owner id, recorded with its live sessions */
+    struct fleet *fleet;           /* leases in the shared store (lease.c), or NULL for none */
+    const unsigned char *seal_key; /* SEAL_KEY_SIZE bytes: sessions' secrets are kept in their
+                                    * records, sealed with it (serve --secrets-key); NULL:
+                                    * secrets are never kept */
 };
 
 /* How a session ends, and so what is kept of it. */
@@ -716,6 +719,12 @@ enum session_end {
  * checkpoints. Call once, before the first execution. 0 or -errno with err_msg(). */
 int session_persist(struct session *s, const struct persist_config *c, const char *id,
                     bool store_files, const char *resumed_from);
+/* The secrets a stored session's options keep sealed ("secrets_sealed", made for record id),
+ * taken out of options: 0 with *ret_secrets the JSON array net_secrets_from_json takes (the
+ * caller wipes it, net_secrets_json_wipe) or NULL when there are none; -EACCES or -EINVAL
+ * with err_msg() saying what to do when c cannot open them. */
+int session_unseal_secrets(const struct persist_config *c, const char *id, json_t *options,
+                           json_t **ret_secrets);
 /* The id given by session_persist, or NULL. */
 const char *session_id(struct session *s);
 bool session_stores_files(struct session *s);
@@ -917,6 +926,9 @@ void fleet_lease_taken(struct fleet *f, const char *id);
 /* Rewrites the held record with state ("live", or how it ended) and, when not NULL, its
  * last checkpoint summary. -EXDEV when another node took it meanwhile; -ENOLCK when fenced. */
 int fleet_lease_update(struct fleet *f, const char *id, const char *state, json_t *checkpoint);
+/* Rewrites the held record's options (JSON text: the network changed), state live. Same
+ * returns. */
+int fleet_lease_set_options(struct fleet *f, const char *id, const char *options_json);
 /* The generation of the record this node holds for id (+1 at each takeover), or 0 when it
  * holds none: the fencing token written into what it stores for id. */
 long long fleet_lease_generation(struct fleet *f, const char *id);

@@ -114,6 +114,23 @@ int store_put_if(struct store *st, const char *key, const void *data, size_t n,
  * not keep two nodes apart. Leaves a key under "fleet/". */
 int store_check_conditional(struct store *st, const char *node);
 
+/* ---- sealed values (seal.c): what the store keeps but must not read ---- */
+
+#define SEAL_KEY_SIZE 32
+/* Encrypts n bytes (at most 1 MiB) with AES-256-GCM under key, bound to aad (the id of the
+ * record it goes into: a sealed value moved to another record does not open). Returns
+ * "v1." + base64(nonce | ciphertext | tag), the caller's; NULL with err_msg(). */
+char *store_seal(const unsigned char key[SEAL_KEY_SIZE], const char *aad, const void *data,
+                 size_t n);
+/* Opens what store_seal made with the same key and aad: the plaintext, NUL-terminated after
+ * its *ret_len bytes (the caller wipes and frees it). NULL with err_msg(): EINVAL (not a
+ * sealed value), EACCES (another key, another record, or changed). */
+unsigned char *store_unseal(const unsigned char key[SEAL_KEY_SIZE], const char *aad,
+                            const char *sealed, size_t *ret_len);
+/* Reads a key file: 32 bytes, or 64 hexadecimal digits and an optional newline; refused when
+ * its mode lets others read it. 0 or -errno with err_msg() naming the file. */
+int store_seal_key_load(const char *path, unsigned char key[SEAL_KEY_SIZE]);
+
 /* ---- SHA-256 ---- */
 void sha256_hex(const void *data, size_t n, char out[SHA256_HEX_SIZE]);
 /* Hashes bytes 0..size of fd (pread). -EAGAIN when the file is shorter than size. */

@@ -1,7 +1,8 @@
 """Secrets the egress proxy adds for a session (docs/NETWORK.md, "Secrets"): given on the
 native API, to `runcell run --secret` and to `runcell agent` (--secret, and --model-access: the
 model's own key for code that calls the model), used by real clients in the sandbox (Python's
-urllib and requests, curl, git, pip, Node), and changed while the session runs.
+urllib and requests, curl, git, pip, Node), changed while the session runs, given to forks,
+and kept sealed in the session's record when the operator asks (serve --secrets-key).
 
 The module runs in a network namespace of its own: api.test is 127.0.0.2 (TLS on 443, plain
 HTTP on 80), other.test 127.0.0.3, both with certificates of a CA the test makes, which
@@ -16,7 +17,7 @@ import unittest
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "lib"))
 from memscan import SANDBOX_SCAN  # noqa: E402
-from rctest import RUNCELL, RuncellTestCase, Server, TempDir  # noqa: E402
+from rctest import RUNCELL, RestartableServer, RuncellTestCase, Server, TempDir  # noqa: E402
 from scripted_model import ScriptedModel  # noqa: E402
 from tlslab import RecordingServer, TestCA, enter_own_netns, netns_missing  # noqa: E402
 
@@ -483,3 +484,165 @@ out["processes"] = scan_processes(h, t)
         self.assertEqual(bad.status, 400, bad)
         self.assertIn("model_access applies to a new session", bad.json()["error"]["message"])
         self.assertNotIn(MODEL_HEAD + MODEL_TAIL, log + json.dumps(out))
+
+
+VALUE2 = "sk-kept-9a8b7c6d5e4f30211203"
+
+
+class Kept(RuncellTestCase):
+    """serve --secrets-key: a session's secrets, as they are after run-time changes, are kept
+    in its record sealed with the operator's key, and a resume after a kill -9 has them back;
+    without that key, or with another, the resume is refused saying what to do; no value is
+    in the data directory."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.lab = Lab()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.lab.close()
+
+    def setUp(self):
+        self._tmp = TempDir()
+        self.tmp = self._tmp.__enter__()
+        self.addCleanup(self._tmp.__exit__, None, None, None)
+        self.data = os.path.join(self.tmp, "data")
+        self.keys = []
+        for name in ("key", "other-key"):
+            path = os.path.join(self.tmp, name)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+            os.write(fd, os.urandom(32).hex().encode() + b"\n")
+            os.close(fd)
+            self.keys.append(path)
+
+    def server(self, *args):
+        srv = RestartableServer(self.data, "--pool", "0", *args, env=self.lab.env).start()
+        self.addCleanup(srv.stop)
+        return srv
+
+    def create(self, srv, body, status=201):
+        st, r = srv.request("POST", "/v1/sessions", body)
+        self.assertEqual(st, status, r)
+        self.assertNotIn(VALUE, json.dumps(r))
+        return r
+
+    def fetch_both(self, srv, sid, tag):
+        st, rec = srv.request("POST", "/v1/sessions/%s/execute" % sid, {"code": py("""
+import urllib.request
+for host in ("api.test", "other.test"):
+    out[host] = urllib.request.urlopen("https://%%s/%s" %% host, timeout=30).status
+""" % tag)})
+        self.assertEqual(st, 200, rec)
+        return last_json(rec)
+
+    def data_files(self):
+        return self.data_files_under(self.data)
+
+    @staticmethod
+    def data_files_under(top):
+        for d, _, files in os.walk(top):
+            for f in files:
+                with open(os.path.join(d, f), "rb") as fh:
+                    yield os.path.join(d, f), fh.read()
+
+    def test_a_resume_after_a_kill_has_the_secrets_kept_sealed(self):
+        srv = self.server("--secrets-key", self.keys[0])
+        sid = self.create(srv, {"network": {"mode": "allowlist", "allow": ALLOW}, "secrets": [
+            {"host": "api.test", "header": "Authorization", "value": "Bearer " + VALUE}]})["id"]
+        # A secret added while the session runs is kept as well.
+        st, r = srv.request("PATCH", "/v1/sessions/%s/network" % sid, {"secrets_add": [
+            {"host": "other.test", "header": "X-Key", "value": VALUE2}]})
+        self.assertEqual(st, 200, r)
+        self.assertEqual(self.fetch_both(srv, sid, "before"), {"api.test": 200, "other.test": 200})
+        st, rec = srv.request("POST", "/v1/sessions/%s/execute" % sid,
+                              {"code": "open('kept.txt', 'w').write('k')"})
+        self.assertEqual(st, 200, rec)
+        srv.kill9()
+        sealed = False
+        for path, data in self.data_files():
+            for value in (VALUE, VALUE2):
+                self.assertNotIn(value.encode(), data, path)
+            sealed |= b"secrets_sealed" in data
+        self.assertTrue(sealed, "no record keeps the secrets sealed")
+
+        srv = self.server("--secrets-key", self.keys[0])
+        st, info = srv.request("GET", "/v1/sessions/" + sid)
+        self.assertNotIn(VALUE, json.dumps(info))
+        resumed = self.create(srv, {"resume_from": sid})
+        rid = resumed["id"]
+        st, live = srv.request("GET", "/v1/sessions/" + rid)
+        self.assertEqual(sorted(x["header"] for x in live["network"]["secrets"]),
+                         ["Authorization", "X-Key"])
+        self.assertEqual(self.fetch_both(srv, rid, "after"), {"api.test": 200, "other.test": 200})
+        self.assertEqual(dict(self.lab.api.seen("authorization"))["/after"], "Bearer " + VALUE)
+        self.assertEqual(dict(self.lab.other.seen("x-key"))["/after"], VALUE2)
+        srv.stop()  # the resumed session is kept, its secrets sealed for its own record
+
+        # Without the key, or with another one: refused, saying what to do; nothing is lost.
+        for args, words in [((), "this server has no key to open them"),
+                            (("--secrets-key", self.keys[1]), "does not open with this key")]:
+            srv = self.server(*args)
+            st, r = srv.request("POST", "/v1/sessions", {"resume_from": rid})
+            self.assertEqual(st, 400, r)
+            self.assertIn(words, r["error"]["message"])
+            self.assertIn("--secrets-key", r["error"]["message"])
+            srv.stop()
+        # Secrets given in the request replace the kept ones.
+        srv = self.server()
+        again = self.create(srv, {"resume_from": rid, "secrets": []})
+        st, live = srv.request("GET", "/v1/sessions/" + again["id"])
+        self.assertEqual(live["network"]["secrets"], [])
+        self.assertIn("other.test", live["network"]["allow"])
+        self.assertNotIn(VALUE, srv.log() + json.dumps(again))
+
+    def test_a_takeover_in_a_fleet_has_the_secrets_kept_sealed(self):
+        store = os.path.join(self.tmp, "store")
+        nodes = []
+        for name in ("na", "nb"):
+            srv = RestartableServer(os.path.join(self.tmp, name), "--pool", "0", "--fleet",
+                                    "--node", name, "--lease-ttl", "3", "--store", store,
+                                    "--secrets-key", self.keys[0], env=self.lab.env).start()
+            self.addCleanup(srv.stop)
+            nodes.append(srv)
+        a, b = nodes
+        sid = self.create(a, {"network": {"mode": "allowlist", "allow": ALLOW}, "secrets": [
+            {"host": "api.test", "header": "Authorization", "value": "Bearer " + VALUE}]})["id"]
+        st, r = a.request("PATCH", "/v1/sessions/%s/network" % sid, {"secrets_add": [
+            {"host": "other.test", "header": "X-Key", "value": VALUE2}]})
+        self.assertEqual(st, 200, r)
+        st, rec = a.request("POST", "/v1/sessions/%s/execute" % sid,
+                            {"code": "open('kept.txt', 'w').write('k')"})
+        self.assertEqual(st, 200, rec)
+        with open(os.path.join(store, "sessions", sid, "lease.json")) as f:
+            lease = f.read()
+        self.assertIn("secrets_sealed", lease)
+        self.assertNotIn(VALUE, lease)
+        self.assertNotIn(VALUE2, lease)
+        a.kill9()
+        # The other node takes it over once the dead node's lease lapses, secrets and all.
+        self.assertEqual(self.fetch_both(b, sid, "taken"), {"api.test": 200, "other.test": 200})
+        self.assertEqual(dict(self.lab.api.seen("authorization"))["/taken"], "Bearer " + VALUE)
+        self.assertEqual(dict(self.lab.other.seen("x-key"))["/taken"], VALUE2)
+        for path, data in self.data_files_under(self.tmp):
+            for value in (VALUE, VALUE2):
+                self.assertNotIn(value.encode(), data, path)
+
+    def test_a_bad_key_file_stops_the_server_saying_why(self):
+        lax = os.path.join(self.tmp, "lax")
+        with open(lax, "w") as f:
+            f.write(os.urandom(32).hex())
+        os.chmod(lax, 0o644)
+        short = os.path.join(self.tmp, "short")
+        fd = os.open(short, os.O_WRONLY | os.O_CREAT, 0o600)
+        os.write(fd, b"abc")
+        os.close(fd)
+        for path, words in [(lax, "may be read by others (mode 644): chmod 600 it"),
+                            (short, "openssl rand -hex 32"),
+                            (os.path.join(self.tmp, "missing"), "cannot open the key file")]:
+            p = subprocess.run([RUNCELL, "serve", "--listen", "127.0.0.1:1", "--data",
+                                os.path.join(self.tmp, "d"), "--secrets-key", path],
+                               capture_output=True, text=True, timeout=60)
+            self.assertNotEqual(p.returncode, 0)
+            self.assertIn("--secrets-key", p.stderr)
+            self.assertIn(words, p.stderr)

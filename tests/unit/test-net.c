@@ -457,6 +457,35 @@ static const char *secret_error(const char *json, const char *allow)
     return err_msg();
 }
 
+TEST(exported_secrets_parse_back_to_the_same)
+{
+    struct net_secrets *s =
+        secrets("[{\"host\": \"api.test\", \"header\": \"X-Key\", \"value\": \"TOPSECRET-1\", "
+                "\"path_prefix\": \"/v1/\"}, {\"host\": \"db.test:8443\", \"basic\": {\"user\": "
+                "\"me\", \"password\": \"pa:ss TOPSECRET-2\"}, \"allow_http\": true}]",
+                "api.test,db.test:8443");
+    CHECK(s != NULL && s->n == 2);
+    json_t *out = net_secrets_export(s);
+    struct net_policy *p = policy("api.test,db.test:8443");
+    struct net_secrets *back = NULL;
+    CHECK(net_secrets_from_json(out, p, &back) == 0 && back && back->n == 2);
+    for (size_t i = 0; i < 2; i++) {
+        CHECK(!strcmp(s->v[i].host.text, back->v[i].host.text));
+        CHECK(s->v[i].kind == back->v[i].kind && s->v[i].allow_http == back->v[i].allow_http);
+        CHECK(!strcmp(s->v[i].header, back->v[i].header));
+        CHECK(!strcmp(s->v[i].value, back->v[i].value));
+    }
+    CHECK(!strcmp(back->v[0].path_prefix, "/v1/") && !back->v[1].path_prefix);
+    CHECK(!strcmp(back->v[1].password, "pa:ss TOPSECRET-2"));
+    net_secrets_json_wipe(out);
+    CHECK(strstr(json_string_value(json_object_get(json_array_get(out, 0), "value")),
+                 "TOPSECRET") == NULL);
+    json_decref(out);
+    net_policy_free(p);
+    net_secrets_free(s);
+    net_secrets_free(back);
+}
+
 TEST(secrets_parse_headers_and_basic_auth)
 {
     struct net_secrets *s = secrets(

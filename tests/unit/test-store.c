@@ -555,6 +555,68 @@ TEST(meta_reports_an_unusable_file)
     free(dir);
 }
 
+/* ---- sealed values ---- */
+
+TEST(sealed_values_open_with_their_key_and_record_only)
+{
+    unsigned char key[SEAL_KEY_SIZE], other[SEAL_KEY_SIZE];
+    memset(key, 7, sizeof(key));
+    memset(other, 8, sizeof(other));
+    const char *plain = "[{\"value\": \"TOPSECRET\"}]";
+    char *sealed = store_seal(key, "s-1", plain, strlen(plain));
+    CHECK(sealed && !strncmp(sealed, "v1.", 3) && !strstr(sealed, "TOPSECRET"));
+    char *again = store_seal(key, "s-1", plain, strlen(plain));
+    CHECK(strcmp(sealed, again) != 0); /* a nonce of its own each time */
+    size_t n = 0;
+    unsigned char *opened = store_unseal(key, "s-1", sealed, &n);
+    CHECK(opened && n == strlen(plain) && !strcmp((char *)opened, plain));
+    free(opened);
+    CHECK(store_unseal(key, "s-2", sealed, &n) == NULL &&
+          strstr(err_msg(), "does not open with this key"));
+    CHECK(store_unseal(other, "s-1", sealed, &n) == NULL &&
+          strstr(err_msg(), "does not open with this key"));
+    sealed[10] = sealed[10] == 'A' ? 'B' : 'A'; /* changed on the way */
+    CHECK(store_unseal(key, "s-1", sealed, &n) == NULL &&
+          strstr(err_msg(), "does not open with this key"));
+    CHECK(store_unseal(key, "s-1", "v1.@@@", &n) == NULL &&
+          strstr(err_msg(), "not a sealed value"));
+    CHECK(store_unseal(key, "s-1", "plain", &n) == NULL && strstr(err_msg(), "not a sealed value"));
+    CHECK(store_unseal(key, "s-1", "v1.AAAA", &n) == NULL &&
+          strstr(err_msg(), "not a sealed value"));
+    free(sealed);
+    free(again);
+}
+
+TEST(seal_key_files)
+{
+    char *dir = scratch_dir();
+    unsigned char key[SEAL_KEY_SIZE];
+    char *path = xasprintf("%s/key", dir);
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    const char *hex = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f\n";
+    CHECK(write(fd, hex, strlen(hex)) == (ssize_t)strlen(hex));
+    close(fd);
+    CHECK(store_seal_key_load(path, key) == 0 && key[0] == 0 && key[31] == 0x1f);
+    chmod(path, 0640);
+    CHECK(store_seal_key_load(path, key) == -EPERM && strstr(err_msg(), "chmod 600"));
+    chmod(path, 0600);
+    fd = open(path, O_WRONLY | O_TRUNC);
+    CHECK(write(fd, "short", 5) == 5);
+    close(fd);
+    CHECK(store_seal_key_load(path, key) == -EINVAL && strstr(err_msg(), "openssl rand"));
+    fd = open(path, O_WRONLY | O_TRUNC);
+    memset(key, 0x5a, sizeof(key));
+    CHECK(write(fd, key, sizeof(key)) == (ssize_t)sizeof(key)); /* 32 raw bytes */
+    close(fd);
+    memset(key, 0, sizeof(key));
+    CHECK(store_seal_key_load(path, key) == 0 && key[0] == 0x5a && key[31] == 0x5a);
+    CHECK(store_seal_key_load("/nonexistent/key", key) == -ENOENT);
+    unlink(path);
+    rmdir(dir);
+    free(path);
+    free(dir);
+}
+
 int main(int argc, char **argv)
 {
     return run_tests(argc, argv);
