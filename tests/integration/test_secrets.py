@@ -359,9 +359,8 @@ def tool_json(model, request_index):
     return json.loads(lines[-1])
 
 
-class Agent(RuncellTestCase):
-    """`runcell agent` and the server's agent runs: the code calls the model with a key it
-    never holds, and other hosts with --secret; the model is told which hosts it reaches."""
+class LabCase(RuncellTestCase):
+    """The lab for the class, a temporary directory (self.tmp) for each test."""
 
     @classmethod
     def setUpClass(cls):
@@ -373,8 +372,17 @@ class Agent(RuncellTestCase):
 
     def setUp(self):
         self._tmp = TempDir()
-        self.data = self._tmp.__enter__()
+        self.tmp = self._tmp.__enter__()
         self.addCleanup(self._tmp.__exit__, None, None, None)
+
+
+class Agent(LabCase):
+    """`runcell agent` and the server's agent runs: the code calls the model with a key it
+    never holds, and other hosts with --secret; the model is told which hosts it reaches."""
+
+    def setUp(self):
+        super().setUp()
+        self.data = self.tmp
 
     # The code the model runs: it calls the model and api.test, then looks for the key
     # everywhere it can (its memory, files, processes' environments and command lines).
@@ -489,24 +497,14 @@ out["processes"] = scan_processes(h, t)
 VALUE2 = "sk-kept-9a8b7c6d5e4f30211203"
 
 
-class Kept(RuncellTestCase):
+class Kept(LabCase):
     """serve --secrets-key: a session's secrets, as they are after run-time changes, are kept
     in its record sealed with the operator's key, and a resume after a kill -9 has them back;
     without that key, or with another, the resume is refused saying what to do; no value is
     in the data directory."""
 
-    @classmethod
-    def setUpClass(cls):
-        cls.lab = Lab()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.lab.close()
-
     def setUp(self):
-        self._tmp = TempDir()
-        self.tmp = self._tmp.__enter__()
-        self.addCleanup(self._tmp.__exit__, None, None, None)
+        super().setUp()
         self.data = os.path.join(self.tmp, "data")
         self.keys = []
         for name in ("key", "other-key"):

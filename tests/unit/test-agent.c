@@ -298,6 +298,56 @@ TEST(reply_errors_never_carry_the_api_key)
     llm_client_free(c);
 }
 
+/* What --model-access makes of a base URL: the allowlist entry, the key's secret, the
+ * variables. */
+static int access_of(const char *url, const char *key, const struct net_opts *net,
+                     struct model_access *ret)
+{
+    struct llm_config cfg = {.base_url = url, .api_key = key, .model = "m1"};
+    struct llm_client *c;
+    CHECK(llm_client_new(&cfg, &c) == 0);
+    int r = llm_model_access(c, net, NULL, ret);
+    llm_client_free(c);
+    return r;
+}
+
+TEST(model_access_allows_the_endpoint_and_gives_the_key_to_the_proxy_only)
+{
+    struct model_access a;
+    CHECK(access_of("http://localhost:11434/v1/", "sk-KEY-123", &(struct net_opts){0}, &a) == 0);
+    CHECK_STREQ(a.entry, "127.0.0.1:11434");
+    CHECK(a.policy && a.policy->n == 1 && !strcmp(a.policy->entries[0].text, "127.0.0.1:11434"));
+    CHECK(a.secrets && a.secrets->n == 1);
+    CHECK_STREQ(a.secrets->v[0].value, "Bearer sk-KEY-123");
+    CHECK_STREQ(a.secrets->v[0].path_prefix, "/v1/");
+    CHECK(a.secrets->v[0].allow_http); /* the base URL is plain HTTP: the key goes so anyway */
+    CHECK_STREQ(a.env[0], "OPENAI_BASE_URL=http://127.0.0.1:11434/v1");
+    CHECK_STREQ(a.env[1], "RUNCELL_MODEL=m1");
+    CHECK_STREQ(a.env[2], "OPENAI_API_KEY=" MODEL_KEY_PLACEHOLDER);
+    for (char **e = a.env; *e; e++)
+        CHECK(strstr(*e, "sk-KEY") == NULL);
+    model_access_release(&a);
+
+    /* HTTPS, added to an allowlist that exists: the key only over TLS; the entry beside. */
+    struct net_policy *p;
+    const char *entries[] = {"pypi.org"};
+    CHECK(net_policy_parse(entries, 1, &p) == 0);
+    CHECK(access_of("https://api.example.com/openai", "k-XYZ-42", &(struct net_opts){.policy = p},
+                    &a) == 0);
+    CHECK(a.policy->n == 2 && !strcmp(a.entry, "api.example.com:443"));
+    CHECK(!a.secrets->v[0].allow_http && !strcmp(a.secrets->v[0].path_prefix, "/openai/"));
+    model_access_release(&a);
+    net_policy_free(p);
+
+    /* No key (a local server): the host alone. A user name in the URL: refused, unquoted. */
+    CHECK(access_of("http://10.0.0.5:8080", "", &(struct net_opts){0}, &a) == 0);
+    CHECK(a.secrets == NULL && a.policy->n == 1);
+    model_access_release(&a);
+    CHECK(access_of("https://u:pw-77@api.example.com/v1", "k", &(struct net_opts){0}, &a) ==
+          -EINVAL);
+    CHECK(strstr(err_msg(), "user name or password") && !strstr(err_msg(), "pw-77"));
+}
+
 TEST(review_queue_create_list_show_resolve)
 {
     _cleanup_free_ char *dir = tmp_data_dir();
