@@ -362,12 +362,19 @@ static bool e2b_authorize(struct request *rq)
     }
     free(rq->session_id);
     rq->session_id = xstrdup(id);
-    e2b_expire_if_due(rq, id);
-    pthread_mutex_lock(&e->lock);
-    struct e2b_box *b = e2b_box_find(e, id);
-    bool known = b != NULL;
-    bool ok = b && ((tok && token_equal(tok, b->token)) || (!tok && (flags & ROUTE_E2B_BOX_ID)));
-    pthread_mutex_unlock(&e->lock);
+    bool known, ok;
+    for (int pass = 0; pass < 2; pass++) {
+        pthread_mutex_lock(&e->lock);
+        struct e2b_box *b = e2b_box_find(e, id);
+        known = b != NULL;
+        ok = b && ((tok && token_equal(tok, b->token)) || (!tok && (flags & ROUTE_E2B_BOX_ID)));
+        pthread_mutex_unlock(&e->lock);
+        /* A deadline is applied for a request that may touch the sandbox only, then the
+         * sandbox is looked for again (gone, if it was killed at its timeout). */
+        if (pass || !known || !ok)
+            break;
+        e2b_expire_if_due(rq, id);
+    }
     if (!known) {
         /* E2B's edge answers 502 for a sandbox that is not running: the SDK reads it as
          * "not running" (isRunning false, TimeoutError on a call). */
