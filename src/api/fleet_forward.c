@@ -19,8 +19,6 @@
 #define ANSWER_QUEUE_MAX   (1u << 20) /* answer bytes waiting for the client */
 #define PROBE_TIMEOUT_MS   1000
 #define CONNECT_TIMEOUT_MS 2000
-#define HEADERS_MAX        100
-#define HEADER_BYTES_MAX   (64u << 10)
 
 struct forward {
     struct server *srv;
@@ -37,13 +35,10 @@ struct forward {
     pthread_cond_t cond;
     struct buf body; /* request bytes not yet sent */
     size_t body_off;
-    bool body_end;      /* the client's body is all here */
-    bool upstream_done; /* the transfer ended: body bytes are dropped */
-    bool sent_any;      /* a byte of the request went out */
-    bool headers_done;  /* the owner's status line and headers are in */
-    long status;
-    char **answer_headers; /* "Name: value", NULL-terminated */
-    size_t header_bytes;
+    bool body_end;       /* the client's body is all here */
+    bool upstream_done;  /* the transfer ended: body bytes are dropped */
+    bool sent_any;       /* a byte of the request went out */
+    struct up_head head; /* the owner's answer's (head.done: all of it is in) */
     bool failed;
     char error[CURL_ERROR_SIZE + 128];
     struct out_stream os;
@@ -81,51 +76,18 @@ static size_t on_read(char *out, size_t size, size_t nmemb, void *arg)
     return n;
 }
 
-static bool hop_by_hop(const char *name, size_t n)
-{
-    static const char *const names[] = {"connection", "keep-alive",     "transfer-encoding",
-                                        "te",         "upgrade",        "proxy-connection",
-                                        "trailer",    "content-length", "x-runcell-node"};
-    for (size_t i = 0; i < ARRAY_SIZE(names); i++)
-        if (n == strlen(names[i]) && !strncasecmp(name, names[i], n))
-            return true;
-    return false;
-}
+/* Besides the hop-by-hop headers: the one this node sets itself. */
+static const char *const own_headers[] = {"x-runcell-node", NULL};
 
 static size_t on_header(char *line, size_t size, size_t nmemb, void *arg)
 {
     struct forward *fw = arg;
-    size_t n = size * nmemb, len = n;
-    while (len && (line[len - 1] == '\n' || line[len - 1] == '\r'))
-        len--;
     pthread_mutex_lock(&fw->lock);
-    if (len >= 5 && !strncmp(line, "HTTP/", 5)) {
-        /* a new status line: an interim answer's headers (100 Continue) are forgotten */
-        strv_free(fw->answer_headers);
-        fw->answer_headers = xcalloc(1, sizeof(char *));
-        fw->header_bytes = 0;
-        const char *sp = memchr(line, ' ', len);
-        fw->status = sp ? strtol(sp + 1, NULL, 10) : 0;
-    } else if (len == 0) {
-        if (fw->status >= 200) {
-            fw->headers_done = true;
-            pthread_cond_broadcast(&fw->cond);
-        }
-    } else {
-        const char *colon = memchr(line, ':', len);
-        fw->header_bytes += len;
-        if (!colon || fw->header_bytes > HEADER_BYTES_MAX ||
-            strv_len(fw->answer_headers) >= HEADERS_MAX) {
-            pthread_mutex_unlock(&fw->lock);
-            return 0; /* not an answer this node passes on */
-        }
-        if (!hop_by_hop(line, (size_t)(colon - line))) {
-            _cleanup_free_ char *h = xstrndup(line, len);
-            fw->answer_headers = strv_push(fw->answer_headers, h);
-        }
-    }
+    enum up_head_result r = up_head_line(&fw->head, line, size * nmemb);
+    if (r == UP_HEAD_DONE)
+        pthread_cond_broadcast(&fw->cond);
     pthread_mutex_unlock(&fw->lock);
-    return n;
+    return r == UP_HEAD_TOO_LARGE ? 0 : size * nmemb; /* 0: not an answer passed on */
 }
 
 static size_t pending(struct out_stream *os)
@@ -175,7 +137,7 @@ static void forward_unref(struct forward *fw)
         pthread_join(fw->worker, NULL);
     out_stream_release(&fw->os);
     curl_slist_free_all(fw->headers);
-    strv_free(fw->answer_headers);
+    up_head_release(&fw->head);
     buf_release(&fw->body);
     free(fw->url);
     pthread_cond_destroy(&fw->cond);
@@ -225,7 +187,7 @@ static void *worker_main(void *arg)
     }
     pthread_mutex_lock(&fw->lock);
     fw->upstream_done = true;
-    if (!fw->headers_done) {
+    if (!fw->head.done) {
         fw->failed = true;
         snprintf(fw->error, sizeof(fw->error), "%s", *errbuf ? errbuf : curl_easy_strerror(c));
     }
@@ -248,8 +210,9 @@ static enum MHD_Result add_header(void *cls, enum MHD_ValueKind kind, const char
 {
     struct header_ctx *x = cls;
     (void)kind;
-    if (!value || hop_by_hop(key, strlen(key)) || !strcasecmp(key, "Host") ||
-        !strcasecmp(key, "Expect") || !strcasecmp(key, "X-Runcell-Forwarded"))
+    if (!value || http_hop_header(key, strlen(key)) || !strcasecmp(key, "X-Runcell-Node") ||
+        !strcasecmp(key, "Host") || !strcasecmp(key, "Expect") ||
+        !strcasecmp(key, "X-Runcell-Forwarded"))
         return MHD_YES;
     if (strpbrk(key, "\r\n") || strpbrk(value, "\r\n")) {
         x->bad = true;
@@ -359,7 +322,7 @@ static enum MHD_Result forward_finish(struct request *rq)
     pthread_mutex_lock(&fw->lock);
     fw->body_end = true;
     pthread_cond_broadcast(&fw->cond);
-    while (!fw->headers_done && !fw->failed)
+    while (!fw->head.done && !fw->failed)
         pthread_cond_wait(&fw->cond, &fw->lock);
     bool failed = fw->failed;
     pthread_mutex_unlock(&fw->lock);
@@ -370,7 +333,7 @@ static enum MHD_Result forward_finish(struct request *rq)
                          rq->params[0], fw->owner, fw->address, fw->error,
                          fw->sent_any ? "may have reached that node" : "did not reach that node");
     char **headers = NULL;
-    for (char **h = fw->answer_headers; h && *h; h++)
+    for (char **h = fw->head.lines; h && *h; h++)
         headers = strv_push(headers, *h);
     _cleanup_free_ char *node = xasprintf("X-Runcell-Node: %s", fw->owner);
     _cleanup_free_ char *by = xasprintf("X-Runcell-Forwarded-By: %s", rq->srv->node);
@@ -380,7 +343,7 @@ static enum MHD_Result forward_finish(struct request *rq)
     fw->refs++; /* the response's, until answer_free */
     pthread_mutex_unlock(&fw->lock);
     enum MHD_Result ret =
-        http_stream_headers(rq, (unsigned)fw->status, headers, &answer_ops, fw, 0);
+        http_stream_headers(rq, (unsigned)fw->head.status, headers, &answer_ops, fw, 0);
     strv_free(headers);
     return ret;
 }
@@ -399,6 +362,7 @@ static bool start_forward(struct request *rq, const struct fleet_owner *o)
     struct header_ctx hx = {0};
     fw->srv = rq->srv;
     fw->refs = 1;
+    up_head_init(&fw->head, own_headers);
     snprintf(fw->owner, sizeof(fw->owner), "%s", o->node);
     snprintf(fw->address, sizeof(fw->address), "%s", o->address);
     pthread_mutex_init(&fw->lock, NULL);

@@ -293,6 +293,30 @@ enum MHD_Result http_stream(struct request *rq, unsigned status, const char *con
 enum MHD_Result http_stream_headers(struct request *rq, unsigned status, char *const *headers,
                                     const struct http_source_ops *ops, void *src, int keepalive_ms);
 
+/* ---- an upstream's answer head (uphead.c), for proxy.c and a fleet's forwarder ---- */
+
+#define UP_HEAD_MAX    (64u << 10) /* bytes of all of an answer's heads, 1xx ones included */
+#define UP_HEADERS_MAX 100         /* header lines passed on; more are dropped */
+struct up_head {
+    long status;  /* of the last head; 502 for a status line without a number 100-999 */
+    char **lines; /* "Name: value" each, NULL-terminated (http_stream_headers') */
+    size_t n, bytes;
+    bool done;                       /* the final (not 1xx) head has ended */
+    const char *const *also_dropped; /* names never passed on beside the hop-by-hop ones */
+};
+enum up_head_result { UP_HEAD_MORE, UP_HEAD_DONE, UP_HEAD_TOO_LARGE };
+/* also_dropped: a NULL-terminated list of header names the caller makes itself, or NULL. */
+void up_head_init(struct up_head *h, const char *const *also_dropped);
+/* One line of the head as curl gives it (the status line, a header line, or the blank line
+ * that ends a head). A malformed line, one with a CR or NUL inside, a hop-by-hop one and
+ * those past UP_HEADERS_MAX are dropped. UP_HEAD_TOO_LARGE: past UP_HEAD_MAX, stop. */
+enum up_head_result up_head_line(struct up_head *h, const char *data, size_t len);
+void up_head_release(struct up_head *h);
+/* Whether a header (its name, n bytes) is hop-by-hop or framing (Connection, Keep-Alive,
+ * Proxy-Connection, Transfer-Encoding, TE, Trailer, Upgrade, Content-Length): never passed on
+ * by a server in front (RFC 9110 7.6.1). */
+bool http_hop_header(const char *name, size_t n);
+
 /* ---- forwarding a request (proxy.c) ---- */
 /* Forwards rq (method, raw URI, headers less the hop-by-hop ones, its whole body) over fd, a
  * connection to an HTTP server (owned now), as a request to 127.0.0.1:port with rq's Host,

@@ -17,9 +17,7 @@
 #include "http/http.h"
 
 #define PROXY_BUFFER       (1u << 20) /* of the body, waiting for the client */
-#define PROXY_HEAD_MAX     (64u << 10)
-#define PROXY_HEADERS_MAX  100
-#define PROXY_HEAD_WAIT_MS 120000 /* a dev server may build the page it is asked for */
+#define PROXY_HEAD_WAIT_MS 120000     /* a dev server may build the page it is asked for */
 
 struct proxy_job {
     atomic_int refs;
@@ -32,10 +30,8 @@ struct proxy_job {
     char *body;
     size_t body_len;
     /* the response's head */
-    long status;
-    char **headers; /* "Name: value" each, NULL-terminated (http_stream_headers') */
-    size_t n_headers, head_bytes;
-    bool head_done, head_bad;
+    struct up_head head;
+    bool head_bad;
     /* its body, and the end */
     struct buf out;
     bool done, left;
@@ -59,7 +55,7 @@ static void job_unref(struct proxy_job *j)
     free(j->method);
     free(j->body);
     curl_slist_free_all(j->req_headers);
-    strv_free(j->headers);
+    up_head_release(&j->head);
     buf_release(&j->out);
     for (int i = 0; i < 2; i++)
         if (j->notify[i] >= 0)
@@ -77,74 +73,18 @@ static void wake(struct proxy_job *j)
     (void)!write(j->notify[1], "x", 1);
 }
 
-/* Hop-by-hop headers and those the proxy makes itself: never passed on (RFC 9110 7.6.1). */
-static bool hop_header(const char *name, size_t n)
-{
-    static const char *const hop[] = {
-        "connection", "keep-alive", "proxy-connection", "transfer-encoding",
-        "te",         "trailer",    "upgrade",          "content-length"};
-    for (size_t i = 0; i < ARRAY_SIZE(hop); i++)
-        if (strlen(hop[i]) == n && !strncasecmp(name, hop[i], n))
-            return true;
-    return false;
-}
-
-static bool token_char(char c)
-{
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           (c && strchr("!#$%&'*+-.^_`|~", c));
-}
-
-/* One header line of the server's head (or its status line, or the blank line that ends
- * it). A 1xx head is followed by another: the last one counts. */
+/* One line of the server's head (uphead.c). */
 static size_t on_header(char *data, size_t size, size_t n, void *ctx)
 {
     struct proxy_job *j = ctx;
-    size_t len = size * n;
     pthread_mutex_lock(&j->lock);
-    j->head_bytes += len;
-    if (j->head_bytes > PROXY_HEAD_MAX) {
+    enum up_head_result r = up_head_line(&j->head, data, size * n);
+    if (r == UP_HEAD_TOO_LARGE)
         j->head_bad = true;
-        pthread_mutex_unlock(&j->lock);
-        return 0; /* curl stops: the head is too large */
-    }
-    while (len && (data[len - 1] == '\n' || data[len - 1] == '\r'))
-        len--;
-    if (len >= 5 && !strncmp(data, "HTTP/", 5)) {
-        strv_free(j->headers); /* a new head: an interim one's lines go */
-        j->headers = xcalloc(1, sizeof(char *));
-        j->n_headers = 0;
-        const char *sp = memchr(data, ' ', len);
-        long code = sp ? strtol(sp + 1, NULL, 10) : 0;
-        j->status = code >= 100 && code <= 999 ? code : 502;
-    } else if (!len) {
-        if (j->status >= 200) { /* a 1xx head is followed by the real one */
-            j->head_done = true;
-            wake(j);
-        }
-    } else {
-        size_t name_len = 0;
-        while (name_len < len && token_char(data[name_len]))
-            name_len++;
-        bool ok = name_len && name_len < len && data[name_len] == ':' && !memchr(data, '\0', len) &&
-                  j->n_headers < PROXY_HEADERS_MAX;
-        if (ok && !hop_header(data, name_len)) {
-            const char *v = data + name_len + 1;
-            while (v < data + len && (*v == ' ' || *v == '\t'))
-                v++;
-            /* a CR inside a line would end the header where the client reads it */
-            if (memchr(v, '\r', (size_t)(data + len - v))) {
-                pthread_mutex_unlock(&j->lock);
-                return size * n;
-            }
-            _cleanup_free_ char *line =
-                xasprintf("%.*s: %.*s", (int)name_len, data, (int)(data + len - v), v);
-            j->headers = strv_push(j->headers, line);
-            j->n_headers++;
-        }
-    }
+    else if (r == UP_HEAD_DONE)
+        wake(j);
     pthread_mutex_unlock(&j->lock);
-    return size * n;
+    return r == UP_HEAD_TOO_LARGE ? 0 : size * n; /* 0: curl stops, the head is too large */
 }
 
 /* The body as it comes: buffered up to PROXY_BUFFER, then the server waits for the client
@@ -278,7 +218,7 @@ static enum MHD_Result add_req_header(void *ctx, enum MHD_ValueKind kind, const 
 {
     struct proxy_job *j = ctx;
     (void)kind;
-    if (!name || !value || hop_header(name, strlen(name)) || !strcasecmp(name, "host") ||
+    if (!name || !value || http_hop_header(name, strlen(name)) || !strcasecmp(name, "host") ||
         !strcasecmp(name, "expect") || strpbrk(value, "\r\n"))
         return MHD_YES;
     _cleanup_free_ char *line = xasprintf("%s: %s", name, value);
@@ -304,7 +244,7 @@ int http_proxy(struct request *rq, int fd, uint16_t port)
     j->fd = fd;
     j->notify[0] = j->notify[1] = -1;
     buf_init(&j->out, 0);
-    j->headers = xcalloc(1, sizeof(char *));
+    up_head_init(&j->head, NULL);
     if (pipe2(j->notify, O_CLOEXEC | O_NONBLOCK) < 0) {
         int e = errno;
         atomic_store(&j->refs, 1);
@@ -338,10 +278,10 @@ int http_proxy(struct request *rq, int fd, uint16_t port)
     struct timespec until;
     realtime_after_ms(&until, PROXY_HEAD_WAIT_MS);
     pthread_mutex_lock(&j->lock);
-    while (!j->head_done && !j->done && pthread_cond_timedwait(&j->changed, &j->lock, &until) == 0)
+    while (!j->head.done && !j->done && pthread_cond_timedwait(&j->changed, &j->lock, &until) == 0)
         ;
-    bool ready = j->head_done && !j->head_bad;
-    long status = j->status;
+    bool ready = j->head.done && !j->head_bad;
+    long status = j->head.status;
     char error[CURL_ERROR_SIZE + 64];
     /* curl says "out of memory" for a header line longer than it takes (100 KiB) */
     bool too_big = j->head_bad || (j->done && j->result == CURLE_OUT_OF_MEMORY);
@@ -350,7 +290,7 @@ int http_proxy(struct request *rq, int fd, uint16_t port)
              : j->done ? (*j->error ? j->error : curl_easy_strerror(j->result))
                        : "it did not answer within 120 s");
     char **headers = NULL;
-    for (char **h = ready ? j->headers : NULL; h && *h; h++)
+    for (char **h = ready ? j->head.lines : NULL; h && *h; h++)
         headers = strv_push(headers ? headers : xcalloc(1, sizeof(char *)), *h);
     pthread_mutex_unlock(&j->lock);
     if (!ready) {

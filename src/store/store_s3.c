@@ -129,8 +129,11 @@ static size_t on_header(char *data, size_t size, size_t nmemb, void *ctx)
     size_t n = size * nmemb;
     if (n > 5 && !strncmp(data, "HTTP/", 5)) {
         const char *sp = memchr(data, ' ', n);
-        if (sp)
-            rq->status = strtol(sp + 1, NULL, 10);
+        char code[8]; /* curl's line is not NUL-terminated: the code is read from a copy */
+        if (sp) {
+            snprintf(code, sizeof(code), "%.*s", (int)MIN(n - (size_t)(sp + 1 - data), 7), sp + 1);
+            rq->status = strtol(code, NULL, 10);
+        }
         rq->etag[0] = '\0'; /* a new answer (after a redirect or a 100) */
     } else if (n > 5 && !strncasecmp(data, "etag:", 5)) {
         const char *v = data + 5, *end = data + n;
