@@ -12,6 +12,7 @@
 #ifndef RUNCELL_E2B_INT_H
 #define RUNCELL_E2B_INT_H
 
+#include <stdarg.h>
 #include <jansson.h>
 #include <pthread.h>
 
@@ -81,6 +82,9 @@ void e2b_box_forget(struct e2b *e, const char *id);
 /* Lists b (takes it). It is forgotten when its session leaves the table, however it ends
  * (e2b_session_gone), or when a request finds it gone. */
 void e2b_box_add(struct request *rq, struct e2b_box *b);
+/* An error's message from fmt and ap, cut at 2 KiB and made valid UTF-8 (it may quote what a
+ * client or a sandbox sent); *ret_n its length. Caller frees. */
+char *e2b_vmessage(const char *fmt, va_list ap, size_t *ret_n);
 /* The control plane's and envd's error: {"code": STATUS, "message": ...} (Connect's shape on
  * its routes). */
 enum MHD_Result e2b_error(struct request *rq, unsigned status, const char *fmt, ...)

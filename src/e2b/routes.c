@@ -90,15 +90,20 @@ void e2b_session_gone(void *ctx, const char *id)
 static json_t *e2b_error_body(const struct request *rq, unsigned status, const char *msg, size_t n);
 
 /* The control plane's and envd's error: {"code": STATUS, "message": ...}. */
-enum MHD_Result e2b_error(struct request *rq, unsigned status, const char *fmt, ...)
+char *e2b_vmessage(const char *fmt, va_list ap, size_t *ret_n)
 {
     char msg[2048];
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    return utf8_sanitize(msg, strlen(msg), ret_n);
+}
+
+enum MHD_Result e2b_error(struct request *rq, unsigned status, const char *fmt, ...)
+{
+    size_t n;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
+    char *clean = e2b_vmessage(fmt, ap, &n);
     va_end(ap);
-    size_t n;
-    char *clean = utf8_sanitize(msg, strlen(msg), &n);
     json_t *j = e2b_error_body(rq, status, clean, n); /* Connect's shape on its routes */
     free(clean);
     if (connect_streaming(rq)) {
@@ -434,17 +439,15 @@ static json_t *e2b_error_body(const struct request *rq, unsigned status, const c
 
 enum MHD_Result e2b_connect_error(struct request *rq, const char *code, const char *fmt, ...)
 {
-    char msg[1024];
+    size_t n;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
+    char *clean = e2b_vmessage(fmt, ap, &n);
     va_end(ap);
     unsigned status = 500;
     for (size_t i = 0; i < ARRAY_SIZE(connect_codes); i++)
         if (!strcmp(connect_codes[i].code, code))
             status = connect_codes[i].status;
-    size_t n;
-    char *clean = utf8_sanitize(msg, strlen(msg), &n);
     if (connect_streaming(rq)) {
         enum MHD_Result r = reply_connect_end_error(rq, code, clean, n);
         free(clean);

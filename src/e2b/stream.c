@@ -175,13 +175,11 @@ const struct exec_encoder e2b_execute_encoder = {
 
 enum MHD_Result e2b_execute_refused(struct request *rq, const char *name, const char *fmt, ...)
 {
-    char msg[2048];
+    size_t n;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
+    char *clean = e2b_vmessage(fmt, ap, &n);
     va_end(ap);
-    size_t n;
-    char *clean = utf8_sanitize(msg, strlen(msg), &n);
     struct buf out;
     buf_init(&out, 0);
     put_msg(&out,
