@@ -2,6 +2,7 @@
 #ifndef RUNCELL_BASE_H
 #define RUNCELL_BASE_H
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -183,6 +184,17 @@ bool wakers_add(struct wakers *ws, int fd);
 void wakers_remove(struct wakers *ws, int fd);
 /* Wakes every reader of the set. */
 void wakers_notify(const struct wakers *ws);
+/* One reader's watch on what keeps a set of wakers under its lock (an execution, a
+ * process): its eventfd, in the set while the watch lasts. */
+struct reader_watch {
+    pthread_mutex_t *lock;
+    struct wakers *set;
+    int fd;
+};
+/* 0, -errno when no eventfd can be made, or -EAGAIN when the set has WAKERS_MAX already. */
+int reader_watch_open(struct reader_watch *w, pthread_mutex_t *lock, struct wakers *set);
+/* Leaves the set and closes the eventfd. */
+void reader_watch_close(struct reader_watch *w);
 /* Reads until EOF into a capped buffer; -E2BIG past the cap. */
 int read_all(int fd, struct buf *out);
 /* Reads the regular file open on fd, at most cap bytes, into ret (set up here; the caller

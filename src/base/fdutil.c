@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -162,6 +163,30 @@ void wakers_remove(struct wakers *ws, int fd)
             ws->fd[i] = ws->fd[--ws->n];
             return;
         }
+}
+
+int reader_watch_open(struct reader_watch *w, pthread_mutex_t *lock, struct wakers *set)
+{
+    int fd = waker_open();
+    if (fd < 0)
+        return fd;
+    pthread_mutex_lock(lock);
+    bool added = wakers_add(set, fd);
+    pthread_mutex_unlock(lock);
+    if (!added) {
+        close(fd);
+        return -EAGAIN;
+    }
+    *w = (struct reader_watch){.lock = lock, .set = set, .fd = fd};
+    return 0;
+}
+
+void reader_watch_close(struct reader_watch *w)
+{
+    pthread_mutex_lock(w->lock);
+    wakers_remove(w->set, w->fd);
+    pthread_mutex_unlock(w->lock);
+    close(w->fd);
 }
 
 void wakers_notify(const struct wakers *ws)

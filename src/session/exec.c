@@ -26,7 +26,7 @@ struct item {
 
 struct exec_watch {
     struct execution *x;
-    int fd; /* eventfd */
+    struct reader_watch rw;
 };
 
 struct execution {
@@ -614,19 +614,14 @@ json_t *execution_json(struct execution *x)
 
 int execution_watch(struct execution *x, struct exec_watch **ret)
 {
-    int fd = waker_open();
-    if (fd < 0)
-        return err_set(-fd, "cannot make an eventfd: %s", strerror(-fd));
-    pthread_mutex_lock(&x->lock);
-    bool added = wakers_add(&x->readers, fd);
-    pthread_mutex_unlock(&x->lock);
-    if (!added) {
-        close(fd);
-        return err_set(EAGAIN, "execution %s has its maximum of %d readers", x->id,
-                       EXEC_WATCHERS_MAX);
-    }
     struct exec_watch *w = xcalloc(1, sizeof(*w));
-    w->fd = fd;
+    int r = reader_watch_open(&w->rw, &x->lock, &x->readers);
+    if (r < 0) {
+        free(w);
+        return r == -EAGAIN ? err_set(EAGAIN, "execution %s has its maximum of %d readers", x->id,
+                                      EXEC_WATCHERS_MAX)
+                            : err_set(-r, "cannot make an eventfd: %s", strerror(-r));
+    }
     w->x = execution_ref(x);
     *ret = w;
     return 0;
@@ -634,24 +629,20 @@ int execution_watch(struct execution *x, struct exec_watch **ret)
 
 int exec_watch_fd(const struct exec_watch *w)
 {
-    return w->fd;
+    return w->rw.fd;
 }
 
 void exec_watch_clear(struct exec_watch *w)
 {
-    waker_clear(w->fd);
+    waker_clear(w->rw.fd);
 }
 
 void exec_watch_free(struct exec_watch *w)
 {
     if (!w)
         return;
-    struct execution *x = w->x;
-    pthread_mutex_lock(&x->lock);
-    wakers_remove(&x->readers, w->fd);
-    pthread_mutex_unlock(&x->lock);
-    close(w->fd);
-    execution_unref(x);
+    reader_watch_close(&w->rw);
+    execution_unref(w->x);
     free(w);
 }
 

@@ -32,7 +32,7 @@ struct item {
 
 struct proc_watch {
     struct session_proc *p;
-    int fd;
+    struct reader_watch rw;
 };
 
 struct session_proc {
@@ -240,19 +240,14 @@ json_t *session_proc_info(const struct session_proc *p)
 
 int session_proc_watch(struct session_proc *p, struct proc_watch **ret)
 {
-    int fd = waker_open();
-    if (fd < 0)
-        return err_set(-fd, "cannot make an eventfd: %s", strerror(-fd));
-    pthread_mutex_lock(&p->lock);
-    bool added = wakers_add(&p->readers, fd);
-    pthread_mutex_unlock(&p->lock);
-    if (!added) {
-        close(fd);
-        return err_set(EAGAIN, "process %d has its maximum of %d readers", p->pid,
-                       SESSION_PROC_WATCHERS_MAX);
-    }
     struct proc_watch *w = xcalloc(1, sizeof(*w));
-    w->fd = fd;
+    int r = reader_watch_open(&w->rw, &p->lock, &p->readers);
+    if (r < 0) {
+        free(w);
+        return r == -EAGAIN ? err_set(EAGAIN, "process %d has its maximum of %d readers", p->pid,
+                                      SESSION_PROC_WATCHERS_MAX)
+                            : err_set(-r, "cannot make an eventfd: %s", strerror(-r));
+    }
     w->p = session_proc_ref(p);
     *ret = w;
     return 0;
@@ -260,24 +255,20 @@ int session_proc_watch(struct session_proc *p, struct proc_watch **ret)
 
 int proc_watch_fd(const struct proc_watch *w)
 {
-    return w->fd;
+    return w->rw.fd;
 }
 
 void proc_watch_clear(struct proc_watch *w)
 {
-    waker_clear(w->fd);
+    waker_clear(w->rw.fd);
 }
 
 void proc_watch_free(struct proc_watch *w)
 {
     if (!w)
         return;
-    struct session_proc *p = w->p;
-    pthread_mutex_lock(&p->lock);
-    wakers_remove(&p->readers, w->fd);
-    pthread_mutex_unlock(&p->lock);
-    close(w->fd);
-    session_proc_unref(p);
+    reader_watch_close(&w->rw);
+    session_proc_unref(w->p);
     free(w);
 }
 

@@ -599,6 +599,48 @@ class Streaming(ServerCase):
         self.srv.ok("PUT", path_of(sid, "/files/go"), b"", status=201)
         self.assertStatus(st.rest()[-1]["record"], "ok")
 
+    def test_an_execution_has_at_most_16_readers_at_once(self):
+        """Its events are read by up to 16 streams at once (the execute's own among them); a
+        17th is a 429 saying so, and a reader that leaves makes room for another."""
+        sid = self.session()
+        st = Stream(self.srv, sid, "print('first', flush=True)\n" + WAIT_FOR_GO + "print('end')")
+        self.assertEqual(st.next(), {"type": "stdout", "data": "first\n"})
+        events = path_of(sid, "/executions/%s/events?after=0" % st.execution_id)
+        readers = []
+        for _ in range(15):
+            conn = self.srv.connection()
+            conn.request("GET", events, headers=self.srv.headers(NDJSON))
+            resp = conn.getresponse()
+            self.assertEqual(resp.status, 200)
+            seen = [json.loads(resp.readline())["type"] for _ in range(2)]
+            self.assertEqual(seen, ["start", "stdout"])  # it reads
+            readers.append((conn, resp))
+        r = self.srv.request("GET", events, headers=NDJSON)
+        self.assertEqual(r.status, 429, r)
+        self.assertIn("has its maximum of 16 readers", r.json()["error"]["message"])
+        conn, _ = readers.pop()
+        conn.sock.shutdown(socket.SHUT_RDWR)
+        conn.close()
+        # The server notices the reader gone at its next write or keep-alive: wait for the
+        # place to be free, as a client retrying after a 429 would.
+        def another():
+            c = self.srv.connection()
+            c.request("GET", events, headers=self.srv.headers(NDJSON))
+            resp = c.getresponse()
+            if resp.status == 200:
+                readers.append((c, resp))
+                return True
+            resp.read()
+            c.close()
+            return False
+        self.assertTrue(wait_until(another, 60))
+        self.srv.ok("PUT", path_of(sid, "/files/go"), b"", status=201)
+        self.assertEqual(st.rest()[-1]["record"]["stdout"], "first\nend\n")
+        for conn, resp in readers:
+            lines = [json.loads(l) for l in resp.read().splitlines()]
+            self.assertEqual(lines[-1]["type"], "done")
+            conn.close()
+
     def test_without_accept_one_record(self):
         sid = self.session()
         r = self.srv.request("POST", path_of(sid, "/execute"), {"code": "print(1)"},
