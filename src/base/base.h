@@ -166,6 +166,15 @@ int sendv_all_by(int fd, struct iovec *iov, int cnt, double deadline_ms);
  * 32; none when n is 0) as SCM_RIGHTS; retries on EINTR. 0 or -errno (-EPIPE for a peer
  * that has gone). */
 int send_with_fds(int fd, const char *text, const int *fds, int n);
+/* Receives one message sent so: its text into buf (at most cap - 1 bytes, NUL-terminated)
+ * (also on failure: "" when nothing came) and its fds (close-on-exec) into fds, *ret_n_fds
+ * of them. flags are recvmsg's
+ * (MSG_DONTWAIT). Returns the text's length, 0 at EOF, or -errno; nothing received is kept
+ * open on failure: -EMSGSIZE when the text or its fds were more than buf or max_fds take,
+ * -EMFILE when the kernel dropped fds it could not install (this process at its limit of
+ * open files, or more than 32 sent). */
+ssize_t recv_with_fds(int fd, char *buf, size_t cap, int flags, int *fds, int max_fds,
+                      int *ret_n_fds);
 /* Readers' wake-ups: each reader of something that changes (an execution's events, a
  * program's output) has an eventfd, written whenever it changed; a reader polls its fd,
  * clears it and looks. The set is guarded by its owner's lock. */

@@ -136,6 +136,54 @@ int send_with_fds(int fd, const char *text, const int *fds, int n)
     return r < 0 ? -errno : 0;
 }
 
+ssize_t recv_with_fds(int fd, char *buf, size_t cap, int flags, int *fds, int max_fds,
+                      int *ret_n_fds)
+{
+    union {
+        char buf[CMSG_SPACE(sizeof(int) * 32)];
+        struct cmsghdr align;
+    } cbuf;
+    struct iovec iov = {.iov_base = buf, .iov_len = cap - 1};
+    struct msghdr mh = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf.buf, .msg_controllen = sizeof(cbuf)};
+    *ret_n_fds = 0;
+    buf[0] = '\0';
+    ssize_t n;
+    do
+        n = recvmsg(fd, &mh, flags | MSG_CMSG_CLOEXEC);
+    while (n < 0 && errno == EINTR);
+    if (n < 0)
+        return -errno;
+    buf[n] = '\0';
+    int got = 0;
+    bool over = false;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+            continue;
+        size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < k; i++) {
+            int one;
+            memcpy(&one, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+            if (got < max_fds)
+                fds[got++] = one;
+            else {
+                close(one); /* more than the caller takes */
+                over = true;
+            }
+        }
+    }
+    int r = mh.msg_flags & MSG_CTRUNC            ? -EMFILE
+            : over || (mh.msg_flags & MSG_TRUNC) ? -EMSGSIZE
+                                                 : 0;
+    if (r < 0) {
+        for (int i = 0; i < got; i++)
+            close(fds[i]);
+        return r;
+    }
+    *ret_n_fds = got;
+    return n;
+}
+
 int waker_open(void)
 {
     int fd = eventfd(1, EFD_CLOEXEC | EFD_NONBLOCK);

@@ -231,7 +231,6 @@ static void arena_free(void *p)
 static int take_request(int ctl, struct helper_config *cfg, int *fds, int *ret_n,
                         struct clone_report *rep)
 {
-    char cbuf[CMSG_SPACE(sizeof(int) * MAX_FDS)];
     char *area = mmap(NULL, MAX_REQUEST + PARSE_ARENA_SIZE, PROT_READ | PROT_WRITE,
                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (area == MAP_FAILED) {
@@ -240,30 +239,21 @@ static int take_request(int ctl, struct helper_config *cfg, int *fds, int *ret_n
     }
     char *text = area;
     arena_base = arena_next = area + MAX_REQUEST;
-    struct iovec iov = {.iov_base = text, .iov_len = MAX_REQUEST - 1};
-    struct msghdr mh = {
-        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof(cbuf)};
-    ssize_t len = recvmsg(ctl, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
     int n = 0, r = 0;
-    for (struct cmsghdr *c = len > 0 ? CMSG_FIRSTHDR(&mh) : NULL; c; c = CMSG_NXTHDR(&mh, c))
-        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
-            n = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
-            memcpy(fds, CMSG_DATA(c), sizeof(int) * (size_t)n);
-        }
-    if (len <= 0) {
-        r = len < 0 ? -errno : -ENOMSG;
-        snprintf(rep->msg, sizeof(rep->msg), "no request to take: %s",
-                 len < 0 ? strerror(errno) : "the channel is closed");
-    } else if (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
+    ssize_t len = recv_with_fds(ctl, text, MAX_REQUEST, MSG_DONTWAIT, fds, MAX_FDS, &n);
+    if (len == -EMSGSIZE || len == -EMFILE) {
         r = -EMSGSIZE;
-        snprintf(rep->msg, sizeof(rep->msg), "the request is larger than %d bytes or %d fds",
-                 MAX_REQUEST - 1, MAX_FDS);
+        snprintf(rep->msg, sizeof(rep->msg), "the request is larger than %d bytes or %d fds%s",
+                 MAX_REQUEST - 1, MAX_FDS, len == -EMFILE ? " (or out of open files)" : "");
+    } else if (len <= 0) {
+        r = len < 0 ? (int)len : -ENOMSG;
+        snprintf(rep->msg, sizeof(rep->msg), "no request to take: %s",
+                 len < 0 ? strerror((int)-len) : "the channel is closed");
     } else if (n < FD_FIXED) {
         r = -EINVAL;
         snprintf(rep->msg, sizeof(rep->msg), "spawn needs %d to %d fds, got %d", FD_FIXED, MAX_FDS,
                  n);
     } else {
-        text[len] = '\0';
         /* Errors from here on also go to the request's status pipe, like the helper's. */
         status_fd = fds[FD_STATUS];
         json_set_alloc_funcs(arena_alloc, arena_free);

@@ -94,35 +94,19 @@ static void template_free(struct template *t)
 }
 
 /* Reads one message (and an fd, if one came) within timeout_ms. Returns its length, 0 at
- * EOF, -errno on error or timeout. */
+ * EOF, -errno on error or timeout (-EMFILE: the fd could not be installed here). */
 static ssize_t recv_msg(int fd, char *buf, size_t size, int *ret_fd, int timeout_ms)
 {
     struct pollfd p = {.fd = fd, .events = POLLIN};
     int r = poll(&p, 1, timeout_ms);
     if (r <= 0)
         return r == 0 ? -ETIMEDOUT : -errno;
-    char cbuf[CMSG_SPACE(sizeof(int))];
-    struct iovec iov = {.iov_base = buf, .iov_len = size - 1};
-    struct msghdr mh = {
-        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof(cbuf)};
-    ssize_t n = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC);
-    if (n < 0)
-        return -errno;
-    buf[n] = '\0';
+    int fds[1], n_fds;
+    ssize_t n = recv_with_fds(fd, buf, size, 0, fds, 1, &n_fds);
     if (ret_fd)
-        *ret_fd = -1;
-    for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
-        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && ret_fd)
-            memcpy(ret_fd, CMSG_DATA(c), sizeof(int));
-    /* The kernel drops an fd it cannot install here (this process at its open files limit)
-     * and says so only in this flag. */
-    if (mh.msg_flags & MSG_CTRUNC) {
-        if (ret_fd && *ret_fd >= 0)
-            close(*ret_fd);
-        if (ret_fd)
-            *ret_fd = -1;
-        return -EMFILE;
-    }
+        *ret_fd = n > 0 && n_fds ? fds[0] : -1;
+    else if (n > 0 && n_fds)
+        close(fds[0]);
     return n;
 }
 

@@ -221,26 +221,20 @@ static void do_signal(int chan, json_int_t id, json_t *req)
 static bool serve_one(int chan)
 {
     static char buf[EXECD_MAX_REQUEST];
-    union {
-        char c[CMSG_SPACE(sizeof(int) * 8)];
-        struct cmsghdr align;
-    } cbuf;
-    struct iovec iov = {.iov_base = buf, .iov_len = sizeof(buf) - 1};
-    struct msghdr mh = {
-        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf.c, .msg_controllen = sizeof(cbuf)};
-    ssize_t n = recvmsg(chan, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
-    if (n < 0)
-        return errno == EAGAIN || errno == EINTR;
-    if (n == 0)
-        return false;
     int fds[8], n_fds = 0;
-    for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
-        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
-            int k = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
-            for (int i = 0; i < k && n_fds < 8; i++)
-                memcpy(&fds[n_fds++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-        }
-    buf[n] = '\0';
+    ssize_t n = recv_with_fds(chan, buf, sizeof(buf), MSG_DONTWAIT, fds, 8, &n_fds);
+    if (n == -EAGAIN)
+        return true;
+    if (n == -EMSGSIZE || n == -EMFILE) {
+        json_t *req = json_loads(buf, 0, NULL);
+        reply_error(chan, json_integer_value(json_object_get(req, "id")),
+                    "the request's descriptors could not be taken: %s",
+                    n == -EMFILE ? "out of open files" : "too many, or the request too large");
+        json_decref(req);
+        return true;
+    }
+    if (n <= 0)
+        return false;
     json_t *req = json_loads(buf, 0, NULL);
     json_int_t id = json_integer_value(json_object_get(req, "id"));
     const char *op = json_string_value(json_object_get(req, "op"));
@@ -308,15 +302,10 @@ static __attribute__((noreturn)) void refuse_one(int chan, int msg_fd)
     msg[n > 0 ? n : 0] = '\0';
     msg[strcspn(msg, "\n")] = '\0';
     char buf[4096];
-    union {
-        char c[CMSG_SPACE(sizeof(int) * 8)];
-        struct cmsghdr align;
-    } cbuf;
-    struct iovec iov = {.iov_base = buf, .iov_len = sizeof(buf) - 1};
-    struct msghdr mh = {
-        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf.c, .msg_controllen = sizeof(cbuf)};
-    ssize_t got = recvmsg(chan, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
-    buf[got > 0 ? got : 0] = '\0';
+    int fds[8], n_fds;
+    if (recv_with_fds(chan, buf, sizeof(buf), MSG_DONTWAIT, fds, 8, &n_fds) > 0)
+        for (int i = 0; i < n_fds; i++)
+            close(fds[i]);
     json_t *req = json_loads(buf, 0, NULL);
     reply_error(chan, json_integer_value(json_object_get(req, "id")),
                 "the sandbox cannot start processes: %s", *msg ? msg : "its lockdown failed");
