@@ -600,13 +600,7 @@ class E2BWire(ServerCase):
     server_args = ("--e2b",)
 
     def box(self):
-        r = self.srv.request("POST", "/v2/sandboxes", {}, headers={"X-API-KEY": self.srv.token},
-                             token=False)
-        self.assertEqual(r.status, 201, r)
-        b = r.json()
-        self.addCleanup(self.srv.request, "DELETE", "/sandboxes/" + b["sandboxID"],
-                        headers={"X-API-KEY": self.srv.token}, token=False)
-        return {"E2b-Sandbox-Id": b["sandboxID"], "X-Access-Token": b["envdAccessToken"]}
+        return self.srv.e2b_box(self, "/v2/sandboxes")
 
     def test_only_an_authorized_request_applies_a_sandbox_s_timeout(self):
         """A sandbox past its setTimeout goes when next touched by a request that may touch

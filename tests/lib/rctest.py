@@ -825,6 +825,17 @@ class Server:
     def create_session(self, **opts):
         return self.ok("POST", "/v1/sessions", opts, status=201)["id"]
 
+    def e2b_box(self, test, path="/sandboxes"):
+        """An E2B sandbox made on the E2B routes (path: /sandboxes or /v2/sandboxes), killed
+        when test ends: the headers its envd routes take."""
+        key = {"X-API-KEY": self.token}
+        r = self.request("POST", path, {}, headers=key, token=False)
+        test.assertEqual(r.status, 201, r)
+        b = r.json()
+        test.addCleanup(self.request, "DELETE", "/sandboxes/" + b["sandboxID"], headers=key,
+                        token=False)
+        return {"E2b-Sandbox-Id": b["sandboxID"], "X-Access-Token": b["envdAccessToken"]}
+
     def execute(self, sid, code, **fields):
         return self.ok("POST", "/v1/sessions/%s/execute" % sid, dict(fields, code=code))
 
@@ -859,6 +870,19 @@ class Server:
             subprocess.run(["umount", "-l", m])
         if not os.environ.get("RCTEST_KEEP"):
             subprocess.run(["rm", "-rf", "--one-file-system", self.tmp])
+
+
+# Writes one frame of its own on the kernel channel (the fd behind sys.stdout's frames), as
+# hostile code can: the daemon must treat it as it treats the kernel's. Cells start with it.
+FRAME_WRITER = r'''
+import os, struct, sys
+CHAN = sys.stdout._channel.fd
+def send_frame(payload, kind=b"M"):
+    data = struct.pack(">I", len(payload)) + kind + payload
+    view = memoryview(data)
+    while view:
+        view = view[os.write(CHAN, view):]
+'''
 
 
 class EventStream:

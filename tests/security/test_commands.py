@@ -87,13 +87,7 @@ class Commands(RuncellTestCase):
         cls.srv.close()
 
     def box(self):
-        r = self.srv.request("POST", "/sandboxes", {}, headers={"X-API-KEY": self.srv.token},
-                             token=False)
-        self.assertEqual(r.status, 201, r)
-        b = r.json()
-        self.addCleanup(self.srv.request, "DELETE", "/sandboxes/" + b["sandboxID"],
-                        headers={"X-API-KEY": self.srv.token}, token=False)
-        return {"E2b-Sandbox-Id": b["sandboxID"], "X-Access-Token": b["envdAccessToken"]}
+        return self.srv.e2b_box(self)
 
     def rpc(self, h, method, msg):
         return self.srv.request("POST", "/process.Process/" + method, msg, token=False,

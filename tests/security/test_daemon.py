@@ -14,21 +14,11 @@ import tempfile
 import time
 import unittest
 
-from rctest import HANG, RuncellTestCase, Server, runcell
+from rctest import FRAME_WRITER, HANG, RuncellTestCase, Server, runcell
 
 MiB = 1 << 20
 
-# Writes one frame of our own on the kernel channel (the fd behind sys.stdout's frames), as
-# hostile code can: the daemon must treat it as it treats the kernel's.
-FRAME = r'''
-import os, struct, sys
-CHAN = sys.stdout._channel.fd
-def send_frame(payload, kind=b"M"):
-    data = struct.pack(">I", len(payload)) + kind + payload
-    view = memoryview(data)
-    while view:
-        view = view[os.write(CHAN, view):]
-'''
+FRAME = FRAME_WRITER  # a frame of its own on the kernel channel
 
 # ~30 MiB of tiny nodes inside one display frame: under the 32 MiB results cap and the
 # 48 MiB frame cap, but ten million JSON values once parsed.

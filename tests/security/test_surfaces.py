@@ -13,21 +13,11 @@ import re
 import unittest
 
 import mcpclient
-from rctest import HANG, RUNCELL, RuncellTestCase, Server
+from rctest import FRAME_WRITER, HANG, RUNCELL, RuncellTestCase, Server
 
 MiB = 1 << 20
 
-# A frame of our own on the kernel channel (the fd behind sys.stdout's frames), as hostile
-# code can write one.
-FRAME = r'''
-import os, struct, sys
-CHAN = sys.stdout._channel.fd
-def send_frame(payload, kind=b"M"):
-    data = struct.pack(">I", len(payload)) + kind + payload
-    view = memoryview(data)
-    while view:
-        view = view[os.write(CHAN, view):]
-'''
+FRAME = FRAME_WRITER  # a frame of its own on the kernel channel
 
 # Each attack: (name, cell). A cell that forges its own end may leave the real one behind
 # for the daemon to find: what counts is that every surface answers in its shape.
@@ -156,13 +146,7 @@ class Surfaces(RuncellTestCase):
     # ---- checks ----
 
     def e2b_box(self):
-        r = self.srv.request("POST", "/sandboxes", {}, headers={"X-API-KEY": self.srv.token},
-                             token=False)
-        self.assertEqual(r.status, 201, r)
-        b = r.json()
-        self.addCleanup(self.srv.request, "DELETE", "/sandboxes/" + b["sandboxID"],
-                        headers={"X-API-KEY": self.srv.token}, token=False)
-        return {"E2b-Sandbox-Id": b["sandboxID"], "X-Access-Token": b["envdAccessToken"]}
+        return self.srv.e2b_box(self)
 
     def check_bundle(self, bundle):
         self.assertIsInstance(bundle, dict)
