@@ -60,6 +60,23 @@ def last_json(rec):
     return json.loads(rec["stdout"].strip().splitlines()[-1])
 
 
+class LabCase(RuncellTestCase):
+    """The lab for the class, a temporary directory (self.tmp) for each test."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.lab = Lab()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.lab.close()
+
+    def setUp(self):
+        self._tmp = TempDir()
+        self.tmp = self._tmp.__enter__()
+        self.addCleanup(self._tmp.__exit__, None, None, None)
+
+
 class Api(RuncellTestCase):
     @classmethod
     def setUpClass(cls):
@@ -256,15 +273,7 @@ node /tmp/n.js
             self.assertEqual(paths.get(p), basic, (p, seen))
 
 
-class Cli(RuncellTestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.lab = Lab()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.lab.close()
-
+class Cli(LabCase):
     def run_cli(self, *args, env=None):
         e = dict(os.environ, **self.lab.env, TEST_TOKEN=VALUE, **(env or {}))
         return subprocess.run([RUNCELL, "run", *args], capture_output=True, text=True,
@@ -357,23 +366,6 @@ def tool_json(model, request_index):
     if not lines:
         raise AssertionError("no JSON in the tool message: " + text)
     return json.loads(lines[-1])
-
-
-class LabCase(RuncellTestCase):
-    """The lab for the class, a temporary directory (self.tmp) for each test."""
-
-    @classmethod
-    def setUpClass(cls):
-        cls.lab = Lab()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.lab.close()
-
-    def setUp(self):
-        self._tmp = TempDir()
-        self.tmp = self._tmp.__enter__()
-        self.addCleanup(self._tmp.__exit__, None, None, None)
 
 
 class Agent(LabCase):
