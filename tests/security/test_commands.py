@@ -221,6 +221,35 @@ report({"uid": os.getuid(), "caps": status("self", "CapEff"), "bnd": status("sel
                          token=False)
         self.assertTrue(wait_until(lambda: not _host_processes("sleep 313.25")))
 
+    def test_a_program_has_at_most_16_readers_at_once(self):
+        """Its Start stream and 15 Connects read it at once; a 17th reader is refused with
+        resource_exhausted, saying so."""
+        h = self.box()
+        cmd = Command(self.srv, h, ["/bin/sleep", "600"])
+        self.assertIsNone(cmd.error)
+
+        def connect():
+            conn = self.srv.connection()
+            conn.request("POST", "/process.Process/Connect",
+                         body=envelope({"process": {"pid": cmd.pid}}),
+                         headers=dict(h, **{"Content-Type": "application/connect+json"}))
+            resp = conn.getresponse()
+            self.assertEqual(resp.status, 200)
+            head = resp.read(5)
+            return conn, head[0], json.loads(resp.read(int.from_bytes(head[1:], "big")))
+        readers = [connect() for _ in range(15)]
+        for _, flags, frame in readers:
+            self.assertFalse(flags & 2, frame)  # its start: it reads
+        conn, flags, frame = connect()
+        self.assertTrue(flags & 2, frame)  # the stream's end, with the error
+        self.assertEqual(frame["error"]["code"], "resource_exhausted", frame)
+        self.assertIn("has its maximum of 16 readers", frame["error"]["message"])
+        conn.close()
+        for c, _, _ in readers:
+            c.close()
+        cmd.close()
+        self.assertAnswering()
+
     def test_programs_past_the_cap_are_refused(self):
         h = self.box()
         held = [Command(self.srv, h, ["/bin/sleep", "600"]) for _ in range(64)]
