@@ -604,26 +604,36 @@ class E2BWire(ServerCase):
 
     def test_only_an_authorized_request_applies_a_sandbox_s_timeout(self):
         """A sandbox past its setTimeout goes when next touched by a request that may touch
-        it: one with a wrong access token gets its 401 and leaves the sandbox as it is."""
+        it: one with a wrong access token gets its 401 and leaves the sandbox as it is. (A
+        cell runs meanwhile, so that the idle sweep, which leaves a busy session alone, does
+        not end it first.)"""
         h = self.box()
         sid = h["E2b-Sandbox-Id"]
+        cell = self.srv.connection()
+        cell.request("POST", "/execute", body=json.dumps(
+            {"code": "print('started', flush=True)\nimport time\ntime.sleep(600)"}),
+            headers=dict(h, **{"Content-Type": "application/json"}))
+        resp = cell.getresponse()
+        self.assertEqual(resp.status, 200)
+        while b"started" not in resp.readline():
+            pass
         key = {"X-API-KEY": self.srv.token}
         r = self.srv.request("POST", "/sandboxes/%s/timeout" % sid, {"timeout": 1}, headers=key,
                              token=False)
         self.assertEqual(r.status, 204, r)
         # The deadline is a wall-clock time: wait until it has passed, touching nothing.
-        info = self.srv.ok("GET", "/v1/sessions/" + sid)
-        self.assertEqual(info["id"], sid)
         deadline = time.time() + 1.5
         while time.time() < deadline:
             time.sleep(0.1)
         wrong = dict(h, **{"X-Access-Token": "0" * len(h["X-Access-Token"])})
         r = self.srv.request("GET", "/health", headers=wrong, token=False)
         self.assertEqual(r.status, 401, r)
-        self.assertEqual(self.srv.request("GET", "/v1/sessions/" + sid).status, 200)
+        self.assertEqual(self.srv.ok("GET", "/v1/sessions/" + sid)["status"], "busy")
         r = self.srv.request("GET", "/health", headers=h, token=False)
         self.assertEqual(r.status, 502, r)
         self.assertEqual(self.srv.request("GET", "/v1/sessions/" + sid).status, 404)
+        resp.read()  # the cell's stream ends with its sandbox
+        cell.close()
 
     def test_a_multipart_file_name_too_long_to_keep_is_refused_not_cut(self):
         h = self.box()
